@@ -1,0 +1,99 @@
+"""`LocalMemory`: one device's flat byte address space, holding arrays at offsets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import layouts
+from layouts import Layout
+
+_ALIGN_BYTES = 64
+_MIN_SEGMENT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """An array living in a device memory: where, and how its bytes decode."""
+
+    device: int
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    layout: Layout
+
+    @property
+    def nbytes(self) -> int:
+        return layouts.nbytes(self.dtype, self.shape, self.layout)
+
+
+class LocalMemory:
+    """A device's memory: a flat address space with a bump allocator.
+
+    The address space grows in segments so that views handed out earlier stay valid; an offset names one
+    byte of the whole space. Reading an array always goes through `layouts.decode`.
+    """
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+        self._segments: list[tuple[int, np.ndarray]] = []
+        self._top = 0
+        self._by_address: dict[int, Buffer] = {}
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes allocated so far."""
+        return self._top
+
+    def alloc(self, dtype, shape: tuple[int, ...], layout: Layout | None = None) -> Buffer:
+        """Reserve zeroed space for an array of `dtype` and `shape` laid out with `layout`."""
+        shape = tuple(int(n) for n in shape)
+        layout = layout or Layout.row_major(len(shape))
+        size = layouts.nbytes(np.dtype(dtype), shape, layout)
+        base, segment = self._segments[-1] if self._segments else (0, np.empty(0, np.uint8))
+        start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
+        if start + size > base + segment.size:
+            grown = max(size, 2 * segment.size, _MIN_SEGMENT_BYTES)
+            base, start = base + segment.size, base + segment.size
+            self._segments.append((base, np.zeros(grown, np.uint8)))
+        self._top = start + size
+        buffer = Buffer(self.device, start, np.dtype(dtype), shape, layout)
+        self._by_address[self._address(buffer)] = buffer
+        return buffer
+
+    def raw(self, buffer: Buffer) -> np.ndarray:
+        """The bytes of `buffer` (a uint8 view of the memory)."""
+        for base, segment in reversed(self._segments):
+            if buffer.offset >= base:
+                return segment[buffer.offset - base : buffer.offset - base + buffer.nbytes]
+        raise ValueError(f"offset {buffer.offset} is not in device {self.device}'s memory")
+
+    def view(self, buffer: Buffer) -> np.ndarray:
+        """The logical array `buffer` holds, as a writable view of the memory."""
+        return layouts.decode(self.raw(buffer), buffer.dtype, buffer.shape, buffer.layout)
+
+    def store(self, array, layout: Layout | None = None) -> Buffer:
+        """Allocate a buffer and write `array` into it."""
+        array = np.asarray(array)
+        buffer = self.alloc(array.dtype, array.shape, layout)
+        self.view(buffer)[...] = array
+        return buffer
+
+    def find(self, array: np.ndarray) -> Buffer | None:
+        """The buffer whose whole view `array` is, if any (so operands need no copy)."""
+        if not isinstance(array, np.ndarray):
+            return None
+        buffer = self._by_address.get(array.__array_interface__["data"][0])
+        if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
+            return None
+        return buffer if self.view(buffer).strides == array.strides else None
+
+    def resident(self, array, layout: Layout | None = None) -> Buffer:
+        """`array`'s buffer if it already lives here, else a fresh copy of it."""
+        found = self.find(array)
+        return found if found is not None else self.store(array, layout)
+
+    def _address(self, buffer: Buffer) -> int:
+        raw = self.raw(buffer)
+        return raw.__array_interface__["data"][0]

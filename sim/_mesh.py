@@ -1,0 +1,136 @@
+"""`Mesh`: named axes over devices in row-major order, and the groups a collective runs over."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Hashable, Sequence
+
+import numpy as np
+
+from sim._errors import InvalidArgumentError, InvalidTypeError
+
+AxisName = Hashable | tuple
+
+
+@dataclass(frozen=True)
+class Group:
+    """The devices one collective call runs over, as seen from one member.
+
+    `members[i]` is the device id of group index i; `index` is the caller's own group index.
+    """
+
+    members: tuple[int, ...]
+    index: int
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+class Mesh:
+    """Named axes with sizes; device ids run row-major over the axes, as in `jax.sharding.Mesh`.
+
+    >>> Mesh({'x': 2, 'y': 2}).coords(3)
+    {'x': 1, 'y': 1}
+    """
+
+    def __init__(self, axes: dict[str, int], network=None) -> None:
+        if not isinstance(axes, dict) or not axes:
+            raise InvalidTypeError(f"axes={axes!r} must be a non-empty dict of axis name -> size")
+        for name, size in axes.items():
+            if not isinstance(size, (int, np.integer)) or size < 1:
+                raise InvalidArgumentError(f"axes[{name!r}]={size!r} must be a positive integer")
+        self.shape: dict[str, int] = {name: int(size) for name, size in axes.items()}
+        self.axis_names: tuple[str, ...] = tuple(self.shape)
+        self.size = int(np.prod(list(self.shape.values())))
+        self._grid = np.arange(self.size).reshape(tuple(self.shape.values()))
+        if network is None:
+            from sim._network import Network
+
+            network = Network.fully_connected()
+        self.network = network
+
+    def __repr__(self) -> str:
+        return f"Mesh({self.shape})"
+
+    @property
+    def devices(self) -> range:
+        """Device ids, 0 .. size-1."""
+        return range(self.size)
+
+    def coords(self, device: int) -> dict[str, int]:
+        """The mesh coordinates of `device`."""
+        position = np.unravel_index(device, self._grid.shape)
+        return {name: int(i) for name, i in zip(self.axis_names, position)}
+
+    def axis_names_of(self, axis_name: AxisName) -> tuple[str, ...]:
+        """`axis_name` as a tuple of known names; raises for unknown or repeated names."""
+        names = axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,)
+        for name in names:
+            if name not in self.shape:
+                raise InvalidArgumentError(
+                    f"axis_name={axis_name!r}: unknown axis {name!r}; the mesh has axes {self.axis_names}"
+                )
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(f"axis_name={axis_name!r} must not repeat an axis")
+        return tuple(names)
+
+    def axis_size(self, axis_name: AxisName) -> int:
+        """The number of devices along `axis_name` (the product for a tuple of names)."""
+        return int(np.prod([self.shape[n] for n in self.axis_names_of(axis_name)]))
+
+    def axis_index(self, device: int, axis_name: AxisName) -> int:
+        """`device`'s index along `axis_name`; for a tuple, row-major over the names in tuple order."""
+        names = self.axis_names_of(axis_name)
+        coords = self.coords(device)
+        index = 0
+        for name in names:
+            index = index * self.shape[name] + coords[name]
+        return index
+
+    def axis_peers(self, device: int, axis_name: AxisName) -> tuple[int, ...]:
+        """The devices that differ from `device` only along `axis_name`, ordered by axis index."""
+        names = self.axis_names_of(axis_name)
+        coords = self.coords(device)
+        peers = []
+        for values in itertools.product(*(range(self.shape[n]) for n in names)):
+            coords.update(zip(names, values))
+            peers.append(int(self._grid[tuple(coords[n] for n in self.axis_names)]))
+        return tuple(peers)
+
+    def group(self, device: int, axis_name: AxisName, axis_index_groups=None) -> Group:
+        """The group `device` belongs to for a collective over `axis_name` with `axis_index_groups`."""
+        peers = self.axis_peers(device, axis_name)
+        mine = self.axis_index(device, axis_name)
+        if axis_index_groups is None:
+            return Group(peers, mine)
+        groups = check_axis_index_groups(axis_index_groups, len(peers), axis_name)
+        for group in groups:
+            if mine in group:
+                return Group(tuple(peers[i] for i in group), group.index(mine))
+        raise AssertionError("unreachable: checked groups cover the axis")
+
+
+def check_axis_index_groups(groups: Sequence[Sequence[int]], axis_size: int, axis_name) -> list[list[int]]:
+    """Validate `groups` against an axis of `axis_size`: every index exactly once, equal sizes."""
+    try:
+        groups = [[int(i) for i in group] for group in groups]
+    except TypeError:
+        raise InvalidTypeError(f"axis_index_groups={groups!r} must be a list of lists of ints") from None
+    where = f"axis_index_groups={groups} over axis_name={axis_name!r} of size {axis_size}"
+    if not groups or any(len(g) == 0 for g in groups):
+        raise InvalidArgumentError(f"{where}: groups must be non-empty")
+    sizes = {len(g) for g in groups}
+    if len(sizes) != 1:
+        raise InvalidArgumentError(f"{where}: all groups must be the same size, got sizes {sorted(sizes)}")
+    flat = sorted(i for g in groups for i in g)
+    if flat != list(range(axis_size)):
+        missing = sorted(set(range(axis_size)) - set(flat))
+        repeated = sorted({i for i in flat if flat.count(i) > 1})
+        extra = sorted(i for i in set(flat) if not 0 <= i < axis_size)
+        raise InvalidArgumentError(
+            f"{where}: groups must cover every axis index exactly once "
+            f"(missing {missing}, repeated {repeated}, out of range {extra})"
+        )
+    return groups

@@ -1,0 +1,41 @@
+"""`Network`: links with latency and bandwidth, and the route a message takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim._errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class Network:
+    """A fully connected switch: one directed link per ordered pair of devices.
+
+    Every link has the same `latency_s` (alpha) and `bandwidth_bytes_per_s` (1 / beta) per direction.
+    Messages on one link are serialised, so they share its bandwidth.
+    """
+
+    latency_s: float = 1e-6
+    bandwidth_bytes_per_s: float = 100e9
+    topology: str = "fully_connected"
+
+    def __post_init__(self) -> None:
+        if self.latency_s < 0:
+            raise InvalidArgumentError(f"latency_s={self.latency_s} must be >= 0")
+        if self.bandwidth_bytes_per_s <= 0:
+            raise InvalidArgumentError(f"bandwidth_bytes_per_s={self.bandwidth_bytes_per_s} must be > 0")
+        if self.topology != "fully_connected":
+            raise InvalidArgumentError(f"topology={self.topology!r} must be 'fully_connected'")
+
+    @classmethod
+    def fully_connected(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9) -> "Network":
+        """Every device has a direct link to every other."""
+        return cls(latency_s, bandwidth_bytes_per_s, "fully_connected")
+
+    def route(self, src: int, dst: int) -> tuple[tuple[int, int], ...]:
+        """The links (as (from, to) pairs) a message from `src` to `dst` crosses."""
+        return () if src == dst else ((src, dst),)
+
+    def transfer_s(self, size_bytes: int) -> float:
+        """Time one link needs to push `size_bytes` onto the wire."""
+        return size_bytes / self.bandwidth_bytes_per_s

@@ -1,0 +1,195 @@
+"""`shard_map` and `PartitionSpec`: global arrays in, one program per device, global arrays out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from sim._engine import Simulation
+from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim._mesh import Mesh
+from sim._trace import Trace
+from sim._tree import broadcast_prefix, leaves, tree_map
+
+
+class PartitionSpec(tuple):
+    """How an array's dimensions map to mesh axes: one entry per leading dimension.
+
+    Each entry is None (not split), an axis name, or a tuple of axis names (split over them, first name
+    most major). Missing trailing entries mean None. `P('x', None)` splits rows over axis 'x'.
+    """
+
+    def __new__(cls, *entries: Any) -> "PartitionSpec":
+        for entry in entries:
+            names = entry if isinstance(entry, tuple) else (entry,)
+            if entry is not None and not all(isinstance(n, str) for n in names):
+                raise InvalidTypeError(f"PartitionSpec entry {entry!r} must be None, a name or a tuple of names")
+        return super().__new__(cls, entries)
+
+    def __repr__(self) -> str:
+        return f"P{tuple.__repr__(self)}" if len(self) != 1 else f"P({self[0]!r})"
+
+    def axes(self) -> list[str]:
+        """Every mesh axis the spec names."""
+        return [n for entry in self if entry is not None for n in (entry if isinstance(entry, tuple) else (entry,))]
+
+
+P = PartitionSpec
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, PartitionSpec)
+
+
+@dataclass(frozen=True)
+class Run:
+    """The outcome of one simulated call: outputs, the message trace and the simulated end time."""
+
+    outputs: Any
+    trace: Trace
+    end_time_s: float
+    simulation: Simulation
+
+
+class ShardMapped:
+    """A function mapped over a mesh; call it like the original, read `last_run` for the trace."""
+
+    def __init__(self, f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool) -> None:
+        self.f, self.mesh, self.in_specs, self.out_specs, self.check_vma = f, mesh, in_specs, out_specs, check_vma
+        self.last_run: Run | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        return self.run(*args).outputs
+
+    def run(self, *args: Any) -> Run:
+        """Run the program once and return outputs with the trace and simulated time."""
+        in_specs = _expand(self.in_specs, args, "in_specs")
+        simulation = Simulation(self.mesh)
+        paths, args = _paths(args, "args"), tree_map(np.asarray, args)
+
+        def program(device: int) -> Callable[[], Any]:
+            memory = simulation.memories[device]
+            mine = tree_map(
+                lambda path, x, spec: memory.view(memory.store(x[_split(self.mesh, device, spec, x.shape, path)])),
+                paths, args, in_specs,
+            )
+            return lambda: self.f(*mine)
+
+        results = simulation.run([program(d) for d in self.mesh.devices])
+        out_specs = _expand(self.out_specs, results[0], "out_specs")
+        outputs = tree_map(
+            lambda path, spec, *per_device: _assemble(self.mesh, spec, path, per_device),
+            _paths(results[0], "out"), out_specs, *results,
+        )
+        self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
+        return self.last_run
+
+
+def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool = True) -> ShardMapped:
+    """Map `f` over `mesh`: split inputs by `in_specs`, run `f` per device, assemble by `out_specs`.
+
+    `f` may branch on device-dependent values and calls collectives from the `collectives` package.
+    An output whose spec does not mention a mesh axis must hold the same value on every device along it.
+
+    >>> f = shard_map(lambda x: x * 2, mesh=Mesh({'x': 2}), in_specs=P('x'), out_specs=P('x'))
+    >>> f(np.arange(4)).tolist()
+    [0, 2, 4, 6]
+    """
+    if not isinstance(mesh, Mesh):
+        raise InvalidTypeError(f"mesh={mesh!r} must be a sim.Mesh")
+    for spec in leaves(in_specs, _is_spec) + leaves(out_specs, _is_spec):
+        if not _is_spec(spec):
+            raise InvalidTypeError(f"spec {spec!r} must be a PartitionSpec (sim.P)")
+        for name in spec.axes():
+            mesh.axis_names_of(name)
+        if len(set(spec.axes())) != len(spec.axes()):
+            raise InvalidArgumentError(f"spec {spec!r} must not use a mesh axis twice")
+    return ShardMapped(f, mesh, in_specs, out_specs, check_vma)
+
+
+def _expand(specs: Any, tree: Any, what: str) -> Any:
+    if isinstance(specs, list):
+        specs = tuple(specs)
+    try:
+        return broadcast_prefix(specs, tree, _is_spec)
+    except ValueError as error:
+        raise InvalidArgumentError(f"{what}={specs!r} does not match the values: {error}") from None
+
+
+def _paths(tree: Any, root: str) -> Any:
+    def walk(node: Any, path: str) -> Any:
+        if isinstance(node, (tuple, list)):
+            return type(node)(walk(c, f"{path}[{i}]") for i, c in enumerate(node))
+        if isinstance(node, dict):
+            return {k: walk(v, f"{path}[{k!r}]") for k, v in node.items()}
+        return None if node is None else path
+
+    return walk(tree, root)
+
+
+def _split(mesh: Mesh, device: int, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> tuple[slice, ...]:
+    """The block of a global array of `shape` that `device` holds under `spec`."""
+    if len(spec) > len(shape):
+        raise InvalidArgumentError(f"{path}: spec {spec!r} has {len(spec)} entries but the array has rank {len(shape)}")
+    index = []
+    for dim, entry in enumerate(spec):
+        if entry is None:
+            index.append(slice(None))
+            continue
+        count = mesh.axis_size(entry)
+        if shape[dim] % count:
+            raise InvalidArgumentError(
+                f"{path}: dimension {dim} of size {shape[dim]} must be divisible by the {count} devices of {entry!r}"
+            )
+        block = shape[dim] // count
+        start = mesh.axis_index(device, entry) * block
+        index.append(slice(start, start + block))
+    return tuple(index)
+
+
+def _assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple) -> np.ndarray:
+    """Put per-device blocks together; blocks along axes `spec` leaves out must all be equal."""
+    blocks = [np.asarray(b) for b in per_device]
+    first = blocks[0]
+    for d, block in enumerate(blocks):
+        if block.shape != first.shape or block.dtype != first.dtype:
+            raise InvalidArgumentError(
+                f"{path}: device {d} returned {block.dtype}{list(block.shape)} but device 0 returned "
+                f"{first.dtype}{list(first.shape)}; every device must return the same shape and dtype"
+            )
+    if len(spec) > first.ndim:
+        raise InvalidArgumentError(f"{path}: out_specs entry {spec!r} has more entries than rank {first.ndim}")
+    unmapped = [a for a in mesh.axis_names if a not in spec.axes()]
+    global_shape = list(first.shape)
+    for dim, entry in enumerate(spec):
+        if entry is not None:
+            global_shape[dim] *= mesh.axis_size(entry)
+    out = np.zeros(global_shape, first.dtype)
+    for d, block in enumerate(blocks):
+        coords = mesh.coords(d)
+        if any(coords[a] for a in unmapped):
+            twin = _twin(mesh, d, unmapped)
+            if not _same(block, blocks[twin]):
+                axis = next(a for a in unmapped if coords[a] != mesh.coords(twin)[a])
+                raise InvalidArgumentError(
+                    f"{path}: out_specs entry {spec!r} claims the output is replicated along mesh axis {axis!r}, "
+                    f"but device {d} and device {twin} hold different values"
+                )
+            continue
+        out[_split(mesh, d, spec, tuple(global_shape), path)] = block
+    return out
+
+
+def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:
+    """The device with the same coordinates as `device` except 0 along `axes`."""
+    coords = mesh.coords(device)
+    twin = 0
+    for name in mesh.axis_names:
+        twin = twin * mesh.shape[name] + (0 if name in axes else coords[name])
+    return twin
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.tobytes() == b.tobytes()

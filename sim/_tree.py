@@ -1,0 +1,45 @@
+"""A small pytree: tuples, lists and dicts (keys sorted, as in JAX) of leaves; None is an empty node."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def leaves(tree: Any, is_leaf: Callable[[Any], bool] = lambda _: False) -> list[Any]:
+    """The leaves of `tree`, left to right; `is_leaf` marks nodes to treat as leaves."""
+    if tree is None:
+        return []
+    if is_leaf(tree):
+        return [tree]
+    if isinstance(tree, (tuple, list)):
+        return [leaf for child in tree for leaf in leaves(child, is_leaf)]
+    if isinstance(tree, dict):
+        return [leaf for key in sorted(tree) for leaf in leaves(tree[key], is_leaf)]
+    return [tree]
+
+
+def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
+    """Apply `fn` leaf by leaf to `tree` and trees of the same structure `rest`."""
+    if tree is None:
+        return None
+    if isinstance(tree, (tuple, list)):
+        if any(not isinstance(r, (tuple, list)) or len(r) != len(tree) for r in rest):
+            raise ValueError(f"tree structures differ: {tree!r} vs {rest!r}")
+        mapped = [tree_map(fn, *children) for children in zip(tree, *rest)]
+        return type(tree)(mapped) if not hasattr(tree, "_fields") else type(tree)(*mapped)
+    if isinstance(tree, dict):
+        if any(not isinstance(r, dict) or set(r) != set(tree) for r in rest):
+            raise ValueError(f"tree structures differ: {tree!r} vs {rest!r}")
+        return {key: tree_map(fn, tree[key], *(r[key] for r in rest)) for key in tree}
+    return fn(tree, *rest)
+
+
+def broadcast_prefix(prefix: Any, tree: Any, is_leaf: Callable[[Any], bool]) -> Any:
+    """Expand `prefix` (a tree prefix of `tree`, whose leaves satisfy `is_leaf`) to `tree`'s structure."""
+    if is_leaf(prefix) or prefix is None:
+        return tree_map(lambda _: prefix, tree)
+    if isinstance(prefix, (tuple, list)) and isinstance(tree, (tuple, list)) and len(prefix) == len(tree):
+        return type(tree)(broadcast_prefix(p, t, is_leaf) for p, t in zip(prefix, tree))
+    if isinstance(prefix, dict) and isinstance(tree, dict) and set(prefix) == set(tree):
+        return {k: broadcast_prefix(prefix[k], tree[k], is_leaf) for k in tree}
+    raise ValueError(f"{prefix!r} is not a tree prefix of a value with structure {tree_map(lambda _: '*', tree)!r}")
