@@ -1,0 +1,107 @@
+"""`all_to_all`: member i sends its j-th chunk along `split_axis` to member j, who places it at i."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import sim
+from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, pack, same_across_group
+
+
+@dataclass(frozen=True)
+class _Args:
+    buffer: sim.Buffer
+    split_axis: int
+    concat_axis: int
+    tiled: bool
+
+
+def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, axis_index_groups: Any = None,
+               tiled: bool = False) -> Any:
+    """Split `x` along `split_axis` into one chunk per group member, exchange, and join along `concat_axis`.
+
+    Untiled, `x.shape[split_axis]` must equal the group size; chunk j is `x` at index j of `split_axis`
+    (that dimension removed) and the received chunks are stacked in a new dimension at `concat_axis`.
+    Tiled, `x.shape[split_axis]` must be divisible by the group size and chunks are concatenated.
+    `x` may be a pytree of arrays.
+
+    Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
+    `all_to_all(x, 'x', 0, 0)` gives [1, 3] on device 0 and [2, 4] on device 1.
+
+    Raises:
+        InvalidArgumentError: unknown axis name, bad groups, axes out of range, a split dimension that does
+            not fit the group size, shapes or dtypes that differ within a group.
+    """
+    return map_tree(lambda leaf: _all_to_all(leaf, axis_name, split_axis, concat_axis, axis_index_groups, tiled), x)
+
+
+def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_index_groups: Any,
+                tiled: bool) -> np.ndarray:
+    context, group = group_of("all_to_all", axis_name, axis_index_groups)
+    device = context.device
+    x = operand("all_to_all", device, "x", x)
+    if x.ndim == 0:
+        raise sim.InvalidArgumentError(f"device {device}: all_to_all: x must have rank >= 1, got a scalar")
+    split_axis = canonical_axis("all_to_all", device, "split_axis", split_axis, x.ndim)
+    concat_axis = canonical_axis("all_to_all", device, "concat_axis", concat_axis, x.ndim)
+    size = x.shape[split_axis]
+    if tiled and size % group.size:
+        raise sim.InvalidArgumentError(
+            f"device {device}: all_to_all: x.shape[split_axis={split_axis}]={size} must be divisible by the "
+            f"group size {group.size} when tiled=True"
+        )
+    if not tiled and size != group.size:
+        raise sim.InvalidArgumentError(
+            f"device {device}: all_to_all: x.shape[split_axis={split_axis}]={size} must equal the group size "
+            f"{group.size} when tiled=False"
+        )
+    args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled))
+    params = (("axis_name", axis_name), ("split_axis", split_axis), ("concat_axis", concat_axis),
+              ("tiled", bool(tiled)))
+    return context.collective(sim.Collective("all_to_all", group, params, args, _protocol, _validate(group)))
+
+
+def _validate(group: sim.Group):
+    def check(args: list[_Args]) -> list[str]:
+        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
+        return same_across_group("all_to_all", group.members, kinds, "x")
+    return check
+
+
+def _protocol(port: sim.Port, args: _Args):
+    """Direct algorithm: one message per (sender, receiver) pair, the chunk packed if strided."""
+    source = port.memory.view(args.buffer)
+    g, me = port.group.size, port.group.index
+    step = source.shape[args.split_axis] // g if args.tiled else 1
+    for j, dst in enumerate(port.group.members):
+        place = slice(j * step, (j + 1) * step) if args.tiled else j
+        payload = pack(source[axis_index(source.shape, args.split_axis, place)])
+        port.send(dst, payload, slice=j, axis=args.concat_axis, rows=_rows(args, payload.shape, me))
+    out_shape = _out_shape(args, source.shape, g)
+    view = port.memory.view(port.memory.alloc(source.dtype, out_shape))
+    for i, src in enumerate(port.group.members):
+        message = yield port.recv(src)
+        start, stop = _rows(args, message.payload.shape, i)
+        place = slice(start, stop) if args.tiled else start
+        view[axis_index(view.shape, args.concat_axis, place)] = message.payload
+    return view
+
+
+def _rows(args: _Args, chunk_shape: tuple[int, ...], i: int) -> tuple[int, int]:
+    """Where member i's chunk lands along `concat_axis` of the output."""
+    n = chunk_shape[args.concat_axis] if args.tiled else 1
+    return i * n, (i + 1) * n
+
+
+def _out_shape(args: _Args, shape: tuple[int, ...], g: int) -> tuple[int, ...]:
+    out = list(shape)
+    if args.tiled:
+        out[args.split_axis] //= g
+        out[args.concat_axis] *= g
+    else:
+        del out[args.split_axis]
+        out.insert(args.concat_axis, g)
+    return tuple(out)

@@ -1,0 +1,173 @@
+"""`ragged_all_to_all`: slices of the operand's leading axis travel to where their senders say."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import sim
+from collectives._common import group_of, operand, same_across_group
+
+_OP = "ragged_all_to_all"
+_INDEX_ARGS = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
+
+
+@dataclass(frozen=True)
+class _Args:
+    device: int
+    operand: sim.Buffer
+    output: sim.Buffer
+    input_offsets: np.ndarray
+    send_sizes: np.ndarray
+    output_offsets: np.ndarray
+    recv_sizes: np.ndarray
+
+
+def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes: Any, output_offsets: Any,
+                      recv_sizes: Any, *, axis_name: Any, axis_index_groups: Any = None) -> np.ndarray:
+    """Send rows `input_offsets[i]:+send_sizes[i]` of `operand` to member `i // (K / group size)`.
+
+    There they are written at the sender's `output_offsets[i]` into a copy of the receiver's `output`;
+    every row no slice writes keeps `output`'s value. `send_sizes` must equal the tiled all_to_all of
+    `recv_sizes`.
+
+    Example on a 2-device mesh {'x': 2} (the docs' example): device 0 has operand [1, 2, 2],
+    input_offsets [0, 1], send_sizes [1, 2], output_offsets [0, 0], recv_sizes [1, 1]; device 1 has
+    operand [3, 4, 0], input_offsets [0, 1], send_sizes [1, 1], output_offsets [1, 2], recv_sizes [2, 1];
+    both outputs are [0, 0, 0, 0]. The results are [1, 3, 0, 0] and [2, 2, 4, 0].
+
+    Raises:
+        InvalidTypeError: offsets or sizes not 1-D integer arrays; operand and output of different dtypes.
+        InvalidArgumentError: every slice out of its array, negative size, size disagreement, or overlap of
+            two slices in one output, all listed at once with device, argument, slice index and rows.
+    """
+    context, group = group_of(_OP, axis_name, axis_index_groups)
+    device = context.device
+    data, out = _data(device, operand, output)
+    indices = [_index_array(device, name, value) for name, value in zip(_INDEX_ARGS, (
+        input_offsets, send_sizes, output_offsets, recv_sizes))]
+    lengths = {len(a) for a in indices}
+    if len(lengths) != 1:
+        raise sim.InvalidArgumentError(
+            f"device {device}: {_OP}: " + ", ".join(f"len({n})={len(a)}" for n, a in zip(_INDEX_ARGS, indices))
+            + " must all be equal"
+        )
+    if len(indices[0]) % group.size:
+        raise sim.InvalidArgumentError(
+            f"device {device}: {_OP}: len(input_offsets)={len(indices[0])} must be divisible by the group size "
+            f"{group.size} of axis_name={axis_name!r}"
+        )
+    memory = context.memory
+    args = _Args(device, memory.resident(data), memory.resident(out), *indices)
+    params = (("axis_name", axis_name), ("slices", len(indices[0])))
+    return context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
+
+
+def _data(device: int, operand_value: Any, output_value: Any) -> tuple[np.ndarray, np.ndarray]:
+    data = operand(_OP, device, "operand", operand_value)
+    out = operand(_OP, device, "output", output_value)
+    if data.ndim == 0 or out.ndim == 0:
+        raise sim.InvalidArgumentError(f"device {device}: {_OP}: operand and output must have rank >= 1")
+    if data.dtype != out.dtype or data.shape[1:] != out.shape[1:]:
+        raise sim.InvalidTypeError(
+            f"device {device}: {_OP}: operand is {data.dtype}{list(data.shape)} and output is "
+            f"{out.dtype}{list(out.shape)}; they must share the dtype and every dimension after the first"
+        )
+    return data, out
+
+
+def _index_array(device: int, name: str, value: Any) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu":
+        raise sim.InvalidTypeError(f"device {device}: {_OP}: {name} has dtype {array.dtype}; it must be an integer type")
+    if array.ndim != 1 or array.shape[0] < 1:
+        raise sim.InvalidArgumentError(
+            f"device {device}: {_OP}: {name} has shape {array.shape}; it must be rank 1 with at least one entry"
+        )
+    return array.astype(np.int64)
+
+
+def _validate(group: sim.Group):
+    """Every rule the docs leave undefined, checked over the whole group at once."""
+    def check(args: list[_Args]) -> list[str]:
+        kinds = [f"{a.operand.dtype}{list(a.operand.shape[1:])}" for a in args]
+        violations = same_across_group(_OP, group.members, kinds, "operand's dtype and trailing shape")
+        violations += same_across_group(_OP, group.members, [a.output.shape for a in args], "output's shape")
+        violations += same_across_group(_OP, group.members, [len(a.send_sizes) for a in args], "len(send_sizes)")
+        if violations:
+            return violations
+        for a in args:
+            violations += _check_sends(a)
+        for r, a in enumerate(args):
+            violations += _check_receives(r, args, group.members)
+        return violations
+    return check
+
+
+def _check_sends(a: _Args) -> list[str]:
+    rows = a.operand.shape[0]
+    found = []
+    for i, (offset, size) in enumerate(zip(a.input_offsets, a.send_sizes)):
+        where = f"device {a.device}, slice {i}"
+        if size < 0:
+            found.append(f"{where}: send_sizes[{i}]={size} must be >= 0")
+        elif offset < 0 or offset + size > rows:
+            found.append(f"{where}: input_offsets[{i}]={offset} plus send_sizes[{i}]={size} "
+                         f"runs outside operand rows [0, {rows})")
+    return found
+
+
+def _incoming(r: int, args: list[_Args]) -> list[tuple[int, int, int, int]]:
+    """(slice j on receiver r, sender's group index s, sender's slice i, offset) for every incoming slice."""
+    per = len(args[r].recv_sizes) // len(args)
+    return [(s * per + k, s, r * per + k, int(args[s].output_offsets[r * per + k]))
+            for s in range(len(args)) for k in range(per)]
+
+
+def _check_receives(r: int, args: list[_Args], members: tuple[int, ...]) -> list[str]:
+    a = args[r]
+    rows = a.output.shape[0]
+    found, written = [], []
+    for j, s, i, offset in _incoming(r, args):
+        size, sent = int(a.recv_sizes[j]), int(args[s].send_sizes[i])
+        where = f"device {a.device}, slice {j}"
+        if size < 0:
+            found.append(f"{where}: recv_sizes[{j}]={size} must be >= 0")
+            continue
+        if size != sent:
+            found.append(f"{where}: recv_sizes[{j}]={size} but device {members[s]} sends send_sizes[{i}]={sent}; "
+                         f"send_sizes must equal the all_to_all of recv_sizes")
+        if offset < 0 or offset + size > rows:
+            found.append(f"{where}: output_offsets[{i}]={offset} of device {members[s]} plus recv_sizes[{j}]={size} "
+                         f"runs outside output rows [0, {rows})")
+        elif size:
+            written.append((offset, offset + size, j, members[s]))
+    written.sort()
+    for (start1, stop1, j1, src1), (start2, stop2, j2, src2) in zip(written, written[1:]):
+        if start2 < stop1:
+            found.append(f"device {a.device}: slice {j1} (from device {src1}, output rows [{start1}, {stop1})) and "
+                         f"slice {j2} (from device {src2}, output rows [{start2}, {stop2})) overlap in rows "
+                         f"[{start2}, {min(stop1, stop2)})")
+    return found
+
+
+def _protocol(port: sim.Port, args: _Args):
+    """Each non-empty slice is one message carrying its rows and the sender's output offset."""
+    source = port.memory.view(args.operand)
+    members = port.group.members
+    per = len(args.send_sizes) // len(members)
+    for i, (offset, size) in enumerate(zip(args.input_offsets, args.send_sizes)):
+        if size:
+            at = int(args.output_offsets[i])
+            port.send(members[i // per], source[offset:offset + size], tag=i % per, header={"offset": at},
+                      slice=i, rows=(at, at + int(size)), src_rows=(int(offset), int(offset + size)))
+    result = port.memory.store(port.memory.view(args.output))
+    view = port.memory.view(result)
+    for j, size in enumerate(args.recv_sizes):
+        if size:
+            message = yield port.recv(members[j // per], tag=j % per)
+            at = message.header["offset"]
+            view[at:at + len(message.payload)] = message.payload
+    return view
