@@ -50,7 +50,7 @@ def axis_index(shape: tuple[int, ...], axis: int, index: Any) -> tuple:
 
 def pack(view: np.ndarray) -> np.ndarray:
     """`view` as a contiguous payload: zero-copy when it already is, a packing copy when strided."""
-    return np.ascontiguousarray(view)
+    return view if view.flags.c_contiguous else view.copy(order="C")
 
 
 def same_across_group(op: str, members: tuple[int, ...], values: list[Any], what: str) -> list[str]:

@@ -199,7 +199,11 @@ class Simulation:
         except BaseException as error:
             for program in running:
                 program.abort()
-            raise error from None
+            # SimPy re-raises a copy of a failed process's exception; hand back the original.
+            original = error.__cause__ if type(error.__cause__) is type(error) else error
+            if isinstance(original, MeshError):
+                raise original.with_traceback(None) from None
+            raise original
         stuck = [p for p in running if not p.done]
         if stuck:
             for program in running:

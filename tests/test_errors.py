@@ -1,0 +1,171 @@
+"""The catalogue of bad inputs: each gets a clear error naming device, argument, slice and rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import collectives
+import sim
+from sim import P
+
+
+def per_device(mesh_axes: dict, body, *args_per_device):
+    """Run `body` on every device of `mesh_axes` with that device's own arguments (lists by device)."""
+    mesh = sim.Mesh(mesh_axes)
+    stacked = [np.stack([np.asarray(a) for a in arg]) for arg in args_per_device]
+    spec = P(mesh.axis_names)
+    f = sim.shard_map(lambda *xs: body(*(x[0] for x in xs))[None], mesh=mesh,
+                      in_specs=(spec,) * len(stacked), out_specs=spec)
+    return f(*stacked)
+
+
+def ragged(operands, outputs, input_offsets, send_sizes, output_offsets, recv_sizes, **kw):
+    def body(*a):
+        return collectives.ragged_all_to_all(*a, axis_name="x", **kw)
+    return per_device({"x": len(operands)}, body, operands, outputs, input_offsets, send_sizes,
+                      output_offsets, recv_sizes)
+
+
+DOCS = dict(  # the docs' valid example, modified one field at a time below
+    operands=[[1, 2, 2], [3, 4, 0]], outputs=[[0] * 4, [0] * 4],
+    input_offsets=[[0, 1], [0, 1]], send_sizes=[[1, 2], [1, 1]],
+    output_offsets=[[0, 0], [1, 2]], recv_sizes=[[1, 1], [2, 1]],
+)
+
+
+def docs(**changes):
+    return lambda: ragged(**{**DOCS, **changes})
+
+
+def gather(x_per_device, mesh_axes=None, **kw):
+    n = len(x_per_device)
+    return lambda: per_device(mesh_axes or {"i": n}, lambda x: collectives.all_gather(x, **kw), x_per_device)
+
+
+def a2a(x_per_device, *a, **kw):
+    return lambda: per_device({"i": len(x_per_device)}, lambda x: collectives.all_to_all(x, *a, **kw),
+                              x_per_device)
+
+
+def shard(f, mesh_axes, in_specs, out_specs, *args):
+    return lambda: sim.shard_map(f, mesh=sim.Mesh(mesh_axes), in_specs=in_specs, out_specs=out_specs)(*args)
+
+
+FOUR = [np.arange(2) + 10 * d for d in range(4)]
+
+BAD_INPUTS = [
+    # (id, call, error type, message pattern)
+    ("all_gather(axis_name='z')", gather(FOUR, axis_name="z"), sim.InvalidArgumentError,
+     r"device 0: all_gather: axis_name='z': unknown axis 'z'; the mesh has axes \('i',\)"),
+    ("all_gather(groups=[[0,1],[1,2]])", gather(FOUR, axis_name="i", axis_index_groups=[[0, 1], [1, 2]]),
+     sim.InvalidArgumentError, r"must cover every axis index exactly once \(missing \[3\], repeated \[1\]"),
+    ("all_gather(groups=[[0,1,2],[3]])", gather(FOUR, axis_name="i", axis_index_groups=[[0, 1, 2], [3]]),
+     sim.InvalidArgumentError, r"all groups must be the same size, got sizes \[1, 3\]"),
+    ("all_gather(groups=[[0,1],[2,5]])", gather(FOUR, axis_name="i", axis_index_groups=[[0, 1], [2, 5]]),
+     sim.InvalidArgumentError, r"out of range \[5\]"),
+    ("all_gather(axis=3)", gather(FOUR, axis_name="i", axis=3), sim.InvalidArgumentError,
+     r"device 0: all_gather: axis=3 must be in \[-2, 2\) for rank 2"),
+    ("all_gather(scalar, tiled=True)", gather([np.int32(d) for d in range(4)], axis_name="i", tiled=True),
+     sim.InvalidArgumentError, r"tiled=True needs x of rank >= 1"),
+    ("all_gather(axis=1.0)", gather(FOUR, axis_name="i", axis=1.0), sim.InvalidTypeError,
+     r"axis=1.0 must be an int"),
+    ("all_gather(strings)", gather([np.array(["a"])] * 4, axis_name="i"), sim.InvalidTypeError,
+     r"x has dtype <U1; it must be numeric"),
+    ("all_gather(axis_name=('i','i'))", gather(FOUR, axis_name=("i", "i")), sim.InvalidArgumentError,
+     r"must not repeat an axis"),
+    ("all_to_all(split size != group)", a2a([np.zeros((3, 2))] * 4, "i", 0, 0), sim.InvalidArgumentError,
+     r"x.shape\[split_axis=0\]=3 must equal the group size 4 when tiled=False"),
+    ("all_to_all(tiled, not divisible)", a2a([np.zeros((6, 2))] * 4, "i", 0, 1, tiled=True),
+     sim.InvalidArgumentError, r"x.shape\[split_axis=0\]=6 must be divisible by the group size 4"),
+    ("all_to_all(concat_axis=2)", a2a([np.zeros((4, 2))] * 4, "i", 0, 2), sim.InvalidArgumentError,
+     r"concat_axis=2 must be in \[-2, 2\)"),
+    ("all_to_all(scalar)", a2a([np.float32(1)] * 4, "i", 0, 0), sim.InvalidArgumentError,
+     r"x must have rank >= 1"),
+    ("ragged(input_offsets float)", docs(input_offsets=[[0.0, 1.0]] * 2), sim.InvalidTypeError,
+     r"device 0: ragged_all_to_all: input_offsets has dtype float64; it must be an integer type"),
+    ("ragged(send_sizes rank 2)", docs(send_sizes=[[[1, 2]], [[1, 1]]]), sim.InvalidArgumentError,
+     r"send_sizes has shape \(1, 2\); it must be rank 1"),
+    ("ragged(lengths differ)", docs(recv_sizes=[[1, 1, 0], [2, 1, 0]]), sim.InvalidArgumentError,
+     r"len\(input_offsets\)=2, len\(send_sizes\)=2, len\(output_offsets\)=2, len\(recv_sizes\)=3 must all"),
+    ("ragged(length 3 on 2 devices)", docs(input_offsets=[[0, 1, 1]] * 2, send_sizes=[[1, 2, 0], [1, 1, 0]],
+                                           output_offsets=[[0, 0, 0], [1, 2, 0]], recv_sizes=[[1, 1, 0], [2, 1, 0]]),
+     sim.InvalidArgumentError, r"len\(input_offsets\)=3 must be divisible by the group size 2"),
+    ("ragged(send slice past operand)", docs(input_offsets=[[0, 2], [0, 1]]), sim.InvalidArgumentError,
+     r"device 0, slice 1: input_offsets\[1\]=2 plus send_sizes\[1\]=2 runs outside operand rows \[0, 3\)"),
+    ("ragged(negative input offset)", docs(input_offsets=[[0, 1], [-1, 1]]), sim.InvalidArgumentError,
+     r"device 1, slice 0: input_offsets\[0\]=-1 plus send_sizes\[0\]=1 runs outside operand rows"),
+    ("ragged(receive slice past output)", docs(output_offsets=[[0, 3], [1, 2]]), sim.InvalidArgumentError,
+     r"device 1, slice 0: output_offsets\[1\]=3 of device 0 plus recv_sizes\[0\]=2 runs outside output rows \[0, 4\)"),
+    ("ragged(negative send size)", docs(send_sizes=[[1, -2], [1, 1]]), sim.InvalidArgumentError,
+     r"device 0, slice 1: send_sizes\[1\]=-2 must be >= 0"),
+    ("ragged(negative recv size)", docs(recv_sizes=[[1, 1], [-2, 1]]), sim.InvalidArgumentError,
+     r"device 1, slice 0: recv_sizes\[0\]=-2 must be >= 0"),
+    ("ragged(send != all_to_all(recv))", docs(recv_sizes=[[1, 1], [1, 1]]), sim.InvalidArgumentError,
+     r"device 1, slice 0: recv_sizes\[0\]=1 but device 0 sends send_sizes\[1\]=2; "
+     r"send_sizes must equal the all_to_all of recv_sizes"),
+    ("ragged(overlapping receives)", docs(output_offsets=[[0, 1], [1, 2]]), sim.InvalidArgumentError,
+     r"device 1: slice 0 \(from device 0, output rows \[1, 3\)\) and slice 1 \(from device 1, output rows "
+     r"\[2, 3\)\) overlap in rows \[2, 3\)"),
+    ("ragged(operand/output dtypes)", docs(outputs=[np.zeros(4, np.float32)] * 2), sim.InvalidTypeError,
+     r"operand is int64\[3\] and output is float32\[4\]; they must share the dtype"),
+    ("ragged(scalar operand)", docs(operands=[1, 2]), sim.InvalidArgumentError,
+     r"operand and output must have rank >= 1"),
+    ("collective outside shard_map", lambda: collectives.all_gather(np.zeros(2), "x"), sim.MeshError,
+     r"collectives must be called inside a program run by sim.shard_map"),
+    ("shard_map(dim not divisible)", shard(lambda x: x, {"x": 4}, P("x"), P("x"), np.zeros(6)),
+     sim.InvalidArgumentError, r"args\[0\]: dimension 0 of size 6 must be divisible by the 4 devices of 'x'"),
+    ("shard_map(unknown axis in spec)", shard(lambda x: x, {"x": 2}, P("y"), P("x"), np.zeros(2)),
+     sim.InvalidArgumentError, r"unknown axis 'y'"),
+    ("shard_map(spec longer than rank)", shard(lambda x: x, {"x": 2}, P("x", None), P("x"), np.zeros(2)),
+     sim.InvalidArgumentError, r"spec P\('x', None\) has 2 entries but the array has rank 1"),
+    ("shard_map(false replication)", shard(lambda x: x, {"x": 2}, P("x"), P(), np.arange(4)),
+     sim.InvalidArgumentError,
+     r"out: out_specs entry P\(\) claims the output is replicated along mesh axis 'x', but device 1 and device 0"),
+    ("shard_map(in_specs mismatch)", shard(lambda x, y: x, {"x": 2}, (P("x"),) * 3, P("x"), np.zeros(2), np.zeros(2)),
+     sim.InvalidArgumentError, r"in_specs=.* does not match the values"),
+    ("Mesh({'x': 0})", lambda: sim.Mesh({"x": 0}), sim.InvalidArgumentError, r"axes\['x'\]=0 must be a positive integer"),
+    ("Mesh([])", lambda: sim.Mesh([]), sim.InvalidTypeError, r"must be a non-empty dict"),
+    ("deadlock", lambda: per_device({"x": 2}, lambda x: collectives.all_gather(x, "x") if x[0] == 0 else x, [[0], [1]]),
+     sim.ProtocolError, r"deadlock.*\n  device 0 waits in all_gather \(call #0 over devices \[0, 1\]\)\n  device 1 "),
+    ("mismatched collectives",
+     lambda: per_device({"x": 2}, lambda x: collectives.all_gather(x, "x")[0] if x[0] == 0
+                        else collectives.all_to_all(x, "x", 0, 0), [[0, 0], [1, 1]]),
+     sim.ProtocolError, r"mismatched collectives: call #0 over devices \[0, 1\]: device 0 called all_gather"),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input(call, error, pattern):
+    """Each bad input raises its documented MeshError subclass with a message that names where and why."""
+    with pytest.raises(error, match=pattern) as caught:
+        call()
+    assert isinstance(caught.value, sim.MeshError)
+
+
+def test_all_ragged_violations_are_reported_at_once():
+    """A call breaking several rules on several devices lists every violation in one error."""
+    with pytest.raises(sim.InvalidArgumentError, match=r"3 invalid argument\(s\)") as caught:
+        docs(input_offsets=[[0, 2], [0, 3]], recv_sizes=[[1, 1], [1, 1]])()
+    message = str(caught.value)
+    assert "device 0, slice 1: input_offsets[1]=2" in message
+    assert "device 1, slice 1: input_offsets[1]=3" in message
+    assert "device 1, slice 0: recv_sizes[0]=1 but device 0 sends send_sizes[1]=2" in message
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_random_ragged_arguments_either_run_or_raise_a_mesh_error(data):
+    """Arbitrary small ragged arguments never crash the simulator's internals nor hang it."""
+    n = data.draw(st.integers(1, 3), label="devices")
+    k = n * data.draw(st.integers(1, 2), label="slices per device")
+    ints = st.lists(st.integers(-2, 6), min_size=k, max_size=k)
+    rows = data.draw(st.integers(1, 5), label="rows")
+    args = [[data.draw(ints) for _ in range(n)] for _ in range(4)]
+    operands = [np.arange(rows) + 10 * d for d in range(n)]
+    try:
+        ragged(operands, [np.zeros(rows, int)] * n, *args)
+    except sim.InvalidArgumentError:
+        pass
