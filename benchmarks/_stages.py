@@ -57,6 +57,7 @@ def time_simulator(x: np.ndarray, reference: np.ndarray, repeat: int) -> Timing:
     exchange on the SimPy clock, and assembling the global output.
     """
     runs_s, simulated_s, messages = [], set(), 0
+    network = simulator_call().mesh.network
     for _ in range(check_repeat(repeat)):
         f = simulator_call()
         elapsed_s, out = timed(lambda: f(x))
@@ -69,4 +70,6 @@ def time_simulator(x: np.ndarray, reference: np.ndarray, repeat: int) -> Timing:
         gc.collect()
     if len(simulated_s) != 1:
         raise ResultMismatch(f"simulator: simulated time differs between repetitions: {sorted(simulated_s)}")
-    return Timing("simulator", tuple(runs_s), "equals numpy", simulated_s.pop(), f"{messages} messages")
+    note = (f"{messages} messages; network {network.topology}, latency {network.latency_s * 1e6:g} us, "
+            f"{network.bandwidth_bytes_per_s / 1e9:g} GB/s per link and direction")
+    return Timing("simulator", tuple(runs_s), "equals numpy", simulated_s.pop(), note)

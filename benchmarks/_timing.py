@@ -1,4 +1,4 @@
-"""`Timing`: the wall-clock runs of one benchmark stage, and what its result was checked against."""
+"""`Timing`: the wall-clock runs of one benchmark stage, what its result was checked against, peak memory."""
 
 from __future__ import annotations
 
@@ -41,3 +41,18 @@ def check_repeat(repeat: int) -> int:
     if repeat < 1:
         raise ValueError(f"repeat={repeat} must be >= 1")
     return repeat
+
+
+def peak_resident_gib() -> float | None:
+    """This process's peak resident memory (VmHWM) in GiB; None where /proc is missing.
+
+    VmHWM starts afresh at exec, unlike `getrusage`'s maxrss, which a child inherits from its parent.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        return None
+    return None

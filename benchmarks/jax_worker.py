@@ -17,6 +17,11 @@ import os
 import sys
 import time
 
+import numpy as np
+
+from _timing import peak_resident_gib
+from _workload import AXIS_NAME, DEVICES, Workload, digest, make_input
+
 _FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -34,11 +39,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _compiled_exchange(jax, mesh, placed):
+def _compiled_exchange(mesh, placed):
     """The jitted shard_map of `jax.lax.all_to_all`, compiled for `placed`; returns (executable, seconds)."""
+    import jax
     from jax.sharding import PartitionSpec as P
-
-    from _workload import AXIS_NAME
 
     def exchange(block):
         return jax.lax.all_to_all(block, AXIS_NAME, 0, 0, tiled=True)
@@ -49,11 +53,10 @@ def _compiled_exchange(jax, mesh, placed):
     return executable, time.perf_counter() - start
 
 
-def _placed_input(jax, mesh, rows: int):
+def _placed_input(mesh, rows: int):
     """The global input, sharded by rows over the mesh; the host copy is dropped."""
+    import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
-
-    from _workload import AXIS_NAME, Workload, make_input
 
     host = make_input(Workload(rows=rows))
     placed = jax.device_put(host, NamedSharding(mesh, P(AXIS_NAME)))
@@ -77,22 +80,20 @@ def _time_runs(executable, placed, repeat: int) -> tuple[list[float], object]:
 def main(argv: list[str] | None = None) -> None:
     """Measure, check the device count, and print {'runs_s', 'compile_s', 'digest', ...} as JSON."""
     args = _parse(sys.argv[1:] if argv is None else argv)
-    from _workload import AXIS_NAME, DEVICES, digest
-
     _configure_devices(DEVICES)
     import jax
-    import numpy as np
 
     devices = jax.devices()
     if len(devices) < DEVICES:
         raise SystemExit(f"jax sees {len(devices)} devices; {DEVICES} are needed ({_FLAG} was not applied)")
     mesh = jax.sharding.Mesh(np.array(devices[:DEVICES]), (AXIS_NAME,))
-    placed = _placed_input(jax, mesh, args.rows)
-    executable, compile_s = _compiled_exchange(jax, mesh, placed)
+    placed = _placed_input(mesh, args.rows)
+    executable, compile_s = _compiled_exchange(mesh, placed)
     runs_s, out = _time_runs(executable, placed, args.repeat)
     del placed
     result = {"runs_s": runs_s, "compile_s": compile_s, "digest": digest(np.asarray(out)),
-              "jax": jax.__version__, "devices": f"{DEVICES} x {devices[0].platform}"}
+              "jax": jax.__version__, "devices": f"{DEVICES} x {devices[0].platform}",
+              "peak_resident_gib": peak_resident_gib()}
     print(json.dumps(result))
 
 

@@ -23,7 +23,7 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, axi
                tiled: bool = False) -> Any:
     """Split `x` along `split_axis` into one chunk per group member, exchange, and join along `concat_axis`.
 
-    Untiled, `x.shape[split_axis]` must equal the group size; chunk j is `x` at index j of `split_axis`
+    Both axes must be non-negative, as in `jax.lax.all_to_all`. Untiled, `x.shape[split_axis]` must equal the group size; chunk j is `x` at index j of `split_axis`
     (that dimension removed) and the received chunks are stacked in a new dimension at `concat_axis`.
     Tiled, `x.shape[split_axis]` must be divisible by the group size and chunks are concatenated.
     `x` may be a pytree of arrays.
@@ -45,8 +45,9 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
     x = operand("all_to_all", device, "x", x)
     if x.ndim == 0:
         raise sim.InvalidArgumentError(f"device {device}: all_to_all: x must have rank >= 1, got a scalar")
-    split_axis = canonical_axis("all_to_all", device, "split_axis", split_axis, x.ndim)
-    concat_axis = canonical_axis("all_to_all", device, "concat_axis", concat_axis, x.ndim)
+    # jax.lax.all_to_all does not normalise negative axes (some pairs crash its lowering): reject them
+    split_axis = canonical_axis("all_to_all", device, "split_axis", split_axis, x.ndim, negative=False)
+    concat_axis = canonical_axis("all_to_all", device, "concat_axis", concat_axis, x.ndim, negative=False)
     size = x.shape[split_axis]
     if tiled and size % group.size:
         raise sim.InvalidArgumentError(

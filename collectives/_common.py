@@ -19,13 +19,14 @@ def group_of(op: str, axis_name: Any, axis_index_groups: Any) -> tuple[sim.Devic
         raise type(error)(f"device {context.device}: {op}: {error}") from None
 
 
-def canonical_axis(op: str, device: int, name: str, value: Any, rank: int) -> int:
-    """`value` as an axis index into `rank` dimensions; negative values count from the end."""
+def canonical_axis(op: str, device: int, name: str, value: Any, rank: int, negative: bool = True) -> int:
+    """`value` as an axis index into `rank` dimensions; negative values count from the end if `negative`."""
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise InvalidTypeError(f"device {device}: {op}: {name}={value!r} must be an int")
-    if not -rank <= value < rank:
+    low = -rank if negative else 0
+    if not low <= value < rank:
         raise InvalidArgumentError(
-            f"device {device}: {op}: {name}={value} must be in [{-rank}, {rank}) for rank {rank}"
+            f"device {device}: {op}: {name}={value} must be in [{low}, {rank}) for rank {rank}"
         )
     return int(value) % rank
 

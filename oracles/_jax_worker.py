@@ -8,6 +8,7 @@ cached per signature (op, mesh, params, shapes, dtypes).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
@@ -207,6 +208,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
 
 def main() -> None:
     """Serve on the real stdout; anything else printing to stdout (JAX, XLA) is sent to stderr."""
+    faulthandler.enable()  # a segfault inside XLA then leaves a stack in the log the parent reports
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve(sys.stdin.buffer, replies)

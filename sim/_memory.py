@@ -53,7 +53,7 @@ class LocalMemory:
         size = layouts.nbytes(np.dtype(dtype), shape, layout)
         base, segment = self._segments[-1] if self._segments else (0, np.empty(0, np.uint8))
         start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
-        if start + size > base + segment.size:
+        if not self._segments or start + size > base + segment.size:  # a 0-byte array needs a segment too
             grown = max(size, 2 * segment.size, _MIN_SEGMENT_BYTES)
             base, start = base + segment.size, base + segment.size
             self._segments.append((base, np.zeros(grown, np.uint8)))

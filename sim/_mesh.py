@@ -67,6 +67,8 @@ class Mesh:
     def axis_names_of(self, axis_name: AxisName) -> tuple[str, ...]:
         """`axis_name` as a tuple of known names; raises for unknown or repeated names."""
         names = axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,)
+        if not names:
+            raise InvalidArgumentError(f"axis_name={axis_name!r} must name at least one mesh axis")
         for name in names:
             if name not in self.shape:
                 raise InvalidArgumentError(

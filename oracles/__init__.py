@@ -1,0 +1,10 @@
+"""Independent answers for the collectives: the executable spec (numpy) and real JAX on CPU devices.
+
+`spec` transcribes each JAX doc into numpy; `JaxOracle` runs the real `jax.lax` op in a worker process
+(the only place jax is imported). Neither depends on `sim` or `collectives`: they are second opinions.
+"""
+
+from oracles import spec
+from oracles.jax_oracle import JaxOracle, OracleError, OracleFailure, OracleResult, shared_oracle
+
+__all__ = ["JaxOracle", "OracleError", "OracleFailure", "OracleResult", "shared_oracle", "spec"]

@@ -1,0 +1,261 @@
+"""`JaxOracle`: real JAX collectives on CPU virtual devices, run in a long-lived worker process.
+
+The parent never imports jax. It sends each case to `python -m oracles._jax_worker` over pipes and waits
+at most `timeout_s` for the answer; a worker that dies or hangs is killed, the case is reported as an
+`OracleFailure`, and the next call starts a fresh worker.
+
+>>> with JaxOracle() as oracle:                                   # doctest: +SKIP
+...     oracle.run("all_gather", {"i": 2}, ([np.array(0), np.array(1)],), {"axis_name": "i"}).outputs
+[array([0, 1]), array([0, 1])]
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from oracles._protocol import read_message, write_message
+
+MAX_DEVICES = 8
+ARITY = {"all_gather": 1, "all_to_all": 1, "ragged_all_to_all": 6}
+_TEST_OPS = ("crash", "sleep")  # understood by the worker; used by the tests only
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    """What real JAX computed: `outputs[d]` is device d's result; `path` is "real" or "decomposition"."""
+
+    outputs: list[np.ndarray]
+    path: str
+
+
+class OracleError(Exception):
+    """JAX rejected the case (tracing, lowering or compiling it raised); the worker is still alive.
+
+    Attributes:
+        kind: the JAX exception's class name, e.g. "TypeError".
+        message: the JAX exception's message.
+        case: a one-line description of the case.
+    """
+
+    def __init__(self, kind: str, message: str, case: str) -> None:
+        super().__init__(f"{kind}: {message}\n  case: {case}")
+        self.kind, self.message, self.case = kind, message, case
+
+
+class OracleFailure(RuntimeError):
+    """The worker died or hung on a case; it was killed and restarts on the next call."""
+
+
+class _DeadlineReader:
+    """A binary stream over a pipe whose reads raise TimeoutError once `deadline` has passed."""
+
+    def __init__(self, fd: int, deadline: float) -> None:
+        self.fd, self.deadline = fd, deadline
+
+    def read(self, n: int) -> bytes:
+        wait_s = self.deadline - time.monotonic()
+        if wait_s <= 0 or not select.select([self.fd], [], [], wait_s)[0]:
+            raise TimeoutError
+        return os.read(self.fd, n)
+
+
+class JaxOracle:
+    """Runs `jax.lax` collectives under `jax.shard_map` on up to 8 CPU devices, in a worker process.
+
+    Args:
+        timeout_s: how long one case (including a worker start) may take before the worker is killed.
+    """
+
+    def __init__(self, *, timeout_s: float = 120.0) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s={timeout_s!r} must be positive")
+        self.timeout_s = timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id, or None while no worker runs."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def run(self, op: str, mesh_shape: Mapping[Hashable, int], args: Sequence[Sequence[Any]],
+            params: Mapping[str, Any] | None = None) -> OracleResult:
+        """Run `jax.lax.<op>(*args, **params)` on each device of `mesh_shape` and return its results.
+
+        Args:
+            op: "all_gather", "all_to_all" or "ragged_all_to_all".
+            mesh_shape: axis name -> size, at most 8 devices; device ids run row-major over the axes.
+            args: one per-device list per positional argument of the op, e.g. `(xs,)` for all_gather.
+            params: the op's keyword arguments (axis_name, axis_index_groups, axis, tiled, ...).
+
+        Returns:
+            Per-device outputs and the path taken ("decomposition" for ragged_all_to_all on XLA:CPU).
+
+        Raises:
+            ValueError: the request cannot be expressed as one shard_map call (checked before sending).
+            OracleError: JAX raised for this case.
+            OracleFailure: the worker crashed or did not answer within `timeout_s`.
+        """
+        mesh = dict(mesh_shape)
+        arrays = _check_request(op, mesh, args)
+        params = dict(params or {})
+        case = describe_case(op, mesh, arrays, params)
+        request = {"op": op, "mesh_shape": mesh, "args": arrays, "params": params}
+        with self._lock:
+            reply = self._exchange(request, case)
+        if reply[0] == "error":
+            raise OracleError(reply[1], reply[2], case)
+        return OracleResult(outputs=list(reply[1]), path=reply[2])
+
+    def close(self) -> None:
+        """Stop the worker (it exits when its stdin closes; killed if it lingers). Safe to call twice."""
+        with self._lock:
+            self._stop(grace_s=5.0)
+
+    def __enter__(self) -> JaxOracle:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _exchange(self, request: dict[str, Any], case: str) -> tuple[Any, ...]:
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            if self.pid is None:
+                self._start(deadline)
+            assert self._proc is not None and self._proc.stdin is not None
+            write_message(self._proc.stdin, request)
+            return self._receive(deadline)
+        except TimeoutError:
+            self._stop(grace_s=0.0)
+            raise OracleFailure(f"JAX worker gave no answer within timeout_s={self.timeout_s} on "
+                                f"{case}; it was killed and restarts on the next call") from None
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError) as error:
+            log = self._log_tail()
+            code = self._stop(grace_s=1.0)
+            raise OracleFailure(f"JAX worker died (exit code {code}) on {case}; it restarts on the "
+                                f"next call. {type(error).__name__}: {error}\n{log}") from None
+
+    def _receive(self, deadline: float) -> tuple[Any, ...]:
+        assert self._proc is not None and self._proc.stdout is not None
+        reply = read_message(_DeadlineReader(self._proc.stdout.fileno(), deadline))  # type: ignore[arg-type]
+        if not isinstance(reply, tuple):
+            raise EOFError("the worker closed its reply pipe")
+        return reply
+
+    def _start(self, deadline: float) -> None:
+        """Start a worker and wait for its ("ready", info) message."""
+        self._stop(grace_s=0.0)
+        self._log = tempfile.TemporaryFile()
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ, JAX_PLATFORMS="cpu",
+                   PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+                   XLA_FLAGS=_xla_flags(os.environ.get("XLA_FLAGS", "")))
+        self._proc = subprocess.Popen([sys.executable, "-m", "oracles._jax_worker"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._log, env=env)
+        ready = self._receive(deadline)
+        if ready[0] != "ready" or ready[1]["devices"] < MAX_DEVICES:
+            raise EOFError(f"the worker started badly: {ready!r}")
+
+    def _stop(self, grace_s: float) -> int | None:
+        """End the worker, if any, and return its exit code."""
+        proc, self._proc = self._proc, None
+        code = None
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                try:
+                    pipe.close()  # type: ignore[union-attr]
+                except OSError:
+                    pass  # the worker is gone; nothing to flush to
+            try:
+                code = proc.wait(timeout=grace_s) if grace_s else None
+            except subprocess.TimeoutExpired:
+                pass
+            if code is None:
+                proc.kill()
+                code = proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
+
+    def _log_tail(self, limit: int = 3000) -> str:
+        """The worker's stderr, from its fatal-error report if it left one (newest frames come first)."""
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        text = self._log.read().decode(errors="replace")
+        start = text.rfind("Fatal Python error")
+        text = text[start:start + limit] if start >= 0 else text[-limit:]
+        return f"worker stderr:\n{text}" if text else "worker stderr was empty"
+
+
+def _xla_flags(inherited: str) -> str:
+    """The caller's XLA flags with the device count forced to MAX_DEVICES."""
+    kept = [flag for flag in inherited.split() if "host_platform_device_count" not in flag]
+    return " ".join([*kept, f"--xla_force_host_platform_device_count={MAX_DEVICES}"])
+
+
+def _check_request(op: str, mesh_shape: dict[Hashable, int],
+                   args: Sequence[Sequence[Any]]) -> tuple[list[np.ndarray], ...]:
+    """Return `args` as numpy arrays, or raise ValueError naming what shard_map cannot express."""
+    if op not in ARITY and op not in _TEST_OPS:
+        raise ValueError(f"op={op!r} must be one of {tuple(ARITY)}")
+    sizes = list(mesh_shape.values())
+    if not sizes or not all(isinstance(s, (int, np.integer)) and s > 0 for s in sizes):
+        raise ValueError(f"mesh_shape={mesh_shape!r} must map axis names to positive sizes")
+    n = int(np.prod(sizes))
+    if n > MAX_DEVICES:
+        raise ValueError(f"mesh_shape={mesh_shape!r} has {n} devices; the JAX oracle runs at most {MAX_DEVICES}")
+    if op in ARITY and len(args) != ARITY[op]:
+        raise ValueError(f"{op} takes {ARITY[op]} per-device argument list(s), got len(args)={len(args)}")
+    arrays = tuple([np.asarray(x) for x in arg] for arg in args)
+    for k, per_device in enumerate(arrays):
+        if len(per_device) != n:
+            raise ValueError(f"args[{k}] has {len(per_device)} per-device arrays; mesh_shape={mesh_shape!r} "
+                             f"has {n} devices")
+        for d, x in enumerate(per_device):
+            if (x.shape, x.dtype) != (per_device[0].shape, per_device[0].dtype):
+                raise ValueError(f"args[{k}]: device {d} has {_aval(x)} but device 0 has {_aval(per_device[0])};"
+                                 " shard_map needs one shape and dtype per argument")
+    return arrays
+
+
+def _aval(x: np.ndarray) -> str:
+    return f"{x.dtype}[{','.join(map(str, x.shape))}]"
+
+
+def describe_case(op: str, mesh_shape: Mapping[Hashable, int], args: Sequence[Sequence[np.ndarray]],
+                  params: Mapping[str, Any]) -> str:
+    """One line naming a case: op, mesh, per-device shapes/dtypes and params."""
+    avals = ", ".join(_aval(per_device[0]) if len(per_device) else "[]" for per_device in args)
+    return f"{op} on mesh {dict(mesh_shape)} with per-device args ({avals}) and params {dict(params)}"
+
+
+_shared: JaxOracle | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_oracle() -> JaxOracle:
+    """Return the process-wide `JaxOracle`, created on first use and closed when the process exits."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = JaxOracle()
+            atexit.register(_shared.close)
+        return _shared

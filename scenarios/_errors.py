@@ -1,0 +1,84 @@
+"""`ScenarioError` and `Source`: errors that name the scenario file, the field and, where it can be found, the line."""
+
+from __future__ import annotations
+
+import re
+
+import sim
+
+# A table header starts with a letter or a quote, so a one-line array such as `[0.5]` inside a multi-line
+# value is not mistaken for one.
+_HEADER = re.compile(r'^\s*\[\[?\s*([A-Za-z_"][^\]]*?)\s*\]\]?\s*(#.*)?$')
+
+
+class ScenarioError(sim.MeshError, ValueError):
+    """A scenario file that cannot be read, breaks the format, or whose collective the simulator rejects."""
+
+
+class Source:
+    """The text of one scenario file, for pointing at the line of a field in error messages."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def error(self, table: str, key: str | None, message: str, index: int = 0) -> ScenarioError:
+        """A `ScenarioError` reading `path:line: message`, or `path: message` when the line is unknown.
+
+        Args:
+            table: the table holding the field ('' for the top level, 'device' for the `[[device]]` tables).
+            key: the field, or None to point at the table's header.
+            message: what is wrong and the rule, with `name=value`.
+            index: which table of an array of tables (`[[device]]` number `index`, counting from 0).
+        """
+        line = self.line_of(table, key, index)
+        return ScenarioError(f"{self.path}{'' if line is None else f':{line}'}: {message}")
+
+    def line_of(self, table: str, key: str | None, index: int = 0) -> int | None:
+        """The 1-based line of `key` in `table` (number `index` of that name), else of the table's header.
+
+        Returns None when neither is found (e.g. a dotted or inline definition): a best-effort pointer,
+        since tomllib reports lines only for syntax errors.
+        """
+        key_pattern = re.compile(rf'^\s*"?{re.escape(key)}"?\s*=') if key else None
+        current, seen, header_line = "", {"": 0}, None
+        for number, text in enumerate(self.lines, 1):
+            header = _HEADER.match(text)
+            if header:
+                current = header.group(1).strip('"')
+                seen[current] = seen.get(current, -1) + 1
+                if current == table and seen[current] == index:
+                    header_line = number
+                continue
+            if key_pattern and current == table and seen[current] == index and key_pattern.match(text):
+                return number
+        return header_line
+
+    def label(self, table: str, index: int = 0) -> str:
+        """How messages name `table`: '[mesh] ', '[[device]] for device 2: ', or '' for the top level."""
+        if table == "device":
+            return f"[[device]] for device {index}: "
+        return f"[{table}] " if table else ""
+
+    def table(self, data: dict, name: str, required: bool = True) -> dict | None:
+        """`data[name]` checked to be a table; None when it is absent and not `required`."""
+        if name not in data:
+            if required:
+                raise self.error("", None, f"the [{name}] table is missing; it is required")
+            return None
+        value = data[name]
+        if not isinstance(value, dict):
+            raise self.error("", name, f"{name}={value!r} must be a table: write [{name}] on a line of its own")
+        return value
+
+    def check_keys(self, table: str, values: dict, required: tuple[str, ...], optional: tuple[str, ...],
+                   index: int = 0) -> None:
+        """Raise for a key of `values` outside `required + optional`, then for a missing required key."""
+        where = self.label(table, index)
+        for key in values:
+            if key not in required and key not in optional:
+                allowed = ", ".join(required + optional) or "none"
+                raise self.error(table, key, f"{where}unknown key {key!r}; allowed keys: {allowed}", index)
+        for key in required:
+            if key not in values:
+                raise self.error(table, None, f"{where}{key} is missing; it is required", index)

@@ -1,0 +1,152 @@
+"""Each device's input arrays: literal `[[device]]` tables, or drawn from `[inputs] seed` and `shape`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from scenarios._errors import Source
+from scenarios._ops import OpSpec
+
+_INDEX_DTYPE = np.dtype(np.int32)  # JAX's offsets and sizes (x64 off)
+
+Inputs = tuple[dict[str, np.ndarray], ...]
+
+
+def device_inputs(source: Source, data: dict, count: int, spec: OpSpec) -> Inputs:
+    """The arrays of each of `count` devices for the collective `spec`, typed and checked.
+
+    Data arrays take `[inputs] dtype`, else float32 when any literal is a float, int32 when they are
+    integers, bool when booleans (JAX's defaults). Offsets and sizes are int32.
+
+    Raises:
+        ScenarioError: missing or extra arguments, a table count that is not the device count, values that
+            are not rectangular numeric arrays or do not fit the dtype, shapes that differ between devices.
+    """
+    settings = source.table(data, "inputs", required=False) or {}
+    source.check_keys("inputs", settings, (), ("seed", "shape", "dtype"))
+    dtype = _dtype(source, settings.get("dtype"))
+    devices = data.get("device")
+    if "seed" in settings or "shape" in settings:
+        if devices is not None:
+            raise source.error("device", None, "[[device]] tables and [inputs] seed/shape are alternatives; give one")
+        return _generated(source, settings, count, spec, dtype or np.dtype(np.float32))
+    if devices is None:
+        raise source.error("", None, f"the inputs are missing: give {count} [[device]] tables (one per device, "
+                                     f"in device order) or [inputs] seed and shape")
+    inputs = _literal(source, devices, count, spec, dtype)
+    _check_shapes(source, inputs)
+    return inputs
+
+
+def _dtype(source: Source, name: Any) -> np.dtype | None:
+    if name is None:
+        return None
+    try:
+        dtype = np.dtype(name) if isinstance(name, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf":
+        raise source.error("inputs", "dtype", f"[inputs] dtype={name!r} must name a numeric numpy dtype, "
+                                              f"e.g. 'float32' or 'int32'")
+    return dtype
+
+
+def _generated(source: Source, settings: dict, count: int, spec: OpSpec, dtype: np.dtype) -> Inputs:
+    if spec.arrays != ("x",):
+        raise source.error("inputs", "seed", f"[inputs] seed draws the one array x of all_gather and all_to_all; "
+                                             f"{spec.name} needs literal [[device]] tables")
+    seed, shape = settings.get("seed"), settings.get("shape")
+    if type(seed) is not int or seed < 0:
+        raise source.error("inputs", "seed", f"[inputs] seed={seed!r} must be a non-negative integer")
+    if not _is_shape(shape):
+        raise source.error("inputs", "shape", f"[inputs] shape={shape!r} must be a list of non-negative "
+                                              f"integers, e.g. shape = [2, 3]")
+    rng = np.random.default_rng(seed)
+    return tuple({"x": _frozen(_draw(rng, shape, dtype))} for _ in range(count))
+
+
+def _draw(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.ndarray:
+    """Floats from a standard normal, integers from [-9, 9] (unsigned [0, 9]), booleans by fair coin."""
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    return rng.integers(max(-9, np.iinfo(dtype).min), 10, shape).astype(dtype)
+
+
+def _literal(source: Source, devices: Any, count: int, spec: OpSpec, dtype: np.dtype | None) -> Inputs:
+    if not isinstance(devices, list) or not all(isinstance(table, dict) for table in devices):
+        raise source.error("", "device", "device must be an array of tables: write [[device]] once per device")
+    if len(devices) != count:
+        raise source.error("device", None, f"there are {len(devices)} [[device]] tables but the mesh has {count} "
+                                           f"devices; give one per device, in device order")
+    raw = []
+    for d, table in enumerate(devices):
+        source.check_keys("device", table, spec.arrays, (), index=d)
+        raw.append({name: _array(source, d, name, table[name]) for name in spec.arrays})
+    dtype = dtype or _infer([arrays[name] for arrays in raw for name in spec.data_arrays])
+    return tuple(
+        {name: _typed(source, d, name, array, dtype, name in spec.index_arrays) for name, array in arrays.items()}
+        for d, arrays in enumerate(raw)
+    )
+
+
+def _array(source: Source, d: int, name: str, value: Any) -> np.ndarray:
+    """A literal array, or `{fill = v, shape = [...]}` for a constant one."""
+    where = f"[[device]] for device {d}: {name}"
+    if isinstance(value, dict):
+        fill, shape = value.get("fill"), value.get("shape")
+        if set(value) != {"fill", "shape"} or type(fill) not in (int, float, bool) or not _is_shape(shape):
+            raise source.error("device", name, f"{where}={value!r} must be an array or a table "
+                                               f"{{fill = <number>, shape = [<sizes>]}}", d)
+        return np.full(shape, fill)
+    try:
+        array = np.array(value)
+    except ValueError:  # nested lists of unequal lengths
+        array = None
+    if array is None or (array.size and array.dtype.kind not in "biuf"):
+        shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
+        raise source.error("device", name, f"{where}={shown} must be a number or a rectangular array of numbers", d)
+    return array
+
+
+def _infer(arrays: list[np.ndarray]) -> np.dtype:
+    kinds = {array.dtype.kind for array in arrays if array.size}
+    if "f" in kinds or not kinds:
+        return np.dtype(np.float32)
+    return np.dtype(np.int32) if kinds - {"b"} else np.dtype(bool)
+
+
+def _typed(source: Source, d: int, name: str, array: np.ndarray, dtype: np.dtype, index: bool) -> np.ndarray:
+    """`array` cast to `dtype` (int32 for offsets and sizes), refusing casts that change a value."""
+    where = f"[[device]] for device {d}: {name}"
+    if index and array.size and array.dtype.kind not in "iu":
+        raise source.error("device", name, f"{where}={array.tolist()} must hold integers (offsets and sizes)", d)
+    target = _INDEX_DTYPE if index else dtype
+    cast = array.astype(target)
+    if target.kind in "biu" and not np.array_equal(cast, array):
+        bad = array.ravel()[int(np.argmax((cast != array).ravel()))].item()
+        raise source.error("device", name, f"{where} holds {bad!r}, which {target} cannot represent exactly; "
+                                           f"change the value or [inputs] dtype", d)
+    return _frozen(cast)
+
+
+def _check_shapes(source: Source, inputs: Inputs) -> None:
+    """Every device's array of one argument has the same shape: shard_map stacks them."""
+    for name, first in inputs[0].items():
+        for d, arrays in enumerate(inputs):
+            if arrays[name].shape != first.shape:
+                raise source.error("device", name, f"[[device]] for device {d}: {name} has shape "
+                                                   f"{list(arrays[name].shape)} but device 0's has {list(first.shape)};"
+                                                   f" every device's {name} must have the same shape", d)
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(type(n) is int and n >= 0 for n in value)
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array

@@ -1,0 +1,135 @@
+"""`load`: a scenario file (TOML) read and validated into a `Scenario`."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import sim
+from scenarios._errors import ScenarioError, Source
+from scenarios._inputs import device_inputs
+from scenarios._ops import OPS, PARAMS, OpSpec
+
+_TOP_KEYS = ("title", "description", "mesh", "network", "collective", "inputs", "device")
+
+
+@dataclass(frozen=True, eq=False)
+class Scenario:
+    """A validated scenario: a mesh with its network, one collective call, and every device's inputs.
+
+    `inputs[d]` maps each array argument of `op`, in call order, to device d's (read-only) array;
+    `params` holds the keyword parameters the file gives (omitted ones take the collective's defaults).
+    """
+
+    path: str
+    title: str
+    description: str
+    mesh: sim.Mesh
+    op: str
+    params: dict[str, Any]
+    inputs: tuple[dict[str, np.ndarray], ...]
+
+
+def load(path: str | os.PathLike) -> Scenario:
+    """Read and validate the scenario file at `path`.
+
+    Args:
+        path: a TOML file with `[mesh]`, optional `[network]`, `[collective]`, and `[[device]]` tables
+            or `[inputs] seed`/`shape` (see the README's "Scenario files").
+
+    Returns:
+        The scenario, ready for `run`.
+
+    Raises:
+        ScenarioError: the file is unreadable, is not TOML, or breaks a rule of the format. The message
+            reads `path:line: [table] field=value must ...` (the line when it can be found).
+    """
+    source, data = _parse(str(path))
+    source.check_keys("", data, (), _TOP_KEYS)
+    for key in ("title", "description"):
+        if not isinstance(data.get(key, ""), str):
+            raise source.error("", key, f"{key}={data[key]!r} must be a string")
+    mesh = _mesh(source, data)
+    spec, params = _collective(source, source.table(data, "collective"), mesh)
+    inputs = device_inputs(source, data, mesh.size, spec)
+    return Scenario(str(path), data.get("title", Path(path).stem), data.get("description", ""), mesh, spec.name,
+                    params, inputs)
+
+
+def _parse(path: str) -> tuple[Source, dict]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise ScenarioError(f"{path}: cannot read the scenario file: {reason}") from None
+    try:
+        return Source(path, text), tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        line = re.search(r"at line (\d+)", str(error))
+        raise ScenarioError(f"{path}{':' + line.group(1) if line else ''}: invalid TOML: {error}") from None
+
+
+def _mesh(source: Source, data: dict) -> sim.Mesh:
+    table = source.table(data, "mesh")
+    source.check_keys("mesh", table, ("axes",), ())
+    axes = table["axes"]
+    sizes_ok = isinstance(axes, dict) and all(type(size) is int and size >= 1 for size in axes.values())
+    if not axes or not sizes_ok:
+        raise source.error("mesh", "axes", f"[mesh] axes={axes!r} must be a non-empty table of axis name = "
+                                           f"positive size, e.g. axes = {{x = 2, y = 2}}")
+    return sim.Mesh(dict(axes), network=_network(source, data))
+
+
+def _network(source: Source, data: dict) -> sim.Network:
+    table = source.table(data, "network", required=False) or {}
+    source.check_keys("network", table, (), ("latency_s", "bandwidth_bytes_per_s"))
+    for key, value in table.items():
+        if type(value) not in (int, float):
+            raise source.error("network", key, f"[network] {key}={value!r} must be a number")
+    try:
+        return sim.Network.fully_connected(**table)
+    except sim.MeshError as error:
+        # The network states the broken rule as `name=value ...`; point at that field's line.
+        key = next((k for k in table if str(error).startswith(k)), None)
+        raise source.error("network", key, f"[network] {error}") from None
+
+
+def _collective(source: Source, table: dict, mesh: sim.Mesh) -> tuple[OpSpec, dict[str, Any]]:
+    if "op" not in table:
+        raise source.error("collective", None, f"[collective] op is missing; it must be one of {_names()}")
+    spec = OPS.get(table["op"]) if isinstance(table["op"], str) else None
+    if spec is None:
+        raise source.error("collective", "op", f"[collective] op={table['op']!r} must be one of {_names()}")
+    source.check_keys("collective", table, ("op",) + spec.required, spec.optional)
+    params = {}
+    for key, value in table.items():
+        if key == "op":
+            continue
+        accepts, rule = PARAMS[key]
+        if not accepts(value):
+            raise source.error("collective", key, f"[collective] {key}={value!r} must be {rule}")
+        params[key] = tuple(value) if key == "axis_name" and isinstance(value, list) else value
+    _check_axes(source, params, mesh)
+    return spec, params
+
+
+def _check_axes(source: Source, params: dict[str, Any], mesh: sim.Mesh) -> None:
+    """`axis_name` names mesh axes and `axis_index_groups` partitions them, by the simulator's own rules."""
+    key = "axis_name"
+    try:
+        size = mesh.axis_size(params[key])
+        key = "axis_index_groups"
+        if params.get(key) is not None:
+            sim.check_axis_index_groups(params[key], size, params["axis_name"])
+    except sim.MeshError as error:
+        raise source.error("collective", key, f"[collective] {error}") from None
+
+
+def _names() -> str:
+    return ", ".join(repr(name) for name in OPS)

@@ -1,0 +1,127 @@
+"""`run`: a scenario's collective through `sim.shard_map`, with the trace and who wrote each output row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import collectives
+import sim
+from scenarios._errors import ScenarioError
+from scenarios._load import Scenario
+from scenarios._ops import OPS
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who wrote each index along `axis` (the leading axis for ragged_all_to_all) of one device's result.
+
+    `sources[i]` is the sending device and `messages[i]` the position in the trace of the message that
+    wrote index i; both are None where no message wrote it (the row kept the ragged op's `output` value).
+    """
+
+    axis: int
+    sources: tuple[int | None, ...]
+    messages: tuple[int | None, ...]
+
+    def to_dict(self) -> dict:
+        return {"axis": self.axis, "sources": list(self.sources), "messages": list(self.messages)}
+
+
+@dataclass(frozen=True, eq=False)
+class ScenarioResult:
+    """The outcome of one scenario: each device's result, its provenance, the messages and the end time.
+
+    `outputs[d]` and `provenance[d]` belong to device d; `provenance[d]` is None for a collective whose
+    messages do not say where they land. `trace` lists every message in the order it was sent.
+    """
+
+    scenario: Scenario
+    outputs: tuple[np.ndarray, ...]
+    provenance: tuple[Provenance | None, ...]
+    trace: tuple[sim.MessageRecord, ...]
+    end_time_s: float
+
+    @property
+    def inputs(self) -> tuple[dict[str, np.ndarray], ...]:
+        """Each device's input arrays, by argument name."""
+        return self.scenario.inputs
+
+    def to_dict(self) -> dict:
+        """The whole result as JSON-ready values: arrays as nested lists, missing provenance as None."""
+        scenario, mesh = self.scenario, self.scenario.mesh
+        network = mesh.network
+        return {
+            "scenario": scenario.path,
+            "title": scenario.title,
+            "mesh": dict(mesh.shape),
+            "network": {"topology": network.topology, "latency_s": network.latency_s,
+                        "bandwidth_bytes_per_s": network.bandwidth_bytes_per_s},
+            "collective": {"op": scenario.op, **scenario.params},
+            "devices": [self._device_dict(d) for d in mesh.devices],
+            "messages": [message.to_dict() for message in self.trace],
+            "end_time_s": self.end_time_s,
+        }
+
+    def _device_dict(self, device: int) -> dict:
+        output, provenance = self.outputs[device], self.provenance[device]
+        return {
+            "device": device,
+            "coords": self.scenario.mesh.coords(device),
+            "inputs": {name: array.tolist() for name, array in self.inputs[device].items()},
+            "output": output.tolist(),
+            "dtype": str(output.dtype),
+            "provenance": None if provenance is None else provenance.to_dict(),
+        }
+
+
+def run(scenario: Scenario) -> ScenarioResult:
+    """Run `scenario`'s collective on its mesh through `sim.shard_map`.
+
+    Each argument's per-device arrays are stacked along a new leading axis split over all mesh axes, so
+    device d's program sees row d; it calls the collective on that row and returns its result as a row.
+
+    Returns:
+        The per-device results, their provenance (derived from the messages), the trace and the end time.
+
+    Raises:
+        ScenarioError: the simulator rejected the inputs (any `sim.MeshError`); the message names the file
+            and carries the simulator's own, which lists every broken rule with device, argument and rows.
+    """
+    mesh, params = scenario.mesh, scenario.params
+    names = OPS[scenario.op].arrays
+    collective = getattr(collectives, scenario.op)
+    spec = sim.P(mesh.axis_names)
+
+    def body(*blocks: np.ndarray) -> np.ndarray:
+        return collective(*(block[0] for block in blocks), **params)[None]
+
+    mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(names), out_specs=spec)
+    try:
+        outcome = mapped.run(*(np.stack([arrays[name] for arrays in scenario.inputs]) for name in names))
+    except sim.MeshError as error:
+        raise ScenarioError(f"{scenario.path}: the simulator rejected [collective] op={scenario.op!r}: {error}") \
+            from error
+    outputs = tuple(_frozen(outcome.outputs[d]) for d in mesh.devices)
+    trace = tuple(outcome.trace)
+    axis = next((m.detail.get("axis", 0) for m in trace if "rows" in m.detail), None)
+    provenance = tuple(None if axis is None else _provenance(trace, d, outputs[d], axis) for d in mesh.devices)
+    return ScenarioResult(scenario, outputs, provenance, trace, outcome.end_time_s)
+
+
+def _provenance(trace: tuple[sim.MessageRecord, ...], device: int, output: np.ndarray, axis: int) -> Provenance:
+    """Replay where each message to `device` landed (its `rows` along `axis`); unwritten rows stay None."""
+    writers: list[int | None] = [None] * output.shape[axis]
+    for k, message in enumerate(trace):
+        if message.dst == device and "rows" in message.detail:
+            start, stop = message.detail["rows"]
+            writers[start:stop] = [k] * (stop - start)
+    sources = tuple(None if k is None else trace[k].src for k in writers)
+    return Provenance(axis, sources, tuple(writers))
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array = np.array(array)
+    array.setflags(write=False)
+    return array

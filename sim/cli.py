@@ -1,0 +1,229 @@
+"""The `meshsim` command: run a scenario file and show, with rich, who sent which rows where and when.
+
+Only this module uses rich, and `sim/__init__.py` does not import it; the scenario runner (and with it the
+collectives) is imported when a command runs, so `import sim` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from sim._errors import MeshError
+
+if TYPE_CHECKING:
+    from scenarios import Provenance, ScenarioResult
+
+# One colour per sending device (cycled on big meshes); rows no message wrote are dim.
+_PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue", "bright_red",
+            "cyan", "magenta", "green", "bright_yellow", "blue", "red")
+_KEPT = "dim"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` (default: the process arguments), run the command and return the exit code.
+
+    Returns:
+        0 on success; 2 when the scenario file is unreadable, breaks the format, or the simulator rejects
+        its inputs (the message, naming file, field and line, goes to stderr). Bad command-line
+        arguments exit with 2 through argparse.
+    """
+    args = _parser().parse_args(argv)
+    return _run(args.scenario, args.json)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="meshsim", description="Run JAX collectives on a simulated device mesh.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run = commands.add_parser("run", help="run a scenario file: results, provenance of every row, messages, time")
+    run.add_argument("scenario", metavar="SCENARIO", help="a scenario file (TOML), e.g. scenarios/moe_dispatch.toml")
+    run.add_argument("--json", action="store_true", help="print the same as JSON, without colours, for scripts")
+    return parser
+
+
+def _run(path: str, as_json: bool) -> int:
+    import scenarios  # here, not at the top: see the module docstring
+
+    try:
+        result = scenarios.run(scenarios.load(path))
+    except MeshError as error:
+        print(f"meshsim: error: {error}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _show(Console(highlight=False), result)
+    return 0
+
+
+def _show(console: Console, result: ScenarioResult) -> None:
+    """Header, each device's inputs and colour-coded result, the messages, the simulated time."""
+    _header(console, result)
+    for device in result.scenario.mesh.devices:
+        _device(console, result, device)
+    if any(p is not None for p in result.provenance):
+        console.print(_legend(result))
+    console.print()
+    console.print(_messages(result))
+    console.print(Text("simulated time: ", style="bold") + Text(_seconds(result.end_time_s)))
+
+
+def _header(console: Console, result: ScenarioResult) -> None:
+    scenario = result.scenario
+    mesh, network = scenario.mesh, scenario.mesh.network
+    axes = ", ".join(f"{name}={size}" for name, size in mesh.shape.items())
+    params = ", ".join(f"{key}={value!r}" for key, value in scenario.params.items())
+    console.rule(Text(scenario.title, style="bold"))
+    console.print(Text(scenario.path, style="dim"))
+    console.print(f"mesh {axes} ({mesh.size} devices); network {network.topology}, latency "
+                  f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s",
+                  markup=False)
+    console.print(Text(f"{scenario.op}({params})", style="bold"))
+    if scenario.description:
+        console.print(Text(scenario.description.strip(), style="italic"))
+
+
+def _device(console: Console, result: ScenarioResult, device: int) -> None:
+    """One device: its inputs, its result coloured by sender, and which sender wrote which rows."""
+    coords = ", ".join(f"{name}={i}" for name, i in result.scenario.mesh.coords(device).items())
+    console.print()
+    console.print(Text(f"device {device}", style="bold underline") + Text(f"  ({coords})", style="dim"))
+    inputs = result.inputs[device]
+    width = max(len(name) for name in [*inputs, "result"])
+    for name, array in inputs.items():
+        _print_array(console, name, array, None, width)
+    provenance = result.provenance[device]
+    _print_array(console, "result", result.outputs[device], provenance, width)
+    indent = Text(" " * (width + 4))
+    for line in _written_by(result, provenance):
+        console.print(indent + line, soft_wrap=True)
+
+
+def _print_array(console: Console, label: str, array: np.ndarray, provenance: Provenance | None, width: int) -> None:
+    lines = _array_lines(_cells(array), _styles(array.shape, provenance))
+    for i, line in enumerate(lines):
+        prefix = Text(f"  {label if i == 0 else '':<{width}}  ", style="bold" if label == "result" else "")
+        console.print(prefix + line, soft_wrap=True)
+
+
+def _cells(array: np.ndarray) -> np.ndarray:
+    """Each element as text, right-aligned to a common width; floats in their dtype's shortest form."""
+    if array.dtype.kind == "f":
+        texts = [np.format_float_positional(v, precision=4, unique=True, trim="0") for v in array.flat]
+    else:
+        texts = [str(v) for v in array.flat]
+    width = max((len(t) for t in texts), default=0)
+    return np.array([t.rjust(width) for t in texts], dtype=object).reshape(array.shape)
+
+
+def _styles(shape: tuple[int, ...], provenance: Provenance | None) -> np.ndarray:
+    """Each element's colour: its sender's along the provenance axis, dim where no message wrote."""
+    styles = np.full(shape, "", dtype=object)
+    if provenance is not None:
+        for i, source in enumerate(provenance.sources):
+            styles[(slice(None),) * provenance.axis + (i,)] = _KEPT if source is None else _colour(source)
+    return styles
+
+
+def _array_lines(cells: np.ndarray, styles: np.ndarray) -> list[Text]:
+    """Nested-list text of an array (`[1, 3, 0, 0]`), one line per innermost row, each cell in its style."""
+    if cells.ndim == 0:
+        return [Text(cells.item(), style=styles.item())]
+    if cells.ndim == 1:
+        line = Text("[")
+        for i, (cell, style) in enumerate(zip(cells, styles)):
+            line.append(", " if i else "")
+            line.append(cell, style=style)
+        return [line + Text("]")]
+    lines: list[Text] = []
+    for i, (sub_cells, sub_styles) in enumerate(zip(cells, styles)):
+        sub = _array_lines(sub_cells, sub_styles)
+        sub[-1].append("," if i < len(cells) - 1 else "")
+        lines += sub
+    if not lines:
+        return [Text("[]")]
+    lines = [Text("[" if i == 0 else " ") + line for i, line in enumerate(lines)]
+    lines[-1].append("]")
+    return lines
+
+
+def _written_by(result: ScenarioResult, provenance: Provenance | None) -> list[Text]:
+    """One line per run of rows written by one message (or by none), e.g. `rows 0:1 from device 0, ...`."""
+    if provenance is None:
+        return []
+    what = "rows" if provenance.axis == 0 else f"axis {provenance.axis} indices"
+    lines = []
+    for start, stop, k in _runs(provenance.messages):
+        if k is None:
+            lines.append(Text(f"{what} {start}:{stop} kept from output", style=_KEPT))
+            continue
+        message = result.trace[k]
+        origin = f"{what} {start}:{stop} from device {message.src}"
+        if "slice" in message.detail:
+            origin += f", slice {message.detail['slice']}"
+        if "src_rows" in message.detail:
+            origin += f" (its operand rows {_span(message.detail['src_rows'])})"
+        lines.append(Text(origin, style=_colour(message.src)))
+    return lines
+
+
+def _runs(values: Sequence) -> list[tuple[int, int, object]]:
+    """Maximal runs of equal neighbours as (start, stop, value)."""
+    runs, start = [], 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            runs.append((start, i, values[start]))
+            start = i
+    return runs
+
+
+def _legend(result: ScenarioResult) -> Text:
+    legend = Text("\ncolours: ")
+    for device in result.scenario.mesh.devices:
+        legend.append(f"device {device}", style=_colour(device)).append("  ")
+    if any(None in p.sources for p in result.provenance if p is not None):
+        legend.append("kept from output", style=_KEPT)
+    return legend
+
+
+def _messages(result: ScenarioResult) -> Table:
+    """Every message: who to whom, size, when posted and when fully arrived, and what it carried."""
+    network_bytes = sum(m.size_bytes for m in result.trace if m.src != m.dst)
+    table = Table(title=Text(f"{len(result.trace)} messages, {network_bytes} bytes across the network"),
+                  title_justify="left")
+    for column in ("#", "src", "dst", "bytes", "sent", "arrived", "slice", "rows at dst", "src rows"):
+        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left")
+    for k, message in enumerate(result.trace):
+        detail = message.detail
+        rows = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
+        table.add_row(str(k), str(message.src), str(message.dst), str(message.size_bytes),
+                      _seconds(message.send_time_s), _seconds(message.arrival_time_s), str(detail.get("slice", "")),
+                      rows, _span(detail.get("src_rows")), style=_colour(message.src))
+    return table
+
+
+def _span(rows: Sequence[int] | None) -> str:
+    return "" if rows is None else f"{rows[0]}:{rows[1]}"
+
+
+def _seconds(t: float) -> str:
+    """`t` seconds in the largest unit that keeps it >= 1 (ASCII 'us' so any terminal encoding works)."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if abs(t) >= scale:
+            return f"{t / scale:.6g} {unit}"
+    return f"{t / 1e-9:.6g} ns" if t else "0 s"
+
+
+def _colour(device: int) -> str:
+    return _PALETTE[device % len(_PALETTE)]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The single configuration point of the test suite: Hypothesis profiles and the shared JAX oracle.
+
+Profiles, chosen with the environment variable HYPOTHESIS_PROFILE:
+
+- `default`: 200 generated cases per property, so each collective's differential property sees a few
+  hundred cases together with the explicit ones; no deadline (the first JAX compile of a signature is
+  slow); derandomized, with no example database, when the CI environment variable is set, so a CI run
+  is reproducible.
+- `quick`: 25 cases per property, for a fast local loop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+_CI = bool(os.environ.get("CI"))
+_COMMON = dict(deadline=None, derandomize=_CI, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+if _CI:
+    _COMMON["database"] = None
+
+settings.register_profile("default", max_examples=200, **_COMMON)
+settings.register_profile("quick", max_examples=25, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="session")
+def jax_oracle():
+    """The process-wide JAX oracle (one worker on 8 CPU devices); skips when jax is not installed."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("needs the jax extra: pip install -e '.[jax]'")
+    from oracles import shared_oracle
+
+    return shared_oracle()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Report how many cases each collective was checked on, so a run shows its real coverage."""
+    import sys
+
+    strategies = sys.modules.get("strategies")
+    checked = getattr(strategies, "CHECKED", None)
+    for against in ("jax", "spec"):
+        counts = {op: n for (op, other), n in sorted((checked or {}).items()) if other == against}
+        if counts:
+            terminalreporter.write_line(f"cases checked simulator == spec{' == jax' if against == 'jax' else ''}: "
+                                        + ", ".join(f"{op}={n}" for op, n in counts.items()))

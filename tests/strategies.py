@@ -1,0 +1,541 @@
+"""Generated collective cases, how each implementation answers one, and the one comparison of answers.
+
+A `Case` is a collective call on a mesh: the op, the mesh shape, one per-device list per positional
+argument, and the keyword parameters. The strategies here only build cases the docs define and JAX 0.10.2
+accepts, so any disagreement between the simulator, the executable spec and real JAX is a finding:
+
+- meshes of 1 to 8 devices, 1-D `{'x': n}` and 2-D `{'x': a, 'y': b}`;
+- `axis_name` as one name or a tuple of names, in either order;
+- `axis_index_groups`: equal-size partitions of the axis with shuffled member order;
+- arrays of rank 1 to 3 with small dims, 0 included where JAX allows it, in seven dtypes, filled either
+  with values unique per device and element (readable) or with random bits (NaN payloads, -0.0, ...);
+- all_gather / all_to_all: tiled and untiled, every valid axis; negative `axis` for all_gather (JAX
+  0.10.2 cannot lower negative `split_axis`/`concat_axis`, so those are spec-only, see
+  `all_to_all_cases(negative_axes=True)`);
+- ragged_all_to_all: operands of rank 1 to 3 (ragged axis leading), 1 or 2 slices per peer, sizes 0 to 3,
+  receive slices laid out without overlap by construction in shuffled order with padding between them,
+  slices that end exactly at the last row, overlapping or repeated send slices, and `send_sizes` built as
+  the all_to_all of `recv_sizes`.
+
+`check_agreement` runs a case through the simulator (via `sim.shard_map`, as a user would), the spec and,
+given an oracle, real JAX, and fails with every byte-level difference listed; `differences` is the one
+comparator behind it.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+import collectives
+import sim
+from oracles import spec
+
+DTYPES = tuple(np.dtype(t) for t in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"))
+INDEX_DTYPES = (np.dtype("int32"), np.dtype("int64"))
+OPS = ("all_gather", "all_to_all", "ragged_all_to_all")
+ARG_NAMES = {
+    "all_gather": ("x",),
+    "all_to_all": ("x",),
+    "ragged_all_to_all": ("operand", "output", "input_offsets", "send_sizes", "output_offsets", "recv_sizes"),
+}
+MAX_DEVICES = 8
+
+# How many cases were checked in this process, by (op, "jax" or "spec"): the test summary reports it.
+CHECKED: collections.Counter[tuple[str, str]] = collections.Counter()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Case:
+    """One collective call: `args[k][d]` is device d's value of positional argument k (an array or a pytree)."""
+
+    op: str
+    mesh_shape: dict[str, int]
+    args: tuple[tuple[Any, ...], ...]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def devices(self) -> int:
+        return int(np.prod(list(self.mesh_shape.values())))
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        lines = [f"Case({self.op} on mesh {self.mesh_shape}: {params})"]
+        for name, per_device in zip(ARG_NAMES[self.op], self.args):
+            for path, first in _flatten(per_device[0]):
+                lines.append(f"  {name}{path}: {_aval(first)} per device")
+                for d, value in enumerate(per_device):
+                    leaf = dict(_flatten(value))[path]
+                    lines.append(f"    device {d}: {_show(leaf)}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Hypothesis prints falsifying examples with this: the same readable text as repr()."""
+        printer.text(repr(self))
+
+
+def _aval(x: np.ndarray) -> str:
+    return f"{x.dtype}[{', '.join(map(str, x.shape))}]"
+
+
+def _show(x: np.ndarray) -> str:
+    return np.array2string(np.asarray(x), separator=", ", threshold=96, max_line_width=2000).replace("\n", "")
+
+
+# ---------------------------------------------------------------------------------------------- geometry
+
+
+def device_groups(mesh_shape: dict[str, int], axis_name: Any, axis_index_groups: Any) -> list[list[int]]:
+    """Every group a collective over `axis_name` runs on, as device ids in group-index order.
+
+    Computed here from coordinates, independently of `sim` and `oracles.spec`, to lay out ragged cases.
+    """
+    names = list(mesh_shape)
+    axes = list(axis_name) if isinstance(axis_name, tuple) else [axis_name]
+    lines: dict[tuple, dict[int, int]] = collections.defaultdict(dict)
+    for d, coords in enumerate(itertools.product(*(range(n) for n in mesh_shape.values()))):
+        where = dict(zip(names, coords))
+        index = 0
+        for a in axes:
+            index = index * mesh_shape[a] + where[a]
+        lines[tuple(where[n] for n in names if n not in axes)][index] = d
+    size = int(np.prod([mesh_shape[a] for a in axes]))
+    chosen = axis_index_groups if axis_index_groups is not None else [list(range(size))]
+    return [[line[i] for i in group] for line in lines.values() for group in chosen]
+
+
+@st.composite
+def meshes(draw: st.DrawFn) -> dict[str, int]:
+    """1-D `{'x': n}` or 2-D `{'x': a, 'y': b}` meshes of 1 to 8 devices."""
+    if not draw(st.booleans()):
+        return {"x": draw(st.integers(1, MAX_DEVICES))}
+    x = draw(st.integers(1, 4))
+    return {"x": x, "y": draw(st.integers(1, MAX_DEVICES // x))}
+
+
+@st.composite
+def axis_names(draw: st.DrawFn, mesh_shape: dict[str, int]) -> Any:
+    """One mesh axis name, or a tuple of distinct names in any order."""
+    names = draw(st.permutations(list(mesh_shape)))
+    chosen = tuple(names[: draw(st.integers(1, len(names)))])
+    return chosen[0] if len(chosen) == 1 and not draw(st.booleans()) else chosen
+
+
+@st.composite
+def index_groups(draw: st.DrawFn, axis_size: int) -> list[list[int]] | None:
+    """None, or a partition of range(axis_size) into equal-size groups with shuffled members."""
+    if not draw(st.booleans()):
+        return None
+    group_size = draw(st.sampled_from([g for g in range(1, axis_size + 1) if axis_size % g == 0]))
+    order = draw(st.permutations(range(axis_size)))
+    return [list(order[i: i + group_size]) for i in range(0, axis_size, group_size)]
+
+
+@dataclass(frozen=True)
+class Axes:
+    """Where a collective runs: mesh, axis name, groups, and the resulting group size."""
+
+    mesh_shape: dict[str, int]
+    axis_name: Any
+    axis_index_groups: list[list[int]] | None
+    group_size: int
+
+
+@st.composite
+def collective_axes(draw: st.DrawFn) -> Axes:
+    """A mesh with an axis name over it and optional axis_index_groups."""
+    mesh_shape = draw(meshes())
+    axis_name = draw(axis_names(mesh_shape))
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    axis_size = int(np.prod([mesh_shape[n] for n in names]))
+    groups = draw(index_groups(axis_size))
+    return Axes(mesh_shape, axis_name, groups, len(groups[0]) if groups else axis_size)
+
+
+# ---------------------------------------------------------------------------------------------- values
+
+
+def small_dims(allow_zero: bool = True) -> st.SearchStrategy[int]:
+    """A dimension of 1 to 3, or 0 now and then."""
+    return st.one_of(st.integers(1, 3), st.just(0)) if allow_zero else st.integers(1, 3)
+
+
+@dataclass(frozen=True)
+class Fill:
+    """How to fill arrays: 'iota' (unique per device and element, readable) or 'bits' (random bytes)."""
+
+    style: str
+    seed: int
+
+    def array(self, shape: Sequence[int], dtype: np.dtype, salt: int) -> np.ndarray:
+        """An array of `shape` and `dtype`; `salt` makes each (device, argument) distinct."""
+        count = int(np.prod(shape))
+        if self.style == "iota":
+            start = 1 + salt * 97
+            return (np.arange(start, start + count) % 251 if dtype.itemsize == 1 else
+                    np.arange(start, start + count)).astype(dtype).reshape(shape)
+        rng = np.random.default_rng([self.seed, salt])
+        return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+
+
+fills = st.builds(Fill, st.sampled_from(["iota", "bits"]), st.integers(0, 2**32 - 1))
+dtypes = st.sampled_from(DTYPES)
+
+
+# ---------------------------------------------------------------------------------------------- dense ops
+
+
+@st.composite
+def all_gather_layouts(draw: st.DrawFn, axes: Axes) -> tuple[int, dict[str, Any]]:
+    """A rank and the all_gather parameters `axis` (negative too) and `tiled` for it."""
+    rank = draw(st.integers(1, 3))
+    tiled = draw(st.booleans())
+    room = rank if tiled else rank + 1
+    axis = draw(st.integers(-room, room - 1))
+    return rank, {"axis_name": axes.axis_name, "axis_index_groups": axes.axis_index_groups,
+                  "axis": axis, "tiled": tiled}
+
+
+@st.composite
+def all_gather_shapes(draw: st.DrawFn, rank: int, params: dict[str, Any], group_size: int) -> tuple[int, ...]:
+    """A shape for all_gather; XLA rejects a tiled gather along a dimension of size 0."""
+    shape = draw(st.lists(small_dims(), min_size=rank, max_size=rank))
+    if params["tiled"] and shape[params["axis"]] == 0:
+        shape[params["axis"]] = draw(st.integers(1, 3))
+    return tuple(shape)
+
+
+@st.composite
+def all_to_all_layouts(draw: st.DrawFn, axes: Axes, negative_axes: bool = False) -> tuple[int, dict[str, Any]]:
+    """A rank and all_to_all parameters `split_axis`, `concat_axis`, `tiled`."""
+    rank = draw(st.integers(1, 3))
+    low = -rank if negative_axes else 0
+    split_axis, concat_axis = draw(st.integers(low, rank - 1)), draw(st.integers(low, rank - 1))
+    if negative_axes and split_axis >= 0 and concat_axis >= 0:
+        split_axis -= rank
+    return rank, {"axis_name": axes.axis_name, "split_axis": split_axis, "concat_axis": concat_axis,
+                  "axis_index_groups": axes.axis_index_groups, "tiled": draw(st.booleans())}
+
+
+@st.composite
+def all_to_all_shapes(draw: st.DrawFn, rank: int, params: dict[str, Any], group_size: int) -> tuple[int, ...]:
+    """A shape whose split dimension is the group size (untiled) or a multiple of it, 0 included (tiled)."""
+    shape = draw(st.lists(small_dims(), min_size=rank, max_size=rank))
+    shape[params["split_axis"]] = group_size * (draw(st.integers(0, 2)) if params["tiled"] else 1)
+    return tuple(shape)
+
+
+_DENSE = {"all_gather": (all_gather_layouts, all_gather_shapes), "all_to_all": (all_to_all_layouts, all_to_all_shapes)}
+
+
+@st.composite
+def dense_cases(draw: st.DrawFn, op: str, leaves: int = 0, **layout_options: Any) -> Case:
+    """An all_gather or all_to_all case; with `leaves` > 0, every device holds a pytree of that many arrays.
+
+    The pytree is `{'a': leaf, 'b': (leaf, ...)}`: leaves share the parameters and rank but not shape or dtype.
+    """
+    layouts, shapes = _DENSE[op]
+    axes = draw(collective_axes())
+    rank, params = draw(layouts(axes, **layout_options))
+    fill = draw(fills)
+    n = int(np.prod(list(axes.mesh_shape.values())))
+    per_leaf = []
+    for leaf in range(max(leaves, 1)):
+        shape, dtype = draw(shapes(rank, params, axes.group_size)), draw(dtypes)
+        per_leaf.append([fill.array(shape, dtype, salt=d + leaf * MAX_DEVICES) for d in range(n)])
+    if leaves:
+        xs = tuple({"a": per_leaf[0][d], "b": tuple(p[d] for p in per_leaf[1:])} for d in range(n))
+    else:
+        xs = tuple(per_leaf[0])
+    return Case(op, axes.mesh_shape, (xs,), params)
+
+
+def all_gather_cases(**options: Any) -> st.SearchStrategy[Case]:
+    """all_gather cases (see the module docstring)."""
+    return dense_cases("all_gather", **options)
+
+
+def all_to_all_cases(**options: Any) -> st.SearchStrategy[Case]:
+    """all_to_all cases; `negative_axes=True` gives cases with a negative split or concat axis."""
+    return dense_cases("all_to_all", **options)
+
+
+# ---------------------------------------------------------------------------------------------- ragged
+
+
+@st.composite
+def packed_offsets(draw: st.DrawFn, sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Offsets placing slices of `sizes` without overlap, in shuffled order, with gaps; and the rows used."""
+    offsets = [0] * len(sizes)
+    cursor = draw(st.integers(0, 2))
+    for i in draw(st.permutations(range(len(sizes)))):
+        offsets[i] = cursor
+        cursor += sizes[i] + draw(st.integers(0, 2))
+    return offsets, cursor
+
+
+@st.composite
+def ragged_cases(draw: st.DrawFn) -> Case:
+    """A valid ragged_all_to_all case: sizes agree, slices stay in bounds, no two receive slices overlap."""
+    axes = draw(collective_axes())
+    n = int(np.prod(list(axes.mesh_shape.values())))
+    g = axes.group_size
+    per = draw(st.integers(1, 2))
+    k = g * per
+    recv_sizes = [draw(st.lists(st.integers(0, 3), min_size=k, max_size=k)) for _ in range(n)]
+    send_sizes = [[0] * k for _ in range(n)]
+    recv_offsets = [[0] * k for _ in range(n)]
+    output_offsets = [[0] * k for _ in range(n)]
+    input_offsets = [[0] * k for _ in range(n)]
+    out_rows, in_rows = [], []
+    for d in range(n):
+        recv_offsets[d], used = draw(packed_offsets(recv_sizes[d]))
+        out_rows.append(used)
+    for members in device_groups(axes.mesh_shape, axes.axis_name, axes.axis_index_groups):
+        for r, receiver in enumerate(members):
+            for s, sender in enumerate(members):
+                for j in range(per):
+                    send_sizes[sender][r * per + j] = recv_sizes[receiver][s * per + j]
+                    output_offsets[sender][r * per + j] = recv_offsets[receiver][s * per + j]
+    for d in range(n):
+        input_offsets[d], used = draw(packed_offsets(send_sizes[d]))
+        in_rows.append(used)
+    m = max(1, max(out_rows) + draw(st.integers(0, 2)))
+    rows = max(1, max(in_rows) + draw(st.integers(0, 2)))
+    for d in range(n):
+        for i, size in enumerate(send_sizes[d]):
+            if draw(st.booleans()):  # anywhere in the operand, overlapping other send slices is fine
+                input_offsets[d][i] = draw(st.integers(0, rows - size))
+    trailing = tuple(draw(st.lists(small_dims(), max_size=2)))
+    dtype, index_dtype, fill = draw(dtypes), draw(st.sampled_from(INDEX_DTYPES)), draw(fills)
+    operands = tuple(fill.array((rows, *trailing), dtype, salt=d) for d in range(n))
+    outputs = tuple(fill.array((m, *trailing), dtype, salt=MAX_DEVICES + d) for d in range(n))
+    index = [tuple(np.array(v, index_dtype) for v in table)
+             for table in (input_offsets, send_sizes, output_offsets, recv_sizes)]
+    params = {"axis_name": axes.axis_name, "axis_index_groups": axes.axis_index_groups}
+    return Case("ragged_all_to_all", axes.mesh_shape, (operands, outputs, *index), params)
+
+
+def ragged_case(mesh_shape: dict[str, int], axis_name: Any, recv_sizes: Sequence[Sequence[int]], *,
+                axis_index_groups: list[list[int]] | None = None, trailing: tuple[int, ...] = (),
+                dtype: Any = "int32", index_dtype: Any = "int32") -> Case:
+    """A hand-specified ragged case: `recv_sizes[d]` for every device d, the rest laid out deterministically.
+
+    Each device receives its slices in reverse order after one padding row, one padding row between
+    slices, and the device with the most rows has its last slice end at the last output row. Each device
+    sends its slices packed in order from row 0; the operand has one padding row at its end.
+    """
+    n = len(recv_sizes)
+    k = len(recv_sizes[0])
+    recv_offsets, out_rows = [], []
+    for sizes in recv_sizes:
+        offsets, cursor = [0] * k, 1
+        for i in reversed(range(k)):
+            offsets[i], cursor = cursor, cursor + sizes[i] + 1
+        recv_offsets.append(offsets)
+        out_rows.append(cursor - 1)
+    send_sizes, output_offsets = [[0] * k for _ in range(n)], [[0] * k for _ in range(n)]
+    for members in device_groups(mesh_shape, axis_name, axis_index_groups):
+        per = k // len(members)
+        for r, receiver in enumerate(members):
+            for s, sender in enumerate(members):
+                for j in range(per):
+                    send_sizes[sender][r * per + j] = recv_sizes[receiver][s * per + j]
+                    output_offsets[sender][r * per + j] = recv_offsets[receiver][s * per + j]
+    input_offsets = [list(np.cumsum([0, *sizes[:-1]])) for sizes in send_sizes]
+    rows = max(sum(sizes) for sizes in send_sizes) + 1
+    fill, dtype = Fill("iota", 0), np.dtype(dtype)
+    operands = tuple(fill.array((rows, *trailing), dtype, salt=d) for d in range(n))
+    outputs = tuple(fill.array((max(out_rows), *trailing), dtype, salt=MAX_DEVICES + d) for d in range(n))
+    index = [tuple(np.array(v, index_dtype) for v in table)
+             for table in (input_offsets, send_sizes, output_offsets, recv_sizes)]
+    params = {"axis_name": axis_name, "axis_index_groups": axis_index_groups}
+    return Case("ragged_all_to_all", dict(mesh_shape), (operands, outputs, *index), params)
+
+
+def dense_case(op: str, mesh_shape: dict[str, int], shape: Sequence[int], dtype: Any = "int32",
+               **params: Any) -> Case:
+    """A hand-specified all_gather or all_to_all case with readable per-device values."""
+    n = int(np.prod(list(mesh_shape.values())))
+    xs = tuple(Fill("iota", 0).array(tuple(shape), np.dtype(dtype), salt=d) for d in range(n))
+    defaults = {"axis_index_groups": None, "tiled": False}
+    return Case(op, dict(mesh_shape), (xs,), {**defaults, **params})
+
+
+def cases(op: str, **options: Any) -> st.SearchStrategy[Case]:
+    """Cases of `op`, one of OPS."""
+    return ragged_cases() if op == "ragged_all_to_all" else dense_cases(op, **options)
+
+
+# ---------------------------------------------------------------------------------------------- features
+
+
+def features(case: Case) -> set[str]:
+    """The properties of `case` the suite must cover, as short labels (also Hypothesis events)."""
+    p = case.params
+    found = {case.op, f"{len(case.mesh_shape)}-D mesh"}
+    if isinstance(p["axis_name"], tuple):
+        found.add("tuple axis_name")
+        if len(p["axis_name"]) > 1 and list(p["axis_name"]) != [n for n in case.mesh_shape if n in p["axis_name"]]:
+            found.add("tuple axis_name against mesh order")
+    if p.get("axis_index_groups") is not None:
+        found.add("axis_index_groups")
+    leaves = [leaf for _, leaf in _flatten(case.args[0][0])]
+    if len(leaves) > 1 or not isinstance(case.args[0][0], np.ndarray):
+        found.add("pytree")
+    if case.op != "ragged_all_to_all":
+        found.add("tiled" if p["tiled"] else "untiled")
+        if any(p.get(a, 0) < 0 for a in ("axis", "split_axis", "concat_axis")):
+            found.add("negative axis")
+    found |= {f"rank {x.ndim}" for x in leaves} | {f"dtype {x.dtype}" for x in leaves}
+    if any(0 in x.shape for x in leaves):
+        found.add("zero-size dimension")
+    if case.op == "ragged_all_to_all":
+        found |= _ragged_features(case)
+    return found
+
+
+def _ragged_features(case: Case) -> set[str]:
+    operands, outputs, input_offsets, send_sizes, output_offsets, recv_sizes = case.args
+    found = set()
+    if any((s == 0).any() for s in send_sizes):
+        found.add("zero-size ragged slice")
+    rows = outputs[0].shape[0]
+    for d, (offsets, sizes) in enumerate(zip(output_offsets, send_sizes)):
+        if any(o + s == rows and s for o, s in zip(offsets, sizes)):
+            found.add("slice ends at last output row")
+    for d, (offsets, sizes) in enumerate(zip(input_offsets, send_sizes)):
+        if any(o + s == operands[d].shape[0] and s for o, s in zip(offsets, sizes)):
+            found.add("slice ends at last operand row")
+    written = sum(int(s.sum()) for s in recv_sizes)
+    if written < sum(o.shape[0] for o in outputs):
+        found.add("output rows left as padding")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- answers
+
+
+def _flatten(tree: Any, path: str = "") -> list[tuple[str, np.ndarray]]:
+    """(path, leaf) pairs of a pytree of dicts (sorted keys) and tuples/lists, left to right."""
+    if isinstance(tree, dict):
+        return [pair for key in sorted(tree) for pair in _flatten(tree[key], f"{path}[{key!r}]")]
+    if isinstance(tree, (tuple, list)):
+        return [pair for i, child in enumerate(tree) for pair in _flatten(child, f"{path}[{i}]")]
+    return [(path, np.asarray(tree))]
+
+
+def _unflatten(like: Any, leaves: list[Any]) -> Any:
+    """A pytree shaped like `like` holding `leaves` in `_flatten` order."""
+    it = iter(leaves)
+
+    def build(node: Any) -> Any:
+        if isinstance(node, dict):
+            built = {key: build(node[key]) for key in sorted(node)}
+            return {key: built[key] for key in node}
+        if isinstance(node, (tuple, list)):
+            return type(node)(build(child) for child in node)
+        return next(it)
+
+    return build(like)
+
+
+def run_simulator(case: Case) -> list[Any]:
+    """The simulator's per-device results, run the way a user would: one `sim.shard_map` over the mesh.
+
+    Per-device inputs are stacked along a new leading axis sharded over every mesh axis; the body takes
+    row [0] and returns its result with a new leading axis, under the same spec.
+    """
+    mesh = sim.Mesh(dict(case.mesh_shape))
+    spec = sim.P(tuple(case.mesh_shape))
+    fn = getattr(collectives, case.op)
+    stacked = [_unflatten(per_device[0], [np.stack([leaf for _, leaf in leaves])
+                                          for leaves in zip(*(_flatten(v) for v in per_device))])
+               for per_device in case.args]
+
+    def body(*blocks: Any) -> Any:
+        result = fn(*(sim.tree_map(lambda x: x[0], b) for b in blocks), **case.params)
+        return sim.tree_map(lambda x: x[None], result)
+
+    mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(stacked), out_specs=spec)
+    out = mapped(*stacked)
+    return [sim.tree_map(lambda x: x[d], out) for d in range(case.devices)]
+
+
+def run_spec(case: Case, op_spec: Callable[..., list[np.ndarray]] | None = None) -> list[Any]:
+    """The executable spec's per-device results, applied leaf by leaf to pytrees."""
+    op_spec = op_spec or getattr(spec, case.op)
+    per_leaf_args = [[[dict(_flatten(v))[path] for v in per_device] for per_device in case.args]
+                     for path, _ in _flatten(case.args[0][0])]
+    per_leaf_out = [op_spec(*args, dict(case.mesh_shape), **case.params) for args in per_leaf_args]
+    return [_unflatten(case.args[0][d], [out[d] for out in per_leaf_out]) for d in range(case.devices)]
+
+
+def run_jax(case: Case, oracle: Any) -> list[Any]:
+    """Real JAX's per-device results from the oracle's worker, leaf by leaf for pytrees."""
+    per_leaf_out = []
+    for path, _ in _flatten(case.args[0][0]):
+        args = tuple([dict(_flatten(v))[path] for v in per_device] for per_device in case.args)
+        per_leaf_out.append(oracle.run(case.op, dict(case.mesh_shape), args, dict(case.params)).outputs)
+    return [_unflatten(case.args[0][d], [out[d] for out in per_leaf_out]) for d in range(case.devices)]
+
+
+def differences(expected: Sequence[Any], actual: Sequence[Any], expected_name: str = "spec",
+                actual_name: str = "simulator") -> list[str]:
+    """Every device and leaf where `actual` differs from `expected` in dtype, shape or bytes."""
+    if len(expected) != len(actual):
+        return [f"{actual_name} answered for {len(actual)} devices, {expected_name} for {len(expected)}"]
+    found = []
+    for d, (want, got) in enumerate(zip(expected, actual)):
+        want_leaves, got_leaves = _flatten(want), _flatten(got)
+        if [p for p, _ in want_leaves] != [p for p, _ in got_leaves]:
+            found.append(f"device {d}: {actual_name} tree {[p for p, _ in got_leaves]} but {expected_name} "
+                         f"tree {[p for p, _ in want_leaves]}")
+            continue
+        for (path, w), (_, a) in zip(want_leaves, got_leaves):
+            where = f"device {d}{path}"
+            if (w.dtype, w.shape) != (a.dtype, a.shape):
+                found.append(f"{where}: {actual_name} gives {_aval(a)} but {expected_name} gives {_aval(w)}")
+            elif np.ascontiguousarray(w).tobytes() != np.ascontiguousarray(a).tobytes():
+                found.append(f"{where}: bytes differ at {_differing(w, a)}\n"
+                             f"      {actual_name:>9}: {_show(a)}\n      {expected_name:>9}: {_show(w)}")
+    return found
+
+
+def _differing(want: np.ndarray, got: np.ndarray, limit: int = 6) -> str:
+    width = want.dtype.itemsize
+    w = np.ascontiguousarray(want).view(np.uint8).reshape(-1, width)
+    g = np.ascontiguousarray(got).view(np.uint8).reshape(-1, width)
+    flat = np.flatnonzero((w != g).any(axis=1))
+    where = [tuple(int(i) for i in np.unravel_index(f, want.shape)) for f in flat[:limit]]
+    return f"{len(flat)} element(s), first {where}"
+
+
+def check_agreement(case: Case, oracle: Any = None, *, simulator: Callable[[Case], list[Any]] = run_simulator,
+                    reference: Callable[[Case], list[Any]] = run_spec) -> None:
+    """Assert simulator == spec (== real JAX when `oracle` is given), bit for bit, on every device.
+
+    Raises:
+        AssertionError: listing every difference, each naming the device, the leaf and the elements.
+    """
+    answers = {"spec": reference(case), "simulator": simulator(case)}
+    if oracle is not None:
+        answers["jax"] = run_jax(case, oracle)
+    CHECKED[case.op, "jax" if oracle is not None else "spec"] += 1
+    found = differences(answers["spec"], answers["simulator"], "spec", "simulator")
+    if "jax" in answers:
+        found += differences(answers["jax"], answers["spec"], "jax", "spec")
+        found += differences(answers["jax"], answers["simulator"], "jax", "simulator")
+    if found:
+        raise AssertionError(f"{len(found)} difference(s) on\n{case!r}\n  " + "\n  ".join(found))
+
+
+def with_params(case: Case, **params: Any) -> Case:
+    """`case` with some parameters replaced."""
+    return replace(case, params={**case.params, **params})

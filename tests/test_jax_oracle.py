@@ -1,0 +1,238 @@
+"""Real JAX on CPU virtual devices (oracles.JaxOracle) agrees bit for bit with the executable spec.
+
+Also: the worker reports JAX's own errors as OracleError and stays alive, and a worker that crashes or
+hangs is reported as OracleFailure and replaced on the next call.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+import pytest
+
+from oracles import JaxOracle, OracleError, OracleFailure, OracleResult, shared_oracle, spec
+
+pytestmark = [
+    pytest.mark.differential,
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs the jax extra"),
+]
+
+
+@pytest.fixture(scope="module")
+def oracle() -> JaxOracle:
+    return shared_oracle()
+
+
+def n_devices(mesh_shape: dict[str, int]) -> int:
+    return int(np.prod(list(mesh_shape.values())))
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(-100, 100, shape).astype(dtype)
+
+
+def assert_bitwise_equal(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert len(got) == len(want)
+    for d, (g, w) in enumerate(zip(got, want)):
+        assert (g.shape, g.dtype) == (w.shape, w.dtype), f"device {d}"
+        assert g.tobytes() == w.tobytes(), f"device {d}: JAX {g!r} != spec {w!r}"
+
+
+# --- all_gather and all_to_all --------------------------------------------------------------------------
+
+ALL_GATHER_CASES = [
+    ({"x": 4}, (3,), np.float32, dict(axis_name="x")),
+    ({"x": 4}, (2, 2), np.int8, dict(axis_name="x", axis_index_groups=[[0, 2], [3, 1]], axis=1)),
+    ({"x": 2, "y": 2}, (2, 3), np.float16, dict(axis_name=("y", "x"), axis=1, tiled=True)),
+    ({"x": 4, "y": 2}, (2,), np.float64, dict(axis_name="y", tiled=True)),
+    ({"x": 2, "y": 4}, (3,), np.int64, dict(axis_name="y", axis_index_groups=[[0, 3], [1, 2]], axis=-1)),
+    ({"x": 2, "y": 2, "z": 2}, (2, 1), np.int32, dict(axis_name=("z", "x"), axis=2)),
+]
+
+
+@pytest.mark.parametrize("mesh_shape, shape, dtype, params", ALL_GATHER_CASES,
+                         ids=[f"{m}-{np.dtype(t).name}-{p}" for m, _, t, p in ALL_GATHER_CASES])
+def test_all_gather_matches_spec(oracle, mesh_shape, shape, dtype, params):
+    """jax.lax.all_gather under shard_map equals spec.all_gather, bytes and all."""
+    rng = np.random.default_rng(0)
+    xs = [random_array(rng, shape, dtype) for _ in range(n_devices(mesh_shape))]
+    result = oracle.run("all_gather", mesh_shape, (xs,), params)
+    assert result.path == "real"
+    assert_bitwise_equal(result.outputs, spec.all_gather(xs, mesh_shape, **params))
+
+
+ALL_TO_ALL_CASES = [
+    ({"x": 4}, (4,), np.float32, dict(axis_name="x", split_axis=0, concat_axis=0)),
+    ({"x": 4}, (3, 4), np.int8, dict(axis_name="x", split_axis=1, concat_axis=0)),
+    ({"x": 4}, (4, 3, 2), np.float16, dict(axis_name="x", split_axis=0, concat_axis=2)),
+    ({"x": 2, "y": 2}, (8, 2), np.float16, dict(axis_name=("y", "x"), split_axis=0, concat_axis=1, tiled=True)),
+    ({"x": 4, "y": 2}, (2, 6), np.float64,
+     dict(axis_name="x", split_axis=1, concat_axis=1, axis_index_groups=[[0, 3], [2, 1]], tiled=True)),
+    ({"x": 2, "y": 4}, (2, 3, 4), np.int64, dict(axis_name="y", split_axis=2, concat_axis=0)),
+    ({"x": 2, "y": 2, "z": 2}, (2, 3), np.int32,
+     dict(axis_name=("z", "x"), split_axis=0, concat_axis=1, axis_index_groups=[[3, 0], [1, 2]])),
+]
+
+
+@pytest.mark.parametrize("mesh_shape, shape, dtype, params", ALL_TO_ALL_CASES,
+                         ids=[f"{m}-{np.dtype(t).name}-{p}" for m, _, t, p in ALL_TO_ALL_CASES])
+def test_all_to_all_matches_spec(oracle, mesh_shape, shape, dtype, params):
+    """jax.lax.all_to_all under shard_map equals spec.all_to_all, bytes and all."""
+    rng = np.random.default_rng(1)
+    xs = [random_array(rng, shape, dtype) for _ in range(n_devices(mesh_shape))]
+    result = oracle.run("all_to_all", mesh_shape, (xs,), params)
+    assert result.path == "real"
+    assert_bitwise_equal(result.outputs, spec.all_to_all(xs, mesh_shape, **params))
+
+
+# --- ragged_all_to_all ----------------------------------------------------------------------------------
+
+
+def ragged_case(rng: np.random.Generator, mesh_shape: dict[str, int], params: dict[str, Any], dtype: Any,
+                slices_per_peer: int = 2, trailing: tuple[int, ...] = (2,),
+                offset_dtype: Any = np.int32) -> tuple[list[np.ndarray], ...]:
+    """Valid random ragged arguments: slices of 0..3 rows at gapped offsets, landing in shuffled order."""
+    members = spec.groups(mesh_shape, params["axis_name"], params.get("axis_index_groups"))
+    k = len(members[0]) * slices_per_peer
+    rows = k * 4 + 1  # room for k slices of up to 3 rows, each after a gap of at most one row
+    n = n_devices(mesh_shape)
+    send_sizes = [rng.integers(0, 4, k) for _ in range(n)]
+    input_offsets = [packed_offsets(rng, sizes, np.arange(k)) for sizes in send_sizes]
+    recv_sizes, output_offsets = [np.zeros(k, int) for _ in range(n)], [np.zeros(k, int) for _ in range(n)]
+    for group in members:
+        for src_idx, src in enumerate(group):
+            for dst_idx, dst in enumerate(group):
+                for s in range(slices_per_peer):
+                    recv_sizes[dst][src_idx * slices_per_peer + s] = send_sizes[src][dst_idx * slices_per_peer + s]
+        for dst_idx, dst in enumerate(group):
+            landing = packed_offsets(rng, recv_sizes[dst], rng.permutation(k))
+            for src_idx, src in enumerate(group):
+                for s in range(slices_per_peer):
+                    output_offsets[src][dst_idx * slices_per_peer + s] = landing[src_idx * slices_per_peer + s]
+    operands = [random_array(rng, (rows, *trailing), dtype) for _ in range(n)]
+    outputs = [random_array(rng, (rows, *trailing), dtype) for _ in range(n)]
+    ints = [[np.asarray(a, offset_dtype) for a in arg]
+            for arg in (input_offsets, send_sizes, output_offsets, recv_sizes)]
+    return (operands, outputs, *ints)
+
+
+def packed_offsets(rng: np.random.Generator, sizes: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Offsets that lay slices out one after another in `order`, each after a gap of 0 or 1 rows."""
+    offsets, cursor = np.zeros(len(sizes), int), 0
+    for i in order:
+        cursor += int(rng.integers(0, 2))
+        offsets[i], cursor = cursor, cursor + sizes[i]
+    return offsets
+
+
+RAGGED_CASES = [
+    ({"x": 2}, np.float32, dict(axis_name="x"), np.int32),
+    ({"x": 4}, np.float64, dict(axis_name="x"), np.int64),
+    ({"x": 2, "y": 2}, np.int8, dict(axis_name=("y", "x")), np.int32),
+    ({"x": 4}, np.float16, dict(axis_name="x", axis_index_groups=[[0, 2], [3, 1]]), np.int32),
+    ({"x": 2, "y": 4}, np.int32, dict(axis_name="y"), np.int64),
+    ({"x": 2, "y": 2, "z": 2}, np.float32, dict(axis_name=("x", "z"), axis_index_groups=[[1, 3], [2, 0]]), np.int32),
+]
+
+
+@pytest.mark.parametrize("mesh_shape, dtype, params, offset_dtype", RAGGED_CASES,
+                         ids=[f"{m}-{np.dtype(t).name}-{p}" for m, t, p, _ in RAGGED_CASES])
+def test_ragged_all_to_all_matches_spec(oracle, mesh_shape, dtype, params, offset_dtype):
+    """JAX's ragged_all_to_all (real, or its documented decomposition on XLA:CPU) equals the spec."""
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        args = ragged_case(rng, mesh_shape, params, dtype, offset_dtype=offset_dtype)
+        result = oracle.run("ragged_all_to_all", mesh_shape, args, params)
+        assert_bitwise_equal(result.outputs, spec.ragged_all_to_all(*args, mesh_shape, **params))
+
+
+def test_ragged_all_to_all_docs_example_reports_its_path(oracle):
+    """The docs' example gives [1, 3, 0, 0] and [2, 2, 4, 0]; the oracle says which path computed it."""
+    ints = [[np.array(v, np.int32) for v in pair] for pair in
+            ([[0, 1], [0, 1]], [[1, 2], [1, 1]], [[0, 0], [1, 2]], [[1, 1], [2, 1]])]
+    args = ([np.array([1, 2, 2], np.float32), np.array([3, 4, 0], np.float32)], [np.zeros(4, np.float32)] * 2, *ints)
+    result = oracle.run("ragged_all_to_all", {"i": 2}, args, {"axis_name": "i"})
+    assert result.path in ("real", "decomposition")
+    assert_bitwise_equal(result.outputs, [np.array([1, 3, 0, 0], np.float32), np.array([2, 2, 4, 0], np.float32)])
+
+
+# --- errors and failures --------------------------------------------------------------------------------
+
+
+def test_jax_error_is_oracle_error_and_worker_survives(oracle):
+    """JAX's own shape check comes back as OracleError with JAX's message; the same worker goes on."""
+    xs = [np.zeros(3, np.float32)] * 4
+    oracle.run("all_gather", {"x": 4}, (xs,), {"axis_name": "x"})
+    pid = oracle.pid
+    with pytest.raises(OracleError, match="all_to_all requires the size of the mapped axis") as caught:
+        oracle.run("all_to_all", {"x": 4}, (xs,), {"axis_name": "x", "split_axis": 0, "concat_axis": 0})
+    assert caught.value.kind == "ValueError" and "float32[3]" in caught.value.case
+    assert isinstance(oracle.run("all_gather", {"x": 4}, (xs,), {"axis_name": "x"}), OracleResult)
+    assert oracle.pid == pid
+
+
+def test_ragged_argument_check_is_oracle_error(oracle):
+    """The real ragged op is traced even where XLA:CPU cannot run it, so its dtype checks apply."""
+    args = ([np.zeros(3, np.float32)] * 2, [np.zeros(4, np.float32)] * 2, [np.zeros(2, np.float32)] * 2,
+            *([np.zeros(2, np.int32)] * 2 for _ in range(3)))
+    with pytest.raises(OracleError, match="input_offsets must be integer type"):
+        oracle.run("ragged_all_to_all", {"i": 2}, args, {"axis_name": "i"})
+
+
+def test_ragged_compile_check_is_oracle_error_not_fallback(oracle):
+    """XLA's verifier (offset arrays must share a dtype) is reported, not hidden by the decomposition."""
+    args = ([np.zeros(3, np.float32)] * 2, [np.zeros(4, np.float32)] * 2, [np.zeros(2, np.int64)] * 2,
+            *([np.zeros(2, np.int32)] * 2 for _ in range(3)))
+    with pytest.raises(OracleError, match="RaggedAllToAll operands have different shapes"):
+        oracle.run("ragged_all_to_all", {"i": 2}, args, {"axis_name": "i"})
+
+
+def test_worker_crash_is_oracle_failure_and_worker_restarts():
+    """A worker that dies mid-case is an OracleFailure naming the case; the next call gets a new worker."""
+    xs = [np.arange(2)] * 2
+    with JaxOracle() as oracle:
+        oracle.run("all_gather", {"i": 2}, (xs,), {"axis_name": "i"})
+        first = oracle.pid
+        with pytest.raises(OracleFailure, match=r"died \(exit code 70\) on crash on mesh \{'i': 2\}"):
+            oracle.run("crash", {"i": 2}, (), {})
+        assert oracle.pid is None
+        result = oracle.run("all_gather", {"i": 2}, (xs,), {"axis_name": "i"})
+        assert_bitwise_equal(result.outputs, [np.array([[0, 1], [0, 1]])] * 2)
+        assert oracle.pid not in (None, first)
+
+
+def test_worker_hang_is_oracle_failure_and_worker_restarts():
+    """A case that outlives timeout_s is an OracleFailure; the hung worker is killed and replaced."""
+    xs = [np.arange(2)] * 2
+    with JaxOracle(timeout_s=60) as oracle:
+        oracle.run("all_gather", {"i": 2}, (xs,), {"axis_name": "i"})
+        oracle.timeout_s = 0.5
+        with pytest.raises(OracleFailure, match=r"no answer within timeout_s=0.5 on sleep on mesh"):
+            oracle.run("sleep", {"i": 2}, (), {"seconds": 60})
+        oracle.timeout_s = 60
+        assert oracle.run("all_gather", {"i": 2}, (xs,), {"axis_name": "i"}).path == "real"
+
+
+@pytest.mark.parametrize("op, mesh_shape, args, match", [
+    ("psum", {"i": 2}, ([np.zeros(1)] * 2,), "op='psum' must be one of"),
+    ("all_gather", {"i": 16}, ([np.zeros(1)] * 16,), "has 16 devices; the JAX oracle runs at most 8"),
+    ("all_gather", {"i": 0}, ((),), "must map axis names to positive sizes"),
+    ("all_gather", {"i": 2}, ([np.zeros(1)] * 2, [np.zeros(1)] * 2), "takes 1 per-device argument"),
+    ("all_gather", {"i": 2}, ([np.zeros(1)] * 3,), r"args\[0\] has 3 per-device arrays"),
+    ("all_gather", {"i": 2}, ([np.zeros(1), np.zeros(2)],), r"device 1 has float64\[2\] but device 0 has"),
+], ids=["unknown-op", "too-many-devices", "empty-axis", "arity", "device-count", "ragged-shapes"])
+def test_bad_requests_are_rejected_before_sending(op, mesh_shape, args, match):
+    """Requests one shard_map call cannot express raise ValueError without starting a worker."""
+    oracle = JaxOracle()
+    with pytest.raises(ValueError, match=match):
+        oracle.run(op, mesh_shape, args, {"axis_name": "i"})
+    assert oracle.pid is None
+
+
+def test_shared_oracle_is_one_instance():
+    """shared_oracle() hands every caller the same lazily started oracle."""
+    assert shared_oracle() is shared_oracle()
