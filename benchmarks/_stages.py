@@ -7,6 +7,7 @@ most one result of each stage is alive at a time.
 from __future__ import annotations
 
 import gc
+from typing import Callable
 
 import numpy as np
 
@@ -44,10 +45,10 @@ def exchange(block: np.ndarray) -> np.ndarray:
     return collectives.all_to_all(block, AXIS_NAME, 0, 0, tiled=True)
 
 
-def simulator_call() -> sim.ShardMapped:
-    """`exchange` mapped over a fresh 8-device mesh (default network), rows split over the axis."""
+def simulator_call(program: Callable[[np.ndarray], np.ndarray] = exchange) -> sim.ShardMapped:
+    """`program` mapped over a fresh 8-device mesh (default network), rows split over the axis."""
     mesh = sim.Mesh({AXIS_NAME: DEVICES})
-    return sim.shard_map(exchange, mesh=mesh, in_specs=sim.P(AXIS_NAME), out_specs=sim.P(AXIS_NAME))
+    return sim.shard_map(program, mesh=mesh, in_specs=sim.P(AXIS_NAME), out_specs=sim.P(AXIS_NAME))
 
 
 def time_simulator(x: np.ndarray, reference: np.ndarray, repeat: int) -> Timing:

@@ -49,6 +49,8 @@ class Source:
                 seen[current] = seen.get(current, -1) + 1
                 if current == table and seen[current] == index:
                     header_line = number
+                if key and current == (f"{table}.{key}" if table else key):
+                    return number  # the key is itself a table, e.g. a misspelt [[device]]
                 continue
             if key_pattern and current == table and seen[current] == index and key_pattern.match(text):
                 return number

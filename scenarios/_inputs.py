@@ -41,6 +41,7 @@ def device_inputs(source: Source, data: dict, count: int, spec: OpSpec) -> Input
 
 
 def _dtype(source: Source, name: Any) -> np.dtype | None:
+    """`[inputs] dtype` as a numpy dtype, None when absent."""
     if name is None:
         return None
     try:
@@ -54,6 +55,7 @@ def _dtype(source: Source, name: Any) -> np.dtype | None:
 
 
 def _generated(source: Source, settings: dict, count: int, spec: OpSpec, dtype: np.dtype) -> Inputs:
+    """One draw of `x` per device from `numpy.random.default_rng(seed)`, in device order."""
     if spec.arrays != ("x",):
         raise source.error("inputs", "seed", f"[inputs] seed draws the one array x of all_gather and all_to_all; "
                                              f"{spec.name} needs literal [[device]] tables")
@@ -77,6 +79,7 @@ def _draw(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.nda
 
 
 def _literal(source: Source, devices: Any, count: int, spec: OpSpec, dtype: np.dtype | None) -> Inputs:
+    """The `[[device]]` tables as arrays, data in one dtype, offsets and sizes int32."""
     if not isinstance(devices, list) or not all(isinstance(table, dict) for table in devices):
         raise source.error("", "device", "device must be an array of tables: write [[device]] once per device")
     if len(devices) != count:
@@ -113,6 +116,7 @@ def _array(source: Source, d: int, name: str, value: Any) -> np.ndarray:
 
 
 def _infer(arrays: list[np.ndarray]) -> np.dtype:
+    """JAX's default dtype for the literals: float32 if any is a float, else int32, else bool."""
     kinds = {array.dtype.kind for array in arrays if array.size}
     if "f" in kinds or not kinds:
         return np.dtype(np.float32)
@@ -144,9 +148,11 @@ def _check_shapes(source: Source, inputs: Inputs) -> None:
 
 
 def _is_shape(value: Any) -> bool:
+    """Whether `value` is a list of non-negative ints."""
     return isinstance(value, list) and all(type(n) is int and n >= 0 for n in value)
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
+    """`array`, made read-only."""
     array.setflags(write=False)
     return array

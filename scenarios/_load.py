@@ -63,6 +63,7 @@ def load(path: str | os.PathLike) -> Scenario:
 
 
 def _parse(path: str) -> tuple[Source, dict]:
+    """The file's text and its TOML tables; unreadable files and syntax errors become ScenarioError."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -76,6 +77,7 @@ def _parse(path: str) -> tuple[Source, dict]:
 
 
 def _mesh(source: Source, data: dict) -> sim.Mesh:
+    """The `[mesh]` axes with the `[network]`, as a `sim.Mesh`."""
     table = source.table(data, "mesh")
     source.check_keys("mesh", table, ("axes",), ())
     axes = table["axes"]
@@ -87,6 +89,7 @@ def _mesh(source: Source, data: dict) -> sim.Mesh:
 
 
 def _network(source: Source, data: dict) -> sim.Network:
+    """The `[network]` table as a `sim.Network` (the defaults when it is absent)."""
     table = source.table(data, "network", required=False) or {}
     source.check_keys("network", table, (), ("latency_s", "bandwidth_bytes_per_s"))
     for key, value in table.items():
@@ -101,6 +104,7 @@ def _network(source: Source, data: dict) -> sim.Network:
 
 
 def _collective(source: Source, table: dict, mesh: sim.Mesh) -> tuple[OpSpec, dict[str, Any]]:
+    """The op's spec and its checked keyword parameters (`axis_name` lists become tuples)."""
     if "op" not in table:
         raise source.error("collective", None, f"[collective] op is missing; it must be one of {_names()}")
     spec = OPS.get(table["op"]) if isinstance(table["op"], str) else None
@@ -132,4 +136,5 @@ def _check_axes(source: Source, params: dict[str, Any], mesh: sim.Mesh) -> None:
 
 
 def _names() -> str:
+    """The known ops, quoted, for error messages."""
     return ", ".join(repr(name) for name in OPS)

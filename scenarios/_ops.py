@@ -40,15 +40,18 @@ OPS: dict[str, OpSpec] = {
 
 
 def _is_int(value: Any) -> bool:
+    """An int that is not a bool (TOML's true is not an axis)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_axis_name(value: Any) -> bool:
+    """A name or a non-empty list of names."""
     names = value if isinstance(value, list) else [value]
     return bool(names) and all(isinstance(name, str) for name in names)
 
 
 def _is_groups(value: Any) -> bool:
+    """A list of lists of ints."""
     return isinstance(value, list) and all(isinstance(g, list) and all(_is_int(i) for i in g) for g in value)
 
 

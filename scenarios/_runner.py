@@ -26,6 +26,7 @@ class Provenance:
     messages: tuple[int | None, ...]
 
     def to_dict(self) -> dict:
+        """`axis`, `sources` and `messages` as JSON-ready values."""
         return {"axis": self.axis, "sources": list(self.sources), "messages": list(self.messages)}
 
 
@@ -65,6 +66,7 @@ class ScenarioResult:
         }
 
     def _device_dict(self, device: int) -> dict:
+        """One device's coordinates, inputs, result, dtype and provenance as JSON-ready values."""
         output, provenance = self.outputs[device], self.provenance[device]
         return {
             "device": device,
@@ -105,7 +107,9 @@ def run(scenario: Scenario) -> ScenarioResult:
             from error
     outputs = tuple(_frozen(outcome.outputs[d]) for d in mesh.devices)
     trace = tuple(outcome.trace)
-    axis = next((m.detail.get("axis", 0) for m in trace if "rows" in m.detail), None)
+    located = [m for m in trace if "rows" in m.detail]
+    # No message at all (a ragged call whose slices are all empty) means every row kept `output`.
+    axis = located[0].detail.get("axis", 0) if located else (None if trace else 0)
     provenance = tuple(None if axis is None else _provenance(trace, d, outputs[d], axis) for d in mesh.devices)
     return ScenarioResult(scenario, outputs, provenance, trace, outcome.end_time_s)
 
@@ -122,6 +126,7 @@ def _provenance(trace: tuple[sim.MessageRecord, ...], device: int, output: np.nd
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only copy of `array`."""
     array = np.array(array)
     array.setflags(write=False)
     return array

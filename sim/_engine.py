@@ -69,6 +69,7 @@ class Port:
         self.collective = collective
         self.call = call
         self.memory: LocalMemory = simulation.memories[device]
+        self.in_flight: list[simpy.Event] = []
 
     @property
     def group(self) -> Group:
@@ -80,7 +81,7 @@ class Port:
             raise AssertionError("payloads must be packed (C-contiguous) before sending")
         key = (self.collective.group.members, self.call, tag)
         message = Message(self.device, dst, key, payload, header or {})
-        self.simulation._post(message, self.collective.name, self.call, detail)
+        self.in_flight.append(self.simulation._post(message, self.collective.name, self.call, detail))
 
     def recv(self, src: int, tag: Hashable = 0) -> simpy.Event:
         """An event that fires with the `Message` from `src` carrying `tag`."""
@@ -219,7 +220,10 @@ class Simulation:
         program.waiting_on = f"waits in {collective.name} (call #{call} over devices {list(members)})"
         yield self._arrive(program.device, call, collective)
         port = Port(self, program.device, collective, call)
-        return (yield from collective.protocol(port, collective.args))
+        result = yield from collective.protocol(port, collective.args)
+        # payloads are zero-copy views of the sender's memory: it may not move on while they travel
+        yield self.env.all_of(port.in_flight)
+        return result
 
     def _arrive(self, device: int, call: int, collective: Collective) -> simpy.Event:
         key = (collective.group.members, call)
@@ -244,7 +248,7 @@ class Simulation:
             slot["event"].succeed()
         return slot["event"]
 
-    def _post(self, message: Message, collective: str, call: int, detail: dict) -> None:
+    def _post(self, message: Message, collective: str, call: int, detail: dict) -> simpy.Event:
         now = self.now_s
         size = message.payload.nbytes
         network = self.mesh.network
@@ -259,6 +263,7 @@ class Simulation:
         self.trace.add(record)
         arrival = self.env.timeout(t - now)
         arrival.callbacks.append(lambda _: self._deliver(message))
+        return arrival
 
     def _deliver(self, message: Message) -> None:
         key = (message.dst, message.src, message.tag)

@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The `meshsim` argument parser: one subcommand, `run`."""
     parser = argparse.ArgumentParser(prog="meshsim", description="Run JAX collectives on a simulated device mesh.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = commands.add_parser("run", help="run a scenario file: results, provenance of every row, messages, time")
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(path: str, as_json: bool) -> int:
+    """Load and run the scenario at `path`, print it (rich or JSON) and return the exit code."""
     import scenarios  # here, not at the top: see the module docstring
 
     try:
@@ -72,10 +74,11 @@ def _show(console: Console, result: ScenarioResult) -> None:
         console.print(_legend(result))
     console.print()
     console.print(_messages(result))
-    console.print(Text("simulated time: ", style="bold") + Text(_seconds(result.end_time_s)))
+    console.print(Text.assemble(("simulated time: ", "bold"), _seconds(result.end_time_s)))
 
 
 def _header(console: Console, result: ScenarioResult) -> None:
+    """The title, file, mesh, network and the call as it would read in JAX."""
     scenario = result.scenario
     mesh, network = scenario.mesh, scenario.mesh.network
     axes = ", ".join(f"{name}={size}" for name, size in mesh.shape.items())
@@ -84,17 +87,17 @@ def _header(console: Console, result: ScenarioResult) -> None:
     console.print(Text(scenario.path, style="dim"))
     console.print(f"mesh {axes} ({mesh.size} devices); network {network.topology}, latency "
                   f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s",
-                  markup=False)
+                  markup=False, soft_wrap=True)
     console.print(Text(f"{scenario.op}({params})", style="bold"))
     if scenario.description:
-        console.print(Text(scenario.description.strip(), style="italic"))
+        console.print(Text(" ".join(scenario.description.split()), style="italic"))
 
 
 def _device(console: Console, result: ScenarioResult, device: int) -> None:
     """One device: its inputs, its result coloured by sender, and which sender wrote which rows."""
     coords = ", ".join(f"{name}={i}" for name, i in result.scenario.mesh.coords(device).items())
     console.print()
-    console.print(Text(f"device {device}", style="bold underline") + Text(f"  ({coords})", style="dim"))
+    console.print(Text.assemble((f"device {device}", "bold underline"), (f"  ({coords})", "dim")))
     inputs = result.inputs[device]
     width = max(len(name) for name in [*inputs, "result"])
     for name, array in inputs.items():
@@ -107,10 +110,11 @@ def _device(console: Console, result: ScenarioResult, device: int) -> None:
 
 
 def _print_array(console: Console, label: str, array: np.ndarray, provenance: Provenance | None, width: int) -> None:
+    """`label` and the array's text, continuation lines indented under the first."""
     lines = _array_lines(_cells(array), _styles(array.shape, provenance))
     for i, line in enumerate(lines):
-        prefix = Text(f"  {label if i == 0 else '':<{width}}  ", style="bold" if label == "result" else "")
-        console.print(prefix + line, soft_wrap=True)
+        prefix = (f"  {label if i == 0 else '':<{width}}  ", "bold" if label == "result" else "")
+        console.print(Text.assemble(prefix, line), soft_wrap=True)
 
 
 def _cells(array: np.ndarray) -> np.ndarray:
@@ -185,6 +189,7 @@ def _runs(values: Sequence) -> list[tuple[int, int, object]]:
 
 
 def _legend(result: ScenarioResult) -> Text:
+    """Which colour stands for which sending device."""
     legend = Text("\ncolours: ")
     for device in result.scenario.mesh.devices:
         legend.append(f"device {device}", style=_colour(device)).append("  ")
@@ -199,7 +204,7 @@ def _messages(result: ScenarioResult) -> Table:
     table = Table(title=Text(f"{len(result.trace)} messages, {network_bytes} bytes across the network"),
                   title_justify="left")
     for column in ("#", "src", "dst", "bytes", "sent", "arrived", "slice", "rows at dst", "src rows"):
-        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left")
+        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True)
     for k, message in enumerate(result.trace):
         detail = message.detail
         rows = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
@@ -210,6 +215,7 @@ def _messages(result: ScenarioResult) -> Table:
 
 
 def _span(rows: Sequence[int] | None) -> str:
+    """`(start, stop)` as `start:stop`; empty when absent."""
     return "" if rows is None else f"{rows[0]}:{rows[1]}"
 
 
@@ -222,6 +228,7 @@ def _seconds(t: float) -> str:
 
 
 def _colour(device: int) -> str:
+    """The colour of rows sent by `device`."""
     return _PALETTE[device % len(_PALETTE)]
 
 

@@ -495,13 +495,13 @@ def differences(expected: Sequence[Any], actual: Sequence[Any], expected_name: s
     for d, (want, got) in enumerate(zip(expected, actual)):
         want_leaves, got_leaves = _flatten(want), _flatten(got)
         if [p for p, _ in want_leaves] != [p for p, _ in got_leaves]:
-            found.append(f"device {d}: {actual_name} tree {[p for p, _ in got_leaves]} but {expected_name} "
-                         f"tree {[p for p, _ in want_leaves]}")
+            found.append(f"device {d}: {actual_name} != {expected_name}: tree {[p for p, _ in got_leaves]} vs "
+                         f"{[p for p, _ in want_leaves]}")
             continue
         for (path, w), (_, a) in zip(want_leaves, got_leaves):
-            where = f"device {d}{path}"
+            where = f"device {d}{path}: {actual_name} != {expected_name}"
             if (w.dtype, w.shape) != (a.dtype, a.shape):
-                found.append(f"{where}: {actual_name} gives {_aval(a)} but {expected_name} gives {_aval(w)}")
+                found.append(f"{where}: {actual_name} gives {_aval(a)}, {expected_name} gives {_aval(w)}")
             elif np.ascontiguousarray(w).tobytes() != np.ascontiguousarray(a).tobytes():
                 found.append(f"{where}: bytes differ at {_differing(w, a)}\n"
                              f"      {actual_name:>9}: {_show(a)}\n      {expected_name:>9}: {_show(w)}")
@@ -509,12 +509,15 @@ def differences(expected: Sequence[Any], actual: Sequence[Any], expected_name: s
 
 
 def _differing(want: np.ndarray, got: np.ndarray, limit: int = 6) -> str:
+    """How many elements differ, the first few indices, and the first one's bits (NaN payloads, -0.0)."""
     width = want.dtype.itemsize
     w = np.ascontiguousarray(want).view(np.uint8).reshape(-1, width)
     g = np.ascontiguousarray(got).view(np.uint8).reshape(-1, width)
     flat = np.flatnonzero((w != g).any(axis=1))
     where = [tuple(int(i) for i in np.unravel_index(f, want.shape)) for f in flat[:limit]]
-    return f"{len(flat)} element(s), first {where}"
+    first = flat[0]
+    bits = f"0x{g[first][::-1].tobytes().hex()} vs 0x{w[first][::-1].tobytes().hex()}"
+    return f"{len(flat)} element(s), first {where} (bits {bits})"
 
 
 def check_agreement(case: Case, oracle: Any = None, *, simulator: Callable[[Case], list[Any]] = run_simulator,

@@ -153,3 +153,19 @@ def test_trace_names_collective_slice_and_rows():
     assert rows == {(0, 0): ("ragged_all_to_all", 0, (0, 1)), (0, 1): ("ragged_all_to_all", 1, (0, 2)),
                     (1, 0): ("ragged_all_to_all", 0, (1, 2)), (1, 1): ("ragged_all_to_all", 1, (2, 3))}
     assert f.last_run.trace.total_bytes == 16 + 8
+
+
+def test_sender_cannot_overwrite_a_payload_in_flight():
+    """A device's collective ends only when its own messages have arrived, so writing into its operand
+    afterwards cannot change what the receiver gets."""
+    def body(op, out, io, ss, oo, rs):
+        result = collectives.ragged_all_to_all(op, out, io, ss, oo, rs, axis_name="x")
+        op[:] = -7
+        return result
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=(P("x"),) * 6, out_specs=P("x"))
+    rows = 1000
+    operand = np.arange(2 * rows)
+    out = f(operand, np.zeros(2 * rows, int), np.array([0, 1, 0, 0]), np.array([1, rows - 1, 0, 0]),
+            np.array([0, 0, 0, 0]), np.array([1, 0, rows - 1, 0]))
+    assert out[rows:2 * rows - 1].tolist() == list(range(1, rows))

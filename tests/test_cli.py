@@ -1,0 +1,159 @@
+"""The `meshsim` command, run in-process through `sim.cli.main` and as a separate process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = "scenarios/ragged_docs_example.toml"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(autouse=True)
+def plain_output(monkeypatch):
+    """Run from the repository root with colour detection left to rich (no forced terminal)."""
+    monkeypatch.chdir(ROOT)
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def launchers() -> list:
+    """The installed console script when present, and `python -m sim.cli` always."""
+    script = Path(sys.executable).with_name("meshsim")
+    marks = [] if script.exists() else [pytest.mark.skip(reason="meshsim console script not installed")]
+    return [pytest.param([str(script)], id="console-script", marks=marks),
+            pytest.param([sys.executable, "-m", "sim.cli"], id="module")]
+
+
+def meshsim(launcher: list[str], *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    return subprocess.run([*launcher, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def broken(tmp_path: Path) -> Path:
+    path = tmp_path / "broken.toml"
+    path.write_text((ROOT / DOCS).read_text().replace('op = "ragged_all_to_all"', 'op = "foo"'))
+    return path
+
+
+def test_run_prints_the_docs_results(capsys):
+    """`meshsim run` on the docs example prints both documented results, the provenance and the time."""
+    assert main(["run", DOCS]) == 0
+    out = _ANSI.sub("", capsys.readouterr().out)
+    assert "[1, 3, 0, 0]" in out and "[2, 2, 4, 0]" in out
+    assert "rows 1:2 from device 1, slice 0 (its operand rows 0:1)" in out
+    assert "rows 2:4 kept from output" in out
+    assert "4 messages" in out and "simulated time: 1.00008 us" in out
+
+
+@pytest.mark.parametrize("launcher", launchers())
+def test_run_as_a_process(launcher):
+    """The command run as its own process prints the docs' results, exits 0 and writes nothing to stderr."""
+    done = meshsim(launcher, "run", DOCS)
+    assert done.returncode == 0, done.stderr
+    assert "[1, 3, 0, 0]" in _ANSI.sub("", done.stdout) and "[2, 2, 4, 0]" in _ANSI.sub("", done.stdout)
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize("launcher", launchers())
+def test_json_has_outputs_provenance_and_messages(launcher):
+    """`--json` prints one JSON document (no markup) with outputs, row senders, messages and the end time."""
+    done = meshsim(launcher, "run", "--json", DOCS)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    devices = report["devices"]
+    assert [d["output"] for d in devices] == [[1, 3, 0, 0], [2, 2, 4, 0]]
+    assert [d["provenance"]["sources"] for d in devices] == [[0, 1, None, None], [0, 0, 1, None]]
+    assert devices[1]["inputs"]["output_offsets"] == [1, 2]
+    messages = report["messages"]
+    assert {(m["src"], m["dst"], m["detail"]["slice"], tuple(m["detail"]["rows"])) for m in messages} == {
+        (0, 0, 0, (0, 1)), (0, 1, 1, (0, 2)), (1, 0, 0, (1, 2)), (1, 1, 1, (2, 3))}
+    assert all({"size_bytes", "send_time_s", "arrival_time_s"} <= set(m) for m in messages)
+    assert report["end_time_s"] == max(m["arrival_time_s"] for m in messages)
+    assert report["collective"] == {"op": "ragged_all_to_all", "axis_name": "x"}
+
+
+def test_json_provenance_points_at_the_writing_message(capsys):
+    """In `--json`, each written row's message index names a message from that row's sender covering it."""
+    assert main(["run", "--json", "scenarios/moe_dispatch.toml"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    for device in report["devices"]:
+        provenance = device["provenance"]
+        for row, (source, k) in enumerate(zip(provenance["sources"], provenance["messages"])):
+            if k is None:
+                assert source is None
+                continue
+            message = report["messages"][k]
+            assert (message["src"], message["dst"]) == (source, device["device"])
+            assert message["detail"]["rows"][0] <= row < message["detail"]["rows"][1]
+
+
+def test_broken_file_exits_2_naming_file_field_and_line(tmp_path, capsys):
+    """A scenario with an unknown op exits 2, prints nothing on stdout, and names file, line and field on stderr."""
+    path = broken(tmp_path)
+    assert main(["run", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"{path}:12: [collective] op='foo' must be one of" in captured.err
+
+
+@pytest.mark.parametrize("launcher", launchers())
+def test_broken_file_as_a_process_has_no_traceback(launcher, tmp_path):
+    """As a process, a broken scenario exits 2 with a one-line message and no traceback."""
+    done = meshsim(launcher, "run", str(broken(tmp_path)))
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
+    assert "broken.toml:12: [collective] op='foo'" in done.stderr
+
+
+@pytest.mark.parametrize("launcher", launchers())
+def test_simulator_rejection_is_a_clean_message(launcher, tmp_path):
+    """Inputs the simulator rejects exit 2 with its reasons (device, argument, slice), never a traceback."""
+    path = tmp_path / "sizes.toml"
+    path.write_text((ROOT / DOCS).read_text().replace("send_sizes = [1, 2]", "send_sizes = [1, 1]"))
+    done = meshsim(launcher, "run", str(path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert "sizes.toml: the simulator rejected" in done.stderr
+    assert "device 1, slice 0: recv_sizes[0]=2 but device 0 sends send_sizes[1]=1" in done.stderr
+
+
+def test_missing_file_exits_2(capsys):
+    """A path that does not exist exits 2 with a message naming it."""
+    assert main(["run", "no/such/file.toml"]) == 2
+    assert "no/such/file.toml: cannot read the scenario file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [[], ["run"], ["run", DOCS, "--colour"], ["frobnicate"]],
+                         ids=["no command", "no scenario", "unknown option", "unknown command"])
+def test_bad_arguments_exit_2(argv, capsys):
+    """Missing or unknown command-line arguments exit 2 with argparse's usage message on stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert "usage: meshsim" in capsys.readouterr().err
+
+
+def test_every_bundled_scenario_runs(capsys):
+    """Each bundled scenario prints a result per device and the simulated time."""
+    for path in sorted((ROOT / "scenarios").glob("*.toml")):
+        assert main(["run", str(path.relative_to(ROOT))]) == 0
+        out = _ANSI.sub("", capsys.readouterr().out)
+        assert out.count("  result  ") >= 2 and "simulated time:" in out
+
+
+def test_importing_sim_stays_light():
+    """`import sim` loads neither rich, the CLI, the scenario runner nor the collectives."""
+    heavy = "('rich', 'sim.cli', 'scenarios', 'collectives')"
+    code = f"import sys, sim; print(sorted(m for m in {heavy} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr

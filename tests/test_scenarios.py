@@ -1,0 +1,294 @@
+"""Scenario files: every bundled one runs and matches plain numpy; broken ones fail with file, field and line.
+
+The expected values here are computed from the scenario's inputs with numpy alone (the ragged one by
+transcribing the docs' SEND/RECEIVE loop); nothing below calls the simulator to get an expected value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import scenarios
+from scenarios import ScenarioError
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO_FILES = sorted((ROOT / "scenarios").glob("*.toml"))
+
+DOCS_EXAMPLE = (ROOT / "scenarios" / "ragged_docs_example.toml").read_text()
+
+
+def groups_of(mesh_shape: dict[str, int], axis_name, axis_index_groups) -> list[list[int]]:
+    """Device ids of every collective group, in group order, read off the row-major device grid."""
+    names = list(mesh_shape)
+    axes = [axis_name] if isinstance(axis_name, str) else list(axis_name)
+    grid = np.arange(math.prod(mesh_shape.values())).reshape(tuple(mesh_shape.values()))
+    order = [names.index(n) for n in names if n not in axes] + [names.index(n) for n in axes]
+    rows = grid.transpose(order).reshape(-1, math.prod(mesh_shape[n] for n in axes))
+    if axis_index_groups is None:
+        return [[int(d) for d in row] for row in rows]
+    return [[int(row[i]) for i in group] for row in rows for group in axis_index_groups]
+
+
+def ragged_reference(inputs, members: list[int]):
+    """The docs' SEND loop, then their RECEIVE loop, for one group; returns results and row senders."""
+    g = len(members)
+    mailbox = defaultdict(list)
+    for src_idx, sender in enumerate(members):
+        a = inputs[sender]
+        n = len(a["input_offsets"])
+        slices_per_device = n // g
+        for i in range(n):
+            dst_idx = i // slices_per_device
+            mailbox[(src_idx, dst_idx)].append(
+                a["operand"][a["input_offsets"][i]:a["input_offsets"][i] + a["send_sizes"][i]])
+    results, senders = {}, {}
+    for dst_idx, receiver in enumerate(members):
+        a = inputs[receiver]
+        n = len(a["input_offsets"])
+        per = n // g
+        # all_to_all(output_offsets, tiled=True): block dst_idx of every member, in member order
+        output_offsets_ = np.concatenate([inputs[m]["output_offsets"][dst_idx * per:(dst_idx + 1) * per]
+                                          for m in members])
+        result, written_by = a["output"].copy(), [None] * len(a["output"])
+        for i in range(n):
+            src_idx = i // per
+            data = mailbox[(src_idx, dst_idx)].pop(0)
+            start, stop = output_offsets_[i], output_offsets_[i] + a["recv_sizes"][i]
+            assert len(data) == stop - start, "the scenario breaks send_sizes == all_to_all(recv_sizes)"
+            result[start:stop] = data
+            written_by[start:stop] = [members[src_idx]] * (stop - start)
+        results[receiver], senders[receiver] = result, written_by
+    return results, senders
+
+
+def gather_reference(inputs, members: list[int], params):
+    """Every member ends with all members' x, stacked (or, tiled, concatenated) along `axis`."""
+    axis, chunks = params.get("axis", 0), [inputs[m]["x"] for m in members]
+    value = np.concatenate(chunks, axis=axis) if params.get("tiled", False) else np.stack(chunks, axis=axis)
+    return {m: value for m in members}, axis
+
+
+def all_to_all_reference(inputs, members: list[int], params):
+    """Member r gets chunk r of every member's x along split_axis, joined in member order along concat_axis."""
+    split, concat, g = params["split_axis"], params["concat_axis"], len(members)
+    results = {}
+    for r, receiver in enumerate(members):
+        if params.get("tiled", False):
+            results[receiver] = np.concatenate([np.split(inputs[m]["x"], g, axis=split)[r] for m in members],
+                                               axis=concat)
+        else:
+            results[receiver] = np.stack([np.take(inputs[m]["x"], r, axis=split) for m in members], axis=concat)
+    return results, concat
+
+
+def reference(scenario: scenarios.Scenario):
+    """Expected results and, per device, the sender of each index along the provenance axis."""
+    params = scenario.params
+    groups = groups_of(scenario.mesh.shape, params["axis_name"], params.get("axis_index_groups"))
+    results, senders, axis = {}, {}, 0
+    for members in groups:
+        if scenario.op == "ragged_all_to_all":
+            got, who = ragged_reference(scenario.inputs, members)
+            results.update(got)
+            senders.update(who)
+            continue
+        compute = gather_reference if scenario.op == "all_gather" else all_to_all_reference
+        got, axis = compute(scenario.inputs, members, params)
+        for m, value in got.items():
+            axis %= value.ndim
+            block = value.shape[axis] // len(members)
+            results[m], senders[m] = value, [members[j // block] for j in range(value.shape[axis])]
+    return results, senders, axis
+
+
+@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
+def test_scenario_matches_numpy(path):
+    """Every device's result equals the numpy reference, in value and dtype, and so does who wrote each row."""
+    scenario = scenarios.load(path)
+    result = scenarios.run(scenario)
+    expected, senders, axis = reference(scenario)
+    assert len(result.outputs) == scenario.mesh.size
+    for d, output in enumerate(result.outputs):
+        np.testing.assert_array_equal(output, expected[d])
+        assert output.dtype == expected[d].dtype
+        assert result.provenance[d].axis == axis
+        assert list(result.provenance[d].sources) == senders[d]
+
+
+def test_bundled_scenarios_cover_every_op():
+    """The bundled files include the docs example, the MoE dispatch, an all_gather and an all_to_all."""
+    ops = {path.stem: scenarios.load(path).op for path in SCENARIO_FILES}
+    assert ops["ragged_docs_example"] == ops["moe_dispatch"] == "ragged_all_to_all"
+    assert {"all_gather", "all_to_all"} <= set(ops.values())
+
+
+def test_docs_example_gives_the_documented_results():
+    """The docs' 2-device ragged example gives [1, 3, 0, 0] and [2, 2, 4, 0], rows 2: and 3: kept from output."""
+    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "ragged_docs_example.toml"))
+    assert [o.tolist() for o in result.outputs] == [[1, 3, 0, 0], [2, 2, 4, 0]]
+    assert [p.sources for p in result.provenance] == [(0, 1, None, None), (0, 0, 1, None)]
+
+
+def test_all_gather_groups_gives_the_documented_results():
+    """The all_gather docs' groups [[0, 2], [3, 1]] give [x0, x2] on devices 0 and 2, [x3, x1] on 1 and 3."""
+    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "all_gather_groups.toml"))
+    x = np.arange(16).reshape(4, 4)
+    for d in range(4):
+        assert result.outputs[d].tolist() == (x[[0, 2]] if d % 2 == 0 else x[[3, 1]]).tolist()
+
+
+def test_moe_dispatch_is_uneven_with_empty_slices_and_padding():
+    """MoE dispatch: 4 devices of 2-D float tokens, uneven counts with zero-size slices, padding in outputs."""
+    scenario = scenarios.load(ROOT / "scenarios" / "moe_dispatch.toml")
+    result = scenarios.run(scenario)
+    sends = np.array([a["send_sizes"] for a in scenario.inputs])
+    assert scenario.mesh.size == 4 and scenario.inputs[0]["operand"].ndim == 2
+    assert scenario.inputs[0]["operand"].dtype == np.float32
+    assert (sends == 0).any() and len(set(sends.ravel().tolist())) > 2
+    assert all(None in p.sources for p in result.provenance)
+    written = sum(sum(s is not None for s in p.sources) for p in result.provenance)
+    assert written == sends.sum()
+    assert all(m.size_bytes > 0 for m in result.trace)  # empty slices send no message
+
+
+def test_end_time_is_the_last_arrival():
+    """The reported simulated time is when the last message arrived, and no message arrives before it is sent."""
+    for path in SCENARIO_FILES:
+        result = scenarios.run(scenarios.load(path))
+        assert result.end_time_s == max(m.arrival_time_s for m in result.trace)
+        assert all(m.arrival_time_s >= m.send_time_s for m in result.trace)
+
+
+def test_seeded_inputs_are_reproducible(tmp_path):
+    """The same seed draws the same inputs, each device gets its own draw, and another seed draws others."""
+    text = (ROOT / "scenarios" / "all_to_all_seeded.toml").read_text()
+    first = scenarios.load(ROOT / "scenarios" / "all_to_all_seeded.toml")
+    again = scenarios.load(ROOT / "scenarios" / "all_to_all_seeded.toml")
+    (tmp_path / "other.toml").write_text(text.replace("seed = 0", "seed = 1"))
+    other = scenarios.load(tmp_path / "other.toml")
+    for a, b, c in zip(first.inputs, again.inputs, other.inputs):
+        assert a["x"].dtype == np.float32 and a["x"].shape == (4, 3)
+        np.testing.assert_array_equal(a["x"], b["x"])
+        assert not np.array_equal(a["x"], c["x"])
+    assert not np.array_equal(first.inputs[0]["x"], first.inputs[1]["x"])
+
+
+def test_literal_dtypes_and_fill(tmp_path):
+    """Integer literals become int32, a float anywhere makes data float32, `{fill, shape}` builds a constant."""
+    path = tmp_path / "fill.toml"
+    path.write_text(DOCS_EXAMPLE.replace("output = [0, 0, 0, 0]", "output = {fill = 7, shape = [4]}"))
+    scenario = scenarios.load(path)
+    assert scenario.inputs[0]["output"].tolist() == [7, 7, 7, 7]
+    assert scenario.inputs[0]["operand"].dtype == np.int32 and scenario.inputs[0]["send_sizes"].dtype == np.int32
+    path.write_text(DOCS_EXAMPLE.replace("operand = [1, 2, 2]", "operand = [1, 2, 2.5]"))
+    scenario = scenarios.load(path)
+    assert {a[name].dtype for a in scenario.inputs for name in ("operand", "output")} == {np.dtype(np.float32)}
+
+
+def test_inputs_and_outputs_are_read_only():
+    """A loaded scenario and its result cannot be changed in place."""
+    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "ragged_docs_example.toml"))
+    with pytest.raises(ValueError, match="read-only"):
+        result.inputs[0]["operand"][0] = 9
+    with pytest.raises(ValueError, match="read-only"):
+        result.outputs[0][0] = 9
+
+
+# One row per broken file: (id, edits applied to the docs example, expected message after "bad.toml").
+BAD = [
+    ("unknown op", [('op = "ragged_all_to_all"', 'op = "foo"')],
+     r":12: \[collective\] op='foo' must be one of 'all_gather', 'all_to_all', 'ragged_all_to_all'"),
+    ("toml syntax", [("axes = {x = 2}", "axes = {x = 2")], r":9: invalid TOML: .*line 9"),
+    ("unknown axis", [('axis_name = "x"', 'axis_name = "y"')], r":13: \[collective\] axis_name='y': unknown axis"),
+    ("zero axis size", [("axes = {x = 2}", "axes = {x = 0}")], r":9: \[mesh\] axes=\{'x': 0\} must be"),
+    ("param of another op", [('axis_name = "x"', 'axis_name = "x"\ntiled = true')],
+     r":14: \[collective\] unknown key 'tiled'; allowed keys: op, axis_name, axis_index_groups"),
+    ("param type", [('axis_name = "x"', "axis_name = 3")], r":13: \[collective\] axis_name=3 must be a mesh axis"),
+    ("bad groups", [('axis_name = "x"', 'axis_name = "x"\naxis_index_groups = [[0], [0]]')],
+     r":14: \[collective\] axis_index_groups=\[\[0\], \[0\]\] .* must cover every axis index exactly once"),
+    ("negative latency", [("[collective]", "[network]\nlatency_s = -1\n\n[collective]")],
+     r":12: \[network\] latency_s=-1 must be >= 0"),
+    ("missing argument", [("recv_sizes = [1, 1]\n", "")],
+     r":15: \[\[device\]\] for device 0: recv_sizes is missing"),
+    ("misspelt argument", [("recv_sizes = [2, 1]", "recv_size = [2, 1]")],
+     r":29: \[\[device\]\] for device 1: unknown key 'recv_size'"),
+    ("ragged nesting", [("operand = [3, 4, 0]", "operand = [[3], [4, 0]]")],
+     r":24: \[\[device\]\] for device 1: operand=\[\[3\], \[4, 0\]\] must be a number or a rectangular array"),
+    ("shape differs", [("operand = [3, 4, 0]", "operand = [3, 4, 0, 5]")],
+     r":24: \[\[device\]\] for device 1: operand has shape \[4\] but device 0's has \[3\]"),
+    ("float size", [("send_sizes = [1, 1]", "send_sizes = [1.5, 1]")], r":27: .*send_sizes=.* must hold integers"),
+    ("lossy dtype", [("operand = [3, 4, 0]", "operand = [3, 4.5, 0]"),
+                     ("[[device]]  # device 0", '[inputs]\ndtype = "int32"\n\n[[device]]')],
+     r":27: \[\[device\]\] for device 1: operand holds 4.5, which int32 cannot represent exactly"),
+    ("bad dtype", [("[[device]]  # device 0", '[inputs]\ndtype = "complex"\n\n[[device]]')],
+     r":16: \[inputs\] dtype='complex' must name a numeric numpy dtype"),
+    ("bad fill", [("output = [0, 0, 0, 0]", "output = {fill = 0}")],
+     r":17: .*output=\{'fill': 0\} must be an array or"),
+    ("device count", [("[[device]]  # device 1", "[[dev]]")], r":23: unknown key 'dev'"),
+    ("seed for ragged", [("[[device]]  # device 0", "[inputs]\nseed = 1\nshape = [3]\n\n[[device]]")],
+     r":19: \[\[device\]\] tables and \[inputs\] seed/shape are alternatives"),
+    ("missing collective", [("[collective]", "[other]")], r":11: unknown key 'other'"),
+]
+
+
+@pytest.mark.parametrize("edits, message", [row[1:] for row in BAD], ids=[row[0] for row in BAD])
+def test_broken_file_names_file_field_and_line(tmp_path, edits, message):
+    """A broken scenario raises ScenarioError reading `path:line: [table] field=value must ...`."""
+    text = DOCS_EXAMPLE
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match=re.escape(str(path)) + message):
+        scenarios.load(path)
+
+
+def test_wrong_device_count_is_reported(tmp_path):
+    """A [[device]] table count other than the mesh size is an error naming both numbers."""
+    path = tmp_path / "bad.toml"
+    path.write_text(DOCS_EXAMPLE.replace("axes = {x = 2}", "axes = {x = 4}"))
+    with pytest.raises(ScenarioError, match=r"bad.toml:15: there are 2 \[\[device\]\] tables but the mesh has 4"):
+        scenarios.load(path)
+
+
+def test_missing_file_is_reported():
+    """An unreadable path is a ScenarioError naming it, not an OSError."""
+    with pytest.raises(ScenarioError, match=r"nope\.toml: cannot read the scenario file"):
+        scenarios.load("nope.toml")
+
+
+def test_simulator_rejection_is_a_scenario_error(tmp_path):
+    """Inputs the simulator rejects give a ScenarioError naming the file and carrying the simulator's reasons."""
+    path = tmp_path / "sizes.toml"
+    path.write_text(DOCS_EXAMPLE.replace("send_sizes = [1, 2]", "send_sizes = [1, 1]"))
+    scenario = scenarios.load(path)
+    with pytest.raises(ScenarioError, match="(?s)" + re.escape(str(path)) + r": the simulator rejected .*"
+                                            r"send_sizes must equal the all_to_all of recv_sizes"):
+        scenarios.run(scenario)
+
+
+def test_seed_draws_only_the_one_array_ops(tmp_path):
+    """`[inputs] seed` is refused for ragged_all_to_all, whose offsets and sizes must be written out."""
+    path = tmp_path / "seeded_ragged.toml"
+    path.write_text(DOCS_EXAMPLE.split("[[device]]")[0] + "[inputs]\nseed = 0\nshape = [3]\n")
+    with pytest.raises(ScenarioError, match=r"seeded_ragged.toml:16: \[inputs\] seed draws the one array x of "
+                                            r"all_gather and all_to_all; ragged_all_to_all needs literal"):
+        scenarios.load(path)
+
+
+def test_all_empty_slices_keep_every_row(tmp_path):
+    """A ragged call whose slices are all empty sends nothing, takes no time, and keeps every output row."""
+    path = tmp_path / "empty.toml"
+    text = re.sub(r"(send_sizes|recv_sizes) = \[\d, \d\]", r"\1 = [0, 0]", DOCS_EXAMPLE)
+    path.write_text(text.replace("output = [0, 0, 0, 0]", "output = [5, 6, 7, 8]"))
+    result = scenarios.run(scenarios.load(path))
+    assert result.trace == () and result.end_time_s == 0
+    assert [o.tolist() for o in result.outputs] == [[5, 6, 7, 8], [5, 6, 7, 8]]
+    assert [p.sources for p in result.provenance] == [(None,) * 4] * 2
