@@ -48,7 +48,7 @@ def table(workload: Workload, timings: dict[str, Timing]) -> Table:
     simulated = timings.get("simulator")
     if simulated is not None and simulated.simulated_s:
         grid.add_row(
-            "simulated clock", f"{simulated.simulated_s:.6f}", "",
+            "simulated clock", f"{simulated.simulated_s:.3e}", "",
             f"{gb_per_s(workload.size_bytes, simulated.simulated_s):.1f}", "", "", "simulated, not wall-clock",
         )
     return grid

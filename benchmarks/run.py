@@ -38,7 +38,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--size-mb", type=float, default=None,
                         help=f"global array size in MB (1 MB = 1e6 bytes); default {DEFAULT_SIZE_MB:g}")
     parser.add_argument("--quick", action="store_true", help=f"a small run: {QUICK_SIZE_MB:g} MB")
-    parser.add_argument("--repeat", type=int, default=5, help="timed repetitions per stage; the best is shown")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="timed repetitions per stage (default 5); the best is shown")
     parser.add_argument("--no-jax", action="store_true", help="skip the JAX stage (no jax installed)")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one simulator call")
     args = parser.parse_args(argv)

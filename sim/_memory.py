@@ -11,6 +11,7 @@ from layouts import Layout
 
 _ALIGN_BYTES = 64
 _MIN_SEGMENT_BYTES = 1 << 20
+_MAX_SPARE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class LocalMemory:
         base, segment = self._segments[-1] if self._segments else (0, np.empty(0, np.uint8))
         start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
         if not self._segments or start + size > base + segment.size:  # a 0-byte array needs a segment too
-            grown = max(size, 2 * segment.size, _MIN_SEGMENT_BYTES)
+            # room for small arrays to follow, but never a large spare region behind a large array
+            grown = max(size, min(2 * segment.size, _MAX_SPARE_BYTES), _MIN_SEGMENT_BYTES)
             base, start = base + segment.size, base + segment.size
             self._segments.append((base, np.zeros(grown, np.uint8)))
         self._top = start + size

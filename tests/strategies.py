@@ -27,7 +27,7 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -256,16 +256,6 @@ def dense_cases(draw: st.DrawFn, op: str, leaves: int = 0, **layout_options: Any
     return Case(op, axes.mesh_shape, (xs,), params)
 
 
-def all_gather_cases(**options: Any) -> st.SearchStrategy[Case]:
-    """all_gather cases (see the module docstring)."""
-    return dense_cases("all_gather", **options)
-
-
-def all_to_all_cases(**options: Any) -> st.SearchStrategy[Case]:
-    """all_to_all cases; `negative_axes=True` gives cases with a negative split or concat axis."""
-    return dense_cases("all_to_all", **options)
-
-
 # ---------------------------------------------------------------------------------------------- ragged
 
 
@@ -369,7 +359,8 @@ def dense_case(op: str, mesh_shape: dict[str, int], shape: Sequence[int], dtype:
 
 
 def cases(op: str, **options: Any) -> st.SearchStrategy[Case]:
-    """Cases of `op`, one of OPS."""
+    """Cases of `op`, one of OPS; all_gather/all_to_all take `leaves=n` (pytrees of n arrays) and
+    all_to_all takes `negative_axes=True` (a negative split or concat axis, which JAX cannot lower)."""
     return ragged_cases() if op == "ragged_all_to_all" else dense_cases(op, **options)
 
 
@@ -537,8 +528,3 @@ def check_agreement(case: Case, oracle: Any = None, *, simulator: Callable[[Case
         found += differences(answers["jax"], answers["simulator"], "jax", "simulator")
     if found:
         raise AssertionError(f"{len(found)} difference(s) on\n{case!r}\n  " + "\n  ".join(found))
-
-
-def with_params(case: Case, **params: Any) -> Case:
-    """`case` with some parameters replaced."""
-    return replace(case, params={**case.params, **params})

@@ -78,7 +78,7 @@ def test_pytrees_agree_with_spec_leaf_by_leaf(op, data):
 
 
 @settings(max_examples=_SIDE_EXAMPLES)
-@given(case=cases_.all_to_all_cases(negative_axes=True))
+@given(case=cases_.cases("all_to_all", negative_axes=True))
 def test_all_to_all_negative_axes_are_rejected_like_jax(case):
     """A negative split_axis or concat_axis is refused by name before any message is sent.
 
