@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._vma import KEEP, typed
 from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, pack, same_across_group
 
 
@@ -36,13 +37,15 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
 
 def _all_gather(x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled: bool) -> np.ndarray:
     context, group = group_of("all_gather", axis_name, axis_index_groups)
-    x = operand("all_gather", context.device, "x", x)
+    original, x = x, operand("all_gather", context.device, "x", x)
     if tiled and x.ndim == 0:
         raise sim.InvalidArgumentError(f"device {context.device}: all_gather: tiled=True needs x of rank >= 1")
     axis = canonical_axis("all_gather", context.device, "axis", axis, x.ndim if tiled else x.ndim + 1)
     args = _Args(context.memory.resident(x), axis, bool(tiled))
     params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
-    return context.collective(sim.Collective("all_gather", group, params, args, _protocol, _validate(group)))
+    compute = lambda: context.collective(sim.Collective("all_gather", group, params, args, _protocol, _validate(group)))
+    return typed("all_gather", KEEP, axis_name, [original], compute,
+                 {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "axis": axis, "tiled": tiled})
 
 
 def _validate(group: sim.Group):

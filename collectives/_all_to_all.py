@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._vma import KEEP, typed
 from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, pack, same_across_group
 
 
@@ -42,7 +43,7 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
                 tiled: bool) -> np.ndarray:
     context, group = group_of("all_to_all", axis_name, axis_index_groups)
     device = context.device
-    x = operand("all_to_all", device, "x", x)
+    original, x = x, operand("all_to_all", device, "x", x)
     if x.ndim == 0:
         raise sim.InvalidArgumentError(f"device {device}: all_to_all: x must have rank >= 1, got a scalar")
     # jax.lax.all_to_all does not normalise negative axes (some pairs crash its lowering): reject them
@@ -62,7 +63,10 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
     args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled))
     params = (("axis_name", axis_name), ("split_axis", split_axis), ("concat_axis", concat_axis),
               ("tiled", bool(tiled)))
-    return context.collective(sim.Collective("all_to_all", group, params, args, _protocol, _validate(group)))
+    compute = lambda: context.collective(sim.Collective("all_to_all", group, params, args, _protocol, _validate(group)))
+    return typed("all_to_all", KEEP, axis_name, [original], compute,
+                 {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "split_axis": split_axis,
+                  "concat_axis": concat_axis, "tiled": tiled})
 
 
 def _validate(group: sim.Group):

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._vma import KEEP, typed
 from collectives._common import group_of, operand, same_across_group
 
 _OP = "ragged_all_to_all"
@@ -62,7 +63,10 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
     memory = context.memory
     args = _Args(device, memory.resident(data), memory.resident(out), *indices)
     params = (("axis_name", axis_name), ("slices", len(indices[0])))
-    return context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
+    compute = lambda: context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
+    originals = [operand, output, input_offsets, send_sizes, output_offsets, recv_sizes]
+    return typed(_OP, KEEP, axis_name, originals, compute,
+                 {"axis_name": axis_name, "axis_index_groups": axis_index_groups})
 
 
 def _data(device: int, operand_value: Any, output_value: Any) -> tuple[np.ndarray, np.ndarray]:

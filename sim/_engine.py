@@ -18,9 +18,15 @@ import simpy
 from sim._errors import InvalidArgumentError, MeshError, ProtocolError
 from sim._memory import LocalMemory
 from sim._mesh import Group, Mesh
+from sim._program import Program
 from sim._trace import MessageRecord, Trace
 
 _local = threading.local()
+
+
+def current_or_none() -> "DeviceContext | None":
+    """The device whose program is running in this thread, or None outside a simulated program."""
+    return getattr(_local, "context", None)
 
 
 def current() -> "DeviceContext":
@@ -90,13 +96,19 @@ class Port:
 
 
 class DeviceContext:
-    """What a device program may reach: its device id, the mesh, its memory, and collectives."""
+    """What a device program may reach: its device id, the mesh, its memory, and collectives.
+
+    `program` records the typed equations the device executes; `check_vma` says whether device-variance
+    types are inferred and checked.
+    """
 
     def __init__(self, program: "_Program") -> None:
         self._program = program
         self.device = program.device
         self.mesh: Mesh = program.simulation.mesh
         self.memory: LocalMemory = program.simulation.memories[program.device]
+        self.program: Program = program.simulation.programs[program.device]
+        self.check_vma: bool = program.simulation.check_vma
 
     def collective(self, collective: Collective) -> Any:
         """Run `collective` on this device and return this device's result."""
@@ -172,12 +184,15 @@ class _Program:
 
 
 class Simulation:
-    """One run on a mesh: a SimPy clock, a memory per device, the network state and the trace."""
+    """One run on a mesh: a SimPy clock, a memory and a program record per device, the network state and
+    the trace."""
 
-    def __init__(self, mesh: Mesh) -> None:
+    def __init__(self, mesh: Mesh, check_vma: bool = True) -> None:
         self.mesh = mesh
+        self.check_vma = check_vma
         self.env = simpy.Environment()
         self.memories = [LocalMemory(d) for d in mesh.devices]
+        self.programs = [Program() for _ in mesh.devices]
         self.trace = Trace()
         self._link_free_s: dict[tuple[int, int], float] = {}
         self._inbox: dict[tuple, Message] = {}

@@ -10,8 +10,10 @@ import numpy as np
 from sim._engine import Simulation
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Mesh
+from sim._program import Program
 from sim._trace import Trace
 from sim._tree import broadcast_prefix, leaves, tree_map
+from sim._varying import Varying, vma_of, _ref
 
 
 class PartitionSpec(tuple):
@@ -45,12 +47,21 @@ def _is_spec(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Run:
-    """The outcome of one simulated call: outputs, the message trace and the simulated end time."""
+    """The outcome of one simulated call: outputs, the message trace, the simulated end time and the typed
+    program each device executed."""
 
     outputs: Any
     trace: Trace
     end_time_s: float
     simulation: Simulation
+
+    @property
+    def programs(self) -> list[Program]:
+        return self.simulation.programs
+
+    def program(self, device: int = 0) -> Program:
+        """What `device` executed, as typed equations; `print` it to see `{V:...}` annotations."""
+        return self.simulation.programs[device]
 
 
 class ShardMapped:
@@ -66,19 +77,30 @@ class ShardMapped:
     def run(self, *args: Any) -> Run:
         """Run the program once and return outputs with the trace and simulated time."""
         in_specs = _expand(self.in_specs, args, "in_specs")
-        simulation = Simulation(self.mesh)
+        simulation = Simulation(self.mesh, self.check_vma)
         paths, args = _paths(args, "args"), tree_map(np.asarray, args)
 
         def program(device: int) -> Callable[[], Any]:
-            memory = simulation.memories[device]
-            mine = tree_map(
-                lambda path, x, spec: memory.view(memory.store(x[_split(self.mesh, device, spec, x.shape, path)])),
-                paths, args, in_specs,
-            )
+            memory, record = simulation.memories[device], simulation.programs[device]
+
+            def place(path: str, x: np.ndarray, spec: PartitionSpec) -> Varying:
+                local = memory.view(memory.store(x[_split(self.mesh, device, spec, x.shape, path)])).view(Varying)
+                local.vma = frozenset(spec.axes()) if self.check_vma else frozenset()
+                local.var = record.new_var(local.dtype, local.shape, local.vma)
+                record.inputs.append(local.var)
+                return local
+
+            mine = tree_map(place, paths, args, in_specs)
             return lambda: self.f(*mine)
 
         results = simulation.run([program(d) for d in self.mesh.devices])
         out_specs = _expand(self.out_specs, results[0], "out_specs")
+        for device, result in enumerate(results):
+            simulation.programs[device].outputs = [_ref(leaf) for leaf in leaves(result)]
+            if self.check_vma:
+                tree_map(lambda path, spec, leaf: _check_type(path, spec, leaf, device),
+                         _paths(result, "out"), out_specs, result)
+        results = [tree_map(lambda leaf: np.asarray(leaf), result) for result in results]
         outputs = tree_map(
             lambda path, spec, *per_device: _assemble(self.mesh, spec, path, per_device),
             _paths(results[0], "out"), out_specs, *results,
@@ -180,6 +202,17 @@ def _assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple) -> 
             continue
         out[_split(mesh, d, spec, tuple(global_shape), path)] = block
     return out
+
+
+def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> None:
+    """An output may vary only along the mesh axes its out_specs entry names."""
+    extra = sorted(vma_of(leaf) - set(spec.axes()))
+    if extra:
+        raise InvalidArgumentError(
+            f"{path}: out_specs entry {spec!r} claims the output is replicated along mesh axis {extra[0]!r}, but "
+            f"on device {device} its type varies along {extra} ({leaf.var.type_str() if leaf.var else ''}); "
+            f"reduce it over {extra[0]!r} (psum, all_gather_invariant) or name {extra[0]!r} in out_specs"
+        )
 
 
 def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:

@@ -27,7 +27,7 @@ def test_ragged_data_representation_example():
     def body(d):
         return collectives.ragged_all_to_all(d, np.zeros_like(d), offsets, sizes, np.array([7, 4, 0]), sizes,
                                              axis_name="x")
-    out = sim.shard_map(body, mesh=sim.Mesh({"x": 1}), in_specs=P(), out_specs=P())(data)
+    out = sim.shard_map(body, mesh=sim.Mesh({"x": 1}), in_specs=P(), out_specs=P("x"))(data)
     assert out[7:8].tolist() == data[0:1].tolist()
     assert out[4:7].tolist() == data[1:4].tolist()
     assert out[0:4].tolist() == data[4:8].tolist()

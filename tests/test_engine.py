@@ -68,7 +68,8 @@ def test_message_time_is_latency_plus_size_over_bandwidth():
     """A lone message on an idle link arrives after alpha + bytes * beta."""
     network = sim.Network.fully_connected(latency_s=2e-6, bandwidth_bytes_per_s=1e9)
     mesh = sim.Mesh({"x": 2}, network=network)
-    f = sim.shard_map(lambda x: collectives.all_gather(x, "x"), mesh=mesh, in_specs=P("x"), out_specs=P())
+    f = sim.shard_map(lambda x: collectives.all_gather(x, "x"), mesh=mesh, in_specs=P("x"), out_specs=P(),
+                      check_vma=False)
     f(np.zeros(2000, np.float32))  # 1000 floats = 4000 bytes per device
     remote = [m for m in f.last_run.trace if m.src != m.dst]
     assert len(remote) == 2
@@ -112,7 +113,7 @@ def test_device_dependent_control_flow():
             x = x * 10
         return collectives.all_gather(x, "x", tiled=True)
 
-    f = sim.shard_map(body, mesh=sim.Mesh({"x": 4}), in_specs=P("x"), out_specs=P())
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 4}), in_specs=P("x"), out_specs=P(), check_vma=False)
     assert f(np.arange(4)).tolist() == [0, 10, 2, 30]
 
 
@@ -123,7 +124,7 @@ def test_pytrees_in_and_out():
         return {"a": gathered["a"], "b": tree["b"]}
 
     f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=({"a": P("x"), "b": P()},),
-                      out_specs={"a": P(), "b": P()})
+                      out_specs={"a": P(), "b": P()}, check_vma=False)
     out = f({"a": np.arange(4), "b": np.ones(3)})
     assert out["a"].tolist() == [0, 1, 2, 3]
     assert out["b"].tolist() == [1, 1, 1]
@@ -139,7 +140,7 @@ def test_results_live_in_the_receivers_memory():
         seen[context.device] = context.memory.find(out)
         return out
 
-    sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P())(np.arange(4))
+    sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P(), check_vma=False)(np.arange(4))
     assert all(buffer is not None and buffer.device == d for d, buffer in seen.items())
 
 

@@ -50,8 +50,9 @@ def a2a(x_per_device, *a, **kw):
                               x_per_device)
 
 
-def shard(f, mesh_axes, in_specs, out_specs, *args):
-    return lambda: sim.shard_map(f, mesh=sim.Mesh(mesh_axes), in_specs=in_specs, out_specs=out_specs)(*args)
+def shard(f, mesh_axes, in_specs, out_specs, *args, check_vma=True):
+    mesh = sim.Mesh(mesh_axes)
+    return lambda: sim.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)(*args)
 
 
 FOUR = [np.arange(2) + 10 * d for d in range(4)]
@@ -127,7 +128,12 @@ BAD_INPUTS = [
      sim.InvalidArgumentError, r"spec P\('x', None\) has 2 entries but the array has rank 1"),
     ("shard_map(false replication)", shard(lambda x: x, {"x": 2}, P("x"), P(), np.arange(4)),
      sim.InvalidArgumentError,
-     r"out: out_specs entry P\(\) claims the output is replicated along mesh axis 'x', but device 1 and device 0"),
+     r"out: out_specs entry P\(\) claims the output is replicated along mesh axis 'x', but on device 0 its type "
+     r"varies along \['x'\] \(a:i64\[2\]\{V:x\}\); reduce it over 'x'"),
+    ("shard_map(false replication, check_vma=False)",
+     shard(lambda x: x, {"x": 2}, P("x"), P(), np.arange(4), check_vma=False), sim.InvalidArgumentError,
+     r"out: out_specs entry P\(\) claims the output is replicated along mesh axis 'x', but device 1 and device 0 "
+     r"hold different values"),
     ("shard_map(in_specs mismatch)", shard(lambda x, y: x, {"x": 2}, (P("x"),) * 3, P("x"), np.zeros(2), np.zeros(2)),
      sim.InvalidArgumentError, r"in_specs=.* does not match the values"),
     ("Mesh({'x': 0})", lambda: sim.Mesh({"x": 0}), sim.InvalidArgumentError, r"axes\['x'\]=0 must be a positive integer"),

@@ -1,0 +1,49 @@
+"""The collectives' device-variance rules (the design note's table) and their place in the program record.
+
+Every collective names mesh axes. Under `check_vma=True`, as in JAX, an operand that is invariant along
+those axes is first promoted by a recorded `pbroadcast` (no data moves), except for the two collectives
+that take invariant operands (`pbroadcast`, `pscatter`), which reject varying ones. The result then:
+
+| rule       | collectives                                                   | result varies along   |
+|------------|---------------------------------------------------------------|-----------------------|
+| reduce     | psum2 (= psum), pmean, pmax, pmin, all_gather_invariant        | operand's axes - axes |
+| keep       | all_gather, all_to_all, psum_scatter, ppermute, ragged         | operand's axes + axes |
+| introduce  | pbroadcast, pscatter (operand must be invariant along axes)   | operand's axes + axes |
+| index      | axis_index                                                    | axes                  |
+
+A reduction over `axis_index_groups` smaller than the axis still differs between groups, so its result
+keeps the axes. With `check_vma=False` nothing is promoted, checked or typed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import sim
+
+REDUCE, KEEP, INTRODUCE, INDEX = "reduce", "keep", "introduce", "index"
+
+
+def typed(op: str, rule: str, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict,
+          grouped: bool = False) -> sim.Varying:
+    """Run `compute` (the collective on plain arrays) and give its result the type `rule` prescribes.
+
+    The collective is recorded in the device's program as `op[params]` applied to `operands`.
+    """
+    context = sim.current()
+    if not context.check_vma:
+        return sim.wrap(compute(), frozenset(), op, params, operands)
+    axes = frozenset(context.mesh.axis_names_of(axis_name))
+    if rule == INTRODUCE:
+        for x in operands:
+            if sim.vma_of(x) & axes:
+                raise sim.InvalidTypeError(
+                    f"device {context.device}: {op}: the operand already varies along "
+                    f"{sorted(sim.vma_of(x) & axes)}; {op} takes a value invariant along {sorted(axes)}"
+                )
+    elif rule != INDEX:
+        operands = [sim.promote(x, sim.vma_of(x) | axes) for x in operands]
+    vma = frozenset().union(*(sim.vma_of(x) for x in operands)) | axes
+    if rule == REDUCE and not grouped:
+        vma -= axes
+    return sim.wrap(compute(), vma, op, params, operands)

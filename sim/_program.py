@@ -1,0 +1,100 @@
+"""`Program`: what one device executed inside `shard_map`, as typed equations (a jaxpr-like record).
+
+Every value is a `Var` with dtype, shape and its device-variance set (`vma`): the mesh axes along which it
+may differ between devices. `str(program)` prints it like a jaxpr, e.g. `b:f32[2]{V:x} = mul a 2.0`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class Var:
+    """A value a program computed: a name, its dtype and shape, and the axes it may vary along."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    vma: frozenset
+
+    def type_str(self) -> str:
+        return f"{self.name}:{_dtype_str(self.dtype)}{list(self.shape)}{vma_str(self.vma)}".replace(" ", "")
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A value that entered the program from outside its inputs (a literal, a local numpy array)."""
+
+    value: Any
+
+    def __str__(self) -> str:
+        array = np.asarray(self.value)
+        if array.size <= 4:
+            return f"{array.tolist()}:{_dtype_str(array.dtype)}"
+        return f"const:{_dtype_str(array.dtype)}{list(array.shape)}".replace(" ", "")
+
+
+@dataclass(frozen=True, eq=False)
+class Equation:
+    """`outputs = op[params](*inputs)`; inputs are `Var`s or `Const`s."""
+
+    op: str
+    params: tuple
+    inputs: tuple
+    outputs: tuple
+
+    def __str__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.params)
+        head = " ".join(o.type_str() for o in self.outputs)
+        args = " ".join(i.name if isinstance(i, Var) else str(i) for i in self.inputs)
+        return f"{head} = {self.op}{'[' + params + ']' if params else ''} {args}".rstrip()
+
+
+@dataclass
+class Program:
+    """One device's recorded program: inputs, equations in execution order, outputs."""
+
+    inputs: list = field(default_factory=list)
+    equations: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    _count: int = 0
+
+    def new_var(self, dtype, shape: tuple[int, ...], vma: frozenset) -> Var:
+        """A fresh variable named a, b, ..., z, ba, bb, ... in creation order."""
+        n, name = self._count, ""
+        while True:
+            name = "abcdefghijklmnopqrstuvwxyz"[n % 26] + name
+            n //= 26
+            if not n:
+                break
+        self._count += 1
+        return Var(name, np.dtype(dtype), tuple(shape), frozenset(vma))
+
+    def record(self, op: str, params: dict | tuple, inputs: list, outputs: list) -> None:
+        items = tuple(sorted(params.items())) if isinstance(params, dict) else tuple(params)
+        self.equations.append(Equation(op, items, tuple(inputs), tuple(outputs)))
+
+    def ops(self) -> list[str]:
+        """The equations' op names, in order (handy to compare program shapes)."""
+        return [e.op for e in self.equations]
+
+    def __str__(self) -> str:
+        ins = " ".join(v.type_str() for v in self.inputs)
+        body = "".join(f"\n    {e}" for e in self.equations)
+        outs = ", ".join(o.name if isinstance(o, Var) else str(o) for o in self.outputs)
+        return f"{{ lambda ; {ins}. let{body}\n  in ({outs},) }}"
+
+
+def vma_str(vma: frozenset) -> str:
+    """`{V:x}`, `{V:x,y}` or '' for an invariant value, as JAX prints types."""
+    return "{V:" + ",".join(sorted(vma)) + "}" if vma else ""
+
+
+def _dtype_str(dtype: np.dtype) -> str:
+    dtype = np.dtype(dtype)
+    short = {"f": "f", "i": "i", "u": "u", "c": "c", "b": "bool"}[dtype.kind]
+    return short if dtype.kind == "b" else f"{short}{dtype.itemsize * 8}"
