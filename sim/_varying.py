@@ -114,7 +114,7 @@ def apply(op: str, fn: Callable, operands: list, params: dict) -> Any:
     else:
         vma = frozenset()
     result = fn(*[np.asarray(x) if isinstance(x, Varying) else x for x in operands])
-    if isinstance(result, tuple):
+    if isinstance(result, tuple) and all(isinstance(r, np.ndarray) for r in result):
         outs = [wrap(r, vma) for r in result]
         for out in outs:
             out.var = context.program.new_var(out.dtype, out.shape, vma)
