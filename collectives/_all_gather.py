@@ -9,7 +9,8 @@ import numpy as np
 
 import sim
 from collectives._vma import KEEP, typed
-from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, pack, same_across_group
+from collectives._common import (axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice,
+                                 same_across_group, unpack_into)
 
 
 @dataclass(frozen=True)
@@ -17,13 +18,19 @@ class _Args:
     buffer: sim.Buffer
     axis: int
     tiled: bool
+    out_layout: Any = None
 
 
-def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0, tiled: bool = False) -> Any:
+def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0, tiled: bool = False,
+               out_layout: Any = None) -> Any:
     """Gather `x` from every device of the group, in group order, along `axis`.
 
     Untiled, the chunks are stacked in a new dimension at `axis`; tiled, they are concatenated along the
     existing dimension `axis`. `x` may be a pytree of arrays.
+
+    `x` may sit in memory in any layout; each device sends its operand's bytes as they lie and writes
+    the result in `out_layout` (a `layouts.Layout`, default row-major: what JAX's `out_shardings=Format`
+    sets), unpacking every chunk that lands in a strided region by a timed step.
 
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
     `all_gather(x, 'x')` gives [[1, 2], [3, 4]] on both, `all_gather(x, 'x', tiled=True)` gives [1, 2, 3, 4].
@@ -32,16 +39,18 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
         InvalidArgumentError: unknown axis name, bad groups, `axis` out of range, shapes or dtypes that differ
             within a group.
     """
-    return map_tree(lambda leaf: _all_gather(leaf, axis_name, axis_index_groups, axis, tiled), x)
+    return map_tree(lambda leaf: _all_gather(leaf, axis_name, axis_index_groups, axis, tiled, out_layout), x)
 
 
-def _all_gather(x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled: bool) -> np.ndarray:
+def _all_gather(x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled: bool,
+                out_layout: Any = None) -> np.ndarray:
     context, group = group_of("all_gather", axis_name, axis_index_groups)
     original, x = x, operand("all_gather", context.device, "x", x)
     if tiled and x.ndim == 0:
         raise sim.InvalidArgumentError(f"device {context.device}: all_gather: tiled=True needs x of rank >= 1")
     axis = canonical_axis("all_gather", context.device, "axis", axis, x.ndim if tiled else x.ndim + 1)
-    args = _Args(context.memory.resident(x), axis, bool(tiled))
+    out_layout = out_layout_of("all_gather", context.device, out_layout, x.ndim if tiled else x.ndim + 1)
+    args = _Args(context.memory.resident(x), axis, bool(tiled), out_layout)
     params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
     compute = lambda: context.collective(sim.Collective("all_gather", group, params, args, _protocol, _validate(group)))
     return typed("all_gather", KEEP, axis_name, [original], compute,
@@ -58,20 +67,20 @@ def _validate(group: sim.Group):
 def _protocol(port: sim.Port, args: _Args):
     """Direct algorithm: send the whole operand to each member, write each arrival into its place."""
     source = port.memory.view(args.buffer)
-    payload = pack(source)
+    payload, header = yield from pack_slice(port, source, args.buffer.layout, slice=port.group.index)
     n = source.shape[args.axis] if args.tiled else 1
     me = port.group.index
     for dst in port.group.members:
-        port.send(dst, payload, slice=me, axis=args.axis, rows=(me * n, (me + 1) * n))
+        port.send(dst, payload, header=header, slice=me, axis=args.axis, rows=(me * n, (me + 1) * n))
     shape = list(source.shape)
     if args.tiled:
         shape[args.axis] *= port.group.size
     else:
         shape.insert(args.axis, port.group.size)
-    out = port.memory.alloc(source.dtype, tuple(shape))
+    out = port.memory.alloc(source.dtype, tuple(shape), args.out_layout)
     view = port.memory.view(out)
     for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
-        place = slice(i * n, (i + 1) * n) if args.tiled else i
-        view[axis_index(view.shape, args.axis, place)] = message.payload
+        place = slice(i * n, (i + 1) * n)  # untiled, n == 1: a unit dimension keeps the target a view
+        yield from unpack_into(port, message, view[axis_index(view.shape, args.axis, place)], slice=i)
     return view

@@ -9,7 +9,8 @@ import numpy as np
 
 import sim
 from collectives._vma import KEEP, typed
-from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, pack, same_across_group
+from collectives._common import (axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice,
+                                 received, same_across_group, unpack_into)
 
 
 @dataclass(frozen=True)
@@ -18,16 +19,21 @@ class _Args:
     split_axis: int
     concat_axis: int
     tiled: bool
+    out_layout: Any = None
 
 
 def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, axis_index_groups: Any = None,
-               tiled: bool = False) -> Any:
+               tiled: bool = False, out_layout: Any = None) -> Any:
     """Split `x` along `split_axis` into one chunk per group member, exchange, and join along `concat_axis`.
 
     Both axes must be non-negative, as in `jax.lax.all_to_all`. Untiled, `x.shape[split_axis]` must equal the group size; chunk j is `x` at index j of `split_axis`
     (that dimension removed) and the received chunks are stacked in a new dimension at `concat_axis`.
     Tiled, `x.shape[split_axis]` must be divisible by the group size and chunks are concatenated.
     `x` may be a pytree of arrays.
+
+    `x` may sit in memory in any layout: a chunk whose bytes are one contiguous run is sent straight
+    from memory, any other is packed first by a timed step. The result is written in `out_layout` (a
+    `layouts.Layout`, default row-major), chunks landing in strided regions unpacked by a timed step.
 
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
     `all_to_all(x, 'x', 0, 0)` gives [1, 3] on device 0 and [2, 4] on device 1.
@@ -36,11 +42,12 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, axi
         InvalidArgumentError: unknown axis name, bad groups, axes out of range, a split dimension that does
             not fit the group size, shapes or dtypes that differ within a group.
     """
-    return map_tree(lambda leaf: _all_to_all(leaf, axis_name, split_axis, concat_axis, axis_index_groups, tiled), x)
+    return map_tree(lambda leaf: _all_to_all(leaf, axis_name, split_axis, concat_axis, axis_index_groups, tiled,
+                                             out_layout), x)
 
 
 def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_index_groups: Any,
-                tiled: bool) -> np.ndarray:
+                tiled: bool, out_layout: Any = None) -> np.ndarray:
     context, group = group_of("all_to_all", axis_name, axis_index_groups)
     device = context.device
     original, x = x, operand("all_to_all", device, "x", x)
@@ -60,7 +67,8 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
             f"device {device}: all_to_all: x.shape[split_axis={split_axis}]={size} must equal the group size "
             f"{group.size} when tiled=False"
         )
-    args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled))
+    out_layout = out_layout_of("all_to_all", device, out_layout, x.ndim)
+    args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled), out_layout)
     params = (("axis_name", axis_name), ("split_axis", split_axis), ("concat_axis", concat_axis),
               ("tiled", bool(tiled)))
     compute = lambda: context.collective(sim.Collective("all_to_all", group, params, args, _protocol, _validate(group)))
@@ -82,16 +90,16 @@ def _protocol(port: sim.Port, args: _Args):
     g, me = port.group.size, port.group.index
     step = source.shape[args.split_axis] // g if args.tiled else 1
     for j, dst in enumerate(port.group.members):
-        place = slice(j * step, (j + 1) * step) if args.tiled else j
-        payload = pack(source[axis_index(source.shape, args.split_axis, place)])
-        port.send(dst, payload, slice=j, axis=args.concat_axis, rows=_rows(args, payload.shape, me))
+        chunk = source[axis_index(source.shape, args.split_axis, slice(j * step, (j + 1) * step))]
+        payload, header = yield from pack_slice(port, chunk, args.buffer.layout, slice=j)
+        port.send(dst, payload, header=header, slice=j, axis=args.concat_axis, rows=_rows(args, chunk.shape, me))
     out_shape = _out_shape(args, source.shape, g)
-    view = port.memory.view(port.memory.alloc(source.dtype, out_shape))
+    view = port.memory.view(port.memory.alloc(source.dtype, out_shape, args.out_layout))
     for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
-        start, stop = _rows(args, message.payload.shape, i)
-        place = slice(start, stop) if args.tiled else start
-        view[axis_index(view.shape, args.concat_axis, place)] = message.payload
+        start, stop = _rows(args, received(message).shape, i)
+        target = view[axis_index(view.shape, args.concat_axis, slice(start, stop))]
+        yield from unpack_into(port, message, target, slice=i)
     return view
 
 

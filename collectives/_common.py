@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 import numpy as np
 
+import layouts
 import sim
 from sim import Group, InvalidArgumentError, InvalidTypeError
 
@@ -61,3 +62,54 @@ def same_across_group(op: str, members: tuple[int, ...], values: list[Any], what
         f"every device in the group must agree"
         for i in range(1, len(values)) if values[i] != values[0]
     ]
+
+
+def out_layout_of(op: str, device: int, layout: Any, rank: int) -> Any:
+    """`layout` checked as the layout of a result of rank `rank` (None means row-major)."""
+    if layout is None:
+        return None
+    if not isinstance(layout, layouts.Layout):
+        raise InvalidTypeError(f"device {device}: {op}: out_layout={layout!r} must be a layouts.Layout or None")
+    try:
+        layout.check_rank(rank)
+    except ValueError as error:
+        raise InvalidArgumentError(f"device {device}: {op}: out_layout: {error}") from None
+    return layout
+
+
+def pack_slice(port: sim.Port, view: np.ndarray, layout: Any, **detail: Any) -> Generator:
+    """The payload carrying `view`, a slice of a buffer in `layout`, and the header the receiver decodes by.
+
+    The payload is the slice's bytes in the sender's memory order: a zero-copy view of the memory when
+    they form one contiguous run, else a packed copy, which costs a timed "pack" step.
+    """
+    order = layout.major_to_minor
+    physical = view.transpose(order)
+    runs = layouts.contiguous_runs(physical)
+    if runs > 1:
+        yield from sim.copy_step(port, "pack", physical.nbytes, runs, **detail)
+        physical = np.ascontiguousarray(physical)
+    return physical, {"major_to_minor": order}
+
+
+def received(message: sim.Message) -> np.ndarray:
+    """A message's payload as the logical array the sender sliced."""
+    order = message.header.get("major_to_minor")
+    return message.payload if order is None else message.payload.transpose(np.argsort(order))
+
+
+def unpack_into(port: sim.Port, message: sim.Message, target: np.ndarray, **detail: Any) -> Generator:
+    """Write `message`'s values into `target` (a region of the receiver's memory, same elements).
+
+    Scattering the payload into a region that is not one contiguous run, in the payload's order, costs
+    a timed "unpack" step.
+    """
+    values = received(message)
+    region = target.reshape(values.shape)  # only unit dimensions differ: a view of the memory
+    if values.size and not np.may_share_memory(region, target):
+        raise AssertionError(f"unpack_into: target {target.shape} cannot take values {values.shape} as a view")
+    order = message.header.get("major_to_minor", tuple(range(values.ndim)))
+    runs = layouts.contiguous_runs(region.transpose(order))
+    if runs > 1:
+        yield from sim.copy_step(port, "unpack", values.nbytes, runs, **detail)
+    region[...] = values

@@ -9,7 +9,7 @@ import numpy as np
 
 import sim
 from collectives._vma import KEEP, typed
-from collectives._common import group_of, operand, same_across_group
+from collectives._common import group_of, operand, out_layout_of, pack_slice, received, same_across_group, unpack_into
 
 _OP = "ragged_all_to_all"
 _INDEX_ARGS = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
@@ -24,15 +24,22 @@ class _Args:
     send_sizes: np.ndarray
     output_offsets: np.ndarray
     recv_sizes: np.ndarray
+    out_layout: Any = None
 
 
 def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes: Any, output_offsets: Any,
-                      recv_sizes: Any, *, axis_name: Any, axis_index_groups: Any = None) -> np.ndarray:
+                      recv_sizes: Any, *, axis_name: Any, axis_index_groups: Any = None,
+                      out_layout: Any = None) -> np.ndarray:
     """Send rows `input_offsets[i]:+send_sizes[i]` of `operand` to member `i // (K / group size)`.
 
     There they are written at the sender's `output_offsets[i]` into a copy of the receiver's `output`;
     every row no slice writes keeps `output`'s value. `send_sizes` must equal the tiled all_to_all of
     `recv_sizes`.
+
+    `operand` and `output` may sit in memory in any layout: a slice whose bytes are one contiguous run
+    is sent straight from memory, any other is packed first by a timed step. The result is laid out in
+    `out_layout` (default: `output`'s layout, as the result takes `output`'s place), slices landing in
+    strided regions unpacked by a timed step.
 
     Example on a 2-device mesh {'x': 2} (the docs' example): device 0 has operand [1, 2, 2],
     input_offsets [0, 1], send_sizes [1, 2], output_offsets [0, 0], recv_sizes [1, 1]; device 1 has
@@ -61,7 +68,8 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
             f"{group.size} of axis_name={axis_name!r}"
         )
     memory = context.memory
-    args = _Args(device, memory.resident(data), memory.resident(out), *indices)
+    out_layout = out_layout_of(_OP, device, out_layout, out.ndim)
+    args = _Args(device, memory.resident(data), memory.resident(out), *indices, out_layout=out_layout)
     params = (("axis_name", axis_name), ("slices", len(indices[0])))
     compute = lambda: context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
     originals = [operand, output, input_offsets, send_sizes, output_offsets, recv_sizes]
@@ -165,13 +173,14 @@ def _protocol(port: sim.Port, args: _Args):
     for i, (offset, size) in enumerate(zip(args.input_offsets, args.send_sizes)):
         if size:
             at = int(args.output_offsets[i])
-            port.send(members[i // per], source[offset:offset + size], tag=i % per, header={"offset": at},
+            payload, header = yield from pack_slice(port, source[offset:offset + size], args.operand.layout, slice=i)
+            port.send(members[i // per], payload, tag=i % per, header={"offset": at, **header},
                       slice=i, rows=(at, at + int(size)), src_rows=(int(offset), int(offset + size)))
-    result = port.memory.store(port.memory.view(args.output))
+    result = port.memory.store(port.memory.view(args.output), args.out_layout or args.output.layout)
     view = port.memory.view(result)
     for j, size in enumerate(args.recv_sizes):
         if size:
             message = yield port.recv(members[j // per], tag=j % per)
             at = message.header["offset"]
-            view[at:at + len(message.payload)] = message.payload
+            yield from unpack_into(port, message, view[at:at + len(received(message))], slice=j)
     return view

@@ -214,5 +214,161 @@ def main() -> None:
     serve(sys.stdin.buffer, replies)
 
 
+# ---------------------------------------------------------------------------------------------- reductions
+#
+# psum, pmean, pmax, pmin, psum_scatter, ppermute, axis_index and the design note's psum2, pbroadcast,
+# all_gather_invariant, pscatter (named in JAX as oracles.jax_oracle.JAX_NAMES says). Outputs are mapped over
+# every mesh axis; JAX accepts that for device-invariant results too. pbroadcast and pscatter take an
+# operand that is invariant along `axis_name`: it enters through in_specs that leave those axes out, as a
+# user would pass it, so the per-device inputs must agree along them. Each device's result is found by the
+# device that holds it.
+
+from jax._src.lax import parallel as _parallel  # noqa: E402
+
+from oracles.jax_oracle import JAX_NAMES  # noqa: E402
+
+_LAX_OPS = ("psum", "pmean", "pmax", "pmin", "psum_scatter", "ppermute", "axis_index")
+REDUCTION_OPS = (*_LAX_OPS, *JAX_NAMES)
+_INVARIANT_OPERAND = ("pbroadcast", "pscatter")
+
+
+def _axes(axis_name: Any) -> tuple[Any, ...]:
+    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _psum_invariant(x: jax.Array, *, axis_name: Any) -> jax.Array:
+    return _parallel.bind_psum_invariant(x, axes=_axes(axis_name), axis_index_groups=None, is_async=False)
+
+
+def _pvary(x: jax.Array, *, axis_name: Any) -> jax.Array:
+    return lax.pcast(x, _axes(axis_name), to="varying")
+
+
+def _all_gather_invariant(x: jax.Array, *, axis_name: Any, axis: int = 0, tiled: bool = False) -> jax.Array:
+    return _parallel.all_gather_invariant(x, _axes(axis_name), axis=axis, tiled=tiled)
+
+
+def _transposed_all_gather_invariant(x: jax.Array, *, axis_name: Any, axis: int = 0,
+                                     tiled: bool = False) -> jax.Array:
+    """pscatter as JAX defines it: the linear transpose of all_gather_invariant, applied to `x`."""
+    names = _axes(axis_name)
+    size = int(np.prod([lax.axis_size(name) for name in names]))
+    dim = axis % x.ndim
+    example = (lax.slice_in_dim(x, 0, x.shape[dim] // size, axis=dim) if tiled
+               else lax.index_in_dim(x, 0, dim, keepdims=False))
+    gather = lambda part: _parallel.all_gather_invariant(part, names, axis=axis, tiled=tiled)  # noqa: E731
+    (result,) = jax.linear_transpose(gather, lax.pcast(example, names, to="varying"))(x)
+    return result
+
+
+_JAX_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
+    "psum_invariant": _psum_invariant,
+    "pvary": _pvary,
+    "all_gather_invariant": _all_gather_invariant,
+    "transpose(all_gather_invariant)": _transposed_all_gather_invariant,
+}
+
+
+def _reduction_fn(op: str, params: dict[str, Any]) -> Callable[..., jax.Array]:
+    fn = getattr(lax, op) if op in _LAX_OPS else _JAX_FUNCTIONS[JAX_NAMES[op]]
+    return lambda *xs: fn(*xs, **params)
+
+
+def _invariant_operand(mesh: Mesh, per_device: list[np.ndarray], axis_name: Any) -> tuple[np.ndarray, PartitionSpec]:
+    """One global array and its spec for per-device values that must agree along `axis_name`.
+
+    Raises:
+        ValueError: two devices that differ only along `axis_name` hold different values.
+    """
+    names = _axes(axis_name)
+    ids = np.arange(mesh.size).reshape(mesh.devices.shape)
+    for d in range(mesh.size):
+        coords = np.unravel_index(d, ids.shape)
+        twin = int(ids[tuple(0 if a in names else c for a, c in zip(mesh.axis_names, coords))])
+        if per_device[d].tobytes() != per_device[twin].tobytes():
+            raise ValueError(f"the operand must be invariant along {names}, but device {d} and device {twin} "
+                             "hold different values")
+    varying = tuple(a for a in mesh.axis_names if a not in names)
+    keep = ids[tuple(slice(None) if a in varying else 0 for a in mesh.axis_names)].reshape(-1)
+    return np.stack([per_device[int(d)] for d in keep]), PartitionSpec(varying if varying else None)
+
+
+def _lower_mapped(body: Callable[..., jax.Array], mesh: Mesh, avals: list[jax.ShapeDtypeStruct],
+                  in_specs: list[PartitionSpec], check_vma: bool) -> Any:
+    def per_device(*stacked: jax.Array) -> jax.Array:
+        return body(*(x[0] for x in stacked))[None]
+
+    mapped = jax.shard_map(per_device, mesh=mesh, in_specs=tuple(in_specs),
+                           out_specs=PartitionSpec(mesh.axis_names), check_vma=check_vma)
+    return jax.jit(mapped).lower(*avals)
+
+
+def _compile_reduction(op: str, mesh: Mesh, params: dict[str, Any], avals: list[jax.ShapeDtypeStruct],
+                       in_specs: list[PartitionSpec]) -> tuple[Compiled, str]:
+    """Compile under check_vma=True (JAX's default); psum and pmean reject axis_index_groups there
+    (NotImplementedError), so those run under check_vma=False, the only way JAX runs them, and say so."""
+    body = _reduction_fn(op, params)
+    try:
+        return _lower_mapped(body, mesh, avals, in_specs, True).compile(), "real"
+    except NotImplementedError:
+        if params.get("axis_index_groups") is None:
+            raise
+    return _lower_mapped(body, mesh, avals, in_specs, False).compile(), "real, check_vma=False"
+
+
+def run_reduction_case(op: str, mesh_shape: dict[str, int], args: tuple[list[np.ndarray], ...],
+                       params: dict[str, Any]) -> tuple[list[np.ndarray], str]:
+    """Run one of REDUCTION_OPS on per-device inputs; return per-device outputs and the path taken."""
+    mesh = _mesh(mesh_shape)
+    arrays = [[np.asarray(x) for x in arg] for arg in args]
+    if op in _INVARIANT_OPERAND:
+        globals_and_specs = [_invariant_operand(mesh, arg, params["axis_name"]) for arg in arrays]
+    else:
+        globals_and_specs = [(np.stack(arg), PartitionSpec(mesh.axis_names)) for arg in arrays]
+    shardings = [NamedSharding(mesh, spec) for _, spec in globals_and_specs]
+    avals = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s) for (x, _), s in zip(globals_and_specs, shardings)]
+    key = ("reduction", op, tuple(mesh_shape.items()), _freeze(params),
+           tuple((a.shape, str(a.dtype), str(s.spec)) for a, s in zip(avals, shardings)))
+    if key not in _compiled:
+        _compiled[key] = _compile_reduction(op, mesh, params, avals, [s.spec for s in shardings])
+    compiled, path = _compiled[key]
+    result = compiled(*(jax.device_put(x, s) for (x, _), s in zip(globals_and_specs, shardings)))
+    position = {device: i for i, device in enumerate(mesh.devices.flat)}
+    outputs: list[np.ndarray] = [np.empty(0)] * mesh.size
+    for shard in result.addressable_shards:
+        outputs[position[shard.device]] = np.asarray(shard.data)[0]
+    return outputs, path
+
+
+_answer_first_ops = answer
+
+
+def answer(request: dict[str, Any]) -> tuple[Any, ...]:  # noqa: F811 -- extends the dispatch above
+    """As before, and the reduction family through `run_reduction_case`."""
+    if request["op"] not in REDUCTION_OPS:
+        return _answer_first_ops(request)
+    try:
+        outputs, path = run_reduction_case(request["op"], request["mesh_shape"], request["args"], request["params"])
+    except Exception as error:  # noqa: BLE001 -- every JAX complaint goes back to the caller
+        return ("error", type(error).__name__, str(error))
+    return ("ok", outputs, path)
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+#
+# Raw device-buffer bytes for a given Format (oracles._jax_layouts), for the simulator's byte-exact checks.
+
+from oracles import _jax_layouts  # noqa: E402
+
+_answer_before_layouts = answer
+
+
+def answer(request: dict[str, Any]) -> tuple[Any, ...]:  # noqa: F811 -- extends the dispatch above
+    """As before, and the layout ops of `oracles._jax_layouts`."""
+    if request["op"] in _jax_layouts.OPS:
+        return _jax_layouts.answer(request, sys.modules[__name__])
+    return _answer_before_layouts(request)
+
+
 if __name__ == "__main__":
     main()

@@ -259,3 +259,97 @@ def shared_oracle() -> JaxOracle:
             _shared = JaxOracle()
             atexit.register(_shared.close)
         return _shared
+
+
+# ---------------------------------------------------------------------------------------------- reductions
+
+# The design note's names for the device-variance collectives and what jax 0.10.2 calls them; the worker
+# resolves the JAX side from here. psum_invariant is what jax.lax.psum binds under shard_map(check_vma=True);
+# pvary is reached as jax.lax.pcast(x, axis, to='varying') (jax.lax.pbroadcast is another collective);
+# all_gather_invariant lives in jax._src.lax.parallel; pscatter has no primitive: JAX transposes
+# all_gather_invariant into a dynamic slice at axis_index, and the worker runs exactly that transpose.
+JAX_NAMES = {
+    "psum2": "psum_invariant",
+    "pbroadcast": "pvary",
+    "all_gather_invariant": "all_gather_invariant",
+    "pscatter": "transpose(all_gather_invariant)",
+}
+
+ARITY.update({op: 1 for op in ("psum", "pmean", "pmax", "pmin", "psum_scatter", "ppermute", *JAX_NAMES)})
+ARITY["axis_index"] = 0
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+
+@dataclass(frozen=True)
+class PlacedShard:
+    """One device's shard of an array JAX placed with a Format, as its CPU buffer holds it.
+
+    `raw` is the bytes holding the values (`prod(shape) * itemsize`, all XLA:CPU allocates);
+    `on_device_size_in_bytes` what JAX reports (padded to whole tiles); `layout` the (major_to_minor,
+    tiling) JAX reports for the shard; `index` the (start, stop) of each dimension in the global array.
+    """
+
+    device: int
+    index: tuple[tuple[int, int], ...]
+    raw: bytes
+    on_device_size_in_bytes: int
+    layout: tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
+
+
+@dataclass(frozen=True)
+class LayoutResult:
+    """A collective run with layouts: per-device values, the bytes of each result buffer, the path taken."""
+
+    outputs: list[np.ndarray]
+    raws: list[bytes]
+    path: str
+
+
+def device_put_bytes(oracle: JaxOracle, x: Any, major_to_minor: Sequence[int], tiling: Sequence[Sequence[int]] = (),
+                     *, device: int | None = None, mesh_shape: Mapping[str, int] | None = None,
+                     spec: Sequence[Any] = ()) -> list[PlacedShard]:
+    """`jax.device_put(x, Format(Layout(major_to_minor, tiling), sharding))` on CPU; each shard's bytes.
+
+    The sharding is `SingleDeviceSharding(jax.devices()[device])`, or `NamedSharding` over a mesh of
+    `mesh_shape` (its first devices, row-major) with `PartitionSpec(*spec)`.
+
+    Raises:
+        ValueError: neither or both of `device` and `mesh_shape` given.
+        OracleError: JAX rejected the layout or the placement.
+        OracleFailure: the worker crashed or hung.
+    """
+    if (device is None) == (mesh_shape is None):
+        raise ValueError(f"give exactly one of device={device!r} and mesh_shape={mesh_shape!r}")
+    x = np.asarray(x)
+    sharding = {"device": device} if device is not None else {"mesh_shape": dict(mesh_shape), "spec": list(spec)}
+    params = {"layout": {"major_to_minor": tuple(major_to_minor), "tiling": tuple(map(tuple, tiling))},
+              "sharding": sharding}
+    case = f"device_put of {_aval(x)} with major_to_minor={tuple(major_to_minor)}, tiling={tuple(tiling)}, {sharding}"
+    reply = _layout_exchange(oracle, {"op": "place", "mesh_shape": {}, "args": ([x],), "params": params}, case)
+    return [PlacedShard(s["device"], tuple(s["index"]), s["raw"], s["on_device_size_in_bytes"], s["layout"])
+            for s in reply[1]]
+
+
+def run_with_layouts(oracle: JaxOracle, op: str, mesh_shape: Mapping[str, int], args: Sequence[Sequence[Any]],
+                     params: Mapping[str, Any], in_layouts: Sequence[Any], out_layout: Any,
+                     out_rank: int) -> LayoutResult:
+    """`oracle.run` with each argument's per-device block in layout `in_layouts[k]` and the result (of
+    rank `out_rank`) in `out_layout`: major_to_minor tuples, None for row-major, as JAX's in/out Formats."""
+    mesh = dict(mesh_shape)
+    arrays = _check_request(op, mesh, args)
+    request = {"op": "layout_collective", "mesh_shape": mesh, "args": arrays,
+               "params": {"op": op, "params": dict(params), "in_layouts": [None if o is None else tuple(o)
+                                                                          for o in in_layouts],
+                          "out_layout": None if out_layout is None else tuple(out_layout), "out_rank": out_rank}}
+    case = f"{describe_case(op, mesh, arrays, params)} with in_layouts={list(in_layouts)}, out_layout={out_layout}"
+    reply = _layout_exchange(oracle, request, case)
+    return LayoutResult(list(reply[1]["outputs"]), list(reply[1]["raws"]), reply[2])
+
+
+def _layout_exchange(oracle: JaxOracle, request: dict[str, Any], case: str) -> tuple[Any, ...]:
+    with oracle._lock:
+        reply = oracle._exchange(request, case)
+    if reply[0] == "error":
+        raise OracleError(reply[1], reply[2], case)
+    return reply

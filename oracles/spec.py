@@ -106,3 +106,199 @@ def ragged_all_to_all(operands: Sequence[np.ndarray], outputs: Sequence[np.ndarr
                 start, size = int(output_offsets_[d][i]), int(recv_sizes[d][i])
                 results[d][start:start + size] = channel[i // slices_per_device, dst_idx].popleft()
     return results
+
+
+# ---------------------------------------------------------------------------------------------- reductions
+#
+# XLA:CPU (jax 0.10.2, x86-64) starts each element of an all-reduce or reduce-scatter at the identity and
+# folds the members in group order. float32/float64 flush subnormal operands and results to signed zeros;
+# float16 is computed in float32 and rounded back, NaN results becoming the canonical 0x7e00 with their
+# sign. When both addends are NaN a float32/float64 sum keeps the later one and a float16 sum the earlier
+# one. max/min are std::max/std::min, which never pick a NaN. On a one-device mesh the all-reduce is
+# compiled away (the value is returned as is); psum_scatter is not.
+
+_IDENTITY = {"sum": lambda dt: 0, "max": lambda dt: _lowest(dt), "min": lambda dt: -_lowest(dt) if dt.kind == "f"
+             else (np.iinfo(dt).max if dt.kind in "iu" else True)}
+
+
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else (np.iinfo(dtype).min if dtype.kind in "iu" else False)
+
+
+def _flushed(a: np.ndarray) -> np.ndarray:
+    """Subnormal float32/float64 values as zeros of their sign."""
+    if a.dtype not in (np.float32, np.float64):
+        return a
+    return np.where(np.abs(a) < np.finfo(a.dtype).smallest_normal, np.copysign(np.zeros_like(a), a), a)
+
+
+def _quieted(a: np.ndarray) -> np.ndarray:
+    bits = {4: (np.uint32, 1 << 22), 8: (np.uint64, 1 << 51)}[a.dtype.itemsize]
+    return (a.view(bits[0]) | bits[0](bits[1])).view(a.dtype)
+
+
+def _op(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """One step of the fold, `reduction(acc, x)`, with XLA:CPU's rules for floats."""
+    if acc.dtype.kind == "c":
+        parts = np.float32 if acc.dtype == np.complex64 else np.float64
+        return _op(reduction, acc.view(parts), x.view(parts)).view(acc.dtype)
+    a, b = _flushed(acc), _flushed(x)
+    if reduction != "sum":
+        return np.where(a < b, b, a) if reduction == "max" else np.where(b < a, b, a)
+    if a.dtype.kind in "iu":
+        return (a + b).astype(a.dtype)
+    with np.errstate(all="ignore"):
+        if a.dtype == np.float16:
+            a32, b32 = a.astype(np.float32), b.astype(np.float32)
+            total = np.where(np.isnan(a32), a32, np.where(np.isnan(b32), b32, a32 + b32)).astype(np.float16)
+            canonical = np.where(np.signbit(total), np.uint16(0xFE00), np.uint16(0x7E00)).view(np.float16)
+            return np.where(np.isnan(total), canonical, total)
+        return np.where(np.isnan(b), _quieted(b), np.where(np.isnan(a), _quieted(a), _flushed(a + b)))
+
+
+def _fold(xs: Sequence[np.ndarray], group: list[int], reduction: str) -> np.ndarray:
+    dtype = np.asarray(xs[group[0]]).dtype
+    acc = np.full(np.shape(xs[group[0]]), _IDENTITY[reduction](dtype), dtype)
+    for d in group:
+        flat = [np.ascontiguousarray(v).reshape(-1) for v in (acc, xs[d])]
+        acc = _op(reduction, *flat).reshape(acc.shape)
+    return acc
+
+
+def _all_reduce(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
+                axis_index_groups: Sequence[Sequence[int]] | None, reduction: str) -> list[np.ndarray]:
+    xs = [np.asarray(x).astype(np.int32) if np.asarray(x).dtype == bool and reduction == "sum" else np.asarray(x)
+          for x in xs]
+    if len(xs) == 1:
+        return [xs[0].copy()]
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name, axis_index_groups):
+        total = _fold(xs, group, reduction)
+        for d in group:
+            out[d] = total.copy()
+    return out
+
+
+def psum(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+         axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+    """Every member gets 0 + x[g0] + x[g1] + ... (group order); bool is summed as int32.
+
+    >>> psum([np.array([d, 10 * d]) for d in range(4)], {'i': 4}, 'i')[2]
+    array([ 6, 60])
+    """
+    return _all_reduce(xs, mesh_shape, axis_name, axis_index_groups, "sum")
+
+
+def pmax(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+         axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+    """Every member gets the group's elementwise max, folded from -inf by `acc = x if acc < x else acc`."""
+    return _all_reduce(xs, mesh_shape, axis_name, axis_index_groups, "max")
+
+
+def pmin(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+         axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+    """Every member gets the group's elementwise min, folded from +inf by `acc = x if x < acc else acc`."""
+    return _all_reduce(xs, mesh_shape, axis_name, axis_index_groups, "min")
+
+
+def pmean(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+          axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+    """psum times the reciprocal of the group size rounded to the result dtype (float32 for integers of up
+    to 32 bits and bool, float64 for 64-bit integers), which is what XLA makes of JAX's `psum / n`.
+
+    >>> pmean([np.array([1, 2], np.int32), np.array([2, 2], np.int32)], {'i': 2}, 'i')[0]
+    array([1.5, 2. ], dtype=float32)
+    """
+    sums = psum(xs, mesh_shape, axis_name, axis_index_groups=axis_index_groups)
+    n = len(xs) // len(groups(mesh_shape, axis_name, axis_index_groups))
+    out = []
+    for total in sums:
+        dtype = total.dtype if total.dtype.kind in "fc" else np.dtype("float64" if total.itemsize == 8 else "float32")
+        value = total.astype(dtype)
+        if len(xs) == 1:
+            out.append(value)
+        elif dtype.kind == "c":
+            out.append(value / dtype.type(n))
+        elif dtype == np.float16:
+            with np.errstate(all="ignore"):
+                out.append((value.astype(np.float32) * np.float32(np.float16(1) / np.float16(n))).astype(np.float16))
+        else:
+            with np.errstate(all="ignore"):
+                out.append(_flushed(_flushed(value) * (dtype.type(1) / dtype.type(n))))
+    return out
+
+
+def psum_scatter(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+                 scatter_dimension: int = 0, axis_index_groups: Sequence[Sequence[int]] | None = None,
+                 tiled: bool = False) -> list[np.ndarray]:
+    """Member j of each group gets chunk j (along `scatter_dimension`) of the group's fold from 0.
+
+    >>> psum_scatter([np.array([1, 2]), np.array([10, 20])], {'i': 2}, 'i')
+    [array(11), array(22)]
+    """
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name, axis_index_groups):
+        total = _fold(xs, group, "sum")
+        for j, d in enumerate(group):
+            out[d] = np.array(np.split(total, len(group), scatter_dimension)[j] if tiled
+                              else np.take(total, j, scatter_dimension))
+    return out
+
+
+def ppermute(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
+             perm: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+    """Group index `dst` gets the array of group index `src` for each pair; the others get zeros.
+
+    >>> ppermute([np.array([d + 1]) for d in range(4)], {'i': 4}, 'i', [(0, 2)])
+    [array([0]), array([0]), array([1]), array([0])]
+    """
+    out = [np.zeros_like(x) for x in xs]
+    for group in groups(mesh_shape, axis_name):
+        for src, dst in perm:
+            out[group[dst % len(group)]] = np.array(xs[group[src % len(group)]], copy=True)
+    return out
+
+
+def axis_index(mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
+    """Each device's position in its group along `axis_name`, as an int32 scalar.
+
+    >>> [int(i) for i in axis_index({'x': 2, 'y': 2}, ('y', 'x'))]
+    [0, 2, 1, 3]
+    """
+    out: list[np.ndarray] = [np.empty(0)] * int(np.prod(list(mesh_shape.values())))
+    for group in groups(mesh_shape, axis_name):
+        for i, d in enumerate(group):
+            out[d] = np.array(i, np.int32)
+    return out
+
+
+def psum2(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
+    """The design note's psum2 (JAX: psum_invariant): psum's value."""
+    return psum(xs, mesh_shape, axis_name)
+
+
+def pbroadcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
+    """The design note's pbroadcast (JAX: pvary): every device keeps its value."""
+    return [np.array(x, copy=True) for x in xs]
+
+
+def all_gather_invariant(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+                         axis: int = 0, tiled: bool = False) -> list[np.ndarray]:
+    """all_gather's value (without groups)."""
+    return all_gather(xs, mesh_shape, axis_name, axis=axis, tiled=tiled)
+
+
+def pscatter(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+             axis: int = 0, tiled: bool = False) -> list[np.ndarray]:
+    """Group index i keeps index i (untiled) or block i (tiled) of its value along `axis`.
+
+    >>> pscatter([np.array([[1, 2], [3, 4]])] * 2, {'i': 2}, 'i', axis=1, tiled=True)[1]
+    array([[2],
+           [4]])
+    """
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name):
+        for i, d in enumerate(group):
+            x = np.asarray(xs[d])
+            out[d] = np.array(np.split(x, len(group), axis)[i] if tiled else np.take(x, i, axis))
+    return out

@@ -3,6 +3,8 @@
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario, load
 from scenarios._ops import OPS, OpSpec
+from scenarios._program import ProgramResult, ProgramScenario
 from scenarios._runner import Provenance, ScenarioResult, run
 
-__all__ = ["OPS", "OpSpec", "Provenance", "Scenario", "ScenarioError", "ScenarioResult", "load", "run"]
+__all__ = ["OPS", "OpSpec", "ProgramResult", "ProgramScenario", "Provenance", "Scenario", "ScenarioError",
+           "ScenarioResult", "load", "run"]

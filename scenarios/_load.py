@@ -15,8 +15,9 @@ import sim
 from scenarios._errors import ScenarioError, Source
 from scenarios._inputs import device_inputs
 from scenarios._ops import OPS, PARAMS, OpSpec
+from scenarios._program import ProgramScenario, load_program
 
-_TOP_KEYS = ("title", "description", "mesh", "network", "collective", "inputs", "device")
+_TOP_KEYS = ("title", "description", "mesh", "network", "collective", "inputs", "device", "program", "args")
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,7 +37,7 @@ class Scenario:
     inputs: tuple[dict[str, np.ndarray], ...]
 
 
-def load(path: str | os.PathLike) -> Scenario:
+def load(path: str | os.PathLike) -> "Scenario | ProgramScenario":
     """Read and validate the scenario file at `path`.
 
     Args:
@@ -56,6 +57,8 @@ def load(path: str | os.PathLike) -> Scenario:
         if not isinstance(data.get(key, ""), str):
             raise source.error("", key, f"{key}={data[key]!r} must be a string")
     mesh = _mesh(source, data)
+    if "program" in data:
+        return load_program(source, data, mesh, data.get("title", Path(path).stem), data.get("description", ""))
     spec, params = _collective(source, source.table(data, "collective"), mesh)
     inputs = device_inputs(source, data, mesh.size, spec)
     return Scenario(str(path), data.get("title", Path(path).stem), data.get("description", ""), mesh, spec.name,

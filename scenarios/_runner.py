@@ -11,6 +11,7 @@ import sim
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario
 from scenarios._ops import OPS
+from scenarios._program import ProgramResult, ProgramScenario, run_program
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class ScenarioResult:
         }
 
 
-def run(scenario: Scenario) -> ScenarioResult:
+def run(scenario: "Scenario | ProgramScenario") -> "ScenarioResult | ProgramResult":
     """Run `scenario`'s collective on its mesh through `sim.shard_map`.
 
     Each argument's per-device arrays are stacked along a new leading axis split over all mesh axes, so
@@ -91,6 +92,8 @@ def run(scenario: Scenario) -> ScenarioResult:
         ScenarioError: the simulator rejected the inputs (any `sim.MeshError`); the message names the file
             and carries the simulator's own, which lists every broken rule with device, argument and rows.
     """
+    if isinstance(scenario, ProgramScenario):
+        return run_program(scenario)
     mesh, params = scenario.mesh, scenario.params
     names = OPS[scenario.op].arrays
     collective = getattr(collectives, scenario.op)

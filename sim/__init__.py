@@ -18,3 +18,14 @@ __all__ = [
     "Varying", "apply", "check_axis_index_groups", "current", "current_or_none", "leaves", "promote",
     "shard_map", "tree_map", "vma_of", "vma_str", "wrap",
 ]
+
+# Layouts on the devices: shardings, placed arrays, local copies, the compile model.
+from sim._array import Array, Shard, device_put  # noqa: E402
+from sim._compile import Compiled, Jitted, Lowered, ShapeDtypeStruct, jit  # noqa: E402
+from sim._copy import DEFAULT_COPY_COST, CopyCost, CopyRecord, copy_step, with_layout_constraint  # noqa: E402
+from sim._sharding import NamedSharding, SingleDeviceSharding  # noqa: E402
+
+__all__ += [
+    "Array", "Compiled", "CopyCost", "CopyRecord", "DEFAULT_COPY_COST", "Jitted", "Lowered", "NamedSharding",
+    "Shard", "ShapeDtypeStruct", "SingleDeviceSharding", "copy_step", "device_put", "jit", "with_layout_constraint",
+]

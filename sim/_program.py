@@ -32,6 +32,8 @@ class Const:
     value: Any
 
     def __str__(self) -> str:
+        if isinstance(self.value, (bool, int, float, complex)):
+            return repr(self.value)
         array = np.asarray(self.value)
         if array.size <= 4:
             return f"{array.tolist()}:{_dtype_str(array.dtype)}"

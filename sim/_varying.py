@@ -126,7 +126,9 @@ def apply(op: str, fn: Callable, operands: list, params: dict) -> Any:
 
 
 def _ref(value: Any) -> Var | Const:
-    return value.var if isinstance(value, Varying) and value.var is not None else Const(np.asarray(value))
+    if isinstance(value, Varying):
+        return value.var if value.var is not None else Const(np.asarray(value))
+    return Const(value)  # Python scalars stay weakly typed, as numpy treats them
 
 
 def _plain_index(index: Any) -> Any:

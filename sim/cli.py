@@ -60,9 +60,34 @@ def _run(path: str, as_json: bool) -> int:
         return 2
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
+    elif isinstance(result, scenarios.ProgramResult):
+        _show_program(Console(highlight=False), result)
     else:
         _show(Console(highlight=False), result)
     return 0
+
+
+def _show_program(console: Console, result) -> None:
+    """The program's source, its typed listing, and the transposed programs with their communication."""
+    scenario = result.scenario
+    console.rule(f"[bold]{scenario.title}")
+    console.print(scenario.path, style="dim")
+    if scenario.description:
+        console.print(scenario.description)
+    console.print(Text(scenario.source.strip(), style="bold"))
+    passes = [("forward", result.forward), ("transposed", result.transposed), ("transposed twice", result.twice)]
+    for name, one in passes:
+        if one is None:
+            continue
+        console.print(Text.assemble(("\n" + name, "bold"), f": {one.messages} messages, "
+                                    f"{one.network_bytes} bytes across the network, simulated time ",
+                                    _seconds(one.end_time_s)))
+        console.print(Text(str(one.program)))
+    if result.twice is not None:
+        verdict = "the original program, op for op" if result.no_growth else "a different program"
+        console.print(Text.assemble(("\ntransposing twice gives ", "bold"), verdict))
+        lhs, rhs = result.adjoint
+        console.print(f"adjoint identity: <f(x), ybar> = {lhs:.6g}, <x, t(f)(ybar)> = {rhs:.6g}")
 
 
 def _show(console: Console, result: ScenarioResult) -> None:

@@ -2,8 +2,8 @@
 
 Profiles, chosen with the environment variable HYPOTHESIS_PROFILE:
 
-- `default`: 200 generated cases per property, so each collective's differential property sees a few
-  hundred cases together with the explicit ones; no deadline (the first JAX compile of a signature is
+- `default`: 300 generated cases per property, so each collective's differential property sees a few
+  hundred cases (plus the explicit ones); no deadline (the first JAX compile of a signature is
   slow); derandomized, with no example database, when the CI environment variable is set, so a CI run
   is reproducible.
 - `quick`: 25 cases per property, for a fast local loop.
@@ -23,7 +23,7 @@ _COMMON = dict(deadline=None, derandomize=_CI, print_blob=True,
 if _CI:
     _COMMON["database"] = None
 
-settings.register_profile("default", max_examples=200, **_COMMON)
+settings.register_profile("default", max_examples=300, **_COMMON)
 settings.register_profile("quick", max_examples=25, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

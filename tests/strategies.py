@@ -10,8 +10,8 @@ accepts, so any disagreement between the simulator, the executable spec and real
 - arrays of rank 1 to 3 with small dims, 0 included where JAX allows it, in seven dtypes, filled either
   with values unique per device and element (readable) or with random bits (NaN payloads, -0.0, ...);
 - all_gather / all_to_all: tiled and untiled, every valid axis; negative `axis` for all_gather (JAX
-  0.10.2 cannot lower negative `split_axis`/`concat_axis`, so those are spec-only, see
-  `all_to_all_cases(negative_axes=True)`);
+  0.10.2 cannot lower negative `split_axis`/`concat_axis`: `cases("all_to_all", negative_axes=True)`
+  builds those for the rejection test);
 - ragged_all_to_all: operands of rank 1 to 3 (ragged axis leading), 1 or 2 slices per peer, sizes 0 to 3,
   receive slices laid out without overlap by construction in shuffled order with padding between them,
   slices that end exactly at the last row, overlapping or repeated send slices, and `send_sizes` built as
@@ -122,8 +122,8 @@ def meshes(draw: st.DrawFn) -> dict[str, int]:
 @st.composite
 def axis_names(draw: st.DrawFn, mesh_shape: dict[str, int]) -> Any:
     """One mesh axis name, or a tuple of distinct names in any order."""
-    names = draw(st.permutations(list(mesh_shape)))
-    chosen = tuple(names[: draw(st.integers(1, len(names)))])
+    ordered = [names for k in range(1, len(mesh_shape) + 1) for names in itertools.permutations(mesh_shape, k)]
+    chosen = draw(st.sampled_from(ordered))
     return chosen[0] if len(chosen) == 1 and not draw(st.booleans()) else chosen
 
 
@@ -161,9 +161,9 @@ def collective_axes(draw: st.DrawFn) -> Axes:
 # ---------------------------------------------------------------------------------------------- values
 
 
-def small_dims(allow_zero: bool = True) -> st.SearchStrategy[int]:
-    """A dimension of 1 to 3, or 0 now and then."""
-    return st.one_of(st.integers(1, 3), st.just(0)) if allow_zero else st.integers(1, 3)
+def small_dims() -> st.SearchStrategy[int]:
+    """A dimension of 1 to 3 (shrinking to 1), or now and then 0."""
+    return st.integers(0, 6).map(lambda v: 0 if v == 6 else 1 + v % 3)
 
 
 @dataclass(frozen=True)
@@ -261,13 +261,41 @@ def dense_cases(draw: st.DrawFn, op: str, leaves: int = 0, **layout_options: Any
 
 @st.composite
 def packed_offsets(draw: st.DrawFn, sizes: Sequence[int]) -> tuple[list[int], int]:
-    """Offsets placing slices of `sizes` without overlap, in shuffled order, with gaps; and the rows used."""
+    """Offsets placing slices of `sizes` without overlap, in shuffled order, with 0 to 2 padding rows
+    before each; and the rows used up to the end of the last slice."""
     offsets = [0] * len(sizes)
-    cursor = draw(st.integers(0, 2))
+    cursor = 0
     for i in draw(st.permutations(range(len(sizes)))):
-        offsets[i] = cursor
-        cursor += sizes[i] + draw(st.integers(0, 2))
+        offsets[i] = cursor + draw(st.integers(0, 2))
+        cursor = offsets[i] + sizes[i]
     return offsets, cursor
+
+
+def _sender_tables(mesh_shape: dict[str, int], axis_name: Any, axis_index_groups: Any,
+                   recv_sizes: list[list[int]], recv_offsets: list[list[int]]) -> tuple[list[list[int]], ...]:
+    """`send_sizes` and `output_offsets` of every device: the tiled all_to_all of the receivers' tables.
+
+    Receiver r's slice s * per + j comes from group member s, which sends it as its slice r * per + j.
+    """
+    n, k = len(recv_sizes), len(recv_sizes[0])
+    send_sizes, output_offsets = [[0] * k for _ in range(n)], [[0] * k for _ in range(n)]
+    for members in device_groups(mesh_shape, axis_name, axis_index_groups):
+        per = k // len(members)
+        for (r, receiver), (s, sender), j in itertools.product(enumerate(members), enumerate(members), range(per)):
+            send_sizes[sender][r * per + j] = recv_sizes[receiver][s * per + j]
+            output_offsets[sender][r * per + j] = recv_offsets[receiver][s * per + j]
+    return send_sizes, output_offsets
+
+
+def _ragged(mesh_shape: dict[str, int], params: dict[str, Any], tables: list[list[list[int]]],
+            rows: int, out_rows: int, trailing: tuple[int, ...], dtype: np.dtype, index_dtype: np.dtype,
+            fill: Fill) -> Case:
+    """Assemble a ragged case from its index tables (input_offsets, send_sizes, output_offsets, recv_sizes)."""
+    n = len(tables[0])
+    operands = tuple(fill.array((rows, *trailing), dtype, salt=d) for d in range(n))
+    outputs = tuple(fill.array((out_rows, *trailing), dtype, salt=MAX_DEVICES + d) for d in range(n))
+    index = [tuple(np.array(v, index_dtype) for v in table) for table in tables]
+    return Case("ragged_all_to_all", dict(mesh_shape), (operands, outputs, *index), params)
 
 
 @st.composite
@@ -275,41 +303,20 @@ def ragged_cases(draw: st.DrawFn) -> Case:
     """A valid ragged_all_to_all case: sizes agree, slices stay in bounds, no two receive slices overlap."""
     axes = draw(collective_axes())
     n = int(np.prod(list(axes.mesh_shape.values())))
-    g = axes.group_size
-    per = draw(st.integers(1, 2))
-    k = g * per
+    k = axes.group_size * draw(st.integers(1, 2))
     recv_sizes = [draw(st.lists(st.integers(0, 3), min_size=k, max_size=k)) for _ in range(n)]
-    send_sizes = [[0] * k for _ in range(n)]
-    recv_offsets = [[0] * k for _ in range(n)]
-    output_offsets = [[0] * k for _ in range(n)]
-    input_offsets = [[0] * k for _ in range(n)]
-    out_rows, in_rows = [], []
-    for d in range(n):
-        recv_offsets[d], used = draw(packed_offsets(recv_sizes[d]))
-        out_rows.append(used)
-    for members in device_groups(axes.mesh_shape, axes.axis_name, axes.axis_index_groups):
-        for r, receiver in enumerate(members):
-            for s, sender in enumerate(members):
-                for j in range(per):
-                    send_sizes[sender][r * per + j] = recv_sizes[receiver][s * per + j]
-                    output_offsets[sender][r * per + j] = recv_offsets[receiver][s * per + j]
-    for d in range(n):
-        input_offsets[d], used = draw(packed_offsets(send_sizes[d]))
-        in_rows.append(used)
+    recv_offsets, out_rows = zip(*(draw(packed_offsets(sizes)) for sizes in recv_sizes))
+    send_sizes, output_offsets = _sender_tables(axes.mesh_shape, axes.axis_name, axes.axis_index_groups,
+                                                recv_sizes, list(recv_offsets))
+    input_offsets, in_rows = zip(*(draw(packed_offsets(sizes)) for sizes in send_sizes))
     m = max(1, max(out_rows) + draw(st.integers(0, 2)))
     rows = max(1, max(in_rows) + draw(st.integers(0, 2)))
-    for d in range(n):
-        for i, size in enumerate(send_sizes[d]):
-            if draw(st.booleans()):  # anywhere in the operand, overlapping other send slices is fine
-                input_offsets[d][i] = draw(st.integers(0, rows - size))
+    input_offsets = [[draw(st.integers(0, rows - size)) if draw(st.booleans()) else offset  # overlaps are fine
+                      for offset, size in zip(offsets, sizes)] for offsets, sizes in zip(input_offsets, send_sizes)]
     trailing = tuple(draw(st.lists(small_dims(), max_size=2)))
-    dtype, index_dtype, fill = draw(dtypes), draw(st.sampled_from(INDEX_DTYPES)), draw(fills)
-    operands = tuple(fill.array((rows, *trailing), dtype, salt=d) for d in range(n))
-    outputs = tuple(fill.array((m, *trailing), dtype, salt=MAX_DEVICES + d) for d in range(n))
-    index = [tuple(np.array(v, index_dtype) for v in table)
-             for table in (input_offsets, send_sizes, output_offsets, recv_sizes)]
     params = {"axis_name": axes.axis_name, "axis_index_groups": axes.axis_index_groups}
-    return Case("ragged_all_to_all", axes.mesh_shape, (operands, outputs, *index), params)
+    return _ragged(axes.mesh_shape, params, [input_offsets, send_sizes, output_offsets, recv_sizes], rows, m,
+                   trailing, draw(dtypes), draw(st.sampled_from(INDEX_DTYPES)), draw(fills))
 
 
 def ragged_case(mesh_shape: dict[str, int], axis_name: Any, recv_sizes: Sequence[Sequence[int]], *,
@@ -321,32 +328,20 @@ def ragged_case(mesh_shape: dict[str, int], axis_name: Any, recv_sizes: Sequence
     slices, and the device with the most rows has its last slice end at the last output row. Each device
     sends its slices packed in order from row 0; the operand has one padding row at its end.
     """
-    n = len(recv_sizes)
-    k = len(recv_sizes[0])
+    recv_sizes = [list(sizes) for sizes in recv_sizes]
     recv_offsets, out_rows = [], []
     for sizes in recv_sizes:
-        offsets, cursor = [0] * k, 1
-        for i in reversed(range(k)):
+        offsets, cursor = [0] * len(sizes), 1
+        for i in reversed(range(len(sizes))):
             offsets[i], cursor = cursor, cursor + sizes[i] + 1
         recv_offsets.append(offsets)
         out_rows.append(cursor - 1)
-    send_sizes, output_offsets = [[0] * k for _ in range(n)], [[0] * k for _ in range(n)]
-    for members in device_groups(mesh_shape, axis_name, axis_index_groups):
-        per = k // len(members)
-        for r, receiver in enumerate(members):
-            for s, sender in enumerate(members):
-                for j in range(per):
-                    send_sizes[sender][r * per + j] = recv_sizes[receiver][s * per + j]
-                    output_offsets[sender][r * per + j] = recv_offsets[receiver][s * per + j]
-    input_offsets = [list(np.cumsum([0, *sizes[:-1]])) for sizes in send_sizes]
-    rows = max(sum(sizes) for sizes in send_sizes) + 1
-    fill, dtype = Fill("iota", 0), np.dtype(dtype)
-    operands = tuple(fill.array((rows, *trailing), dtype, salt=d) for d in range(n))
-    outputs = tuple(fill.array((max(out_rows), *trailing), dtype, salt=MAX_DEVICES + d) for d in range(n))
-    index = [tuple(np.array(v, index_dtype) for v in table)
-             for table in (input_offsets, send_sizes, output_offsets, recv_sizes)]
+    send_sizes, output_offsets = _sender_tables(mesh_shape, axis_name, axis_index_groups, recv_sizes, recv_offsets)
+    input_offsets = [[int(v) for v in np.cumsum([0, *sizes[:-1]])] for sizes in send_sizes]
     params = {"axis_name": axis_name, "axis_index_groups": axis_index_groups}
-    return Case("ragged_all_to_all", dict(mesh_shape), (operands, outputs, *index), params)
+    return _ragged(mesh_shape, params, [input_offsets, send_sizes, output_offsets, recv_sizes],
+                   max(sum(sizes) for sizes in send_sizes) + 1, max(out_rows), tuple(trailing), np.dtype(dtype),
+                   np.dtype(index_dtype), Fill("iota", 0))
 
 
 def dense_case(op: str, mesh_shape: dict[str, int], shape: Sequence[int], dtype: Any = "int32",
@@ -356,6 +351,16 @@ def dense_case(op: str, mesh_shape: dict[str, int], shape: Sequence[int], dtype:
     xs = tuple(Fill("iota", 0).array(tuple(shape), np.dtype(dtype), salt=d) for d in range(n))
     defaults = {"axis_index_groups": None, "tiled": False}
     return Case(op, dict(mesh_shape), (xs,), {**defaults, **params})
+
+
+# The ragged_all_to_all docs' example, literal numbers: the results are [1, 3, 0, 0] and [2, 2, 4, 0].
+DOCS_RAGGED = Case(
+    "ragged_all_to_all", {"x": 2},
+    tuple(tuple(np.array(v) for v in per_device) for per_device in (
+        ([1, 2, 2], [3, 4, 0]), ([0, 0, 0, 0], [0, 0, 0, 0]), ([0, 1], [0, 1]), ([1, 2], [1, 1]),
+        ([0, 0], [1, 2]), ([1, 1], [2, 1]))),
+    {"axis_name": "x", "axis_index_groups": None},
+)
 
 
 def cases(op: str, **options: Any) -> st.SearchStrategy[Case]:
@@ -381,7 +386,7 @@ def features(case: Case) -> set[str]:
     if len(leaves) > 1 or not isinstance(case.args[0][0], np.ndarray):
         found.add("pytree")
     if case.op != "ragged_all_to_all":
-        found.add("tiled" if p["tiled"] else "untiled")
+        found.add("tiled" if p.get("tiled", False) else "untiled")
         if any(p.get(a, 0) < 0 for a in ("axis", "split_axis", "concat_axis")):
             found.add("negative axis")
     found |= {f"rank {x.ndim}" for x in leaves} | {f"dtype {x.dtype}" for x in leaves}

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import sim
 import strategies as cases_
-from strategies import Case, check_agreement, dense_case, features, ragged_case
+from strategies import DOCS_RAGGED, Case, check_agreement, dense_case, features, ragged_case
 
 pytestmark = pytest.mark.differential
 
@@ -28,16 +28,10 @@ def _record(case: Case) -> None:
 
 # ---------------------------------------------------------------------------------------------- docs' examples
 
-DOCS_ALL_GATHER_GROUPS = dense_case("all_gather", {"i": 4}, (4,), axis_name="i", axis_index_groups=[[0, 2], [3, 1]])
-DOCS_ALL_GATHER = dense_case("all_gather", {"i": 4}, (), axis_name="i")
+DOCS_ALL_GATHER = Case("all_gather", {"i": 4}, (tuple(np.arange(4)),), {"axis_name": "i"})
+DOCS_ALL_GATHER_GROUPS = Case("all_gather", {"i": 4}, (tuple(np.arange(16).reshape(4, 4)),),
+                              {"axis_name": "i", "axis_index_groups": [[0, 2], [3, 1]]})
 DOCS_ALL_TO_ALL = dense_case("all_to_all", {"i": 4}, (3, 4, 2), axis_name="i", split_axis=1, concat_axis=2)
-DOCS_RAGGED = Case(
-    "ragged_all_to_all", {"x": 2},
-    tuple(tuple(np.array(v) for v in per_device) for per_device in (
-        ([1, 2, 2], [3, 4, 0]), ([0, 0, 0, 0], [0, 0, 0, 0]), ([0, 1], [0, 1]), ([1, 2], [1, 1]),
-        ([0, 0], [1, 2]), ([1, 1], [2, 1]))),
-    {"axis_name": "x", "axis_index_groups": None},
-)
 
 
 # ---------------------------------------------------------------------------------------------- generated
@@ -122,6 +116,8 @@ def _explicit() -> list:
         "ragged-2d-('y','x')-groups-rank3-float32": ragged_case(
             {"x": 2, "y": 2}, ("y", "x"), [[1, 0], [2, 1], [0, 3], [1, 1]], axis_index_groups=[[3, 0], [1, 2]],
             trailing=(2, 2), dtype="float32", index_dtype="int64"),
+        "ragged-1d-zero-width-rows-rank3": ragged_case(
+            {"x": 2}, "x", [[1, 2], [0, 1]], trailing=(2, 0), dtype="int64"),
         "ragged-2d-'x'-two-slices-per-peer-rank2-uint8": ragged_case(
             {"x": 2, "y": 2}, "x", [[1, 0, 2, 1], [0, 1, 1, 1], [3, 0, 0, 2], [1, 1, 0, 0]], trailing=(3,),
             dtype="uint8"),

@@ -2,7 +2,8 @@
 
 Each mutant replaces one collective's message protocol (through `monkeypatch`, so only this test sees it)
 with a plausible mistake. The same `check_agreement` the differential tests use must then report a
-difference, Hypothesis must find a failing case, and the case it shrinks to must be small.
+difference, Hypothesis must find a failing case, and the case it shrinks to must be small. These need no
+JAX; only the wrong-spec test, which asks real JAX, is marked `differential`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ import collectives._all_gather
 import collectives._all_to_all
 import collectives._ragged
 from oracles import spec
-from strategies import Case, cases, check_agreement, dense_case, ragged_case, run_spec
-
-pytestmark = pytest.mark.differential
+from strategies import DOCS_RAGGED, Case, cases, check_agreement, dense_case, ragged_case, run_spec
 
 _SEARCH = settings(max_examples=200, database=None, print_blob=False,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -133,15 +132,7 @@ def _ragged_with_local_offsets(operands, outputs, input_offsets, send_sizes, out
                                   mesh_shape, axis_name=axis_name, axis_index_groups=axis_index_groups)
 
 
-DOCS_RAGGED = Case(
-    "ragged_all_to_all", {"x": 2},
-    tuple(tuple(np.array(v) for v in per_device) for per_device in (
-        ([1, 2, 2], [3, 4, 0]), ([0, 0, 0, 0], [0, 0, 0, 0]), ([0, 1], [0, 1]), ([1, 2], [1, 1]),
-        ([0, 0], [1, 2]), ([1, 1], [2, 1]))),
-    {"axis_name": "x", "axis_index_groups": None},
-)
-
-
+@pytest.mark.differential
 @pytest.mark.parametrize("case", [
     pytest.param(DOCS_RAGGED, id="docs-example"),
     pytest.param(ragged_case({"x": 2, "y": 2}, ("y", "x"), [[1, 1, 1, 1]] * 4),

@@ -1,0 +1,123 @@
+"""The element arithmetic of JAX's CPU backend (XLA:CPU, x86-64), which the reductions reproduce bit for bit.
+
+Measured against jax 0.10.2 on random bit patterns, subnormals, signed zeros and NaN payloads:
+
+- An all-reduce or reduce-scatter starts every element from the identity of its operation (0 for sum,
+  -inf or the lowest integer for max, +inf or the highest integer for min) and folds the members' values
+  into it in group order: `acc = op(acc, x)`. So `psum` of -0.0 and -0.0 is +0.0.
+- float32 and float64 arithmetic runs with denormals flushed: a subnormal operand counts as a zero of its
+  sign, and a subnormal result becomes a zero of its sign.
+- float16 arithmetic is done in float32 and rounded back; a NaN result is the canonical NaN 0x7e00 with
+  the sign of the float32 NaN (the payload is dropped).
+- When both operands of a float32/float64 `acc + x` are NaN the result is `x`, quieted (for float16 it is
+  `acc`, canonicalised); a single NaN operand is kept, quieted; an invalid operation (inf - inf) gives
+  the processor's default NaN.
+- max and min are C++'s `std::max(acc, x)` (`x if acc < x else acc`) and `std::min(acc, x)`
+  (`x if x < acc else acc`): a NaN never replaces the accumulator, so pmax of NaNs alone is -inf, and a
+  tie of -0.0 and +0.0 keeps the accumulator.
+- pmean multiplies the sum by the reciprocal of the group size rounded to the result dtype (XLA rewrites
+  the division by a constant into that multiplication).
+
+>>> combine("sum", np.float32([-0.0]), np.float32([-0.0])).tobytes() == np.float32([-0.0]).tobytes()
+True
+>>> float(combine("max", identity("max", np.dtype("float32")), np.float32(np.nan)))
+-inf
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+REDUCTIONS = ("sum", "max", "min")
+_FLUSHED = (np.dtype(np.float32), np.dtype(np.float64))
+_UNSIGNED = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+_QUIET_BIT = {2: 0x0200, 4: 0x0040_0000, 8: 0x0008_0000_0000_0000}
+
+
+def identity(reduction: str, dtype: np.dtype) -> np.ndarray:
+    """The value every element of a `reduction` starts from, as a 0-d array of `dtype`."""
+    dtype = np.dtype(dtype)
+    if reduction == "sum":
+        return np.zeros((), dtype)
+    low = reduction == "max"
+    if dtype.kind == "b":
+        return np.array(not low)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return np.array(info.min if low else info.max, dtype)
+    return np.array(-np.inf if low else np.inf, dtype)
+
+
+def combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`reduction(acc, x)` elementwise, as XLA:CPU computes it; `x` is the later term of the fold."""
+    acc, x = np.broadcast_arrays(np.asarray(acc), np.asarray(x))
+    if acc.dtype.kind == "c":  # componentwise: complex add is two float adds
+        parts = _component_dtype(acc.dtype)
+        flat = [np.ascontiguousarray(v).reshape(-1).view(parts) for v in (acc, x)]
+        return combine(reduction, *flat).view(acc.dtype).reshape(acc.shape)
+    a, b = flush(acc), flush(x)
+    if reduction == "max":
+        return np.where(a < b, b, a)
+    if reduction == "min":
+        return np.where(b < a, b, a)
+    if a.dtype.kind in "iu":
+        return np.add(a, b, dtype=a.dtype)
+    if a.dtype == np.float16:  # computed in float32; here the accumulator's NaN wins
+        wide_a, wide_b = a.astype(np.float32), b.astype(np.float32)
+        with np.errstate(all="ignore"):
+            wide = wide_a + wide_b
+        return narrow(np.where(np.isnan(wide_a), wide_a, np.where(np.isnan(wide_b), wide_b, wide)))
+    with np.errstate(all="ignore"):
+        total = flush(a + b)
+    return np.where(np.isnan(b), quiet(b), np.where(np.isnan(a), quiet(a), total))
+
+
+def narrow(wide: np.ndarray) -> np.ndarray:
+    """float32 -> float16 as XLA:CPU rounds it: to nearest even, NaN to the signed canonical 0x7e00."""
+    with np.errstate(all="ignore"):
+        half = wide.astype(np.float16)
+    signed_nan = np.where(np.signbit(wide), np.uint16(0xFE00), np.uint16(0x7E00)).view(np.float16)
+    return np.where(np.isnan(wide), signed_nan, half)
+
+
+def mean_dtype(dtype: np.dtype) -> np.dtype:
+    """pmean's result dtype: floats keep theirs; bool and integers of up to 32 bits give float32, 64-bit float64."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "fc":
+        return dtype
+    return np.dtype(np.float64 if dtype.itemsize == 8 else np.float32)
+
+
+def scale_to_mean(total: np.ndarray, size: int) -> np.ndarray:
+    """`total * (1 / size)` in pmean's dtype, the reciprocal rounded to that dtype, as XLA:CPU computes it."""
+    dtype = mean_dtype(total.dtype)
+    value = np.asarray(total).astype(dtype)
+    if dtype.kind == "c":
+        return value / np.array(size, dtype)  # XLA keeps complex division (checked against JAX)
+    if dtype == np.float16:
+        reciprocal = np.float16(1) / np.float16(size)
+        with np.errstate(all="ignore"):
+            return narrow(value.astype(np.float32) * np.float32(reciprocal))
+    reciprocal = dtype.type(1) / dtype.type(size)
+    with np.errstate(all="ignore"):
+        return flush(flush(value) * reciprocal)
+
+
+def flush(a: np.ndarray) -> np.ndarray:
+    """`a` with subnormal float32/float64 values replaced by zeros of the same sign; other dtypes unchanged."""
+    a = np.asarray(a)
+    if a.dtype not in _FLUSHED:
+        return a
+    tiny = np.finfo(a.dtype).smallest_normal
+    return np.where((np.abs(a) < tiny) & (a != 0), np.copysign(np.zeros((), a.dtype), a), a)
+
+
+def quiet(a: np.ndarray) -> np.ndarray:
+    """`a` with the quiet bit of every NaN set (what an x86 operation does to a signalling NaN operand)."""
+    a = np.asarray(a)
+    unsigned = _UNSIGNED[a.dtype.itemsize]
+    return (a.view(unsigned) | unsigned(_QUIET_BIT[a.dtype.itemsize])).view(a.dtype)
+
+
+def _component_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float32 if dtype == np.complex64 else np.float64)

@@ -1,0 +1,130 @@
+"""The design note's collectives for device-variance types: `psum2`, `pbroadcast`, `all_gather_invariant`, `pscatter`.
+
+Values only: each is the value half of its row in the note's table; the device-variance rule (varying ->
+invariant and back) is attached on top of the internal helper each public function calls. In jax 0.10.2
+the names map as `oracles.jax_oracle.JAX_NAMES` records: psum2 is `psum_invariant` (what `jax.lax.psum`
+binds under `shard_map(check_vma=True)`), pbroadcast is `pvary` (`jax.lax.pcast(x, axis, to='varying')`;
+JAX's own `jax.lax.pbroadcast` is a different collective), all_gather_invariant keeps its name
+(`jax._src.lax.parallel.all_gather_invariant`), and pscatter has no primitive: it is JAX's transpose of
+all_gather_invariant, a dynamic slice at `axis_index`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import sim
+from collectives import _all_gather
+from collectives._common import axis_index as index_along
+from collectives._common import canonical_axis, group_of, map_tree, operand, same_across_group
+from collectives._reduce import all_reduce_leaf
+
+
+def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct") -> Any:
+    """The sum of `x` over `axis_name` (varying -> invariant): psum's value, without axis_index_groups.
+
+    Example on a 2-device mesh {'i': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
+    `psum2(x, 'i')` gives [4, 6] on both.
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: as `psum`.
+    """
+    return _psum2(x, axis_name, algorithm)
+
+
+def pbroadcast(x: Any, axis_name: Any) -> Any:
+    """`x` itself (invariant -> varying along `axis_name`); no communication and no arithmetic.
+
+    Example on a 2-device mesh {'i': 2}: both devices hold [1, 2]; `pbroadcast(x, 'i')` gives [1, 2] on
+    both, now typed as varying along 'i'.
+
+    Raises:
+        InvalidArgumentError: an unknown or repeated axis name. InvalidTypeError: a non-numeric x.
+    """
+    return _pbroadcast(x, axis_name)
+
+
+def all_gather_invariant(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False) -> Any:
+    """`all_gather`'s bytes (varying -> invariant), the same messages, without axis_index_groups.
+
+    Example on a 2-device mesh {'i': 2}: device 0 holds [1], device 1 holds [2];
+    `all_gather_invariant(x, 'i')` gives [[1], [2]] on both, and with `tiled=True`, [1, 2].
+
+    Raises:
+        InvalidArgumentError: as `all_gather`.
+    """
+    return _all_gather_invariant(x, axis_name, axis, tiled)
+
+
+def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False) -> Any:
+    """This device's slice of `x` along `axis` (invariant -> varying); no communication.
+
+    Untiled, `x.shape[axis]` must equal the axis size and the result is index `axis_index(axis_name)`
+    along `axis` (that dimension removed); tiled, it must be divisible by the axis size and the result is
+    block `axis_index(axis_name)`. The transpose of `all_gather_invariant`.
+
+    Example on a 2-device mesh {'i': 2}: both devices hold [[1, 2], [3, 4]]; `pscatter(x, 'i')` gives
+    [1, 2] on device 0 and [3, 4] on device 1; `pscatter(x, 'i', axis=1, tiled=True)` gives [[1], [3]]
+    and [[2], [4]].
+
+    Raises:
+        InvalidArgumentError: unknown axis name, `axis` out of range, a dimension that does not fit the
+            axis size, a scalar x. InvalidTypeError: a non-numeric x.
+    """
+    return _pscatter(x, axis_name, axis, tiled)
+
+
+def _psum2(x: Any, axis_name: Any, algorithm: str) -> Any:
+    return map_tree(lambda leaf: all_reduce_leaf("psum2", leaf, axis_name, None, algorithm), x)
+
+
+def _pbroadcast(x: Any, axis_name: Any) -> Any:
+    def leaf(value: Any) -> np.ndarray:
+        context, _ = group_of("pbroadcast", axis_name, None)
+        array = operand("pbroadcast", context.device, "x", value)
+        return context.memory.view(context.memory.resident(array))
+    return map_tree(leaf, x)
+
+
+def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool) -> Any:
+    return map_tree(lambda leaf: _gather_leaf(leaf, axis_name, axis, tiled), x)
+
+
+def _gather_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
+    op = "all_gather_invariant"
+    context, group = group_of(op, axis_name, None)
+    x = operand(op, context.device, "x", x)
+    if tiled and x.ndim == 0:
+        raise sim.InvalidArgumentError(f"device {context.device}: {op}: tiled=True needs x of rank >= 1")
+    axis = canonical_axis(op, context.device, "axis", axis, x.ndim if tiled else x.ndim + 1)
+    args = _all_gather._Args(context.memory.resident(x), axis, bool(tiled))
+    params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
+
+    def check(all_args: list[Any]) -> list[str]:
+        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in all_args]
+        return same_across_group(op, group.members, kinds, "x")
+
+    return context.collective(sim.Collective(op, group, params, args, _all_gather._protocol, check))
+
+
+def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool) -> Any:
+    return map_tree(lambda leaf: _scatter_leaf(leaf, axis_name, axis, tiled), x)
+
+
+def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
+    op = "pscatter"
+    context, group = group_of(op, axis_name, None)
+    device = context.device
+    x = operand(op, device, "x", x)
+    if x.ndim == 0:
+        raise sim.InvalidArgumentError(f"device {device}: {op}: x must have rank >= 1, got a scalar")
+    axis = canonical_axis(op, device, "axis", axis, x.ndim)
+    size, n = x.shape[axis], group.size
+    if (size % n) if tiled else (size != n):
+        rule = f"be divisible by the axis size {n} when tiled=True" if tiled else f"equal the axis size {n} when tiled=False"
+        raise sim.InvalidArgumentError(f"device {device}: {op}: x.shape[axis={axis}]={size} must {rule}")
+    step = size // n
+    place = slice(group.index * step, (group.index + 1) * step) if tiled else group.index
+    return context.memory.view(context.memory.store(x[index_along(x.shape, axis, place)]))

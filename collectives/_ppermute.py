@@ -1,0 +1,108 @@
+"""`ppermute`: each (source, destination) pair moves the source's array to the destination; others get zeros."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generator
+
+import numpy as np
+
+import sim
+from collectives._common import group_of, map_tree, operand, pack, same_across_group
+
+_OP = "ppermute"
+
+Perm = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class _Args:
+    buffer: sim.Buffer
+    perm: Perm
+
+
+def ppermute(x: Any, axis_name: Any, perm: Any) -> Any:
+    """Send `x` from axis index `source` to axis index `destination` for every pair in `perm`.
+
+    Indices are positions along `axis_name` as `axis_index` numbers them (for a tuple of names, row-major
+    in the tuple's order); negative ones count from the end. No index may be a source twice or a
+    destination twice. A device that is no pair's destination gets zeros. `x` may be a pytree.
+
+    JAX 0.10.2 numbers a tuple `axis_name` whose names are not in mesh order differently here (by sorted
+    device id, unlike its own `axis_index` and `all_gather`); the simulator keeps `axis_index`'s numbering.
+
+    Example on a 4-device mesh {'x': 4}: device d holds [d + 1]; `ppermute(x, 'x', [(0, 1), (1, 2),
+    (2, 3), (3, 0)])` gives [4], [1], [2], [3]; with `perm=[(0, 2)]` it gives [0], [0], [1], [0].
+
+    Raises:
+        InvalidTypeError: `perm` not a sequence of pairs of ints; a non-numeric x.
+        InvalidArgumentError: unknown axis name, an index out of range, a repeated source or destination
+            (naming the pair), shapes or dtypes that differ between devices.
+    """
+    return _ppermute(x, axis_name, perm)
+
+
+def _ppermute(x: Any, axis_name: Any, perm: Any) -> Any:
+    return map_tree(lambda leaf: _leaf(leaf, axis_name, perm), x)
+
+
+def _leaf(x: Any, axis_name: Any, perm: Any) -> np.ndarray:
+    context, group = group_of(_OP, axis_name, None)
+    x = operand(_OP, context.device, "x", x)
+    pairs = check_perm(context.device, perm, group.size, axis_name)
+    args = _Args(context.memory.resident(x), pairs)
+    params = (("axis_name", axis_name), ("perm", pairs))
+    return context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
+
+
+def check_perm(device: int, perm: Any, size: int, axis_name: Any) -> Perm:
+    """`perm` with indices in [0, size), or an error naming the offending pair."""
+    pairs = _pairs(device, perm)
+    seen: dict[str, dict[int, int]] = {"source": {}, "destination": {}}
+    for k, pair in enumerate(pairs):
+        for role, index in zip(("source", "destination"), pair):
+            if not -size <= index < size:
+                raise sim.InvalidArgumentError(
+                    f"device {device}: {_OP}: perm[{k}]={pair}: {role} {index} must be in [{-size}, {size}) for "
+                    f"axis_name={axis_name!r} of size {size}")
+            first = seen[role].setdefault(index % size, k)
+            if first != k:
+                raise sim.InvalidArgumentError(
+                    f"device {device}: {_OP}: perm[{k}]={pair}: {role} {index % size} is already the {role} of "
+                    f"perm[{first}]={pairs[first]}; each index may be a {role} at most once")
+    return tuple((s % size, d % size) for s, d in pairs)
+
+
+def _pairs(device: int, perm: Any) -> tuple[tuple[int, int], ...]:
+    try:
+        pairs = tuple(tuple(pair) for pair in perm)
+    except TypeError:
+        pairs = ((),)
+    if not all(len(p) == 2 and all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in p)
+               for p in pairs):
+        raise sim.InvalidTypeError(f"device {device}: {_OP}: perm={perm!r} must be a sequence of "
+                                   "(source, destination) pairs of ints")
+    return tuple((int(s), int(d)) for s, d in pairs)
+
+
+def _validate(group: sim.Group):
+    def check(args: list[_Args]) -> list[str]:
+        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
+        return same_across_group(_OP, group.members, kinds, "x")
+    return check
+
+
+def _protocol(port: sim.Port, args: _Args) -> Generator:
+    """Sources send; the destination writes the arrival into zeroed memory; everyone else keeps the zeros."""
+    source = port.memory.view(args.buffer)
+    me, members = port.group.index, port.group.members
+    for src, dst in args.perm:
+        if src == me:
+            port.send(members[dst], pack(source), pair=(src, dst))
+    out = port.memory.view(port.memory.alloc(source.dtype, source.shape))
+    out[...] = 0
+    for src, dst in args.perm:
+        if dst == me:
+            message = yield port.recv(members[src])
+            out[...] = message.payload
+    return out

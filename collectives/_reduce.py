@@ -1,0 +1,164 @@
+"""`psum`, `pmean`, `pmax`, `pmin`: all-reduce over a mesh axis, with JAX's dtypes and XLA:CPU's arithmetic.
+
+Every public function is a thin wrapper over one internal helper per collective (`_psum`, ...), which maps
+`all_reduce_leaf` over the pytree; a type rule can wrap that helper later.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generator
+
+import numpy as np
+
+import sim
+from collectives._allreduce import AllReduceArgs, all_reduce_protocol, check_algorithm
+from collectives._arithmetic import mean_dtype, scale_to_mean
+from collectives._common import group_of, map_tree, operand, same_across_group
+
+_REDUCTION = {"psum": "sum", "pmean": "sum", "psum2": "sum", "pmax": "max", "pmin": "min"}
+
+
+def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct") -> Any:
+    """Sum `x` over the devices of the group; every member gets the same sum.
+
+    bool inputs are summed as int32; other dtypes keep theirs (integers wrap). A Python scalar is a
+    constant of the program, as in JAX: `psum(1, 'x')` is the axis size, computed without messages
+    (every member must pass the same scalar). `algorithm` is 'direct' (XLA:CPU's order: the members'
+    values are added one by one, in group order, to 0), 'ring' or 'recursive_doubling'; see
+    `collectives._allreduce` for each algorithm's summation order. `x` may be a pytree.
+
+    Example on a 4-device mesh {'x': 4}: device d holds [d, 10 * d]; `psum(x, 'x')` gives [6, 60] on
+    every device, and `psum(x, 'x', axis_index_groups=[[0, 1], [2, 3]])` gives [1, 10] on devices 0 and
+    1 and [5, 50] on devices 2 and 3.
+
+    Raises:
+        InvalidArgumentError: unknown axis name, bad groups, unknown algorithm, shapes or dtypes that
+            differ within a group.
+        InvalidTypeError: a non-numeric x.
+    """
+    return _psum(x, axis_name, axis_index_groups, algorithm)
+
+
+def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct") -> Any:
+    """The mean of `x` over the group: psum, then times 1/n rounded to the result dtype (as XLA:CPU does).
+
+    Floating and complex dtypes keep theirs; bool and integers of up to 32 bits give float32, 64-bit
+    integers float64 (as JAX gives with or without jax_enable_x64). The integer sum wraps before it is
+    converted.
+
+    Example on a 2-device mesh {'x': 2}: device 0 holds int32 [1, 2], device 1 holds [2, 2];
+    `pmean(x, 'x')` gives float32 [1.5, 2.0] on both.
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: as `psum`.
+    """
+    return _pmean(x, axis_name, axis_index_groups, algorithm)
+
+
+def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct") -> Any:
+    """The elementwise maximum of `x` over the group, folded from -inf as C++ `std::max` does.
+
+    A NaN never wins (pmax of NaNs alone is -inf) and a tie of -0.0 and +0.0 keeps the earlier member's.
+
+    Example on a 2-device mesh {'x': 2}: device 0 holds [1, 5], device 1 holds [3, 2];
+    `pmax(x, 'x')` gives [3, 5] on both.
+
+    Raises:
+        InvalidArgumentError: as `psum`.
+        InvalidTypeError: a non-numeric or complex x (XLA:CPU cannot take the max of complex numbers).
+    """
+    return _pmax(x, axis_name, axis_index_groups, algorithm)
+
+
+def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct") -> Any:
+    """The elementwise minimum of `x` over the group, folded from +inf as C++ `std::min` does.
+
+    Example on a 2-device mesh {'x': 2}: device 0 holds [1, 5], device 1 holds [3, 2];
+    `pmin(x, 'x')` gives [1, 2] on both.
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: as `pmax`.
+    """
+    return _pmin(x, axis_name, axis_index_groups, algorithm)
+
+
+def _psum(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+    return map_tree(lambda leaf: all_reduce_leaf("psum", leaf, axis_name, axis_index_groups, algorithm), x)
+
+
+def _pmean(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+    return map_tree(lambda leaf: all_reduce_leaf("pmean", leaf, axis_name, axis_index_groups, algorithm), x)
+
+
+def _pmax(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+    return map_tree(lambda leaf: all_reduce_leaf("pmax", leaf, axis_name, axis_index_groups, algorithm), x)
+
+
+def _pmin(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+    return map_tree(lambda leaf: all_reduce_leaf("pmin", leaf, axis_name, axis_index_groups, algorithm), x)
+
+
+def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+    """One array (or Python scalar) through the all-reduce `op` ('psum', 'pmean', 'psum2', 'pmax', 'pmin').
+
+    On a mesh of one device XLA compiles the all-reduce away, so the value comes back unchanged (only
+    pmean's dtype rule applies): -0.0, subnormals and NaN payloads survive there and nowhere else.
+    """
+    context, group = group_of(op, axis_name, axis_index_groups)
+    if is_python_scalar(x):
+        return _constant(op, context, group, x, axis_name)
+    x = _reducible(op, context.device, x)
+    check_algorithm(op, context.device, algorithm, group.size)
+    memory = context.memory
+    if context.mesh.size == 1:
+        return memory.view(memory.store(x.astype(mean_dtype(x.dtype)) if op == "pmean" else x))
+    args = AllReduceArgs(memory.resident(x), _REDUCTION[op], algorithm)
+    params = (("axis_name", axis_name), ("algorithm", algorithm))
+    total = context.collective(sim.Collective(op, group, params, args, all_reduce_protocol, _validate(op, group)))
+    return memory.view(memory.store(scale_to_mean(total, group.size))) if op == "pmean" else total
+
+
+def is_python_scalar(x: Any) -> bool:
+    """A Python int, float or complex (not bool, not a numpy scalar): a constant, as JAX treats it."""
+    return isinstance(x, (int, float, complex)) and not isinstance(x, (bool, np.generic))
+
+
+def _reducible(op: str, device: int, value: Any) -> np.ndarray:
+    x = operand(op, device, "x", value)
+    if x.dtype.kind == "c" and _REDUCTION[op] != "sum":
+        raise sim.InvalidTypeError(
+            f"device {device}: {op}: x has dtype {x.dtype}; complex numbers have no max or min "
+            f"(XLA:CPU rejects the reduction)")
+    if x.dtype.kind == "b" and _REDUCTION[op] == "sum":
+        return x.astype(np.int32)  # as jax.lax.psum does
+    return x
+
+
+def _validate(op: str, group: sim.Group):
+    def check(args: list[AllReduceArgs]) -> list[str]:
+        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
+        return same_across_group(op, group.members, kinds, "x")
+    return check
+
+
+def _constant(op: str, context: sim.DeviceContext, group: sim.Group, x: Any, axis_name: Any) -> Any:
+    """A Python scalar: after checking every member passed the same one, n * x (psum), x (pmean, pmax, pmin)."""
+    params = (("axis_name", axis_name), ("constant", True))
+    context.collective(sim.Collective(op, group, params, x, _no_messages, _same_constant(op, group)))
+    n = group.size
+    if op in ("psum", "psum2"):
+        return n * x
+    return n * x / n if op == "pmean" else x
+
+
+def _no_messages(port: sim.Port, args: Any) -> Generator:
+    yield from ()
+    return args
+
+
+def _same_constant(op: str, group: sim.Group):
+    def check(values: list[Any]) -> list[str]:
+        shown = [f"{type(v).__name__} {v!r}" for v in values]
+        found = same_across_group(op, group.members, shown, "the Python scalar x")
+        return [f"{line} (a Python scalar is a constant of the program)" for line in found]
+    return check

@@ -1,0 +1,140 @@
+"""Program scenarios: a whole `shard_map` program, its inferred types, and its transpose run both ways.
+
+A `[program]` table holds Python `source` defining `f`, the `in_specs` / `out_specs` as expressions over
+`P`, and `[[args]]` tables giving each global argument (a literal `value`, or `seed`/`shape`/`dtype`).
+The source sees `np`, `P` and every collective by name (`psum`, `all_gather`, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import collectives
+import sim
+from scenarios._errors import ScenarioError, Source
+
+_PROGRAM_KEYS = ("source", "in_specs", "out_specs", "check_vma", "transpose", "linear_argnums")
+
+
+@dataclass(frozen=True, eq=False)
+class ProgramScenario:
+    """A validated program scenario: mesh, the mapped function, its example arguments, what to show."""
+
+    path: str
+    title: str
+    description: str
+    mesh: sim.Mesh
+    source: str
+    function: sim.ShardMapped
+    args: tuple[np.ndarray, ...]
+    transpose: bool
+    linear_argnums: tuple[int, ...] | None
+
+
+@dataclass(frozen=True, eq=False)
+class Pass:
+    """One run of a program: its typed listing (device 0), outputs, message count, bytes and time."""
+
+    program: sim.Program
+    outputs: Any
+    messages: int
+    network_bytes: int
+    end_time_s: float
+
+    @classmethod
+    def of(cls, run: sim.Run) -> "Pass":
+        return cls(run.program(0), run.outputs, len(run.trace), run.trace.total_bytes, run.end_time_s)
+
+    def to_dict(self) -> dict:
+        outputs = self.outputs if isinstance(self.outputs, tuple) else (self.outputs,)
+        return {"program": str(self.program), "ops": self.program.ops(), "outputs": [o.tolist() for o in outputs],
+                "messages": self.messages, "network_bytes": self.network_bytes, "end_time_s": self.end_time_s}
+
+
+@dataclass(frozen=True, eq=False)
+class ProgramResult:
+    """Forward pass, transposed pass, twice-transposed pass and the adjoint identity's two sides."""
+
+    scenario: ProgramScenario
+    forward: Pass
+    transposed: Pass | None = None
+    twice: Pass | None = None
+    adjoint: tuple[float, float] | None = None
+
+    @property
+    def no_growth(self) -> bool | None:
+        """Whether transposing twice gives back the forward program's equations, op for op."""
+        return None if self.twice is None else self.twice.program.ops() == self.forward.program.ops()
+
+    def to_dict(self) -> dict:
+        passes = {"forward": self.forward, "transposed": self.transposed, "transposed_twice": self.twice}
+        return {"scenario": self.scenario.path, "title": self.scenario.title, "mesh": dict(self.scenario.mesh.shape),
+                "source": self.scenario.source,
+                **{k: None if v is None else v.to_dict() for k, v in passes.items()},
+                "no_growth": self.no_growth, "adjoint": None if self.adjoint is None else list(self.adjoint)}
+
+
+def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, description: str) -> ProgramScenario:
+    """Validate the `[program]` and `[[args]]` tables of a scenario file."""
+    table = data["program"]
+    source.check_keys("program", table, ("source", "in_specs", "out_specs"), _PROGRAM_KEYS)
+    namespace = {"np": np, "P": sim.P, "sim": sim, **{n: getattr(collectives, n) for n in collectives.__all__}}
+    try:
+        exec(compile(table["source"], f"{source.path}:[program].source", "exec"), namespace)
+        in_specs, out_specs = (eval(table[k], namespace) for k in ("in_specs", "out_specs"))
+    except Exception as error:  # the file's code is the user's: report any failure as a scenario error
+        raise source.error("program", "source", f"[program] source does not run: {type(error).__name__}: {error}")
+    if not callable(namespace.get("f")):
+        raise source.error("program", "source", "[program] source must define a function f")
+    try:
+        function = sim.shard_map(namespace["f"], mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 check_vma=table.get("check_vma", True))
+    except sim.MeshError as error:
+        raise source.error("program", "in_specs", f"[program] {error}") from None
+    args = tuple(_arg(source, i, spec) for i, spec in enumerate(data.get("args", [])))
+    linear = table.get("linear_argnums")
+    return ProgramScenario(source.path, title, description, mesh, table["source"], function, args,
+                           bool(table.get("transpose", True)), None if linear is None else tuple(linear))
+
+
+def _arg(source: Source, index: int, spec: dict) -> np.ndarray:
+    dtype = np.dtype(spec.get("dtype", "float32"))
+    if "value" in spec:
+        return np.asarray(spec["value"], dtype)
+    if "shape" not in spec:
+        raise source.error("args", None, f"[[args]] number {index} needs `value` or `shape`", index)
+    rng = np.random.default_rng(spec.get("seed", index))
+    return _draw(rng, tuple(spec["shape"]), dtype)
+
+
+def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(-5, 6, shape).astype(dtype)
+
+
+def run_program(scenario: ProgramScenario) -> ProgramResult:
+    """Run the program, then (if asked) its transpose on seeded cotangents and the transpose of that."""
+    try:
+        run = scenario.function.run(*scenario.args)
+        forward = Pass.of(run)
+        if not scenario.transpose:
+            return ProgramResult(scenario, forward)
+        linear = scenario.linear_argnums or tuple(range(len(scenario.args)))
+        others = [a for i, a in enumerate(scenario.args) if i not in linear]
+        outs = run.outputs if isinstance(run.outputs, tuple) else (run.outputs,)
+        rng = np.random.default_rng(0)
+        cts = [_draw(rng, o.shape, o.dtype) for o in outs]
+        t = collectives.linear_transpose(scenario.function, *scenario.args, linear_argnums=scenario.linear_argnums)
+        back = t.run(*others, *cts)
+        grads = back.outputs if isinstance(back.outputs, tuple) else (back.outputs,)
+        tt = collectives.linear_transpose(t, *others, *cts, linear_argnums=tuple(range(len(others), len(others) + len(cts))))
+        twice = tt.run(*others, *(scenario.args[i] for i in linear))
+    except sim.MeshError as error:
+        raise ScenarioError(f"{scenario.path}: the simulator rejected the program: {error}") from error
+    lhs = sum(float(np.vdot(o.astype(np.float64), c)) for o, c in zip(outs, cts))
+    rhs = sum(float(np.vdot(scenario.args[i].astype(np.float64), g)) for i, g in zip(linear, grads))
+    return ProgramResult(scenario, forward, Pass.of(back), Pass.of(twice), (lhs, rhs))

@@ -1,0 +1,446 @@
+"""psum, pmean, pmax, pmin, psum_scatter, ppermute, axis_index, psum2, pbroadcast, all_gather_invariant, pscatter.
+
+No JAX here: the docstrings' examples, XLA:CPU's arithmetic rules on literal bits, the algorithms agreeing
+(integers exactly, floats within the bound their summation order allows), their timings against closed
+forms, and simulator == executable spec on generated cases. `reduction_cases` is shared with
+test_reductions_differential.py, which adds real JAX.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import collectives
+import sim
+import strategies
+from collectives._arithmetic import combine, identity
+from oracles import spec
+from sim import P
+
+DTYPES = tuple(np.dtype(t) for t in ("int8", "int32", "float16", "float32", "float64"))
+GROUPED = ("psum", "pmean", "pmax", "pmin", "psum_scatter")  # the ones that take axis_index_groups
+OPS = (*GROUPED, "ppermute", "axis_index", "psum2", "pbroadcast", "all_gather_invariant", "pscatter")
+STYLES = ("iota", "bits", "wide", "special")
+_SIDE = max(10, settings().max_examples // 5)
+
+
+# ---------------------------------------------------------------------------------------------- cases
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReductionCase:
+    """One call: `args` is () or (xs,) with xs[d] device d's array; `params` are the keyword arguments."""
+
+    op: str
+    mesh_shape: dict[str, int]
+    args: tuple[tuple[np.ndarray, ...], ...]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def devices(self) -> int:
+        return int(np.prod(list(self.mesh_shape.values())))
+
+    def __repr__(self) -> str:
+        lines = [f"ReductionCase({self.op} on mesh {self.mesh_shape}: "
+                 + ", ".join(f"{k}={v!r}" for k, v in self.params.items()) + ")"]
+        for xs in self.args:
+            lines.append(f"  x: {xs[0].dtype}{list(xs[0].shape)} per device")
+            lines += [f"    device {d}: {np.array2string(x, separator=', ', threshold=64)} bits "
+                      f"{np.ascontiguousarray(x).tobytes().hex()[:48]}" for d, x in enumerate(xs)]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+
+def _special(dtype: np.dtype, rng: np.random.Generator, count: int) -> np.ndarray:
+    """Signed zeros, infinities, NaNs with payloads (quiet and signalling), subnormals and extremes."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.choice(np.array([0, 1, -1, info.min, info.max, info.max // 2 + 1], dtype), count)
+    info = np.finfo(dtype)
+    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    sign = 1 << (8 * dtype.itemsize - 1)
+    exponent = (sign - 1) & ~((1 << info.nmant) - 1)
+    quiet_nan = exponent | 1 << (info.nmant - 1) | 5
+    nans = np.array([quiet_nan, sign | quiet_nan, exponent | 1], unsigned).view(dtype)  # nan, -nan, snan
+    numbers = np.array([0.0, -0.0, np.inf, -np.inf, info.smallest_subnormal, -info.smallest_subnormal,
+                        info.smallest_normal, 1.0, -3.0, info.max], dtype)
+    return rng.choice(np.concatenate([numbers, nans]), count)
+
+
+def fill(style: str, seed: int, shape: tuple[int, ...], dtype: np.dtype, salt: int) -> np.ndarray:
+    """Values in one of STYLES: unique readable ints, random bits, floats of wide magnitudes, specials."""
+    count = int(np.prod(shape))
+    rng = np.random.default_rng([seed, salt])
+    if style == "iota":
+        start = 1 + salt * 97
+        values = np.arange(start, start + count) % (101 if dtype.itemsize == 1 else 1 << 20)
+    elif style == "bits":
+        return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+    elif style == "special":
+        return _special(dtype, rng, count).reshape(shape)
+    elif dtype.kind == "f":
+        spread = 10 if dtype == np.float16 else 40
+        values = rng.standard_normal(count) * np.exp2(rng.integers(-spread, spread, count))
+    else:
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max, count, endpoint=True)
+    return values.astype(dtype).reshape(shape)
+
+
+@st.composite
+def _axes(draw: st.DrawFn, op: str) -> tuple[dict[str, int], Any, Any, int]:
+    """A mesh, an axis name over it (mesh-ordered tuples for ppermute), groups where `op` takes them."""
+    mesh_shape = draw(strategies.meshes())
+    axis_name = draw(strategies.axis_names(mesh_shape))
+    if op == "ppermute" and isinstance(axis_name, tuple):
+        axis_name = tuple(a for a in mesh_shape if a in axis_name)  # see test_ppermute_tuple_axis_numbering
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    size = int(np.prod([mesh_shape[a] for a in names]))
+    groups = draw(strategies.index_groups(size)) if op in GROUPED else None
+    return mesh_shape, axis_name, groups, len(groups[0]) if groups else size
+
+
+@st.composite
+def _layout(draw: st.DrawFn, op: str, group_size: int) -> tuple[tuple[int, ...], dict[str, Any]]:
+    """A shape and the shape-dependent parameters of `op`."""
+    if op in ("psum_scatter", "pscatter", "all_gather_invariant"):
+        rank = draw(st.integers(1 if op != "all_gather_invariant" else 0, 3))
+        tiled = draw(st.booleans()) and rank > 0
+        shape = draw(st.lists(strategies.small_dims(), min_size=rank, max_size=rank))
+        if op == "all_gather_invariant":
+            room = rank if tiled else rank + 1
+            axis = draw(st.integers(-room, room - 1))
+            if tiled and shape[axis] == 0:
+                shape[axis] = 1  # XLA cannot tile-gather along an empty dimension
+            return tuple(shape), {"axis": axis, "tiled": tiled}
+        axis = draw(st.integers(0 if op == "psum_scatter" else -rank, rank - 1))
+        shape[axis] = group_size * (draw(st.integers(1, 2)) if tiled else 1)
+        key = "scatter_dimension" if op == "psum_scatter" else "axis"
+        return tuple(shape), {key: axis, "tiled": tiled}
+    rank = draw(st.integers(0, 3))
+    return tuple(draw(st.lists(strategies.small_dims(), min_size=rank, max_size=rank))), {}
+
+
+@st.composite
+def _perm(draw: st.DrawFn, size: int) -> list[tuple[int, int]]:
+    """A partial permutation of range(size), some indices written negatively."""
+    sources = draw(st.lists(st.integers(0, size - 1), unique=True, max_size=size))
+    targets = draw(st.permutations(range(size)))[: len(sources)]
+    spell = lambda i: i - size if draw(st.booleans()) else i  # noqa: E731
+    return [(spell(s), spell(t)) for s, t in zip(sources, targets)]
+
+
+@st.composite
+def reduction_cases(draw: st.DrawFn, op: str, styles: tuple[str, ...] = STYLES) -> ReductionCase:
+    """A valid call of `op` that JAX 0.10.2 also runs (1-D and 2-D meshes up to 8 devices)."""
+    mesh_shape, axis_name, groups, group_size = draw(_axes(op))
+    params: dict[str, Any] = {"axis_name": axis_name}
+    if op in GROUPED:
+        params["axis_index_groups"] = groups
+    if op == "axis_index":
+        return ReductionCase(op, mesh_shape, (), params)
+    if op == "ppermute":
+        params["perm"] = draw(_perm(group_size))
+    shape, extra = draw(_layout(op, group_size))
+    params.update(extra)
+    dtype, style, seed = draw(st.sampled_from(DTYPES)), draw(st.sampled_from(styles)), draw(st.integers(0, 2**32 - 1))
+    n = int(np.prod(list(mesh_shape.values())))
+    xs = [fill(style, seed, shape, dtype, salt=d) for d in range(n)]
+    if op in ("pbroadcast", "pscatter"):  # their operand is invariant along axis_name
+        for group in spec.groups(mesh_shape, axis_name):
+            for d in group:
+                xs[d] = xs[group[0]].copy()
+    return ReductionCase(op, mesh_shape, (tuple(xs),), params)
+
+
+def run_spec(case: ReductionCase) -> list[np.ndarray]:
+    """The executable spec's answer for `case`."""
+    return getattr(spec, case.op)(*[list(xs) for xs in case.args], dict(case.mesh_shape), **case.params)
+
+
+def check_against_spec(case: ReductionCase) -> list[np.ndarray]:
+    """Assert simulator == spec bit for bit (dtype, shape, bytes) on every device; return the spec's answer."""
+    want, got = run_spec(case), strategies.run_simulator(case)
+    found = strategies.differences(want, got, "spec", "simulator")
+    strategies.CHECKED[case.op, "spec"] += 1
+    assert not found, f"{len(found)} difference(s) on\n{case!r}\n  " + "\n  ".join(found)
+    return want
+
+
+def per_device(mesh_axes: dict, body, *args_per_device, run: bool = False):
+    """Run `body` on each device with its own arguments (lists by device); outputs stacked, or the Run."""
+    mesh = sim.Mesh(mesh_axes)
+    stacked = [np.stack([np.asarray(a) for a in arg]) for arg in args_per_device]
+    spec_ = P(mesh.axis_names)
+    f = sim.shard_map(lambda *xs: body(*(x[0] for x in xs))[None], mesh=mesh,
+                      in_specs=(spec_,) * len(stacked), out_specs=spec_)
+    return f.run(*stacked) if run else f(*stacked)
+
+
+def bits(a: Any) -> str:
+    a = np.ascontiguousarray(a)
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]).tobytes().hex()
+
+
+# ---------------------------------------------------------------------------------------------- docstrings
+
+
+def test_docstring_examples():
+    """Every worked example in the new collectives' docstrings, with its literal numbers."""
+    four = [[d, 10 * d] for d in range(4)]
+    assert per_device({"x": 4}, lambda x: collectives.psum(x, "x"), four).tolist() == [[6, 60]] * 4
+    groups = per_device({"x": 4}, lambda x: collectives.psum(x, "x", axis_index_groups=[[0, 1], [2, 3]]), four)
+    assert groups.tolist() == [[1, 10], [1, 10], [5, 50], [5, 50]]
+    mean = per_device({"x": 2}, lambda x: collectives.pmean(x, "x"), [np.int32([1, 2]), np.int32([2, 2])])
+    assert mean.dtype == np.float32 and mean.tolist() == [[1.5, 2.0]] * 2
+    assert per_device({"x": 2}, lambda x: collectives.pmax(x, "x"), [[1, 5], [3, 2]]).tolist() == [[3, 5]] * 2
+    assert per_device({"x": 2}, lambda x: collectives.pmin(x, "x"), [[1, 5], [3, 2]]).tolist() == [[1, 2]] * 2
+    assert per_device({"x": 2}, lambda x: collectives.psum_scatter(x, "x"), [[1, 2], [10, 20]]).tolist() == [11, 22]
+    tiled = per_device({"x": 2}, lambda x: collectives.psum_scatter(x, "x", tiled=True), [[1, 2], [10, 20]])
+    assert tiled.tolist() == [[11], [22]]
+    ring = [[(0, 1), (1, 2), (2, 3), (3, 0)], [(0, 2)]]
+    ones = [[d + 1] for d in range(4)]
+    assert per_device({"x": 4}, lambda x: collectives.ppermute(x, "x", ring[0]), ones).tolist() == [[4], [1], [2], [3]]
+    assert per_device({"x": 4}, lambda x: collectives.ppermute(x, "x", ring[1]), ones).tolist() == [[0], [0], [1], [0]]
+    index = lambda name: per_device({"x": 2, "y": 2}, lambda x: collectives.axis_index(name) + 0 * x, [0] * 4)  # noqa
+    assert index("y").tolist() == [0, 1, 0, 1] and index(("y", "x")).tolist() == [0, 2, 1, 3]
+    assert per_device({"i": 2}, lambda x: collectives.psum2(x, "i"), [[1, 2], [3, 4]]).tolist() == [[4, 6]] * 2
+    assert per_device({"i": 2}, lambda x: collectives.pbroadcast(x, "i"), [[1, 2]] * 2).tolist() == [[1, 2]] * 2
+    gathered = per_device({"i": 2}, lambda x: collectives.all_gather_invariant(x, "i"), [[1], [2]])
+    assert gathered.tolist() == [[[1], [2]]] * 2
+    assert per_device({"i": 2}, lambda x: collectives.all_gather_invariant(x, "i", tiled=True), [[1], [2]]).tolist() \
+        == [[1, 2]] * 2
+    square = [[[1, 2], [3, 4]]] * 2
+    assert per_device({"i": 2}, lambda x: collectives.pscatter(x, "i"), square).tolist() == [[1, 2], [3, 4]]
+    blocks = per_device({"i": 2}, lambda x: collectives.pscatter(x, "i", axis=1, tiled=True), square)
+    assert blocks.tolist() == [[[1], [3]], [[2], [4]]]
+
+
+# ---------------------------------------------------------------------------------------------- XLA:CPU facts
+
+
+def test_sum_starts_from_positive_zero_and_flushes_subnormals():
+    """psum of -0.0s is +0.0; float32 subnormals count as zeros; float16 keeps its subnormals (XLA:CPU)."""
+    tiny32, tiny16 = np.finfo(np.float32).smallest_subnormal, np.finfo(np.float16).smallest_subnormal
+    x32 = [np.float32([-0.0, tiny32, 1.0]), np.float32([-0.0, tiny32, tiny32])]
+    out = per_device({"x": 2}, lambda x: collectives.psum(x, "x"), x32)
+    assert bits(out[0]) == bits(np.float32([0.0, 0.0, 1.0]))
+    x16 = [np.float16([tiny16]), np.float16([tiny16])]
+    assert bits(per_device({"x": 2}, lambda x: collectives.psum(x, "x"), x16)[0]) == bits(np.float16([2 * tiny16]))
+
+
+def test_max_never_picks_nan_and_keeps_the_first_signed_zero():
+    """pmax: NaN alone gives -inf, NaN with a number gives the number; max(-0.0, +0.0) is -0.0."""
+    xs = [np.float32([np.nan, np.nan, -0.0]), np.float32([np.nan, 2.0, 0.0])]
+    out = per_device({"x": 2}, lambda x: collectives.pmax(x, "x"), xs)[0]
+    assert bits(out) == bits(np.float32([-np.inf, 2.0, -0.0]))
+
+
+def test_nan_payload_of_the_later_addend_wins():
+    """float32: of two NaN addends the later one (quieted) survives; float16 keeps the earlier sign, canonical."""
+    first, second = np.uint32([0x7FC00001]).view(np.float32), np.uint32([0xFF800002]).view(np.float32)
+    out = per_device({"x": 2}, lambda x: collectives.psum(x, "x"), [first, second])[0]
+    assert bits(out) == bits(np.uint32([0xFFC00002]).view(np.float32))
+    half = [np.uint16([0xFD41]).view(np.float16), np.uint16([0x7C1B]).view(np.float16)]
+    assert bits(per_device({"x": 2}, lambda x: collectives.psum(x, "x"), half)[0]) == bits(np.uint16([0xFE00]))
+
+
+def test_pmean_dtypes_and_reciprocal():
+    """pmean: int8/int32/bool -> float32, int64 -> float64, floats keep theirs; it multiplies by round(1/n)."""
+    for dtype, want in (("int8", "float32"), ("int32", "float32"), ("bool", "float32"), ("int64", "float64"),
+                        ("float16", "float16"), ("float64", "float64")):
+        out = per_device({"x": 3}, lambda x: collectives.pmean(x, "x"), [np.ones(2, dtype)] * 3)
+        assert out.dtype == np.dtype(want), dtype
+    xs = [np.float32([1.0]), np.float32([1.0]), np.float32([0.0])]
+    out = per_device({"x": 3}, lambda x: collectives.pmean(x, "x"), xs)[0]
+    assert bits(out) == bits(np.float32([2.0]) * (np.float32(1) / np.float32(3)))
+
+
+def test_one_device_mesh_returns_the_value_untouched():
+    """On a one-device mesh XLA compiles the all-reduce away: -0.0 and subnormals come back as they went in."""
+    x = np.float32([-0.0, np.finfo(np.float32).smallest_subnormal])
+    for op in ("psum", "pmean", "pmax", "pmin", "psum2"):
+        out = per_device({"x": 1}, lambda v: getattr(collectives, op)(v, "x"), [x])[0]
+        assert bits(out) == bits(x), op
+    scattered = per_device({"x": 1}, lambda v: collectives.psum_scatter(v, "x", tiled=True), [x])[0]
+    assert bits(scattered) == bits(np.float32([0.0, 0.0]))  # reduce-scatter is not removed
+
+
+def test_python_scalars_are_constants():
+    """psum(1, 'x') is the axis size without messages, as in JAX; pmean and pmax of a scalar give it back."""
+    def body(x):
+        assert collectives.psum(1, "x") == 4 and collectives.psum(0.5, ("x",)) == 2.0
+        assert collectives.pmean(3, "x") == 3.0 and collectives.pmax(7, "x") == 7
+        assert collectives.psum(1, "x", axis_index_groups=[[0, 1], [2, 3]]) == 2
+        return x
+    run = per_device({"x": 4}, body, [[0]] * 4, run=True)
+    assert len(run.trace) == 0
+    with pytest.raises(sim.InvalidArgumentError, match=r"the Python scalar x is int 1 but device 0 has int 0"):
+        per_device({"x": 2}, lambda x: np.asarray(collectives.psum(int(x[0]), "x")) + x, [[0], [1]])
+
+
+def test_pytree_leaves_reduce_separately():
+    """A dict/tuple pytree is reduced leaf by leaf; the structure is kept."""
+    def body(x):
+        tree = collectives.psum({"a": x, "b": (x * 2, x.astype(np.float32))}, "x")
+        return np.concatenate([tree["a"], tree["b"][0], tree["b"][1].astype(x.dtype)])
+    assert per_device({"x": 2}, body, [[1], [2]]).tolist() == [[3, 6, 3]] * 2
+
+
+# ---------------------------------------------------------------------------------------------- algorithms
+
+
+@settings(max_examples=_SIDE)
+@given(case=reduction_cases("psum", styles=("bits", "special")), algorithm=st.sampled_from(["ring", "recursive_doubling"]),
+       op=st.sampled_from(["psum", "pmax", "pmin"]))
+def test_algorithms_agree(case, algorithm, op):
+    """Every algorithm gives the direct algorithm's bytes for integers; for float max/min the same values.
+
+    Float max/min may differ in the sign of a zero: a tie of -0.0 and +0.0 keeps whichever comes first in
+    the algorithm's order (the ring starts each chunk at a different member).
+    """
+    params = dict(case.params)
+    names = params["axis_name"] if isinstance(params["axis_name"], tuple) else (params["axis_name"],)
+    groups = params["axis_index_groups"]
+    size = len(groups[0]) if groups else int(np.prod([case.mesh_shape[a] for a in names]))
+    if algorithm == "recursive_doubling" and size & (size - 1):
+        algorithm = "ring"
+    floats = case.args[0][0].dtype.kind == "f"
+    op = "pmax" if op == "psum" and floats else op
+    base = strategies.run_simulator(ReductionCase(op, case.mesh_shape, case.args, params))
+    other = strategies.run_simulator(ReductionCase(op, case.mesh_shape, case.args, {**params, "algorithm": algorithm}))
+    if floats:
+        assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(base, other))
+    else:
+        assert not strategies.differences(base, other, "direct", algorithm)
+
+
+def _ring_order(n: int, c: int) -> list[int]:
+    """The documented ring order of chunk c: members c+1, c+2, ..., c (mod n)."""
+    return [(c + 1 + k) % n for k in range(n)]
+
+
+def _tree(values: list[np.ndarray]) -> np.ndarray:
+    """The documented recursive-doubling order: pairs, then pairs of pairs, each from the identity."""
+    level = [combine("sum", identity("sum", v.dtype), v) for v in values]
+    while len(level) > 1:
+        level = [combine("sum", level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_ring_and_recursive_doubling_sum_in_their_documented_order(n):
+    """Ring: chunk c folds members c+1, ..., c from 0; recursive doubling: the balanced tree; bit for bit."""
+    rng = np.random.default_rng(n)
+    xs = [(rng.standard_normal(2 * n + 1) * np.exp2(rng.integers(-20, 20, 2 * n + 1))).astype(np.float32)
+          for _ in range(n)]
+    ring = per_device({"x": n}, lambda x: collectives.psum(x, "x", algorithm="ring"), xs)[0]
+    for c, positions in enumerate(np.array_split(np.arange(2 * n + 1), n)):
+        acc = identity("sum", np.float32)
+        for member in _ring_order(n, c):
+            acc = combine("sum", acc, xs[member][positions])
+        assert bits(ring[positions]) == bits(acc)
+    if n & (n - 1) == 0:
+        tree = per_device({"x": n}, lambda x: collectives.psum(x, "x", algorithm="recursive_doubling"), xs)[0]
+        assert bits(tree) == bits(_tree(xs))
+
+
+@settings(max_examples=_SIDE)
+@given(n=st.integers(1, 8), dtype=st.sampled_from(["float16", "float32", "float64"]), seed=st.integers(0, 2**32 - 1),
+       algorithm=st.sampled_from(["direct", "ring", "recursive_doubling"]))
+def test_float_sums_stay_within_their_error_bound(n, dtype, seed, algorithm):
+    """Every algorithm's float sum is within (n-1) eps sum|x_i| + 2n tiny of the exact sum, elementwise.
+
+    Each algorithm adds the n terms in some fixed order: n-1 roundings, each with relative error at most
+    u = eps/2 of its partial sum, whose magnitude is at most sum|x_i|; so the error is at most
+    (n-1) u sum|x_i| / (1 - (n-1) u) <= (n-1) eps sum|x_i| (Higham, Accuracy and Stability, 4.2). The first
+    addition, identity + x, is exact. float32/float64 also flush subnormals: each of the n operands and
+    n-1 results may lose less than the smallest normal number `tiny`, hence + 2n tiny (float16 keeps its
+    subnormals, and a sum that lands among them is exact).
+    """
+    if algorithm == "recursive_doubling" and n & (n - 1):
+        algorithm = "ring"
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    spread = 6 if dtype == "float16" else 30
+    xs = [(rng.standard_normal(7) * np.exp2(rng.integers(-spread, spread, 7))).astype(dt) for _ in range(n)]
+    out = per_device({"x": n}, lambda x: collectives.psum(x, "x", algorithm=algorithm), xs)[0]
+    info = np.finfo(dt)
+    flush_slack = 2 * n * Fraction(float(info.smallest_normal)) if dt != np.float16 else 0
+    for e in range(7):
+        terms = [Fraction(float(x[e])) for x in xs]
+        bound = (n - 1) * Fraction(float(info.eps)) * sum(abs(t) for t in terms) + flush_slack
+        assert abs(Fraction(float(out[e])) - sum(terms)) <= bound, (e, [float(x[e]) for x in xs], float(out[e]))
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_timings_follow_the_closed_forms(n):
+    """direct: alpha + S/B; ring: 2(n-1)(alpha + S/(nB)); recursive doubling: log2(n)(alpha + S/B).
+
+    On the default fully connected network (alpha = 1 us, B = 100 GB/s), S = the operand's bytes. The ring
+    sends 2n(n-1) messages and direct n(n-1) over the network, recursive doubling n log2(n).
+    """
+    size, alpha, bandwidth = 8 * n * 1000, 1e-6, 100e9
+    xs = [np.ones(size // 8, np.float64)] * n
+    runs = {a: per_device({"x": n}, lambda x: collectives.psum(x, "x", algorithm=a), xs, run=True)
+            for a in ("direct", "ring", "recursive_doubling")}
+    steps = int(math.log2(n))
+    assert runs["direct"].end_time_s == pytest.approx(alpha + size / bandwidth)
+    assert runs["ring"].end_time_s == pytest.approx(2 * (n - 1) * (alpha + size / n / bandwidth))
+    assert runs["recursive_doubling"].end_time_s == pytest.approx(steps * (alpha + size / bandwidth))
+    crossing = {a: sum(m.src != m.dst for m in r.trace) for a, r in runs.items()}
+    assert crossing == {"direct": n * (n - 1), "ring": 2 * n * (n - 1), "recursive_doubling": n * steps}
+    assert runs["ring"].end_time_s != runs["direct"].end_time_s
+
+
+def test_psum_scatter_ring_agrees_and_takes_longer():
+    """psum_scatter: 'ring' gives the direct bytes for integers and needs n-1 steps instead of one."""
+    xs = [np.arange(8, dtype=np.int32).reshape(4, 2) * (d + 1) for d in range(4)]
+    direct = per_device({"x": 4}, lambda x: collectives.psum_scatter(x, "x", tiled=True), xs, run=True)
+    ring = per_device({"x": 4}, lambda x: collectives.psum_scatter(x, "x", tiled=True, algorithm="ring"), xs, run=True)
+    assert ring.outputs.tolist() == direct.outputs.tolist()
+    assert ring.end_time_s == pytest.approx(3 * direct.end_time_s)
+
+
+# ---------------------------------------------------------------------------------------------- the rest
+
+
+def test_ppermute_leaves_zeros_where_nothing_arrives_and_counts_negative_indices_from_the_end():
+    """Non-destinations get zeros of the dtype; index -1 is the last member."""
+    out = per_device({"x": 4}, lambda x: collectives.ppermute(x, "x", [(-1, 0), (0, -2)]),
+                     [np.float16([d + 1]) for d in range(4)])
+    assert out.dtype == np.float16 and out.tolist() == [[4], [0], [1], [0]]
+
+
+def test_invariant_collectives_relate_as_the_design_note_says():
+    """all_gather_invariant sends what all_gather sends; pscatter undoes it with no messages; pbroadcast too."""
+    xs = [np.arange(3) + 10 * d for d in range(4)]
+    plain = per_device({"i": 4}, lambda x: collectives.all_gather(x, "i", axis=1), xs, run=True)
+    invariant = per_device({"i": 4}, lambda x: collectives.all_gather_invariant(x, "i", axis=1), xs, run=True)
+    assert invariant.outputs.tolist() == plain.outputs.tolist()
+    assert [(m.src, m.dst, m.size_bytes) for m in invariant.trace] == [(m.src, m.dst, m.size_bytes) for m in plain.trace]
+    back = per_device({"i": 4}, lambda x: collectives.pscatter(collectives.all_gather_invariant(x, "i", axis=1), "i",
+                                                               axis=1), xs, run=True)
+    assert back.outputs.tolist() == np.stack(xs).tolist()
+    assert len(back.trace) == len(plain.trace)  # only the gather's messages
+    quiet = per_device({"i": 4}, lambda x: collectives.pbroadcast(x, "i") + collectives.axis_index("i"), [xs[0]] * 4,
+                       run=True)
+    assert len(quiet.trace) == 0 and quiet.outputs[:, 0].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("op", OPS)
+@settings(max_examples=_SIDE)
+@given(data=st.data())
+def test_simulator_agrees_with_the_spec(op, data):
+    """Simulator == executable spec, bit for bit, on generated cases of every op (no JAX needed)."""
+    check_against_spec(data.draw(reduction_cases(op), label="case"))
