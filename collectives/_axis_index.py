@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from collectives._common import group_of
+from collectives._vma import INDEX, typed
 
 
 def axis_index(axis_name: Any) -> np.ndarray:
@@ -21,7 +22,7 @@ def axis_index(axis_name: Any) -> np.ndarray:
     Raises:
         InvalidArgumentError: an unknown or repeated axis name.
     """
-    return _axis_index(axis_name)
+    return typed("axis_index", INDEX, axis_name, [], lambda: _axis_index(axis_name), {"axis_name": axis_name})
 
 
 def _axis_index(axis_name: Any) -> np.ndarray:

@@ -20,6 +20,7 @@ from collectives import _all_gather
 from collectives._common import axis_index as index_along
 from collectives._common import canonical_axis, group_of, map_tree, operand, same_across_group
 from collectives._reduce import all_reduce_leaf
+from collectives._vma import INTRODUCE, REDUCE, typed
 
 
 def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct") -> Any:
@@ -77,7 +78,8 @@ def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False) -> A
 
 
 def _psum2(x: Any, axis_name: Any, algorithm: str) -> Any:
-    return map_tree(lambda leaf: all_reduce_leaf("psum2", leaf, axis_name, None, algorithm), x)
+    return map_tree(lambda leaf: typed("psum2", REDUCE, axis_name, [leaf], lambda: all_reduce_leaf(
+        "psum2", leaf, axis_name, None, algorithm), {"axis_name": axis_name}), x)
 
 
 def _pbroadcast(x: Any, axis_name: Any) -> Any:
@@ -85,11 +87,13 @@ def _pbroadcast(x: Any, axis_name: Any) -> Any:
         context, _ = group_of("pbroadcast", axis_name, None)
         array = operand("pbroadcast", context.device, "x", value)
         return context.memory.view(context.memory.resident(array))
-    return map_tree(leaf, x)
+    return map_tree(lambda value: typed("pbroadcast", INTRODUCE, axis_name, [value], lambda: leaf(value),
+                                        {"axis_name": axis_name}), x)
 
 
 def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool) -> Any:
-    return map_tree(lambda leaf: _gather_leaf(leaf, axis_name, axis, tiled), x)
+    return map_tree(lambda leaf: typed("all_gather_invariant", REDUCE, axis_name, [leaf], lambda: _gather_leaf(
+        leaf, axis_name, axis, tiled), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
 
 
 def _gather_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
@@ -110,7 +114,8 @@ def _gather_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
 
 
 def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool) -> Any:
-    return map_tree(lambda leaf: _scatter_leaf(leaf, axis_name, axis, tiled), x)
+    return map_tree(lambda leaf: typed("pscatter", INTRODUCE, axis_name, [leaf], lambda: _scatter_leaf(
+        leaf, axis_name, axis, tiled), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
 
 
 def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
@@ -123,7 +128,8 @@ def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
     axis = canonical_axis(op, device, "axis", axis, x.ndim)
     size, n = x.shape[axis], group.size
     if (size % n) if tiled else (size != n):
-        rule = f"be divisible by the axis size {n} when tiled=True" if tiled else f"equal the axis size {n} when tiled=False"
+        rule = (f"be divisible by the axis size {n} when tiled=True" if tiled
+                else f"equal the axis size {n} when tiled=False")
         raise sim.InvalidArgumentError(f"device {device}: {op}: x.shape[axis={axis}]={size} must {rule}")
     step = size // n
     place = slice(group.index * step, (group.index + 1) * step) if tiled else group.index

@@ -8,6 +8,7 @@ from typing import Any, Generator
 import numpy as np
 
 import sim
+from collectives._vma import KEEP, typed
 from collectives._common import group_of, map_tree, operand, pack, same_across_group
 
 _OP = "ppermute"
@@ -43,7 +44,8 @@ def ppermute(x: Any, axis_name: Any, perm: Any) -> Any:
 
 
 def _ppermute(x: Any, axis_name: Any, perm: Any) -> Any:
-    return map_tree(lambda leaf: _leaf(leaf, axis_name, perm), x)
+    return map_tree(lambda leaf: typed(_OP, KEEP, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm),
+                                       {"axis_name": axis_name, "perm": perm}), x)
 
 
 def _leaf(x: Any, axis_name: Any, perm: Any) -> np.ndarray:

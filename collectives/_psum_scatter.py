@@ -8,6 +8,7 @@ from typing import Any, Generator
 import numpy as np
 
 import sim
+from collectives._vma import KEEP, typed
 from collectives._allreduce import check_algorithm, ring_reduce_scatter
 from collectives._arithmetic import combine, identity
 from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, pack, same_across_group
@@ -48,7 +49,10 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
 
 def _psum_scatter(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any, tiled: bool,
                   algorithm: str) -> Any:
-    return map_tree(lambda leaf: _leaf(leaf, axis_name, scatter_dimension, axis_index_groups, tiled, algorithm), x)
+    params = {"axis_name": axis_name, "scatter_dimension": scatter_dimension, "axis_index_groups": axis_index_groups,
+              "tiled": tiled}
+    return map_tree(lambda leaf: typed(_OP, KEEP, axis_name, [leaf], lambda: _leaf(
+        leaf, axis_name, scatter_dimension, axis_index_groups, tiled, algorithm), params), x)
 
 
 def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any, tiled: bool,

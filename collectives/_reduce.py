@@ -14,6 +14,7 @@ import sim
 from collectives._allreduce import AllReduceArgs, all_reduce_protocol, check_algorithm
 from collectives._arithmetic import mean_dtype, scale_to_mean
 from collectives._common import group_of, map_tree, operand, same_across_group
+from collectives._vma import REDUCE, typed
 
 _REDUCTION = {"psum": "sum", "pmean": "sum", "psum2": "sum", "pmax": "max", "pmin": "min"}
 
@@ -23,9 +24,15 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
 
     bool inputs are summed as int32; other dtypes keep theirs (integers wrap). A Python scalar is a
     constant of the program, as in JAX: `psum(1, 'x')` is the axis size, computed without messages
-    (every member must pass the same scalar). `algorithm` is 'direct' (XLA:CPU's order: the members'
-    values are added one by one, in group order, to 0), 'ring' or 'recursive_doubling'; see
-    `collectives._allreduce` for each algorithm's summation order. `x` may be a pytree.
+    (every member must pass the same scalar). `x` may be a pytree. `algorithm` chooses the messages and
+    the summation order of floats (integers come out the same):
+
+    - 'direct' (one step, every member sends to every member): the members' values are added one by one,
+      in group order, to 0. This is XLA:CPU's order, so the result equals JAX's bit for bit.
+    - 'ring' (2(n-1) steps of 1/n of the operand): chunk c of the flattened operand (`numpy.array_split`
+      sizes) is added to 0 in the member order c+1, c+2, ..., n-1, 0, ..., c, then passed around.
+    - 'recursive_doubling' (log2(n) steps, group size a power of two): a balanced tree, pairs of
+      members first, the lower group index on the left.
 
     Example on a 4-device mesh {'x': 4}: device d holds [d, 10 * d]; `psum(x, 'x')` gives [6, 60] on
     every device, and `psum(x, 'x', axis_index_groups=[[0, 1], [2, 3]])` gives [1, 10] on devices 0 and
@@ -43,7 +50,7 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: s
     """The mean of `x` over the group: psum, then times 1/n rounded to the result dtype (as XLA:CPU does).
 
     Floating and complex dtypes keep theirs; bool and integers of up to 32 bits give float32, 64-bit
-    integers float64 (as JAX gives with or without jax_enable_x64). The integer sum wraps before it is
+    integers float64 (as JAX gives, also under jax_enable_x64). The integer sum wraps before it is
     converted.
 
     Example on a 2-device mesh {'x': 2}: device 0 holds int32 [1, 2], device 1 holds [2, 2];
@@ -83,19 +90,30 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
 
 
 def _psum(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
-    return map_tree(lambda leaf: all_reduce_leaf("psum", leaf, axis_name, axis_index_groups, algorithm), x)
+    # Without groups, psum is the design note's psum2 (after pbroadcast of an invariant operand), as in JAX.
+    name = "psum2" if axis_index_groups is None and sim.current().check_vma else "psum"
+    return _typed_reduce(name, "psum", x, axis_name, axis_index_groups, algorithm)
 
 
 def _pmean(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
-    return map_tree(lambda leaf: all_reduce_leaf("pmean", leaf, axis_name, axis_index_groups, algorithm), x)
+    return _typed_reduce("pmean", "pmean", x, axis_name, axis_index_groups, algorithm)
 
 
 def _pmax(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
-    return map_tree(lambda leaf: all_reduce_leaf("pmax", leaf, axis_name, axis_index_groups, algorithm), x)
+    return _typed_reduce("pmax", "pmax", x, axis_name, axis_index_groups, algorithm)
 
 
 def _pmin(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
-    return map_tree(lambda leaf: all_reduce_leaf("pmin", leaf, axis_name, axis_index_groups, algorithm), x)
+    return _typed_reduce("pmin", "pmin", x, axis_name, axis_index_groups, algorithm)
+
+
+def _typed_reduce(name: str, op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+    """Each leaf reduced and typed: invariant along the axes unless groups split them."""
+    params = {"axis_name": axis_name} if name == "psum2" else {"axis_name": axis_name,
+                                                              "axis_index_groups": axis_index_groups}
+    return map_tree(lambda leaf: typed(
+        name, REDUCE, axis_name, [leaf], lambda: all_reduce_leaf(op, leaf, axis_name, axis_index_groups, algorithm),
+        params, grouped=axis_index_groups is not None), x)
 
 
 def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:

@@ -33,7 +33,10 @@ def typed(op: str, rule: str, axis_name: Any, operands: list, compute: Callable[
     context = sim.current()
     if not context.check_vma:
         return sim.wrap(compute(), frozenset(), op, params, operands)
-    axes = frozenset(context.mesh.axis_names_of(axis_name))
+    try:
+        axes = frozenset(context.mesh.axis_names_of(axis_name))
+    except sim.MeshError as error:
+        raise type(error)(f"device {context.device}: {op}: {error}") from None
     if rule == INTRODUCE:
         for x in operands:
             if sim.vma_of(x) & axes:

@@ -16,7 +16,7 @@ import numpy as np
 from layouts import AutoLayout, Format, Layout
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._memory import Buffer, LocalMemory
-from sim._sharding import Index, NamedSharding, Sharding, SingleDeviceSharding, check_sharding
+from sim._sharding import Index, Sharding, SingleDeviceSharding, check_sharding
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,9 +152,3 @@ def _resolve(target: Any, rank: int) -> tuple[Layout, Sharding]:
         raise InvalidArgumentError(f"device_put: target.layout: {error}") from None
     return layout, sharding
 
-
-def single_device(array: Array) -> bool:
-    """Whether `array` lives on one device (a SingleDeviceSharding, or a one-device mesh)."""
-    sharding = array.sharding
-    return isinstance(sharding, SingleDeviceSharding) or (
-        isinstance(sharding, NamedSharding) and sharding.mesh.size == 1)

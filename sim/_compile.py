@@ -24,7 +24,7 @@ from layouts import AUTO, Format, Layout, layout_of
 from sim._array import Array, device_put
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._execute import Plan, execute, probe
-from sim._sharding import NamedSharding, Sharding, SingleDeviceSharding, check_sharding
+from sim._sharding import Sharding, SingleDeviceSharding, check_sharding
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,11 @@ def jit(fn: Callable[..., Any], *, in_shardings: Any = None, out_shardings: Any 
 
 
 class Jitted:
-    """A function with formats, not yet compiled; see `jit`."""
+    """A function with formats, not yet compiled; see `jit`. Calls reuse compilations per argument signature."""
 
     def __init__(self, fn: Callable[..., Any], in_shardings: Any, out_shardings: Any) -> None:
         self.fn, self.in_shardings, self.out_shardings = fn, in_shardings, out_shardings
+        self._compiled: dict[tuple, Compiled] = {}
 
     def trace(self, *args: Any) -> "Lowered":
         """Fix the argument shapes, dtypes and shardings (`ShapeDtypeStruct`s, `Array`s or numpy arrays)."""
@@ -80,8 +81,11 @@ class Jitted:
     lower = trace
 
     def __call__(self, *args: Any) -> Any:
-        """Compile for `args` and call the result on them."""
-        return self.trace(*args).compile()(*args)
+        """Compile for `args` (once per shapes, dtypes and formats) and call the result on them."""
+        key = tuple((np.shape(a), _dtype(a).str, a.format if isinstance(a, Array) else None) for a in args)
+        if key not in self._compiled:
+            self._compiled[key] = self.trace(*args).compile()
+        return self._compiled[key](*args)
 
 
 class Lowered:
@@ -100,13 +104,11 @@ class Lowered:
         entries = _expand(self.jitted.in_shardings, len(args), "in_shardings")
         formats = [_input_format(names[i], a, e) for i, (a, e) in enumerate(zip(args, entries))]
         shapes = [(tuple(np.shape(a)), _dtype(a)) for a in args]
-        plan = Plan(fn, names, shapes, formats, [])
-        layouts_in, out_blocks, reads = probe(plan, auto=[f.is_auto for f in formats])
-        formats = [Format(layout, f.sharding) for layout, f in zip(layouts_in, formats)]
-        plan = Plan(fn, names, shapes, formats, [])
-        if _any_auto(self.jitted.out_shardings) and any(f.layout != Layout.row_major(len(s)) for f, (s, _) in
-                                                        zip(formats, shapes)):
-            _, out_blocks, _ = probe(plan, auto=[False] * len(formats))
+        resolved, out_blocks, _ = probe(Plan(fn, names, shapes, formats, []), auto=[f.is_auto for f in formats])
+        relaid = [f.is_auto and layout != Layout.row_major(len(s)) for f, layout, (s, _) in zip(formats, resolved, shapes)]
+        formats = [Format(layout, f.sharding) for layout, f in zip(resolved, formats)]
+        if any(relaid) and _any_auto(self.jitted.out_shardings):  # outputs may come out in another order now
+            _, out_blocks, _ = probe(Plan(fn, names, shapes, formats, []), auto=[False] * len(formats))
         outputs = _output_formats(self.jitted.out_shardings, out_blocks, formats)
         return Compiled(Plan(fn, names, shapes, formats, outputs), isinstance(out_blocks, tuple))
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import layouts
-from layouts import AUTO, Format, Layout
+from layouts import Format, Layout
 from sim._array import Array, Shard
 from sim._auto import Read, layout_from_reads, recorder
 from sim._copy import relayout
