@@ -169,9 +169,11 @@ def run_case(op: str, mesh_shape: dict[str, int], args: tuple[list[np.ndarray], 
         _compiled[key] = _compile(op, mesh, params, avals)
     compiled, path = _compiled[key]
     result = compiled(*(jax.device_put(x, sharding) for x in stacked))
+    # a shard's index has no start on a one-device mesh or a zero-size array: place it by its device
+    position = {device: i for i, device in enumerate(mesh.devices.flat)}
     outputs: list[np.ndarray] = [np.empty(0)] * mesh.size
     for shard in result.addressable_shards:
-        outputs[shard.index[0].start] = np.asarray(shard.data)[0]
+        outputs[position[shard.device]] = np.asarray(shard.data)[0]
     return outputs, path
 
 
