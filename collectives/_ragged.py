@@ -54,8 +54,14 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
     context, group = group_of(_OP, axis_name, axis_index_groups)
     device = context.device
     data, out = _data(device, operand, output)
-    indices = [_index_array(device, name, value) for name, value in zip(_INDEX_ARGS, (
-        input_offsets, send_sizes, output_offsets, recv_sizes))]
+    raw = [np.asarray(v) for v in (input_offsets, send_sizes, output_offsets, recv_sizes)]
+    indices = [_index_array(device, name, value) for name, value in zip(_INDEX_ARGS, raw)]
+    if len({a.dtype for a in raw}) != 1:
+        # XLA's verifier needs one index type for the four arrays
+        raise sim.InvalidTypeError(
+            f"device {device}: {_OP}: " + ", ".join(f"{n} is {a.dtype}" for n, a in zip(_INDEX_ARGS, raw))
+            + "; the four offset and size arrays must share one integer dtype"
+        )
     lengths = {len(a) for a in indices}
     if len(lengths) != 1:
         raise sim.InvalidArgumentError(

@@ -91,6 +91,9 @@ BAD_INPUTS = [
      r"x must have rank >= 1"),
     ("ragged(input_offsets float)", docs(input_offsets=[[0.0, 1.0]] * 2), sim.InvalidTypeError,
      r"device 0: ragged_all_to_all: input_offsets has dtype float64; it must be an integer type"),
+    ("ragged(mixed index dtypes)", docs(send_sizes=[np.array([1, 2], np.int32), np.array([1, 1], np.int32)]),
+     sim.InvalidTypeError, r"input_offsets is int64, send_sizes is int32, output_offsets is int64, recv_sizes is "
+     r"int64; the four offset and size arrays must share one integer dtype"),
     ("ragged(send_sizes rank 2)", docs(send_sizes=[[[1, 2]], [[1, 1]]]), sim.InvalidArgumentError,
      r"send_sizes has shape \(1, 2\); it must be rank 1"),
     ("ragged(lengths differ)", docs(recv_sizes=[[1, 1, 0], [2, 1, 0]]), sim.InvalidArgumentError,

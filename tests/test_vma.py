@@ -1,0 +1,102 @@
+"""Device-variance types: inputs from in_specs, n-ary promotion, the collectives' table, out_specs checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import collectives as C
+import sim
+from sim import P
+
+MESH = sim.Mesh({"x": 2, "y": 2})
+
+
+def output_types(body, in_specs, out_specs, *args, check_vma=True):
+    """The vma of every output (device 0's program) and the program itself."""
+    f = sim.shard_map(body, mesh=MESH, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)
+    program = f.run(*args).program()
+    return [set(o.vma) if isinstance(o, sim.Var) else set() for o in program.outputs], program
+
+
+A = np.zeros((4, 4), np.float32)
+
+
+@pytest.mark.parametrize("spec, vma", [(P(), set()), (P("x"), {"x"}), (P(None, "y"), {"y"}),
+                                       (P(("x", "y")), {"x", "y"}), (P("y", "x"), {"x", "y"})])
+def test_inputs_vary_along_the_axes_their_spec_names(spec, vma):
+    """An input varies exactly along the mesh axes its in_spec splits it over."""
+    types, _ = output_types(lambda a: a, spec, P("x", "y"), A)
+    assert types == [vma]
+
+
+def test_nary_ops_promote_with_recorded_pbroadcast():
+    """Mixing {x} and {y} gives {x, y}; each operand is first raised by a pbroadcast that moves no data."""
+    types, program = output_types(lambda a, b: a * b + 1.0, (P("x"), P("y")), P("x", "y"), A, A)
+    assert types == [{"x", "y"}]
+    assert program.ops() == ["pbroadcast", "pbroadcast", "multiply", "add"]
+    assert "{V:x,y}" in str(program)
+
+
+def test_check_vma_false_inserts_nothing_and_checks_nothing():
+    """With check_vma=False no pbroadcast is recorded, types stay empty and all_gather may feed P()."""
+    types, program = output_types(lambda a: C.all_gather(a, "x", tiled=True), P("x"), P(), np.zeros(4),
+                                  check_vma=False)
+    assert types == [set()] and program.ops() == ["all_gather"]
+
+
+COLLECTIVE_TYPES = [  # (id, body, in_spec, out_spec, expected output vma) on mesh {x: 2, y: 2}
+    ("psum: varying -> invariant", lambda a: C.psum(a, "x"), P("x", "y"), P(None, "y"), {"y"}),
+    ("psum of invariant: pbroadcast first", lambda a: C.psum(a, "x"), P(None, "y"), P(None, "y"), {"y"}),
+    ("psum over groups stays varying", lambda a: C.psum(a, ("x", "y"), axis_index_groups=[[0, 1], [2, 3]]),
+     P(("x", "y")), P(("x", "y")), {"x", "y"}),
+    ("pmax", lambda a: C.pmax(a, ("x", "y")), P(("x", "y")), P(), set()),
+    ("pmean", lambda a: C.pmean(a, "y"), P(("x", "y")), P(("x", "y")), {"x"}),
+    ("psum2", lambda a: C.psum2(a, "y"), P("y"), P(), set()),
+    ("pbroadcast: invariant -> varying", lambda a: C.pbroadcast(a, "y"), P("x"), P("x", "y"), {"x", "y"}),
+    ("all_gather: varying -> varying", lambda a: C.all_gather(a, "x", tiled=True), P("x"), P("x"), {"x"}),
+    ("all_gather of invariant", lambda a: C.all_gather(a, "x", tiled=True), P(), P("x"), {"x"}),
+    ("all_gather_invariant", lambda a: C.all_gather_invariant(a, "x", tiled=True), P("x"), P(), set()),
+    ("pscatter", lambda a: C.pscatter(a, "y", tiled=True), P(), P("y"), {"y"}),
+    ("psum_scatter", lambda a: C.psum_scatter(a, "x", tiled=True), P("y"), P(("y", "x")), {"x", "y"}),
+    ("all_to_all", lambda a: C.all_to_all(a, "y", 0, 0, tiled=True), P("x"), P(("x", "y")), {"x", "y"}),
+    ("ppermute", lambda a: C.ppermute(a, "x", [(0, 1), (1, 0)]), P("x"), P("x"), {"x"}),
+    ("axis_index", lambda a: a + C.axis_index("y"), P(), P("y"), {"y"}),
+]
+
+
+@pytest.mark.parametrize("body, in_spec, out_spec, vma", [c[1:] for c in COLLECTIVE_TYPES],
+                         ids=[c[0] for c in COLLECTIVE_TYPES])
+def test_collective_types_follow_the_note(body, in_spec, out_spec, vma):
+    """Every collective produces the variance the design note's table gives."""
+    types, _ = output_types(body, in_spec, out_spec, A)
+    assert types == [vma]
+
+
+def test_program_prints_like_a_jaxpr():
+    """The recorded program prints typed equations with {V:...} annotations."""
+    _, program = output_types(lambda a: C.psum(a * 2.0, "x"), P("x"), P(), np.zeros(4, np.float32))
+    assert str(program) == (
+        "{ lambda ; a:f32[2]{V:x}. let\n"
+        "    b:f32[2]{V:x} = multiply a 2.0\n"
+        "    c:f32[2] = psum2[axis_name='x'] b\n"
+        "  in (c,) }")
+
+
+def test_false_replication_is_rejected_before_values_are_compared():
+    """An output typed as varying along an axis its out_spec omits is an error naming output and axis,
+    even when the values happen to agree."""
+    f = sim.shard_map(lambda a: C.all_gather(a, "x", tiled=True), mesh=MESH, in_specs=P("x"), out_specs=P())
+    with pytest.raises(sim.InvalidArgumentError, match=r"out: out_specs entry P\(\) claims the output is replicated "
+                                                       r"along mesh axis 'x'"):
+        f(np.zeros(4))
+
+
+def test_device_dependent_branches_keep_types():
+    """Types follow values through device-dependent control flow; 0-d results stay typed."""
+    def body(a):
+        first = a[0]
+        return a * 2 if first > 0 else a + first
+
+    types, _ = output_types(body, P("x"), P("x"), np.array([-1.0, 0, 1, 2]))
+    assert types == [{"x"}]
