@@ -372,5 +372,29 @@ def answer(request: dict[str, Any]) -> tuple[Any, ...]:  # noqa: F811 -- extends
     return _answer_before_layouts(request)
 
 
+# ---------------------------------------------------------------------------------------------- programs
+#
+# Generated shard_map programs (oracles._jax_programs): their output types, and their linear transposes.
+
+from oracles import _jax_programs  # noqa: E402
+
+_answer_before_programs = answer
+
+
+def answer(request: dict[str, Any]) -> tuple[Any, ...]:  # noqa: F811 -- extends the dispatch above
+    """As before, and the program ops: "program_types", "program_transpose"."""
+    if request["op"] not in ("program_types", "program_transpose"):
+        return _answer_before_programs(request)
+    params = request["params"]
+    try:
+        mesh = _mesh(request["mesh_shape"])
+        if request["op"] == "program_types":
+            return ("ok", _jax_programs.program_types(mesh, params["program"], params["shapes"]), "real")
+        values = _jax_programs.program_transpose(mesh, params["program"], params["primals"], params["cotangents"])
+        return ("ok", values, "real")
+    except Exception as error:  # noqa: BLE001 -- every JAX complaint goes back to the caller
+        return ("error", type(error).__name__, str(error))
+
+
 if __name__ == "__main__":
     main()

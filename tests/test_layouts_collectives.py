@@ -146,3 +146,25 @@ def test_collectives_with_layouts_agree_with_jax(op, data, jax_oracle):
     found = differences(run_spec(case), values) + differences(theirs.outputs, values, "jax", "simulator")
     found += [f"device {d}: result bytes differ from JAX's" for d, (a, b) in enumerate(zip(raws, theirs.raws)) if a != b]
     assert not found, "\n".join(found)
+
+
+def on_two_devices(body: Any) -> Any:
+    f = sim.shard_map(lambda b: body(b[0])[None], mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"))
+    return lambda: f(np.zeros((2, 2, 2)))
+
+
+BAD_OUT_LAYOUTS = [
+    pytest.param(on_two_devices(lambda x: collectives.all_gather(x, "x", out_layout=Layout((1, 0)))),
+                 sim.InvalidArgumentError, r"device 0: all_gather: out_layout: major_to_minor=\(1, 0\) has 2 entries "
+                 r"but the array has rank 3", id="all_gather-out_layout-rank"),
+    pytest.param(on_two_devices(lambda x: collectives.all_to_all(x, "x", 0, 0, out_layout=(1, 0))),
+                 sim.InvalidTypeError, r"device 0: all_to_all: out_layout=\(1, 0\) must be a layouts.Layout or None",
+                 id="all_to_all-out_layout-tuple"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_OUT_LAYOUTS)
+def test_bad_out_layouts_are_rejected(call, error, match):
+    """An out_layout that is not a Layout, or does not fit the result's rank, is refused by name."""
+    with pytest.raises(error, match=match):
+        call()
