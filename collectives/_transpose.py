@@ -50,7 +50,7 @@ def linear_transpose(f: sim.ShardMapped, *primals: Any, linear_argnums: tuple[in
     def body(*args: Any) -> Any:
         program = programs[sim.current().device]
         given = dict(zip((program.inputs[i] for i in others), args[:len(others)]))
-        cotangents = _backward(program, set(program.inputs[i] for i in linear), given, args[len(others):], out_specs)
+        cotangents = _backward(program, set(program.inputs[i] for i in linear), given, args[len(others):])
         result = tuple(cotangents[program.inputs[i]] for i in linear)
         return result if len(result) > 1 else result[0]
 
@@ -67,7 +67,7 @@ def _flat_specs(specs: Any, count: int, what: str) -> tuple:
     return tuple(specs)
 
 
-def _backward(program: sim.Program, linear_inputs: set, given: dict, output_cts: tuple, out_specs: tuple) -> dict:
+def _backward(program: sim.Program, linear_inputs: set, given: dict, output_cts: tuple) -> dict:
     """Cotangents of the linear inputs: replay the non-linear part, then walk the linear part backwards."""
     values: dict = dict(given)
     linear = set(linear_inputs)
@@ -78,11 +78,9 @@ def _backward(program: sim.Program, linear_inputs: set, given: dict, output_cts:
             results = _evaluate(eq, [_value(i, values) for i in eq.inputs])
             values.update(zip(eq.outputs, results if isinstance(results, tuple) else (results,)))
     cts: dict = {}
-    for out, ct, spec in zip(program.outputs, output_cts, out_specs):
+    for out, ct in zip(program.outputs, output_cts):
         if isinstance(out, Var) and out in linear:
-            extra = tuple(sorted(set(spec.axes()) - out.vma))
-            # an output invariant along an axis its spec splits was copied to every block: sum the copies
-            _add(cts, out, _collective("psum2", ct, axes=extra) if extra else ct)
+            _add(cts, out, ct)
     for eq in reversed(program.equations):
         out_cts = [cts.pop(o, None) for o in eq.outputs]
         if not any(o in linear for o in eq.outputs) or all(c is None for c in out_cts):

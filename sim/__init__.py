@@ -6,7 +6,8 @@ from sim._memory import Buffer, LocalMemory
 from sim._mesh import Group, Mesh, check_axis_index_groups
 from sim._network import Network
 from sim._program import Const, Equation, Program, Var, vma_str
-from sim._shard_map import P, PartitionSpec, Run, ShardMapped, shard_map
+from sim._shard_map import Run, ShardMapped, shard_map
+from sim._spec import P, PartitionSpec
 from sim._trace import MessageRecord, Trace
 from sim._tree import leaves, tree_map
 from sim._varying import Varying, apply, promote, vma_of, wrap

@@ -13,32 +13,12 @@ from sim._mesh import Mesh
 from sim._program import Program
 from sim._trace import Trace
 from sim._tree import broadcast_prefix, leaves, tree_map
-from sim._varying import Varying, vma_of, _ref
+from sim._array import Array
+from sim._spec import P, PartitionSpec
+from sim._engine import current
+from sim._varying import Varying, _ref, promote, vma_of
 
 
-class PartitionSpec(tuple):
-    """How an array's dimensions map to mesh axes: one entry per leading dimension.
-
-    Each entry is None (not split), an axis name, or a tuple of axis names (split over them, first name
-    most major). Missing trailing entries mean None. `P('x', None)` splits rows over axis 'x'.
-    """
-
-    def __new__(cls, *entries: Any) -> "PartitionSpec":
-        for entry in entries:
-            names = entry if isinstance(entry, tuple) else (entry,)
-            if entry is not None and not all(isinstance(n, str) for n in names):
-                raise InvalidTypeError(f"PartitionSpec entry {entry!r} must be None, a name or a tuple of names")
-        return super().__new__(cls, entries)
-
-    def __repr__(self) -> str:
-        return f"P{tuple.__repr__(self)}" if len(self) != 1 else f"P({self[0]!r})"
-
-    def axes(self) -> list[str]:
-        """Every mesh axis the spec names."""
-        return [n for entry in self if entry is not None for n in (entry if isinstance(entry, tuple) else (entry,))]
-
-
-P = PartitionSpec
 
 
 def _is_spec(value: Any) -> bool:
@@ -78,28 +58,27 @@ class ShardMapped:
         """Run the program once and return outputs with the trace and simulated time."""
         in_specs = _expand(self.in_specs, args, "in_specs")
         simulation = Simulation(self.mesh, self.check_vma)
-        paths, args = _paths(args, "args"), tree_map(np.asarray, args)
+        paths = _paths(args, "args")
 
         def program(device: int) -> Callable[[], Any]:
             memory, record = simulation.memories[device], simulation.programs[device]
 
-            def place(path: str, x: np.ndarray, spec: PartitionSpec) -> Varying:
-                local = memory.view(memory.store(x[_split(self.mesh, device, spec, x.shape, path)])).view(Varying)
+            def place(path: str, x: Any, spec: PartitionSpec) -> Varying:
+                # an array placed with a Format keeps its layout in every device memory
+                layout = x.layout if isinstance(x, Array) and x.layout.tiling == () else None
+                x = np.asarray(x)
+                block = x[_split(self.mesh, device, spec, x.shape, path)]
+                local = memory.view(memory.store(block, layout)).view(Varying)
                 local.vma = frozenset(spec.axes()) if self.check_vma else frozenset()
                 local.var = record.new_var(local.dtype, local.shape, local.vma)
                 record.inputs.append(local.var)
                 return local
 
             mine = tree_map(place, paths, args, in_specs)
-            return lambda: self.f(*mine)
+            return lambda: self._finish(record, self.f(*mine))
 
         results = simulation.run([program(d) for d in self.mesh.devices])
         out_specs = _expand(self.out_specs, results[0], "out_specs")
-        for device, result in enumerate(results):
-            simulation.programs[device].outputs = [_ref(leaf) for leaf in leaves(result)]
-            if self.check_vma:
-                tree_map(lambda path, spec, leaf: _check_type(path, spec, leaf, device),
-                         _paths(result, "out"), out_specs, result)
         results = [tree_map(lambda leaf: np.asarray(leaf), result) for result in results]
         outputs = tree_map(
             lambda path, spec, *per_device: _assemble(self.mesh, spec, path, per_device),
@@ -107,6 +86,20 @@ class ShardMapped:
         )
         self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
         return self.last_run
+
+
+    def _finish(self, record: Program, result: Any) -> Any:
+        """In the device's own thread: check each output's type against its out_specs entry and raise it to
+        vary along every axis the entry splits over (a recorded pbroadcast, as JAX does), then record the
+        program's outputs."""
+        out_specs = _expand(self.out_specs, result, "out_specs")
+        if self.check_vma:
+            device = current().device
+            result = tree_map(lambda path, spec, leaf: promote(_check_type(path, spec, leaf, device),
+                                                               frozenset(spec.axes())),
+                              _paths(result, "out"), out_specs, result)
+        record.outputs = [_ref(leaf) for leaf in leaves(result)]
+        return result
 
 
 def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool = True) -> ShardMapped:
@@ -204,7 +197,7 @@ def _assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple) -> 
     return out
 
 
-def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> None:
+def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> Any:
     """An output may vary only along the mesh axes its out_specs entry names."""
     extra = sorted(vma_of(leaf) - set(spec.axes()))
     if extra:
@@ -213,6 +206,7 @@ def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> None:
             f"on device {device} its type varies along {extra} ({leaf.var.type_str() if leaf.var else ''}); "
             f"reduce it over {extra[0]!r} (psum, all_gather_invariant) or name {extra[0]!r} in out_specs"
         )
+    return leaf
 
 
 def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:

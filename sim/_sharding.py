@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Mesh
-from sim._shard_map import PartitionSpec
+from sim._spec import PartitionSpec
 
 Index = tuple[slice, ...]
 

@@ -26,8 +26,15 @@ A = np.zeros((4, 4), np.float32)
                                        (P(("x", "y")), {"x", "y"}), (P("y", "x"), {"x", "y"})])
 def test_inputs_vary_along_the_axes_their_spec_names(spec, vma):
     """An input varies exactly along the mesh axes its in_spec splits it over."""
-    types, _ = output_types(lambda a: a, spec, P("x", "y"), A)
+    types, _ = output_types(lambda a: a, spec, spec, A)
     assert types == [vma]
+
+
+def test_outputs_are_raised_to_their_out_specs():
+    """As in JAX, an output invariant along an axis its out_spec splits over is raised to vary along it by a
+    recorded pbroadcast (its transpose then sums the copies)."""
+    types, program = output_types(lambda a: a * 2.0, P("x"), P("x", "y"), A)
+    assert types == [{"x", "y"}] and program.ops() == ["multiply", "pbroadcast"]
 
 
 def test_nary_ops_promote_with_recorded_pbroadcast():
@@ -51,7 +58,7 @@ COLLECTIVE_TYPES = [  # (id, body, in_spec, out_spec, expected output vma) on me
     ("psum over groups stays varying", lambda a: C.psum(a, ("x", "y"), axis_index_groups=[[0, 1], [2, 3]]),
      P(("x", "y")), P(("x", "y")), {"x", "y"}),
     ("pmax", lambda a: C.pmax(a, ("x", "y")), P(("x", "y")), P(), set()),
-    ("pmean", lambda a: C.pmean(a, "y"), P(("x", "y")), P(("x", "y")), {"x"}),
+    ("pmean", lambda a: C.pmean(a, "y"), P(("x", "y")), P("x"), {"x"}),
     ("psum2", lambda a: C.psum2(a, "y"), P("y"), P(), set()),
     ("pbroadcast: invariant -> varying", lambda a: C.pbroadcast(a, "y"), P("x"), P("x", "y"), {"x", "y"}),
     ("all_gather: varying -> varying", lambda a: C.all_gather(a, "x", tiled=True), P("x"), P("x"), {"x"}),
