@@ -190,17 +190,6 @@ def _sleep(params: dict[str, Any]) -> tuple[Any, ...]:
 TEST_OPS: dict[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = {"crash": _crash, "sleep": _sleep}
 
 
-def answer(request: dict[str, Any]) -> tuple[Any, ...]:
-    """Turn one request into its reply; an exception from JAX becomes an ("error", kind, message) reply."""
-    if request["op"] in TEST_OPS:
-        return TEST_OPS[request["op"]](request["params"])
-    try:
-        outputs, path = run_case(request["op"], request["mesh_shape"], request["args"], request["params"])
-    except Exception as error:  # noqa: BLE001 -- every JAX complaint goes back to the caller
-        return ("error", type(error).__name__, str(error))
-    return ("ok", outputs, path)
-
-
 def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     """Announce readiness, then answer requests until `requests` closes."""
     write_message(replies, ("ready", {"jax": jax.__version__, "devices": len(jax.devices())}))
@@ -342,35 +331,11 @@ def run_reduction_case(op: str, mesh_shape: dict[str, int], args: tuple[list[np.
     return outputs, path
 
 
-_answer_first_ops = answer
-
-
-def answer(request: dict[str, Any]) -> tuple[Any, ...]:  # noqa: F811 -- extends the dispatch above
-    """As before, and the reduction family through `run_reduction_case`."""
-    if request["op"] not in REDUCTION_OPS:
-        return _answer_first_ops(request)
-    try:
-        outputs, path = run_reduction_case(request["op"], request["mesh_shape"], request["args"], request["params"])
-    except Exception as error:  # noqa: BLE001 -- every JAX complaint goes back to the caller
-        return ("error", type(error).__name__, str(error))
-    return ("ok", outputs, path)
-
-
 # ---------------------------------------------------------------------------------------------- layouts
 #
 # Raw device-buffer bytes for a given Format (oracles._jax_layouts), for the simulator's byte-exact checks.
 
 from oracles import _jax_layouts  # noqa: E402
-
-_answer_before_layouts = answer
-
-
-def answer(request: dict[str, Any]) -> tuple[Any, ...]:  # noqa: F811 -- extends the dispatch above
-    """As before, and the layout ops of `oracles._jax_layouts`."""
-    if request["op"] in _jax_layouts.OPS:
-        return _jax_layouts.answer(request, sys.modules[__name__])
-    return _answer_before_layouts(request)
-
 
 # ---------------------------------------------------------------------------------------------- programs
 #
@@ -378,22 +343,33 @@ def answer(request: dict[str, Any]) -> tuple[Any, ...]:  # noqa: F811 -- extends
 
 from oracles import _jax_programs  # noqa: E402
 
-_answer_before_programs = answer
+def _program_case(request: dict[str, Any]) -> tuple[Any, str]:
+    params, mesh = request["params"], _mesh(request["mesh_shape"])
+    if request["op"] == "program_types":
+        return _jax_programs.program_types(mesh, params["program"], params["shapes"]), "real"
+    return _jax_programs.program_transpose(mesh, params["program"], params["primals"], params["cotangents"]), "real"
 
 
-def answer(request: dict[str, Any]) -> tuple[Any, ...]:  # noqa: F811 -- extends the dispatch above
-    """As before, and the program ops: "program_types", "program_transpose"."""
-    if request["op"] not in ("program_types", "program_transpose"):
-        return _answer_before_programs(request)
-    params = request["params"]
+# ---------------------------------------------------------------------------------------------- dispatch
+
+
+def answer(request: dict[str, Any]) -> tuple[Any, ...]:
+    """Turn one request into its reply; an exception from JAX becomes an ("error", kind, message) reply."""
+    op = request["op"]
+    if op in TEST_OPS:
+        return TEST_OPS[op](request["params"])
+    if op in _jax_layouts.OPS:
+        return _jax_layouts.answer(request, sys.modules[__name__])
     try:
-        mesh = _mesh(request["mesh_shape"])
-        if request["op"] == "program_types":
-            return ("ok", _jax_programs.program_types(mesh, params["program"], params["shapes"]), "real")
-        values = _jax_programs.program_transpose(mesh, params["program"], params["primals"], params["cotangents"])
-        return ("ok", values, "real")
+        if op in ("program_types", "program_transpose"):
+            outputs, path = _program_case(request)
+        elif op in REDUCTION_OPS:
+            outputs, path = run_reduction_case(op, request["mesh_shape"], request["args"], request["params"])
+        else:
+            outputs, path = run_case(op, request["mesh_shape"], request["args"], request["params"])
     except Exception as error:  # noqa: BLE001 -- every JAX complaint goes back to the caller
         return ("error", type(error).__name__, str(error))
+    return ("ok", outputs, path)
 
 
 if __name__ == "__main__":

@@ -115,12 +115,20 @@ class JaxOracle:
         arrays = _check_request(op, mesh, args)
         params = dict(params or {})
         case = describe_case(op, mesh, arrays, params)
-        request = {"op": op, "mesh_shape": mesh, "args": arrays, "params": params}
+        reply = self.call({"op": op, "mesh_shape": mesh, "args": arrays, "params": params}, case)
+        return OracleResult(outputs=list(reply[1]), path=reply[2])
+
+    def call(self, request: dict[str, Any], case: str) -> tuple[Any, ...]:
+        """Send one raw request to the worker and return its ("ok", value, path) reply.
+
+        Raises:
+            OracleError: the worker answered with JAX's error. OracleFailure: it crashed or hung.
+        """
         with self._lock:
             reply = self._exchange(request, case)
         if reply[0] == "error":
             raise OracleError(reply[1], reply[2], case)
-        return OracleResult(outputs=list(reply[1]), path=reply[2])
+        return reply
 
     def close(self) -> None:
         """Stop the worker (it exits when its stdin closes; killed if it lingers). Safe to call twice."""
@@ -326,7 +334,7 @@ def device_put_bytes(oracle: JaxOracle, x: Any, major_to_minor: Sequence[int], t
     params = {"layout": {"major_to_minor": tuple(major_to_minor), "tiling": tuple(map(tuple, tiling))},
               "sharding": sharding}
     case = f"device_put of {_aval(x)} with major_to_minor={tuple(major_to_minor)}, tiling={tuple(tiling)}, {sharding}"
-    reply = _layout_exchange(oracle, {"op": "place", "mesh_shape": {}, "args": ([x],), "params": params}, case)
+    reply = oracle.call({"op": "place", "mesh_shape": {}, "args": ([x],), "params": params}, case)
     return [PlacedShard(s["device"], tuple(s["index"]), s["raw"], s["on_device_size_in_bytes"], s["layout"])
             for s in reply[1]]
 
@@ -343,13 +351,6 @@ def run_with_layouts(oracle: JaxOracle, op: str, mesh_shape: Mapping[str, int], 
                                                                           for o in in_layouts],
                           "out_layout": None if out_layout is None else tuple(out_layout), "out_rank": out_rank}}
     case = f"{describe_case(op, mesh, arrays, params)} with in_layouts={list(in_layouts)}, out_layout={out_layout}"
-    reply = _layout_exchange(oracle, request, case)
+    reply = oracle.call(request, case)
     return LayoutResult(list(reply[1]["outputs"]), list(reply[1]["raws"]), reply[2])
 
-
-def _layout_exchange(oracle: JaxOracle, request: dict[str, Any], case: str) -> tuple[Any, ...]:
-    with oracle._lock:
-        reply = oracle._exchange(request, case)
-    if reply[0] == "error":
-        raise OracleError(reply[1], reply[2], case)
-    return reply

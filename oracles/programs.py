@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from oracles.jax_oracle import JaxOracle, OracleError
+from oracles.jax_oracle import JaxOracle
 
 
 def program_types(oracle: JaxOracle, mesh_shape: Mapping[str, int], program: dict,
@@ -15,7 +15,7 @@ def program_types(oracle: JaxOracle, mesh_shape: Mapping[str, int], program: dic
     ('rejected', message). See `oracles._jax_programs` for the program format."""
     request = {"op": "program_types", "mesh_shape": dict(mesh_shape), "args": (),
                "params": {"program": program, "shapes": [tuple(s) for s in shapes]}}
-    reply = _exchange(oracle, request, f"program_types({program!r})")
+    reply = oracle.call(request, f"program_types({program!r})")
     return tuple(reply[1])
 
 
@@ -24,12 +24,4 @@ def program_transpose(oracle: JaxOracle, mesh_shape: Mapping[str, int], program:
     """`jax.linear_transpose` of `program` at `primals` applied to `cotangents` (global arrays)."""
     request = {"op": "program_transpose", "mesh_shape": dict(mesh_shape), "args": (),
                "params": {"program": program, "primals": list(primals), "cotangents": list(cotangents)}}
-    return list(_exchange(oracle, request, f"program_transpose({program!r})")[1])
-
-
-def _exchange(oracle: JaxOracle, request: dict, case: str) -> tuple:
-    with oracle._lock:
-        reply = oracle._exchange(request, case)
-    if reply[0] == "error":
-        raise OracleError(reply[1], reply[2], case)
-    return reply
+    return list(oracle.call(request, f"program_transpose({program!r})")[1])

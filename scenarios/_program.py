@@ -46,7 +46,7 @@ class Pass:
 
     @classmethod
     def of(cls, run: sim.Run) -> "Pass":
-        return cls(run.program(0), run.outputs, len(run.trace), run.trace.total_bytes, run.end_time_s)
+        return cls(run.program(0), run.outputs, len(run.trace.sent), run.trace.total_bytes, run.end_time_s)
 
     def to_dict(self) -> dict:
         outputs = self.outputs if isinstance(self.outputs, tuple) else (self.outputs,)

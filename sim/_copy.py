@@ -18,40 +18,16 @@ from layouts import Layout
 from sim._engine import Collective, Port, current_or_none
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Group, Mesh
+from sim._network import DEFAULT_COPY_COST, CopyCost
 from sim._trace import MessageRecord
 from sim._varying import Varying
 
 
-@dataclass(frozen=True)
-class CopyCost:
-    """What a local copy costs: `run_overhead_s` per contiguous run touched plus bytes over bandwidth.
-
-    The defaults model an accelerator's copy engine: 200 GB/s and one 2 ns descriptor per run.
-
-    >>> round(CopyCost().time_s(size_bytes=4096, runs=64) * 1e9, 2)   # 64 runs * 2 ns + 4096 B / 200 GB/s
-    148.48
-    """
-
-    bandwidth_bytes_per_s: float = 200e9
-    run_overhead_s: float = 2e-9
-
-    def __post_init__(self) -> None:
-        if not self.bandwidth_bytes_per_s > 0:
-            raise InvalidArgumentError(f"bandwidth_bytes_per_s={self.bandwidth_bytes_per_s} must be > 0")
-        if not self.run_overhead_s >= 0:
-            raise InvalidArgumentError(f"run_overhead_s={self.run_overhead_s} must be >= 0")
-
-    def time_s(self, size_bytes: int, runs: int) -> float:
-        """Seconds to copy `size_bytes` spread over `runs` contiguous runs (0 when `runs` <= 1)."""
-        return 0.0 if runs <= 1 else runs * self.run_overhead_s + size_bytes / self.bandwidth_bytes_per_s
-
-
-DEFAULT_COPY_COST = CopyCost()
 
 
 def copy_cost(mesh: Mesh) -> CopyCost:
-    """The copy cost of `mesh`'s devices: `mesh.copy_cost` if set, else `DEFAULT_COPY_COST`."""
-    return getattr(mesh, "copy_cost", DEFAULT_COPY_COST)
+    """The copy cost of `mesh`'s devices."""
+    return mesh.copy_cost
 
 
 @dataclass(frozen=True)

@@ -187,11 +187,11 @@ class Simulation:
     """One run on a mesh: a SimPy clock, a memory and a program record per device, the network state and
     the trace."""
 
-    def __init__(self, mesh: Mesh, check_vma: bool = True) -> None:
+    def __init__(self, mesh: Mesh, check_vma: bool = True, memories: Sequence[LocalMemory] | None = None) -> None:
         self.mesh = mesh
         self.check_vma = check_vma
         self.env = simpy.Environment()
-        self.memories = [LocalMemory(d) for d in mesh.devices]
+        self.memories = list(memories) if memories is not None else [LocalMemory(d) for d in mesh.devices]
         self.programs = [Program() for _ in mesh.devices]
         self.trace = Trace()
         self._link_free_s: dict[tuple[int, int], float] = {}

@@ -98,9 +98,7 @@ def execute(plan: Plan, arrays: Sequence[Array]) -> Run:
 
 def _simulation(mesh: Mesh, ids: list[int]) -> Simulation:
     """A simulation over `mesh` whose memories carry the device ids `ids` (a single device keeps its id)."""
-    simulation = Simulation(mesh, check_vma=False)
-    simulation.memories = [LocalMemory(real) for real in ids]
-    return simulation
+    return Simulation(mesh, check_vma=False, memories=[LocalMemory(real) for real in ids])
 
 
 def _argument(name: str, array: Array, layout: Layout, real: int) -> np.ndarray:

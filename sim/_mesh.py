@@ -35,7 +35,7 @@ class Mesh:
     {'x': 1, 'y': 1}
     """
 
-    def __init__(self, axes: dict[str, int], network=None) -> None:
+    def __init__(self, axes: dict[str, int], network=None, copy_cost=None) -> None:
         if not isinstance(axes, dict) or not axes:
             raise InvalidTypeError(f"axes={axes!r} must be a non-empty dict of axis name -> size")
         for name, size in axes.items():
@@ -45,11 +45,10 @@ class Mesh:
         self.axis_names: tuple[str, ...] = tuple(self.shape)
         self.size = int(np.prod(list(self.shape.values())))
         self._grid = np.arange(self.size).reshape(tuple(self.shape.values()))
-        if network is None:
-            from sim._network import Network
+        from sim._network import DEFAULT_COPY_COST, Network
 
-            network = Network.fully_connected()
-        self.network = network
+        self.network = Network.fully_connected() if network is None else network
+        self.copy_cost = DEFAULT_COPY_COST if copy_cost is None else copy_cost
 
     def __repr__(self) -> str:
         return f"Mesh({self.shape})"

@@ -12,7 +12,8 @@ class MessageRecord:
 
     `send_time_s` is when the sender posted it, `start_time_s` when its first link began to carry it,
     `arrival_time_s` when the receiver had all of it. `detail` says which slice it carried and where the
-    receiver wrote it (e.g. `{'slice': 1, 'rows': (0, 2)}`).
+    receiver wrote it (e.g. `{'slice': 1, 'rows': (0, 2)}`). `kind` is "message" for a message and names
+    the step for a local copy ("pack", "unpack", "relayout"), which has `src == dst`.
     """
 
     src: int
@@ -24,6 +25,7 @@ class MessageRecord:
     collective: str
     call: int
     detail: dict = field(default_factory=dict)
+    kind: str = "message"
 
     def to_dict(self) -> dict:
         """Plain JSON-ready fields."""
@@ -53,6 +55,11 @@ class Trace:
             m for m in self.messages
             if (collective is None or m.collective == collective) and (dst is None or m.dst == dst)
         ]
+
+    @property
+    def sent(self) -> list[MessageRecord]:
+        """The messages alone, without local copy steps."""
+        return [m for m in self.messages if m.kind == "message"]
 
     @property
     def total_bytes(self) -> int:

@@ -224,16 +224,18 @@ def _legend(result: ScenarioResult) -> Text:
 
 
 def _messages(result: ScenarioResult) -> Table:
-    """Every message: who to whom, size, when posted and when fully arrived, and what it carried."""
+    """Every message and local copy step: who to whom, size, when posted and when done, what it carried."""
     network_bytes = sum(m.size_bytes for m in result.trace if m.src != m.dst)
-    table = Table(title=Text(f"{len(result.trace)} messages, {network_bytes} bytes across the network"),
-                  title_justify="left")
-    for column in ("#", "src", "dst", "bytes", "sent", "arrived", "slice", "rows at dst", "src rows"):
+    sent = sum(m.kind == "message" for m in result.trace)
+    copies = len(result.trace) - sent
+    title = f"{sent} messages, {network_bytes} bytes across the network" + (f", {copies} copy steps" if copies else "")
+    table = Table(title=Text(title), title_justify="left")
+    for column in ("#", "kind", "src", "dst", "bytes", "sent", "arrived", "slice", "rows at dst", "src rows"):
         table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True)
     for k, message in enumerate(result.trace):
         detail = message.detail
         rows = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
-        table.add_row(str(k), str(message.src), str(message.dst), str(message.size_bytes),
+        table.add_row(str(k), message.kind, str(message.src), str(message.dst), str(message.size_bytes),
                       _seconds(message.send_time_s), _seconds(message.arrival_time_s), str(detail.get("slice", "")),
                       rows, _span(detail.get("src_rows")), style=_colour(message.src))
     return table
