@@ -135,6 +135,8 @@ def run_program(scenario: ProgramScenario) -> ProgramResult:
         twice = tt.run(*others, *(scenario.args[i] for i in linear))
     except sim.MeshError as error:
         raise ScenarioError(f"{scenario.path}: the simulator rejected the program: {error}") from error
+    except Exception as error:  # the program is the file's own code: its failures are the file's errors
+        raise ScenarioError(f"{scenario.path}: [program] source failed: {type(error).__name__}: {error}") from error
     lhs = sum(float(np.vdot(o.astype(np.float64), c)) for o, c in zip(outs, cts))
     rhs = sum(float(np.vdot(scenario.args[i].astype(np.float64), g)) for i, g in zip(linear, grads))
     return ProgramResult(scenario, forward, Pass.of(back), Pass.of(twice), (lhs, rhs))
