@@ -113,7 +113,7 @@ def _typed_reduce(name: str, op: str, x: Any, axis_name: Any, axis_index_groups:
                                                               "axis_index_groups": axis_index_groups}
     return map_tree(lambda leaf: typed(
         name, REDUCE, axis_name, [leaf], lambda: all_reduce_leaf(op, leaf, axis_name, axis_index_groups, algorithm),
-        params, grouped=axis_index_groups is not None), x)
+        params, grouped=axis_index_groups is not None, called=op), x)
 
 
 def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:

@@ -12,7 +12,9 @@ that take invariant operands (`pbroadcast`, `pscatter`), which reject varying on
 | index      | axis_index                                                    | axes                  |
 
 A reduction over `axis_index_groups` smaller than the axis still differs between groups, so its result
-keeps the axes. With `check_vma=False` nothing is promoted, checked or typed.
+keeps the axes. The summing collectives (psum, pmean, psum2, psum_scatter) need an operand that varies along
+all of their axes or along none, as JAX requires: promoting only some of them would change the sum.
+With `check_vma=False` nothing is promoted, checked or typed.
 """
 
 from __future__ import annotations
@@ -22,17 +24,20 @@ from typing import Any, Callable
 import sim
 
 REDUCE, KEEP, INTRODUCE, INDEX = "reduce", "keep", "introduce", "index"
+_SUMS = ("psum", "psum2", "pmean", "psum_scatter")
 
 
 def typed(op: str, rule: str, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict,
-          grouped: bool = False) -> sim.Varying:
+          grouped: bool = False, called: str | None = None) -> sim.Varying:
     """Run `compute` (the collective on plain arrays) and give its result the type `rule` prescribes.
 
-    The collective is recorded in the device's program as `op[params]` applied to `operands`.
+    The collective is recorded in the device's program as `op[params]` applied to `operands`; errors name
+    it as the caller `called` it (psum is recorded as psum2).
     """
     context = sim.current()
+    recorded, op = op, called or op
     if not context.check_vma:
-        return sim.wrap(compute(), frozenset(), op, params, operands)
+        return sim.wrap(compute(), frozenset(), recorded, params, operands)
     try:
         axes = frozenset(context.mesh.axis_names_of(axis_name))
     except sim.MeshError as error:
@@ -45,8 +50,16 @@ def typed(op: str, rule: str, axis_name: Any, operands: list, compute: Callable[
                     f"{sorted(sim.vma_of(x) & axes)}; {op} takes a value invariant along {sorted(axes)}"
                 )
     elif rule != INDEX:
+        for x in operands:
+            varying = sim.vma_of(x) & axes
+            if recorded in _SUMS and varying and varying != axes:
+                raise sim.InvalidTypeError(
+                    f"device {context.device}: {op}: the operand varies along {sorted(varying)} but not along "
+                    f"{sorted(axes - varying)}; over axis_name={axis_name!r} it must vary along all of them or "
+                    f"none (pbroadcast it first)"
+                )
         operands = [sim.promote(x, sim.vma_of(x) | axes) for x in operands]
     vma = frozenset().union(*(sim.vma_of(x) for x in operands)) | axes
     if rule == REDUCE and not grouped:
         vma -= axes
-    return sim.wrap(compute(), vma, op, params, operands)
+    return sim.wrap(compute(), vma, recorded, params, operands)

@@ -80,6 +80,18 @@ def test_collective_types_follow_the_note(body, in_spec, out_spec, vma):
     assert types == [vma]
 
 
+@pytest.mark.parametrize("op", ["psum", "pmean", "psum_scatter"])
+def test_sums_need_uniform_variance_over_their_axes(op):
+    """Summing over ('x', 'y') a value varying along x only is rejected, as JAX does; pmax accepts it."""
+    body = lambda a: getattr(C, op)(a, ("x", "y"), **({"tiled": True} if op == "psum_scatter" else {}))
+    f = sim.shard_map(body, mesh=MESH, in_specs=P("x"), out_specs=P(("x", "y")))
+    with pytest.raises(sim.InvalidTypeError, match=rf"device 0: {op}: the operand varies along \['x'\] but not "
+                                                   r"along \['y'\]"):
+        f(np.zeros(8, np.float32))
+    types, _ = output_types(lambda a: C.pmax(a, ("x", "y")), P("x"), P(), np.zeros(8, np.float32))
+    assert types == [set()]
+
+
 def test_program_prints_like_a_jaxpr():
     """The recorded program prints typed equations with {V:...} annotations."""
     _, program = output_types(lambda a: C.psum(a * 2.0, "x"), P("x"), P(), np.zeros(4, np.float32))
