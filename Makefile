@@ -25,6 +25,7 @@ test-fast: install
 
 bench: install
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/packing.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -176,3 +176,22 @@ def test_transpose_needs_check_vma():
                       check_vma=False)
     with pytest.raises(sim.InvalidArgumentError, match=r"needs a program with check_vma=True"):
         C.linear_transpose(f, np.ones(8))
+
+
+@pytest.mark.parametrize("f, shapes", [c[1:] for c in ADJOINT_CASES], ids=[c[0] for c in ADJOINT_CASES])
+def test_adjoint_identity_in_floats(f, shapes):
+    """<A x, y> == <x, A^T y> for float64 within the rounding of the two dot products and of the sums the
+    collectives do: each side sums at most n products (n = elements involved), so the sides differ by at
+    most 4 n eps times the sum of the absolute values of all terms (a standard bound for recursive sums)."""
+    rng = np.random.default_rng(1)
+    primals = tuple(rng.standard_normal(s) for s in shapes)
+    run = f.run(*primals)
+    ct = rng.standard_normal(run.outputs.shape)
+    back = C.linear_transpose(f, *primals).run(ct).outputs
+    back = back if isinstance(back, tuple) else (back,)
+    lhs_terms = run.outputs * ct
+    rhs_terms = [p * b for p, b in zip(primals, back)]
+    # the dot products' terms, plus up to 8 addends (the mesh size) per element summed inside collectives
+    n = lhs_terms.size + sum(t.size for t in rhs_terms) + run.outputs.size * 8
+    bound = 4 * n * np.finfo(np.float64).eps * (np.abs(lhs_terms).sum() + sum(np.abs(t).sum() for t in rhs_terms))
+    assert abs(lhs_terms.sum() - sum(t.sum() for t in rhs_terms)) <= bound
