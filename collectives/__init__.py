@@ -2,18 +2,15 @@
 
 from collectives._all_gather import all_gather
 from collectives._all_to_all import all_to_all
-from collectives._ragged import ragged_all_to_all
-from collectives._transpose import linear_transpose
-
-__all__ = ["all_gather", "all_to_all", "linear_transpose", "ragged_all_to_all"]
-
 from collectives._axis_index import axis_index
 from collectives._invariant import all_gather_invariant, pbroadcast, pscatter, psum2
 from collectives._ppermute import ppermute
 from collectives._psum_scatter import psum_scatter
+from collectives._ragged import ragged_all_to_all
 from collectives._reduce import pmax, pmean, pmin, psum
+from collectives._transpose import linear_transpose
 
-__all__ += [
-    "all_gather_invariant", "axis_index", "pbroadcast", "pmax", "pmean", "pmin", "ppermute", "pscatter",
-    "psum", "psum2", "psum_scatter",
+__all__ = [
+    "all_gather", "all_gather_invariant", "all_to_all", "axis_index", "linear_transpose", "pbroadcast",
+    "pmax", "pmean", "pmin", "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all",
 ]

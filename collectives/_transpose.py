@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 import sim
-from sim import Const, P, Var
+from sim import Const, Var
 
 _METHODS = {"getitem", "reshape", "transpose", "astype"}
 

@@ -18,7 +18,7 @@ from layouts import Layout
 from sim._engine import Collective, Port, current_or_none
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Group, Mesh
-from sim._network import DEFAULT_COPY_COST, CopyCost
+from sim._network import CopyCost
 from sim._trace import MessageRecord
 from sim._varying import Varying
 

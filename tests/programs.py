@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from hypothesis import strategies as st
 
 import collectives as C
