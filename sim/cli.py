@@ -230,12 +230,15 @@ def _messages(result: ScenarioResult) -> Table:
     copies = len(result.trace) - sent
     title = f"{sent} messages, {network_bytes} bytes across the network" + (f", {copies} copy steps" if copies else "")
     table = Table(title=Text(title), title_justify="left")
-    for column in ("#", "kind", "src", "dst", "bytes", "sent", "arrived", "slice", "rows at dst", "src rows"):
+    columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived", "slice",
+                                                         "rows at dst", "src rows")
+    for column in columns:
         table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True)
     for k, message in enumerate(result.trace):
         detail = message.detail
         rows = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
-        table.add_row(str(k), message.kind, str(message.src), str(message.dst), str(message.size_bytes),
+        kind = (message.kind,) if copies else ()
+        table.add_row(str(k), *kind, str(message.src), str(message.dst), str(message.size_bytes),
                       _seconds(message.send_time_s), _seconds(message.arrival_time_s), str(detail.get("slice", "")),
                       rows, _span(detail.get("src_rows")), style=_colour(message.src))
     return table
