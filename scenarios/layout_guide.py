@@ -4,7 +4,7 @@ A scenario file (TOML) describes one collective call, which cannot express an ah
 followed by calls; so this scenario is a Python script. It is the guide's code with `jax` replaced by the
 simulator (`sim.jit`, `sim.device_put`, `sim.ShapeDtypeStruct`, `layouts.Layout`, `layouts.Format`):
 
-    .venv/bin/python -m scenarios.layout_guide
+    .venv/bin/python -m scenarios.layout_guide      # or: meshsim run scenarios/layout_guide.py
 
 It prints the guide's four outcomes, then the relayout copy the first call made (the uncommitted,
 row-major `y` had to become column-major), as the trace records it.
@@ -72,6 +72,10 @@ def main() -> None:
     x4 = sim.device_put(ones)
     y4 = sim.device_put(ones, Format(Layout(major_to_minor=(0, 1)), sim.SingleDeviceSharding(dev)))
     test(apply_exe, x4, y4, "committed with mismatched layout")
+    try:
+        apply_exe(x4, y4)
+    except ValueError as error:
+        print(f"the error: {error}\n")
     for record in copies:
         print(f"trace of the first call: {record.kind} of {record.detail['what']} on device {record.src}, "
               f"{record.size_bytes} bytes in {record.detail['runs']} runs, "

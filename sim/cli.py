@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="meshsim", description="Run JAX collectives on a simulated device mesh.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = commands.add_parser("run", help="run a scenario file: results, provenance of every row, messages, time")
-    run.add_argument("scenario", metavar="SCENARIO", help="a scenario file (TOML), e.g. scenarios/moe_dispatch.toml")
+    run.add_argument("scenario", metavar="SCENARIO",
+                     help="a scenario file (TOML, or a Python script), e.g. scenarios/moe_dispatch.toml")
     run.add_argument("--json", action="store_true", help="print the same as JSON, without colours, for scripts")
     return parser
 
@@ -53,6 +54,11 @@ def _run(path: str, as_json: bool) -> int:
     """Load and run the scenario at `path`, print it (rich or JSON) and return the exit code."""
     import scenarios  # here, not at the top: see the module docstring
 
+    if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
+        import runpy
+
+        runpy.run_path(path, run_name="__main__")
+        return 0
     try:
         result = scenarios.run(scenarios.load(path))
     except MeshError as error:

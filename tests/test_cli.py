@@ -161,3 +161,11 @@ def test_importing_sim_stays_light():
     code = f"import sys, sim; print(sorted(m for m in {heavy} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_layout_guide_script_scenario_runs(capsys):
+    """`meshsim run scenarios/layout_guide.py` plays the layout guide's four cases with its outcomes."""
+    assert main(["run", str(ROOT / "scenarios" / "layout_guide.py")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("-> `apply` called successfully") == 3
+    assert "-> error: mismatched input layouts" in out and "does not match the required layout" in out
