@@ -12,7 +12,15 @@
   partial(higher index)`; element e is the balanced tree `((id op x0) op (id op x1)) op (...)`.
   log2(n) steps of full-size messages.
 
-`ring_reduce_scatter` is shared with `psum_scatter`.
+Layouts change times, never values. Payloads leave memory through `pack_slice` (a timed "pack" when
+they are not one contiguous run); an arrival whose order differs from the buffer it is folded into or
+written to is first unpacked into that buffer's layout (a timed "unpack"); the arithmetic is free. So
+'direct' unpacks every arrival when the result's layout (`out_layout`) differs from the operands';
+'recursive_doubling' keeps its partial results in the result's layout, the own operand copied into it
+first; 'ring' works in row-major order: an operand laid out otherwise is packed into that order first,
+and a result laid out otherwise is unpacked from it at the end.
+
+`ring_reduce_scatter`, `fold_arrivals` and `laid_out` are shared with `psum_scatter`.
 """
 
 from __future__ import annotations
@@ -24,18 +32,20 @@ import numpy as np
 
 import sim
 from collectives._arithmetic import combine, identity
-from collectives._common import pack
+from collectives._common import pack_slice, received, unpack_into, unpack_values
+from layouts import Layout
 
 ALGORITHMS = ("direct", "ring", "recursive_doubling")
 
 
 @dataclass(frozen=True)
 class AllReduceArgs:
-    """One member's part of an all-reduce: its operand, the element operation and the algorithm."""
+    """One member's part of an all-reduce: its operand, the element operation, the algorithm, the result's layout."""
 
     buffer: sim.Buffer
     reduction: str
     algorithm: str
+    out_layout: Layout
 
 
 def check_algorithm(op: str, device: int, algorithm: str, group_size: int, allowed: Sequence[str] = ALGORITHMS) -> None:
@@ -56,77 +66,114 @@ def all_reduce_protocol(port: sim.Port, args: AllReduceArgs) -> Generator:
 
 def _direct(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
-    payload = pack(source)
+    payload, header = yield from pack_slice(port, source, args.buffer.layout)
     for dst in port.group.members:
-        port.send(dst, payload, step=0)
-    out = port.memory.view(port.memory.alloc(source.dtype, source.shape))
-    out[...] = identity(args.reduction, source.dtype)
-    for src in port.group.members:
+        port.send(dst, payload, header=header, step=0)
+    return (yield from fold_arrivals(port, args.reduction, source.dtype, source.shape, args.out_layout))
+
+
+def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[int, ...],
+                  layout: Layout) -> Generator:
+    """Fold one message from every member, in group order, into the identity (XLA:CPU's order).
+
+    The result is a new buffer laid out with `layout`. Each arrival is first unpacked into a receive
+    buffer in that layout, a timed step when its order differs.
+    """
+    memory = port.memory
+    out, inbox = (memory.view(memory.alloc(dtype, shape, layout)) for _ in range(2))
+    out[...] = identity(reduction, dtype)
+    for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
-        out[...] = combine(args.reduction, out, message.payload)
+        yield from unpack_into(port, message, inbox, member=i)
+        out[...] = combine(reduction, out, inbox)
     return out
 
 
 def _ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
     n = port.group.size
-    out = port.memory.view(port.memory.alloc(source.dtype, source.shape))
-    mine = yield from ring_reduce_scatter(port, np.array_split(pack(source).reshape(-1), n), args.reduction)
-    yield from _ring_all_gather(port, mine, np.array_split(out.reshape(-1), n))
-    return out
+    terms = yield from _row_major(port, source, phase="operand")
+    mine = yield from ring_reduce_scatter(port, np.array_split(terms.reshape(-1), n), args.reduction)
+    flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
+    yield from _ring_all_gather(port, mine, np.array_split(flat, n))
+    return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
 def ring_reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], reduction: str) -> Generator:
     """Fold chunk c of every member's `parts` around the ring so that member c ends with it complete.
 
-    `parts[c]` is this member's own term for chunk c. Each partial sum lives in its own buffer, written
-    once, so a view in flight is never overwritten. Returns the complete chunk of this member's index.
+    `parts[c]` is this member's own term for chunk c, a view of its memory, read in row-major order
+    (packed first by a timed step where that order is strided). Each partial sum lives in its own
+    row-major buffer, written once, so a view in flight is never overwritten. Returns the complete
+    chunk of this member's index.
     """
     n, me, members = port.group.size, port.group.index, port.group.members
     memory = port.memory
-    partial = [memory.view(memory.alloc(p.dtype, p.shape)) for p in parts]
+    own = []
+    for c, part in enumerate(parts):
+        own.append((yield from _row_major(port, part, chunk=c)))
+    partial = [memory.view(memory.alloc(p.dtype, p.shape)) for p in own]
     c = (me - 1) % n
-    partial[c][...] = combine(reduction, identity(reduction, parts[c].dtype), parts[c])
+    partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
     for step in range(n - 1):
-        port.send(members[(me + 1) % n], pack(partial[c]), tag=("reduce-scatter", step),
+        payload, header = yield from pack_slice(port, partial[c], Layout.row_major(partial[c].ndim))
+        port.send(members[(me + 1) % n], payload, tag=("reduce-scatter", step), header=header,
                   phase="reduce-scatter", step=step, chunk=c)
         c = (c - 1) % n
         message = yield port.recv(members[(me - 1) % n], tag=("reduce-scatter", step))
-        partial[c][...] = combine(reduction, message.payload, parts[c])
+        partial[c][...] = combine(reduction, received(message), own[c])
     return partial[c]
 
 
 def _ring_all_gather(port: sim.Port, mine: np.ndarray, chunks: list[np.ndarray]) -> Generator:
-    """Pass the complete chunks around the ring into `chunks` (views of the output), own chunk first."""
+    """Pass the complete chunks around the ring into `chunks` (1-D row-major views), own chunk first."""
     n, me, members = port.group.size, port.group.index, port.group.members
     chunks[me][...] = mine
     c = me
     for step in range(n - 1):
-        port.send(members[(me + 1) % n], pack(chunks[c]), tag=("all-gather", step),
+        payload, header = yield from pack_slice(port, chunks[c], Layout.row_major(1))
+        port.send(members[(me + 1) % n], payload, tag=("all-gather", step), header=header,
                   phase="all-gather", step=step, chunk=c)
         c = (c - 1) % n
         message = yield port.recv(members[(me - 1) % n], tag=("all-gather", step))
-        chunks[c][...] = message.payload
+        yield from unpack_into(port, message, chunks[c], chunk=c)
 
 
 def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
-    me, members = port.group.index, port.group.members
-    partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), source))
+    me, members, layout = port.group.index, port.group.members, args.out_layout
+    inbox = port.memory.view(port.memory.alloc(source.dtype, source.shape, layout))
+    yield from unpack_values(port, source, args.buffer.layout.major_to_minor, inbox, term="own")
+    partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
     distance = 1
     while distance < port.group.size:
-        partner = me ^ distance
-        port.send(members[partner], partial, tag=distance, phase="recursive-doubling", step=distance.bit_length() - 1)
+        partner, step = me ^ distance, distance.bit_length() - 1
+        payload, header = yield from pack_slice(port, partial, layout)
+        port.send(members[partner], payload, tag=distance, header=header, phase="recursive-doubling", step=step)
         message = yield port.recv(members[partner], tag=distance)
-        low, high = (partial, message.payload) if me < partner else (message.payload, partial)
-        partial = _fresh(port, combine(args.reduction, low, high))  # a new buffer: `partial` may still travel
+        yield from unpack_into(port, message, inbox, step=step)
+        low, high = (partial, inbox) if me < partner else (inbox, partial)
+        partial = _fresh(port, combine(args.reduction, low, high), layout)  # a new buffer: `partial` may still travel
         distance *= 2
     return partial
 
 
-def _fresh(port: sim.Port, value: np.ndarray) -> np.ndarray:
-    """`value` written into a new buffer of this member's memory, as a view."""
-    return port.memory.view(port.memory.store(np.asarray(value)))
+def _row_major(port: sim.Port, view: np.ndarray, **detail) -> Generator:
+    """`view`'s values in row-major order: the memory itself when that is one contiguous run, else packed."""
+    values, _ = yield from pack_slice(port, view, Layout.row_major(view.ndim), **detail)
+    return values
+
+
+def laid_out(port: sim.Port, values: np.ndarray, layout: Layout, **detail) -> Generator:
+    """`values` (row-major) copied into a new buffer laid out with `layout`, a timed unpack where strided."""
+    out = port.memory.view(port.memory.alloc(values.dtype, values.shape, layout))
+    yield from unpack_values(port, values, tuple(range(values.ndim)), out, **detail)
+    return out
+
+
+def _fresh(port: sim.Port, value: np.ndarray, layout: Layout) -> np.ndarray:
+    """`value` written into a new buffer of this member's memory laid out with `layout`, as a view."""
+    return port.memory.view(port.memory.store(np.asarray(value), layout))
 
 
 _PROTOCOLS: dict[str, Callable[[sim.Port, AllReduceArgs], Generator]] = {

@@ -50,11 +50,6 @@ def axis_index(shape: tuple[int, ...], axis: int, index: Any) -> tuple:
     return (slice(None),) * axis + (index,) + (slice(None),) * (len(shape) - axis - 1)
 
 
-def pack(view: np.ndarray) -> np.ndarray:
-    """`view` as a contiguous payload: zero-copy when it already is, a packing copy when strided."""
-    return view if view.flags.c_contiguous else view.copy(order="C")
-
-
 def same_across_group(op: str, members: tuple[int, ...], values: list[Any], what: str) -> list[str]:
     """Violations where a member's `what` differs from group index 0's."""
     return [
@@ -81,7 +76,8 @@ def pack_slice(port: sim.Port, view: np.ndarray, layout: Any, **detail: Any) -> 
     """The payload carrying `view`, a slice of a buffer in `layout`, and the header the receiver decodes by.
 
     The payload is the slice's bytes in the sender's memory order: a zero-copy view of the memory when
-    they form one contiguous run, else a packed copy, which costs a timed "pack" step.
+    they form one contiguous run, else a packed copy, which costs a timed "pack" step. (Given another
+    layout than the buffer's, the payload holds the bytes in that layout's order, packed if need be.)
     """
     order = layout.major_to_minor
     physical = view.transpose(order)
@@ -105,10 +101,16 @@ def unpack_into(port: sim.Port, message: sim.Message, target: np.ndarray, **deta
     a timed "unpack" step.
     """
     values = received(message)
+    order = message.header.get("major_to_minor", tuple(range(values.ndim)))
+    yield from unpack_values(port, values, order, target, **detail)
+
+
+def unpack_values(port: sim.Port, values: np.ndarray, order: tuple[int, ...], target: np.ndarray,
+                  **detail: Any) -> Generator:
+    """Write `values`, whose bytes lie in `order` (a major_to_minor), into `target` as `unpack_into` does."""
     region = target.reshape(values.shape)  # only unit dimensions differ: a view of the memory
     if values.size and not np.may_share_memory(region, target):
         raise AssertionError(f"unpack_into: target {target.shape} cannot take values {values.shape} as a view")
-    order = message.header.get("major_to_minor", tuple(range(values.ndim)))
     runs = layouts.contiguous_runs(region.transpose(order))
     if runs > 1:
         yield from sim.copy_step(port, "unpack", values.nbytes, runs, **detail)

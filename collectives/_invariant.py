@@ -18,13 +18,15 @@ import numpy as np
 import sim
 from collectives import _all_gather
 from collectives._common import axis_index as index_along
-from collectives._common import canonical_axis, group_of, map_tree, operand, same_across_group
+from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of, same_across_group
 from collectives._reduce import all_reduce_leaf
 from collectives._vma import INTRODUCE, REDUCE, typed
 
 
-def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct") -> Any:
+def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
     """The sum of `x` over `axis_name` (varying -> invariant): psum's value, without axis_index_groups.
+
+    `algorithm` and `out_layout` (the result's `layouts.Layout`, default row-major) as in `psum`.
 
     Example on a 2-device mesh {'i': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
     `psum2(x, 'i')` gives [4, 6] on both.
@@ -32,39 +34,51 @@ def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct") -> Any:
     Raises:
         InvalidArgumentError, InvalidTypeError: as `psum`.
     """
-    return _psum2(x, axis_name, algorithm)
+    return _psum2(x, axis_name, algorithm, out_layout)
 
 
-def pbroadcast(x: Any, axis_name: Any) -> Any:
+def pbroadcast(x: Any, axis_name: Any, *, out_layout: Any = None) -> Any:
     """`x` itself (invariant -> varying along `axis_name`); no communication and no arithmetic.
+
+    The result stays where the operand is, in its layout; given an `out_layout` (a `layouts.Layout`)
+    that differs from it, the result is a copy laid out so, made without simulated time like the
+    program's own array operations.
 
     Example on a 2-device mesh {'i': 2}: both devices hold [1, 2]; `pbroadcast(x, 'i')` gives [1, 2] on
     both, now typed as varying along 'i'.
 
     Raises:
-        InvalidArgumentError: an unknown or repeated axis name. InvalidTypeError: a non-numeric x.
+        InvalidArgumentError: an unknown or repeated axis name, an `out_layout` of another rank than x.
+        InvalidTypeError: a non-numeric x, an `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _pbroadcast(x, axis_name)
+    return _pbroadcast(x, axis_name, out_layout)
 
 
-def all_gather_invariant(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False) -> Any:
+def all_gather_invariant(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False,
+                         out_layout: Any = None) -> Any:
     """`all_gather`'s bytes (varying -> invariant), the same messages, without axis_index_groups.
+
+    `x` may sit in memory in any layout; the result is written in `out_layout` (a `layouts.Layout`,
+    default row-major), with `all_gather`'s timed unpacking of chunks that land in strided regions.
 
     Example on a 2-device mesh {'i': 2}: device 0 holds [1], device 1 holds [2];
     `all_gather_invariant(x, 'i')` gives [[1], [2]] on both, and with `tiled=True`, [1, 2].
 
     Raises:
-        InvalidArgumentError: as `all_gather`.
+        InvalidArgumentError: as `all_gather`, and an `out_layout` of another rank than the result.
+        InvalidTypeError: an `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _all_gather_invariant(x, axis_name, axis, tiled)
+    return _all_gather_invariant(x, axis_name, axis, tiled, out_layout)
 
 
-def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False) -> Any:
+def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, out_layout: Any = None) -> Any:
     """This device's slice of `x` along `axis` (invariant -> varying); no communication.
 
     Untiled, `x.shape[axis]` must equal the axis size and the result is index `axis_index(axis_name)`
     along `axis` (that dimension removed); tiled, it must be divisible by the axis size and the result is
-    block `axis_index(axis_name)`. The transpose of `all_gather_invariant`.
+    block `axis_index(axis_name)`. The transpose of `all_gather_invariant`. `x` may sit in memory in
+    any layout; the slice is written in `out_layout` (a `layouts.Layout`, default row-major), a local
+    copy made without simulated time like the program's own array operations.
 
     Example on a 2-device mesh {'i': 2}: both devices hold [[1, 2], [3, 4]]; `pscatter(x, 'i')` gives
     [1, 2] on device 0 and [3, 4] on device 1; `pscatter(x, 'i', axis=1, tiled=True)` gives [[1], [3]]
@@ -72,38 +86,46 @@ def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False) -> A
 
     Raises:
         InvalidArgumentError: unknown axis name, `axis` out of range, a dimension that does not fit the
-            axis size, a scalar x. InvalidTypeError: a non-numeric x.
+            axis size, a scalar x, an `out_layout` of another rank than the result.
+        InvalidTypeError: a non-numeric x, an `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _pscatter(x, axis_name, axis, tiled)
+    return _pscatter(x, axis_name, axis, tiled, out_layout)
 
 
-def _psum2(x: Any, axis_name: Any, algorithm: str) -> Any:
+def _psum2(x: Any, axis_name: Any, algorithm: str, out_layout: Any = None) -> Any:
     return map_tree(lambda leaf: typed("psum2", REDUCE, axis_name, [leaf], lambda: all_reduce_leaf(
-        "psum2", leaf, axis_name, None, algorithm), {"axis_name": axis_name}), x)
+        "psum2", leaf, axis_name, None, algorithm, out_layout), {"axis_name": axis_name}), x)
 
 
-def _pbroadcast(x: Any, axis_name: Any) -> Any:
+def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None) -> Any:
     def leaf(value: Any) -> np.ndarray:
         context, _ = group_of("pbroadcast", axis_name, None)
         array = operand("pbroadcast", context.device, "x", value)
-        return context.memory.view(context.memory.resident(array))
+        layout = out_layout_of("pbroadcast", context.device, out_layout, array.ndim)
+        memory = context.memory
+        buffer = memory.resident(array)
+        if layout is not None and buffer.layout != layout:
+            buffer = memory.store(memory.view(buffer), layout)
+        return memory.view(buffer)
     return map_tree(lambda value: typed("pbroadcast", INTRODUCE, axis_name, [value], lambda: leaf(value),
                                         {"axis_name": axis_name}), x)
 
 
-def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool) -> Any:
+def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None) -> Any:
     return map_tree(lambda leaf: typed("all_gather_invariant", REDUCE, axis_name, [leaf], lambda: _gather_leaf(
-        leaf, axis_name, axis, tiled), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
+        leaf, axis_name, axis, tiled, out_layout), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
 
 
-def _gather_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
+def _gather_leaf(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any) -> np.ndarray:
     op = "all_gather_invariant"
     context, group = group_of(op, axis_name, None)
     x = operand(op, context.device, "x", x)
     if tiled and x.ndim == 0:
         raise sim.InvalidArgumentError(f"device {context.device}: {op}: tiled=True needs x of rank >= 1")
-    axis = canonical_axis(op, context.device, "axis", axis, x.ndim if tiled else x.ndim + 1)
-    args = _all_gather._Args(context.memory.resident(x), axis, bool(tiled))
+    rank = x.ndim if tiled else x.ndim + 1
+    axis = canonical_axis(op, context.device, "axis", axis, rank)
+    layout = out_layout_of(op, context.device, out_layout, rank)
+    args = _all_gather._Args(context.memory.resident(x), axis, bool(tiled), layout)
     params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
 
     def check(all_args: list[Any]) -> list[str]:
@@ -113,12 +135,12 @@ def _gather_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
     return context.collective(sim.Collective(op, group, params, args, _all_gather._protocol, check))
 
 
-def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool) -> Any:
+def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None) -> Any:
     return map_tree(lambda leaf: typed("pscatter", INTRODUCE, axis_name, [leaf], lambda: _scatter_leaf(
-        leaf, axis_name, axis, tiled), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
+        leaf, axis_name, axis, tiled, out_layout), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
 
 
-def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
+def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any) -> np.ndarray:
     op = "pscatter"
     context, group = group_of(op, axis_name, None)
     device = context.device
@@ -131,6 +153,7 @@ def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool) -> np.ndarray:
         rule = (f"be divisible by the axis size {n} when tiled=True" if tiled
                 else f"equal the axis size {n} when tiled=False")
         raise sim.InvalidArgumentError(f"device {device}: {op}: x.shape[axis={axis}]={size} must {rule}")
+    layout = out_layout_of(op, device, out_layout, x.ndim if tiled else x.ndim - 1)
     step = size // n
     place = slice(group.index * step, (group.index + 1) * step) if tiled else group.index
-    return context.memory.view(context.memory.store(x[index_along(x.shape, axis, place)]))
+    return context.memory.view(context.memory.store(x[index_along(x.shape, axis, place)], layout))

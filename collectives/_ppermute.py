@@ -9,7 +9,7 @@ import numpy as np
 
 import sim
 from collectives._vma import KEEP, typed
-from collectives._common import group_of, map_tree, operand, pack, same_across_group
+from collectives._common import group_of, map_tree, operand, out_layout_of, pack_slice, same_across_group, unpack_into
 
 _OP = "ppermute"
 
@@ -20,14 +20,19 @@ Perm = tuple[tuple[int, int], ...]
 class _Args:
     buffer: sim.Buffer
     perm: Perm
+    out_layout: Any = None
 
 
-def ppermute(x: Any, axis_name: Any, perm: Any) -> Any:
+def ppermute(x: Any, axis_name: Any, perm: Any, *, out_layout: Any = None) -> Any:
     """Send `x` from axis index `source` to axis index `destination` for every pair in `perm`.
 
     Indices are positions along `axis_name` as `axis_index` numbers them (for a tuple of names, row-major
     in the tuple's order); negative ones count from the end. No index may be a source twice or a
     destination twice. A device that is no pair's destination gets zeros. `x` may be a pytree.
+
+    `x` may sit in memory in any layout and is sent straight from memory; the result is written in
+    `out_layout` (a `layouts.Layout`, default row-major), an arrival in another order unpacked by a
+    timed step. Values never change.
 
     JAX 0.10.2 numbers a tuple `axis_name` whose names are not in mesh order differently here (by sorted
     device id, unlike its own `axis_index` and `all_gather`); the simulator keeps `axis_index`'s numbering.
@@ -38,21 +43,22 @@ def ppermute(x: Any, axis_name: Any, perm: Any) -> Any:
     Raises:
         InvalidTypeError: `perm` not a sequence of pairs of ints; a non-numeric x.
         InvalidArgumentError: unknown axis name, an index out of range, a repeated source or destination
-            (naming the pair), shapes or dtypes that differ between devices.
+            (naming the pair), shapes or dtypes that differ between devices, an `out_layout` of another
+            rank than x.
     """
-    return _ppermute(x, axis_name, perm)
+    return _ppermute(x, axis_name, perm, out_layout)
 
 
-def _ppermute(x: Any, axis_name: Any, perm: Any) -> Any:
-    return map_tree(lambda leaf: typed(_OP, KEEP, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm),
+def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None) -> Any:
+    return map_tree(lambda leaf: typed(_OP, KEEP, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout),
                                        {"axis_name": axis_name, "perm": perm}), x)
 
 
-def _leaf(x: Any, axis_name: Any, perm: Any) -> np.ndarray:
+def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any) -> np.ndarray:
     context, group = group_of(_OP, axis_name, None)
     x = operand(_OP, context.device, "x", x)
     pairs = check_perm(context.device, perm, group.size, axis_name)
-    args = _Args(context.memory.resident(x), pairs)
+    args = _Args(context.memory.resident(x), pairs, out_layout_of(_OP, context.device, out_layout, x.ndim))
     params = (("axis_name", axis_name), ("perm", pairs))
     return context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
 
@@ -95,16 +101,17 @@ def _validate(group: sim.Group):
 
 
 def _protocol(port: sim.Port, args: _Args) -> Generator:
-    """Sources send; the destination writes the arrival into zeroed memory; everyone else keeps the zeros."""
+    """Sources send; the destination unpacks the arrival into zeroed memory; everyone else keeps the zeros."""
     source = port.memory.view(args.buffer)
     me, members = port.group.index, port.group.members
     for src, dst in args.perm:
         if src == me:
-            port.send(members[dst], pack(source), pair=(src, dst))
-    out = port.memory.view(port.memory.alloc(source.dtype, source.shape))
+            payload, header = yield from pack_slice(port, source, args.buffer.layout, pair=(src, dst))
+            port.send(members[dst], payload, header=header, pair=(src, dst))
+    out = port.memory.view(port.memory.alloc(source.dtype, source.shape, args.out_layout))
     out[...] = 0
     for src, dst in args.perm:
         if dst == me:
             message = yield port.recv(members[src])
-            out[...] = message.payload
+            yield from unpack_into(port, message, out, pair=(src, dst))
     return out

@@ -9,9 +9,10 @@ import numpy as np
 
 import sim
 from collectives._vma import KEEP, typed
-from collectives._allreduce import check_algorithm, ring_reduce_scatter
-from collectives._arithmetic import combine, identity
-from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, pack, same_across_group
+from collectives._allreduce import check_algorithm, fold_arrivals, laid_out, ring_reduce_scatter
+from collectives._common import (axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice,
+                                 same_across_group)
+from layouts import Layout
 
 _OP = "psum_scatter"
 _ALGORITHMS = ("direct", "ring")
@@ -23,10 +24,11 @@ class _Args:
     scatter_dimension: int
     tiled: bool
     algorithm: str
+    out_layout: Layout
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_index_groups: Any = None,
-                 tiled: bool = False, algorithm: str = "direct") -> Any:
+                 tiled: bool = False, algorithm: str = "direct", out_layout: Any = None) -> Any:
     """Sum `x` over the group and leave member j only chunk j of the sum along `scatter_dimension`.
 
     Untiled, `x.shape[scatter_dimension]` must equal the group size and chunk j is index j (that dimension
@@ -36,27 +38,34 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     for bit); 'ring' folds chunk j in the member order j+1, j+2, ..., j (mod n) around the ring.
     `x` may be a pytree.
 
+    `x` may sit in memory in any layout: a chunk whose bytes are one contiguous run is sent straight
+    from memory, any other is packed first by a timed step. The result is written in `out_layout` (a
+    `layouts.Layout`, default row-major), an arrival in another order unpacked by a timed step; 'ring'
+    works in row-major order, unpacking a result laid out otherwise at the end. Values never change.
+
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [10, 20];
     `psum_scatter(x, 'x')` gives 11 on device 0 and 22 on device 1; with `tiled=True`, [11] and [22].
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, a scatter dimension out of range or not fitting
-            the group size, shapes or dtypes that differ within a group, unknown algorithm.
-        InvalidTypeError: a non-numeric or bool x (JAX's reduce-scatter adds, and add rejects bool).
+            the group size, shapes or dtypes that differ within a group, unknown algorithm, an `out_layout`
+            of another rank than the result.
+        InvalidTypeError: a non-numeric or bool x (JAX's reduce-scatter adds, and add rejects bool), an
+            `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _psum_scatter(x, axis_name, scatter_dimension, axis_index_groups, tiled, algorithm)
+    return _psum_scatter(x, axis_name, scatter_dimension, axis_index_groups, tiled, algorithm, out_layout)
 
 
 def _psum_scatter(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any, tiled: bool,
-                  algorithm: str) -> Any:
+                  algorithm: str, out_layout: Any = None) -> Any:
     params = {"axis_name": axis_name, "scatter_dimension": scatter_dimension, "axis_index_groups": axis_index_groups,
               "tiled": tiled}
     return map_tree(lambda leaf: typed(_OP, KEEP, axis_name, [leaf], lambda: _leaf(
-        leaf, axis_name, scatter_dimension, axis_index_groups, tiled, algorithm), params), x)
+        leaf, axis_name, scatter_dimension, axis_index_groups, tiled, algorithm, out_layout), params), x)
 
 
 def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any, tiled: bool,
-          algorithm: str) -> np.ndarray:
+          algorithm: str, out_layout: Any) -> np.ndarray:
     context, group = group_of(_OP, axis_name, axis_index_groups)
     device = context.device
     x = operand(_OP, device, "x", x)
@@ -68,7 +77,9 @@ def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any
     dim = canonical_axis(_OP, device, "scatter_dimension", scatter_dimension, x.ndim, negative=False)
     _check_fits(device, x.shape[dim], dim, group.size, bool(tiled))
     check_algorithm(_OP, device, algorithm, group.size, _ALGORITHMS)
-    args = _Args(context.memory.resident(x), dim, bool(tiled), algorithm)
+    rank = x.ndim if tiled else x.ndim - 1
+    layout = out_layout_of(_OP, device, out_layout, rank) or Layout.row_major(rank)
+    args = _Args(context.memory.resident(x), dim, bool(tiled), algorithm, layout)
     params = (("axis_name", axis_name), ("scatter_dimension", dim), ("tiled", bool(tiled)), ("algorithm", algorithm))
     return context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
 
@@ -92,23 +103,25 @@ def _validate(group: sim.Group):
 
 
 def _chunks(source: np.ndarray, args: _Args, n: int) -> list[np.ndarray]:
-    """The n chunks of `source` along the scatter dimension (views)."""
-    if not args.tiled:
-        return [source[axis_index(source.shape, args.scatter_dimension, j)] for j in range(n)]
-    return np.split(source, n, axis=args.scatter_dimension)
+    """The n chunks of `source` along the scatter dimension (views; untiled, that dimension kept as 1)."""
+    step = source.shape[args.scatter_dimension] // n if args.tiled else 1
+    return [source[axis_index(source.shape, args.scatter_dimension, slice(j * step, (j + 1) * step))]
+            for j in range(n)]
 
 
 def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Chunk j of every member goes to member j (direct) or around the ring (ring)."""
     parts = _chunks(port.memory.view(args.buffer), args, port.group.size)
+    shape = _out_shape(parts[0].shape, args)
     if args.algorithm == "ring":
-        return (yield from ring_reduce_scatter(port, parts, "sum"))
+        mine = yield from ring_reduce_scatter(port, parts, "sum")
+        return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     for j, dst in enumerate(port.group.members):
-        port.send(dst, pack(parts[j]), chunk=j)
-    mine = parts[port.group.index]
-    out = port.memory.view(port.memory.alloc(mine.dtype, mine.shape))
-    out[...] = identity("sum", mine.dtype)
-    for src in port.group.members:
-        message = yield port.recv(src)
-        out[...] = combine("sum", out, message.payload)
-    return out
+        payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)
+        port.send(dst, payload, header=header, chunk=j)
+    return (yield from fold_arrivals(port, "sum", parts[0].dtype, shape, args.out_layout))
+
+
+def _out_shape(chunk_shape: tuple[int, ...], args: _Args) -> tuple[int, ...]:
+    """A chunk's shape without the scatter dimension when untiled."""
+    return chunk_shape if args.tiled else tuple(n for d, n in enumerate(chunk_shape) if d != args.scatter_dimension)

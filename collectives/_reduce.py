@@ -13,13 +13,15 @@ import numpy as np
 import sim
 from collectives._allreduce import AllReduceArgs, all_reduce_protocol, check_algorithm
 from collectives._arithmetic import mean_dtype, scale_to_mean
-from collectives._common import group_of, map_tree, operand, same_across_group
+from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group
 from collectives._vma import REDUCE, typed
+from layouts import Layout
 
 _REDUCTION = {"psum": "sum", "pmean": "sum", "psum2": "sum", "pmax": "max", "pmin": "min"}
 
 
-def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct") -> Any:
+def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct",
+         out_layout: Any = None) -> Any:
     """Sum `x` over the devices of the group; every member gets the same sum.
 
     bool inputs are summed as int32; other dtypes keep theirs (integers wrap). A Python scalar is a
@@ -34,24 +36,31 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
     - 'recursive_doubling' (log2(n) steps, group size a power of two): a balanced tree, pairs of
       members first, the lower group index on the left.
 
+    `x` may sit in memory in any layout; the result is written in `out_layout` (a `layouts.Layout`,
+    default row-major: what JAX's `out_shardings=Format` sets). Layouts change times, never values:
+    payloads go straight from memory, and an arrival in another order than the result's is unpacked by
+    a timed step ('ring' works in row-major order: it packs an operand laid out otherwise first, and
+    unpacks a result laid out otherwise last).
+
     Example on a 4-device mesh {'x': 4}: device d holds [d, 10 * d]; `psum(x, 'x')` gives [6, 60] on
     every device, and `psum(x, 'x', axis_index_groups=[[0, 1], [2, 3]])` gives [1, 10] on devices 0 and
     1 and [5, 50] on devices 2 and 3.
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, unknown algorithm, shapes or dtypes that
-            differ within a group.
-        InvalidTypeError: a non-numeric x.
+            differ within a group, an `out_layout` of another rank than the result.
+        InvalidTypeError: a non-numeric x, an `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _psum(x, axis_name, axis_index_groups, algorithm)
+    return _psum(x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct") -> Any:
+def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct",
+          out_layout: Any = None) -> Any:
     """The mean of `x` over the group: psum, then times 1/n rounded to the result dtype (as XLA:CPU does).
 
     Floating and complex dtypes keep theirs; bool and integers of up to 32 bits give float32, 64-bit
     integers float64 (as JAX gives, also under jax_enable_x64). The integer sum wraps before it is
-    converted.
+    converted. `out_layout` as in `psum`.
 
     Example on a 2-device mesh {'x': 2}: device 0 holds int32 [1, 2], device 1 holds [2, 2];
     `pmean(x, 'x')` gives float32 [1.5, 2.0] on both.
@@ -59,13 +68,15 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: s
     Raises:
         InvalidArgumentError, InvalidTypeError: as `psum`.
     """
-    return _pmean(x, axis_name, axis_index_groups, algorithm)
+    return _pmean(x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct") -> Any:
+def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct",
+         out_layout: Any = None) -> Any:
     """The elementwise maximum of `x` over the group, folded from -inf as C++ `std::max` does.
 
     A NaN never wins (pmax of NaNs alone is -inf) and a tie of -0.0 and +0.0 keeps the earlier member's.
+    `algorithm` and `out_layout` as in `psum`.
 
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 5], device 1 holds [3, 2];
     `pmax(x, 'x')` gives [3, 5] on both.
@@ -74,11 +85,14 @@ def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
         InvalidArgumentError: as `psum`.
         InvalidTypeError: a non-numeric or complex x (XLA:CPU cannot take the max of complex numbers).
     """
-    return _pmax(x, axis_name, axis_index_groups, algorithm)
+    return _pmax(x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct") -> Any:
+def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct",
+         out_layout: Any = None) -> Any:
     """The elementwise minimum of `x` over the group, folded from +inf as C++ `std::min` does.
+
+    `algorithm` and `out_layout` as in `psum`.
 
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 5], device 1 holds [3, 2];
     `pmin(x, 'x')` gives [1, 2] on both.
@@ -86,54 +100,59 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
     Raises:
         InvalidArgumentError, InvalidTypeError: as `pmax`.
     """
-    return _pmin(x, axis_name, axis_index_groups, algorithm)
+    return _pmin(x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def _psum(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+def _psum(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
     # Without groups, psum is the design note's psum2 (after pbroadcast of an invariant operand), as in JAX.
     name = "psum2" if axis_index_groups is None and sim.current().check_vma else "psum"
-    return _typed_reduce(name, "psum", x, axis_name, axis_index_groups, algorithm)
+    return _typed_reduce(name, "psum", x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def _pmean(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
-    return _typed_reduce("pmean", "pmean", x, axis_name, axis_index_groups, algorithm)
+def _pmean(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
+    return _typed_reduce("pmean", "pmean", x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def _pmax(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
-    return _typed_reduce("pmax", "pmax", x, axis_name, axis_index_groups, algorithm)
+def _pmax(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
+    return _typed_reduce("pmax", "pmax", x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def _pmin(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
-    return _typed_reduce("pmin", "pmin", x, axis_name, axis_index_groups, algorithm)
+def _pmin(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
+    return _typed_reduce("pmin", "pmin", x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def _typed_reduce(name: str, op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+def _typed_reduce(name: str, op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,
+                  out_layout: Any) -> Any:
     """Each leaf reduced and typed: invariant along the axes unless groups split them."""
     params = {"axis_name": axis_name} if name == "psum2" else {"axis_name": axis_name,
                                                               "axis_index_groups": axis_index_groups}
     return map_tree(lambda leaf: typed(
-        name, REDUCE, axis_name, [leaf], lambda: all_reduce_leaf(op, leaf, axis_name, axis_index_groups, algorithm),
+        name, REDUCE, axis_name, [leaf],
+        lambda: all_reduce_leaf(op, leaf, axis_name, axis_index_groups, algorithm, out_layout),
         params, grouped=axis_index_groups is not None, called=op), x)
 
 
-def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str) -> Any:
+def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,
+                    out_layout: Any = None) -> Any:
     """One array (or Python scalar) through the all-reduce `op` ('psum', 'pmean', 'psum2', 'pmax', 'pmin').
 
-    On a mesh of one device XLA compiles the all-reduce away, so the value comes back unchanged (only
-    pmean's dtype rule applies): -0.0, subnormals and NaN payloads survive there and nowhere else.
+    The result is written in `out_layout` (None: row-major). On a mesh of one device XLA compiles the
+    all-reduce away, so the value comes back unchanged (only pmean's dtype rule applies): -0.0,
+    subnormals and NaN payloads survive there and nowhere else.
     """
     context, group = group_of(op, axis_name, axis_index_groups)
+    layout = out_layout_of(op, context.device, out_layout, np.ndim(x)) or Layout.row_major(np.ndim(x))
     if is_python_scalar(x):
         return _constant(op, context, group, x, axis_name)
     x = _reducible(op, context.device, x)
     check_algorithm(op, context.device, algorithm, group.size)
     memory = context.memory
     if context.mesh.size == 1:
-        return memory.view(memory.store(x.astype(mean_dtype(x.dtype)) if op == "pmean" else x))
-    args = AllReduceArgs(memory.resident(x), _REDUCTION[op], algorithm)
+        return memory.view(memory.store(x.astype(mean_dtype(x.dtype)) if op == "pmean" else x, layout))
+    args = AllReduceArgs(memory.resident(x), _REDUCTION[op], algorithm, layout)
     params = (("axis_name", axis_name), ("algorithm", algorithm))
     total = context.collective(sim.Collective(op, group, params, args, all_reduce_protocol, _validate(op, group)))
-    return memory.view(memory.store(scale_to_mean(total, group.size))) if op == "pmean" else total
+    return memory.view(memory.store(scale_to_mean(total, group.size), layout)) if op == "pmean" else total
 
 
 def is_python_scalar(x: Any) -> bool:

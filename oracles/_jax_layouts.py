@@ -6,7 +6,10 @@ builder, compile cache and ragged fallback it reuses. Two ops:
 - "place": `jax.device_put(x, Format(Layout(major_to_minor, tiling), sharding))`; per device: the shard's
   index, the bytes holding its values, `on_device_size_in_bytes()` and the layout JAX reports.
 - "layout_collective": a collective under `jax.shard_map` compiled with input and output `Format`s
-  (per-device layouts); per device: the result's values and the bytes of its buffer.
+  (per-device layouts); per device: the result's values and the bytes of its buffer. The reductions and
+  the design note's collectives (the worker's `REDUCTION_OPS`) run as the worker runs them without
+  layouts: named through `JAX_NAMES`, an operand JAX takes invariant (pbroadcast, pscatter) entering
+  over the other mesh axes only, and grouped psum/pmean under `check_vma=False`.
 
 Bytes are read through `unsafe_buffer_pointer()` after `block_until_ready()`, and only the
 `prod(shape) * itemsize` bytes XLA:CPU allocates: reading `on_device_size_in_bytes()` of a tiled buffer
@@ -77,14 +80,34 @@ def _stacked_format(order: Any, rank: int, sharding: NamedSharding) -> Format:
     return Format(Layout((0, *(d + 1 for d in order))), sharding)
 
 
+def _operands(worker: ModuleType, op: str, mesh: Any, args: tuple[list[np.ndarray], ...],
+              params: dict[str, Any]) -> list[tuple[np.ndarray, NamedSharding]]:
+    """Each argument as one global array and its sharding: device d's block at index d of a new leading
+    axis sharded over every mesh axis, or, for an invariant operand, over the other axes only."""
+    arrays = [[np.asarray(x) for x in arg] for arg in args]
+    if op in worker._INVARIANT_OPERAND:
+        pairs = [worker._invariant_operand(mesh, arg, params["axis_name"]) for arg in arrays]
+    else:
+        pairs = [(np.stack(arg), PartitionSpec(mesh.axis_names)) for arg in arrays]
+    return [(x, NamedSharding(mesh, spec)) for x, spec in pairs]
+
+
 def _compile(worker: ModuleType, op: str, mesh: Any, params: dict[str, Any], avals: list,
              in_formats: list[Format], out_format: Format) -> tuple[Any, str]:
-    def lower(body: Any) -> Any:
-        spec = PartitionSpec(mesh.axis_names)
+    def lower(body: Any, check_vma: bool = True) -> Any:
         mapped = jax.shard_map(lambda *xs: body(*(x[0] for x in xs))[None], mesh=mesh,
-                               in_specs=(spec,) * len(avals), out_specs=spec)
+                               in_specs=tuple(f.sharding.spec for f in in_formats),
+                               out_specs=PartitionSpec(mesh.axis_names), check_vma=check_vma)
         return jax.jit(mapped, in_shardings=tuple(in_formats), out_shardings=out_format).lower(*avals)
 
+    if op in worker.REDUCTION_OPS:
+        body = worker._reduction_fn(op, params)
+        try:
+            return lower(body).compile(), "real"
+        except NotImplementedError:  # psum and pmean with axis_index_groups: see _compile_reduction
+            if params.get("axis_index_groups") is None:
+                raise
+        return lower(body, check_vma=False).compile(), "real, check_vma=False"
     op_fn = getattr(lax, op)
     lowered = lower(lambda *xs: op_fn(*xs, **params))
     try:
@@ -102,18 +125,19 @@ def layout_collective(worker: ModuleType, mesh_shape: dict[str, int], args: tupl
     `request["out_layout"]` (major_to_minor tuples, None for row-major); return values, bytes and path."""
     op, params = request["op"], request["params"]
     mesh = worker._mesh(mesh_shape)
-    sharding = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
-    stacked = [np.stack([np.asarray(x) for x in arg]) for arg in args]
-    in_formats = [_stacked_format(order, x.ndim - 1, sharding) for order, x in zip(request["in_layouts"], stacked)]
-    out_rank = request["out_rank"]
-    out_format = _stacked_format(request["out_layout"], out_rank, sharding)
-    avals = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding) for x in stacked]
+    operands = _operands(worker, op, mesh, args, params)
+    in_formats = [_stacked_format(order, x.ndim - 1, sharding)
+                  for order, (x, sharding) in zip(request["in_layouts"], operands)]
+    out_format = _stacked_format(request["out_layout"], request["out_rank"],
+                                 NamedSharding(mesh, PartitionSpec(mesh.axis_names)))
+    avals = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding) for x, sharding in operands]
     key = ("layouts", op, tuple(mesh_shape.items()), worker._freeze(params), worker._freeze(request["in_layouts"]),
-           worker._freeze(request["out_layout"]), tuple((a.shape, str(a.dtype)) for a in avals))
+           worker._freeze(request["out_layout"]),
+           tuple((a.shape, str(a.dtype), str(sharding.spec)) for a, (_, sharding) in zip(avals, operands)))
     if key not in worker._compiled:
         worker._compiled[key] = _compile(worker, op, mesh, params, avals, in_formats, out_format)
     compiled, path = worker._compiled[key]
-    result = compiled(*(jax.device_put(x, f) for x, f in zip(stacked, in_formats)))
+    result = compiled(*(jax.device_put(x, f) for (x, _), f in zip(operands, in_formats)))
     result.block_until_ready()
     position = {device: i for i, device in enumerate(mesh.devices.flat)}
     outputs: list[np.ndarray] = [np.empty(0)] * mesh.size

@@ -343,7 +343,10 @@ def run_with_layouts(oracle: JaxOracle, op: str, mesh_shape: Mapping[str, int], 
                      params: Mapping[str, Any], in_layouts: Sequence[Any], out_layout: Any,
                      out_rank: int) -> LayoutResult:
     """`oracle.run` with each argument's per-device block in layout `in_layouts[k]` and the result (of
-    rank `out_rank`) in `out_layout`: major_to_minor tuples, None for row-major, as JAX's in/out Formats."""
+    rank `out_rank`) in `out_layout`: major_to_minor tuples, None for row-major, as JAX's in/out Formats.
+
+    `op` is any collective `run` takes but axis_index; the reductions and the design note's collectives
+    run as `run` runs them (JAX's names, invariant operands, check_vma=False for grouped psum/pmean)."""
     mesh = dict(mesh_shape)
     arrays = _check_request(op, mesh, args)
     request = {"op": "layout_collective", "mesh_shape": mesh, "args": arrays,

@@ -3,7 +3,9 @@
 Each generated case of the core differential suite is rerun with every array argument relaid out into a
 random layout (`with_layout_constraint` in the device program) and the result written in a random
 `out_layout`. The values must still equal the executable spec's and real JAX's bit for bit, and each
-device's result bytes must equal those of the JAX shard produced with the same output Format.
+device's result bytes must equal those of the JAX shard produced with the same output Format. The
+reductions and their kin (`test_reductions.reduction_cases`) get the same treatment, with every algorithm
+giving the bytes it gives without layouts.
 """
 
 from __future__ import annotations
@@ -16,15 +18,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
+import layouts
 import sim
 import strategies as cases_
 from layouts import Layout
 from oracles.jax_oracle import run_with_layouts
 from sim import P
 from strategies import Case, differences, run_spec
+from test_reductions import ReductionCase, reduction_cases
+from test_reductions import run_spec as reduction_spec
 
 OPS = ("all_gather", "all_to_all", "ragged_all_to_all")
 ARRAY_ARGS = {"all_gather": 1, "all_to_all": 1, "ragged_all_to_all": 2}  # leading arguments that get layouts
+REDUCTION_OPS = ("psum", "pmean", "pmax", "pmin", "psum2", "psum_scatter", "ppermute", "pbroadcast",
+                 "all_gather_invariant", "pscatter")
+ALGORITHMS = {**{op: ("direct", "ring", "recursive_doubling") for op in ("psum", "pmean", "pmax", "pmin", "psum2")},
+              "psum_scatter": ("direct", "ring")}
+INVARIANT_OPERAND = ("pbroadcast", "pscatter")  # typed checks reject their varying blocks: values only
 
 
 def out_rank(case: Case) -> int:
@@ -42,8 +52,10 @@ def with_layouts(draw: st.DrawFn, op: str) -> tuple[Case, list[Any], tuple[int, 
     return case, in_layouts, tuple(draw(st.permutations(range(out_rank(case)))))
 
 
-def run_simulator(case: Case, in_layouts: list[Any], out_layout: tuple[int, ...]) -> tuple[list, list[bytes]]:
-    """Per-device results and result bytes, with the arguments relaid out and the result in `out_layout`."""
+def run_simulator(case: Case | ReductionCase, in_layouts: list[Any],
+                  out_layout: tuple[int, ...] | None) -> tuple[list, list[bytes]]:
+    """Per-device results and result bytes, with the arguments relaid out and the result in `out_layout`
+    (None: no layouts given, the collective's defaults)."""
     mesh = sim.Mesh(dict(case.mesh_shape))
     spec = P(tuple(case.mesh_shape))
     fn = getattr(collectives, case.op)
@@ -52,13 +64,14 @@ def run_simulator(case: Case, in_layouts: list[Any], out_layout: tuple[int, ...]
     def body(*blocks: Any) -> Any:
         args = [b[0] if order is None else sim.with_layout_constraint(b[0], Layout(order))
                 for b, order in zip(blocks, in_layouts)]
-        result = fn(*args, **case.params, out_layout=Layout(out_layout))
+        result = fn(*args, **case.params, out_layout=None if out_layout is None else Layout(out_layout))
         memory = sim.current().memory
         buffer = memory.find(np.asarray(result))
         raws[sim.current().device] = b"" if buffer is None else memory.raw(buffer).tobytes()
         return result[None]
 
-    mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(case.args), out_specs=spec)
+    mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(case.args), out_specs=spec,
+                           check_vma=case.op not in INVARIANT_OPERAND)
     out = mapped(*(np.stack(per_device) for per_device in case.args))
     return [out[d] for d in range(case.devices)], [raws[d] for d in range(case.devices)]
 
@@ -129,7 +142,116 @@ def test_all_to_all_packs_strided_chunks_and_not_contiguous_ones():
     assert run((1, 0)) == []
 
 
+# ---------------------------------------------------------------------------------------------- reductions, no JAX
+
+
+def reduction_out_rank(case: ReductionCase) -> int:
+    """The rank of a reduction-family result on one device."""
+    rank, tiled = case.args[0][0].ndim, case.params.get("tiled")
+    if case.op in ("psum_scatter", "pscatter"):
+        return rank if tiled else rank - 1
+    return rank + (not tiled) if case.op == "all_gather_invariant" else rank
+
+
+@st.composite
+def reductions_with_layouts(draw: st.DrawFn, op: str, algorithms: bool = True) -> tuple[ReductionCase, list, tuple]:
+    """A case of `op` (any algorithm that fits its group when `algorithms`), an operand and a result layout."""
+    case = draw(reduction_cases(op))
+    p = case.params
+    n = len(cases_.device_groups(case.mesh_shape, p["axis_name"], p.get("axis_index_groups"))[0])
+    fitting = [a for a in ALGORITHMS.get(op, ()) if a != "recursive_doubling" or not n & (n - 1)]
+    algorithm = draw(st.sampled_from(fitting)) if algorithms and fitting else "direct"
+    if algorithm != "direct":
+        case = ReductionCase(op, case.mesh_shape, case.args, {**p, "algorithm": algorithm})
+    in_layout = tuple(draw(st.permutations(range(case.args[0][0].ndim))))
+    return case, [in_layout], tuple(draw(st.permutations(range(reduction_out_rank(case)))))
+
+
+def byte_differences(values: list, raws: list[bytes], out_layout: tuple[int, ...]) -> list[str]:
+    """Devices whose result buffer does not hold `layouts.encode(result, out_layout)`."""
+    return [f"device {d}: result bytes are not the result encoded in {out_layout}"
+            for d, (value, raw) in enumerate(zip(values, raws))
+            if raw != layouts.encode(np.asarray(value), Layout(out_layout)).tobytes()]
+
+
+@pytest.mark.parametrize("op", REDUCTION_OPS)
+@settings(max_examples=50)
+@given(data=st.data())
+def test_reduction_results_do_not_depend_on_layouts(op, data):
+    """Any operand and result layouts, any algorithm: every device's result has the bytes of the same call
+    without layouts (and of the executable spec for 'direct'), and its buffer holds exactly
+    `layouts.encode(result, out_layout)`."""
+    case, in_layouts, out_layout = data.draw(reductions_with_layouts(op), label="case")
+    values, raws = run_simulator(case, in_layouts, out_layout)
+    found = differences(run_simulator(case, [None], None)[0], values, "without layouts", "with layouts")
+    if case.params.get("algorithm", "direct") == "direct":
+        found += differences(reduction_spec(case), values)
+    found += byte_differences(values, raws, out_layout)
+    assert not found, "\n".join(found)
+
+
+R, C = (0, 1), (1, 0)  # row-major and column-major 2-D layouts
+_C = collectives
+COPY_CASES = [  # (id, body run on a row of float32[4, 4] blocks on {'x': 2}, operand layout, copy steps)
+    ("psum-contiguous", lambda x: _C.psum(x, "x"), R, []),
+    ("psum-operand-column-major", lambda x: _C.psum(x, "x"), C, ["unpack"] * 4),
+    ("psum-both-column-major", lambda x: _C.psum(x, "x", out_layout=Layout(C)), C, []),
+    ("psum-ring-row-major", lambda x: _C.psum(x, "x", algorithm="ring"), R, []),
+    ("psum-ring-column-major", lambda x: _C.psum(x, "x", algorithm="ring", out_layout=Layout(C)), C,
+     ["pack"] * 2 + ["unpack"] * 2),
+    ("pmax-recursive_doubling-operand-column-major", lambda x: _C.pmax(x, "x", algorithm="recursive_doubling"), C,
+     ["unpack"] * 2),
+    ("pmean-result-column-major", lambda x: _C.pmean(x, "x", out_layout=Layout(C)), R, ["unpack"] * 4),
+    ("psum2-both-column-major", lambda x: _C.psum2(x, "x", out_layout=Layout(C)), C, []),
+    ("psum_scatter-strided-chunks", lambda x: _C.psum_scatter(x, "x", scatter_dimension=1, tiled=True), R,
+     ["pack"] * 4),
+    ("psum_scatter-contiguous-chunks", lambda x: _C.psum_scatter(x, "x", scatter_dimension=1, tiled=True,
+                                                                 out_layout=Layout(C)), C, []),
+    ("psum_scatter-ring-strided-chunks", lambda x: _C.psum_scatter(x, "x", scatter_dimension=1, tiled=True,
+                                                                   algorithm="ring"), R, ["pack"] * 4),
+    ("ppermute-operand-column-major", lambda x: _C.ppermute(x, "x", [(0, 1), (1, 0)]), C, ["unpack"] * 2),
+    ("ppermute-both-column-major", lambda x: _C.ppermute(x, "x", [(0, 1), (1, 0)], out_layout=Layout(C)), C, []),
+    ("all_gather_invariant-strided-result", lambda x: _C.all_gather_invariant(x, "x", axis=1, tiled=True), R,
+     ["unpack"] * 4),
+    ("pbroadcast-relaid-out", lambda x: _C.pbroadcast(x, "x", out_layout=Layout(R)), C, []),
+    ("pscatter-strided-slice", lambda x: _C.pscatter(x, "x", axis=1, tiled=True), R, []),
+]
+
+
+def copy_run(body: Any, operand: tuple[int, int], network: Any = None) -> sim.Run:
+    """`body` on {'x': 2}, each device's float32[4, 4] block first laid out in `operand` (types unchecked)."""
+    f = sim.shard_map(lambda b: body(sim.with_layout_constraint(b[0], Layout(operand)))[None],
+                      mesh=sim.Mesh({"x": 2}, network=network), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    return f.run(np.arange(32, dtype=np.float32).reshape(2, 4, 4))
+
+
+@pytest.mark.parametrize("body, operand, want", [c[1:] for c in COPY_CASES], ids=[c[0] for c in COPY_CASES])
+def test_reductions_pack_strided_payloads_and_unpack_reordered_arrivals(body, operand, want):
+    """A payload that is not one contiguous run of the sender's memory is packed ("pack"), an arrival in
+    another order than its destination is unpacked ("unpack"), one timed step each; whole operands go
+    straight from memory; 'ring' works in row-major order; pbroadcast and pscatter never take time."""
+    kinds = [m.kind for m in copy_run(body, operand).trace if isinstance(m, sim.CopyRecord) and m.kind != "relayout"]
+    assert sorted(kinds) == want
+
+
+def test_reordered_arrivals_delay_the_direct_sum_by_their_unpack_steps():
+    """psum of column-major blocks into a row-major result. Every copy is a 16-run step of 64 B: relaying
+    the blocks out first takes one; then device 1 unpacks device 0's arrival (alpha + 64 B / B after the
+    send) and then its own: the run ends three steps plus one message after it starts."""
+    network = sim.Network.fully_connected(latency_s=1e-6, bandwidth_bytes_per_s=1e9)
+    run = copy_run(lambda x: collectives.psum(x, "x"), C, network)
+    unpacks = [m for m in run.trace if isinstance(m, sim.CopyRecord) and m.kind == "unpack"]
+    assert len(unpacks) == 4 and {m.detail["runs"] for m in unpacks} == {16}
+    assert run.end_time_s == pytest.approx(1e-6 + 64 / 1e9 + 3 * sim.DEFAULT_COPY_COST.time_s(64, 16))
+    assert run.outputs[0].tolist() == (np.arange(16.0).reshape(4, 4) * 2 + 16).tolist()
+
+
 # ---------------------------------------------------------------------------------------------- against JAX
+
+
+def jax_byte_differences(raws: list[bytes], theirs: list[bytes]) -> list[str]:
+    """Devices whose result buffer holds other bytes than the JAX shard's."""
+    return [f"device {d}: result bytes differ from JAX's" for d, (a, b) in enumerate(zip(raws, theirs)) if a != b]
 
 
 @pytest.mark.differential
@@ -144,7 +266,23 @@ def test_collectives_with_layouts_agree_with_jax(op, data, jax_oracle):
     theirs = run_with_layouts(jax_oracle, op, case.mesh_shape, case.args, case.params, in_layouts, out_layout,
                               out_rank(case))
     found = differences(run_spec(case), values) + differences(theirs.outputs, values, "jax", "simulator")
-    found += [f"device {d}: result bytes differ from JAX's" for d, (a, b) in enumerate(zip(raws, theirs.raws)) if a != b]
+    found += jax_byte_differences(raws, theirs.raws)
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.differential
+@pytest.mark.parametrize("op", REDUCTION_OPS)
+@settings(max_examples=12)
+@given(data=st.data())
+def test_reductions_with_layouts_agree_with_jax(op, data, jax_oracle):
+    """Reductions and their kin with random operand and result Formats: simulator == real JAX in values, bit
+    for bit, and each device's result buffer holds the bytes of the JAX shard with the same output Format."""
+    case, in_layouts, out_layout = data.draw(reductions_with_layouts(op, algorithms=False), label="case")
+    values, raws = run_simulator(case, in_layouts, out_layout)
+    theirs = run_with_layouts(jax_oracle, op, case.mesh_shape, case.args, case.params, in_layouts, out_layout,
+                              reduction_out_rank(case))
+    found = differences(theirs.outputs, values, "jax", "simulator")
+    found += jax_byte_differences(raws, theirs.raws)
     assert not found, "\n".join(found)
 
 
@@ -160,6 +298,18 @@ BAD_OUT_LAYOUTS = [
     pytest.param(on_two_devices(lambda x: collectives.all_to_all(x, "x", 0, 0, out_layout=(1, 0))),
                  sim.InvalidTypeError, r"device 0: all_to_all: out_layout=\(1, 0\) must be a layouts.Layout or None",
                  id="all_to_all-out_layout-tuple"),
+    pytest.param(on_two_devices(lambda x: collectives.psum(x, "x", out_layout=Layout((0,)))),
+                 sim.InvalidArgumentError, r"device 0: psum: out_layout: major_to_minor=\(0,\) has 1 entries but the "
+                 r"array has rank 2", id="psum-out_layout-rank"),
+    pytest.param(on_two_devices(lambda x: collectives.psum_scatter(x, "x", out_layout=Layout((1, 0)))),
+                 sim.InvalidArgumentError, r"device 0: psum_scatter: out_layout: .* has rank 1",
+                 id="psum_scatter-untiled-out_layout-rank"),
+    pytest.param(on_two_devices(lambda x: collectives.ppermute(x, "x", [(0, 1)], out_layout=(1, 0))),
+                 sim.InvalidTypeError, r"device 0: ppermute: out_layout=\(1, 0\) must be a layouts.Layout or None",
+                 id="ppermute-out_layout-tuple"),
+    pytest.param(on_two_devices(lambda x: collectives.all_gather_invariant(x, "x", out_layout=Layout((1, 0)))),
+                 sim.InvalidArgumentError, r"device 0: all_gather_invariant: out_layout: .* has rank 3",
+                 id="all_gather_invariant-out_layout-rank"),
 ]
 
 
