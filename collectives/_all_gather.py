@@ -8,9 +8,18 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._common import (
+    axis_index,
+    canonical_axis,
+    group_of,
+    map_tree,
+    operand,
+    out_layout_of,
+    pack_slice,
+    same_operands,
+    unpack_into,
+)
 from collectives._vma import KEEP, typed
-from collectives._common import (axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice,
-                                 same_across_group, unpack_into)
 
 
 @dataclass(frozen=True)
@@ -52,16 +61,11 @@ def _all_gather(x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled
     out_layout = out_layout_of("all_gather", context.device, out_layout, x.ndim if tiled else x.ndim + 1)
     args = _Args(context.memory.resident(x), axis, bool(tiled), out_layout)
     params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
-    compute = lambda: context.collective(sim.Collective("all_gather", group, params, args, _protocol, _validate(group)))
+    compute = lambda: context.collective(sim.Collective("all_gather", group, params, args, _protocol, same_operands("all_gather", group)))
     return typed("all_gather", KEEP, axis_name, [original], compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "axis": axis, "tiled": tiled})
 
 
-def _validate(group: sim.Group):
-    def check(args: list[_Args]) -> list[str]:
-        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
-        return same_across_group("all_gather", group.members, kinds, "x")
-    return check
 
 
 def _protocol(port: sim.Port, args: _Args):

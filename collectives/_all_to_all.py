@@ -8,9 +8,19 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._common import (
+    axis_index,
+    canonical_axis,
+    group_of,
+    map_tree,
+    operand,
+    out_layout_of,
+    pack_slice,
+    received,
+    same_operands,
+    unpack_into,
+)
 from collectives._vma import KEEP, typed
-from collectives._common import (axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice,
-                                 received, same_across_group, unpack_into)
 
 
 @dataclass(frozen=True)
@@ -71,17 +81,12 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
     args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled), out_layout)
     params = (("axis_name", axis_name), ("split_axis", split_axis), ("concat_axis", concat_axis),
               ("tiled", bool(tiled)))
-    compute = lambda: context.collective(sim.Collective("all_to_all", group, params, args, _protocol, _validate(group)))
+    compute = lambda: context.collective(sim.Collective("all_to_all", group, params, args, _protocol, same_operands("all_to_all", group)))
     return typed("all_to_all", KEEP, axis_name, [original], compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "split_axis": split_axis,
                   "concat_axis": concat_axis, "tiled": tiled})
 
 
-def _validate(group: sim.Group):
-    def check(args: list[_Args]) -> list[str]:
-        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
-        return same_across_group("all_to_all", group.members, kinds, "x")
-    return check
 
 
 def _protocol(port: sim.Port, args: _Args):

@@ -59,6 +59,15 @@ def same_across_group(op: str, members: tuple[int, ...], values: list[Any], what
     ]
 
 
+def same_operands(op: str, group: Group) -> Callable[[list[Any]], list[str]]:
+    """The group check of a collective whose every member passes one operand (`args.buffer`) of the same
+    dtype and shape."""
+    def check(args: list[Any]) -> list[str]:
+        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
+        return same_across_group(op, group.members, kinds, "x")
+    return check
+
+
 def out_layout_of(op: str, device: int, layout: Any, rank: int) -> Any:
     """`layout` checked as the layout of a result of rank `rank` (None means row-major)."""
     if layout is None:

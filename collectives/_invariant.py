@@ -18,7 +18,14 @@ import numpy as np
 import sim
 from collectives import _all_gather
 from collectives._common import axis_index as index_along
-from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of, same_across_group
+from collectives._common import (
+    canonical_axis,
+    group_of,
+    map_tree,
+    operand,
+    out_layout_of,
+    same_operands,
+)
 from collectives._reduce import all_reduce_leaf
 from collectives._vma import INTRODUCE, REDUCE, typed
 
@@ -127,12 +134,7 @@ def _gather_leaf(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any
     layout = out_layout_of(op, context.device, out_layout, rank)
     args = _all_gather._Args(context.memory.resident(x), axis, bool(tiled), layout)
     params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
-
-    def check(all_args: list[Any]) -> list[str]:
-        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in all_args]
-        return same_across_group(op, group.members, kinds, "x")
-
-    return context.collective(sim.Collective(op, group, params, args, _all_gather._protocol, check))
+    return context.collective(sim.Collective(op, group, params, args, _all_gather._protocol, same_operands(op, group)))
 
 
 def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None) -> Any:

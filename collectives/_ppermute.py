@@ -8,8 +8,16 @@ from typing import Any, Generator
 import numpy as np
 
 import sim
+from collectives._common import (
+    group_of,
+    map_tree,
+    operand,
+    out_layout_of,
+    pack_slice,
+    same_operands,
+    unpack_into,
+)
 from collectives._vma import KEEP, typed
-from collectives._common import group_of, map_tree, operand, out_layout_of, pack_slice, same_across_group, unpack_into
 
 _OP = "ppermute"
 
@@ -60,7 +68,7 @@ def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any) -> np.ndarray:
     pairs = check_perm(context.device, perm, group.size, axis_name)
     args = _Args(context.memory.resident(x), pairs, out_layout_of(_OP, context.device, out_layout, x.ndim))
     params = (("axis_name", axis_name), ("perm", pairs))
-    return context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
+    return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
 
 
 def check_perm(device: int, perm: Any, size: int, axis_name: Any) -> Perm:
@@ -93,11 +101,6 @@ def _pairs(device: int, perm: Any) -> tuple[tuple[int, int], ...]:
     return tuple((int(s), int(d)) for s, d in pairs)
 
 
-def _validate(group: sim.Group):
-    def check(args: list[_Args]) -> list[str]:
-        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
-        return same_across_group(_OP, group.members, kinds, "x")
-    return check
 
 
 def _protocol(port: sim.Port, args: _Args) -> Generator:

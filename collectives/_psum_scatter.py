@@ -8,10 +8,18 @@ from typing import Any, Generator
 import numpy as np
 
 import sim
-from collectives._vma import KEEP, typed
 from collectives._allreduce import check_algorithm, fold_arrivals, laid_out, ring_reduce_scatter
-from collectives._common import (axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice,
-                                 same_across_group)
+from collectives._common import (
+    axis_index,
+    canonical_axis,
+    group_of,
+    map_tree,
+    operand,
+    out_layout_of,
+    pack_slice,
+    same_operands,
+)
+from collectives._vma import KEEP, typed
 from layouts import Layout
 
 _OP = "psum_scatter"
@@ -81,7 +89,7 @@ def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any
     layout = out_layout_of(_OP, device, out_layout, rank) or Layout.row_major(rank)
     args = _Args(context.memory.resident(x), dim, bool(tiled), algorithm, layout)
     params = (("axis_name", axis_name), ("scatter_dimension", dim), ("tiled", bool(tiled)), ("algorithm", algorithm))
-    return context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
+    return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
 
 
 def _check_fits(device: int, size: int, dim: int, group_size: int, tiled: bool) -> None:
@@ -95,11 +103,6 @@ def _check_fits(device: int, size: int, dim: int, group_size: int, tiled: bool) 
             f"{group_size} when tiled=False")
 
 
-def _validate(group: sim.Group):
-    def check(args: list[_Args]) -> list[str]:
-        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
-        return same_across_group(_OP, group.members, kinds, "x")
-    return check
 
 
 def _chunks(source: np.ndarray, args: _Args, n: int) -> list[np.ndarray]:

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._vma import KEEP, typed
 from collectives._common import group_of, operand, out_layout_of, pack_slice, received, same_across_group, unpack_into
+from collectives._vma import KEEP, typed
 
 _OP = "ragged_all_to_all"
 _INDEX_ARGS = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")

@@ -13,7 +13,7 @@ import numpy as np
 import sim
 from collectives._allreduce import AllReduceArgs, all_reduce_protocol, check_algorithm
 from collectives._arithmetic import mean_dtype, scale_to_mean
-from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group
+from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group, same_operands
 from collectives._vma import REDUCE, typed
 from layouts import Layout
 
@@ -151,7 +151,7 @@ def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, alg
         return memory.view(memory.store(x.astype(mean_dtype(x.dtype)) if op == "pmean" else x, layout))
     args = AllReduceArgs(memory.resident(x), _REDUCTION[op], algorithm, layout)
     params = (("axis_name", axis_name), ("algorithm", algorithm))
-    total = context.collective(sim.Collective(op, group, params, args, all_reduce_protocol, _validate(op, group)))
+    total = context.collective(sim.Collective(op, group, params, args, all_reduce_protocol, same_operands(op, group)))
     return memory.view(memory.store(scale_to_mean(total, group.size), layout)) if op == "pmean" else total
 
 
@@ -171,11 +171,6 @@ def _reducible(op: str, device: int, value: Any) -> np.ndarray:
     return x
 
 
-def _validate(op: str, group: sim.Group):
-    def check(args: list[AllReduceArgs]) -> list[str]:
-        kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
-        return same_across_group(op, group.members, kinds, "x")
-    return check
 
 
 def _constant(op: str, context: sim.DeviceContext, group: sim.Group, x: Any, axis_name: Any) -> Any:
