@@ -20,7 +20,7 @@ from test_reductions import OPS, ReductionCase, fill, reduction_cases, run_spec
 
 pytestmark = pytest.mark.differential
 
-_EXAMPLES = min(30, settings().max_examples)
+_EXAMPLES = min(100, settings().max_examples)
 
 
 def check_with_jax(case: ReductionCase, oracle) -> None:
