@@ -8,18 +8,8 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._common import (
-    axis_index,
-    canonical_axis,
-    group_of,
-    map_tree,
-    operand,
-    out_layout_of,
-    pack_slice,
-    received,
-    same_operands,
-    unpack_into,
-)
+from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
+from collectives._common import received, same_operands, unpack_into
 from collectives._vma import KEEP, typed
 
 

@@ -18,14 +18,7 @@ import numpy as np
 import sim
 from collectives import _all_gather
 from collectives._common import axis_index as index_along
-from collectives._common import (
-    canonical_axis,
-    group_of,
-    map_tree,
-    operand,
-    out_layout_of,
-    same_operands,
-)
+from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of, same_operands
 from collectives._reduce import all_reduce_leaf
 from collectives._vma import INTRODUCE, REDUCE, typed
 

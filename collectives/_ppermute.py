@@ -8,15 +8,7 @@ from typing import Any, Generator
 import numpy as np
 
 import sim
-from collectives._common import (
-    group_of,
-    map_tree,
-    operand,
-    out_layout_of,
-    pack_slice,
-    same_operands,
-    unpack_into,
-)
+from collectives._common import group_of, map_tree, operand, out_layout_of, pack_slice, same_operands, unpack_into
 from collectives._vma import KEEP, typed
 
 _OP = "ppermute"

@@ -9,16 +9,8 @@ import numpy as np
 
 import sim
 from collectives._allreduce import check_algorithm, fold_arrivals, laid_out, ring_reduce_scatter
-from collectives._common import (
-    axis_index,
-    canonical_axis,
-    group_of,
-    map_tree,
-    operand,
-    out_layout_of,
-    pack_slice,
-    same_operands,
-)
+from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
+from collectives._common import same_operands
 from collectives._vma import KEEP, typed
 from layouts import Layout
 
