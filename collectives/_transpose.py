@@ -216,6 +216,19 @@ def _inverse_perm(params: dict) -> dict:
     return {"axis_name": params["axis_name"], "perm": [(dst, src) for src, dst in params["perm"]]}
 
 
+def _grouped_sum(name: str) -> Callable:
+    """psum / pmean over axis_index_groups keep their result varying; summing (or averaging) within each
+    group is symmetric, so each is its own transpose. Over the whole axis, pmean is psum2 scaled by 1/n."""
+    def rule(params, ct, primal, lin, eq):
+        if params.get("axis_index_groups") is not None:
+            return [_collective(name, ct, params["axis_name"], axis_index_groups=params["axis_index_groups"])]
+        if name == "psum":
+            _nonlinear(eq)  # untyped psum (check_vma=False) cannot be told from psum2: refused earlier
+        size = sim.current().mesh.axis_size(params["axis_name"])
+        return [_collective("pbroadcast", ct, params["axis_name"]) / size]
+    return rule
+
+
 def _ragged(params, ct, primal, lin, eq):
     """JAX's rule: send the received rows back where they came from; rows received are not in `output`."""
     _, _, input_offsets, send_sizes, output_offsets, recv_sizes = primal
@@ -268,4 +281,6 @@ _RULES: dict[str, Callable] = {
         "axis_name": p["axis_name"], "axis": p["axis"], "tiled": p["tiled"]}),
     "ppermute": _collective_rule("ppermute", _inverse_perm),
     "ragged_all_to_all": _ragged,
+    "psum": _grouped_sum("psum"),
+    "pmean": _grouped_sum("pmean"),
 }

@@ -54,6 +54,10 @@ ADJOINT_CASES = [  # (id, program, global input shapes)
     ("all_gather_invariant", mapped(lambda x: C.all_gather_invariant(x, "i", tiled=True), P("i"), P()), [(8,)]),
     ("pscatter", mapped(lambda x: C.pscatter(x, "i", axis=1, tiled=True), P(), P("i")), [(3, 8)]),
     ("ppermute", mapped(lambda x: C.ppermute(x, "i", [(0, 1), (1, 3), (3, 0)]), P("i"), P("i")), [(8,)]),
+    ("psum(groups)", mapped(lambda x: C.psum(x, "i", axis_index_groups=[[0, 3], [2, 1]]), P("i"), P("i")),
+     [(8, 2)]),
+    ("pmean(groups)", mapped(lambda x: C.pmean(x, "i", axis_index_groups=[[0, 1], [2, 3]]), P("i"), P("i")),
+     [(8,)]),
     ("psum over ('x','y')", mapped(lambda x: C.psum(x, ("y", "x")), P(("x", "y")), P(), {"x": 2, "y": 2}),
      [(8,)]),
     ("all_gather over 'y' of 2-D", mapped(lambda x: C.all_gather(x, "y", tiled=True), P("x", "y"), P("x", "y"),
@@ -161,6 +165,16 @@ def test_cursed_identity_transposes_to_zero_bytes():
         f = C.linear_transpose(f, x)
         run = f.run(x)
         assert run.trace.total_bytes == 0 and len(run.trace) == 0 and run.program().equations == []
+
+
+def test_pmean_transposes_to_a_scaled_pbroadcast():
+    """<pmean(x), y> == <x, pbroadcast(y) / n> in floats (pmean rounds 1/n, so not in integers)."""
+    f = mapped(lambda x: C.pmean(x, "i"), P("i"), P())
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal(8), rng.standard_normal(2)
+    back = C.linear_transpose(f, x).run(y)
+    assert back.program().ops() == ["pbroadcast", "divide"] and back.trace.total_bytes == 0
+    np.testing.assert_allclose(np.vdot(f(x), y), np.vdot(x, back.outputs), rtol=1e-12)
 
 
 def test_nonlinear_program_is_rejected():
