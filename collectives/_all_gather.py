@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -44,17 +44,25 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
 
 def _all_gather(x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled: bool,
                 out_layout: Any = None) -> np.ndarray:
-    context, group = group_of("all_gather", axis_name, axis_index_groups)
-    original, x = x, operand("all_gather", context.device, "x", x)
-    if tiled and x.ndim == 0:
-        raise sim.InvalidArgumentError(f"device {context.device}: all_gather: tiled=True needs x of rank >= 1")
-    axis = canonical_axis("all_gather", context.device, "axis", axis, x.ndim if tiled else x.ndim + 1)
-    out_layout = out_layout_of("all_gather", context.device, out_layout, x.ndim if tiled else x.ndim + 1)
-    args = _Args(context.memory.resident(x), axis, bool(tiled), out_layout)
-    params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
-    compute = lambda: context.collective(sim.Collective("all_gather", group, params, args, _protocol, same_operands("all_gather", group)))
-    return typed("all_gather", KEEP, axis_name, [original], compute,
+    axis, compute = gather_leaf("all_gather", x, axis_name, axis_index_groups, axis, tiled, out_layout)
+    return typed("all_gather", KEEP, axis_name, [x], compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "axis": axis, "tiled": tiled})
+
+
+def gather_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled: bool,
+                out_layout: Any) -> tuple[int, Callable[[], np.ndarray]]:
+    """Check one leaf for `op` (all_gather or all_gather_invariant, which send the same messages); return
+    its axis counted from 0 and the call that runs the gather on this device."""
+    context, group = group_of(op, axis_name, axis_index_groups)
+    x = operand(op, context.device, "x", x)
+    if tiled and x.ndim == 0:
+        raise sim.InvalidArgumentError(f"device {context.device}: {op}: tiled=True needs x of rank >= 1")
+    rank = x.ndim if tiled else x.ndim + 1
+    axis = canonical_axis(op, context.device, "axis", axis, rank)
+    args = _Args(context.memory.resident(x), axis, bool(tiled), out_layout_of(op, context.device, out_layout, rank))
+    params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
+    call = sim.Collective(op, group, params, args, _protocol, same_operands(op, group))
+    return axis, lambda: context.collective(call)
 
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import sim
 from collectives import _all_gather
 from collectives._common import axis_index as index_along
-from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of, same_operands
+from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of
 from collectives._reduce import all_reduce_leaf
 from collectives._vma import INTRODUCE, REDUCE, typed
 
@@ -112,22 +112,12 @@ def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None) -> Any:
 
 
 def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None) -> Any:
-    return map_tree(lambda leaf: typed("all_gather_invariant", REDUCE, axis_name, [leaf], lambda: _gather_leaf(
-        leaf, axis_name, axis, tiled, out_layout), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
-
-
-def _gather_leaf(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any) -> np.ndarray:
     op = "all_gather_invariant"
-    context, group = group_of(op, axis_name, None)
-    x = operand(op, context.device, "x", x)
-    if tiled and x.ndim == 0:
-        raise sim.InvalidArgumentError(f"device {context.device}: {op}: tiled=True needs x of rank >= 1")
-    rank = x.ndim if tiled else x.ndim + 1
-    axis = canonical_axis(op, context.device, "axis", axis, rank)
-    layout = out_layout_of(op, context.device, out_layout, rank)
-    args = _all_gather._Args(context.memory.resident(x), axis, bool(tiled), layout)
-    params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
-    return context.collective(sim.Collective(op, group, params, args, _all_gather._protocol, same_operands(op, group)))
+
+    def one(leaf: Any) -> Any:
+        canonical, compute = _all_gather.gather_leaf(op, leaf, axis_name, None, axis, tiled, out_layout)
+        return typed(op, REDUCE, axis_name, [leaf], compute, {"axis_name": axis_name, "axis": canonical, "tiled": tiled})
+    return map_tree(one, x)
 
 
 def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None) -> Any:
