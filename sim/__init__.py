@@ -2,23 +2,26 @@
 
 from sim._array import Array, Shard, device_put
 from sim._compile import Compiled, Jitted, Lowered, ShapeDtypeStruct, jit
-from sim._copy import CopyRecord, copy_step, with_layout_constraint
-from sim._engine import Collective, DeviceContext, Message, Port, Simulation, current, current_or_none
+from sim._copy import copy_step, with_layout_constraint
+from sim._driver import DeviceContext, current, current_or_none
+from sim._engine import Simulation
+from sim._rendezvous import Collective, Waiting
+from sim._transport import Message, Port
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError, ProtocolError
 from sim._memory import Buffer, LocalMemory
 from sim._mesh import Group, Mesh, check_axis_index_groups
-from sim._network import DEFAULT_COPY_COST, CopyCost, Network
+from sim._network import DEFAULT_COPY_COST, CopyCost, LinkState, Network
 from sim._program import Const, Equation, Program, Var, vma_str
 from sim._shard_map import Run, ShardMapped, shard_map
 from sim._sharding import NamedSharding, SingleDeviceSharding
 from sim._spec import P, PartitionSpec
-from sim._trace import MessageRecord, Trace
+from sim._trace import CopyRecord, MessageRecord, Trace
 from sim._tree import leaves, tree_map
 from sim._varying import Varying, apply, promote, vma_of, wrap
 
 __all__ = [
     # the mesh, its devices and the network
-    "Buffer", "CopyCost", "DEFAULT_COPY_COST", "Group", "LocalMemory", "Mesh", "Network",
+    "Buffer", "CopyCost", "DEFAULT_COPY_COST", "Group", "LinkState", "LocalMemory", "Mesh", "Network",
     "check_axis_index_groups",
     # running programs
     "P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map",
@@ -30,7 +33,7 @@ __all__ = [
     "Array", "Compiled", "Jitted", "Lowered", "NamedSharding", "Shard", "ShapeDtypeStruct",
     "SingleDeviceSharding", "device_put", "jit", "with_layout_constraint",
     # for collectives: the protocol interface
-    "Collective", "DeviceContext", "Message", "Port", "copy_step", "current", "current_or_none",
+    "Collective", "DeviceContext", "Message", "Port", "Waiting", "copy_step", "current", "current_or_none",
     # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",
 ]

@@ -15,11 +15,13 @@ import numpy as np
 
 import layouts
 from layouts import Layout
-from sim._engine import Collective, Port, current_or_none
+from sim._driver import current_or_none
+from sim._rendezvous import Collective
+from sim._transport import Port
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Group, Mesh
 from sim._network import CopyCost
-from sim._trace import MessageRecord
+from sim._trace import CopyRecord
 from sim._varying import Varying
 
 
@@ -28,19 +30,6 @@ from sim._varying import Varying
 def copy_cost(mesh: Mesh) -> CopyCost:
     """The copy cost of `mesh`'s devices."""
     return mesh.copy_cost
-
-
-@dataclass(frozen=True)
-class CopyRecord(MessageRecord):
-    """A local copy on one device (`src == dst`), shaped like a message so every trace reader times it.
-
-    `kind` is "pack" (gathering a strided slice into a payload), "unpack" (scattering a payload into a
-    strided region), or "relayout" (an array copied into another layout). `send_time_s == start_time_s`
-    is when the copy began and `arrival_time_s` when it ended. `Trace.total_bytes`, which counts network
-    bytes, leaves copies out.
-    """
-
-    kind: str = "pack"
 
 
 def copy_step(port: Port, kind: str, size_bytes: int, runs: int, **detail: Any) -> Generator:

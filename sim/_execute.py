@@ -16,7 +16,8 @@ from layouts import Format, Layout
 from sim._array import Array, Shard
 from sim._auto import Read, layout_from_reads, recorder
 from sim._copy import relayout
-from sim._engine import Simulation, current
+from sim._driver import current
+from sim._engine import Simulation
 from sim._errors import InvalidArgumentError
 from sim._memory import Buffer, LocalMemory
 from sim._mesh import Mesh

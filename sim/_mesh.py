@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 
@@ -45,6 +45,7 @@ class Mesh:
         self.axis_names: tuple[str, ...] = tuple(self.shape)
         self.size = int(np.prod(list(self.shape.values())))
         self._grid = np.arange(self.size).reshape(tuple(self.shape.values()))
+        self._groups: dict[tuple, list[Group]] = {}
         from sim._network import DEFAULT_COPY_COST, Network
 
         self.network = Network.fully_connected() if network is None else network
@@ -101,16 +102,45 @@ class Mesh:
         return tuple(peers)
 
     def group(self, device: int, axis_name: AxisName, axis_index_groups=None) -> Group:
-        """The group `device` belongs to for a collective over `axis_name` with `axis_index_groups`."""
-        peers = self.axis_peers(device, axis_name)
-        mine = self.axis_index(device, axis_name)
-        if axis_index_groups is None:
-            return Group(peers, mine)
-        groups = check_axis_index_groups(axis_index_groups, len(peers), axis_name)
-        for group in groups:
-            if mine in group:
-                return Group(tuple(peers[i] for i in group), group.index(mine))
-        raise AssertionError("unreachable: checked groups cover the axis")
+        """The group `device` belongs to for a collective over `axis_name` with `axis_index_groups`.
+
+        Every device's group for one `(axis_name, axis_index_groups)` is computed and checked once per mesh;
+        the members of one group share one tuple, so a rendezvous can key on it cheaply.
+        """
+        key = (_hashable(axis_name), _hashable(axis_index_groups))
+        try:
+            table = self._groups.get(key)
+        except TypeError:  # not a name or groups at all: let the checks say what is wrong
+            return self._group_table(axis_name, axis_index_groups)[device]
+        if table is None:
+            table = self._groups[key] = self._group_table(axis_name, axis_index_groups)
+        return table[device]
+
+    def _group_table(self, axis_name: AxisName, axis_index_groups) -> list[Group]:
+        """Every device's group, by device id."""
+        names = self.axis_names_of(axis_name)
+        # devices along the named axes form the last dimension, the other axes the leading ones
+        ids = np.moveaxis(self._grid, [self.axis_names.index(n) for n in names],
+                          list(range(len(self.shape) - len(names), len(self.shape))))
+        rows = ids.reshape(-1, self.axis_size(names)).tolist()
+        index_groups = (None if axis_index_groups is None
+                        else check_axis_index_groups(axis_index_groups, len(rows[0]), axis_name))
+        table: list[Group] = [None] * self.size  # type: ignore[list-item]
+        for row in rows:
+            for picked in [list(range(len(row)))] if index_groups is None else index_groups:
+                members = tuple(row[i] for i in picked)
+                for index, member in enumerate(members):
+                    table[member] = Group(members, index)
+        return table
+
+
+def _hashable(value: Any) -> Hashable:
+    """`value` (an axis name, a list of names, or nested lists of ints) as a hashable key."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return _hashable(value.tolist())
+    return value
 
 
 def check_axis_index_groups(groups: Sequence[Sequence[int]], axis_size: int, axis_name) -> list[list[int]]:

@@ -1,5 +1,5 @@
-"""What moving bytes costs: `Network` (links with latency and bandwidth, the route a message takes) and
-`CopyCost` (a device's local copies)."""
+"""What moving bytes costs: `Network` (links with latency and bandwidth, the route a message takes), its
+`LinkState` during a run (link occupancy), and `CopyCost` (a device's local copies)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,37 @@ class Network:
     def transfer_s(self, size_bytes: int) -> float:
         """Time one link needs to push `size_bytes` onto the wire."""
         return size_bytes / self.bandwidth_bytes_per_s
+
+
+class LinkState:
+    """The network's state during one run: when each link is next free, and how long it was busy.
+
+    A message occupies every link of its route for `size / bandwidth`, starting on each link when both
+    the message and the link are ready; it arrives one latency after leaving its last link. Messages on
+    one link are therefore serialised in the order they were posted, so they share its bandwidth.
+    """
+
+    def __init__(self, network: Network) -> None:
+        self.network = network
+        self.free_at_s: dict[tuple[int, int], float] = {}
+        self.busy_s: dict[tuple[int, int], float] = {}
+
+    def occupy(self, src: int, dst: int, size_bytes: int, now_s: float) -> tuple[float, float]:
+        """Book a message from `src` to `dst` posted at `now_s`; returns (start, arrival) times."""
+        if src == dst:
+            return now_s, now_s
+        network = self.network
+        transfer_s = size_bytes / network.bandwidth_bytes_per_s
+        t, start = now_s, -1.0
+        for link in network.route(src, dst):
+            begin = self.free_at_s.get(link, 0.0)
+            begin = t if t > begin else begin
+            if start < 0:
+                start = begin
+            self.free_at_s[link] = begin + transfer_s
+            self.busy_s[link] = self.busy_s.get(link, 0.0) + transfer_s
+            t = begin + transfer_s + network.latency_s
+        return start, t
 
 
 @dataclass(frozen=True)

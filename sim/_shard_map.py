@@ -15,7 +15,7 @@ from sim._trace import Trace
 from sim._tree import broadcast_prefix, leaves, tree_map
 from sim._array import Array
 from sim._spec import PartitionSpec
-from sim._engine import current
+from sim._driver import current
 from sim._varying import Varying, _ref, promote, vma_of
 
 

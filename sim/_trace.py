@@ -1,9 +1,23 @@
-"""`Trace`: the record of every message a run exchanged."""
+"""`Trace`: the record of every message a run exchanged, kept as columns.
+
+Records arrive as plain tuples and are packed, a few thousand at a time, into numpy columns (device ids,
+sizes, times, call numbers) beside object columns (collective name, detail, kind). `MessageRecord` objects
+are made only when someone iterates, so a run of a million messages stores a few dozen bytes per message
+plus its detail.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
+
+import numpy as np
+
+FIELDS = ("src", "dst", "size_bytes", "send_time_s", "start_time_s", "arrival_time_s", "collective", "call",
+          "detail", "kind")
+_NUMERIC = {"src": np.int64, "dst": np.int64, "size_bytes": np.int64, "send_time_s": np.float64,
+            "start_time_s": np.float64, "arrival_time_s": np.float64, "call": np.int64}
+_STAGE_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -34,20 +48,59 @@ class MessageRecord:
         return record
 
 
+@dataclass(frozen=True)
+class CopyRecord(MessageRecord):
+    """A local copy on one device (`src == dst`), shaped like a message so every trace reader times it.
+
+    `kind` is "pack" (gathering a strided slice into a payload), "unpack" (scattering a payload into a
+    strided region), or "relayout" (an array copied into another layout). `send_time_s == start_time_s`
+    is when the copy began and `arrival_time_s` when it ended. `Trace.total_bytes`, which counts network
+    bytes, leaves copies out.
+    """
+
+    kind: str = "pack"
+
+
 class Trace:
     """The messages of one run, in the order they were sent."""
 
     def __init__(self) -> None:
-        self.messages: list[MessageRecord] = []
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._rows: list[tuple] = []
+        self._records: list[MessageRecord] | None = None
 
     def __iter__(self) -> Iterator[MessageRecord]:
         return iter(self.messages)
 
     def __len__(self) -> int:
-        return len(self.messages)
+        return sum(len(chunk["src"]) for chunk in self._chunks) + len(self._rows)
+
+    def append(self, src: int, dst: int, size_bytes: int, send_time_s: float, start_time_s: float,
+               arrival_time_s: float, collective: str, call: int, detail: dict, kind: str = "message") -> None:
+        """Record one message (or local copy, by `kind`) from its fields."""
+        self._rows.append((src, dst, size_bytes, send_time_s, start_time_s, arrival_time_s, collective, call,
+                           detail, kind))
+        self._records = None
+        if len(self._rows) >= _STAGE_ROWS:
+            self._pack()
 
     def add(self, record: MessageRecord) -> None:
-        self.messages.append(record)
+        """Record a `MessageRecord` (or `CopyRecord`)."""
+        self.append(*(getattr(record, name) for name in FIELDS))
+
+    @property
+    def messages(self) -> list[MessageRecord]:
+        """Every record as a `MessageRecord` (a `CopyRecord` for local copies), made on demand."""
+        if self._records is None:
+            self._records = [_record(row) for row in self._iter_rows()]
+        return self._records
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every field as one array (numeric fields as numbers, the rest as objects), in record order."""
+        self._pack()
+        if not self._chunks:
+            return {name: np.zeros(0, _NUMERIC.get(name, object)) for name in FIELDS}
+        return {name: np.concatenate([chunk[name] for chunk in self._chunks]) for name in FIELDS}
 
     def select(self, collective: str | None = None, dst: int | None = None) -> list[MessageRecord]:
         """The messages of one collective and/or to one receiver."""
@@ -64,7 +117,34 @@ class Trace:
     @property
     def total_bytes(self) -> int:
         """Bytes that crossed the network (messages a device sends itself are not counted)."""
-        return sum(m.size_bytes for m in self.messages if m.src != m.dst)
+        columns = self.columns()
+        return int(columns["size_bytes"][columns["src"] != columns["dst"]].sum())
 
     def to_json(self) -> list[dict]:
         return [m.to_dict() for m in self.messages]
+
+    def _pack(self) -> None:
+        """Move the staged rows into a chunk of columns."""
+        if not self._rows:
+            return
+        values = list(zip(*self._rows))
+        chunk = {}
+        for name, column in zip(FIELDS, values):
+            if name in _NUMERIC:
+                chunk[name] = np.array(column, _NUMERIC[name])
+            else:
+                chunk[name] = np.empty(len(column), object)
+                chunk[name][:] = column
+        self._chunks.append(chunk)
+        self._rows = []
+
+    def _iter_rows(self) -> Iterator[tuple]:
+        for chunk in self._chunks:
+            columns = [chunk[name].tolist() for name in FIELDS]
+            yield from zip(*columns)
+        yield from self._rows
+
+
+def _record(row: tuple) -> MessageRecord:
+    kind = row[-1]
+    return MessageRecord(*row) if kind == "message" else CopyRecord(*row)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sim._engine import current_or_none
+from sim._driver import current_or_none
 from sim._program import Const, Var
 
 

@@ -1,0 +1,154 @@
+"""The driver: device programs as greenlets, each switched by its own SimPy process.
+
+A device program is an ordinary Python function. It runs in a greenlet (a coroutine with its own stack, no
+OS thread): the device's SimPy process switches into it, and it switches back when it finishes or asks for
+a collective, which the process then carries out in simulated time. Only one greenlet ever runs at a time
+and the order of events is SimPy's, so runs are deterministic, and a thousand devices cost a thousand small
+stacks, not a thousand threads.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import TYPE_CHECKING, Any, Callable, Generator
+
+import greenlet
+
+from sim._memory import LocalMemory
+from sim._mesh import Mesh
+from sim._program import Program
+
+if TYPE_CHECKING:
+    from sim._engine import Simulation
+    from sim._rendezvous import Collective
+
+# Greenlets whose program swallowed the abort and asked for another collective: they are never resumed,
+# and kept here so that no later garbage collection runs their code again.
+_PARKED: list[greenlet.greenlet] = []
+
+# Source files of the package itself: an error's "user's file and line" is the innermost frame outside them.
+_PACKAGE_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
+                      for name in ("sim", "collectives", "layouts", "oracles"))
+
+
+def current_or_none() -> "DeviceContext | None":
+    """The device whose program is running now, or None outside a simulated program."""
+    return getattr(greenlet.getcurrent(), "context", None)
+
+
+def current() -> "DeviceContext":
+    """The device whose program is running now; raises outside a simulated program."""
+    context = getattr(greenlet.getcurrent(), "context", None)
+    if context is None:
+        from sim._errors import MeshError
+
+        raise MeshError("collectives must be called inside a program run by sim.shard_map")
+    return context
+
+
+class DeviceContext:
+    """What a device program may reach: its device id, the mesh, its memory, and collectives.
+
+    `program` records the typed equations the device executes; `check_vma` says whether device-variance
+    types are inferred and checked.
+    """
+
+    def __init__(self, driven: "DeviceProgram") -> None:
+        self._driven = driven
+        self.device: int = driven.device
+        self.mesh: Mesh = driven.simulation.mesh
+        self.memory: LocalMemory = driven.simulation.memories[driven.device]
+        self.program: Program = driven.simulation.programs[driven.device]
+        self.check_vma: bool = driven.simulation.check_vma
+
+    def collective(self, collective: "Collective") -> Any:
+        """Run `collective` on this device and return this device's result."""
+        return self._driven.call(collective)
+
+
+class _Aborted(BaseException):
+    """Unwinds a device program whose simulation has ended in an error."""
+
+
+class _DeviceGreenlet(greenlet.greenlet):
+    """A greenlet that knows which device's program it runs (what `current()` reads)."""
+
+    context: DeviceContext
+
+
+class DeviceProgram:
+    """One device's program, driven step by step by its SimPy process.
+
+    `waiting_on` says what the device is doing, as a structured value: None while it computes, else the
+    collective it waits in (`(name, call, members)`), or "finished".
+    """
+
+    def __init__(self, simulation: "Simulation", device: int, fn: Callable[[], Any]) -> None:
+        self.simulation = simulation
+        self.device = device
+        self.done = False
+        self.aborted = False
+        self.result: Any = None
+        self.waiting_on: Any = "has not started"
+        self.calls: dict[tuple[int, ...], int] = {}
+        self.collectives_called = 0
+        self.in_collective: tuple[str, int, tuple[int, ...]] | None = None
+        self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
+        self._greenlet.context = DeviceContext(self)
+        self._home = self._greenlet.parent
+
+    def call(self, collective: "Collective") -> Any:
+        """In the device's greenlet: hand `collective` to the process and return its result."""
+        if self.aborted:  # the program swallowed the abort: it never runs again
+            _PARKED.append(self._greenlet)
+            self._home.switch()
+        self.collectives_called += 1
+        reply = self._home.switch(collective)
+        if self.aborted:
+            raise _Aborted
+        return reply
+
+    def process(self) -> Generator:
+        """The SimPy process: resume the program, run the collective it asks for, repeat until it returns."""
+        resume: tuple = ()  # the first switch starts the program with no arguments
+        while True:
+            self.waiting_on = None
+            try:
+                request = self._greenlet.switch(*resume)
+            except BaseException as error:  # handed to the simulation, which ends the run with it
+                self.waiting_on = "failed"
+                self.simulation.fail(self._explained(error))
+                return
+            if self._greenlet.dead:
+                self.done, self.result, self.waiting_on = True, request, "has finished"
+                return
+            resume = ((yield from self.simulation.run_collective(self, request)),)
+
+    def abort(self) -> None:
+        """Unwind the program if it is suspended in a collective; a program never started is dropped."""
+        self.aborted = True
+        if self._greenlet and not self._greenlet.dead:
+            try:
+                self._greenlet.throw(_Aborted)
+            except _Aborted:
+                pass
+
+    def _explained(self, error: BaseException) -> BaseException:
+        """`error` with a note saying which device raised it, in which call, at the user's file and line."""
+        if isinstance(error, Exception):
+            where = _user_frame(error)
+            call = (f"in {self.in_collective[0]} (call #{self.in_collective[1]} over devices "
+                    f"{list(self.in_collective[2])})" if self.in_collective is not None
+                    else f"after {self.collectives_called} collective call(s)")
+            error.add_note(f"raised on device {self.device} {call}" + (f", at {where}" if where else ""))
+        return error
+
+
+def _user_frame(error: BaseException) -> str:
+    """The innermost traceback frame outside the package, as `file:line (function)`."""
+    found = ""
+    for frame in traceback.extract_tb(error.__traceback__):
+        if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIRS):
+            found = f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return found

@@ -1,0 +1,111 @@
+"""The rendezvous: a collective starts on a group once every member has reached it, with matching calls.
+
+Each arrival is compared with the group's first arrival only, so a call over n devices costs n
+comparisons. When the last member arrives, the collective's group check sees every member's arguments and
+reports every broken rule at once, before any message is sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Generator
+
+import simpy
+
+from sim._errors import InvalidArgumentError, ProtocolError
+from sim._mesh import Group
+
+if TYPE_CHECKING:
+    from sim._transport import Port
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective call as one device makes it.
+
+    `params` must be equal on every member of the group (else the devices disagree about which
+    collective comes next). `validate(args_by_index)` sees every member's `args` and returns the broken
+    rules, all of them, before any message is sent. `protocol(port, args)` is the device's part of the
+    message exchange, a SimPy generator returning the device's result.
+    """
+
+    name: str
+    group: Group
+    params: tuple
+    args: Any
+    protocol: Callable[["Port", Any], Generator]
+    validate: Callable[[list[Any]], list[str]] | None = None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a device waits on in a collective: which call, over which devices."""
+
+    collective: str
+    call: int
+    members: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"waits in {self.collective} (call #{self.call} over devices {list(self.members)})"
+
+
+class _Meeting:
+    """The members that have reached one call so far."""
+
+    __slots__ = ("first", "first_device", "args", "count", "event", "exchange")
+
+    def __init__(self, collective: Collective, device: int, event: simpy.Event, exchange: int) -> None:
+        self.first, self.first_device = collective, device
+        self.args: list[Any] = [None] * collective.group.size
+        self.count = 0
+        self.event = event
+        self.exchange = exchange
+
+
+class Rendezvous:
+    """Meetings keyed by (group, call number); each finished meeting gets a fresh exchange number, which
+    keeps the messages of different calls apart."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._meetings: dict[tuple[tuple[int, ...], int], _Meeting] = {}
+        self._exchanges = 0
+
+    def arrive(self, device: int, call: int, collective: Collective) -> tuple[simpy.Event, int]:
+        """Register `device`'s arrival; returns the event that fires when all have arrived, and the
+        call's exchange number.
+
+        Raises:
+            ProtocolError: `device` called a different collective (or other parameters) than the first
+                member to arrive.
+            InvalidArgumentError: the last member arrived and the group's arguments break a rule.
+        """
+        group = collective.group
+        key = (group.members, call)
+        meeting = self._meetings.get(key)
+        if meeting is None:
+            meeting = self._meetings[key] = _Meeting(collective, device, self.env.event(), self._exchanges)
+            self._exchanges += 1
+        else:
+            _check_same(meeting, device, call, collective)
+        meeting.args[group.index] = collective.args
+        meeting.count += 1
+        if meeting.count == group.size:
+            del self._meetings[key]
+            if collective.validate is not None:
+                violations = collective.validate(meeting.args)
+                if violations:
+                    raise InvalidArgumentError(f"{collective.name}: {len(violations)} invalid argument(s)\n  "
+                                               + "\n  ".join(violations))
+            meeting.event.succeed()
+        return meeting.event, meeting.exchange
+
+
+def _check_same(meeting: _Meeting, device: int, call: int, collective: Collective) -> None:
+    first = meeting.first
+    if first.name != collective.name or (first.params is not collective.params and first.params != collective.params):
+        raise ProtocolError(
+            f"mismatched collectives: call #{call} over devices {list(collective.group.members)}: "
+            f"device {meeting.first_device} called {first.name}{first.params}, "
+            f"device {device} called {collective.name}{collective.params}"
+        )
