@@ -9,7 +9,7 @@ import numpy as np
 
 import sim
 from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
-from collectives._common import received, same_operands, unpack_into
+from collectives._common import header_of, is_row_major, received, same_operands, unpack_into
 from collectives._vma import KEEP, typed
 
 
@@ -84,18 +84,37 @@ def _protocol(port: sim.Port, args: _Args):
     source = port.memory.view(args.buffer)
     g, me = port.group.size, port.group.index
     step = source.shape[args.split_axis] // g if args.tiled else 1
-    for j, dst in enumerate(port.group.members):
-        chunk = source[axis_index(source.shape, args.split_axis, slice(j * step, (j + 1) * step))]
-        payload, header = yield from pack_slice(port, chunk, args.buffer.layout, slice=j)
-        port.send(dst, payload, header=header, slice=j, axis=args.concat_axis, rows=_rows(args, chunk.shape, me))
+    chunks = [source[axis_index(source.shape, args.split_axis, slice(j * step, (j + 1) * step))] for j in range(g)]
+    rows = [_rows(args, chunk.shape, me) for chunk in chunks]
+    order = args.buffer.layout.major_to_minor
+    if is_row_major(order) and all(chunk.flags.c_contiguous for chunk in chunks):  # nothing to pack
+        port.send_batch(list(port.group.members), chunks, [header_of(order)] * g, slice=list(range(g)),
+                        axis=[args.concat_axis] * g, rows=rows)
+    else:
+        for j, (dst, chunk) in enumerate(zip(port.group.members, chunks)):
+            payload, header = yield from pack_slice(port, chunk, args.buffer.layout, slice=j)
+            port.send(dst, payload, header=header, slice=j, axis=args.concat_axis, rows=rows[j])
     out_shape = _out_shape(args, source.shape, g)
     view = port.memory.view(port.memory.alloc(source.dtype, out_shape, args.out_layout))
+    if view.flags.c_contiguous and args.concat_axis == 0 and _all_row_major(port):
+        # every chunk lands in one contiguous run: nothing to time on arrival, so receive them together
+        messages = yield port.recv_all([(src, 0) for src in port.group.members])
+        np.concatenate([m.payload for m in messages], axis=None, out=view.reshape(-1))  # blocks in member order
+        return view
     for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
         start, stop = _rows(args, received(message).shape, i)
         target = view[axis_index(view.shape, args.concat_axis, slice(start, stop))]
         yield from unpack_into(port, message, target, slice=i)
     return view
+
+
+def _all_row_major(port: sim.Port) -> bool:
+    """Whether every member's operand is row-major (so every payload arrives in row-major order)."""
+    known = port.shared.get("row_major")
+    if known is None:
+        known = port.shared["row_major"] = all(is_row_major(a.buffer.layout.major_to_minor) for a in port.group_args)
+    return known
 
 
 def _rows(args: _Args, chunk_shape: tuple[int, ...], i: int) -> tuple[int, int]:

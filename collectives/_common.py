@@ -89,18 +89,39 @@ def pack_slice(port: sim.Port, view: np.ndarray, layout: Any, **detail: Any) -> 
     layout than the buffer's, the payload holds the bytes in that layout's order, packed if need be.)
     """
     order = layout.major_to_minor
+    if view.flags.c_contiguous and is_row_major(order):  # the common case, straight from memory
+        return view, header_of(order)
     physical = view.transpose(order)
     runs = layouts.contiguous_runs(physical)
     if runs > 1:
         yield from sim.copy_step(port, "pack", physical.nbytes, runs, **detail)
         physical = np.ascontiguousarray(physical)
-    return physical, {"major_to_minor": order}
+    return physical, header_of(order)
+
+
+_ROW_MAJOR = tuple(tuple(range(rank)) for rank in range(33))
+_HEADERS: dict[tuple[int, ...], dict] = {}
+
+
+def is_row_major(order: tuple[int, ...]) -> bool:
+    """Whether the major_to_minor `order` is the identity permutation."""
+    return len(order) < len(_ROW_MAJOR) and order == _ROW_MAJOR[len(order)]
+
+
+def header_of(order: tuple[int, ...]) -> dict:
+    """The (shared, never modified) message header saying a payload's bytes lie in `order`."""
+    header = _HEADERS.get(order)
+    if header is None:
+        header = _HEADERS[order] = {"major_to_minor": order}
+    return header
 
 
 def received(message: sim.Message) -> np.ndarray:
     """A message's payload as the logical array the sender sliced."""
     order = message.header.get("major_to_minor")
-    return message.payload if order is None else message.payload.transpose(np.argsort(order))
+    if order is None or is_row_major(order):
+        return message.payload
+    return message.payload.transpose(np.argsort(order))
 
 
 def unpack_into(port: sim.Port, message: sim.Message, target: np.ndarray, **detail: Any) -> Generator:
@@ -117,6 +138,9 @@ def unpack_into(port: sim.Port, message: sim.Message, target: np.ndarray, **deta
 def unpack_values(port: sim.Port, values: np.ndarray, order: tuple[int, ...], target: np.ndarray,
                   **detail: Any) -> Generator:
     """Write `values`, whose bytes lie in `order` (a major_to_minor), into `target` as `unpack_into` does."""
+    if target.flags.c_contiguous and is_row_major(order):  # one contiguous run: no step
+        (target if target.shape == values.shape else target.reshape(values.shape))[...] = values
+        return
     region = target.reshape(values.shape)  # only unit dimensions differ: a view of the memory
     if values.size and not np.may_share_memory(region, target):
         raise AssertionError(f"unpack_into: target {target.shape} cannot take values {values.shape} as a view")

@@ -51,7 +51,8 @@ class DeviceContext:
     """What a device program may reach: its device id, the mesh, its memory, and collectives.
 
     `program` records the typed equations the device executes; `check_vma` says whether device-variance
-    types are inferred and checked.
+    types are inferred and checked; `shared` is one scratch dict for the whole run, where a check that
+    every device makes of the same argument (a permutation, say) can be done once.
     """
 
     def __init__(self, driven: "DeviceProgram") -> None:
@@ -61,6 +62,7 @@ class DeviceContext:
         self.memory: LocalMemory = driven.simulation.memories[driven.device]
         self.program: Program = driven.simulation.programs[driven.device]
         self.check_vma: bool = driven.simulation.check_vma
+        self.shared: dict = driven.simulation.shared
 
     def collective(self, collective: "Collective") -> Any:
         """Run `collective` on this device and return this device's result."""

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Callable, Generator, Sequence
 
 import simpy
@@ -38,6 +39,7 @@ class Simulation:
         self.links = LinkState(mesh.network)
         self.transport = Transport(self.env, self.links, self.trace)
         self.rendezvous = Rendezvous(self.env)
+        self.shared: dict = {}
         self._error: BaseException | None = None
 
     @property
@@ -57,12 +59,16 @@ class Simulation:
         for program in running:
             self.env.process(program.process())
         step = self.env.step
+        collecting = gc.isenabled()
+        gc.disable()  # a run allocates millions of short-lived acyclic objects: scanning them is wasted time
         try:
             while self._error is None:
                 step()
         except simpy.core.EmptySchedule:
             pass
         finally:
+            if collecting:
+                gc.enable()
             if self._error is not None or not all(p.done for p in running):
                 for program in running:
                     program.abort()
@@ -87,9 +93,9 @@ class Simulation:
         program.waiting_on = Waiting(collective.name, call, members)
         program.in_collective = (collective.name, call, members)
         try:
-            started, exchange = self.rendezvous.arrive(program.device, call, collective)
-            yield started
-            port = Port(self.transport, program.device, self.memories[program.device], collective, call, exchange,
+            meeting = self.rendezvous.arrive(program.device, call, collective)
+            yield meeting.event
+            port = Port(self.transport, program.device, self.memories[program.device], collective, call, meeting,
                         self)
             result = yield from collective.protocol(port, collective.args)
             # payloads are zero-copy views of the sender's memory: it may not move on while they travel

@@ -50,9 +50,13 @@ class Waiting:
 
 
 class _Meeting:
-    """The members that have reached one call so far."""
+    """The members that have reached one call so far.
 
-    __slots__ = ("first", "first_device", "args", "count", "event", "exchange")
+    Once all have, `args` holds every member's arguments by group index and `shared` is a scratch dict
+    the members' protocols may use to compute something about the call once (never a result).
+    """
+
+    __slots__ = ("first", "first_device", "args", "count", "event", "exchange", "shared")
 
     def __init__(self, collective: Collective, device: int, event: simpy.Event, exchange: int) -> None:
         self.first, self.first_device = collective, device
@@ -60,6 +64,7 @@ class _Meeting:
         self.count = 0
         self.event = event
         self.exchange = exchange
+        self.shared: dict = {}
 
 
 class Rendezvous:
@@ -71,9 +76,9 @@ class Rendezvous:
         self._meetings: dict[tuple[tuple[int, ...], int], _Meeting] = {}
         self._exchanges = 0
 
-    def arrive(self, device: int, call: int, collective: Collective) -> tuple[simpy.Event, int]:
-        """Register `device`'s arrival; returns the event that fires when all have arrived, and the
-        call's exchange number.
+    def arrive(self, device: int, call: int, collective: Collective) -> _Meeting:
+        """Register `device`'s arrival; returns the meeting, whose `event` fires when all have arrived and
+        whose `exchange` number keeps this call's messages apart.
 
         Raises:
             ProtocolError: `device` called a different collective (or other parameters) than the first
@@ -98,7 +103,7 @@ class Rendezvous:
                     raise InvalidArgumentError(f"{collective.name}: {len(violations)} invalid argument(s)\n  "
                                                + "\n  ".join(violations))
             meeting.event.succeed()
-        return meeting.event, meeting.exchange
+        return meeting
 
 
 def _check_same(meeting: _Meeting, device: int, call: int, collective: Collective) -> None:

@@ -84,6 +84,20 @@ class Trace:
         if len(self._rows) >= _STAGE_ROWS:
             self._pack()
 
+    def append_batch(self, src: int, dsts: list[int], sizes: list[int], send_time_s: float, starts_s: list[float],
+                     arrivals_s: list[float], collective: str, call: int, details: dict[str, list]) -> None:
+        """Record messages from `src` to each of `dsts`, posted together; `details` maps each detail key to
+        its per-message values (a message's detail is made only when it is read)."""
+        self._pack()
+        count = len(dsts)
+        self._chunks.append({
+            "src": np.full(count, src, np.int64), "dst": np.array(dsts, np.int64),
+            "size_bytes": np.array(sizes, np.int64), "send_time_s": np.full(count, send_time_s, np.float64),
+            "start_time_s": np.array(starts_s, np.float64), "arrival_time_s": np.array(arrivals_s, np.float64),
+            "collective": _constant(collective, count), "call": np.full(count, call, np.int64),
+            "detail": _Details(details, count), "kind": _constant("message", count)})
+        self._records = None
+
     def add(self, record: MessageRecord) -> None:
         """Record a `MessageRecord` (or `CopyRecord`)."""
         self.append(*(getattr(record, name) for name in FIELDS))
@@ -100,7 +114,7 @@ class Trace:
         self._pack()
         if not self._chunks:
             return {name: np.zeros(0, _NUMERIC.get(name, object)) for name in FIELDS}
-        return {name: np.concatenate([chunk[name] for chunk in self._chunks]) for name in FIELDS}
+        return {name: np.concatenate([_array(chunk[name]) for chunk in self._chunks]) for name in FIELDS}
 
     def select(self, collective: str | None = None, dst: int | None = None) -> list[MessageRecord]:
         """The messages of one collective and/or to one receiver."""
@@ -140,9 +154,36 @@ class Trace:
 
     def _iter_rows(self) -> Iterator[tuple]:
         for chunk in self._chunks:
-            columns = [chunk[name].tolist() for name in FIELDS]
+            columns = [_array(chunk[name]).tolist() for name in FIELDS]
             yield from zip(*columns)
         yield from self._rows
+
+
+class _Details:
+    """A batch's detail column, kept as one list per key until someone reads it."""
+
+    def __init__(self, columns: dict[str, list], count: int) -> None:
+        self.columns, self.count = columns, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def dicts(self) -> np.ndarray:
+        keys = list(self.columns)
+        rows = zip(*self.columns.values()) if keys else ((),) * self.count
+        values = np.empty(self.count, object)
+        values[:] = [dict(zip(keys, row)) for row in rows]
+        return values
+
+
+def _constant(value: str, count: int) -> np.ndarray:
+    column = np.empty(count, object)
+    column[:] = value
+    return column
+
+
+def _array(column) -> np.ndarray:
+    return column.dicts() if isinstance(column, _Details) else column
 
 
 def _record(row: tuple) -> MessageRecord:
