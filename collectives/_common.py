@@ -74,10 +74,7 @@ def out_layout_of(op: str, device: int, layout: Any, rank: int) -> Any:
         return None
     if not isinstance(layout, layouts.Layout):
         raise InvalidTypeError(f"device {device}: {op}: out_layout={layout!r} must be a layouts.Layout or None")
-    try:
-        layout.check_rank(rank)
-    except ValueError as error:
-        raise InvalidArgumentError(f"device {device}: {op}: out_layout: {error}") from None
+    layout.check_rank(rank, f"device {device}: {op}: out_layout")
     return layout
 
 

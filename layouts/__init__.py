@@ -2,7 +2,9 @@
 
 `Layout(major_to_minor, tiling)` is the geometry, `encode`/`decode` the one translation between a logical
 array and device bytes (every reader of a device memory goes through them), `Format` pairs a layout with
-a sharding. Imports numpy only.
+a sharding. The package's error base lives here too, at the bottom of the layers: `MeshError`, with
+`InvalidArgumentError` (a ValueError) and `InvalidTypeError` (a TypeError) for caller mistakes. Imports
+numpy only.
 
 What XLA:CPU does with layouts (jax 0.10.2, measured through `unsafe_buffer_pointer()`):
 
@@ -25,10 +27,11 @@ What XLA:CPU does with layouts (jax 0.10.2, measured through `unsafe_buffer_poin
 """
 
 from layouts._codec import contiguous_runs, decode, encode, layout_of, nbytes, offset, strides
+from layouts._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from layouts._format import Format
 from layouts._layout import AUTO, AutoLayout, Layout
 
 __all__ = [
-    "AUTO", "AutoLayout", "Format", "Layout", "contiguous_runs", "decode", "encode", "layout_of", "nbytes",
-    "offset", "strides",
+    "AUTO", "AutoLayout", "Format", "InvalidArgumentError", "InvalidTypeError", "Layout", "MeshError",
+    "contiguous_runs", "decode", "encode", "layout_of", "nbytes", "offset", "strides",
 ]

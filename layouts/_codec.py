@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from layouts._errors import InvalidArgumentError
 from layouts._layout import Layout
 
 
@@ -68,8 +69,8 @@ def decode(raw: np.ndarray, dtype: Any, shape: tuple[int, ...], layout: Layout, 
         return physical.reshape(layout.physical_shape(shape)).transpose(np.argsort(layout.major_to_minor))
     size = nbytes(dtype, shape, layout)
     if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size != size:
-        raise ValueError(f"raw has {raw.dtype}[{raw.size}] but a {np.dtype(dtype)}{list(shape)} array needs "
-                         f"uint8[{size}]")
+        raise InvalidArgumentError(f"raw has {raw.dtype}[{raw.size}] but a {np.dtype(dtype)}{list(shape)} array "
+                                   f"needs uint8[{size}]")
     return np.ndarray(shape, np.dtype(dtype), buffer=raw, strides=strides(dtype, shape, layout)) if size else \
         np.zeros(shape, np.dtype(dtype))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from layouts._errors import InvalidArgumentError, InvalidTypeError
 from layouts._layout import AUTO, AutoLayout, Layout
 
 
@@ -21,11 +22,11 @@ class Format:
     >>> Format(Layout((1, 0)))
     Traceback (most recent call last):
     ...
-    ValueError: Format(layout=Layout(major_to_minor=(1, 0)), sharding=None): a concrete layout needs a sharding; pass one, e.g. Format(layout, sim.SingleDeviceSharding(0)) or Format(layout, sim.NamedSharding(mesh, P('x')))
+    layouts._errors.InvalidArgumentError: Format(layout=Layout(major_to_minor=(1, 0)), sharding=None): a concrete layout needs a sharding; pass one, e.g. Format(layout, sim.SingleDeviceSharding(0)) or Format(layout, sim.NamedSharding(mesh, P('x')))
 
     Raises:
-        TypeError: `layout` is not a Layout, Layout.AUTO or None.
-        ValueError: a concrete `layout` without a `sharding`.
+        InvalidTypeError: `layout` is not a Layout, Layout.AUTO or None.
+        InvalidArgumentError: a concrete `layout` without a `sharding`.
     """
 
     layout: Layout | AutoLayout | None = None
@@ -33,9 +34,9 @@ class Format:
 
     def __post_init__(self) -> None:
         if self.layout is not None and not isinstance(self.layout, (Layout, AutoLayout)):
-            raise TypeError(f"layout={self.layout!r} must be a layouts.Layout, Layout.AUTO or None")
+            raise InvalidTypeError(f"layout={self.layout!r} must be a layouts.Layout, Layout.AUTO or None")
         if isinstance(self.layout, Layout) and self.sharding is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"Format(layout={self.layout!r}, sharding=None): a concrete layout needs a sharding; pass one, "
                 f"e.g. Format(layout, sim.SingleDeviceSharding(0)) or Format(layout, sim.NamedSharding(mesh, P('x')))"
             )

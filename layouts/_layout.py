@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from layouts._errors import InvalidArgumentError, InvalidTypeError
+
 Tile = tuple[int, ...]
 
 
@@ -49,9 +51,9 @@ class Layout:
     32
 
     Raises:
-        ValueError: `major_to_minor` is not a permutation of 0..n-1, or a tile is empty or has a dimension
-            that is not a positive int (XLA:CPU rejects those too).
-        TypeError: `major_to_minor` or `tiling` is not a sequence.
+        InvalidArgumentError: `major_to_minor` is not a permutation of 0..n-1, or a tile is empty or has a
+            dimension that is not a positive int (XLA:CPU rejects those too).
+        InvalidTypeError: `major_to_minor` or `tiling` is not a sequence.
     """
 
     major_to_minor: tuple[int, ...]
@@ -86,12 +88,18 @@ class Layout:
         """XLA's spelling of the same order (what `{1,0}` means in HLO)."""
         return tuple(reversed(self.major_to_minor))
 
-    def check_rank(self, rank: int) -> None:
-        """Raise ValueError unless this layout describes arrays of rank `rank`."""
+    def check_rank(self, rank: int, where: str = "") -> None:
+        """Raise InvalidArgumentError unless this layout describes arrays of rank `rank`.
+
+        Args:
+            rank: the rank of the arrays the layout is for.
+            where: what the layout is, to open the message with (e.g. "device 3: psum: out_layout").
+        """
         if len(self.major_to_minor) != rank:
-            raise ValueError(
-                f"major_to_minor={self.major_to_minor} has {len(self.major_to_minor)} entries but the array has "
-                f"rank {rank}; the length of major_to_minor must equal the rank"
+            raise InvalidArgumentError(
+                f"{where}{': ' if where else ''}major_to_minor={self.major_to_minor} has "
+                f"{len(self.major_to_minor)} entries but the array has rank {rank}; the length of major_to_minor "
+                f"must equal the rank"
             )
 
     def physical_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -117,12 +125,12 @@ class Layout:
 
 def _check_order(value: Any) -> tuple[int, ...]:
     if not isinstance(value, (tuple, list)):
-        raise TypeError(f"major_to_minor={value!r} must be a tuple of dimension indices, e.g. (1, 0)")
+        raise InvalidTypeError(f"major_to_minor={value!r} must be a tuple of dimension indices, e.g. (1, 0)")
     if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in value):
-        raise TypeError(f"major_to_minor={tuple(value)!r} must hold ints")
+        raise InvalidTypeError(f"major_to_minor={tuple(value)!r} must hold ints")
     order = tuple(int(d) for d in value)
     if sorted(order) != list(range(len(order))):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"major_to_minor={order} must be a permutation of 0..{len(order) - 1} (each dimension exactly once)"
         )
     return order
@@ -132,14 +140,16 @@ def _check_tiling(value: Any) -> tuple[Tile, ...]:
     if value is None:
         return ()
     if not isinstance(value, (tuple, list)) or not all(isinstance(t, (tuple, list)) for t in value):
-        raise TypeError(f"tiling={value!r} must be a tuple of tile shapes, e.g. ((8, 128),) or ((8, 128), (2, 1))")
+        raise InvalidTypeError(
+            f"tiling={value!r} must be a tuple of tile shapes, e.g. ((8, 128),) or ((8, 128), (2, 1))")
     tiles = []
     for k, tile in enumerate(value):
         if len(tile) == 0:
-            raise ValueError(f"tiling={value!r}: tile {k} is empty; a tile needs at least one dimension")
+            raise InvalidArgumentError(
+                f"tiling={value!r}: tile {k} is empty; a tile needs at least one dimension")
         for d in tile:
             if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"tiling={value!r}: tile {k} has dimension {d!r}; every tile dimension must be a positive int"
                 )
         tiles.append(tuple(int(d) for d in tile))

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from layouts import MeshError
 from oracles._protocol import read_message, write_message
 
 MAX_DEVICES = 8
@@ -42,8 +43,11 @@ class OracleResult:
     path: str
 
 
-class OracleError(Exception):
+class OracleError(MeshError):
     """JAX rejected the case (tracing, lowering or compiling it raised); the worker is still alive.
+
+    A `MeshError` like every error meshsim raises on purpose; the JAX exception itself stays in the worker,
+    so its class is reported by name.
 
     Attributes:
         kind: the JAX exception's class name, e.g. "TypeError".
@@ -56,8 +60,8 @@ class OracleError(Exception):
         self.kind, self.message, self.case = kind, message, case
 
 
-class OracleFailure(RuntimeError):
-    """The worker died or hung on a case; it was killed and restarts on the next call."""
+class OracleFailure(MeshError, RuntimeError):
+    """The worker died or hung on a case; it was killed and restarts on the next call (a `MeshError`)."""
 
 
 class _DeadlineReader:

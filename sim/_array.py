@@ -146,9 +146,6 @@ def _resolve(target: Any, rank: int) -> tuple[Layout, Sharding]:
         raise InvalidArgumentError(f"device_put: target={target!r} needs a sharding")
     sharding = check_sharding(target.sharding, "device_put: target.sharding")
     layout = target.layout or Layout.row_major(rank)
-    try:
-        layout.check_rank(rank)
-    except ValueError as error:
-        raise InvalidArgumentError(f"device_put: target.layout: {error}") from None
+    layout.check_rank(rank, "device_put: target.layout")
     return layout, sharding
 

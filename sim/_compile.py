@@ -200,15 +200,8 @@ def _input_format(name: str, value: Any, entry: Any) -> Format:
         else _own_sharding(value)
     layout = entry.layout if entry.layout is not None else Layout.row_major(rank)
     if isinstance(layout, Layout):
-        _check_rank(layout, rank, f"in_shardings for argument {name}")
+        layout.check_rank(rank, f"in_shardings for argument {name}")
     return Format(layout, sharding)
-
-
-def _check_rank(layout: Layout, rank: int, what: str) -> None:
-    try:
-        layout.check_rank(rank)
-    except ValueError as error:
-        raise InvalidArgumentError(f"{what}: {error}") from None
 
 
 def _output_formats(entries: Any, blocks: Any, in_formats: Sequence[Format]) -> list[tuple[Format, tuple]]:
@@ -223,7 +216,7 @@ def _output_formats(entries: Any, blocks: Any, in_formats: Sequence[Format]) -> 
         if layout is AUTO:
             layout = layout_of(block)
         layout = layout or Layout.row_major(block.ndim)
-        _check_rank(layout, block.ndim, what)
+        layout.check_rank(block.ndim, what)
         found.append((Format(layout, sharding), _global_shape(sharding, block.shape)))
     return found
 

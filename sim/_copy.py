@@ -16,9 +16,9 @@ import numpy as np
 import layouts
 from layouts import Layout
 from sim._driver import current_or_none
+from sim._errors import InvalidTypeError
 from sim._rendezvous import Collective
 from sim._transport import Port
-from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Group, Mesh
 from sim._network import CopyCost
 from sim._trace import CopyRecord
@@ -99,10 +99,7 @@ def with_layout_constraint(x: Any, layout: Layout) -> Any:
     if not isinstance(layout, Layout):
         raise InvalidTypeError(f"layout={layout!r} must be a concrete layouts.Layout")
     array = np.asarray(x)
-    try:
-        layout.check_rank(array.ndim)
-    except ValueError as error:
-        raise InvalidArgumentError(f"with_layout_constraint: {error}") from None
+    layout.check_rank(array.ndim, "with_layout_constraint")
     context = current_or_none()
     if context is None:
         return layouts.decode(layouts.encode(array, layout), array.dtype, array.shape, layout)

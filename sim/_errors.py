@@ -1,16 +1,8 @@
-"""The exception hierarchy: one base, caller mistakes as ValueError/TypeError, protocol failures."""
+"""The simulator's errors: the package's base and caller-mistake errors (from `layouts`), and `ProtocolError`."""
 
+from layouts._errors import InvalidArgumentError, InvalidTypeError, MeshError
 
-class MeshError(Exception):
-    """Base of every error meshsim raises on purpose."""
-
-
-class InvalidArgumentError(MeshError, ValueError):
-    """A caller passed a value that breaks a documented rule; raised before anything is sent."""
-
-
-class InvalidTypeError(MeshError, TypeError):
-    """A caller passed a value of the wrong kind (dtype, rank, Python type)."""
+__all__ = ["InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError"]
 
 
 class ProtocolError(MeshError, RuntimeError):

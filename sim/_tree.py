@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from sim._errors import InvalidArgumentError
+
 
 def leaves(tree: Any, is_leaf: Callable[[Any], bool] = lambda _: False) -> list[Any]:
     """The leaves of `tree`, left to right; `is_leaf` marks nodes to treat as leaves."""
@@ -24,12 +26,12 @@ def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
         return None
     if isinstance(tree, (tuple, list)):
         if any(not isinstance(r, (tuple, list)) or len(r) != len(tree) for r in rest):
-            raise ValueError(f"tree structures differ: {tree!r} vs {rest!r}")
+            raise InvalidArgumentError(f"tree structures differ: {tree!r} vs {rest!r}")
         mapped = [tree_map(fn, *children) for children in zip(tree, *rest)]
         return type(tree)(mapped) if not hasattr(tree, "_fields") else type(tree)(*mapped)
     if isinstance(tree, dict):
         if any(not isinstance(r, dict) or set(r) != set(tree) for r in rest):
-            raise ValueError(f"tree structures differ: {tree!r} vs {rest!r}")
+            raise InvalidArgumentError(f"tree structures differ: {tree!r} vs {rest!r}")
         return {key: tree_map(fn, tree[key], *(r[key] for r in rest)) for key in tree}
     return fn(tree, *rest)
 
@@ -42,4 +44,5 @@ def broadcast_prefix(prefix: Any, tree: Any, is_leaf: Callable[[Any], bool]) -> 
         return type(tree)(broadcast_prefix(p, t, is_leaf) for p, t in zip(prefix, tree))
     if isinstance(prefix, dict) and isinstance(tree, dict) and set(prefix) == set(tree):
         return {k: broadcast_prefix(prefix[k], tree[k], is_leaf) for k in tree}
-    raise ValueError(f"{prefix!r} is not a tree prefix of a value with structure {tree_map(lambda _: '*', tree)!r}")
+    structure = tree_map(lambda _: "*", tree)
+    raise InvalidArgumentError(f"{prefix!r} is not a tree prefix of a value with structure {structure!r}")

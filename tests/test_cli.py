@@ -1,4 +1,4 @@
-"""The `meshsim` command, run in-process through `sim.cli.main` and as a separate process."""
+"""The `meshsim` command, run in-process through `scenarios.cli.main` and as a separate process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
+from scenarios.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = "scenarios/ragged_docs_example.toml"
@@ -27,11 +27,11 @@ def plain_output(monkeypatch):
 
 
 def launchers() -> list:
-    """The installed console script when present, and `python -m sim.cli` always."""
+    """The installed console script when present, and `python -m scenarios.cli` always."""
     script = Path(sys.executable).with_name("meshsim")
     marks = [] if script.exists() else [pytest.mark.skip(reason="meshsim console script not installed")]
     return [pytest.param([str(script)], id="console-script", marks=marks),
-            pytest.param([sys.executable, "-m", "sim.cli"], id="module")]
+            pytest.param([sys.executable, "-m", "scenarios.cli"], id="module")]
 
 
 def meshsim(launcher: list[str], *args: str) -> subprocess.CompletedProcess:
@@ -157,7 +157,7 @@ def test_every_bundled_scenario_runs(capsys):
 
 def test_importing_sim_stays_light():
     """`import sim` loads neither rich, the CLI, the scenario runner nor the collectives."""
-    heavy = "('rich', 'sim.cli', 'scenarios', 'collectives')"
+    heavy = "('rich', 'scenarios', 'scenarios.cli', 'collectives')"
     code = f"import sys, sim; print(sorted(m for m in {heavy} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr

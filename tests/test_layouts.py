@@ -185,6 +185,8 @@ BAD_LAYOUTS = [
     pytest.param(lambda: Layout((0,), (2, 2)), TypeError, r"must be a tuple of tile shapes", id="Layout-tiling-(2,2)"),
     pytest.param(lambda: Layout((0, 1)).check_rank(3), ValueError, r"has 2 entries but the array has rank 3",
                  id="check_rank"),
+    pytest.param(lambda: Layout((0, 1)).check_rank(3, "device 2: psum: out_layout"), ValueError,
+                 r"^device 2: psum: out_layout: major_to_minor=\(0, 1\) has 2 entries", id="check_rank-where"),
     pytest.param(lambda: Format("row-major"), TypeError, r"layout='row-major' must be a layouts.Layout", id="Format(str)"),
     pytest.param(lambda: layouts.decode(np.zeros(3, np.uint8), np.int32, (2,), Layout((0,))), ValueError,
                  r"raw has uint8\[3\] but a int32\[2\] array needs uint8\[8\]", id="decode-short"),
@@ -193,6 +195,8 @@ BAD_LAYOUTS = [
 
 @pytest.mark.parametrize("call, error, match", BAD_LAYOUTS)
 def test_bad_layouts_are_rejected_with_the_rule(call, error, match):
-    """Each bad layout argument raises its error type with a message echoing the value and the rule."""
-    with pytest.raises(error, match=match):
+    """Each bad layout argument raises its error type, a MeshError too, with a message echoing the value and
+    the rule."""
+    with pytest.raises(error, match=match) as caught:
         call()
+    assert isinstance(caught.value, layouts.MeshError)

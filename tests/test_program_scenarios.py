@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import scenarios
-from sim.cli import main
+from scenarios.cli import main
 
 ROOT = Path(__file__).resolve().parents[1] / "scenarios"
 EXAMPLES = {  # file: (ops of the transposed program, network bytes it sends)

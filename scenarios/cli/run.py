@@ -1,25 +1,21 @@
-"""The `meshsim` command: run a scenario file and show, with rich, who sent which rows where and when.
-
-Only this module uses rich, and `sim/__init__.py` does not import it; the scenario runner (and with it the
-collectives) is imported when a command runs, so `import sim` stays light.
-"""
+"""`meshsim run SCENARIO`: run a scenario file and show, with rich, who sent which rows where and when."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import runpy
 import sys
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sim._errors import MeshError
-
-if TYPE_CHECKING:
-    from scenarios import Provenance, ScenarioResult
+import scenarios
+from layouts import MeshError
+from scenarios import ProgramResult, Provenance, ScenarioResult
 
 # One colour per sending device (cycled on big meshes); rows no message wrote are dim.
 _PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue", "bright_red",
@@ -27,36 +23,24 @@ _PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_b
 _KEPT = "dim"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse `argv` (default: the process arguments), run the command and return the exit code.
-
-    Returns:
-        0 on success; 2 when the scenario file is unreadable, breaks the format, or the simulator rejects
-        its inputs (the message, naming file, field and line, goes to stderr). Bad command-line
-        arguments exit with 2 through argparse.
-    """
-    args = _parser().parse_args(argv)
-    return _run(args.scenario, args.json)
-
-
-def _parser() -> argparse.ArgumentParser:
-    """The `meshsim` argument parser: one subcommand, `run`."""
-    parser = argparse.ArgumentParser(prog="meshsim", description="Run JAX collectives on a simulated device mesh.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add the `run` subparser to `commands`, with `execute` as what it runs."""
     run = commands.add_parser("run", help="run a scenario file: results, provenance of every row, messages, time")
     run.add_argument("scenario", metavar="SCENARIO",
                      help="a scenario file (TOML, or a Python script), e.g. scenarios/moe_dispatch.toml")
     run.add_argument("--json", action="store_true", help="print the same as JSON, without colours, for scripts")
-    return parser
+    run.set_defaults(execute=execute)
 
 
-def _run(path: str, as_json: bool) -> int:
-    """Load and run the scenario at `path`, print it (rich or JSON) and return the exit code."""
-    import scenarios  # here, not at the top: see the module docstring
+def execute(args: argparse.Namespace) -> int:
+    """Load and run the scenario at `args.scenario`, print it (rich, or JSON with `--json`), return the exit code.
 
+    Returns:
+        0 on success; 2 when the file is unreadable, breaks the format, or the simulator rejects its inputs
+        (the message, naming file, field and line, goes to stderr).
+    """
+    path = args.scenario
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
-        import runpy
-
         runpy.run_path(path, run_name="__main__")
         return 0
     try:
@@ -64,16 +48,16 @@ def _run(path: str, as_json: bool) -> int:
     except MeshError as error:
         print(f"meshsim: error: {error}", file=sys.stderr)
         return 2
-    if as_json:
+    if args.json:
         print(json.dumps(result.to_dict(), indent=2))
-    elif isinstance(result, scenarios.ProgramResult):
+    elif isinstance(result, ProgramResult):
         _show_program(Console(highlight=False), result)
     else:
         _show(Console(highlight=False), result)
     return 0
 
 
-def _show_program(console: Console, result) -> None:
+def _show_program(console: Console, result: ProgramResult) -> None:
     """The program's source, its typed listing, and the transposed programs with their communication."""
     scenario = result.scenario
     console.rule(f"[bold]{scenario.title}")
@@ -267,6 +251,3 @@ def _colour(device: int) -> str:
     """The colour of rows sent by `device`."""
     return _PALETTE[device % len(_PALETTE)]
 
-
-if __name__ == "__main__":
-    sys.exit(main())

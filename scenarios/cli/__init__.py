@@ -1,0 +1,37 @@
+"""The `meshsim` command line: one module per command, on top of every other layer.
+
+Each command module gives `add_parser(commands)`, which adds its subparser and sets `execute`, the function
+that runs the parsed arguments and returns the exit code. Only the command line uses rich.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from scenarios.cli import run
+
+_COMMANDS = (run,)
+
+__all__ = ["main", "parser"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` (default: the process arguments), run the command and return the exit code.
+
+    Returns:
+        0 on success; 2 when the scenario file is unreadable, breaks the format, or the simulator rejects
+        its inputs (the message, naming file, field and line, goes to stderr). Bad command-line
+        arguments exit with 2 through argparse.
+    """
+    args = parser().parse_args(argv)
+    return args.execute(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The `meshsim` argument parser: one subparser per command module."""
+    top = argparse.ArgumentParser(prog="meshsim", description="Run JAX collectives on a simulated device mesh.")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in _COMMANDS:
+        command.add_parser(commands)
+    return top
