@@ -86,21 +86,18 @@ def _protocol(port: sim.Port, args: _Args):
     step = source.shape[args.split_axis] // g if args.tiled else 1
     chunks = [source[axis_index(source.shape, args.split_axis, slice(j * step, (j + 1) * step))] for j in range(g)]
     rows = [_rows(args, chunk.shape, me) for chunk in chunks]
-    order = args.buffer.layout.major_to_minor
-    if is_row_major(order) and all(chunk.flags.c_contiguous for chunk in chunks):  # nothing to pack
-        port.send_batch(list(port.group.members), chunks, [header_of(order)] * g, slice=list(range(g)),
-                        axis=[args.concat_axis] * g, rows=rows)
-    else:
-        for j, (dst, chunk) in enumerate(zip(port.group.members, chunks)):
-            payload, header = yield from pack_slice(port, chunk, args.buffer.layout, slice=j)
-            port.send(dst, payload, header=header, slice=j, axis=args.concat_axis, rows=rows[j])
-    out_shape = _out_shape(args, source.shape, g)
-    view = port.memory.view(port.memory.alloc(source.dtype, out_shape, args.out_layout))
-    if view.flags.c_contiguous and args.concat_axis == 0 and _all_row_major(port):
-        # every chunk lands in one contiguous run: nothing to time on arrival, so receive them together
-        messages = yield port.recv_all([(src, 0) for src in port.group.members])
-        np.concatenate([m.payload for m in messages], axis=None, out=view.reshape(-1))  # blocks in member order
+    view = port.memory.view(port.memory.alloc(source.dtype, _out_shape(args, source.shape, g), args.out_layout))
+    if _rows_in_place(port, chunks):
+        # nothing to pack or unpack: the members exchange whole rows of messages, and each receiver's
+        # blocks follow each other in member order
+        port.send_each(chunks, [header_of(args.buffer.layout.major_to_minor)] * g, slice=list(range(g)),
+                       axis=[args.concat_axis] * g, rows=rows)
+        messages = yield port.recv_each()
+        np.concatenate([m.payload for m in messages], axis=None, out=view.reshape(-1))
         return view
+    for j, (dst, chunk) in enumerate(zip(port.group.members, chunks)):
+        payload, header = yield from pack_slice(port, chunk, args.buffer.layout, slice=j)
+        port.send(dst, payload, header=header, slice=j, axis=args.concat_axis, rows=rows[j])
     for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
         start, stop = _rows(args, received(message).shape, i)
@@ -109,11 +106,15 @@ def _protocol(port: sim.Port, args: _Args):
     return view
 
 
-def _all_row_major(port: sim.Port) -> bool:
-    """Whether every member's operand is row-major (so every payload arrives in row-major order)."""
-    known = port.shared.get("row_major")
+def _rows_in_place(port: sim.Port, chunks: list[np.ndarray]) -> bool:
+    """Whether, for every member, each chunk is one contiguous run of its row-major operand and lands as
+    one in its row-major result (decided once per call, from what all members know statically)."""
+    known = port.shared.get("in_place")
     if known is None:
-        known = port.shared["row_major"] = all(is_row_major(a.buffer.layout.major_to_minor) for a in port.group_args)
+        known = port.shared["in_place"] = all(
+            a.concat_axis == 0 and is_row_major(a.buffer.layout.major_to_minor)
+            and (a.out_layout is None or is_row_major(a.out_layout.major_to_minor)) for a in port.group_args
+        ) and all(chunk.flags.c_contiguous for chunk in chunks)
     return known
 
 

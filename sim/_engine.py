@@ -37,7 +37,7 @@ class Simulation:
         self.programs = [Program() for _ in mesh.devices]
         self.trace = Trace()
         self.links = LinkState(mesh.network)
-        self.transport = Transport(self.env, self.links, self.trace)
+        self.transport = Transport(self.env, self.links, self.trace, mesh.size)
         self.rendezvous = Rendezvous(self.env)
         self.shared: dict = {}
         self._error: BaseException | None = None

@@ -37,12 +37,14 @@ class Message:
 class Transport:
     """Mailboxes keyed by (receiver, sender, exchange, tag), and the receives waiting on them."""
 
-    def __init__(self, env: simpy.Environment, links: LinkState, trace: Trace) -> None:
+    def __init__(self, env: simpy.Environment, links: LinkState, trace: Trace, devices: int) -> None:
         self.env = env
         self.links = links
         self.trace = trace
-        self._inbox: dict[tuple, tuple[float, Message]] = {}
-        self._waiting: dict[tuple, simpy.Event] = {}
+        # one mailbox and one table of waiting receives per device, keyed by (src, exchange, tag)
+        self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
+        self._waiting: list[dict[tuple, Any]] = [{} for _ in range(devices)]
+        self._tables: dict[int, _Table] = {}
 
     def post(self, message: Message, exchange: int, collective: str, call: int, detail: dict) -> float:
         """Send `message` now; returns its arrival time."""
@@ -50,14 +52,7 @@ class Transport:
         size = message.payload.nbytes
         start, arrival = self.links.occupy(message.src, message.dst, size, now)
         self.trace.append(message.src, message.dst, size, now, start, arrival, collective, call, detail)
-        key = (message.dst, message.src, exchange, message.tag)
-        waiter = self._waiting.pop(key, None)
-        if waiter is None:
-            self._inbox[key] = (arrival, message)
-        elif isinstance(waiter, _Gather):
-            waiter.fill(key, arrival, message)
-        else:
-            _fire(self.env, waiter, message, arrival - now)
+        self._deliver(message, (message.src, exchange, message.tag), arrival)
         return arrival
 
     def post_batch(self, src: int, dsts: list[int], payloads: list[np.ndarray], headers: list[dict], tag: Hashable,
@@ -67,63 +62,133 @@ class Transport:
         sizes = [payload.nbytes for payload in payloads]
         starts, arrivals = self.links.occupy_batch(src, dsts, sizes, now)
         self.trace.append_batch(src, dsts, sizes, now, starts, arrivals, collective, call, details)
+        key = (src, exchange, tag)
         inbox, waiting = self._inbox, self._waiting
         for dst, payload, header, arrival in zip(dsts, payloads, headers, arrivals):
-            key = (dst, src, exchange, tag)
             message = Message(src, dst, tag, payload, header)
-            waiter = waiting.pop(key, None) if waiting else None
-            if waiter is None:
-                inbox[key] = (arrival, message)
-            elif isinstance(waiter, _Gather):
-                waiter.fill(key, arrival, message)
+            if key in waiting[dst]:
+                self._deliver(message, key, arrival)
             else:
-                _fire(self.env, waiter, message, arrival - now)
+                inbox[dst][key] = (arrival, message)
         return max(arrivals, default=now)
+
+    def _deliver(self, message: Message, key: tuple, arrival_s: float) -> None:
+        """Hand `message` to the receive waiting for it, or leave it in the receiver's mailbox."""
+        waiter = self._waiting[message.dst].pop(key, None)
+        if waiter is None:
+            self._inbox[message.dst][key] = (arrival_s, message)
+        elif isinstance(waiter, _Gather):
+            waiter.fill(key, arrival_s, message)
+        else:
+            _fire(self.env, waiter, message, arrival_s - self.env.now)
 
     def expect(self, dst: int, src: int, exchange: int, tag: Hashable) -> simpy.Event:
         """An event that fires with the message from `src` to `dst` carrying `tag`, when it has arrived."""
-        key = (dst, src, exchange, tag)
+        key = (src, exchange, tag)
         event = self.env.event()
-        posted = self._inbox.pop(key, None)
+        posted = self._inbox[dst].pop(key, None)
         if posted is None:
-            self._waiting[key] = event
+            self._waiting[dst][key] = event
         else:
             arrival, message = posted
             _fire(self.env, event, message, arrival - self.env.now)
         return event
 
-
     def expect_all(self, dst: int, sources: list[tuple[int, Hashable]], exchange: int) -> simpy.Event:
         """One event that fires with the messages from every `(src, tag)` of `sources`, in that order, once
         the last of them has arrived."""
-        gather = _Gather(self.env, len(sources))
-        for k, (src, tag) in enumerate(sources):
-            key = (dst, src, exchange, tag)
-            gather.slots[key] = k
-            posted = self._inbox.pop(key, None)
+        gather = _Gather(self.env, [(src, exchange, tag) for src, tag in sources])
+        inbox, waiting = self._inbox[dst], self._waiting[dst]
+        for key in gather.keys:
+            posted = inbox.pop(key, None)
             if posted is None:
-                self._waiting[key] = gather
+                waiting[key] = gather
             else:
                 gather.fill(key, *posted)
         return gather.event
 
 
+    def post_each(self, exchange: int, members: tuple[int, ...], sender: int, payloads: list[np.ndarray],
+                  headers: list[dict], arrivals: list[float]) -> None:
+        """Leave member `sender`'s row of messages (one per member, in member order) in the call's table."""
+        table = self._tables.get(exchange)
+        if table is None:
+            table = self._tables[exchange] = _Table(self.env, members)
+        table.post(sender, payloads, headers, arrivals)
+        if table.finished:
+            del self._tables[exchange]
+
+    def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
+        """One event that fires with the message from every member to member `receiver`, in member order,
+        once every member has posted its row and the last message has arrived."""
+        table = self._tables.get(exchange)
+        if table is None:
+            table = self._tables[exchange] = _Table(self.env, members)
+        event = table.expect(receiver)
+        if table.finished:
+            del self._tables[exchange]
+        return event
+
+
+class _Table:
+    """One call's all-pairs exchange: row s holds member s's message to every member."""
+
+    __slots__ = ("env", "members", "rows", "posted", "waiting", "served")
+
+    def __init__(self, env: simpy.Environment, members: tuple[int, ...]) -> None:
+        self.env, self.members = env, members
+        self.rows: list[tuple | None] = [None] * len(members)
+        self.posted = self.served = 0
+        self.waiting: list[tuple[int, simpy.Event]] = []
+
+    @property
+    def finished(self) -> bool:
+        return self.served == len(self.members)
+
+    def post(self, sender: int, payloads: list[np.ndarray], headers: list[dict], arrivals: list[float]) -> None:
+        self.rows[sender] = (payloads, headers, arrivals)
+        self.posted += 1
+        if self.posted == len(self.members):
+            for receiver, event in self.waiting:
+                self._serve(receiver, event)
+            self.waiting = []
+
+    def expect(self, receiver: int) -> simpy.Event:
+        event = self.env.event()
+        if self.posted == len(self.members):
+            self._serve(receiver, event)
+        else:
+            self.waiting.append((receiver, event))
+        return event
+
+    def _serve(self, receiver: int, event: simpy.Event) -> None:
+        members, me = self.members, self.members[receiver]
+        messages, last_s = [], self.env.now
+        for s, (payloads, headers, arrivals) in enumerate(self.rows):  # type: ignore[misc]
+            messages.append(Message(members[s], me, 0, payloads[receiver], headers[receiver]))
+            if arrivals[receiver] > last_s:
+                last_s = arrivals[receiver]
+        self.served += 1
+        _fire(self.env, event, messages, last_s - self.env.now)
+
+
 class _Gather:
     """Messages awaited together: the event fires at the latest arrival, when all have been posted."""
 
-    __slots__ = ("env", "event", "messages", "slots", "pending", "last_s")
+    __slots__ = ("env", "event", "keys", "messages", "slots", "pending", "last_s")
 
-    def __init__(self, env: simpy.Environment, count: int) -> None:
-        self.env, self.event = env, env.event()
-        self.messages: list[Message | None] = [None] * count
-        self.slots: dict[tuple, int] = {}
-        self.pending, self.last_s = count, 0.0
-        if not count:
+    def __init__(self, env: simpy.Environment, keys: list[tuple]) -> None:
+        self.env, self.event, self.keys = env, env.event(), keys
+        self.messages: list[Message | None] = [None] * len(keys)
+        self.slots = {key: k for k, key in enumerate(keys)}
+        self.pending, self.last_s = len(keys), 0.0
+        if not keys:
             self.event.succeed([])
 
     def fill(self, key: tuple, arrival_s: float, message: Message) -> None:
         self.messages[self.slots[key]] = message
-        self.last_s = max(self.last_s, arrival_s)
+        if arrival_s > self.last_s:
+            self.last_s = arrival_s
         self.pending -= 1
         if not self.pending:
             _fire(self.env, self.event, self.messages, self.last_s - self.env.now)
@@ -186,6 +251,29 @@ class Port:
                                             self.collective.name, self.call, details)
         if arrival > self.last_arrival_s:
             self.last_arrival_s = arrival
+
+    def send_each(self, payloads: list[np.ndarray], headers: list[dict], **details: list) -> None:
+        """Send `payloads[j]` to member j of the group, for every member, all now: one row of the call's
+        all-pairs exchange, which members receive with `recv_each` (and only with it). The trace and the
+        timing are those of the same sends made one by one."""
+        members = self.group.members
+        for payload in payloads:
+            if not payload.flags.c_contiguous:
+                raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        now = self.transport.env.now
+        sizes = [payload.nbytes for payload in payloads]
+        starts, arrivals = self.transport.links.occupy_batch(self.device, list(members), sizes, now)
+        self.transport.trace.append_batch(self.device, list(members), sizes, now, starts, arrivals,
+                                          self.collective.name, self.call, details)
+        self.transport.post_each(self.exchange, members, self.group.index, payloads, headers, arrivals)
+        last = max(arrivals, default=now)
+        if last > self.last_arrival_s:
+            self.last_arrival_s = last
+
+    def recv_each(self) -> simpy.Event:
+        """One event that fires with the `send_each` message of every member to this one, in member order,
+        when the last has arrived."""
+        return self.transport.expect_each(self.exchange, self.group.members, self.group.index)
 
     def recv(self, src: int, tag: Hashable = 0) -> simpy.Event:
         """An event that fires with the `Message` from `src` carrying `tag`."""
