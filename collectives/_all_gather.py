@@ -9,7 +9,7 @@ import numpy as np
 
 import sim
 from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
-from collectives._common import same_operands, unpack_into
+from collectives._common import header_of, is_row_major, same_operands, unpack_into
 from collectives._vma import KEEP, typed
 
 
@@ -70,20 +70,37 @@ def gather_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, axis: i
 def _protocol(port: sim.Port, args: _Args):
     """Direct algorithm: send the whole operand to each member, write each arrival into its place."""
     source = port.memory.view(args.buffer)
-    payload, header = yield from pack_slice(port, source, args.buffer.layout, slice=port.group.index)
     n = source.shape[args.axis] if args.tiled else 1
-    me = port.group.index
-    for dst in port.group.members:
-        port.send(dst, payload, header=header, slice=me, axis=args.axis, rows=(me * n, (me + 1) * n))
+    g, me = port.group.size, port.group.index
     shape = list(source.shape)
     if args.tiled:
-        shape[args.axis] *= port.group.size
+        shape[args.axis] *= g
     else:
-        shape.insert(args.axis, port.group.size)
-    out = port.memory.alloc(source.dtype, tuple(shape), args.out_layout)
-    view = port.memory.view(out)
+        shape.insert(args.axis, g)
+    view = port.memory.view(port.memory.alloc(source.dtype, tuple(shape), args.out_layout))
+    if _rows_in_place(port):
+        # nothing to pack or unpack: one row of identical messages each, blocks land in member order
+        port.send_each([source] * g, [header_of(args.buffer.layout.major_to_minor)] * g, slice=[me] * g,
+                       axis=[args.axis] * g, rows=[(me * n, (me + 1) * n)] * g)
+        messages = yield port.recv_each()
+        np.concatenate([m.payload for m in messages], axis=None, out=view.reshape(-1))
+        return view
+    payload, header = yield from pack_slice(port, source, args.buffer.layout, slice=me)
+    for dst in port.group.members:
+        port.send(dst, payload, header=header, slice=me, axis=args.axis, rows=(me * n, (me + 1) * n))
     for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
         place = slice(i * n, (i + 1) * n)  # untiled, n == 1: a unit dimension keeps the target a view
         yield from unpack_into(port, message, view[axis_index(view.shape, args.axis, place)], slice=i)
     return view
+
+
+def _rows_in_place(port: sim.Port) -> bool:
+    """Whether every member gathers along axis 0 from a row-major operand into a row-major result (decided
+    once per call, from what all members know statically)."""
+    known = port.shared.get("in_place")
+    if known is None:
+        known = port.shared["in_place"] = all(
+            a.axis == 0 and is_row_major(a.buffer.layout.major_to_minor)
+            and (a.out_layout is None or is_row_major(a.out_layout.major_to_minor)) for a in port.group_args)
+    return known

@@ -31,8 +31,8 @@ from typing import Callable, Generator, Sequence
 import numpy as np
 
 import sim
-from collectives._arithmetic import combine, identity
-from collectives._common import pack_slice, received, unpack_into, unpack_values
+from collectives._arithmetic import combine, fold, identity
+from collectives._common import header_of, is_row_major, pack_slice, received, unpack_into, unpack_values
 from layouts import Layout
 
 ALGORITHMS = ("direct", "ring", "recursive_doubling")
@@ -66,10 +66,28 @@ def all_reduce_protocol(port: sim.Port, args: AllReduceArgs) -> Generator:
 
 def _direct(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
+    if _in_place(port):
+        # nothing to pack or unpack: one row of identical messages each, folded in group order at once
+        g = port.group.size
+        port.send_each([source] * g, [header_of(args.buffer.layout.major_to_minor)] * g, step=[0] * g)
+        messages = yield port.recv_each()
+        out = port.memory.view(port.memory.alloc(source.dtype, source.shape, args.out_layout))
+        out[...] = fold(args.reduction, np.stack([m.payload for m in messages]))
+        return out
     payload, header = yield from pack_slice(port, source, args.buffer.layout)
     for dst in port.group.members:
         port.send(dst, payload, header=header, step=0)
     return (yield from fold_arrivals(port, args.reduction, source.dtype, source.shape, args.out_layout))
+
+
+def _in_place(port: sim.Port) -> bool:
+    """Whether every member's operand and result are row-major (decided once per call)."""
+    known = port.shared.get("in_place")
+    if known is None:
+        known = port.shared["in_place"] = all(
+            is_row_major(a.buffer.layout.major_to_minor) and is_row_major(a.out_layout.major_to_minor)
+            for a in port.group_args)
+    return known
 
 
 def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[int, ...],

@@ -72,6 +72,52 @@ def combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(b), quiet(b), np.where(np.isnan(a), quiet(a), total))
 
 
+def fold(reduction: str, terms: np.ndarray) -> np.ndarray:
+    """`combine` folded over `terms[0], terms[1], ...` (at least one) from the identity, bit for bit what
+    the loop `acc = combine(reduction, acc, term)` computes.
+
+    Where the loop's answer provably equals a vectorised one it is computed in one pass: integer sums
+    (which wrap the same in any order), and floats without NaN whose running sums never fall into the
+    flushed subnormal range. Everything else takes the loop.
+    """
+    terms = np.asarray(terms)
+    fast = _fold_vectorised(reduction, terms)
+    if fast is not None:
+        return fast
+    acc = identity(reduction, terms.dtype)
+    for term in terms:
+        acc = combine(reduction, acc, term)
+    return acc
+
+
+def _fold_vectorised(reduction: str, terms: np.ndarray) -> np.ndarray | None:
+    """The fold in one pass, or None where only the loop is exact (NaNs, flushed running sums, complex)."""
+    dtype = terms.dtype
+    if dtype.kind in "biu":
+        if reduction == "sum":
+            return np.add.reduce(terms, axis=0, dtype=dtype)
+        extreme = np.maximum if reduction == "max" else np.minimum
+        return extreme.reduce(terms, axis=0, initial=identity(reduction, dtype))
+    if dtype.kind != "f" or np.isnan(terms).any():
+        return None
+    flushed = flush(terms)
+    if reduction == "sum":
+        start = np.zeros((1,) + terms.shape[1:], dtype)  # the identity, +0
+        with np.errstate(all="ignore"):
+            running = np.add.accumulate(np.concatenate([start, flushed]), axis=0)  # strictly in order
+        if np.isnan(running).any() or (dtype in _FLUSHED and _subnormal(running).any()):
+            return None
+        return running[-1]
+    # std::max / std::min keep the accumulator on ties: the answer is the first term equal to the extreme
+    extreme = flushed.max(axis=0) if reduction == "max" else flushed.min(axis=0)
+    first = np.argmax(flushed == extreme, axis=0)
+    return np.take_along_axis(flushed, first[None], axis=0)[0]
+
+
+def _subnormal(a: np.ndarray) -> np.ndarray:
+    return (np.abs(a) < np.finfo(a.dtype).smallest_normal) & (a != 0)
+
+
 def narrow(wide: np.ndarray) -> np.ndarray:
     """float32 -> float16 as XLA:CPU rounds it: to nearest even, NaN to the signed canonical 0x7e00."""
     with np.errstate(all="ignore"):

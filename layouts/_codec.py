@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 
 from layouts._errors import InvalidArgumentError
@@ -23,7 +25,7 @@ def nbytes(dtype: Any, shape: tuple[int, ...], layout: Layout) -> int:
     24
     """
     layout.check_rank(len(shape))
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return math.prod(shape) * np.dtype(dtype).itemsize
 
 
 def strides(dtype: Any, shape: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
@@ -64,7 +66,7 @@ def decode(raw: np.ndarray, dtype: Any, shape: tuple[int, ...], layout: Layout, 
     shape = tuple(int(n) for n in shape)
     if apply_tiling and layout.tiling:
         slots = _tiled_slots(shape, layout)
-        physical = np.empty(int(np.prod(shape, dtype=np.int64)), np.dtype(dtype))
+        physical = np.empty(math.prod(shape), np.dtype(dtype))
         physical[slots[slots >= 0]] = raw.view(np.dtype(dtype))[slots >= 0]
         return physical.reshape(layout.physical_shape(shape)).transpose(np.argsort(layout.major_to_minor))
     size = nbytes(dtype, shape, layout)
@@ -100,7 +102,7 @@ def encode(array: Any, layout: Layout, *, apply_tiling: bool = False) -> np.ndar
 def _tiled_slots(shape: tuple[int, ...], layout: Layout) -> np.ndarray:
     """For each slot of the tiled memory, the dense physical index it holds, or -1 for padding."""
     physical = layout.physical_shape(shape)
-    slots = np.arange(int(np.prod(physical, dtype=np.int64)), dtype=np.int64).reshape(physical)
+    slots = np.arange(math.prod(physical), dtype=np.int64).reshape(physical)
     for tile in layout.tiling:
         slots = _apply_tile(slots, tile)
     return slots.reshape(-1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import math
+
 import numpy as np
 
 from layouts._errors import InvalidArgumentError, InvalidTypeError
@@ -115,7 +117,7 @@ class Layout:
         """
         physical = self.physical_shape(shape)
         if not self.tiling:
-            return int(np.prod(physical, dtype=np.int64)) * np.dtype(dtype).itemsize
+            return math.prod(physical) * np.dtype(dtype).itemsize
         tile = self.tiling[0]
         minor = (1,) * max(0, len(tile) - len(physical)) + physical[max(0, len(physical) - len(tile)):]
         major = physical[: max(0, len(physical) - len(tile))]

@@ -6,6 +6,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
+import math
+
 import numpy as np
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
@@ -80,7 +82,7 @@ class Mesh:
 
     def axis_size(self, axis_name: AxisName) -> int:
         """The number of devices along `axis_name` (the product for a tuple of names)."""
-        return int(np.prod([self.shape[n] for n in self.axis_names_of(axis_name)]))
+        return math.prod(self.shape[n] for n in self.axis_names_of(axis_name))
 
     def axis_index(self, device: int, axis_name: AxisName) -> int:
         """`device`'s index along `axis_name`; for a tuple, row-major over the names in tuple order."""

@@ -4,6 +4,11 @@ Posting a message books its route on the network (`LinkState`), records it in th
 the receiver's mailbox with its arrival time; no clock event is made for it. A receive is one event that
 fires at the message's arrival (at once if it is already there), and a sender waits once, for its last
 arrival, at the end of its part of the collective.
+
+Collectives whose members all send one message to every member (all_to_all, all_gather, the direct
+all-reduce) may post whole rows instead (`send_each` / `recv_each`): one table per call holds every
+member's row, and each receiver takes its column with one event, so a call over n devices costs n
+events and n row postings, not n^2 mailbox entries.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ class Message:
 
 
 class Transport:
-    """Mailboxes keyed by (receiver, sender, exchange, tag), and the receives waiting on them."""
+    """Mailboxes keyed by (receiver, sender, exchange, tag), the receives waiting on them, and the tables
+    of the calls exchanging whole rows."""
 
     def __init__(self, env: simpy.Environment, links: LinkState, trace: Trace, devices: int) -> None:
         self.env = env
@@ -55,30 +61,11 @@ class Transport:
         self._deliver(message, (message.src, exchange, message.tag), arrival)
         return arrival
 
-    def post_batch(self, src: int, dsts: list[int], payloads: list[np.ndarray], headers: list[dict], tag: Hashable,
-                   exchange: int, collective: str, call: int, details: dict[str, list]) -> float:
-        """Send one message to each of `dsts` now, in order; returns the last arrival time."""
-        now = self.env.now
-        sizes = [payload.nbytes for payload in payloads]
-        starts, arrivals = self.links.occupy_batch(src, dsts, sizes, now)
-        self.trace.append_batch(src, dsts, sizes, now, starts, arrivals, collective, call, details)
-        key = (src, exchange, tag)
-        inbox, waiting = self._inbox, self._waiting
-        for dst, payload, header, arrival in zip(dsts, payloads, headers, arrivals):
-            message = Message(src, dst, tag, payload, header)
-            if key in waiting[dst]:
-                self._deliver(message, key, arrival)
-            else:
-                inbox[dst][key] = (arrival, message)
-        return max(arrivals, default=now)
-
     def _deliver(self, message: Message, key: tuple, arrival_s: float) -> None:
         """Hand `message` to the receive waiting for it, or leave it in the receiver's mailbox."""
         waiter = self._waiting[message.dst].pop(key, None)
         if waiter is None:
             self._inbox[message.dst][key] = (arrival_s, message)
-        elif isinstance(waiter, _Gather):
-            waiter.fill(key, arrival_s, message)
         else:
             _fire(self.env, waiter, message, arrival_s - self.env.now)
 
@@ -94,29 +81,22 @@ class Transport:
             _fire(self.env, event, message, arrival - self.env.now)
         return event
 
-    def expect_all(self, dst: int, sources: list[tuple[int, Hashable]], exchange: int) -> simpy.Event:
-        """One event that fires with the messages from every `(src, tag)` of `sources`, in that order, once
-        the last of them has arrived."""
-        gather = _Gather(self.env, [(src, exchange, tag) for src, tag in sources])
-        inbox, waiting = self._inbox[dst], self._waiting[dst]
-        for key in gather.keys:
-            posted = inbox.pop(key, None)
-            if posted is None:
-                waiting[key] = gather
-            else:
-                gather.fill(key, *posted)
-        return gather.event
-
-
-    def post_each(self, exchange: int, members: tuple[int, ...], sender: int, payloads: list[np.ndarray],
-                  headers: list[dict], arrivals: list[float]) -> None:
-        """Leave member `sender`'s row of messages (one per member, in member order) in the call's table."""
+    def post_each(self, src: int, group: Group, payloads: list[np.ndarray], headers: list[dict], exchange: int,
+                  collective: str, call: int, details: dict[str, list]) -> float:
+        """Send member `group.index`'s row of messages (one per member, in member order) now: book their
+        links, record them, and leave the row in the call's table. Returns the last arrival time."""
+        now = self.env.now
+        members = list(group.members)
+        sizes = [payload.nbytes for payload in payloads]
+        starts, arrivals = self.links.occupy_batch(src, members, sizes, now)
+        self.trace.append_batch(src, members, sizes, now, starts, arrivals, collective, call, details)
         table = self._tables.get(exchange)
         if table is None:
-            table = self._tables[exchange] = _Table(self.env, members)
-        table.post(sender, payloads, headers, arrivals)
+            table = self._tables[exchange] = _Table(self.env, group.members)
+        table.post(group.index, payloads, headers, arrivals)
         if table.finished:
             del self._tables[exchange]
+        return max(arrivals, default=now)
 
     def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
         """One event that fires with the message from every member to member `receiver`, in member order,
@@ -172,28 +152,6 @@ class _Table:
         _fire(self.env, event, messages, last_s - self.env.now)
 
 
-class _Gather:
-    """Messages awaited together: the event fires at the latest arrival, when all have been posted."""
-
-    __slots__ = ("env", "event", "keys", "messages", "slots", "pending", "last_s")
-
-    def __init__(self, env: simpy.Environment, keys: list[tuple]) -> None:
-        self.env, self.event, self.keys = env, env.event(), keys
-        self.messages: list[Message | None] = [None] * len(keys)
-        self.slots = {key: k for k, key in enumerate(keys)}
-        self.pending, self.last_s = len(keys), 0.0
-        if not keys:
-            self.event.succeed([])
-
-    def fill(self, key: tuple, arrival_s: float, message: Message) -> None:
-        self.messages[self.slots[key]] = message
-        if arrival_s > self.last_s:
-            self.last_s = arrival_s
-        self.pending -= 1
-        if not self.pending:
-            _fire(self.env, self.event, self.messages, self.last_s - self.env.now)
-
-
 def _fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float) -> None:
     """Trigger `event` with `value` after `delay_s` (what a `Timeout` does, on an event already handed out)."""
     event._ok = True
@@ -240,35 +198,18 @@ class Port:
         if arrival > self.last_arrival_s:
             self.last_arrival_s = arrival
 
-    def send_batch(self, dsts: list[int], payloads: list[np.ndarray], headers: list[dict], tag: Hashable = 0,
-                   **details: list) -> None:
-        """`send` of `payloads[k]` to `dsts[k]` for every k, all now; each `details` keyword gives one detail
-        value per message. The trace and the timing are those of the same sends made one by one."""
-        for payload in payloads:
-            if not payload.flags.c_contiguous:
-                raise AssertionError("payloads must be packed (C-contiguous) before sending")
-        arrival = self.transport.post_batch(self.device, dsts, payloads, headers, tag, self.exchange,
-                                            self.collective.name, self.call, details)
-        if arrival > self.last_arrival_s:
-            self.last_arrival_s = arrival
-
     def send_each(self, payloads: list[np.ndarray], headers: list[dict], **details: list) -> None:
         """Send `payloads[j]` to member j of the group, for every member, all now: one row of the call's
-        all-pairs exchange, which members receive with `recv_each` (and only with it). The trace and the
-        timing are those of the same sends made one by one."""
-        members = self.group.members
+        all-pairs exchange, which members receive with `recv_each` (and only with it). Each `details`
+        keyword gives one detail value per message. The trace and the timing are those of the same sends
+        made one by one, in member order."""
         for payload in payloads:
             if not payload.flags.c_contiguous:
                 raise AssertionError("payloads must be packed (C-contiguous) before sending")
-        now = self.transport.env.now
-        sizes = [payload.nbytes for payload in payloads]
-        starts, arrivals = self.transport.links.occupy_batch(self.device, list(members), sizes, now)
-        self.transport.trace.append_batch(self.device, list(members), sizes, now, starts, arrivals,
-                                          self.collective.name, self.call, details)
-        self.transport.post_each(self.exchange, members, self.group.index, payloads, headers, arrivals)
-        last = max(arrivals, default=now)
-        if last > self.last_arrival_s:
-            self.last_arrival_s = last
+        arrival = self.transport.post_each(self.device, self.group, payloads, headers, self.exchange,
+                                           self.collective.name, self.call, details)
+        if arrival > self.last_arrival_s:
+            self.last_arrival_s = arrival
 
     def recv_each(self) -> simpy.Event:
         """One event that fires with the `send_each` message of every member to this one, in member order,
@@ -278,9 +219,3 @@ class Port:
     def recv(self, src: int, tag: Hashable = 0) -> simpy.Event:
         """An event that fires with the `Message` from `src` carrying `tag`."""
         return self.transport.expect(self.device, src, self.exchange, tag)
-
-    def recv_all(self, sources: list[tuple[int, Hashable]]) -> simpy.Event:
-        """One event that fires with the messages from every `(src, tag)` in `sources`, in that order, when
-        the last has arrived: for a protocol whose work on arrival takes no simulated time, the same timing
-        as receiving them one by one, with one clock event instead of one per message."""
-        return self.transport.expect_all(self.device, sources, self.exchange)
