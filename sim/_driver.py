@@ -94,8 +94,7 @@ class DeviceProgram:
         self.result: Any = None
         self.waiting_on: Any = "has not started"
         self.calls: dict[tuple[int, ...], int] = {}
-        self.collectives_called = 0
-        self.in_collective: tuple[str, int, tuple[int, ...]] | None = None
+        self.last_call: Any = None  # the `Waiting` of the collective it called last
         self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
         self._greenlet.context = DeviceContext(self)
         self._home = self._greenlet.parent
@@ -105,7 +104,6 @@ class DeviceProgram:
         if self.aborted:  # the program swallowed the abort: it never runs again
             _PARKED.append(self._greenlet)
             self._home.switch()
-        self.collectives_called += 1
         reply = self._home.switch(collective)
         if self.aborted:
             raise _Aborted
@@ -140,9 +138,8 @@ class DeviceProgram:
         """`error` with a note saying which device raised it, in which call, at the user's file and line."""
         if isinstance(error, Exception):
             where = _user_frame(error)
-            call = (f"in {self.in_collective[0]} (call #{self.in_collective[1]} over devices "
-                    f"{list(self.in_collective[2])})" if self.in_collective is not None
-                    else f"after {self.collectives_called} collective call(s)")
+            call = ("before its first collective" if self.last_call is None
+                    else f"after {str(self.last_call).removeprefix('waits in ')}")
             error.add_note(f"raised on device {self.device} {call}" + (f", at {where}" if where else ""))
         return error
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Generator, Sequence
 import simpy
 
 from sim._driver import DeviceProgram
-from sim._errors import InvalidArgumentError, ProtocolError
+from sim._errors import InvalidArgumentError, MeshError, ProtocolError
 from sim._memory import LocalMemory
 from sim._mesh import Mesh
 from sim._network import LinkState
@@ -32,7 +32,7 @@ class Simulation:
     def __init__(self, mesh: Mesh, check_vma: bool = True, memories: Sequence[LocalMemory] | None = None) -> None:
         self.mesh = mesh
         self.check_vma = check_vma
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)
         self.memories = list(memories) if memories is not None else [LocalMemory(d) for d in mesh.devices]
         self.programs = [Program() for _ in mesh.devices]
         self.trace = Trace()
@@ -90,8 +90,7 @@ class Simulation:
         members = collective.group.members
         call = program.calls.get(members, 0)
         program.calls[members] = call + 1
-        program.waiting_on = Waiting(collective.name, call, members)
-        program.in_collective = (collective.name, call, members)
+        program.waiting_on = program.last_call = Waiting(collective.name, call, members)
         try:
             meeting = self.rendezvous.arrive(program.device, call, collective)
             yield meeting.event
@@ -102,10 +101,11 @@ class Simulation:
             if port.last_arrival_s > self.env.now:
                 yield self.env.timeout(port.last_arrival_s - self.env.now)
         except Exception as error:
+            if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened
+                error.add_note(f"raised on device {program.device} {program.waiting_on}")
             program.waiting_on = "failed"
             self.fail(error)
             yield self.env.event()  # never fires: the run ends with the error
-        program.in_collective = None
         return result
 
 

@@ -1,0 +1,190 @@
+"""The driver, rendezvous and transport: greenlets instead of threads, errors that say where they came from,
+aborts that cannot be swallowed, linear rendezvous, cached groups, byte-identical traces."""
+
+from __future__ import annotations
+
+import json
+import signal
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import collectives
+import sim
+from sim import P
+
+
+@contextmanager
+def _deadline(seconds: int):
+    """Fail (instead of hanging the suite) if the block takes longer than `seconds`."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _os_threads() -> int:
+    with open("/proc/self/status") as status:
+        return int(next(line for line in status if line.startswith("Threads:")).split()[1])
+
+
+def test_a_swallowed_abort_raises_the_original_error():
+    """A device that wraps a collective in a bare `except:` and retries cannot swallow the engine's abort:
+    the run ends with the other device's original ValueError, naming device 1."""
+    def body(v):
+        if collectives.axis_index("i") == 1:
+            raise ValueError("boom")
+        for _ in range(3):
+            try:
+                return collectives.psum(v, "i")
+            except:  # noqa: E722 - the point of the test
+                continue
+        return v
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"i": 2}), in_specs=P("i"), out_specs=P("i"), check_vma=False)
+    with _deadline(30), pytest.raises(ValueError, match="boom") as caught:
+        f(np.arange(4.0))
+    assert any("device 1" in note for note in caught.value.__notes__)
+
+
+def test_a_program_retrying_forever_still_ends():
+    """Even a device that retries its collective forever after the abort stops running: it is parked."""
+    def body(v):
+        if collectives.axis_index("i") == 0:
+            raise KeyError("first")
+        while True:
+            try:
+                return collectives.psum(v, "i")
+            except BaseException:  # noqa: BLE001 - the point of the test
+                pass
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"i": 3}), in_specs=P("i"), out_specs=P("i"), check_vma=False)
+    with _deadline(30), pytest.raises(KeyError, match="first"):
+        f(np.arange(3.0))
+
+
+def test_an_error_says_device_call_and_the_users_line():
+    """An error raised in a device program keeps its type and traceback and gains a note naming the device,
+    the collective call it made last, and the user's file and line."""
+    def body(x):
+        y = collectives.all_gather(x, "x")
+        if collectives.axis_index("x") == 2:
+            raise ZeroDivisionError("on purpose")
+        return y
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 4}), in_specs=P("x"), out_specs=P(), check_vma=False)
+    with pytest.raises(ZeroDivisionError) as caught:
+        f(np.arange(4))
+    note = caught.value.__notes__[-1]
+    assert note.startswith("raised on device 2 after all_gather (call #0 over devices [0, 1, 2, 3]), at ")
+    assert f"{__file__}:" in note and "(body)" in note
+    assert caught.value.__traceback__ is not None
+
+
+def test_a_collective_error_inside_the_protocol_names_the_call():
+    """A rule broken across the group (found at the rendezvous) is reported with every violation."""
+    f = sim.shard_map(lambda x: collectives.all_gather(x if collectives.axis_index("x") else x[:1], "x"),
+                      mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P(), check_vma=False)
+    with pytest.raises(sim.InvalidArgumentError, match="device 1: all_gather: x is int64\\[2\\] but device 0"):
+        f(np.arange(4))
+
+
+def test_devices_are_not_threads():
+    """Device programs run as greenlets: the process has as many OS threads with 512 devices as with 2."""
+    seen = []
+
+    def body(x):
+        seen.append(_os_threads())
+        return collectives.psum(x, "x")
+
+    before = _os_threads()
+    for n in (2, 512):
+        sim.shard_map(body, mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=P(), check_vma=False)(np.ones(n))
+    assert max(seen) == before
+
+
+def test_deadlock_report_names_what_each_device_waits_on():
+    """Devices that stop waiting on each other get a report of each one's collective, call and group."""
+    def body(x):
+        if collectives.axis_index("x") == 0:
+            return x
+        return collectives.psum(x, "x")
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    with pytest.raises(sim.ProtocolError, match=r"device 0 has finished\n  device 1 waits in psum \(call #0 "
+                                                r"over devices \[0, 1\]\)"):
+        f(np.arange(2.0))
+
+
+def test_mismatched_calls_are_compared_with_the_first_arrival():
+    """A device calling another collective than the group's first arrival is named with both calls."""
+    def body(x):
+        if collectives.axis_index("x") == 2:
+            return collectives.all_gather(x, "x", tiled=True)[:1]
+        return collectives.psum(x, "x")
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 3}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    with pytest.raises(sim.ProtocolError, match="device 0 called psum.*device 2 called all_gather"):
+        f(np.arange(3.0))
+
+
+def test_groups_are_computed_once_per_mesh(monkeypatch):
+    """Every device's group for one (axis_name, axis_index_groups) is built and checked once per mesh, and
+    the members of a group share one tuple."""
+    import sim._mesh
+
+    checks = []
+    original = sim._mesh.check_axis_index_groups
+    monkeypatch.setattr(sim._mesh, "check_axis_index_groups", lambda *a: checks.append(a) or original(*a))
+    mesh = sim.Mesh({"x": 4, "y": 2})
+    groups = [mesh.group(d, "x", [[0, 2], [3, 1]]) for d in mesh.devices for _ in range(3)]
+    assert len(checks) == 1
+    assert mesh.group(2, "x", [[0, 2], [3, 1]]) == sim.Group((6, 2), 1)
+    assert groups[0].members is mesh.group(4, "x", [[0, 2], [3, 1]]).members
+    with pytest.raises(sim.InvalidArgumentError, match="exactly once"):
+        mesh.group(0, "x", [[0, 1], [1, 2]])
+
+
+def test_traces_are_byte_identical_across_runs():
+    """Two runs of the same program give the same trace, byte for byte, as JSON and as columns."""
+    def body(x):
+        y = collectives.all_to_all(x, "x", 0, 0, tiled=True)
+        z = collectives.ppermute(y, "x", [(i, (i + 1) % 8) for i in range(8)])
+        return collectives.psum(z, "x", algorithm="ring") + collectives.all_gather(z, "x", tiled=True)[:8]
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 8}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    x = np.arange(64.0)
+    first, second = f.run(x), f.run(x)
+    assert json.dumps(first.trace.to_json()).encode() == json.dumps(second.trace.to_json()).encode()
+    for name, column in first.trace.columns().items():
+        assert column.tolist() == second.trace.columns()[name].tolist(), name
+    assert first.outputs.tobytes() == second.outputs.tobytes()
+
+
+def test_trace_columns_match_the_records():
+    """The columnar trace and the records made from it on demand hold the same fields, in send order."""
+    f = sim.shard_map(lambda x: collectives.all_to_all(x, "x", 0, 0, tiled=True), mesh=sim.Mesh({"x": 4}),
+                      in_specs=P("x"), out_specs=P("x"))
+    run = f.run(np.arange(16.0))
+    columns = run.trace.columns()
+    assert len(run.trace) == 16 == len(columns["src"])
+    assert columns["src"].dtype == np.int64 and columns["arrival_time_s"].dtype == np.float64
+    for k, record in enumerate(run.trace):
+        assert (record.src, record.dst, record.size_bytes) == (columns["src"][k], columns["dst"][k], 8 * 1)
+        assert record.detail == {"slice": record.dst, "axis": 0, "rows": (record.src, record.src + 1)}
+    assert [m.src for m in run.trace] == sorted(m.src for m in run.trace)
+
+
+def test_link_busy_time_comes_from_the_trace():
+    """Each link was busy for the bytes it carried over its bandwidth; a device's message to itself uses none."""
+    mesh = sim.Mesh({"x": 2}, network=sim.Network.fully_connected(latency_s=0, bandwidth_bytes_per_s=1e9))
+    run = sim.shard_map(lambda x: collectives.all_gather(x, "x", tiled=True), mesh=mesh, in_specs=P("x"),
+                        out_specs=P(), check_vma=False).run(np.arange(200.0))
+    busy = run.simulation.links.busy_s(run.trace)
+    assert busy == pytest.approx({(0, 1): 800 / 1e9, (1, 0): 800 / 1e9})
