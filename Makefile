@@ -26,6 +26,7 @@ test-fast: install
 bench: install
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/packing.py
+	$(BIN)/python benchmarks/scale.py
 
 clean:
 	rm -rf $(VENV) *.egg-info
