@@ -20,6 +20,7 @@ were written in place is those devices' memory: the run's memories alias the arr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -27,15 +28,18 @@ from sim._errors import InvalidArgumentError
 from sim._memory import LocalMemory
 from sim._mesh import Mesh
 from sim._spec import PartitionSpec
+from sim._tree import leaves
 
 
 @dataclass(frozen=True)
 class Aval:
-    """A global output's spec, shape and dtype, as a call produced it."""
+    """A global output's spec, shape and dtype, as a call produced it; `reserve` says whether its blocks
+    were fresh allocations in device memory then (a collective's result), worth a reserved region."""
 
     spec: PartitionSpec
     shape: tuple[int, ...]
     dtype: np.dtype
+    reserve: bool = field(default=True, compare=False)
 
 
 @dataclass
@@ -75,7 +79,7 @@ def prepare(mesh: Mesh, memories: list[LocalMemory], avals: dict[str, Aval]) -> 
     for path, aval in avals.items():
         array = np.zeros(aval.shape, aval.dtype)  # fresh zero pages: an allocation's zeros, never written twice
         reserved = {}
-        for device in _writers(mesh, aval.spec):
+        for device in _writers(mesh, aval.spec) if aval.reserve else ():
             region = array[block_index(mesh, device, aval.spec, aval.shape, path)]
             if region.size and region.flags.c_contiguous:
                 memories[device].reserve(region)
@@ -123,9 +127,17 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple, prep
     return out
 
 
-def aval_of(spec: PartitionSpec, out: np.ndarray) -> Aval:
-    """What `prepare` needs to allocate `out` again."""
-    return Aval(spec, out.shape, out.dtype)
+def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, results: list[Any],
+             outputs: Any) -> dict[str, Aval]:
+    """Each output's aval by path, for `prepare` to allocate it again; the per-device `results` say which
+    outputs were fresh allocations (a region reserved for any other would only be taken by the wrong one)."""
+    per_device = [leaves(result) for result in results]
+    found = {}
+    for k, (path, spec, out) in enumerate(zip(leaves(paths), leaves(specs, _is_spec), leaves(outputs))):
+        fresh = all(per_device[d][k].flags.writeable and memories[d].find(per_device[d][k]) is not None
+                    for d in _writers(mesh, spec))
+        found[path] = Aval(spec, out.shape, out.dtype, fresh)
+    return found
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -151,6 +163,10 @@ def _check_replicas(mesh: Mesh, spec: PartitionSpec, path: str, blocks: list[np.
                 f"{path}: out_specs entry {spec!r} claims the output is replicated along mesh axis {axis!r}, "
                 f"but device {d} and device {twin} hold different values"
             )
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, PartitionSpec)
 
 
 def _writers(mesh: Mesh, spec: PartitionSpec) -> list[int]:

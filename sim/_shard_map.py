@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sim._blocks import Aval, aval_of, assemble, block_index, prepare, settle
+from sim._blocks import Aval, assemble, avals_of, block_index, prepare, settle
 from sim._engine import Simulation
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Mesh
@@ -46,9 +46,10 @@ class Run:
 class ShardMapped:
     """A function mapped over a mesh; call it like the original, read `last_run` for the trace.
 
-    Placing an input block that is one contiguous run of the caller's array (rows under `P('x')`) copies
-    nothing: the device memory adopts the caller's bytes, read-only, as a JAX array is immutable (write into
-    an input inside `f` and numpy raises "assignment destination is read-only"). Other blocks are copied.
+    Inputs are immutable inside `f`, as JAX arrays are: writing into one raises numpy's "assignment
+    destination is read-only". Placing an input block that is one contiguous run of the caller's array
+    (rows under `P('x')`) copies nothing: the device memory adopts the caller's bytes. Other blocks are
+    copied.
     Each call's global outputs are allocated once: from the second call with the same input shapes and
     dtypes on, collectives write the devices' blocks straight into them (see `sim._blocks`). So a run's
     memories alias the caller's inputs and the outputs returned; write into either and `last_run`'s device
@@ -80,8 +81,7 @@ class ShardMapped:
             lambda path, spec, *per_device: assemble(self.mesh, spec, path, per_device, prepared.get(path)),
             out_paths, out_specs, *results,
         )
-        self._avals[signature] = {path: aval_of(spec, out) for path, spec, out in
-                                  zip(leaves(out_paths), leaves(out_specs, _is_spec), leaves(outputs))}
+        self._avals[signature] = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs)
         self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
         return self.last_run
 
@@ -99,6 +99,7 @@ class ShardMapped:
             def place(path: str, x: np.ndarray, layout: Any, spec: PartitionSpec) -> Varying:
                 block = x[block_index(self.mesh, device, spec, x.shape, path)]
                 local = memory.view(memory.place(block, layout)).view(Varying)
+                local.flags.writeable = False  # an input is immutable, adopted or copied alike
                 local.vma = frozenset(spec.axes()) if self.check_vma else frozenset()
                 local.var = record.new_var(local.dtype, local.shape, local.vma)
                 record.inputs.append(local.var)
