@@ -6,15 +6,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+from _ragged import RaggedWorkload, numpy_ragged_all_to_all
+from _workload import AXIS_NAME, DEVICES, Workload, make_input, numpy_all_to_all
 
 import collectives
 import sim
-from _ragged import RaggedWorkload, numpy_ragged_all_to_all
-from _workload import AXIS_NAME, DEVICES, Workload, make_input, numpy_all_to_all
 from oracles import spec
 
 

@@ -16,14 +16,14 @@ Imported by the worker only, after the device count is set.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+from _workload import AXIS_NAME
 from jax import lax
 from jax.sharding import PartitionSpec as P
-
-from _workload import AXIS_NAME
 
 ARGUMENTS = 6  # operand, output, input_offsets, send_sizes, output_offsets, recv_sizes
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-
 from _workload import DEVICES, DTYPE, SEED, Workload
 
 OUTPUT_FILL = -1.0

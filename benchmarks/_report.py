@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
-
 from _cases import Case
 from _stages import Memory
 from _timing import Timing
 from _workload import DEVICES, DTYPE
+from rich.console import Console
+from rich.table import Table
 
 _GB = 1e9
 

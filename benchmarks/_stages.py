@@ -7,15 +7,15 @@ most one result of each stage is alive at a time.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
-
-import sim
 from _cases import Case
 from _timing import Timing, check_repeat, peak_added_bytes, timed
 from _workload import AXIS_NAME, DEVICES
+
+import sim
 
 
 class ResultMismatch(AssertionError):
