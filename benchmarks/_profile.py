@@ -11,10 +11,9 @@ import cProfile
 import io
 import os
 import pstats
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
-
 from _cases import Case
 from _stages import simulator_call
 

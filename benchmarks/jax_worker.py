@@ -20,7 +20,6 @@ import sys
 import time
 
 import numpy as np
-
 from _ragged import RaggedWorkload
 from _timing import peak_resident_gib
 from _workload import AXIS_NAME, DEVICES, Workload, digest, make_input
@@ -62,7 +61,8 @@ def _compiled_exchange(mesh, placed: tuple):
 def _placed(mesh, host):
     """`host` sharded by rows over the mesh, on the devices."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     placed = jax.device_put(host, NamedSharding(mesh, P(AXIS_NAME)))
     placed.block_until_ready()

@@ -74,17 +74,17 @@ def block_index(mesh: Mesh, device: int, spec: PartitionSpec, shape: tuple[int, 
 
 
 def prepare(mesh: Mesh, memories: list[LocalMemory], avals: dict[str, Aval]) -> dict[str, Prepared]:
-    """Allocate each global output in `avals` (by output path) and reserve its writers' regions."""
+    """Allocate each global output in `avals` (by output path) whose blocks can be reserved, and reserve its
+    writers' regions; the others are assembled as on a first call."""
     prepared = {}
     for path, aval in avals.items():
         array = np.zeros(aval.shape, aval.dtype)  # fresh zero pages: an allocation's zeros, never written twice
-        reserved = {}
-        for device in _writers(mesh, aval.spec) if aval.reserve else ():
-            region = array[block_index(mesh, device, aval.spec, aval.shape, path)]
-            if region.size and region.flags.c_contiguous:
+        regions = {d: array[block_index(mesh, d, aval.spec, aval.shape, path)] for d in _writers(mesh, aval.spec)}
+        reserved = {d: r for d, r in regions.items() if r.size and r.flags.c_contiguous}
+        if aval.reserve and reserved:
+            for device, region in reserved.items():
                 memories[device].reserve(region)
-                reserved[device] = region
-        prepared[path] = Prepared(aval, array, reserved)
+            prepared[path] = Prepared(aval, array, reserved)
     return prepared
 
 
@@ -98,7 +98,8 @@ def settle(memories: list[LocalMemory], prepared: dict[str, Prepared]) -> None:
                 output.taken.add(device)
 
 
-def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple, prepared: Prepared | None = None) -> np.ndarray:
+def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
+             prepared: Prepared | None = None) -> np.ndarray:
     """Put per-device blocks together (into `prepared` when it fits); blocks along axes `spec` leaves out must
     all be equal."""
     blocks = [np.asarray(b) for b in per_device]

@@ -57,7 +57,7 @@ def bytes_in_layout(array: np.ndarray, layout: Layout) -> np.ndarray | None:
     """`array`'s bytes as one uint8 run in `layout`'s order, viewed without a copy; None if they are not
     one contiguous run in that order (or `array` is empty)."""
     physical = array.transpose(layout.major_to_minor)
-    if array.size == 0 or not physical.flags.c_contiguous:
+    if array.size == 0 or array.dtype.hasobject or not physical.flags.c_contiguous:
         return None
     return physical.reshape(-1).view(np.uint8)
 
