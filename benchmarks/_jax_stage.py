@@ -27,9 +27,10 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def run_worker(workload: Workload, repeat: int) -> dict:
-    """Run the worker for `workload` and return its JSON report."""
-    command = [sys.executable, str(WORKER), "--rows", str(workload.rows), "--repeat", str(check_repeat(repeat))]
+def run_worker(case: str, workload: Workload, repeat: int) -> dict:
+    """Run the worker for `case` on `workload` and return its JSON report."""
+    command = [sys.executable, str(WORKER), "--case", case, "--rows", str(workload.rows),
+               "--repeat", str(check_repeat(repeat))]
     done = subprocess.run(command, env=worker_env(), capture_output=True, text=True, check=False)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -37,12 +38,15 @@ def run_worker(workload: Workload, repeat: int) -> dict:
     return json.loads(lines[-1])
 
 
-def time_jax(workload: Workload, repeat: int, expected_digest: str) -> Timing:
-    """Best-of-`repeat` wall time of JAX's all_to_all; its output digest must equal `expected_digest`."""
-    report = run_worker(workload, repeat)
+def time_jax(case: str, workload: Workload, repeat: int, expected_digest: str) -> Timing:
+    """Best-of-`repeat` wall time of JAX's `case`; its output digest must equal `expected_digest`."""
+    report = run_worker(case, workload, repeat)
     if report["digest"] != expected_digest:
-        raise ResultMismatch(f"jax: output digest {report['digest']} differs from numpy's {expected_digest}")
-    note = f"jax {report['jax']}, {report['devices']}, compile {report['compile_s']:.2f} s (not timed)"
+        raise ResultMismatch(f"jax: {case}: output digest {report['digest']} differs from numpy's {expected_digest}")
+    path = "the real op" if report["path"] == "real" else (
+        "XLA:CPU cannot run the op: timed its decomposition into a gather, tiled all_to_alls and a "
+        "gather-select (benchmarks/_jax_ragged.py)")
+    note = f"{path}; jax {report['jax']}, {report['devices']}, compile {report['compile_s']:.2f} s (not timed)"
     if report.get("peak_resident_gib") is not None:
         note += f", worker peak resident memory {report['peak_resident_gib']:.2f} GiB"
     return Timing("jax", tuple(report["runs_s"]), "digest equals numpy's", note=note)

@@ -1,4 +1,4 @@
-"""cProfile of one simulator call, split by thread.
+"""cProfile of one repeated simulator call (the kind the table times), split by thread.
 
 The main thread runs the SimPy clock, every collective's protocol, placing the inputs and assembling the
 outputs; each device program runs in its own thread, so it gets its own profiler. Time a thread spends
@@ -11,33 +11,37 @@ import cProfile
 import io
 import os
 import pstats
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
-
-from _stages import exchange, simulator_call
+from _cases import Case
+from _stages import simulator_call
 
 
 def profiled(program: Callable[[np.ndarray], np.ndarray], profiles: list[cProfile.Profile]) -> Callable:
     """`program` with a profiler of its own thread, appended to `profiles`."""
-    def run(block: np.ndarray) -> np.ndarray:
+    def run(*blocks: np.ndarray) -> np.ndarray:
         profile = cProfile.Profile()
         profiles.append(profile)
         profile.enable()
         try:
-            return program(block)
+            return program(*blocks)
         finally:
             profile.disable()
     return run
 
 
-def profile_simulator(x: np.ndarray) -> tuple[cProfile.Profile, list[cProfile.Profile]]:
-    """Profiles of one simulator call on `x`: (main thread, one per device thread)."""
+def profile_simulator(case: Case, inputs: tuple[np.ndarray, ...]) -> tuple[cProfile.Profile, list[cProfile.Profile]]:
+    """Profiles of the second simulator call on `inputs` (the first learns the output shapes): (main
+    thread, one per device thread)."""
     devices: list[cProfile.Profile] = []
-    f = simulator_call(profiled(exchange, devices))
+    f = simulator_call(case, profiled(case.program, devices))
+    f(*inputs)
+    f.last_run = None
+    devices.clear()
     main = cProfile.Profile()
     main.enable()
-    f(x)
+    f(*inputs)
     main.disable()
     return main, devices
 
@@ -54,9 +58,9 @@ def top(profiles: list[cProfile.Profile], sort: str, limit: int) -> str:
 
 # (file, function) of the simulator's phases; a renamed function shows as n/a rather than failing.
 PHASES = {
-    "place inputs in device memories": ("_shard_map.py", "program"),
+    "place inputs in device memories": ("_shard_map.py", "_programs"),
     "run the programs (exchange on the SimPy clock)": ("_engine.py", "run"),
-    "assemble the global output": ("_shard_map.py", "_assemble"),
+    "assemble the global output": ("_blocks.py", "assemble"),
     "whole call": ("_shard_map.py", "run"),
 }
 
@@ -74,11 +78,11 @@ def phases(profile: cProfile.Profile) -> str:
     return "\n".join(lines)
 
 
-def report(x: np.ndarray, limit: int = 15) -> str:
-    """The profile of one simulator call on `x`, as text for the console."""
-    main, devices = profile_simulator(x)
+def report(case: Case, inputs: tuple[np.ndarray, ...], limit: int = 15) -> str:
+    """The profile of one repeated simulator call of `case` on `inputs`, as text for the console."""
+    main, devices = profile_simulator(case, inputs)
     return "\n".join([
-        "== simulator phases (main thread, cumulative) ==", phases(main), "",
+        f"== {case.name}: simulator phases of a repeated call (main thread, cumulative) ==", phases(main), "",
         "== main thread, by own time ==", top([main], "tottime", limit),
         "== main thread, by cumulative time ==", top([main], "cumulative", limit),
         f"== {len(devices)} device threads merged, by own time ==", top(devices, "tottime", limit),

@@ -1,4 +1,4 @@
-"""The in-process stages: the numpy reference exchange and the simulator, each timed best-of-N.
+"""The in-process stages: the numpy evaluation and the simulator, each timed best-of-N, and their memory.
 
 Each repetition drops the previous repetition's arrays (and collects the garbage) before it starts, so at
 most one result of each stage is alive at a time.
@@ -7,70 +7,96 @@ most one result of each stage is alive at a time.
 from __future__ import annotations
 
 import gc
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
+from _cases import Case
+from _timing import Timing, check_repeat, peak_added_bytes, timed
+from _workload import AXIS_NAME, DEVICES
 
-import collectives
 import sim
-from _timing import Timing, check_repeat, timed
-from _workload import AXIS_NAME, DEVICES, Workload, numpy_all_to_all
 
 
 class ResultMismatch(AssertionError):
     """A stage produced a different array from the numpy reference: its timing would be meaningless."""
 
 
-def time_numpy(x: np.ndarray, workload: Workload, repeat: int) -> tuple[Timing, np.ndarray]:
-    """Best-of-`repeat` wall time of the numpy exchange, and its result (checked by a second formulation)."""
+@dataclass(frozen=True)
+class Memory:
+    """Peak resident bytes one call adds (None where /proc cannot tell), and the bytes it reads and writes."""
+
+    numpy_bytes: int | None
+    first_call_bytes: int | None
+    repeated_call_bytes: int | None
+    input_bytes: int
+    output_bytes: int
+
+
+def time_numpy(case: Case, inputs: tuple[np.ndarray, ...], repeat: int) -> tuple[Timing, np.ndarray]:
+    """Best-of-`repeat` wall time of the numpy evaluation, and its result (checked by a second transcription)."""
     runs_s, reference = [], None
     for _ in range(check_repeat(repeat)):
         reference = None
-        elapsed_s, reference = timed(lambda: numpy_all_to_all(x, workload))
+        elapsed_s, reference = timed(lambda: case.evaluate(*inputs))
         runs_s.append(elapsed_s)
-    _check_reference(x, reference, workload)
-    return Timing("numpy", tuple(runs_s), "equals a reshape/swapaxes transcription"), reference
+    if not case.check(inputs, reference):
+        raise ResultMismatch(f"numpy: {case.name}: the numpy evaluation and {case.transcription} disagree")
+    return Timing("numpy", tuple(runs_s), f"equals {case.transcription}"), reference
 
 
-def _check_reference(x: np.ndarray, reference: np.ndarray, workload: Workload) -> None:
-    """The chunk loop must agree with the all_to_all written as one axis swap of (sender, receiver)."""
-    chunks = x.reshape(DEVICES, DEVICES, workload.chunk_rows, workload.columns)
-    swapped = np.swapaxes(chunks, 0, 1).reshape(x.shape)
-    if not np.array_equal(swapped, reference):
-        raise ResultMismatch("numpy: the chunk loop and the swapaxes transcription disagree")
-
-
-def exchange(block: np.ndarray) -> np.ndarray:
-    """One device's program: the tiled all_to_all of its block over the whole mesh axis."""
-    return collectives.all_to_all(block, AXIS_NAME, 0, 0, tiled=True)
-
-
-def simulator_call(program: Callable[[np.ndarray], np.ndarray] = exchange) -> sim.ShardMapped:
-    """`program` mapped over a fresh 8-device mesh (default network), rows split over the axis."""
+def simulator_call(case: Case, program: Callable | None = None) -> sim.ShardMapped:
+    """`program` (default the case's) mapped over a fresh 8-device mesh (default network), rows split."""
     mesh = sim.Mesh({AXIS_NAME: DEVICES})
-    return sim.shard_map(program, mesh=mesh, in_specs=sim.P(AXIS_NAME), out_specs=sim.P(AXIS_NAME))
+    return sim.shard_map(program or case.program, mesh=mesh, in_specs=case.in_specs, out_specs=sim.P(AXIS_NAME))
 
 
-def time_simulator(x: np.ndarray, reference: np.ndarray, repeat: int) -> Timing:
-    """Best-of-`repeat` wall time of `simulator_call()(x)`; every repetition's output must equal `reference`.
+def time_simulator(case: Case, inputs: tuple[np.ndarray, ...], reference: np.ndarray, repeat: int) -> Timing:
+    """Best-of-`repeat` wall time of `f(*inputs)` for one `f = simulator_call(case)`, after one untimed first
+    call; every call's output must equal `reference`.
 
-    The timed call covers what a user's call costs: placing each block in its device memory, the message
-    exchange on the SimPy clock, and assembling the global output.
+    The first call learns the output shapes (as a jitted JAX function is compiled on its first call), so
+    from the second call on each device writes its block of the global output in place. A timed call
+    covers what a user's call costs: placing each block in its device memory (adopted, no copy), the
+    message exchange on the SimPy clock, and handing back the global output.
     """
-    runs_s, simulated_s, messages = [], set(), 0
-    network = simulator_call().mesh.network
+    f = simulator_call(case)
+    first_s, out = timed(lambda: f(*inputs))
+    _check(case, out, reference)
+    runs_s, simulated_s = [], {f.last_run.end_time_s}
+    messages = len(f.last_run.trace)
     for _ in range(check_repeat(repeat)):
-        f = simulator_call()
-        elapsed_s, out = timed(lambda: f(x))
+        out = f.last_run = None
+        elapsed_s, out = timed(lambda: f(*inputs))
         runs_s.append(elapsed_s)
         simulated_s.add(f.last_run.end_time_s)
-        messages = len(f.last_run.trace)
-        if not np.array_equal(out, reference):
-            raise ResultMismatch("simulator: all_to_all output differs from the numpy reference")
-        del f, out
-        gc.collect()
+        _check(case, out, reference)
+    del out
+    f.last_run = None
+    gc.collect()
     if len(simulated_s) != 1:
-        raise ResultMismatch(f"simulator: simulated time differs between repetitions: {sorted(simulated_s)}")
-    note = (f"{messages} messages; network {network.topology}, latency {network.latency_s * 1e6:g} us, "
-            f"{network.bandwidth_bytes_per_s / 1e9:g} GB/s per link and direction")
+        raise ResultMismatch(f"simulator: simulated time differs between calls: {sorted(simulated_s)}")
+    network = f.mesh.network
+    note = (f"first call {first_s:.3f} s (not timed); {messages} messages; network {network.topology}, latency "
+            f"{network.latency_s * 1e6:g} us, {network.bandwidth_bytes_per_s / 1e9:g} GB/s per link and direction")
     return Timing("simulator", tuple(runs_s), "equals numpy", simulated_s.pop(), note)
+
+
+def measure_memory(case: Case, inputs: tuple[np.ndarray, ...]) -> Memory:
+    """Peak resident bytes added by one numpy evaluation, one first simulator call and one repeated call."""
+    numpy_bytes, out = peak_added_bytes(lambda: case.evaluate(*inputs))
+    output_bytes = out.nbytes
+    del out
+    f = simulator_call(case)
+    first_bytes, out = peak_added_bytes(lambda: f(*inputs))
+    out = f.last_run = None
+    repeated_bytes, out = peak_added_bytes(lambda: f(*inputs))
+    del out
+    f.last_run = None
+    gc.collect()
+    return Memory(numpy_bytes, first_bytes, repeated_bytes, sum(x.nbytes for x in inputs), output_bytes)
+
+
+def _check(case: Case, out: np.ndarray, reference: np.ndarray) -> None:
+    if not np.array_equal(out, reference):
+        raise ResultMismatch(f"simulator: {case.name} output differs from the numpy reference")

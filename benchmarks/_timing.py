@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,37 @@ def peak_resident_gib() -> float | None:
 
     VmHWM starts afresh at exec, unlike `getrusage`'s maxrss, which a child inherits from its parent.
     """
+    kib = _status_kib("VmHWM")
+    return None if kib is None else kib / 2**20
+
+
+def peak_added_bytes(fn: Callable[[], object]) -> tuple[int | None, object]:
+    """Run `fn` once; return the peak resident bytes it added to the process, and its result.
+
+    After a full garbage collection, writing "5" to /proc/self/clear_refs resets the peak (VmHWM) to the
+    current resident size (VmRSS), so the peak after the call minus the size before it is what the call
+    added at its worst moment. Large numpy arrays are mapped afresh and unmapped when freed, so memory
+    freed earlier in the process cannot hide them. None where the kernel does not offer this.
+    """
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return None, fn()
+    before = _status_kib("VmRSS")
+    result = fn()
+    after = _status_kib("VmHWM")
+    return (None if before is None or after is None else (after - before) * 1024), result
+
+
+def _status_kib(field: str) -> int | None:
+    """A `kB` field of /proc/self/status, e.g. VmRSS; None where /proc is missing."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 2**20
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1])
     except OSError:
         return None
     return None

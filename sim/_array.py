@@ -108,7 +108,10 @@ def device_put(x: Any, target: Format | Sharding | None = None, *,
         memories: device memories to place into, indexed by device id; fresh ones by default.
 
     Returns:
-        An `Array`, committed unless `target` is None, whose blocks hold `x` in the requested layout.
+        An `Array`, committed unless `target` is None, whose blocks hold `x` in the requested layout. A
+        block whose bytes are already one contiguous run of `x` in that layout (rows of a row-major `x`)
+        is not copied: the device memory adopts `x`'s bytes read-only, so the Array aliases `x` (write
+        into `x` and the device bytes change). Other blocks are copies.
 
     Raises:
         InvalidArgumentError: `Layout.AUTO` (only compiled functions choose layouts), a layout whose rank
@@ -128,7 +131,7 @@ def device_put(x: Any, target: Format | Sharding | None = None, *,
     placed = []
     for device, index in sharding.indices(value.shape).items():
         memory = memories[device] if memories is not None else LocalMemory(device)
-        placed.append(Shard(device, index, memory, memory.store(value[index], layout)))
+        placed.append(Shard(device, index, memory, memory.place(value[index], layout)))
     return Array(value.shape, value.dtype, Format(layout, sharding), committed, placed)
 
 

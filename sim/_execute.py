@@ -15,6 +15,7 @@ import layouts
 from layouts import Format, Layout
 from sim._array import Array, Shard
 from sim._auto import Read, layout_from_reads, recorder
+from sim._blocks import same_bytes
 from sim._copy import relayout
 from sim._driver import current
 from sim._engine import Simulation
@@ -133,7 +134,7 @@ def _assemble(k: int, fmt: Format, shape: tuple[int, ...], ids: list[int], memor
     for shard in shards:
         key = tuple((s.start, s.stop) for s in shard.index)
         twin = first.setdefault(key, shard)
-        if np.ascontiguousarray(twin.data).tobytes() != np.ascontiguousarray(shard.data).tobytes():
+        if not same_bytes(twin.data, shard.data):
             raise InvalidArgumentError(
                 f"result {k}: out sharding {fmt.sharding!r} says devices {twin.device} and {shard.device} hold "
                 f"the same block, but their values differ; name the varying mesh axis in its PartitionSpec")

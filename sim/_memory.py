@@ -1,4 +1,17 @@
-"""`LocalMemory`: one device's flat byte address space, holding arrays at offsets."""
+"""`LocalMemory`: one device's flat byte address space, holding arrays at offsets.
+
+A memory is a list of segments, each a uint8 array placed at an offset of the address space. Most
+segments are its own (zeroed numpy memory that a bump allocator fills), but two kinds are other arrays'
+bytes, so that placing inputs and assembling outputs need not copy:
+
+- `adopt` holds a caller's block as it is: the segment is a read-only view of the caller's bytes. Device
+  code sees it as it sees a JAX array, immutable ("assignment destination is read-only"); the bytes stay
+  the caller's, so the memory aliases the caller's array (write into that array and the device's bytes
+  change with it).
+- `reserve` offers a region of another array (a block of a global output) to the next `alloc` of its
+  dtype and shape in row-major order; that allocation takes the region as its storage, so the values a
+  collective writes land in the global output directly.
+"""
 
 from __future__ import annotations
 
@@ -40,6 +53,15 @@ class Buffer:
         return self.layout.size_in_bytes(self.dtype, self.shape)
 
 
+def bytes_in_layout(array: np.ndarray, layout: Layout) -> np.ndarray | None:
+    """`array`'s bytes as one uint8 run in `layout`'s order, viewed without a copy; None if they are not
+    one contiguous run in that order (or `array` is empty)."""
+    physical = array.transpose(layout.major_to_minor)
+    if array.size == 0 or array.dtype.hasobject or not physical.flags.c_contiguous:
+        return None
+    return physical.reshape(-1).view(np.uint8)
+
+
 class LocalMemory:
     """A device's memory: a flat address space with a bump allocator.
 
@@ -55,8 +77,10 @@ class LocalMemory:
     def __init__(self, device: int) -> None:
         self.device = device
         self._segments: list[tuple[int, np.ndarray]] = []
+        self._open: tuple[int, np.ndarray] | None = None  # the segment the bump allocator fills
         self._top = 0
         self._by_address: dict[int, Buffer] = {}
+        self._reserved: list[np.ndarray] = []
 
     @property
     def size_bytes(self) -> int:
@@ -66,23 +90,68 @@ class LocalMemory:
     def alloc(self, dtype, shape: tuple[int, ...], layout: Layout | None = None) -> Buffer:
         """Reserve zeroed space for an array of `dtype` and `shape` laid out with `layout` (default row-major).
 
+        A pending `reserve`d region of this dtype and shape is taken first when the layout is row-major.
+
         Raises:
             ValueError: `layout` does not fit the rank of `shape`.
         """
-        shape = tuple(int(n) for n in shape)
+        shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
         layout = layout or Layout.row_major(len(shape))
-        size = layout.size_in_bytes(np.dtype(dtype), shape)
-        base, segment = self._segments[-1] if self._segments else (0, np.empty(0, np.uint8))
+        size = layout.size_in_bytes(dtype, shape)
+        if layout == Layout.row_major(len(shape)):
+            for k, region in enumerate(self._reserved):
+                if region.dtype == dtype and region.shape == shape:
+                    del self._reserved[k]
+                    return self._attach(region.reshape(-1).view(np.uint8), dtype, shape, layout, writable=True)
         start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
-        if not self._segments or start + size > base + segment.size:  # a 0-byte array needs a segment too
+        base, segment = self._open or (0, np.empty(0, np.uint8))
+        if self._open is None or start + size > base + segment.size:  # a 0-byte array needs a segment too
             # room for small arrays to follow, but never a large spare region behind a large array
             grown = max(size, min(2 * segment.size, _MAX_SPARE_BYTES), _MIN_SEGMENT_BYTES)
-            base, start = base + segment.size, base + segment.size
-            self._segments.append((base, np.zeros(grown, np.uint8)))
+            start = self._append(np.zeros(grown, np.uint8))
+            self._open = self._segments[-1]
         self._top = start + size
-        buffer = Buffer(self.device, start, np.dtype(dtype), shape, layout)
-        self._by_address[self._address(buffer)] = buffer
-        return buffer
+        return self._register(Buffer(self.device, start, dtype, shape, layout))
+
+    def adopt(self, array: np.ndarray, layout: Layout | None = None) -> Buffer:
+        """Hold `array` without copying it: a new segment that is a read-only view of its bytes.
+
+        The buffer's view is read-only; the memory aliases `array` for as long as it lives.
+
+        Raises:
+            ValueError: `array`'s bytes are not one contiguous run in `layout` (default row-major), or it
+                is empty; `store` copies such arrays.
+        """
+        array = np.asarray(array)
+        layout = layout or Layout.row_major(array.ndim)
+        raw = bytes_in_layout(array, layout)
+        if raw is None:
+            raise ValueError(f"device {self.device}: adopt: array {array.dtype}{list(array.shape)} with strides "
+                             f"{array.strides} must be one non-empty contiguous run in layout {layout!r}")
+        return self._attach(raw, array.dtype, array.shape, layout, writable=False)
+
+    def place(self, array, layout: Layout | None = None) -> Buffer:
+        """`array` held in `layout` (default row-major): adopted when its bytes allow it, else copied."""
+        array = np.asarray(array)
+        if bytes_in_layout(array, layout or Layout.row_major(array.ndim)) is None:
+            return self.store(array, layout)
+        return self.adopt(array, layout)
+
+    def reserve(self, region: np.ndarray) -> None:
+        """Offer `region` (writable, C-contiguous, non-empty) to the next row-major `alloc` of its dtype and
+        shape; reservations are taken in the order they were made.
+
+        The region must be zeroed, as any allocation is, until an allocation takes it.
+        """
+        if region.size == 0 or not region.flags.c_contiguous or not region.flags.writeable:
+            raise ValueError(f"device {self.device}: reserve: region {region.dtype}{list(region.shape)} must be "
+                             f"non-empty, C-contiguous and writable")
+        self._reserved.append(region)
+
+    def release(self) -> list[np.ndarray]:
+        """Withdraw the reservations no allocation took, and return them (in the order they were made)."""
+        untaken, self._reserved = self._reserved, []
+        return untaken
 
     def raw(self, buffer: Buffer) -> np.ndarray:
         """The bytes holding `buffer`'s values (a uint8 view of the memory, padding excluded)."""
@@ -92,7 +161,7 @@ class LocalMemory:
         raise ValueError(f"offset {buffer.offset} is not in device {self.device}'s memory")
 
     def view(self, buffer: Buffer) -> np.ndarray:
-        """The logical array `buffer` holds, as a writable view of the memory."""
+        """The logical array `buffer` holds, as a view of the memory (read-only for an adopted block)."""
         return layouts.decode(self.raw(buffer), buffer.dtype, buffer.shape, buffer.layout)
 
     def store(self, array, layout: Layout | None = None) -> Buffer:
@@ -123,6 +192,24 @@ class LocalMemory:
         array = np.asarray(array)
         return self.store(array, layout or layouts.layout_of(array))
 
-    def _address(self, buffer: Buffer) -> int:
-        raw = self.raw(buffer)
-        return raw.__array_interface__["data"][0]
+    def _attach(self, raw: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], layout: Layout,
+                writable: bool) -> Buffer:
+        """A buffer whose bytes are `raw`, another array's, in a segment of their own."""
+        if not writable:
+            raw = raw.view()
+            raw.flags.writeable = False
+        start = self._append(raw)
+        self._open = None  # later small arrays start a segment of their own, after this one
+        self._top = start + layout.size_in_bytes(dtype, shape)
+        return self._register(Buffer(self.device, start, dtype, shape, layout))
+
+    def _append(self, segment: np.ndarray) -> int:
+        """Place `segment` at the next aligned offset past every segment (and every allocation)."""
+        end = max(self._top, self._segments[-1][0] + self._segments[-1][1].size if self._segments else 0)
+        base = -(-end // _ALIGN_BYTES) * _ALIGN_BYTES
+        self._segments.append((base, segment))
+        return base
+
+    def _register(self, buffer: Buffer) -> Buffer:
+        self._by_address[self.raw(buffer).__array_interface__["data"][0]] = buffer
+        return buffer

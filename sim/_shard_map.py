@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sim._blocks import Aval, assemble, avals_of, block_index, prepare, settle
 from sim._engine import Simulation
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Mesh
@@ -17,8 +18,6 @@ from sim._array import Array
 from sim._spec import PartitionSpec
 from sim._driver import current
 from sim._varying import Varying, _ref, promote, vma_of
-
-
 
 
 def _is_spec(value: Any) -> bool:
@@ -45,48 +44,71 @@ class Run:
 
 
 class ShardMapped:
-    """A function mapped over a mesh; call it like the original, read `last_run` for the trace."""
+    """A function mapped over a mesh; call it like the original, read `last_run` for the trace.
+
+    Inputs are immutable inside `f`, as JAX arrays are: writing into one raises numpy's "assignment
+    destination is read-only". Placing an input block that is one contiguous run of the caller's array
+    (rows under `P('x')`) copies nothing: the device memory adopts the caller's bytes. Other blocks are
+    copied.
+    Each call's global outputs are allocated once: from the second call with the same input shapes and
+    dtypes on, collectives write the devices' blocks straight into them (see `sim._blocks`). So a run's
+    memories alias the caller's inputs and the outputs returned; write into either and `last_run`'s device
+    bytes change with it.
+    """
 
     def __init__(self, f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool) -> None:
         self.f, self.mesh, self.in_specs, self.out_specs, self.check_vma = f, mesh, in_specs, out_specs, check_vma
         self.last_run: Run | None = None
+        self._avals: dict[str, dict[str, Aval]] = {}  # input signature -> each output's global aval, by path
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args).outputs
 
     def run(self, *args: Any) -> Run:
         """Run the program once and return outputs with the trace and simulated time."""
-        in_specs = _expand(self.in_specs, args, "in_specs")
         simulation = Simulation(self.mesh, self.check_vma)
+        programs, signature = self._programs(simulation, args)
+        # after the inputs are placed, so that no input copy takes an output's region
+        prepared = prepare(self.mesh, simulation.memories, self._avals.get(signature, {}))
+        try:
+            results = simulation.run(programs)
+        finally:
+            settle(simulation.memories, prepared)
+        out_specs = _expand(self.out_specs, results[0], "out_specs")
+        results = [tree_map(lambda leaf: np.asarray(leaf), result) for result in results]
+        out_paths = _paths(results[0], "out")
+        outputs = tree_map(
+            lambda path, spec, *per_device: assemble(self.mesh, spec, path, per_device, prepared.get(path)),
+            out_paths, out_specs, *results,
+        )
+        self._avals[signature] = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs)
+        self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
+        return self.last_run
+
+    def _programs(self, simulation: Simulation, args: tuple) -> tuple[list[Callable[[], Any]], str]:
+        """One program per device, its inputs placed in its memory; and the inputs' signature."""
+        in_specs = _expand(self.in_specs, args, "in_specs")
         paths = _paths(args, "args")
+        # an array placed with a Format keeps its layout in every device memory
+        layouts = tree_map(lambda x: x.layout if isinstance(x, Array) and x.layout.tiling == () else None, args)
+        values = tree_map(np.asarray, args)  # an Array's values are gathered once, not once per device
 
         def program(device: int) -> Callable[[], Any]:
             memory, record = simulation.memories[device], simulation.programs[device]
 
-            def place(path: str, x: Any, spec: PartitionSpec) -> Varying:
-                # an array placed with a Format keeps its layout in every device memory
-                layout = x.layout if isinstance(x, Array) and x.layout.tiling == () else None
-                x = np.asarray(x)
-                block = x[_split(self.mesh, device, spec, x.shape, path)]
-                local = memory.view(memory.store(block, layout)).view(Varying)
+            def place(path: str, x: np.ndarray, layout: Any, spec: PartitionSpec) -> Varying:
+                block = x[block_index(self.mesh, device, spec, x.shape, path)]
+                local = memory.view(memory.place(block, layout)).view(Varying)
+                local.flags.writeable = False  # an input is immutable, adopted or copied alike
                 local.vma = frozenset(spec.axes()) if self.check_vma else frozenset()
                 local.var = record.new_var(local.dtype, local.shape, local.vma)
                 record.inputs.append(local.var)
                 return local
 
-            mine = tree_map(place, paths, args, in_specs)
+            mine = tree_map(place, paths, values, layouts, in_specs)
             return lambda: self._finish(record, self.f(*mine))
 
-        results = simulation.run([program(d) for d in self.mesh.devices])
-        out_specs = _expand(self.out_specs, results[0], "out_specs")
-        results = [tree_map(lambda leaf: np.asarray(leaf), result) for result in results]
-        outputs = tree_map(
-            lambda path, spec, *per_device: _assemble(self.mesh, spec, path, per_device),
-            _paths(results[0], "out"), out_specs, *results,
-        )
-        self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
-        return self.last_run
-
+        return [program(d) for d in self.mesh.devices], _signature(paths, values, layouts)
 
     def _finish(self, record: Program, result: Any) -> Any:
         """In the device's own thread: check each output's type against its out_specs entry and raise it to
@@ -144,59 +166,6 @@ def _paths(tree: Any, root: str) -> Any:
     return walk(tree, root)
 
 
-def _split(mesh: Mesh, device: int, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> tuple[slice, ...]:
-    """The block of a global array of `shape` that `device` holds under `spec`."""
-    if len(spec) > len(shape):
-        raise InvalidArgumentError(f"{path}: spec {spec!r} has {len(spec)} entries but the array has rank {len(shape)}")
-    index = []
-    for dim, entry in enumerate(spec):
-        if entry is None:
-            index.append(slice(None))
-            continue
-        count = mesh.axis_size(entry)
-        if shape[dim] % count:
-            raise InvalidArgumentError(
-                f"{path}: dimension {dim} of size {shape[dim]} must be divisible by the {count} devices of {entry!r}"
-            )
-        block = shape[dim] // count
-        start = mesh.axis_index(device, entry) * block
-        index.append(slice(start, start + block))
-    return tuple(index)
-
-
-def _assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple) -> np.ndarray:
-    """Put per-device blocks together; blocks along axes `spec` leaves out must all be equal."""
-    blocks = [np.asarray(b) for b in per_device]
-    first = blocks[0]
-    for d, block in enumerate(blocks):
-        if block.shape != first.shape or block.dtype != first.dtype:
-            raise InvalidArgumentError(
-                f"{path}: device {d} returned {block.dtype}{list(block.shape)} but device 0 returned "
-                f"{first.dtype}{list(first.shape)}; every device must return the same shape and dtype"
-            )
-    if len(spec) > first.ndim:
-        raise InvalidArgumentError(f"{path}: out_specs entry {spec!r} has more entries than rank {first.ndim}")
-    unmapped = [a for a in mesh.axis_names if a not in spec.axes()]
-    global_shape = list(first.shape)
-    for dim, entry in enumerate(spec):
-        if entry is not None:
-            global_shape[dim] *= mesh.axis_size(entry)
-    out = np.zeros(global_shape, first.dtype)
-    for d, block in enumerate(blocks):
-        coords = mesh.coords(d)
-        if any(coords[a] for a in unmapped):
-            twin = _twin(mesh, d, unmapped)
-            if not _same(block, blocks[twin]):
-                axis = next(a for a in unmapped if coords[a] != mesh.coords(twin)[a])
-                raise InvalidArgumentError(
-                    f"{path}: out_specs entry {spec!r} claims the output is replicated along mesh axis {axis!r}, "
-                    f"but device {d} and device {twin} hold different values"
-                )
-            continue
-        out[_split(mesh, d, spec, tuple(global_shape), path)] = block
-    return out
-
-
 def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> Any:
     """An output may vary only along the mesh axes its out_specs entry names."""
     extra = sorted(vma_of(leaf) - set(spec.axes()))
@@ -209,14 +178,7 @@ def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> Any:
     return leaf
 
 
-def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:
-    """The device with the same coordinates as `device` except 0 along `axes`."""
-    coords = mesh.coords(device)
-    twin = 0
-    for name in mesh.axis_names:
-        twin = twin * mesh.shape[name] + (0 if name in axes else coords[name])
-    return twin
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.tobytes() == b.tobytes()
+def _signature(paths: Any, values: Any, layouts: Any) -> str:
+    """What a call's outputs may depend on besides the program: the inputs' structure, shapes, dtypes and
+    layouts (the key of the output avals a later call pre-allocates)."""
+    return repr(paths) + repr(tree_map(lambda x, layout: (x.shape, x.dtype.str, layout), values, layouts))

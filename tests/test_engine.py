@@ -160,6 +160,7 @@ def test_sender_cannot_overwrite_a_payload_in_flight():
     """A device's collective ends only when its own messages have arrived, so writing into its operand
     afterwards cannot change what the receiver gets."""
     def body(op, out, io, ss, oo, rs):
+        op = collectives.ppermute(op, "x", [(0, 0), (1, 1)])  # a writable copy in device memory (inputs are not)
         result = collectives.ragged_all_to_all(op, out, io, ss, oo, rs, axis_name="x")
         op[:] = -7
         return result
