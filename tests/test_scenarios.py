@@ -282,7 +282,7 @@ def test_seed_draws_only_the_one_array_ops(tmp_path):
     path = tmp_path / "seeded_ragged.toml"
     path.write_text(DOCS_EXAMPLE.split("[[device]]")[0] + "[inputs]\nseed = 0\nshape = [3]\n")
     with pytest.raises(ScenarioError, match=r"seeded_ragged.toml:16: \[inputs\] seed draws the one array x of "
-                                            r"all_gather and all_to_all; ragged_all_to_all needs literal"):
+                                            r"a collective that takes only x; ragged_all_to_all needs literal"):
         scenarios.load(path)
 
 
