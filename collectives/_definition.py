@@ -45,7 +45,8 @@ class Param:
 
     `accepts` checks a TOML value and `rule` words it for errors (`{name}={value!r} must be {rule}`);
     `from_toml` turns an accepted value into what the function takes; `jax` says whether `jax.lax` takes
-    the parameter too (`algorithm` is the simulator's own).
+    the parameter too (`algorithm` is the simulator's own); `choices` lists the values of a parameter
+    that takes one of a few.
     """
 
     name: str
@@ -54,6 +55,7 @@ class Param:
     default: Any = REQUIRED
     from_toml: Callable[[Any], Any] = _same
     jax: bool = True
+    choices: tuple[Any, ...] = ()
 
     @property
     def required(self) -> bool:
@@ -250,4 +252,5 @@ def flag(name: str, default: bool) -> Param:
 def algorithm(options: tuple[str, ...]) -> Param:
     """The simulator's choice of message pattern (JAX has none), 'direct' by default."""
     shown = ", ".join(repr(o) for o in options)
-    return Param("algorithm", lambda value: value in options, f"one of {shown}", "direct", jax=False)
+    return Param("algorithm", lambda value: value in options, f"one of {shown}", "direct", jax=False,
+                 choices=options)
