@@ -130,7 +130,9 @@ class Definition:
         transpose: the transpose rule, or a `NotLinear` marker.
         jax: how the JAX worker binds the real op.
         strategy: `strategy(st, axes, **options)`, given hypothesis's `strategies` module and the drawn
-            `Axes`, returns a strategy of valid `Sample`s (JAX accepts them too).
+            `Axes`, returns a strategy of valid `Sample`s (JAX accepts them too). Every strategy takes
+            `transposable=True` (calls on which the transpose rule is defined) and ignores options it
+            does not know.
         index_arrays: the arrays holding offsets or sizes (integers; int32 in scenario files).
         sums: the collective adds its operands: an operand must vary along all of its axes or none.
         keeps: the array whose rows the result keeps where no message writes (ragged's `output`).

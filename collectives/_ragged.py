@@ -238,8 +238,10 @@ def sender_tables(groups: Any, recv_sizes: list[list[int]],
     return send_sizes, output_offsets
 
 
-def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
-    """Valid calls: sizes agree, slices stay in bounds, no two receive slices overlap (send slices may).
+def _strategy(st: Any, axes: Axes, *, transposable: bool = False, **options: Any) -> Any:
+    """Valid calls: sizes agree, slices stay in bounds, no two receive slices overlap (send slices may,
+    unless `transposable`: the transpose writes the rows back to the send slices, where two writes to one
+    row are undefined).
 
     1 or 2 slices per peer of 0 to 3 rows; receive slices laid out in shuffled order with 0 to 2 padding
     rows before each, so slices end exactly at the last row now and then; operands of rank 1 to 3."""
@@ -260,8 +262,10 @@ def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
         send_sizes, output_offsets = sender_tables(axes.groups, recv_sizes, list(recv_offsets))
         input_offsets, in_rows = zip(*(draw(packed(sizes)) for sizes in send_sizes))
         out_rows, rows = max(1, max(out_rows) + draw(st.integers(0, 2))), max(1, max(in_rows) + draw(st.integers(0, 2)))
-        input_offsets = [[draw(st.integers(0, rows - size)) if draw(st.booleans()) else offset
-                          for offset, size in zip(offsets, sizes)] for offsets, sizes in zip(input_offsets, send_sizes)]
+        if not transposable:
+            input_offsets = [[draw(st.integers(0, rows - size)) if draw(st.booleans()) else offset
+                              for offset, size in zip(offsets, sizes)]
+                             for offsets, sizes in zip(input_offsets, send_sizes)]
         tables = zip(input_offsets, send_sizes, output_offsets, recv_sizes)
         index = tuple(dict(zip(_INDEX_ARGS, device)) for device in tables)
         shapes = st.lists(small_dims(st), max_size=2).map(

@@ -390,6 +390,8 @@ def run_simulator(case: Case) -> list[Any]:
 def run_spec(case: Case, op_spec: Callable[..., list[np.ndarray]] | None = None) -> list[Any]:
     """The executable spec's per-device results, applied leaf by leaf to pytrees."""
     op_spec = op_spec or spec.of(collectives.definition(case.op))
+    if not case.args:  # axis_index: no arrays, one result per device
+        return op_spec(dict(case.mesh_shape), **case.params)
     per_leaf_args = [[[dict(_flatten(v))[path] for v in per_device] for per_device in case.args]
                      for path, _ in _flatten(case.args[0][0])]
     per_leaf_out = [op_spec(*args, dict(case.mesh_shape), **case.params) for args in per_leaf_args]
@@ -398,6 +400,8 @@ def run_spec(case: Case, op_spec: Callable[..., list[np.ndarray]] | None = None)
 
 def run_jax(case: Case, oracle: Any) -> list[Any]:
     """Real JAX's per-device results from the oracle's worker, leaf by leaf for pytrees."""
+    if not case.args:  # axis_index: no arrays, one result per device
+        return oracle.run(case.op, dict(case.mesh_shape), (), dict(case.params)).outputs
     per_leaf_out = []
     for path, _ in _flatten(case.args[0][0]):
         args = tuple([dict(_flatten(v))[path] for v in per_device] for per_device in case.args)
