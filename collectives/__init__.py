@@ -18,8 +18,7 @@ from collectives._registry import REGISTRY, Registry, definition
 from collectives._transpose import linear_transpose
 
 __all__ = [
-    "all_gather", "all_gather_invariant", "all_to_all", "axis_index", "linear_transpose", "pbroadcast",
-    "pmax", "pmean", "pmin", "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all",
-    # the definitions every layer reads
-    "Definition", "NotLinear", "Param", "REGISTRY", "Registry", "Vma", "definition",
+    "REGISTRY", "Definition", "NotLinear", "Param", "Registry", "Vma", "all_gather", "all_gather_invariant",
+    "all_to_all", "axis_index", "definition", "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin",
+    "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all",
 ]

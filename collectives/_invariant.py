@@ -157,6 +157,21 @@ def _bind_pscatter(jax: Any, p: dict[str, Any]) -> Any:
     return scatter
 
 
+def _pbroadcast_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of pbroadcast is psum2."""
+    return [t.ops.psum2(t.ct, t.params["axis_name"])]
+
+
+def _gather_invariant_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of all_gather_invariant is pscatter (no communication)."""
+    return [t.ops.pscatter(t.ct, t.params["axis_name"], axis=t.params["axis"], tiled=t.params["tiled"])]
+
+
+def _pscatter_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of pscatter is all_gather_invariant."""
+    return [t.ops.all_gather_invariant(t.ct, t.params["axis_name"], axis=t.params["axis"], tiled=t.params["tiled"])]
+
+
 def _gather_invariant_strategy(st: Any, axes: Axes, **options: Any) -> Any:
     """Ranks 0 to 3, tiled (rank >= 1) or not, any `axis` (negative too); never tiled along an empty
     dimension, which XLA rejects."""
@@ -177,7 +192,7 @@ def _gather_invariant_strategy(st: Any, axes: Axes, **options: Any) -> Any:
 
 PBROADCAST = Definition(
     name="pbroadcast", function=pbroadcast, arrays=("x",), params=(AXIS_NAME,), vma=Vma.INTRODUCE,
-    transpose=lambda t: [t.ops.psum2(t.ct, t.params["axis_name"])],
+    transpose=_pbroadcast_transpose,
     jax=JaxBinding("pvary", ("pvary",), _bind_pvary),
     strategy=any_shape,
     # sim.promote records the pbroadcast it inserts with the axes it adds as `axes`
@@ -186,16 +201,14 @@ PBROADCAST = Definition(
 ALL_GATHER_INVARIANT = Definition(
     name="all_gather_invariant", function=all_gather_invariant, arrays=("x",),
     params=(AXIS_NAME, integer("axis", 0), flag("tiled", False)), vma=Vma.REDUCE,
-    transpose=lambda t: [t.ops.pscatter(t.ct, t.params["axis_name"], axis=t.params["axis"],
-                                        tiled=t.params["tiled"])],
+    transpose=_gather_invariant_transpose,
     jax=JaxBinding("all_gather_invariant", ("all_gather_invariant",), _bind_all_gather_invariant),
     strategy=_gather_invariant_strategy,
 )
 PSCATTER = Definition(
     name="pscatter", function=pscatter, arrays=("x",), params=(AXIS_NAME, integer("axis", 0), flag("tiled", False)),
     vma=Vma.INTRODUCE,
-    transpose=lambda t: [t.ops.all_gather_invariant(t.ct, t.params["axis_name"], axis=t.params["axis"],
-                                                    tiled=t.params["tiled"])],
+    transpose=_pscatter_transpose,
     jax=JaxBinding("transpose(all_gather_invariant)", (), _bind_pscatter),
     strategy=lambda st, axes, **options: split_shape(st, axes, "axis", negative=True),
 )
