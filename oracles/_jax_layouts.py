@@ -29,8 +29,6 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from oracles._jax_dispatch import route
 from oracles._jax_setup import by_device, cached, freeze, lower, mesh
 
-OPS = ("place", "layout_collective")
-
 
 def answer_place(request: dict[str, Any]) -> tuple[Any, str]:
     """A "place" request's per-device shards and its path."""

@@ -217,15 +217,14 @@ def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[n
                     for d in group:
                         xs[d] = xs[group[0]].copy()
     index_dtype = draw(st.sampled_from(INDEX_DTYPES)) if definition.index_arrays else None
-    return Case(op, axes.mesh_shape, _arguments(definition, per_leaf, sample.index, index_dtype, leaves), params)
+    return Case(op, axes.mesh_shape, _arguments(definition, n, per_leaf, sample.index, index_dtype, leaves), params)
 
 
-def _arguments(definition: collectives.Definition, per_leaf: list[dict[str, list[np.ndarray]]],
+def _arguments(definition: collectives.Definition, n: int, per_leaf: list[dict[str, list[np.ndarray]]],
                index: tuple[dict[str, list[int]], ...], index_dtype: np.dtype | None,
                leaves: int) -> tuple[tuple[Any, ...], ...]:
-    """Each argument's per-device values, in call order: index arrays in `index_dtype`, data arrays as one
-    array or, with `leaves`, the pytree `{'a': leaf, 'b': (leaf, ...)}`."""
-    n = len(next(iter(per_leaf[0].values()), index))
+    """Each argument's values on each of `n` devices, in call order: index arrays in `index_dtype`, data
+    arrays as one array or, with `leaves`, the pytree `{'a': leaf, 'b': (leaf, ...)}`."""
     args = []
     for name in definition.arrays:
         if name in definition.index_arrays:
