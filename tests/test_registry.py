@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,15 @@ def test_unknown_names_are_refused_naming_the_collectives():
     """A name no collective has is an InvalidArgumentError that lists the registered ones."""
     with pytest.raises(sim.InvalidArgumentError, match=r"op='pshuffle' must name a collective: one of 'all_gather'"):
         collectives.definition("pshuffle")
+
+
+def test_collectives_import_neither_jax_nor_hypothesis():
+    """The definitions hold JAX bindings and test strategies without importing jax, hypothesis or the layers
+    above (the modules are handed in)."""
+    code = "import sys, collectives; print(sorted(m for m in ('jax', 'hypothesis', 'oracles', 'scenarios') " \
+           "if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
 
 
 def test_generated_tests_cover_every_collective():
