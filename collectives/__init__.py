@@ -1,16 +1,24 @@
-"""JAX's collectives as message protocols between simulated devices, with `jax.lax` names and signatures."""
+"""JAX's collectives as message protocols between simulated devices, with `jax.lax` names and signatures.
+
+Each collective is defined once, by a `Definition` beside its protocol; `REGISTRY` holds them all and is
+what the transposer, the oracles, the scenario files and the tests read (see CONTRIBUTING.md, "Adding a
+collective").
+"""
 
 from collectives._all_gather import all_gather
 from collectives._all_to_all import all_to_all
 from collectives._axis_index import axis_index
-from collectives._invariant import all_gather_invariant, pbroadcast, pscatter, psum2
+from collectives._definition import Definition, NotLinear, Param, Vma
+from collectives._invariant import all_gather_invariant, pbroadcast, pscatter
 from collectives._ppermute import ppermute
 from collectives._psum_scatter import psum_scatter
 from collectives._ragged import ragged_all_to_all
-from collectives._reduce import pmax, pmean, pmin, psum
+from collectives._reduce import pmax, pmean, pmin, psum, psum2
+from collectives._registry import REGISTRY, Registry, definition
 from collectives._transpose import linear_transpose
 
 __all__ = [
-    "all_gather", "all_gather_invariant", "all_to_all", "axis_index", "linear_transpose", "pbroadcast",
-    "pmax", "pmean", "pmin", "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all",
+    "REGISTRY", "Definition", "NotLinear", "Param", "Registry", "Vma", "all_gather", "all_gather_invariant",
+    "all_to_all", "axis_index", "definition", "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin",
+    "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all",
 ]

@@ -10,7 +10,10 @@ import numpy as np
 import sim
 from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
 from collectives._common import header_of, is_row_major, same_operands, unpack_into
-from collectives._vma import KEEP, typed
+from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, Transposition, Vma, flag
+from collectives._definition import integer
+from collectives._strategy import Axes, Sample, dims
+from collectives._vma import typed
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
 def _all_gather(x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled: bool,
                 out_layout: Any = None) -> np.ndarray:
     axis, compute = gather_leaf("all_gather", x, axis_name, axis_index_groups, axis, tiled, out_layout)
-    return typed("all_gather", KEEP, axis_name, [x], compute,
+    return typed(ALL_GATHER, axis_name, [x], compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "axis": axis, "tiled": tiled})
 
 
@@ -63,8 +66,6 @@ def gather_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, axis: i
     params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
     call = sim.Collective(op, group, params, args, _protocol, same_operands(op, group))
     return axis, lambda: context.collective(call)
-
-
 
 
 def _protocol(port: sim.Port, args: _Args):
@@ -104,3 +105,39 @@ def _rows_in_place(port: sim.Port) -> bool:
             a.axis == 0 and is_row_major(a.buffer.layout.major_to_minor)
             and (a.out_layout is None or is_row_major(a.out_layout.major_to_minor)) for a in port.group_args)
     return known
+
+
+def _transpose(t: Transposition) -> list:
+    """psum_scatter along the gathered axis: each member gets back the sum of the cotangents of its chunk."""
+    p = t.params
+    return [t.ops.psum_scatter(t.ct, p["axis_name"], scatter_dimension=p["axis"],
+                               axis_index_groups=p["axis_index_groups"], tiled=p["tiled"])]
+
+
+def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
+    """Ranks 1 to 3, tiled or not, any `axis` (negative too); never tiled along an empty dimension, which XLA
+    rejects."""
+    @st.composite
+    def sample(draw: Any) -> Sample:
+        rank, tiled = draw(st.integers(1, 3)), draw(st.booleans())
+        room = rank if tiled else rank + 1
+        axis = draw(st.integers(-room, room - 1))
+
+        @st.composite
+        def shape(draw_shape: Any) -> dict[str, tuple[int, ...]]:
+            chosen = draw_shape(dims(st, rank))
+            if tiled and chosen[axis] == 0:
+                chosen[axis] = draw_shape(st.integers(1, 3))
+            return {"x": tuple(chosen)}
+
+        return Sample({"axis": axis, "tiled": tiled}, shape())
+    return sample()
+
+
+ALL_GATHER = Definition(
+    name="all_gather", function=all_gather, arrays=("x",),
+    params=(AXIS_NAME, AXIS_INDEX_GROUPS, integer("axis", 0), flag("tiled", False)),
+    vma=Vma.KEEP, transpose=_transpose,
+    jax=JaxBinding("all_gather", ("all_gather",), lambda jax, p: lambda x: jax.lax.all_gather(x, **p)),
+    strategy=_strategy,
+)

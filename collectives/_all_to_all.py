@@ -10,7 +10,10 @@ import numpy as np
 import sim
 from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
 from collectives._common import header_of, is_row_major, received, same_operands, unpack_into
-from collectives._vma import KEEP, typed
+from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, Transposition, Vma, flag
+from collectives._definition import integer
+from collectives._strategy import Axes, Sample, dims
+from collectives._vma import typed
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,9 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
     params = (("axis_name", axis_name), ("split_axis", split_axis), ("concat_axis", concat_axis),
               ("tiled", bool(tiled)))
     compute = lambda: context.collective(sim.Collective("all_to_all", group, params, args, _protocol, same_operands("all_to_all", group)))
-    return typed("all_to_all", KEEP, axis_name, [original], compute,
+    return typed(ALL_TO_ALL, axis_name, [original], compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "split_axis": split_axis,
                   "concat_axis": concat_axis, "tiled": tiled})
-
-
 
 
 def _protocol(port: sim.Port, args: _Args):
@@ -133,3 +134,42 @@ def _out_shape(args: _Args, shape: tuple[int, ...], g: int) -> tuple[int, ...]:
         del out[args.split_axis]
         out.insert(args.concat_axis, g)
     return tuple(out)
+
+
+def _transpose(t: Transposition) -> list:
+    """all_to_all with the split and concat axes swapped sends every chunk back where it came from."""
+    p = t.params
+    return [t.ops.all_to_all(t.ct, p["axis_name"], p["concat_axis"], p["split_axis"],
+                             axis_index_groups=p["axis_index_groups"], tiled=p["tiled"])]
+
+
+def _strategy(st: Any, axes: Axes, *, negative_axes: bool = False, **options: Any) -> Any:
+    """Ranks 1 to 3, tiled or not, any axes; the split dimension is the group size (untiled) or a multiple
+    of it, 0 included (tiled). `negative_axes=True` draws a negative split or concat axis instead, which
+    JAX 0.10.2 cannot lower (for the rejection test)."""
+    @st.composite
+    def sample(draw: Any) -> Sample:
+        rank = draw(st.integers(1, 3))
+        low = -rank if negative_axes else 0
+        split_axis, concat_axis = draw(st.integers(low, rank - 1)), draw(st.integers(low, rank - 1))
+        if negative_axes and split_axis >= 0 and concat_axis >= 0:
+            split_axis -= rank
+        tiled = draw(st.booleans())
+
+        @st.composite
+        def shape(draw_shape: Any) -> dict[str, tuple[int, ...]]:
+            chosen = draw_shape(dims(st, rank))
+            chosen[split_axis] = axes.group_size * (draw_shape(st.integers(0, 2)) if tiled else 1)
+            return {"x": tuple(chosen)}
+
+        return Sample({"split_axis": split_axis, "concat_axis": concat_axis, "tiled": tiled}, shape())
+    return sample()
+
+
+ALL_TO_ALL = Definition(
+    name="all_to_all", function=all_to_all, arrays=("x",),
+    params=(AXIS_NAME, integer("split_axis"), integer("concat_axis"), AXIS_INDEX_GROUPS, flag("tiled", False)),
+    vma=Vma.KEEP, transpose=_transpose,
+    jax=JaxBinding("all_to_all", ("all_to_all",), lambda jax, p: lambda x: jax.lax.all_to_all(x, **p)),
+    strategy=_strategy,
+)

@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 
 from collectives._common import group_of
-from collectives._vma import INDEX, typed
+from collectives._definition import AXIS_NAME, Definition, JaxBinding, NotLinear, Vma
+from collectives._strategy import Axes, Sample
+from collectives._vma import typed
 
 
 def axis_index(axis_name: Any) -> np.ndarray:
@@ -22,10 +24,23 @@ def axis_index(axis_name: Any) -> np.ndarray:
     Raises:
         InvalidArgumentError: an unknown or repeated axis name.
     """
-    return typed("axis_index", INDEX, axis_name, [], lambda: _axis_index(axis_name), {"axis_name": axis_name})
+    return typed(AXIS_INDEX, axis_name, [], lambda: _axis_index(axis_name), {"axis_name": axis_name})
 
 
 def _axis_index(axis_name: Any) -> np.ndarray:
     context, group = group_of("axis_index", axis_name, None)
     memory = context.memory
     return memory.view(memory.store(np.array(group.index, np.int32)))
+
+
+def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
+    """No arrays and no parameters of its own: only the axes vary."""
+    return st.just(Sample({}, st.just({})))
+
+
+AXIS_INDEX = Definition(
+    name="axis_index", function=axis_index, arrays=(), params=(AXIS_NAME,), vma=Vma.INDEX,
+    transpose=NotLinear("axis_index takes no operand: its result is never linear in a program's inputs"),
+    jax=JaxBinding("axis_index", ("axis_index",), lambda jax, p: lambda: jax.lax.axis_index(**p)),
+    strategy=_strategy,
+)

@@ -1,12 +1,11 @@
-"""The design note's collectives for device-variance types: `psum2`, `pbroadcast`, `all_gather_invariant`, `pscatter`.
+"""The design note's collectives for device-variance types: `pbroadcast`, `all_gather_invariant`, `pscatter`.
 
-Values only: each is the value half of its row in the note's table; the device-variance rule (varying ->
-invariant and back) is attached on top of the internal helper each public function calls. In jax 0.10.2
-the names map as `oracles.jax_oracle.JAX_NAMES` records: psum2 is `psum_invariant` (what `jax.lax.psum`
-binds under `shard_map(check_vma=True)`), pbroadcast is `pvary` (`jax.lax.pcast(x, axis, to='varying')`;
-JAX's own `jax.lax.pbroadcast` is a different collective), all_gather_invariant keeps its name
-(`jax._src.lax.parallel.all_gather_invariant`), and pscatter has no primitive: it is JAX's transpose of
-all_gather_invariant, a dynamic slice at `axis_index`.
+(The fourth, `psum2`, lives with the other all-reduces in `_reduce.py`.) Each public function computes the
+value half of its row in the note's table; the device-variance rule (varying -> invariant and back) is
+attached on top. In jax 0.10.2 the names map as each definition's `JaxBinding` records: pbroadcast is
+`pvary` (`jax.lax.pcast(x, axis, to='varying')`; JAX's own `jax.lax.pbroadcast` is a different
+collective), all_gather_invariant keeps its name (`jax._src.lax.parallel.all_gather_invariant`), and
+pscatter has no primitive: it is JAX's transpose of all_gather_invariant, a dynamic slice at `axis_index`.
 """
 
 from __future__ import annotations
@@ -19,22 +18,9 @@ import sim
 from collectives import _all_gather
 from collectives._common import axis_index as index_along
 from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of
-from collectives._reduce import all_reduce_leaf
-from collectives._vma import INTRODUCE, REDUCE, typed
-
-
-def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
-    """The sum of `x` over `axis_name` (varying -> invariant): psum's value, without axis_index_groups.
-
-    `algorithm` and `out_layout` (the result's `layouts.Layout`, default row-major) as in `psum`.
-
-    Example on a 2-device mesh {'i': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
-    `psum2(x, 'i')` gives [4, 6] on both.
-
-    Raises:
-        InvalidArgumentError, InvalidTypeError: as `psum`.
-    """
-    return _psum2(x, axis_name, algorithm, out_layout)
+from collectives._definition import AXIS_NAME, Definition, JaxBinding, Transposition, Vma, flag, integer
+from collectives._strategy import Axes, Sample, any_shape, dims, split_shape
+from collectives._vma import typed
 
 
 def pbroadcast(x: Any, axis_name: Any, *, out_layout: Any = None) -> Any:
@@ -92,11 +78,6 @@ def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, out_
     return _pscatter(x, axis_name, axis, tiled, out_layout)
 
 
-def _psum2(x: Any, axis_name: Any, algorithm: str, out_layout: Any = None) -> Any:
-    return map_tree(lambda leaf: typed("psum2", REDUCE, axis_name, [leaf], lambda: all_reduce_leaf(
-        "psum2", leaf, axis_name, None, algorithm, out_layout), {"axis_name": axis_name}), x)
-
-
 def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None) -> Any:
     def leaf(value: Any) -> np.ndarray:
         context, _ = group_of("pbroadcast", axis_name, None)
@@ -107,7 +88,7 @@ def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None) -> Any:
         if layout is not None and buffer.layout != layout:
             buffer = memory.store(memory.view(buffer), layout)
         return memory.view(buffer)
-    return map_tree(lambda value: typed("pbroadcast", INTRODUCE, axis_name, [value], lambda: leaf(value),
+    return map_tree(lambda value: typed(PBROADCAST, axis_name, [value], lambda: leaf(value),
                                         {"axis_name": axis_name}), x)
 
 
@@ -116,12 +97,13 @@ def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool, out_la
 
     def one(leaf: Any) -> Any:
         canonical, compute = _all_gather.gather_leaf(op, leaf, axis_name, None, axis, tiled, out_layout)
-        return typed(op, REDUCE, axis_name, [leaf], compute, {"axis_name": axis_name, "axis": canonical, "tiled": tiled})
+        return typed(ALL_GATHER_INVARIANT, axis_name, [leaf], compute,
+                     {"axis_name": axis_name, "axis": canonical, "tiled": tiled})
     return map_tree(one, x)
 
 
 def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None) -> Any:
-    return map_tree(lambda leaf: typed("pscatter", INTRODUCE, axis_name, [leaf], lambda: _scatter_leaf(
+    return map_tree(lambda leaf: typed(PSCATTER, axis_name, [leaf], lambda: _scatter_leaf(
         leaf, axis_name, axis, tiled, out_layout), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
 
 
@@ -142,3 +124,91 @@ def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: An
     step = size // n
     place = slice(group.index * step, (group.index + 1) * step) if tiled else group.index
     return context.memory.view(context.memory.store(x[index_along(x.shape, axis, place)], layout))
+
+
+# ---------------------------------------------------------------------------------------------- definitions
+
+
+def _axes(axis_name: Any) -> tuple[Any, ...]:
+    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _bind_pvary(jax: Any, p: dict[str, Any]) -> Any:
+    return lambda x: jax.lax.pcast(x, _axes(p["axis_name"]), to="varying")
+
+
+def _bind_all_gather_invariant(jax: Any, p: dict[str, Any]) -> Any:
+    return lambda x: jax.parallel.all_gather_invariant(x, _axes(p["axis_name"]), axis=p.get("axis", 0),
+                                                       tiled=p.get("tiled", False))
+
+
+def _bind_pscatter(jax: Any, p: dict[str, Any]) -> Any:
+    """pscatter as JAX defines it: the linear transpose of all_gather_invariant, applied to `x`."""
+    names, axis, tiled = _axes(p["axis_name"]), p.get("axis", 0), p.get("tiled", False)
+
+    def scatter(x: Any) -> Any:
+        size = int(np.prod([jax.lax.axis_size(name) for name in names]))
+        dim = axis % x.ndim
+        example = (jax.lax.slice_in_dim(x, 0, x.shape[dim] // size, axis=dim) if tiled
+                   else jax.lax.index_in_dim(x, 0, dim, keepdims=False))
+        gather = lambda part: jax.parallel.all_gather_invariant(part, names, axis=axis, tiled=tiled)  # noqa: E731
+        (result,) = jax.linear_transpose(gather, jax.lax.pcast(example, names, to="varying"))(x)
+        return result
+    return scatter
+
+
+def _pbroadcast_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of pbroadcast is psum2."""
+    return [t.ops.psum2(t.ct, t.params["axis_name"])]
+
+
+def _gather_invariant_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of all_gather_invariant is pscatter (no communication)."""
+    return [t.ops.pscatter(t.ct, t.params["axis_name"], axis=t.params["axis"], tiled=t.params["tiled"])]
+
+
+def _pscatter_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of pscatter is all_gather_invariant."""
+    return [t.ops.all_gather_invariant(t.ct, t.params["axis_name"], axis=t.params["axis"], tiled=t.params["tiled"])]
+
+
+def _gather_invariant_strategy(st: Any, axes: Axes, **options: Any) -> Any:
+    """Ranks 0 to 3, tiled (rank >= 1) or not, any `axis` (negative too); never tiled along an empty
+    dimension, which XLA rejects."""
+    @st.composite
+    def sample(draw: Any) -> Sample:
+        rank = draw(st.integers(0, 3))
+        tiled = draw(st.booleans()) and rank > 0
+        room = rank if tiled else rank + 1
+        axis = draw(st.integers(-room, room - 1))
+
+        def shape(chosen: list[int]) -> dict[str, tuple[int, ...]]:
+            if tiled and chosen[axis] == 0:
+                chosen[axis] = 1
+            return {"x": tuple(chosen)}
+        return Sample({"axis": axis, "tiled": tiled}, dims(st, rank).map(shape))
+    return sample()
+
+
+PBROADCAST = Definition(
+    name="pbroadcast", function=pbroadcast, arrays=("x",), params=(AXIS_NAME,), vma=Vma.INTRODUCE,
+    transpose=_pbroadcast_transpose,
+    jax=JaxBinding("pvary", ("pvary",), _bind_pvary),
+    strategy=any_shape,
+    # sim.promote records the pbroadcast it inserts with the axes it adds as `axes`
+    from_recorded=lambda p: {"axis_name": p["axes"] if "axes" in p else p["axis_name"]},
+)
+ALL_GATHER_INVARIANT = Definition(
+    name="all_gather_invariant", function=all_gather_invariant, arrays=("x",),
+    params=(AXIS_NAME, integer("axis", 0), flag("tiled", False)), vma=Vma.REDUCE,
+    transpose=_gather_invariant_transpose,
+    jax=JaxBinding("all_gather_invariant", ("all_gather_invariant",), _bind_all_gather_invariant),
+    strategy=_gather_invariant_strategy,
+)
+PSCATTER = Definition(
+    name="pscatter", function=pscatter, arrays=("x",), params=(AXIS_NAME, integer("axis", 0), flag("tiled", False)),
+    vma=Vma.INTRODUCE,
+    transpose=_pscatter_transpose,
+    jax=JaxBinding("transpose(all_gather_invariant)", (), _bind_pscatter),
+    strategy=lambda st, axes, **options: split_shape(st, axes, "axis", negative=True),
+)

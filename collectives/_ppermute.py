@@ -9,7 +9,9 @@ import numpy as np
 
 import sim
 from collectives._common import group_of, map_tree, operand, out_layout_of, pack_slice, same_operands, unpack_into
-from collectives._vma import KEEP, typed
+from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Transposition, Vma
+from collectives._strategy import Axes, Sample, any_shape
+from collectives._vma import typed
 
 _OP = "ppermute"
 
@@ -50,7 +52,7 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, out_layout: Any = None) -> An
 
 
 def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None) -> Any:
-    return map_tree(lambda leaf: typed(_OP, KEEP, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout),
+    return map_tree(lambda leaf: typed(PPERMUTE, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout),
                                        {"axis_name": axis_name, "perm": perm}), x)
 
 
@@ -104,8 +106,6 @@ def _pairs(device: int, perm: Any) -> tuple[tuple[int, int], ...]:
     return tuple((int(s), int(d)) for s, d in pairs)
 
 
-
-
 def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Sources send; the destination unpacks the arrival into zeroed memory; everyone else keeps the zeros."""
     source = port.memory.view(args.buffer)
@@ -133,3 +133,37 @@ def _pairs_of(port: sim.Port, perm: Perm) -> tuple[dict[int, list], dict[int, li
             receives.setdefault(pair[1], []).append(pair)
         known = port.shared["pairs"] = (sends, receives)
     return known
+
+
+def _transpose(t: Transposition) -> list:
+    """The inverse permutation sends every cotangent back to its source; devices no pair reaches get zeros
+    either way."""
+    return [t.ops.ppermute(t.ct, t.params["axis_name"], [(dst, src) for src, dst in t.params["perm"]])]
+
+
+def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
+    """A partial permutation of the axis indices, some written negatively, of an `x` of rank 0 to 3.
+
+    A tuple axis_name is put in mesh order: JAX 0.10.2 numbers a tuple in another order differently (see
+    `ppermute`), where the simulator follows `axis_index`."""
+    names = axes.axis_name
+    if isinstance(names, tuple):
+        names = tuple(a for a in axes.mesh_shape if a in names)
+    size = axes.group_size
+
+    @st.composite
+    def sample(draw: Any) -> Sample:
+        sources = draw(st.lists(st.integers(0, size - 1), unique=True, max_size=size))
+        targets = draw(st.permutations(range(size)))[: len(sources)]
+        spell = lambda i: i - size if draw(st.booleans()) else i  # noqa: E731
+        perm = [(spell(s), spell(t)) for s, t in zip(sources, targets)]
+        return Sample({"axis_name": names, "perm": perm}, draw(any_shape(st, axes)).shapes)
+    return sample()
+
+
+PPERMUTE = Definition(
+    name="ppermute", function=ppermute, arrays=("x",), params=(AXIS_NAME, PERM), vma=Vma.KEEP,
+    transpose=_transpose,
+    jax=JaxBinding("ppermute", ("ppermute",), lambda jax, p: lambda x: jax.lax.ppermute(x, **p)),
+    strategy=_strategy,
+)

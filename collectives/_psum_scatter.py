@@ -11,7 +11,10 @@ import sim
 from collectives._allreduce import check_algorithm, fold_arrivals, laid_out, ring_reduce_scatter
 from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
 from collectives._common import same_operands
-from collectives._vma import KEEP, typed
+from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, Transposition, Vma
+from collectives._definition import algorithm, flag, integer
+from collectives._strategy import split_shape
+from collectives._vma import typed
 from layouts import Layout
 
 _OP = "psum_scatter"
@@ -60,7 +63,7 @@ def _psum_scatter(x: Any, axis_name: Any, scatter_dimension: int, axis_index_gro
                   algorithm: str, out_layout: Any = None) -> Any:
     params = {"axis_name": axis_name, "scatter_dimension": scatter_dimension, "axis_index_groups": axis_index_groups,
               "tiled": tiled}
-    return map_tree(lambda leaf: typed(_OP, KEEP, axis_name, [leaf], lambda: _leaf(
+    return map_tree(lambda leaf: typed(PSUM_SCATTER, axis_name, [leaf], lambda: _leaf(
         leaf, axis_name, scatter_dimension, axis_index_groups, tiled, algorithm, out_layout), params), x)
 
 
@@ -95,8 +98,6 @@ def _check_fits(device: int, size: int, dim: int, group_size: int, tiled: bool) 
             f"{group_size} when tiled=False")
 
 
-
-
 def _chunks(source: np.ndarray, args: _Args, n: int) -> list[np.ndarray]:
     """The n chunks of `source` along the scatter dimension (views; untiled, that dimension kept as 1)."""
     step = source.shape[args.scatter_dimension] // n if args.tiled else 1
@@ -120,3 +121,20 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
 def _out_shape(chunk_shape: tuple[int, ...], args: _Args) -> tuple[int, ...]:
     """A chunk's shape without the scatter dimension when untiled."""
     return chunk_shape if args.tiled else tuple(n for d, n in enumerate(chunk_shape) if d != args.scatter_dimension)
+
+
+def _transpose(t: Transposition) -> list:
+    """all_gather along the scattered dimension: every member's chunk of the cotangent goes to every member."""
+    p = t.params
+    return [t.ops.all_gather(t.ct, p["axis_name"], axis=p["scatter_dimension"],
+                             axis_index_groups=p["axis_index_groups"], tiled=p["tiled"])]
+
+
+PSUM_SCATTER = Definition(
+    name="psum_scatter", function=psum_scatter, arrays=("x",),
+    params=(AXIS_NAME, integer("scatter_dimension", 0), AXIS_INDEX_GROUPS, flag("tiled", False),
+            algorithm(_ALGORITHMS)),
+    vma=Vma.KEEP, sums=True, transpose=_transpose,
+    jax=JaxBinding("psum_scatter", ("reduce_scatter",), lambda jax, p: lambda x: jax.lax.psum_scatter(x, **p)),
+    strategy=lambda st, axes, **options: split_shape(st, axes, "scatter_dimension", negative=False),
+)

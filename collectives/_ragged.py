@@ -9,7 +9,9 @@ import numpy as np
 
 import sim
 from collectives._common import group_of, operand, out_layout_of, pack_slice, received, same_across_group, unpack_into
-from collectives._vma import KEEP, typed
+from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, Transposition, Vma
+from collectives._strategy import Axes, Sample, small_dims
+from collectives._vma import typed
 
 _OP = "ragged_all_to_all"
 _INDEX_ARGS = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
@@ -79,7 +81,7 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
     params = (("axis_name", axis_name), ("slices", len(indices[0])))
     compute = lambda: context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
     originals = [operand, output, input_offsets, send_sizes, output_offsets, recv_sizes]
-    return typed(_OP, KEEP, axis_name, originals, compute,
+    return typed(RAGGED_ALL_TO_ALL, axis_name, originals, compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups})
 
 
@@ -190,3 +192,93 @@ def _protocol(port: sim.Port, args: _Args):
             at = message.header["offset"]
             yield from unpack_into(port, message, view[at:at + len(received(message))], slice=j)
     return view
+
+
+# ---------------------------------------------------------------------------------------------- definition
+
+
+def _transpose(t: Transposition) -> list:
+    """JAX's rule: send the received rows back where they came from; rows received are not in `output`."""
+    p, ops = t.params, t.ops
+    _, _, input_offsets, send_sizes, output_offsets, recv_sizes = t.primal
+    names = {"axis_name": p["axis_name"], "axis_index_groups": p["axis_index_groups"]}
+    exchange = lambda a: ops.all_to_all(a, p["axis_name"], 0, 0, tiled=True,  # noqa: E731
+                                        axis_index_groups=p["axis_index_groups"])
+    received_at = exchange(output_offsets)
+    operand_ct = output_ct = None
+    if t.linear[0]:
+        operand = t.equation.inputs[0]
+        zeros = np.zeros(operand.shape, operand.dtype)
+        operand_ct = ops.ragged_all_to_all(t.ct, zeros, received_at, recv_sizes, exchange(input_offsets),
+                                           send_sizes, **names)
+    if t.linear[1]:
+        keep = np.ones(t.ct.shape[0], bool)
+        for start, size in zip(np.asarray(received_at), np.asarray(recv_sizes)):
+            keep[start:start + size] = False
+        output_ct = t.ct * keep.reshape((-1,) + (1,) * (t.ct.ndim - 1)).astype(t.ct.dtype)
+    return [operand_ct, output_ct, None, None, None, None]
+
+
+def sender_tables(groups: Any, recv_sizes: list[list[int]],
+                  recv_offsets: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+    """`send_sizes` and `output_offsets` of every device: the tiled all_to_all of the receivers' tables.
+
+    `groups` lists every group's device ids in group order. Receiver r's slice s * per + j comes from
+    group member s, which sends it as its slice r * per + j.
+    """
+    n, k = len(recv_sizes), len(recv_sizes[0])
+    send_sizes, output_offsets = [[0] * k for _ in range(n)], [[0] * k for _ in range(n)]
+    for members in groups:
+        per = k // len(members)
+        for r, receiver in enumerate(members):
+            for s, sender in enumerate(members):
+                for j in range(per):
+                    send_sizes[sender][r * per + j] = recv_sizes[receiver][s * per + j]
+                    output_offsets[sender][r * per + j] = recv_offsets[receiver][s * per + j]
+    return send_sizes, output_offsets
+
+
+def _strategy(st: Any, axes: Axes, *, transposable: bool = False, **options: Any) -> Any:
+    """Valid calls: sizes agree, slices stay in bounds, no two receive slices overlap (send slices may,
+    unless `transposable`: the transpose writes the rows back to the send slices, where two writes to one
+    row are undefined).
+
+    1 or 2 slices per peer of 0 to 3 rows; receive slices laid out in shuffled order with 0 to 2 padding
+    rows before each, so slices end exactly at the last row now and then; operands of rank 1 to 3."""
+    @st.composite
+    def packed(draw: Any, sizes: list[int]) -> tuple[list[int], int]:
+        offsets, cursor = [0] * len(sizes), 0
+        for i in draw(st.permutations(range(len(sizes)))):
+            offsets[i] = cursor + draw(st.integers(0, 2))
+            cursor = offsets[i] + sizes[i]
+        return offsets, cursor
+
+    @st.composite
+    def sample(draw: Any) -> Sample:
+        n = int(np.prod(list(axes.mesh_shape.values())))
+        k = axes.group_size * draw(st.integers(1, 2))
+        recv_sizes = [draw(st.lists(st.integers(0, 3), min_size=k, max_size=k)) for _ in range(n)]
+        recv_offsets, out_rows = zip(*(draw(packed(sizes)) for sizes in recv_sizes))
+        send_sizes, output_offsets = sender_tables(axes.groups, recv_sizes, list(recv_offsets))
+        input_offsets, in_rows = zip(*(draw(packed(sizes)) for sizes in send_sizes))
+        out_rows, rows = max(1, max(out_rows) + draw(st.integers(0, 2))), max(1, max(in_rows) + draw(st.integers(0, 2)))
+        if not transposable:
+            input_offsets = [[draw(st.integers(0, rows - size)) if draw(st.booleans()) else offset
+                              for offset, size in zip(offsets, sizes)]
+                             for offsets, sizes in zip(input_offsets, send_sizes)]
+        tables = zip(input_offsets, send_sizes, output_offsets, recv_sizes)
+        index = tuple(dict(zip(_INDEX_ARGS, device)) for device in tables)
+        shapes = st.lists(small_dims(st), max_size=2).map(
+            lambda trailing: {"operand": (rows, *trailing), "output": (out_rows, *trailing)})
+        return Sample({}, shapes, index)
+    return sample()
+
+
+RAGGED_ALL_TO_ALL = Definition(
+    name="ragged_all_to_all", function=ragged_all_to_all, arrays=("operand", "output", *_INDEX_ARGS),
+    index_arrays=_INDEX_ARGS, params=(AXIS_NAME, AXIS_INDEX_GROUPS), vma=Vma.KEEP, keeps="output",
+    transpose=_transpose,
+    jax=JaxBinding("ragged_all_to_all", ("ragged_all_to_all",),
+                   lambda jax, p: lambda *arrays: jax.lax.ragged_all_to_all(*arrays, **p)),
+    strategy=_strategy,
+)

@@ -1,7 +1,8 @@
-"""`psum`, `pmean`, `pmax`, `pmin`: all-reduce over a mesh axis, with JAX's dtypes and XLA:CPU's arithmetic.
+"""`psum`, `pmean`, `pmax`, `pmin`, `psum2`: all-reduce over a mesh axis, with JAX's dtypes and XLA:CPU's arithmetic.
 
 Every public function is a thin wrapper over one internal helper per collective (`_psum`, ...), which maps
-`all_reduce_leaf` over the pytree; a type rule can wrap that helper later.
+`all_reduce_leaf` over the pytree and gives each leaf its device-variance type. psum2 is the design note's
+name for psum without axis_index_groups (JAX: `psum_invariant`), what psum records under `check_vma=True`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from typing import Any, Generator
 import numpy as np
 
 import sim
-from collectives._allreduce import AllReduceArgs, all_reduce_protocol, check_algorithm
+from collectives._allreduce import ALGORITHMS, AllReduceArgs, all_reduce_protocol, check_algorithm
 from collectives._arithmetic import mean_dtype, scale_to_mean
 from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group, same_operands
-from collectives._vma import REDUCE, typed
+from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, NotLinear, Transposition
+from collectives._definition import Vma, algorithm
+from collectives._strategy import any_shape
+from collectives._vma import typed
 from layouts import Layout
 
 _REDUCTION = {"psum": "sum", "pmean": "sum", "psum2": "sum", "pmax": "max", "pmin": "min"}
@@ -103,31 +107,45 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
     return _pmin(x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
+def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
+    """The sum of `x` over `axis_name` (varying -> invariant): psum's value, without axis_index_groups.
+
+    `algorithm` and `out_layout` (the result's `layouts.Layout`, default row-major) as in `psum`.
+
+    Example on a 2-device mesh {'i': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
+    `psum2(x, 'i')` gives [4, 6] on both.
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: as `psum`.
+    """
+    return _typed_reduce(PSUM2, "psum2", x, axis_name, None, algorithm, out_layout)
+
+
 def _psum(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
     # Without groups, psum is the design note's psum2 (after pbroadcast of an invariant operand), as in JAX.
-    name = "psum2" if axis_index_groups is None and sim.current().check_vma else "psum"
-    return _typed_reduce(name, "psum", x, axis_name, axis_index_groups, algorithm, out_layout)
+    recorded = PSUM2 if axis_index_groups is None and sim.current().check_vma else PSUM
+    return _typed_reduce(recorded, "psum", x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
 def _pmean(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
-    return _typed_reduce("pmean", "pmean", x, axis_name, axis_index_groups, algorithm, out_layout)
+    return _typed_reduce(PMEAN, "pmean", x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
 def _pmax(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
-    return _typed_reduce("pmax", "pmax", x, axis_name, axis_index_groups, algorithm, out_layout)
+    return _typed_reduce(PMAX, "pmax", x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
 def _pmin(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
-    return _typed_reduce("pmin", "pmin", x, axis_name, axis_index_groups, algorithm, out_layout)
+    return _typed_reduce(PMIN, "pmin", x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def _typed_reduce(name: str, op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,
+def _typed_reduce(recorded: Definition, op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,
                   out_layout: Any) -> Any:
-    """Each leaf reduced and typed: invariant along the axes unless groups split them."""
-    params = {"axis_name": axis_name} if name == "psum2" else {"axis_name": axis_name,
-                                                              "axis_index_groups": axis_index_groups}
+    """Each leaf reduced by `op` and typed as `recorded`: invariant along the axes unless groups split them."""
+    params = {"axis_name": axis_name} if recorded is PSUM2 else {"axis_name": axis_name,
+                                                                "axis_index_groups": axis_index_groups}
     return map_tree(lambda leaf: typed(
-        name, REDUCE, axis_name, [leaf],
+        recorded, axis_name, [leaf],
         lambda: all_reduce_leaf(op, leaf, axis_name, axis_index_groups, algorithm, out_layout),
         params, grouped=axis_index_groups is not None, called=op), x)
 
@@ -171,8 +189,6 @@ def _reducible(op: str, device: int, value: Any) -> np.ndarray:
     return x
 
 
-
-
 def _constant(op: str, context: sim.DeviceContext, group: sim.Group, x: Any, axis_name: Any) -> Any:
     """A Python scalar: after checking every member passed the same one, n * x (psum), x (pmean, pmax, pmin)."""
     params = (("axis_name", axis_name), ("constant", True))
@@ -194,3 +210,73 @@ def _same_constant(op: str, group: sim.Group):
         found = same_across_group(op, group.members, shown, "the Python scalar x")
         return [f"{line} (a Python scalar is a constant of the program)" for line in found]
     return check
+
+
+# ---------------------------------------------------------------------------------------------- definitions
+
+
+def _psum_transpose(t: Transposition) -> list:
+    """Summing within each group is symmetric, so grouped psum (which keeps its result varying) is its own
+    transpose. An untyped psum (check_vma=False) cannot be told from psum2; linear_transpose refuses those
+    programs earlier."""
+    p = t.params
+    if p.get("axis_index_groups") is None:
+        t.refuse()
+    return [t.ops.psum(t.ct, p["axis_name"], axis_index_groups=p["axis_index_groups"])]
+
+
+def _pmean_transpose(t: Transposition) -> list:
+    """Grouped pmean is its own transpose, as grouped psum; over the whole axis pmean is psum2 scaled by 1/n,
+    whose transpose is pbroadcast scaled by 1/n."""
+    p = t.params
+    if p.get("axis_index_groups") is not None:
+        return [t.ops.pmean(t.ct, p["axis_name"], axis_index_groups=p["axis_index_groups"])]
+    return [t.ops.pbroadcast(t.ct, p["axis_name"]) / sim.current().mesh.axis_size(p["axis_name"])]
+
+
+def _psum2_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of psum2 is pbroadcast (no communication)."""
+    return [t.ops.pbroadcast(t.ct, t.params["axis_name"])]
+
+
+def _axes(axis_name: Any) -> tuple[Any, ...]:
+    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _bind_psum_invariant(jax: Any, p: dict[str, Any]) -> Any:
+    return lambda x: jax.parallel.bind_psum_invariant(x, axes=_axes(p["axis_name"]), axis_index_groups=None,
+                                                      is_async=False)
+
+
+_GROUPED = (AXIS_NAME, AXIS_INDEX_GROUPS, algorithm(ALGORITHMS))
+
+PSUM = Definition(
+    name="psum", function=psum, arrays=("x",), params=_GROUPED, vma=Vma.REDUCE, sums=True,
+    transpose=_psum_transpose,
+    jax=JaxBinding("psum", ("psum",), lambda jax, p: lambda x: jax.lax.psum(x, **p), grouped_unchecked=True),
+    strategy=any_shape,
+)
+PMEAN = Definition(
+    name="pmean", function=pmean, arrays=("x",), params=_GROUPED, vma=Vma.REDUCE, sums=True,
+    transpose=_pmean_transpose,
+    jax=JaxBinding("pmean", (), lambda jax, p: lambda x: jax.lax.pmean(x, **p), grouped_unchecked=True),
+    strategy=any_shape,
+)
+PMAX = Definition(
+    name="pmax", function=pmax, arrays=("x",), params=_GROUPED, vma=Vma.REDUCE,
+    transpose=NotLinear("the maximum of the operands is not linear in them"),
+    jax=JaxBinding("pmax", ("pmax",), lambda jax, p: lambda x: jax.lax.pmax(x, **p)),
+    strategy=any_shape,
+)
+PMIN = Definition(
+    name="pmin", function=pmin, arrays=("x",), params=_GROUPED, vma=Vma.REDUCE,
+    transpose=NotLinear("the minimum of the operands is not linear in them"),
+    jax=JaxBinding("pmin", ("pmin",), lambda jax, p: lambda x: jax.lax.pmin(x, **p)),
+    strategy=any_shape,
+)
+PSUM2 = Definition(
+    name="psum2", function=psum2, arrays=("x",), params=(AXIS_NAME, algorithm(ALGORITHMS)), vma=Vma.REDUCE,
+    sums=True, transpose=_psum2_transpose,
+    jax=JaxBinding("psum_invariant", ("psum_invariant",), _bind_psum_invariant),
+    strategy=any_shape,
+)

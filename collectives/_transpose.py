@@ -6,6 +6,9 @@ psum2 <-> pbroadcast, all_gather <-> psum_scatter, all_to_all <-> all_to_all, al
 pscatter, ppermute <-> the inverse permutation, ragged_all_to_all <-> ragged_all_to_all with offsets
 exchanged). The result is itself a `shard_map` program, with in_specs and out_specs swapped, that runs on
 the simulator and records its own program, so it can be transposed again.
+
+A collective's equation is replayed and transposed through its `Definition` (`function`, `transpose`),
+found in the registry by the name the equation records; the local operations' rules are below.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 import sim
+from collectives._definition import NotLinear, Transposition
+from collectives._registry import REGISTRY
 from sim import Const, Var
 
 _METHODS = {"getitem", "reshape", "transpose", "astype"}
@@ -117,19 +122,9 @@ def _unbroadcast(ct: Any, shape: tuple[int, ...]) -> Any:
     return ct.sum(axis=ones, keepdims=True) if ones else ct
 
 
-def _kwargs(eq: sim.Equation) -> dict:
-    return dict(eq.params)
-
-
-def _collective(name: str, *args: Any, **kwargs: Any) -> Any:
-    import collectives
-
-    return getattr(collectives, name)(*args, **kwargs)
-
-
 def _evaluate(eq: sim.Equation, args: list) -> Any:
     """Run a recorded non-linear equation again on `args`."""
-    params = _kwargs(eq)
+    params = dict(eq.params)
     if eq.op in _METHODS:
         x = sim.wrap(args[0], sim.vma_of(args[0])) if not isinstance(args[0], sim.Varying) else args[0]
         method = {"getitem": lambda: x[params["index"]], "reshape": lambda: x.reshape(params["shape"]),
@@ -139,23 +134,28 @@ def _evaluate(eq: sim.Equation, args: list) -> Any:
     ufunc = getattr(np, name, None)
     if isinstance(ufunc, np.ufunc):
         return getattr(ufunc, method)(*args, **params) if method else ufunc(*args, **params)
-    if eq.op in _COLLECTIVE_ARGS:
-        return _collective(eq.op, *args, **params)
+    definition = REGISTRY.get(eq.op)
+    if definition is not None:
+        # a collective's recorded inputs map one to one onto its positional arguments
+        return definition.function(*args, **definition.from_recorded(params))
     raise sim.InvalidArgumentError(f"linear_transpose cannot replay {eq.op!r} (in `{eq}`)")
 
 
-# Collectives whose recorded inputs map one to one onto positional arguments.
-_COLLECTIVE_ARGS = {"all_gather", "all_to_all", "psum_scatter", "psum2", "pbroadcast", "all_gather_invariant",
-                    "pscatter", "ppermute", "ragged_all_to_all", "psum", "pmax", "pmin", "pmean", "axis_index"}
-
-
 def _transpose(eq: sim.Equation, cts: list, primal: list, is_linear: list) -> list:
-    rule = _RULES.get(eq.op)
-    if rule is None:
-        raise sim.InvalidArgumentError(f"linear_transpose: {eq.op!r} has no transpose rule (in `{eq}`); "
-                                       f"the program must be linear in the transposed arguments")
     ct = cts[0] if cts[0] is not None else _zeros(eq.outputs[0])
-    return rule(_kwargs(eq), ct, primal, is_linear, eq)
+    definition = REGISTRY.get(eq.op)
+    if definition is None:
+        rule = _RULES.get(eq.op)
+        if rule is None:
+            raise sim.InvalidArgumentError(f"linear_transpose: {eq.op!r} has no transpose rule (in `{eq}`); "
+                                           f"the program must be linear in the transposed arguments")
+        return rule(dict(eq.params), ct, primal, is_linear, eq)
+    if isinstance(definition.transpose, NotLinear):
+        raise sim.InvalidArgumentError(f"linear_transpose: {eq.op!r} has no transpose rule (in `{eq}`): "
+                                       f"{definition.transpose.reason}; the program must be linear in the "
+                                       f"transposed arguments")
+    params = definition.from_recorded(dict(eq.params))
+    return definition.transpose(Transposition(params, ct, primal, is_linear, eq, REGISTRY.ops))
 
 
 def _nonlinear(eq: sim.Equation) -> None:
@@ -206,49 +206,8 @@ def _scatter_add_rule(params, ct, primal, lin, eq):
     return [ct if lin[0] else None, ct[params["index"]] if lin[1] else None]
 
 
-def _collective_rule(name: str, rename: Callable[[dict], dict]) -> Callable:
-    def rule(params, ct, primal, lin, eq):
-        return [_collective(name, ct, **rename(params))]
-    return rule
-
-
-def _inverse_perm(params: dict) -> dict:
-    return {"axis_name": params["axis_name"], "perm": [(dst, src) for src, dst in params["perm"]]}
-
-
-def _grouped_sum(name: str) -> Callable:
-    """psum / pmean over axis_index_groups keep their result varying; summing (or averaging) within each
-    group is symmetric, so each is its own transpose. Over the whole axis, pmean is psum2 scaled by 1/n."""
-    def rule(params, ct, primal, lin, eq):
-        if params.get("axis_index_groups") is not None:
-            return [_collective(name, ct, params["axis_name"], axis_index_groups=params["axis_index_groups"])]
-        if name == "psum":
-            _nonlinear(eq)  # untyped psum (check_vma=False) cannot be told from psum2: refused earlier
-        size = sim.current().mesh.axis_size(params["axis_name"])
-        return [_collective("pbroadcast", ct, params["axis_name"]) / size]
-    return rule
-
-
-def _ragged(params, ct, primal, lin, eq):
-    """JAX's rule: send the received rows back where they came from; rows received are not in `output`."""
-    _, _, input_offsets, send_sizes, output_offsets, recv_sizes = primal
-    names = {"axis_name": params["axis_name"], "axis_index_groups": params["axis_index_groups"]}
-    exchange = lambda a: _collective("all_to_all", a, params["axis_name"], 0, 0, tiled=True,
-                                     axis_index_groups=params["axis_index_groups"])
-    received_at = exchange(output_offsets)
-    operand_ct = output_ct = None
-    if lin[0]:
-        zeros = np.zeros(eq.inputs[0].shape, eq.inputs[0].dtype)
-        operand_ct = _collective("ragged_all_to_all", ct, zeros, received_at, recv_sizes, exchange(input_offsets),
-                                 send_sizes, **names)
-    if lin[1]:
-        keep = np.ones(ct.shape[0], bool)
-        for start, size in zip(np.asarray(received_at), np.asarray(recv_sizes)):
-            keep[start:start + size] = False
-        output_ct = ct * keep.reshape((-1,) + (1,) * (ct.ndim - 1)).astype(ct.dtype)
-    return [operand_ct, output_ct, None, None, None, None]
-
-
+# The local operations' rules (numpy ufuncs and array methods, as sim records them); each collective's
+# rule is its definition's `transpose`.
 _RULES: dict[str, Callable] = {
     "add": _binary_add(+1),
     "subtract": _binary_add(-1),
@@ -264,23 +223,4 @@ _RULES: dict[str, Callable] = {
     "reshape": lambda params, ct, primal, lin, eq: [ct.reshape(eq.inputs[0].shape)],
     "transpose": lambda params, ct, primal, lin, eq: [ct.transpose(tuple(np.argsort(params["axes"])))],
     "astype": lambda params, ct, primal, lin, eq: [ct.astype(eq.inputs[0].dtype)],
-    "psum2": _collective_rule("pbroadcast", lambda p: {"axis_name": p["axis_name"]}),
-    "pbroadcast": _collective_rule("psum2", lambda p: {"axis_name": p["axes"] if "axes" in p else p["axis_name"]}),
-    "all_gather": _collective_rule("psum_scatter", lambda p: {
-        "axis_name": p["axis_name"], "scatter_dimension": p["axis"], "axis_index_groups": p["axis_index_groups"],
-        "tiled": p["tiled"]}),
-    "psum_scatter": _collective_rule("all_gather", lambda p: {
-        "axis_name": p["axis_name"], "axis": p["scatter_dimension"], "axis_index_groups": p["axis_index_groups"],
-        "tiled": p["tiled"]}),
-    "all_to_all": _collective_rule("all_to_all", lambda p: {
-        "axis_name": p["axis_name"], "split_axis": p["concat_axis"], "concat_axis": p["split_axis"],
-        "axis_index_groups": p["axis_index_groups"], "tiled": p["tiled"]}),
-    "all_gather_invariant": _collective_rule("pscatter", lambda p: {
-        "axis_name": p["axis_name"], "axis": p["axis"], "tiled": p["tiled"]}),
-    "pscatter": _collective_rule("all_gather_invariant", lambda p: {
-        "axis_name": p["axis_name"], "axis": p["axis"], "tiled": p["tiled"]}),
-    "ppermute": _collective_rule("ppermute", _inverse_perm),
-    "ragged_all_to_all": _ragged,
-    "psum": _grouped_sum("psum"),
-    "pmean": _grouped_sum("pmean"),
 }

@@ -11,9 +11,10 @@ that take invariant operands (`pbroadcast`, `pscatter`), which reject varying on
 | introduce  | pbroadcast, pscatter (operand must be invariant along axes)   | operand's axes + axes |
 | index      | axis_index                                                    | axes                  |
 
-A reduction over `axis_index_groups` smaller than the axis still differs between groups, so its result
-keeps the axes. The summing collectives (psum, pmean, psum2, psum_scatter) need an operand that varies along
-all of their axes or along none, as JAX requires: promoting only some of them would change the sum.
+Each collective's rule is the `vma` of its `Definition`. A reduction over `axis_index_groups` smaller than
+the axis still differs between groups, so its result keeps the axes. The summing collectives (psum, pmean,
+psum2, psum_scatter: `Definition.sums`) need an operand that varies along all of their axes or along none,
+as JAX requires: promoting only some of them would change the sum.
 With `check_vma=False` nothing is promoted, checked or typed.
 """
 
@@ -22,20 +23,20 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import sim
+from collectives._definition import Definition, Vma
 
-REDUCE, KEEP, INTRODUCE, INDEX = "reduce", "keep", "introduce", "index"
-_SUMS = ("psum", "psum2", "pmean", "psum_scatter")
+REDUCE, KEEP, INTRODUCE, INDEX = Vma.REDUCE, Vma.KEEP, Vma.INTRODUCE, Vma.INDEX
 
 
-def typed(op: str, rule: str, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict,
+def typed(definition: Definition, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict,
           grouped: bool = False, called: str | None = None) -> sim.Varying:
-    """Run `compute` (the collective on plain arrays) and give its result the type `rule` prescribes.
+    """Run `compute` (the collective on plain arrays) and give its result the type `definition.vma` prescribes.
 
-    The collective is recorded in the device's program as `op[params]` applied to `operands`; errors name
-    it as the caller `called` it (psum is recorded as psum2).
+    The collective is recorded in the device's program as `definition.name[params]` applied to `operands`;
+    errors name it as the caller `called` it (psum is recorded as psum2).
     """
     context = sim.current()
-    recorded, op = op, called or op
+    recorded, op, rule = definition.name, called or definition.name, definition.vma
     if not context.check_vma:
         return sim.wrap(compute(), frozenset(), recorded, params, operands)
     try:
@@ -52,7 +53,7 @@ def typed(op: str, rule: str, axis_name: Any, operands: list, compute: Callable[
     elif rule != INDEX:
         for x in operands:
             varying = sim.vma_of(x) & axes
-            if recorded in _SUMS and varying and varying != axes:
+            if definition.sums and varying and varying != axes:
                 raise sim.InvalidTypeError(
                     f"device {context.device}: {op}: the operand varies along {sorted(varying)} but not along "
                     f"{sorted(axes - varying)}; over axis_name={axis_name!r} it must vary along all of them or "

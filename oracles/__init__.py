@@ -1,7 +1,9 @@
 """Independent answers for the collectives: the executable spec (numpy) and real JAX on CPU devices.
 
 `spec` transcribes each JAX doc into numpy; `JaxOracle` runs the real `jax.lax` op in a worker process
-(the only place jax is imported). Neither depends on `sim` or `collectives`: they are second opinions.
+(the only place jax is imported). Both read `collectives.REGISTRY` to know the collectives (spec functions
+are registered per definition, the worker binds each by its definition's `JaxBinding`), but neither calls
+the simulator's implementation: they are second opinions.
 """
 
 from oracles import spec

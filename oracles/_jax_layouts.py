@@ -1,15 +1,15 @@
 """The JAX worker's layout ops: the raw bytes of CPU device buffers placed or computed with a `Format`.
 
-Imported by `oracles._jax_worker` (which configures JAX first) and handed the worker module, whose mesh
-builder, compile cache and ragged fallback it reuses. Two ops:
+Part of the JAX worker: meshes, lowering and the compile cache come from `oracles._jax_setup`, and each
+collective runs by its route in `oracles._jax_dispatch`. Two ops:
 
 - "place": `jax.device_put(x, Format(Layout(major_to_minor, tiling), sharding))`; per device: the shard's
   index, the bytes holding its values, `on_device_size_in_bytes()` and the layout JAX reports.
 - "layout_collective": a collective under `jax.shard_map` compiled with input and output `Format`s
-  (per-device layouts); per device: the result's values and the bytes of its buffer. The reductions and
-  the design note's collectives (the worker's `REDUCTION_OPS`) run as the worker runs them without
-  layouts: named through `JAX_NAMES`, an operand JAX takes invariant (pbroadcast, pscatter) entering
-  over the other mesh axes only, and grouped psum/pmean under `check_vma=False`.
+  (per-device layouts); per device: the result's values and the bytes of its buffer. Every collective
+  runs as it runs without layouts: an operand JAX takes invariant (pbroadcast, pscatter) enters over the
+  other mesh axes only, grouped psum/pmean run under `check_vma=False`, ragged_all_to_all falls back to
+  its decomposition where XLA:CPU cannot run it.
 
 Bytes are read through `unsafe_buffer_pointer()` after `block_until_ready()`, and only the
 `prod(shape) * itemsize` bytes XLA:CPU allocates: reading `on_device_size_in_bytes()` of a tiled buffer
@@ -19,29 +19,27 @@ would read past its allocation.
 from __future__ import annotations
 
 import ctypes
-from types import ModuleType
 from typing import Any
 
 import jax
 import numpy as np
-from jax import lax
 from jax.experimental.layout import Format, Layout
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-OPS = ("place", "layout_collective")
+from oracles._jax_dispatch import route
+from oracles._jax_setup import by_device, cached, freeze, lower, mesh
 
 
-def answer(request: dict[str, Any], worker: ModuleType) -> tuple[Any, ...]:
-    """One layout request as a reply; an exception from JAX becomes an ("error", kind, message) reply."""
+def answer_place(request: dict[str, Any]) -> tuple[Any, str]:
+    """A "place" request's per-device shards and its path."""
     params = request["params"]
-    try:
-        if request["op"] == "place":
-            shards = place(worker, request["args"][0][0], params["layout"], params["sharding"])
-            return ("ok", shards, "real")
-        outputs, raws, path = layout_collective(worker, request["mesh_shape"], request["args"], params)
-    except Exception as error:  # noqa: BLE001 -- every JAX complaint goes back to the caller
-        return ("error", type(error).__name__, str(error))
-    return ("ok", {"outputs": outputs, "raws": raws}, path)
+    return place(request["args"][0][0], params["layout"], params["sharding"]), "real"
+
+
+def answer_layout_collective(request: dict[str, Any]) -> tuple[Any, str]:
+    """A "layout_collective" request's per-device values and result bytes, and its path."""
+    outputs, raws, path = layout_collective(request["mesh_shape"], request["args"], request["params"])
+    return {"outputs": outputs, "raws": raws}, path
 
 
 def _raw(array: jax.Array) -> bytes:
@@ -50,17 +48,17 @@ def _raw(array: jax.Array) -> bytes:
     return ctypes.string_at(array.unsafe_buffer_pointer(), size) if size else b""
 
 
-def _sharding(worker: ModuleType, spec: dict[str, Any]) -> Any:
+def _sharding(spec: dict[str, Any]) -> Any:
     if "device" in spec:
         return SingleDeviceSharding(jax.devices()[spec["device"]])
     entries = [tuple(e) if isinstance(e, list) else e for e in spec["spec"]]
-    return NamedSharding(worker._mesh(spec["mesh_shape"]), PartitionSpec(*entries))
+    return NamedSharding(mesh(spec["mesh_shape"]), PartitionSpec(*entries))
 
 
-def place(worker: ModuleType, x: np.ndarray, layout: dict[str, Any], sharding: dict[str, Any]) -> list[dict]:
+def place(x: np.ndarray, layout: dict[str, Any], sharding: dict[str, Any]) -> list[dict]:
     """Per-device facts of `x` placed with the Format `layout` + `sharding`, in device order."""
     fmt = Format(Layout(tuple(layout["major_to_minor"]), tiling=tuple(map(tuple, layout["tiling"]))),
-                 _sharding(worker, sharding))
+                 _sharding(sharding))
     array = jax.device_put(np.asarray(x), fmt)
     array.block_until_ready()
     shards = []
@@ -80,69 +78,24 @@ def _stacked_format(order: Any, rank: int, sharding: NamedSharding) -> Format:
     return Format(Layout((0, *(d + 1 for d in order))), sharding)
 
 
-def _operands(worker: ModuleType, op: str, mesh: Any, args: tuple[list[np.ndarray], ...],
-              params: dict[str, Any]) -> list[tuple[np.ndarray, NamedSharding]]:
-    """Each argument as one global array and its sharding: device d's block at index d of a new leading
-    axis sharded over every mesh axis, or, for an invariant operand, over the other axes only."""
-    arrays = [[np.asarray(x) for x in arg] for arg in args]
-    if op in worker._INVARIANT_OPERAND:
-        pairs = [worker._invariant_operand(mesh, arg, params["axis_name"]) for arg in arrays]
-    else:
-        pairs = [(np.stack(arg), PartitionSpec(mesh.axis_names)) for arg in arrays]
-    return [(x, NamedSharding(mesh, spec)) for x, spec in pairs]
-
-
-def _compile(worker: ModuleType, op: str, mesh: Any, params: dict[str, Any], avals: list,
-             in_formats: list[Format], out_format: Format) -> tuple[Any, str]:
-    def lower(body: Any, check_vma: bool = True) -> Any:
-        mapped = jax.shard_map(lambda *xs: body(*(x[0] for x in xs))[None], mesh=mesh,
-                               in_specs=tuple(f.sharding.spec for f in in_formats),
-                               out_specs=PartitionSpec(mesh.axis_names), check_vma=check_vma)
-        return jax.jit(mapped, in_shardings=tuple(in_formats), out_shardings=out_format).lower(*avals)
-
-    if op in worker.REDUCTION_OPS:
-        body = worker._reduction_fn(op, params)
-        try:
-            return lower(body).compile(), "real"
-        except NotImplementedError:  # psum and pmean with axis_index_groups: see _compile_reduction
-            if params.get("axis_index_groups") is None:
-                raise
-        return lower(body, check_vma=False).compile(), "real, check_vma=False"
-    op_fn = getattr(lax, op)
-    lowered = lower(lambda *xs: op_fn(*xs, **params))
-    try:
-        return lowered.compile(), "real"
-    except jax.errors.JaxRuntimeError as error:
-        if op != "ragged_all_to_all" or not worker._backend_lacks_ragged(error):
-            raise
-    body = worker._ragged_decomposition(group_size=worker._group_size(mesh, **params), **params)
-    return lower(body).compile(), "decomposition"
-
-
-def layout_collective(worker: ModuleType, mesh_shape: dict[str, int], args: tuple[list[np.ndarray], ...],
+def layout_collective(mesh_shape: dict[str, int], args: tuple[list[np.ndarray], ...],
                       request: dict[str, Any]) -> tuple[list[np.ndarray], list[bytes], str]:
     """Run `request["op"]` with per-device input layouts `request["in_layouts"]` and result layout
     `request["out_layout"]` (major_to_minor tuples, None for row-major); return values, bytes and path."""
     op, params = request["op"], request["params"]
-    mesh = worker._mesh(mesh_shape)
-    operands = _operands(worker, op, mesh, args, params)
+    way, on = route(op), mesh(mesh_shape)
+    operands = [(x, NamedSharding(on, spec)) for x, spec in way.operands(on, args, params)]
     in_formats = [_stacked_format(order, x.ndim - 1, sharding)
                   for order, (x, sharding) in zip(request["in_layouts"], operands)]
     out_format = _stacked_format(request["out_layout"], request["out_rank"],
-                                 NamedSharding(mesh, PartitionSpec(mesh.axis_names)))
+                                 NamedSharding(on, PartitionSpec(on.axis_names)))
     avals = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding) for x, sharding in operands]
-    key = ("layouts", op, tuple(mesh_shape.items()), worker._freeze(params), worker._freeze(request["in_layouts"]),
-           worker._freeze(request["out_layout"]),
-           tuple((a.shape, str(a.dtype), str(sharding.spec)) for a, (_, sharding) in zip(avals, operands)))
-    if key not in worker._compiled:
-        worker._compiled[key] = _compile(worker, op, mesh, params, avals, in_formats, out_format)
-    compiled, path = worker._compiled[key]
+    specs = [sharding.spec for _, sharding in operands]
+    key = ("layouts", op, tuple(mesh_shape.items()), freeze(params), freeze(request["in_layouts"]),
+           freeze(request["out_layout"]), tuple((a.shape, str(a.dtype), str(spec)) for a, spec in zip(avals, specs)))
+    compiled, path = cached(key, lambda: way.compile(on, params, lambda body, check_vma: lower(
+        body, on, avals, specs, check_vma=check_vma, in_formats=in_formats, out_format=out_format)))
     result = compiled(*(jax.device_put(x, f) for (x, _), f in zip(operands, in_formats)))
     result.block_until_ready()
-    position = {device: i for i, device in enumerate(mesh.devices.flat)}
-    outputs: list[np.ndarray] = [np.empty(0)] * mesh.size
-    raws: list[bytes] = [b""] * mesh.size
-    for shard in result.addressable_shards:
-        outputs[position[shard.device]] = np.asarray(shard.data)[0]
-        raws[position[shard.device]] = _raw(shard.data)
-    return outputs, raws, path
+    shards = by_device(result, on, lambda data: (np.asarray(data)[0], _raw(data)))
+    return [values for values, _ in shards], [raw for _, raw in shards], path

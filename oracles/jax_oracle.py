@@ -28,10 +28,14 @@ from typing import IO, Any
 import numpy as np
 
 from layouts import MeshError
+from collectives import REGISTRY
 from oracles._protocol import read_message, write_message
 
 MAX_DEVICES = 8
-ARITY = {"all_gather": 1, "all_to_all": 1, "ragged_all_to_all": 6}
+# How many per-device argument lists each collective takes, and JAX's name for it (the design note's psum2
+# is JAX's psum_invariant, pbroadcast is pvary, pscatter is JAX's transpose of all_gather_invariant).
+ARITY = {name: len(d.arrays) for name, d in REGISTRY.items()}
+JAX_NAMES = {name: d.jax.name for name, d in REGISTRY.items()}
 _TEST_OPS = ("crash", "sleep")  # understood by the worker; used by the tests only
 
 
@@ -102,7 +106,7 @@ class JaxOracle:
         """Run `jax.lax.<op>(*args, **params)` on each device of `mesh_shape` and return its results.
 
         Args:
-            op: "all_gather", "all_to_all" or "ragged_all_to_all".
+            op: a registered collective's name (`collectives.REGISTRY`), e.g. "all_gather" or "psum2".
             mesh_shape: axis name -> size, at most 8 devices; device ids run row-major over the axes.
             args: one per-device list per positional argument of the op, e.g. `(xs,)` for all_gather.
             params: the op's keyword arguments (axis_name, axis_index_groups, axis, tiled, ...).
@@ -271,24 +275,6 @@ def shared_oracle() -> JaxOracle:
             _shared = JaxOracle()
             atexit.register(_shared.close)
         return _shared
-
-
-# ---------------------------------------------------------------------------------------------- reductions
-
-# The design note's names for the device-variance collectives and what jax 0.10.2 calls them; the worker
-# resolves the JAX side from here. psum_invariant is what jax.lax.psum binds under shard_map(check_vma=True);
-# pvary is reached as jax.lax.pcast(x, axis, to='varying') (jax.lax.pbroadcast is another collective);
-# all_gather_invariant lives in jax._src.lax.parallel; pscatter has no primitive: JAX transposes
-# all_gather_invariant into a dynamic slice at axis_index, and the worker runs exactly that transpose.
-JAX_NAMES = {
-    "psum2": "psum_invariant",
-    "pbroadcast": "pvary",
-    "all_gather_invariant": "all_gather_invariant",
-    "pscatter": "transpose(all_gather_invariant)",
-}
-
-ARITY.update({op: 1 for op in ("psum", "pmean", "pmax", "pmin", "psum_scatter", "ppermute", *JAX_NAMES)})
-ARITY["axis_index"] = 0
 
 
 # ---------------------------------------------------------------------------------------------- layouts

@@ -3,16 +3,38 @@
 Written to be read, not to be fast. Every function takes per-device data as a list indexed by device id
 on a mesh given as a dict of axis name -> size (devices row-major over the axes, as `jax.sharding.Mesh`),
 and returns the per-device results as a new list. Inputs are assumed valid: the simulator validates them.
+
+Each function is registered for its collective's definition (`SPECS`, keyed by `collectives.Definition`);
+the transcription itself never calls the simulator.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
+import collectives
+from collectives import Definition
+
 AxisName = Hashable | tuple[Hashable, ...]
+Spec = Callable[..., list[np.ndarray]]
+
+SPECS: dict[Definition, Spec] = {}
+
+
+def specifies(function: Callable[..., object]) -> Callable[[Spec], Spec]:
+    """Register the decorated spec as the executable spec of the collective whose public function is `function`."""
+    def register(spec: Spec) -> Spec:
+        SPECS[collectives.REGISTRY.of(function)] = spec
+        return spec
+    return register
+
+
+def of(definition: Definition) -> Spec:
+    """The executable spec of `definition`'s collective."""
+    return SPECS[definition]
 
 
 def groups(mesh_shape: dict[Hashable, int], axis_name: AxisName,
@@ -37,6 +59,7 @@ def groups(mesh_shape: dict[Hashable, int], axis_name: AxisName,
     return [row[list(g)].tolist() for row in along_axis for g in axis_index_groups]
 
 
+@specifies(collectives.all_gather)
 def all_gather(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
                axis_index_groups: Sequence[Sequence[int]] | None = None, axis: int = 0,
                tiled: bool = False) -> list[np.ndarray]:
@@ -54,6 +77,7 @@ def all_gather(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_n
     return out
 
 
+@specifies(collectives.all_to_all)
 def all_to_all(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
                split_axis: int, concat_axis: int, *,
                axis_index_groups: Sequence[Sequence[int]] | None = None,
@@ -79,6 +103,7 @@ def all_to_all(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_n
     return out
 
 
+@specifies(collectives.ragged_all_to_all)
 def ragged_all_to_all(operands: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
                       input_offsets: Sequence[np.ndarray], send_sizes: Sequence[np.ndarray],
                       output_offsets: Sequence[np.ndarray], recv_sizes: Sequence[np.ndarray],
@@ -179,6 +204,7 @@ def _all_reduce(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_
     return out
 
 
+@specifies(collectives.psum)
 def psum(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
          axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
     """Every member gets 0 + x[g0] + x[g1] + ... (group order); bool is summed as int32.
@@ -189,18 +215,21 @@ def psum(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: A
     return _all_reduce(xs, mesh_shape, axis_name, axis_index_groups, "sum")
 
 
+@specifies(collectives.pmax)
 def pmax(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
          axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
     """Every member gets the group's elementwise max, folded from -inf by `acc = x if acc < x else acc`."""
     return _all_reduce(xs, mesh_shape, axis_name, axis_index_groups, "max")
 
 
+@specifies(collectives.pmin)
 def pmin(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
          axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
     """Every member gets the group's elementwise min, folded from +inf by `acc = x if x < acc else acc`."""
     return _all_reduce(xs, mesh_shape, axis_name, axis_index_groups, "min")
 
 
+@specifies(collectives.pmean)
 def pmean(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
           axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
     """psum times the reciprocal of the group size rounded to the result dtype (float32 for integers of up
@@ -228,6 +257,7 @@ def pmean(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: 
     return out
 
 
+@specifies(collectives.psum_scatter)
 def psum_scatter(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
                  scatter_dimension: int = 0, axis_index_groups: Sequence[Sequence[int]] | None = None,
                  tiled: bool = False) -> list[np.ndarray]:
@@ -245,6 +275,7 @@ def psum_scatter(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis
     return out
 
 
+@specifies(collectives.ppermute)
 def ppermute(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
              perm: Sequence[tuple[int, int]]) -> list[np.ndarray]:
     """Group index `dst` gets the array of group index `src` for each pair; the others get zeros.
@@ -259,6 +290,7 @@ def ppermute(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_nam
     return out
 
 
+@specifies(collectives.axis_index)
 def axis_index(mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
     """Each device's position in its group along `axis_name`, as an int32 scalar.
 
@@ -272,22 +304,26 @@ def axis_index(mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.
     return out
 
 
+@specifies(collectives.psum2)
 def psum2(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
     """The design note's psum2 (JAX: psum_invariant): psum's value."""
     return psum(xs, mesh_shape, axis_name)
 
 
+@specifies(collectives.pbroadcast)
 def pbroadcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
     """The design note's pbroadcast (JAX: pvary): every device keeps its value."""
     return [np.array(x, copy=True) for x in xs]
 
 
+@specifies(collectives.all_gather_invariant)
 def all_gather_invariant(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
                          axis: int = 0, tiled: bool = False) -> list[np.ndarray]:
     """all_gather's value (without groups)."""
     return all_gather(xs, mesh_shape, axis_name, axis=axis, tiled=tiled)
 
 
+@specifies(collectives.pscatter)
 def pscatter(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
              axis: int = 0, tiled: bool = False) -> list[np.ndarray]:
     """Group index i keeps index i (untiled) or block i (tiled) of its value along `axis`.

@@ -6,24 +6,28 @@ from typing import Any
 
 import numpy as np
 
+import sim
+from collectives import Definition
 from scenarios._errors import Source
-from scenarios._ops import OpSpec
 
 _INDEX_DTYPE = np.dtype(np.int32)  # JAX's offsets and sizes (x64 off)
 
 Inputs = tuple[dict[str, np.ndarray], ...]
 
 
-def device_inputs(source: Source, data: dict, count: int, spec: OpSpec) -> Inputs:
-    """The arrays of each of `count` devices for the collective `spec`, typed and checked.
+def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, params: dict[str, Any]) -> Inputs:
+    """The arrays of each device of `mesh` for the collective `spec` called with `params`, typed and checked.
 
     Data arrays take `[inputs] dtype`, else float32 when any literal is a float, int32 when they are
-    integers, bool when booleans (JAX's defaults). Offsets and sizes are int32.
+    integers, bool when booleans (JAX's defaults). Offsets and sizes are int32. A collective without
+    arrays (axis_index) needs no inputs.
 
     Raises:
         ScenarioError: missing or extra arguments, a table count that is not the device count, values that
-            are not rectangular numeric arrays or do not fit the dtype, shapes that differ between devices.
+            are not rectangular numeric arrays or do not fit the dtype, shapes that differ between devices,
+            an operand that must be invariant along the axes (pbroadcast, pscatter) but differs along them.
     """
+    count = mesh.size
     settings = source.table(data, "inputs", required=False) or {}
     source.check_keys("inputs", settings, (), ("seed", "shape", "dtype"))
     dtype = _dtype(source, settings.get("dtype"))
@@ -31,12 +35,16 @@ def device_inputs(source: Source, data: dict, count: int, spec: OpSpec) -> Input
     if "seed" in settings or "shape" in settings:
         if devices is not None:
             raise source.error("device", None, "[[device]] tables and [inputs] seed/shape are alternatives; give one")
-        return _generated(source, settings, count, spec, dtype or np.dtype(np.float32))
+        return _generated(source, settings, mesh, spec, params, dtype or np.dtype(np.float32))
+    if devices is None and not spec.arrays:
+        return tuple({} for _ in range(count))
     if devices is None:
         raise source.error("", None, f"the inputs are missing: give {count} [[device]] tables (one per device, "
                                      f"in device order) or [inputs] seed and shape")
     inputs = _literal(source, devices, count, spec, dtype)
     _check_shapes(source, inputs)
+    if spec.invariant_operand:
+        _check_invariant(source, inputs, mesh, spec, params["axis_name"])
     return inputs
 
 
@@ -54,11 +62,15 @@ def _dtype(source: Source, name: Any) -> np.dtype | None:
     return dtype
 
 
-def _generated(source: Source, settings: dict, count: int, spec: OpSpec, dtype: np.dtype) -> Inputs:
-    """One draw of `x` per device from `numpy.random.default_rng(seed)`, in device order."""
+def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition, params: dict[str, Any],
+               dtype: np.dtype) -> Inputs:
+    """One draw of `x` per device from `numpy.random.default_rng(seed)`, in device order.
+
+    For an operand that must be invariant along the axes (pbroadcast, pscatter), the devices that differ
+    only along them share the draw of the first of them."""
     if spec.arrays != ("x",):
-        raise source.error("inputs", "seed", f"[inputs] seed draws the one array x of all_gather and all_to_all; "
-                                             f"{spec.name} needs literal [[device]] tables")
+        raise source.error("inputs", "seed", f"[inputs] seed draws the one array x of a collective that takes "
+                                             f"only x; {spec.name} needs literal [[device]] tables")
     seed, shape = settings.get("seed"), settings.get("shape")
     if type(seed) is not int or seed < 0:
         raise source.error("inputs", "seed", f"[inputs] seed={seed!r} must be a non-negative integer")
@@ -66,7 +78,10 @@ def _generated(source: Source, settings: dict, count: int, spec: OpSpec, dtype: 
         raise source.error("inputs", "shape", f"[inputs] shape={shape!r} must be a list of non-negative "
                                               f"integers, e.g. shape = [2, 3]")
     rng = np.random.default_rng(seed)
-    return tuple({"x": _frozen(_draw(rng, shape, dtype))} for _ in range(count))
+    drawn = [_frozen(_draw(rng, shape, dtype)) for _ in mesh.devices]
+    if spec.invariant_operand:
+        drawn = [drawn[mesh.axis_peers(d, params["axis_name"])[0]] for d in mesh.devices]
+    return tuple({"x": x} for x in drawn)
 
 
 def _draw(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.ndarray:
@@ -78,7 +93,7 @@ def _draw(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.nda
     return rng.integers(max(-9, np.iinfo(dtype).min), 10, shape).astype(dtype)
 
 
-def _literal(source: Source, devices: Any, count: int, spec: OpSpec, dtype: np.dtype | None) -> Inputs:
+def _literal(source: Source, devices: Any, count: int, spec: Definition, dtype: np.dtype | None) -> Inputs:
     """The `[[device]]` tables as arrays, data in one dtype, offsets and sizes int32."""
     if not isinstance(devices, list) or not all(isinstance(table, dict) for table in devices):
         raise source.error("", "device", "device must be an array of tables: write [[device]] once per device")
@@ -145,6 +160,18 @@ def _check_shapes(source: Source, inputs: Inputs) -> None:
                 raise source.error("device", name, f"[[device]] for device {d}: {name} has shape "
                                                    f"{list(arrays[name].shape)} but device 0's has {list(first.shape)};"
                                                    f" every device's {name} must have the same shape", d)
+
+
+def _check_invariant(source: Source, inputs: Inputs, mesh: sim.Mesh, spec: Definition, axis_name: Any) -> None:
+    """Devices that differ only along `axis_name` hold the same arrays: `spec` takes an invariant operand."""
+    for d, arrays in enumerate(inputs):
+        twin = mesh.axis_peers(d, axis_name)[0]
+        for name, array in arrays.items():
+            if array.tobytes() != inputs[twin][name].tobytes():
+                raise source.error("device", name, f"[[device]] for device {d}: {name} differs from device {twin}'s, "
+                                                   f"but {spec.name} takes an operand invariant along "
+                                                   f"axis_name={axis_name!r}: devices that differ only along it "
+                                                   f"must hold the same values", d)
 
 
 def _is_shape(value: Any) -> bool:

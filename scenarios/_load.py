@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
+import collectives
 import sim
+from collectives import Definition
 from scenarios._errors import ScenarioError, Source
 from scenarios._inputs import device_inputs
-from scenarios._ops import OPS, PARAMS, OpSpec
 from scenarios._program import ProgramScenario, load_program
 
 _TOP_KEYS = ("title", "description", "mesh", "network", "collective", "inputs", "device", "program", "args")
@@ -24,8 +25,9 @@ _TOP_KEYS = ("title", "description", "mesh", "network", "collective", "inputs", 
 class Scenario:
     """A validated scenario: a mesh with its network, one collective call, and every device's inputs.
 
-    `inputs[d]` maps each array argument of `op`, in call order, to device d's (read-only) array;
-    `params` holds the keyword parameters the file gives (omitted ones take the collective's defaults).
+    `op` is any registered collective (`collectives.REGISTRY`); `inputs[d]` maps each array argument of
+    `op`, in call order, to device d's (read-only) array; `params` holds the parameters the file gives
+    (omitted ones take the collective's defaults).
     """
 
     path: str
@@ -35,6 +37,11 @@ class Scenario:
     op: str
     params: dict[str, Any]
     inputs: tuple[dict[str, np.ndarray], ...]
+
+    @property
+    def definition(self) -> Definition:
+        """The definition of the scenario's collective."""
+        return collectives.definition(self.op)
 
 
 def load(path: str | os.PathLike) -> "Scenario | ProgramScenario":
@@ -59,10 +66,10 @@ def load(path: str | os.PathLike) -> "Scenario | ProgramScenario":
     mesh = _mesh(source, data)
     if "program" in data:
         return load_program(source, data, mesh, data.get("title", Path(path).stem), data.get("description", ""))
-    spec, params = _collective(source, source.table(data, "collective"), mesh)
-    inputs = device_inputs(source, data, mesh.size, spec)
-    return Scenario(str(path), data.get("title", Path(path).stem), data.get("description", ""), mesh, spec.name,
-                    params, inputs)
+    definition, params = _collective(source, source.table(data, "collective"), mesh)
+    inputs = device_inputs(source, data, mesh, definition, params)
+    return Scenario(str(path), data.get("title", Path(path).stem), data.get("description", ""), mesh,
+                    definition.name, params, inputs)
 
 
 def _parse(path: str) -> tuple[Source, dict]:
@@ -106,24 +113,26 @@ def _network(source: Source, data: dict) -> sim.Network:
         raise source.error("network", key, f"[network] {error}") from None
 
 
-def _collective(source: Source, table: dict, mesh: sim.Mesh) -> tuple[OpSpec, dict[str, Any]]:
-    """The op's spec and its checked keyword parameters (`axis_name` lists become tuples)."""
+def _collective(source: Source, table: dict, mesh: sim.Mesh) -> tuple[Definition, dict[str, Any]]:
+    """The op's definition and its parameters, each checked by the definition's rule and converted from
+    TOML (`axis_name` lists become tuples)."""
     if "op" not in table:
         raise source.error("collective", None, f"[collective] op is missing; it must be one of {_names()}")
-    spec = OPS.get(table["op"]) if isinstance(table["op"], str) else None
-    if spec is None:
-        raise source.error("collective", "op", f"[collective] op={table['op']!r} must be one of {_names()}")
-    source.check_keys("collective", table, ("op",) + spec.required, spec.optional)
+    op = table["op"]
+    definition = collectives.REGISTRY.get(op) if isinstance(op, str) else None
+    if definition is None:
+        raise source.error("collective", "op", f"[collective] op={op!r} must be one of {_names()}")
+    source.check_keys("collective", table, ("op",) + definition.required, definition.optional)
     params = {}
     for key, value in table.items():
         if key == "op":
             continue
-        accepts, rule = PARAMS[key]
-        if not accepts(value):
-            raise source.error("collective", key, f"[collective] {key}={value!r} must be {rule}")
-        params[key] = tuple(value) if key == "axis_name" and isinstance(value, list) else value
+        param = definition.param(key)
+        if not param.accepts(value):
+            raise source.error("collective", key, f"[collective] {key}={value!r} must be {param.rule}")
+        params[key] = param.from_toml(value)
     _check_axes(source, params, mesh)
-    return spec, params
+    return definition, params
 
 
 def _check_axes(source: Source, params: dict[str, Any], mesh: sim.Mesh) -> None:
@@ -140,4 +149,4 @@ def _check_axes(source: Source, params: dict[str, Any], mesh: sim.Mesh) -> None:
 
 def _names() -> str:
     """The known ops, quoted, for error messages."""
-    return ", ".join(repr(name) for name in OPS)
+    return ", ".join(repr(name) for name in collectives.REGISTRY)

@@ -81,7 +81,8 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
     """Validate the `[program]` and `[[args]]` tables of a scenario file."""
     table = data["program"]
     source.check_keys("program", table, ("source", "in_specs", "out_specs"), _PROGRAM_KEYS)
-    namespace = {"np": np, "P": sim.P, "sim": sim, **{n: getattr(collectives, n) for n in collectives.__all__}}
+    namespace = {"np": np, "P": sim.P, "sim": sim, "linear_transpose": collectives.linear_transpose,
+                 **{name: d.function for name, d in collectives.REGISTRY.items()}}
     try:
         exec(compile(table["source"], f"{source.path}:[program].source", "exec"), namespace)
         in_specs, out_specs = (eval(table[k], namespace) for k in ("in_specs", "out_specs"))

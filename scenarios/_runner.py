@@ -6,11 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import collectives
 import sim
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario
-from scenarios._ops import OPS
 from scenarios._program import ProgramResult, ProgramScenario, run_program
 
 
@@ -20,6 +18,8 @@ class Provenance:
 
     `sources[i]` is the sending device and `messages[i]` the position in the trace of the message that
     wrote index i; both are None where no message wrote it (the row kept the ragged op's `output` value).
+    Only collectives whose messages say where they land (`rows` in their detail: all_gather,
+    all_gather_invariant, all_to_all, ragged_all_to_all) have a provenance.
     """
 
     axis: int
@@ -36,7 +36,8 @@ class ScenarioResult:
     """The outcome of one scenario: each device's result, its provenance, the messages and the end time.
 
     `outputs[d]` and `provenance[d]` belong to device d; `provenance[d]` is None for a collective whose
-    messages do not say where they land. `trace` lists every message in the order it was sent.
+    messages do not say where they land (the reductions, ppermute) or that sends none (axis_index,
+    pbroadcast, pscatter). `trace` lists every message in the order it was sent.
     """
 
     scenario: Scenario
@@ -84,6 +85,8 @@ def run(scenario: "Scenario | ProgramScenario") -> "ScenarioResult | ProgramResu
 
     Each argument's per-device arrays are stacked along a new leading axis split over all mesh axes, so
     device d's program sees row d; it calls the collective on that row and returns its result as a row.
+    An operand that must be invariant along the axes (pbroadcast, pscatter) is split over the other axes
+    only, as a JAX user passes it.
 
     Returns:
         The per-device results, their provenance (derived from the messages), the trace and the end time.
@@ -94,27 +97,42 @@ def run(scenario: "Scenario | ProgramScenario") -> "ScenarioResult | ProgramResu
     """
     if isinstance(scenario, ProgramScenario):
         return run_program(scenario)
-    mesh, params = scenario.mesh, scenario.params
-    names = OPS[scenario.op].arrays
-    collective = getattr(collectives, scenario.op)
-    spec = sim.P(mesh.axis_names)
+    mesh, params, definition = scenario.mesh, scenario.params, scenario.definition
+    names = definition.arrays
+    devices, in_spec = _holders(scenario)
 
     def body(*blocks: np.ndarray) -> np.ndarray:
-        return collective(*(block[0] for block in blocks), **params)[None]
+        return definition.function(*(block[0] for block in blocks), **params)[None]
 
-    mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(names), out_specs=spec)
+    mapped = sim.shard_map(body, mesh=mesh, in_specs=(in_spec,) * len(names), out_specs=sim.P(mesh.axis_names))
     try:
-        outcome = mapped.run(*(np.stack([arrays[name] for arrays in scenario.inputs]) for name in names))
+        outcome = mapped.run(*(np.stack([scenario.inputs[d][name] for d in devices]) for name in names))
     except sim.MeshError as error:
         raise ScenarioError(f"{scenario.path}: the simulator rejected [collective] op={scenario.op!r}: {error}") \
             from error
     outputs = tuple(_frozen(outcome.outputs[d]) for d in mesh.devices)
     trace = tuple(outcome.trace)
     located = [m for m in trace if "rows" in m.detail]
-    # No message at all (a ragged call whose slices are all empty) means every row kept `output`.
-    axis = located[0].detail.get("axis", 0) if located else (None if trace else 0)
+    # No message wrote rows: for ragged_all_to_all every row kept `output` (all slices empty); for the
+    # others the messages do not say where they land.
+    axis = located[0].detail.get("axis", 0) if located else (0 if definition.keeps else None)
     provenance = tuple(None if axis is None else _provenance(trace, d, outputs[d], axis) for d in mesh.devices)
     return ScenarioResult(scenario, outputs, provenance, trace, outcome.end_time_s)
+
+
+def _holders(scenario: Scenario) -> tuple[list[int], sim.PartitionSpec]:
+    """The devices whose inputs are stacked, in order, and the in_spec that splits the stack over the mesh.
+
+    Every device, split over all axes; for an invariant operand, the devices at index 0 along the axes
+    (the others hold the same values), split over the other axes.
+    """
+    mesh = scenario.mesh
+    if not scenario.definition.invariant_operand:
+        return list(mesh.devices), sim.P(mesh.axis_names)
+    along = mesh.axis_names_of(scenario.params["axis_name"])
+    others = tuple(a for a in mesh.axis_names if a not in along)
+    devices = [d for d in mesh.devices if all(mesh.coords(d)[a] == 0 for a in along)]
+    return devices, sim.P(others) if others else sim.P()
 
 
 def _provenance(trace: tuple[sim.MessageRecord, ...], device: int, output: np.ndarray, axis: int) -> Provenance:

@@ -1,8 +1,10 @@
 """Generated collective cases, how each implementation answers one, and the one comparison of answers.
 
 A `Case` is a collective call on a mesh: the op, the mesh shape, one per-device list per positional
-argument, and the keyword parameters. The strategies here only build cases the docs define and JAX 0.10.2
-accepts, so any disagreement between the simulator, the executable spec and real JAX is a finding:
+argument, and the keyword parameters. `cases(op)` draws one for any registered collective: the mesh,
+axes and values here, the call's own parameters and shapes from the strategy of the collective's
+`Definition`. They only build cases the docs define and JAX 0.10.2 accepts, so any disagreement between
+the simulator, the executable spec and real JAX is a finding. For the collectives of the JAX docs:
 
 - meshes of 1 to 8 devices, 1-D `{'x': n}` and 2-D `{'x': a, 'y': b}`;
 - `axis_name` as one name or a tuple of names, in either order;
@@ -35,16 +37,16 @@ from hypothesis import strategies as st
 
 import collectives
 import sim
+from collectives._ragged import sender_tables
+from collectives._strategy import Axes
+from collectives._strategy import small_dims as _small_dims
 from oracles import spec
 
 DTYPES = tuple(np.dtype(t) for t in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"))
 INDEX_DTYPES = (np.dtype("int32"), np.dtype("int64"))
-OPS = ("all_gather", "all_to_all", "ragged_all_to_all")
-ARG_NAMES = {
-    "all_gather": ("x",),
-    "all_to_all": ("x",),
-    "ragged_all_to_all": ("operand", "output", "input_offsets", "send_sizes", "output_offsets", "recv_sizes"),
-}
+# The collectives of the JAX docs have their own generated tests, beside the docs' examples, in
+# test_differential.py; every other registered collective is generated in test_reductions*.py.
+DOCUMENTED = ("all_gather", "all_to_all", "ragged_all_to_all")
 MAX_DEVICES = 8
 
 # How many cases were checked in this process, by (op, "jax" or "spec"): the test summary reports it.
@@ -67,7 +69,7 @@ class Case:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         lines = [f"Case({self.op} on mesh {self.mesh_shape}: {params})"]
-        for name, per_device in zip(ARG_NAMES[self.op], self.args):
+        for name, per_device in zip(collectives.definition(self.op).arrays, self.args):
             for path, first in _flatten(per_device[0]):
                 lines.append(f"  {name}{path}: {_aval(first)} per device")
                 for d, value in enumerate(per_device):
@@ -137,33 +139,24 @@ def index_groups(draw: st.DrawFn, axis_size: int) -> list[list[int]] | None:
     return [list(order[i: i + group_size]) for i in range(0, axis_size, group_size)]
 
 
-@dataclass(frozen=True)
-class Axes:
-    """Where a collective runs: mesh, axis name, groups, and the resulting group size."""
-
-    mesh_shape: dict[str, int]
-    axis_name: Any
-    axis_index_groups: list[list[int]] | None
-    group_size: int
-
-
 @st.composite
-def collective_axes(draw: st.DrawFn) -> Axes:
-    """A mesh with an axis name over it and optional axis_index_groups."""
+def collective_axes(draw: st.DrawFn, grouped: bool = True) -> Axes:
+    """A mesh with an axis name over it and, if `grouped`, optional axis_index_groups."""
     mesh_shape = draw(meshes())
     axis_name = draw(axis_names(mesh_shape))
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     axis_size = int(np.prod([mesh_shape[n] for n in names]))
-    groups = draw(index_groups(axis_size))
-    return Axes(mesh_shape, axis_name, groups, len(groups[0]) if groups else axis_size)
+    groups = draw(index_groups(axis_size)) if grouped else None
+    members = tuple(tuple(g) for g in device_groups(mesh_shape, axis_name, groups))
+    return Axes(mesh_shape, axis_name, groups, len(groups[0]) if groups else axis_size, members)
 
 
 # ---------------------------------------------------------------------------------------------- values
 
 
 def small_dims() -> st.SearchStrategy[int]:
-    """A dimension of 1 to 3 (shrinking to 1), or now and then 0."""
-    return st.integers(0, 6).map(lambda v: 0 if v == 6 else 1 + v % 3)
+    """A dimension of 1 to 3 (shrinking to 1), or now and then 0 (the collectives' strategies share it)."""
+    return _small_dims(st)
 
 
 @dataclass(frozen=True)
@@ -188,103 +181,63 @@ fills = st.builds(Fill, st.sampled_from(["iota", "bits"]), st.integers(0, 2**32 
 dtypes = st.sampled_from(DTYPES)
 
 
-# ---------------------------------------------------------------------------------------------- dense ops
+# ---------------------------------------------------------------------------------------------- cases
+
+Filler = Callable[[tuple[int, ...], np.dtype, int], np.ndarray]  # (shape, dtype, salt) -> values
 
 
 @st.composite
-def all_gather_layouts(draw: st.DrawFn, axes: Axes) -> tuple[int, dict[str, Any]]:
-    """A rank and the all_gather parameters `axis` (negative too) and `tiled` for it."""
-    rank = draw(st.integers(1, 3))
-    tiled = draw(st.booleans())
-    room = rank if tiled else rank + 1
-    axis = draw(st.integers(-room, room - 1))
-    return rank, {"axis_name": axes.axis_name, "axis_index_groups": axes.axis_index_groups,
-                  "axis": axis, "tiled": tiled}
+def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[np.dtype] = dtypes,
+          fillers: st.SearchStrategy[Filler] | None = None, **options: Any) -> Case:
+    """A valid call of the registered collective `op`: mesh and axes from here, its own parameters and
+    shapes from its definition's strategy (given `options`, e.g. all_to_all's `negative_axes=True`), values
+    from `fillers` (default: `fills`) in one of `dtypes` per leaf.
 
-
-@st.composite
-def all_gather_shapes(draw: st.DrawFn, rank: int, params: dict[str, Any], group_size: int) -> tuple[int, ...]:
-    """A shape for all_gather; XLA rejects a tiled gather along a dimension of size 0."""
-    shape = draw(st.lists(small_dims(), min_size=rank, max_size=rank))
-    if params["tiled"] and shape[params["axis"]] == 0:
-        shape[params["axis"]] = draw(st.integers(1, 3))
-    return tuple(shape)
-
-
-@st.composite
-def all_to_all_layouts(draw: st.DrawFn, axes: Axes, negative_axes: bool = False) -> tuple[int, dict[str, Any]]:
-    """A rank and all_to_all parameters `split_axis`, `concat_axis`, `tiled`."""
-    rank = draw(st.integers(1, 3))
-    low = -rank if negative_axes else 0
-    split_axis, concat_axis = draw(st.integers(low, rank - 1)), draw(st.integers(low, rank - 1))
-    if negative_axes and split_axis >= 0 and concat_axis >= 0:
-        split_axis -= rank
-    return rank, {"axis_name": axes.axis_name, "split_axis": split_axis, "concat_axis": concat_axis,
-                  "axis_index_groups": axes.axis_index_groups, "tiled": draw(st.booleans())}
-
-
-@st.composite
-def all_to_all_shapes(draw: st.DrawFn, rank: int, params: dict[str, Any], group_size: int) -> tuple[int, ...]:
-    """A shape whose split dimension is the group size (untiled) or a multiple of it, 0 included (tiled)."""
-    shape = draw(st.lists(small_dims(), min_size=rank, max_size=rank))
-    shape[params["split_axis"]] = group_size * (draw(st.integers(0, 2)) if params["tiled"] else 1)
-    return tuple(shape)
-
-
-_DENSE = {"all_gather": (all_gather_layouts, all_gather_shapes), "all_to_all": (all_to_all_layouts, all_to_all_shapes)}
-
-
-@st.composite
-def dense_cases(draw: st.DrawFn, op: str, leaves: int = 0, **layout_options: Any) -> Case:
-    """An all_gather or all_to_all case; with `leaves` > 0, every device holds a pytree of that many arrays.
-
-    The pytree is `{'a': leaf, 'b': (leaf, ...)}`: leaves share the parameters and rank but not shape or dtype.
+    With `leaves` > 0 every device holds a pytree `{'a': leaf, 'b': (leaf, ...)}` of that many arrays that
+    share the parameters but not shape or dtype. An operand the collective takes invariant (pbroadcast,
+    pscatter) holds the same values on the devices that differ only along the axes.
     """
-    layouts, shapes = _DENSE[op]
-    axes = draw(collective_axes())
-    rank, params = draw(layouts(axes, **layout_options))
-    fill = draw(fills)
+    definition = collectives.definition(op)
+    grouped = definition.takes("axis_index_groups")
+    axes = draw(collective_axes(grouped))
+    sample = draw(definition.strategy(st, axes, **options))
+    params = {"axis_name": axes.axis_name, **({"axis_index_groups": axes.axis_index_groups} if grouped else {}),
+              **sample.params}
+    fill = draw(fillers if fillers is not None else fills.map(lambda f: f.array))
     n = int(np.prod(list(axes.mesh_shape.values())))
     per_leaf = []
     for leaf in range(max(leaves, 1)):
-        shape, dtype = draw(shapes(rank, params, axes.group_size)), draw(dtypes)
-        per_leaf.append([fill.array(shape, dtype, salt=d + leaf * MAX_DEVICES) for d in range(n)])
-    if leaves:
-        xs = tuple({"a": per_leaf[0][d], "b": tuple(p[d] for p in per_leaf[1:])} for d in range(n))
-    else:
-        xs = tuple(per_leaf[0])
-    return Case(op, axes.mesh_shape, (xs,), params)
+        shapes, dtype = draw(sample.shapes), draw(dtypes)
+        per_leaf.append({name: [fill(tuple(shape), dtype, d + (leaf + k) * MAX_DEVICES) for d in range(n)]
+                         for k, (name, shape) in enumerate(shapes.items())})
+    if definition.invariant_operand:
+        for arrays in per_leaf:
+            for group in device_groups(axes.mesh_shape, params["axis_name"], None):
+                for xs in arrays.values():
+                    for d in group:
+                        xs[d] = xs[group[0]].copy()
+    index_dtype = draw(st.sampled_from(INDEX_DTYPES)) if definition.index_arrays else None
+    return Case(op, axes.mesh_shape, _arguments(definition, n, per_leaf, sample.index, index_dtype, leaves), params)
+
+
+def _arguments(definition: collectives.Definition, n: int, per_leaf: list[dict[str, list[np.ndarray]]],
+               index: tuple[dict[str, list[int]], ...], index_dtype: np.dtype | None,
+               leaves: int) -> tuple[tuple[Any, ...], ...]:
+    """Each argument's values on each of `n` devices, in call order: index arrays in `index_dtype`, data
+    arrays as one array or, with `leaves`, the pytree `{'a': leaf, 'b': (leaf, ...)}`."""
+    args = []
+    for name in definition.arrays:
+        if name in definition.index_arrays:
+            args.append(tuple(np.array(index[d][name], index_dtype) for d in range(n)))
+        elif leaves:
+            args.append(tuple({"a": per_leaf[0][name][d], "b": tuple(p[name][d] for p in per_leaf[1:])}
+                              for d in range(n)))
+        else:
+            args.append(tuple(per_leaf[0][name]))
+    return tuple(args)
 
 
 # ---------------------------------------------------------------------------------------------- ragged
-
-
-@st.composite
-def packed_offsets(draw: st.DrawFn, sizes: Sequence[int]) -> tuple[list[int], int]:
-    """Offsets placing slices of `sizes` without overlap, in shuffled order, with 0 to 2 padding rows
-    before each; and the rows used up to the end of the last slice."""
-    offsets = [0] * len(sizes)
-    cursor = 0
-    for i in draw(st.permutations(range(len(sizes)))):
-        offsets[i] = cursor + draw(st.integers(0, 2))
-        cursor = offsets[i] + sizes[i]
-    return offsets, cursor
-
-
-def _sender_tables(mesh_shape: dict[str, int], axis_name: Any, axis_index_groups: Any,
-                   recv_sizes: list[list[int]], recv_offsets: list[list[int]]) -> tuple[list[list[int]], ...]:
-    """`send_sizes` and `output_offsets` of every device: the tiled all_to_all of the receivers' tables.
-
-    Receiver r's slice s * per + j comes from group member s, which sends it as its slice r * per + j.
-    """
-    n, k = len(recv_sizes), len(recv_sizes[0])
-    send_sizes, output_offsets = [[0] * k for _ in range(n)], [[0] * k for _ in range(n)]
-    for members in device_groups(mesh_shape, axis_name, axis_index_groups):
-        per = k // len(members)
-        for (r, receiver), (s, sender), j in itertools.product(enumerate(members), enumerate(members), range(per)):
-            send_sizes[sender][r * per + j] = recv_sizes[receiver][s * per + j]
-            output_offsets[sender][r * per + j] = recv_offsets[receiver][s * per + j]
-    return send_sizes, output_offsets
 
 
 def _ragged(mesh_shape: dict[str, int], params: dict[str, Any], tables: list[list[list[int]]],
@@ -296,27 +249,6 @@ def _ragged(mesh_shape: dict[str, int], params: dict[str, Any], tables: list[lis
     outputs = tuple(fill.array((out_rows, *trailing), dtype, salt=MAX_DEVICES + d) for d in range(n))
     index = [tuple(np.array(v, index_dtype) for v in table) for table in tables]
     return Case("ragged_all_to_all", dict(mesh_shape), (operands, outputs, *index), params)
-
-
-@st.composite
-def ragged_cases(draw: st.DrawFn) -> Case:
-    """A valid ragged_all_to_all case: sizes agree, slices stay in bounds, no two receive slices overlap."""
-    axes = draw(collective_axes())
-    n = int(np.prod(list(axes.mesh_shape.values())))
-    k = axes.group_size * draw(st.integers(1, 2))
-    recv_sizes = [draw(st.lists(st.integers(0, 3), min_size=k, max_size=k)) for _ in range(n)]
-    recv_offsets, out_rows = zip(*(draw(packed_offsets(sizes)) for sizes in recv_sizes))
-    send_sizes, output_offsets = _sender_tables(axes.mesh_shape, axes.axis_name, axes.axis_index_groups,
-                                                recv_sizes, list(recv_offsets))
-    input_offsets, in_rows = zip(*(draw(packed_offsets(sizes)) for sizes in send_sizes))
-    m = max(1, max(out_rows) + draw(st.integers(0, 2)))
-    rows = max(1, max(in_rows) + draw(st.integers(0, 2)))
-    input_offsets = [[draw(st.integers(0, rows - size)) if draw(st.booleans()) else offset  # overlaps are fine
-                      for offset, size in zip(offsets, sizes)] for offsets, sizes in zip(input_offsets, send_sizes)]
-    trailing = tuple(draw(st.lists(small_dims(), max_size=2)))
-    params = {"axis_name": axes.axis_name, "axis_index_groups": axes.axis_index_groups}
-    return _ragged(axes.mesh_shape, params, [input_offsets, send_sizes, output_offsets, recv_sizes], rows, m,
-                   trailing, draw(dtypes), draw(st.sampled_from(INDEX_DTYPES)), draw(fills))
 
 
 def ragged_case(mesh_shape: dict[str, int], axis_name: Any, recv_sizes: Sequence[Sequence[int]], *,
@@ -336,7 +268,8 @@ def ragged_case(mesh_shape: dict[str, int], axis_name: Any, recv_sizes: Sequence
             offsets[i], cursor = cursor, cursor + sizes[i] + 1
         recv_offsets.append(offsets)
         out_rows.append(cursor - 1)
-    send_sizes, output_offsets = _sender_tables(mesh_shape, axis_name, axis_index_groups, recv_sizes, recv_offsets)
+    send_sizes, output_offsets = sender_tables(device_groups(mesh_shape, axis_name, axis_index_groups), recv_sizes,
+                                               recv_offsets)
     input_offsets = [[int(v) for v in np.cumsum([0, *sizes[:-1]])] for sizes in send_sizes]
     params = {"axis_name": axis_name, "axis_index_groups": axis_index_groups}
     return _ragged(mesh_shape, params, [input_offsets, send_sizes, output_offsets, recv_sizes],
@@ -361,12 +294,6 @@ DOCS_RAGGED = Case(
         ([0, 0], [1, 2]), ([1, 1], [2, 1]))),
     {"axis_name": "x", "axis_index_groups": None},
 )
-
-
-def cases(op: str, **options: Any) -> st.SearchStrategy[Case]:
-    """Cases of `op`, one of OPS; all_gather/all_to_all take `leaves=n` (pytrees of n arrays) and
-    all_to_all takes `negative_axes=True` (a negative split or concat axis, which JAX cannot lower)."""
-    return ragged_cases() if op == "ragged_all_to_all" else dense_cases(op, **options)
 
 
 # ---------------------------------------------------------------------------------------------- features
@@ -448,9 +375,10 @@ def run_simulator(case: Case) -> list[Any]:
     Per-device inputs are stacked along a new leading axis sharded over every mesh axis; the body takes
     row [0] and returns its result with a new leading axis, under the same spec.
     """
+    definition = collectives.definition(case.op)
     mesh = sim.Mesh(dict(case.mesh_shape))
     spec = sim.P(tuple(case.mesh_shape))
-    fn = getattr(collectives, case.op)
+    fn = definition.function
     stacked = [_unflatten(per_device[0], [np.stack([leaf for _, leaf in leaves])
                                           for leaves in zip(*(_flatten(v) for v in per_device))])
                for per_device in case.args]
@@ -462,14 +390,16 @@ def run_simulator(case: Case) -> list[Any]:
     # Inputs split over every axis are typed varying; pbroadcast and pscatter take invariant operands, so
     # their values are checked untyped (their types are checked in test_vma.py).
     mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(stacked), out_specs=spec,
-                           check_vma=case.op not in ("pbroadcast", "pscatter"))
+                           check_vma=not definition.invariant_operand)
     out = mapped(*stacked)
     return [sim.tree_map(lambda x: x[d], out) for d in range(case.devices)]
 
 
 def run_spec(case: Case, op_spec: Callable[..., list[np.ndarray]] | None = None) -> list[Any]:
     """The executable spec's per-device results, applied leaf by leaf to pytrees."""
-    op_spec = op_spec or getattr(spec, case.op)
+    op_spec = op_spec or spec.of(collectives.definition(case.op))
+    if not case.args:  # axis_index: no arrays, one result per device
+        return op_spec(dict(case.mesh_shape), **case.params)
     per_leaf_args = [[[dict(_flatten(v))[path] for v in per_device] for per_device in case.args]
                      for path, _ in _flatten(case.args[0][0])]
     per_leaf_out = [op_spec(*args, dict(case.mesh_shape), **case.params) for args in per_leaf_args]
@@ -478,6 +408,8 @@ def run_spec(case: Case, op_spec: Callable[..., list[np.ndarray]] | None = None)
 
 def run_jax(case: Case, oracle: Any) -> list[Any]:
     """Real JAX's per-device results from the oracle's worker, leaf by leaf for pytrees."""
+    if not case.args:  # axis_index: no arrays, one result per device
+        return oracle.run(case.op, dict(case.mesh_shape), (), dict(case.params)).outputs
     per_leaf_out = []
     for path, _ in _flatten(case.args[0][0]):
         args = tuple([dict(_flatten(v))[path] for v in per_device] for per_device in case.args)

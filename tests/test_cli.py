@@ -155,6 +155,22 @@ def test_every_bundled_scenario_runs(capsys):
             assert out.count("  result  ") >= 2 and "simulated time:" in out
 
 
+def test_messages_of_other_collectives_show_their_own_detail(capsys, monkeypatch):
+    """Where messages do not land on rows (psum's ring, ppermute), the table shows what they do carry in a
+    `detail` column instead of empty slice and rows columns; the JSON lists the call with its parameters."""
+    monkeypatch.setenv("COLUMNS", "160")
+    assert main(["run", "scenarios/psum_ring.toml"]) == 0
+    out = _ANSI.sub("", capsys.readouterr().out)
+    assert "psum(axis_name='i', algorithm='ring')" in out and out.count("[   6,   60,  600, 6000]") == 4
+    assert "phase=reduce-scatter, step=0, chunk=3" in out and "phase=all-gather, step=2" in out
+    assert "rows at dst" not in out and "24 messages" in out
+    assert main(["run", "--json", "scenarios/ppermute_shift.toml"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["collective"] == {"op": "ppermute", "axis_name": "x", "perm": [[0, 1], [1, 0]]}
+    assert [d["output"] for d in data["devices"]] == [[5, 6], [7, 8], [1, 2], [3, 4]]
+    assert [d["provenance"] for d in data["devices"]] == [None] * 4
+
+
 def test_importing_sim_stays_light():
     """`import sim` loads neither rich, the CLI, the scenario runner nor the collectives."""
     heavy = "('rich', 'scenarios', 'scenarios.cli', 'collectives')"

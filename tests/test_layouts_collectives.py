@@ -25,16 +25,16 @@ from layouts import Layout
 from oracles.jax_oracle import run_with_layouts
 from sim import P
 from strategies import Case, differences, run_spec
+import test_reductions
 from test_reductions import ReductionCase, reduction_cases
 from test_reductions import run_spec as reduction_spec
 
-OPS = ("all_gather", "all_to_all", "ragged_all_to_all")
-ARRAY_ARGS = {"all_gather": 1, "all_to_all": 1, "ragged_all_to_all": 2}  # leading arguments that get layouts
-REDUCTION_OPS = ("psum", "pmean", "pmax", "pmin", "psum2", "psum_scatter", "ppermute", "pbroadcast",
-                 "all_gather_invariant", "pscatter")
-ALGORITHMS = {**{op: ("direct", "ring", "recursive_doubling") for op in ("psum", "pmean", "pmax", "pmin", "psum2")},
-              "psum_scatter": ("direct", "ring")}
-INVARIANT_OPERAND = ("pbroadcast", "pscatter")  # typed checks reject their varying blocks: values only
+OPS = cases_.DOCUMENTED
+# the leading arguments that get layouts: the data arrays (ragged's offsets and sizes stay row-major)
+ARRAY_ARGS = {op: len(collectives.definition(op).data_arrays) for op in OPS}
+REDUCTION_OPS = tuple(op for op in test_reductions.OPS if collectives.definition(op).arrays)  # not axis_index
+ALGORITHMS = {op: collectives.definition(op).param("algorithm").choices for op in REDUCTION_OPS
+              if collectives.definition(op).takes("algorithm")}
 
 
 def out_rank(case: Case) -> int:
@@ -58,7 +58,7 @@ def run_simulator(case: Case | ReductionCase, in_layouts: list[Any],
     (None: no layouts given, the collective's defaults)."""
     mesh = sim.Mesh(dict(case.mesh_shape))
     spec = P(tuple(case.mesh_shape))
-    fn = getattr(collectives, case.op)
+    fn = collectives.definition(case.op).function
     raws: dict[int, bytes] = {}
 
     def body(*blocks: Any) -> Any:
@@ -71,7 +71,7 @@ def run_simulator(case: Case | ReductionCase, in_layouts: list[Any],
         return result[None]
 
     mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(case.args), out_specs=spec,
-                           check_vma=case.op not in INVARIANT_OPERAND)
+                           check_vma=not collectives.definition(case.op).invariant_operand)
     out = mapped(*(np.stack(per_device) for per_device in case.args))
     return [out[d] for d in range(case.devices)], [raws[d] for d in range(case.devices)]
 

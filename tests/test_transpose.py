@@ -209,3 +209,13 @@ def test_adjoint_identity_in_floats(f, shapes):
     n = lhs_terms.size + sum(t.size for t in rhs_terms) + run.outputs.size * 8
     bound = 4 * n * np.finfo(np.float64).eps * (np.abs(lhs_terms).sum() + sum(np.abs(t).sum() for t in rhs_terms))
     assert abs(lhs_terms.sum() - sum(t.sum() for t in rhs_terms)) <= bound
+
+
+def test_non_linear_inputs_promoted_by_pbroadcast_are_replayed():
+    """A non-linear invariant input that meets a varying value is promoted by a recorded pbroadcast (sim
+    writes its axes as `axes`); replaying it calls pbroadcast again, and the transpose scales by it."""
+    f = mapped(lambda x, y: x * y, (P("i"), P()), P("i"), {"i": 2})
+    x, y = np.arange(4.0), np.array([2.0, 3.0])
+    assert "pbroadcast" in f.run(x, y).program().ops()
+    back = C.linear_transpose(f, x, y, linear_argnums=(0,))(y, np.ones(4))
+    np.testing.assert_array_equal(back, np.array([2.0, 3.0, 2.0, 3.0]))

@@ -213,24 +213,35 @@ def _legend(result: ScenarioResult) -> Text:
     return legend
 
 
+_LOCATED = ("slice", "rows", "src_rows", "axis")  # the message detail the slice and rows columns show
+
+
 def _messages(result: ScenarioResult) -> Table:
-    """Every message and local copy step: who to whom, size, when posted and when done, what it carried."""
+    """Every message and local copy step: who to whom, size, when posted and when done, what it carried.
+
+    Where a message lands (slice and rows) has columns of its own; any other detail the collective's
+    messages carry (a ring's phase, step and chunk, a ppermute's pair) goes in one `detail` column.
+    """
     network_bytes = sum(m.size_bytes for m in result.trace if m.src != m.dst)
     sent = sum(m.kind == "message" for m in result.trace)
     copies = len(result.trace) - sent
     title = f"{sent} messages, {network_bytes} bytes across the network" + (f", {copies} copy steps" if copies else "")
     table = Table(title=Text(title), title_justify="left")
-    columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived", "slice",
-                                                         "rows at dst", "src rows")
+    other = any(set(m.detail) - set(_LOCATED) for m in result.trace if m.kind == "message")
+    located = not other or any(key in m.detail for m in result.trace for key in _LOCATED)
+    columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived") \
+        + (("slice", "rows at dst", "src rows") if located else ()) + (("detail",) if other else ())
     for column in columns:
         table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True)
     for k, message in enumerate(result.trace):
         detail = message.detail
         rows = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
         kind = (message.kind,) if copies else ()
+        where = (str(detail.get("slice", "")), rows, _span(detail.get("src_rows"))) if located else ()
+        rest = (", ".join(f"{key}={value}" for key, value in detail.items() if key not in _LOCATED),) if other else ()
         table.add_row(str(k), *kind, str(message.src), str(message.dst), str(message.size_bytes),
-                      _seconds(message.send_time_s), _seconds(message.arrival_time_s), str(detail.get("slice", "")),
-                      rows, _span(detail.get("src_rows")), style=_colour(message.src))
+                      _seconds(message.send_time_s), _seconds(message.arrival_time_s), *where, *rest,
+                      style=_colour(message.src))
     return table
 
 

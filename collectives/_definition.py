@@ -1,0 +1,258 @@
+"""`Definition`: one collective's record, written beside its protocol, that every other layer reads.
+
+A collective is defined once, in its own module: its public function, the arrays it takes, its other
+parameters (defaults, and the rule a scenario file's value must follow), its device-variance rule, its
+transpose rule, how the JAX worker binds the real op, and the strategy the generated tests draw calls
+from. This package imports neither jax nor hypothesis: the JAX binding and the strategy are functions
+that are handed those modules.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import sim
+
+
+class Vma(enum.Enum):
+    """How a collective's result varies across devices: its row of the design note's table (see `_vma.py`)."""
+
+    REDUCE = "reduce"
+    KEEP = "keep"
+    INTRODUCE = "introduce"
+    INDEX = "index"
+
+
+class _Required:
+    """The default of a parameter that has none."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter besides the arrays: its default (REQUIRED if none) and the rule a scenario value follows.
+
+    `accepts` checks a TOML value and `rule` words it for errors (`{name}={value!r} must be {rule}`);
+    `from_toml` turns an accepted value into what the function takes; `jax` says whether `jax.lax` takes
+    the parameter too (`algorithm` is the simulator's own); `choices` lists the values of a parameter
+    that takes one of a few.
+    """
+
+    name: str
+    accepts: Callable[[Any], bool]
+    rule: str
+    default: Any = REQUIRED
+    from_toml: Callable[[Any], Any] = _same
+    jax: bool = True
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def required(self) -> bool:
+        """Whether a call must give this parameter."""
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class JaxBinding:
+    """How the JAX worker runs a collective, and what JAX calls it.
+
+    `bind(jax, params)` returns the per-device function of the collective's arrays. `jax` is the worker's
+    namespace of JAX modules (`jax.lax`, `jax.parallel` for `jax._src.lax.parallel`, `jax.linear_transpose`),
+    handed in so this package never imports jax; `params` are the keyword parameters JAX takes.
+    `name` is JAX's name for the op (the design note's psum2 is JAX's `psum_invariant`, pbroadcast is
+    `pvary`); `primitives` the jaxpr primitives that are this collective (none for pmean, which JAX builds
+    as psum / n, nor for pscatter, a slice at axis_index). `grouped_unchecked`: JAX runs the op with
+    axis_index_groups only under `check_vma=False` (it raises NotImplementedError otherwise).
+    """
+
+    name: str
+    primitives: tuple[str, ...]
+    bind: Callable[[Any, dict[str, Any]], Callable[..., Any]]
+    grouped_unchecked: bool = False
+
+
+@dataclass(frozen=True)
+class NotLinear:
+    """The transpose rule of a collective that is not linear in its operand: `reason` says why."""
+
+    reason: str
+
+
+@dataclass(frozen=True, eq=False)
+class Transposition:
+    """What a transpose rule gets for one recorded equation.
+
+    `params` are the keyword arguments the equation was recorded with, `ct` the cotangent of its output,
+    `primal` the values of its non-linear inputs (None for the linear ones), `linear` which inputs are
+    linear, `ops` every registered collective's public function by name (`ops.psum_scatter(...)`).
+    A rule returns one cotangent (or None) per input.
+    """
+
+    params: dict[str, Any]
+    ct: Any
+    primal: list[Any]
+    linear: list[bool]
+    equation: sim.Equation
+    ops: Any
+
+    def refuse(self) -> None:
+        """Raise: the program is not linear in the transposed arguments at this equation."""
+        raise sim.InvalidArgumentError(
+            f"linear_transpose: `{self.equation}` is not linear in the transposed arguments")
+
+
+TransposeRule = Callable[[Transposition], list]
+
+
+@dataclass(frozen=True, eq=False)
+class Definition:
+    """One collective: everything the simulator, the transposer, the oracles, the scenario files and the
+    generated tests need to know about it. Definitions compare and hash by identity, so tables may be keyed
+    by them.
+
+    Attributes:
+        name: the public name (`collectives.<name>`), which a recorded equation and a scenario's `op` use.
+        function: the public function.
+        arrays: the positional array arguments, in call order.
+        params: every other parameter (positional or keyword), in signature order.
+        vma: the device-variance rule.
+        transpose: the transpose rule, or a `NotLinear` marker.
+        jax: how the JAX worker binds the real op.
+        strategy: `strategy(st, axes, **options)`, given hypothesis's `strategies` module and the drawn
+            `Axes`, returns a strategy of valid `Sample`s (JAX accepts them too). Every strategy takes
+            `transposable=True` (calls on which the transpose rule is defined) and ignores options it
+            does not know.
+        index_arrays: the arrays holding offsets or sizes (integers; int32 in scenario files).
+        sums: the collective adds its operands: an operand must vary along all of its axes or none.
+        keeps: the array whose rows the result keeps where no message writes (ragged's `output`).
+        from_recorded: the keyword arguments that call `function` again from an equation's recorded
+            params (sim's automatic pbroadcast records `axes`, not `axis_name`).
+    """
+
+    name: str
+    function: Callable[..., Any]
+    arrays: tuple[str, ...]
+    params: tuple[Param, ...]
+    vma: Vma
+    transpose: TransposeRule | NotLinear
+    jax: JaxBinding
+    strategy: Callable[..., Any]
+    index_arrays: tuple[str, ...] = ()
+    sums: bool = False
+    keeps: str | None = None
+    from_recorded: Callable[[dict[str, Any]], dict[str, Any]] = dict
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names) or set(names) & set(self.arrays):
+            raise ValueError(f"{self.name}: params={names} and arrays={self.arrays} must not repeat a name")
+        if not set(self.index_arrays) <= set(self.arrays) or self.keeps not in (None, *self.arrays):
+            raise ValueError(f"{self.name}: index_arrays={self.index_arrays} and keeps={self.keeps!r} must name "
+                             f"arrays among {self.arrays}")
+
+    def __repr__(self) -> str:
+        return f"Definition({self.name!r})"
+
+    @property
+    def data_arrays(self) -> tuple[str, ...]:
+        """The arrays that hold data (not offsets or sizes)."""
+        return tuple(name for name in self.arrays if name not in self.index_arrays)
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The names of the parameters a call must give."""
+        return tuple(p.name for p in self.params if p.required)
+
+    @property
+    def optional(self) -> tuple[str, ...]:
+        """The names of the parameters that have a default."""
+        return tuple(p.name for p in self.params if not p.required)
+
+    @property
+    def linear(self) -> bool:
+        """Whether the collective has a transpose rule."""
+        return not isinstance(self.transpose, NotLinear)
+
+    @property
+    def invariant_operand(self) -> bool:
+        """Whether the operand must be invariant along the axes (pbroadcast, pscatter)."""
+        return self.vma is Vma.INTRODUCE
+
+    def param(self, name: str) -> Param:
+        """The parameter called `name`; KeyError if the collective has none."""
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"{self.name} has no parameter {name!r}; it has {[p.name for p in self.params]}")
+
+    def takes(self, name: str) -> bool:
+        """Whether the collective has a parameter called `name`."""
+        return any(p.name == name for p in self.params)
+
+    def jax_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`params` without the simulator's own (those JAX does not take)."""
+        return {k: v for k, v in params.items() if not self.takes(k) or self.param(k).jax}
+
+
+# ---------------------------------------------------------------------------------------------- parameters
+
+
+def _is_int(value: Any) -> bool:
+    """An int that is not a bool (TOML's true is not an axis)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_axis_name(value: Any) -> bool:
+    """A name or a non-empty list of names."""
+    names = value if isinstance(value, list) else [value]
+    return bool(names) and all(isinstance(name, str) for name in names)
+
+
+def _is_groups(value: Any) -> bool:
+    """A list of lists of ints."""
+    return isinstance(value, list) and all(isinstance(g, list) and all(_is_int(i) for i in g) for g in value)
+
+
+def _is_perm(value: Any) -> bool:
+    """A list of [source, destination] pairs of ints."""
+    return isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and all(_is_int(i) for i in p)
+                                           for p in value)
+
+
+def _names(value: Any) -> Any:
+    """A list of axis names as the tuple the collectives take."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+AXIS_NAME = Param("axis_name", _is_axis_name, "a mesh axis name or a list of names", from_toml=_names)
+AXIS_INDEX_GROUPS = Param("axis_index_groups", _is_groups, "a list of lists of axis indices", default=None)
+PERM = Param("perm", _is_perm, "a list of [source, destination] pairs of axis indices",
+             from_toml=lambda pairs: [tuple(p) for p in pairs])
+
+
+def integer(name: str, default: Any = REQUIRED) -> Param:
+    """An integer parameter (an axis or a dimension)."""
+    return Param(name, _is_int, "an integer", default)
+
+
+def flag(name: str, default: bool) -> Param:
+    """A true-or-false parameter."""
+    return Param(name, lambda value: isinstance(value, bool), "true or false", default)
+
+
+def algorithm(options: tuple[str, ...]) -> Param:
+    """The simulator's choice of message pattern (JAX has none), 'direct' by default."""
+    shown = ", ".join(repr(o) for o in options)
+    return Param("algorithm", lambda value: value in options, f"one of {shown}", "direct", jax=False,
+                 choices=options)
