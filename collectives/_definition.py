@@ -156,9 +156,9 @@ class Definition:
     def __post_init__(self) -> None:
         names = [p.name for p in self.params]
         if len(set(names)) != len(names) or set(names) & set(self.arrays):
-            raise ValueError(f"{self.name}: params={names} and arrays={self.arrays} must not repeat a name")
+            raise sim.InvalidArgumentError(f"{self.name}: params={names} and arrays={self.arrays} must not repeat a name")
         if not set(self.index_arrays) <= set(self.arrays) or self.keeps not in (None, *self.arrays):
-            raise ValueError(f"{self.name}: index_arrays={self.index_arrays} and keeps={self.keeps!r} must name "
+            raise sim.InvalidArgumentError(f"{self.name}: index_arrays={self.index_arrays} and keeps={self.keeps!r} must name "
                              f"arrays among {self.arrays}")
 
     def __repr__(self) -> str:
@@ -190,11 +190,11 @@ class Definition:
         return self.vma is Vma.INTRODUCE
 
     def param(self, name: str) -> Param:
-        """The parameter called `name`; KeyError if the collective has none."""
+        """The parameter called `name`; InvalidArgumentError if the collective has none."""
         for p in self.params:
             if p.name == name:
                 return p
-        raise KeyError(f"{self.name} has no parameter {name!r}; it has {[p.name for p in self.params]}")
+        raise sim.InvalidArgumentError(f"{self.name} has no parameter {name!r}; it has {[p.name for p in self.params]}")
 
     def takes(self, name: str) -> bool:
         """Whether the collective has a parameter called `name`."""

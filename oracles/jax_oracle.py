@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from layouts import MeshError
+from layouts import InvalidArgumentError, MeshError
 from collectives import REGISTRY
 from oracles._protocol import read_message, write_message
 
@@ -90,7 +90,7 @@ class JaxOracle:
 
     def __init__(self, *, timeout_s: float = 120.0) -> None:
         if not timeout_s > 0:
-            raise ValueError(f"timeout_s={timeout_s!r} must be positive")
+            raise InvalidArgumentError(f"timeout_s={timeout_s!r} must be positive")
         self.timeout_s = timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -115,7 +115,7 @@ class JaxOracle:
             Per-device outputs and the path taken ("decomposition" for ragged_all_to_all on XLA:CPU).
 
         Raises:
-            ValueError: the request cannot be expressed as one shard_map call (checked before sending).
+            InvalidArgumentError: the request cannot be expressed as one shard_map call (checked before sending).
             OracleError: JAX raised for this case.
             OracleFailure: the worker crashed or did not answer within `timeout_s`.
         """
@@ -229,25 +229,25 @@ def _xla_flags(inherited: str) -> str:
 
 def _check_request(op: str, mesh_shape: dict[Hashable, int],
                    args: Sequence[Sequence[Any]]) -> tuple[list[np.ndarray], ...]:
-    """Return `args` as numpy arrays, or raise ValueError naming what shard_map cannot express."""
+    """Return `args` as numpy arrays, or raise InvalidArgumentError naming what shard_map cannot express."""
     if op not in ARITY and op not in _TEST_OPS:
-        raise ValueError(f"op={op!r} must be one of {tuple(ARITY)}")
+        raise InvalidArgumentError(f"op={op!r} must be one of {tuple(ARITY)}")
     sizes = list(mesh_shape.values())
     if not sizes or not all(isinstance(s, (int, np.integer)) and s > 0 for s in sizes):
-        raise ValueError(f"mesh_shape={mesh_shape!r} must map axis names to positive sizes")
+        raise InvalidArgumentError(f"mesh_shape={mesh_shape!r} must map axis names to positive sizes")
     n = int(np.prod(sizes))
     if n > MAX_DEVICES:
-        raise ValueError(f"mesh_shape={mesh_shape!r} has {n} devices; the JAX oracle runs at most {MAX_DEVICES}")
+        raise InvalidArgumentError(f"mesh_shape={mesh_shape!r} has {n} devices; the JAX oracle runs at most {MAX_DEVICES}")
     if op in ARITY and len(args) != ARITY[op]:
-        raise ValueError(f"{op} takes {ARITY[op]} per-device argument list(s), got len(args)={len(args)}")
+        raise InvalidArgumentError(f"{op} takes {ARITY[op]} per-device argument list(s), got len(args)={len(args)}")
     arrays = tuple([np.asarray(x) for x in arg] for arg in args)
     for k, per_device in enumerate(arrays):
         if len(per_device) != n:
-            raise ValueError(f"args[{k}] has {len(per_device)} per-device arrays; mesh_shape={mesh_shape!r} "
+            raise InvalidArgumentError(f"args[{k}] has {len(per_device)} per-device arrays; mesh_shape={mesh_shape!r} "
                              f"has {n} devices")
         for d, x in enumerate(per_device):
             if (x.shape, x.dtype) != (per_device[0].shape, per_device[0].dtype):
-                raise ValueError(f"args[{k}]: device {d} has {_aval(x)} but device 0 has {_aval(per_device[0])};"
+                raise InvalidArgumentError(f"args[{k}]: device {d} has {_aval(x)} but device 0 has {_aval(per_device[0])};"
                                  " shard_map needs one shape and dtype per argument")
     return arrays
 
@@ -313,12 +313,12 @@ def device_put_bytes(oracle: JaxOracle, x: Any, major_to_minor: Sequence[int], t
     `mesh_shape` (its first devices, row-major) with `PartitionSpec(*spec)`.
 
     Raises:
-        ValueError: neither or both of `device` and `mesh_shape` given.
+        InvalidArgumentError: neither or both of `device` and `mesh_shape` given.
         OracleError: JAX rejected the layout or the placement.
         OracleFailure: the worker crashed or hung.
     """
     if (device is None) == (mesh_shape is None):
-        raise ValueError(f"give exactly one of device={device!r} and mesh_shape={mesh_shape!r}")
+        raise InvalidArgumentError(f"give exactly one of device={device!r} and mesh_shape={mesh_shape!r}")
     x = np.asarray(x)
     sharding = {"device": device} if device is not None else {"mesh_shape": dict(mesh_shape), "spec": list(spec)}
     params = {"layout": {"major_to_minor": tuple(major_to_minor), "tiling": tuple(map(tuple, tiling))},

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import layouts
-from layouts import Layout
+from layouts import InvalidArgumentError, Layout
 
 _ALIGN_BYTES = 64
 _MIN_SEGMENT_BYTES = 1 << 20
@@ -126,7 +126,7 @@ class LocalMemory:
         layout = layout or Layout.row_major(array.ndim)
         raw = bytes_in_layout(array, layout)
         if raw is None:
-            raise ValueError(f"device {self.device}: adopt: array {array.dtype}{list(array.shape)} with strides "
+            raise InvalidArgumentError(f"device {self.device}: adopt: array {array.dtype}{list(array.shape)} with strides "
                              f"{array.strides} must be one non-empty contiguous run in layout {layout!r}")
         return self._attach(raw, array.dtype, array.shape, layout, writable=False)
 
@@ -144,7 +144,7 @@ class LocalMemory:
         The region must be zeroed, as any allocation is, until an allocation takes it.
         """
         if region.size == 0 or not region.flags.c_contiguous or not region.flags.writeable:
-            raise ValueError(f"device {self.device}: reserve: region {region.dtype}{list(region.shape)} must be "
+            raise InvalidArgumentError(f"device {self.device}: reserve: region {region.dtype}{list(region.shape)} must be "
                              f"non-empty, C-contiguous and writable")
         self._reserved.append(region)
 
@@ -158,7 +158,7 @@ class LocalMemory:
         for base, segment in reversed(self._segments):
             if buffer.offset >= base:
                 return segment[buffer.offset - base : buffer.offset - base + buffer.nbytes]
-        raise ValueError(f"offset {buffer.offset} is not in device {self.device}'s memory")
+        raise InvalidArgumentError(f"offset {buffer.offset} is not in device {self.device}'s memory")
 
     def view(self, buffer: Buffer) -> np.ndarray:
         """The logical array `buffer` holds, as a view of the memory (read-only for an adopted block)."""
