@@ -1,8 +1,7 @@
-"""cProfile of one repeated simulator call (the kind the table times), split by thread.
+"""cProfile of one repeated simulator call (the kind the table times).
 
-The main thread runs the SimPy clock, every collective's protocol, placing the inputs and assembling the
-outputs; each device program runs in its own thread, so it gets its own profiler. Time a thread spends
-blocked in `acquire` is time the other side (the main thread or a device thread) was working.
+Device programs run as greenlets in the main thread, so one profiler sees everything: the SimPy clock,
+every collective's protocol, the device programs, placing the inputs and assembling the outputs.
 """
 
 from __future__ import annotations
@@ -11,48 +10,28 @@ import cProfile
 import io
 import os
 import pstats
-from collections.abc import Callable
 
 import numpy as np
 from _cases import Case
 from _stages import simulator_call
 
 
-def profiled(program: Callable[[np.ndarray], np.ndarray], profiles: list[cProfile.Profile]) -> Callable:
-    """`program` with a profiler of its own thread, appended to `profiles`."""
-    def run(*blocks: np.ndarray) -> np.ndarray:
-        profile = cProfile.Profile()
-        profiles.append(profile)
-        profile.enable()
-        try:
-            return program(*blocks)
-        finally:
-            profile.disable()
-    return run
-
-
-def profile_simulator(case: Case, inputs: tuple[np.ndarray, ...]) -> tuple[cProfile.Profile, list[cProfile.Profile]]:
-    """Profiles of the second simulator call on `inputs` (the first learns the output shapes): (main
-    thread, one per device thread)."""
-    devices: list[cProfile.Profile] = []
-    f = simulator_call(case, profiled(case.program, devices))
+def profile_simulator(case: Case, inputs: tuple[np.ndarray, ...]) -> cProfile.Profile:
+    """The profile of the second simulator call on `inputs` (the first learns the output shapes)."""
+    f = simulator_call(case, case.program)
     f(*inputs)
     f.last_run = None
-    devices.clear()
-    main = cProfile.Profile()
-    main.enable()
+    profile = cProfile.Profile()
+    profile.enable()
     f(*inputs)
-    main.disable()
-    return main, devices
+    profile.disable()
+    return profile
 
 
-def top(profiles: list[cProfile.Profile], sort: str, limit: int) -> str:
-    """The `limit` heaviest functions of `profiles` merged, ordered by `sort` ('tottime', 'cumulative')."""
+def top(profile: cProfile.Profile, sort: str, limit: int) -> str:
+    """The `limit` heaviest functions of `profile`, ordered by `sort` ('tottime', 'cumulative')."""
     stream = io.StringIO()
-    stats = pstats.Stats(profiles[0], stream=stream)
-    for profile in profiles[1:]:
-        stats.add(profile)
-    stats.strip_dirs().sort_stats(sort).print_stats(limit)
+    pstats.Stats(profile, stream=stream).strip_dirs().sort_stats(sort).print_stats(limit)
     return stream.getvalue()
 
 
@@ -66,7 +45,7 @@ PHASES = {
 
 
 def phases(profile: cProfile.Profile) -> str:
-    """Cumulative seconds of each simulator phase in the main thread, one line each."""
+    """Cumulative seconds of each simulator phase, one line each."""
     found: dict[tuple[str, str], float] = {}
     for (path, _, name), (_, _, _, cumulative_s, _) in pstats.Stats(profile).stats.items():
         key = (os.path.basename(path), name)
@@ -80,10 +59,9 @@ def phases(profile: cProfile.Profile) -> str:
 
 def report(case: Case, inputs: tuple[np.ndarray, ...], limit: int = 15) -> str:
     """The profile of one repeated simulator call of `case` on `inputs`, as text for the console."""
-    main, devices = profile_simulator(case, inputs)
+    profile = profile_simulator(case, inputs)
     return "\n".join([
-        f"== {case.name}: simulator phases of a repeated call (main thread, cumulative) ==", phases(main), "",
-        "== main thread, by own time ==", top([main], "tottime", limit),
-        "== main thread, by cumulative time ==", top([main], "cumulative", limit),
-        f"== {len(devices)} device threads merged, by own time ==", top(devices, "tottime", limit),
+        f"== {case.name}: simulator phases of a repeated call (cumulative) ==", phases(profile), "",
+        "== by own time ==", top(profile, "tottime", limit),
+        "== by cumulative time ==", top(profile, "cumulative", limit),
     ])
