@@ -5,7 +5,8 @@
 
 Each case runs once in a fresh subprocess (so its peak RSS is its own), checks its result against a plain
 numpy evaluation, and reports wall time, messages, messages per second, peak RSS and the most threads the
-process had (OS threads, read inside a device program). The last line fits wall time ~ messages^k over the all_to_all cases and states k.
+process had (OS threads, read inside a device program). The last line fits wall time ~ messages^k over the
+all_to_all cases and states k.
 """
 
 from __future__ import annotations
