@@ -29,9 +29,9 @@ import numpy as np
 
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-import collectives  # noqa: E402
-import sim  # noqa: E402
-from layouts import Layout  # noqa: E402
+import collectives
+import sim
+from layouts import Layout
 
 DEVICES = 8
 CASES = {  # name: (gather axis, operand layout)

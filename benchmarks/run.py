@@ -19,15 +19,14 @@ from pathlib import Path
 # otherwise resolve it as an empty namespace package.
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from rich.console import Console  # noqa: E402
-
-from _cases import CASES, Case  # noqa: E402
-from _jax_stage import WorkerFailed, time_jax  # noqa: E402
-from _profile import report as profile_report  # noqa: E402
-from _report import describe, show  # noqa: E402
-from _stages import Memory, ResultMismatch, measure_memory, time_numpy, time_simulator  # noqa: E402
-from _timing import Timing, peak_resident_gib  # noqa: E402
-from _workload import digest, workload_of  # noqa: E402
+from _cases import CASES, Case
+from _jax_stage import WorkerFailed, time_jax
+from _profile import report as profile_report
+from _report import describe, show
+from _stages import Memory, ResultMismatch, measure_memory, time_numpy, time_simulator
+from _timing import Timing, peak_resident_gib
+from _workload import digest, workload_of
+from rich.console import Console
 
 DEFAULT_SIZE_MB = 1000.0
 QUICK_SIZE_MB = 64.0

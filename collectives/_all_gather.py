@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 import sim
-from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
-from collectives._common import header_of, is_row_major, same_operands, unpack_into
-from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, Transposition, Vma, flag
-from collectives._definition import integer
+from collectives._common import (
+    axis_index,
+    canonical_axis,
+    group_of,
+    header_of,
+    is_row_major,
+    map_tree,
+    operand,
+    out_layout_of,
+    pack_slice,
+    same_operands,
+    unpack_into,
+)
+from collectives._definition import (
+    AXIS_INDEX_GROUPS,
+    AXIS_NAME,
+    Definition,
+    JaxBinding,
+    Transposition,
+    Vma,
+    flag,
+    integer,
+)
 from collectives._strategy import Axes, Sample, dims
 from collectives._vma import typed
 

@@ -8,10 +8,30 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
-from collectives._common import header_of, is_row_major, received, same_operands, unpack_into
-from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, Transposition, Vma, flag
-from collectives._definition import integer
+from collectives._common import (
+    axis_index,
+    canonical_axis,
+    group_of,
+    header_of,
+    is_row_major,
+    map_tree,
+    operand,
+    out_layout_of,
+    pack_slice,
+    received,
+    same_operands,
+    unpack_into,
+)
+from collectives._definition import (
+    AXIS_INDEX_GROUPS,
+    AXIS_NAME,
+    Definition,
+    JaxBinding,
+    Transposition,
+    Vma,
+    flag,
+    integer,
+)
 from collectives._strategy import Axes, Sample, dims
 from collectives._vma import typed
 
@@ -29,8 +49,9 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, axi
                tiled: bool = False, out_layout: Any = None) -> Any:
     """Split `x` along `split_axis` into one chunk per group member, exchange, and join along `concat_axis`.
 
-    Both axes must be non-negative, as in `jax.lax.all_to_all`. Untiled, `x.shape[split_axis]` must equal the group size; chunk j is `x` at index j of `split_axis`
-    (that dimension removed) and the received chunks are stacked in a new dimension at `concat_axis`.
+    Both axes must be non-negative, as in `jax.lax.all_to_all`. Untiled, `x.shape[split_axis]` must equal
+    the group size; chunk j is `x` at index j of `split_axis` (that dimension removed) and the received
+    chunks are stacked in a new dimension at `concat_axis`.
     Tiled, `x.shape[split_axis]` must be divisible by the group size and chunks are concatenated.
     `x` may be a pytree of arrays.
 
@@ -74,7 +95,8 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
     args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled), out_layout)
     params = (("axis_name", axis_name), ("split_axis", split_axis), ("concat_axis", concat_axis),
               ("tiled", bool(tiled)))
-    compute = lambda: context.collective(sim.Collective("all_to_all", group, params, args, _protocol, same_operands("all_to_all", group)))
+    validate = same_operands("all_to_all", group)
+    compute = lambda: context.collective(sim.Collective("all_to_all", group, params, args, _protocol, validate))
     return typed(ALL_TO_ALL, axis_name, [original], compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "split_axis": split_axis,
                   "concat_axis": concat_axis, "tiled": tiled})

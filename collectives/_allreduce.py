@@ -25,8 +25,8 @@ and a result laid out otherwise is unpacked from it at the end.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Generator, Sequence
 
 import numpy as np
 

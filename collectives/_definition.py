@@ -10,8 +10,9 @@ that are handed those modules.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import sim
 
@@ -156,10 +157,14 @@ class Definition:
     def __post_init__(self) -> None:
         names = [p.name for p in self.params]
         if len(set(names)) != len(names) or set(names) & set(self.arrays):
-            raise sim.InvalidArgumentError(f"{self.name}: params={names} and arrays={self.arrays} must not repeat a name")
+            raise sim.InvalidArgumentError(
+                f"{self.name}: params={names} and arrays={self.arrays} must not repeat a name"
+            )
         if not set(self.index_arrays) <= set(self.arrays) or self.keeps not in (None, *self.arrays):
-            raise sim.InvalidArgumentError(f"{self.name}: index_arrays={self.index_arrays} and keeps={self.keeps!r} must name "
-                             f"arrays among {self.arrays}")
+            raise sim.InvalidArgumentError(
+                f"{self.name}: index_arrays={self.index_arrays} and keeps={self.keeps!r} must name "
+                f"arrays among {self.arrays}"
+            )
 
     def __repr__(self) -> str:
         return f"Definition({self.name!r})"

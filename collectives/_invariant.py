@@ -151,7 +151,7 @@ def _bind_pscatter(jax: Any, p: dict[str, Any]) -> Any:
         dim = axis % x.ndim
         example = (jax.lax.slice_in_dim(x, 0, x.shape[dim] // size, axis=dim) if tiled
                    else jax.lax.index_in_dim(x, 0, dim, keepdims=False))
-        gather = lambda part: jax.parallel.all_gather_invariant(part, names, axis=axis, tiled=tiled)  # noqa: E731
+        gather = lambda part: jax.parallel.all_gather_invariant(part, names, axis=axis, tiled=tiled)
         (result,) = jax.linear_transpose(gather, jax.lax.pcast(example, names, to="varying"))(x)
         return result
     return scatter

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
 
 import numpy as np
 
@@ -155,7 +156,7 @@ def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
     def sample(draw: Any) -> Sample:
         sources = draw(st.lists(st.integers(0, size - 1), unique=True, max_size=size))
         targets = draw(st.permutations(range(size)))[: len(sources)]
-        spell = lambda i: i - size if draw(st.booleans()) else i  # noqa: E731
+        spell = lambda i: i - size if draw(st.booleans()) else i
         perm = [(spell(s), spell(t)) for s, t in zip(sources, targets)]
         return Sample({"axis_name": names, "perm": perm}, draw(any_shape(st, axes)).shapes)
     return sample()

@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
 
 import numpy as np
 
 import sim
 from collectives._allreduce import check_algorithm, fold_arrivals, laid_out, ring_reduce_scatter
-from collectives._common import axis_index, canonical_axis, group_of, map_tree, operand, out_layout_of, pack_slice
-from collectives._common import same_operands
-from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, Transposition, Vma
-from collectives._definition import algorithm, flag, integer
+from collectives._common import (
+    axis_index,
+    canonical_axis,
+    group_of,
+    map_tree,
+    operand,
+    out_layout_of,
+    pack_slice,
+    same_operands,
+)
+from collectives._definition import (
+    AXIS_INDEX_GROUPS,
+    AXIS_NAME,
+    Definition,
+    JaxBinding,
+    Transposition,
+    Vma,
+    algorithm,
+    flag,
+    integer,
+)
 from collectives._strategy import split_shape
 from collectives._vma import typed
 from layouts import Layout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -101,7 +102,9 @@ def _data(device: int, operand_value: Any, output_value: Any) -> tuple[np.ndarra
 def _index_array(device: int, name: str, value: Any) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype.kind not in "iu":
-        raise sim.InvalidTypeError(f"device {device}: {_OP}: {name} has dtype {array.dtype}; it must be an integer type")
+        raise sim.InvalidTypeError(
+            f"device {device}: {_OP}: {name} has dtype {array.dtype}; it must be an integer type"
+        )
     if array.ndim != 1 or array.shape[0] < 1:
         raise sim.InvalidArgumentError(
             f"device {device}: {_OP}: {name} has shape {array.shape}; it must be rank 1 with at least one entry"
@@ -120,7 +123,7 @@ def _validate(group: sim.Group):
             return violations
         for a in args:
             violations += _check_sends(a)
-        for r, a in enumerate(args):
+        for r, _ in enumerate(args):
             violations += _check_receives(r, args, group.members)
         return violations
     return check
@@ -165,7 +168,7 @@ def _check_receives(r: int, args: list[_Args], members: tuple[int, ...]) -> list
         elif size:
             written.append((offset, offset + size, j, members[s]))
     written.sort()
-    for (start1, stop1, j1, src1), (start2, stop2, j2, src2) in zip(written, written[1:]):
+    for (start1, stop1, j1, src1), (start2, stop2, j2, src2) in pairwise(written):
         if start2 < stop1:
             found.append(f"device {a.device}: slice {j1} (from device {src1}, output rows [{start1}, {stop1})) and "
                          f"slice {j2} (from device {src2}, output rows [{start2}, {stop2})) overlap in rows "
@@ -202,7 +205,7 @@ def _transpose(t: Transposition) -> list:
     p, ops = t.params, t.ops
     _, _, input_offsets, send_sizes, output_offsets, recv_sizes = t.primal
     names = {"axis_name": p["axis_name"], "axis_index_groups": p["axis_index_groups"]}
-    exchange = lambda a: ops.all_to_all(a, p["axis_name"], 0, 0, tiled=True,  # noqa: E731
+    exchange = lambda a: ops.all_to_all(a, p["axis_name"], 0, 0, tiled=True,
                                         axis_index_groups=p["axis_index_groups"])
     received_at = exchange(output_offsets)
     operand_ct = output_ct = None

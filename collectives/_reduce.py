@@ -7,7 +7,8 @@ name for psum without axis_index_groups (JAX: `psum_invariant`), what psum recor
 
 from __future__ import annotations
 
-from typing import Any, Generator
+from collections.abc import Generator
+from typing import Any
 
 import numpy as np
 
@@ -15,8 +16,16 @@ import sim
 from collectives._allreduce import ALGORITHMS, AllReduceArgs, all_reduce_protocol, check_algorithm
 from collectives._arithmetic import mean_dtype, scale_to_mean
 from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group, same_operands
-from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, NotLinear, Transposition
-from collectives._definition import Vma, algorithm
+from collectives._definition import (
+    AXIS_INDEX_GROUPS,
+    AXIS_NAME,
+    Definition,
+    JaxBinding,
+    NotLinear,
+    Transposition,
+    Vma,
+    algorithm,
+)
 from collectives._strategy import any_shape
 from collectives._vma import typed
 from layouts import Layout

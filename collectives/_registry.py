@@ -37,9 +37,11 @@ class Registry(Mapping[str, Definition]):
         for d in definitions:
             taken = [p for p in d.jax.primitives if p in self._by_primitive]
             if d.name in self._by_name or d.function in self._by_function or taken:
-                raise sim.InvalidArgumentError(f"{d.name}: its name, function or JAX primitives {taken} are registered twice")
+                raise sim.InvalidArgumentError(
+                    f"{d.name}: its name, function or JAX primitives {taken} are registered twice"
+                )
             self._by_name[d.name], self._by_function[d.function] = d, d
-            self._by_primitive.update({p: d for p in d.jax.primitives})
+            self._by_primitive.update(dict.fromkeys(d.jax.primitives, d))
         self.ops = SimpleNamespace(**{name: d.function for name, d in self._by_name.items()})
 
     def __getitem__(self, name: str) -> Definition:

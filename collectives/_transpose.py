@@ -13,7 +13,8 @@ found in the registry by the name the equation records; the local operations' ru
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def linear_transpose(f: sim.ShardMapped, *primals: Any, linear_argnums: tuple[in
     def body(*args: Any) -> Any:
         program = programs[sim.current().device]
         given = dict(zip((program.inputs[i] for i in others), args[:len(others)]))
-        cotangents = _backward(program, set(program.inputs[i] for i in linear), given, args[len(others):])
+        cotangents = _backward(program, {program.inputs[i] for i in linear}, given, args[len(others):])
         result = tuple(cotangents[program.inputs[i]] for i in linear)
         return result if len(result) > 1 else result[0]
 

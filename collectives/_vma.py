@@ -20,7 +20,8 @@ With `check_vma=False` nothing is promoted, checked or typed.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sim
 from collectives._definition import Definition, Vma

@@ -8,9 +8,8 @@ the order of a backend that honours tiles (XLA's tiled layout, as on TPU), with 
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import numpy as np
 

@@ -19,10 +19,10 @@ class Format:
 
     >>> Format(Layout.AUTO)
     Format(layout=AUTO, sharding=None)
-    >>> Format(Layout((1, 0)))
+    >>> Format(Layout((1, 0)))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    layouts._errors.InvalidArgumentError: Format(layout=Layout(major_to_minor=(1, 0)), sharding=None): a concrete layout needs a sharding; pass one, e.g. Format(layout, sim.SingleDeviceSharding(0)) or Format(layout, sim.NamedSharding(mesh, P('x')))
+    layouts._errors.InvalidArgumentError: Format(layout=Layout(major_to_minor=(1, 0)), sharding=None): a concrete ...
 
     Raises:
         InvalidTypeError: `layout` is not a Layout, Layout.AUTO or None.

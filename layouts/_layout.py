@@ -5,10 +5,9 @@ A layout is pure geometry. It knows nothing of values; `layouts._codec` turns it
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
-
-import math
 
 import numpy as np
 
@@ -20,9 +19,9 @@ Tile = tuple[int, ...]
 class AutoLayout:
     """The `Layout.AUTO` sentinel: ask the compiler to choose the layout. There is exactly one."""
 
-    _instance: ClassVar["AutoLayout | None"] = None
+    _instance: ClassVar[AutoLayout | None] = None
 
-    def __new__(cls) -> "AutoLayout":
+    def __new__(cls) -> AutoLayout:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -72,12 +71,12 @@ class Layout:
         return f"Layout(major_to_minor={self.major_to_minor}{tiles})"
 
     @classmethod
-    def row_major(cls, rank: int) -> "Layout":
+    def row_major(cls, rank: int) -> Layout:
         """The default layout of rank `rank`: dimension 0 most major (XLA's `{n-1,...,1,0}`)."""
         return cls(tuple(range(rank)))
 
     @classmethod
-    def column_major(cls, rank: int) -> "Layout":
+    def column_major(cls, rank: int) -> Layout:
         """Dimension 0 most minor: the reverse of `row_major(rank)`."""
         return cls(tuple(reversed(range(rank))))
 

@@ -24,7 +24,6 @@ from oracles import _jax_ragged
 from oracles._jax_setup import API, Compiled, axes, by_device, cached, freeze, lower, mesh
 
 
-
 @dataclass(frozen=True)
 class Fallback:
     """What runs where the backend cannot compile the real op: `body(mesh, params)` gives the per-device

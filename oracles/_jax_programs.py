@@ -7,7 +7,8 @@ argument), `steps` (`(op, argument indices, params)`, each appending one value) 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np

@@ -12,6 +12,7 @@ at most `timeout_s` for the answer; a worker that dies or hangs is killed, the c
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import select
@@ -27,8 +28,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from layouts import InvalidArgumentError, MeshError
 from collectives import REGISTRY
+from layouts import InvalidArgumentError, MeshError
 from oracles._protocol import read_message, write_message
 
 MAX_DEVICES = 8
@@ -177,7 +178,8 @@ class JaxOracle:
     def _start(self, deadline: float) -> None:
         """Start a worker and wait for its ("ready", info) message."""
         self._stop(grace_s=0.0)
-        self._log = tempfile.TemporaryFile()
+        # Kept open for the worker's lifetime (its stderr); _stop closes it.
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115
         package_root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ, JAX_PLATFORMS="cpu",
                    PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
@@ -194,14 +196,10 @@ class JaxOracle:
         code = None
         if proc is not None:
             for pipe in (proc.stdin, proc.stdout):
-                try:
+                with contextlib.suppress(OSError):  # the worker is gone; nothing to flush to
                     pipe.close()  # type: ignore[union-attr]
-                except OSError:
-                    pass  # the worker is gone; nothing to flush to
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 code = proc.wait(timeout=grace_s) if grace_s else None
-            except subprocess.TimeoutExpired:
-                pass
             if code is None:
                 proc.kill()
                 code = proc.wait()
@@ -237,18 +235,23 @@ def _check_request(op: str, mesh_shape: dict[Hashable, int],
         raise InvalidArgumentError(f"mesh_shape={mesh_shape!r} must map axis names to positive sizes")
     n = int(np.prod(sizes))
     if n > MAX_DEVICES:
-        raise InvalidArgumentError(f"mesh_shape={mesh_shape!r} has {n} devices; the JAX oracle runs at most {MAX_DEVICES}")
+        raise InvalidArgumentError(
+            f"mesh_shape={mesh_shape!r} has {n} devices; the JAX oracle runs at most {MAX_DEVICES}"
+        )
     if op in ARITY and len(args) != ARITY[op]:
         raise InvalidArgumentError(f"{op} takes {ARITY[op]} per-device argument list(s), got len(args)={len(args)}")
     arrays = tuple([np.asarray(x) for x in arg] for arg in args)
     for k, per_device in enumerate(arrays):
         if len(per_device) != n:
-            raise InvalidArgumentError(f"args[{k}] has {len(per_device)} per-device arrays; mesh_shape={mesh_shape!r} "
-                             f"has {n} devices")
+            raise InvalidArgumentError(
+                f"args[{k}] has {len(per_device)} per-device arrays; mesh_shape={mesh_shape!r} has {n} devices"
+            )
         for d, x in enumerate(per_device):
             if (x.shape, x.dtype) != (per_device[0].shape, per_device[0].dtype):
-                raise InvalidArgumentError(f"args[{k}]: device {d} has {_aval(x)} but device 0 has {_aval(per_device[0])};"
-                                 " shard_map needs one shape and dtype per argument")
+                raise InvalidArgumentError(
+                    f"args[{k}]: device {d} has {_aval(x)} but device 0 has {_aval(per_device[0])};"
+                    " shard_map needs one shape and dtype per argument"
+                )
     return arrays
 
 

@@ -44,7 +44,7 @@ class Scenario:
         return collectives.definition(self.op)
 
 
-def load(path: str | os.PathLike) -> "Scenario | ProgramScenario":
+def load(path: str | os.PathLike) -> Scenario | ProgramScenario:
     """Read and validate the scenario file at `path`.
 
     Args:

@@ -45,7 +45,7 @@ class Pass:
     end_time_s: float
 
     @classmethod
-    def of(cls, run: sim.Run) -> "Pass":
+    def of(cls, run: sim.Run) -> Pass:
         return cls(run.program(0), run.outputs, len(run.trace.sent), run.trace.total_bytes, run.end_time_s)
 
     def to_dict(self) -> dict:
@@ -87,7 +87,8 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
         exec(compile(table["source"], f"{source.path}:[program].source", "exec"), namespace)
         in_specs, out_specs = (eval(table[k], namespace) for k in ("in_specs", "out_specs"))
     except Exception as error:  # the file's code is the user's: report any failure as a scenario error
-        raise source.error("program", "source", f"[program] source does not run: {type(error).__name__}: {error}")
+        message = f"[program] source does not run: {type(error).__name__}: {error}"
+        raise source.error("program", "source", message) from error
     if not callable(namespace.get("f")):
         raise source.error("program", "source", "[program] source must define a function f")
     try:
@@ -132,7 +133,8 @@ def run_program(scenario: ProgramScenario) -> ProgramResult:
         t = collectives.linear_transpose(scenario.function, *scenario.args, linear_argnums=scenario.linear_argnums)
         back = t.run(*others, *cts)
         grads = back.outputs if isinstance(back.outputs, tuple) else (back.outputs,)
-        tt = collectives.linear_transpose(t, *others, *cts, linear_argnums=tuple(range(len(others), len(others) + len(cts))))
+        tt = collectives.linear_transpose(t, *others, *cts,
+                                          linear_argnums=tuple(range(len(others), len(others) + len(cts))))
         twice = tt.run(*others, *(scenario.args[i] for i in linear))
     except sim.MeshError as error:
         raise ScenarioError(f"{scenario.path}: the simulator rejected the program: {error}") from error

@@ -80,7 +80,7 @@ class ScenarioResult:
         }
 
 
-def run(scenario: "Scenario | ProgramScenario") -> "ScenarioResult | ProgramResult":
+def run(scenario: Scenario | ProgramScenario) -> ScenarioResult | ProgramResult:
     """Run `scenario`'s collective on its mesh through `sim.shard_map`.
 
     Each argument's per-device arrays are stacked along a new leading axis split over all mesh axes, so

@@ -5,35 +5,37 @@ from sim._compile import Compiled, Jitted, Lowered, ShapeDtypeStruct, jit
 from sim._copy import copy_step, with_layout_constraint
 from sim._driver import DeviceContext, current, current_or_none
 from sim._engine import Simulation
-from sim._rendezvous import Collective, Waiting
-from sim._transport import Message, Port
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError, ProtocolError
 from sim._memory import Buffer, LocalMemory
 from sim._mesh import Group, Mesh, check_axis_index_groups
 from sim._network import DEFAULT_COPY_COST, CopyCost, LinkState, Network
 from sim._program import Const, Equation, Program, Var, vma_str
+from sim._rendezvous import Collective, Waiting
 from sim._shard_map import Run, ShardMapped, shard_map
 from sim._sharding import NamedSharding, SingleDeviceSharding
 from sim._spec import P, PartitionSpec
 from sim._trace import CopyRecord, MessageRecord, Trace
+from sim._transport import Message, Port
 from sim._tree import leaves, tree_map
 from sim._varying import Varying, apply, promote, vma_of, wrap
 
-__all__ = [
-    # the mesh, its devices and the network
-    "Buffer", "CopyCost", "DEFAULT_COPY_COST", "Group", "LinkState", "LocalMemory", "Mesh", "Network",
+# Grouped by purpose; each group is sorted on its own.
+__all__ = [  # the mesh, its devices and the network
+    "DEFAULT_COPY_COST", "Buffer", "CopyCost", "Group", "LinkState", "LocalMemory", "Mesh", "Network",
     "check_axis_index_groups",
-    # running programs
-    "P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map",
-    # what a run records
-    "CopyRecord", "MessageRecord", "Trace",
-    # typed values and programs
+]
+__all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
+__all__ += ["CopyRecord", "MessageRecord", "Trace"]  # what a run records
+__all__ += [  # typed values and programs
     "Const", "Equation", "Program", "Var", "Varying", "apply", "promote", "vma_of", "vma_str", "wrap",
-    # layouts on the devices: placed arrays, shardings, the compile model
-    "Array", "Compiled", "Jitted", "Lowered", "NamedSharding", "Shard", "ShapeDtypeStruct",
+]
+__all__ += [  # layouts on the devices: placed arrays, shardings, the compile model
+    "Array", "Compiled", "Jitted", "Lowered", "NamedSharding", "ShapeDtypeStruct", "Shard",
     "SingleDeviceSharding", "device_put", "jit", "with_layout_constraint",
-    # for collectives: the protocol interface
+]
+__all__ += [  # for collectives: the protocol interface
     "Collective", "DeviceContext", "Message", "Port", "Waiting", "copy_step", "current", "current_or_none",
-    # errors and pytrees
+]
+__all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",
 ]

@@ -15,8 +15,9 @@ shardings' specs; it may call collectives. Calling the `Compiled`:
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ class ShapeDtypeStruct:
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
 
-def jit(fn: Callable[..., Any], *, in_shardings: Any = None, out_shardings: Any = None) -> "Jitted":
+def jit(fn: Callable[..., Any], *, in_shardings: Any = None, out_shardings: Any = None) -> Jitted:
     """`fn` made compilable for the simulated devices, with input and output formats.
 
     Args:
@@ -74,7 +75,7 @@ class Jitted:
         self.fn, self.in_shardings, self.out_shardings = fn, in_shardings, out_shardings
         self._compiled: dict[tuple, Compiled] = {}
 
-    def trace(self, *args: Any) -> "Lowered":
+    def trace(self, *args: Any) -> Lowered:
         """Fix the argument shapes, dtypes and shardings (`ShapeDtypeStruct`s, `Array`s or numpy arrays)."""
         return Lowered(self, args)
 
@@ -94,10 +95,10 @@ class Lowered:
     def __init__(self, jitted: Jitted, args: tuple) -> None:
         self.jitted, self.args = jitted, args
 
-    def lower(self) -> "Lowered":
+    def lower(self) -> Lowered:
         return self
 
-    def compile(self) -> "Compiled":
+    def compile(self) -> Compiled:
         """Resolve every format (AUTO included) by running the function once on zeros."""
         fn, args = self.jitted.fn, self.args
         names = argument_names(fn, len(args))
@@ -105,7 +106,8 @@ class Lowered:
         formats = [_input_format(names[i], a, e) for i, (a, e) in enumerate(zip(args, entries))]
         shapes = [(tuple(np.shape(a)), _dtype(a)) for a in args]
         resolved, out_blocks, _ = probe(Plan(fn, names, shapes, formats, []), auto=[f.is_auto for f in formats])
-        relaid = [f.is_auto and layout != Layout.row_major(len(s)) for f, layout, (s, _) in zip(formats, resolved, shapes)]
+        relaid = [f.is_auto and layout != Layout.row_major(len(s))
+                  for f, layout, (s, _) in zip(formats, resolved, shapes)]
         formats = [Format(layout, f.sharding) for layout, f in zip(resolved, formats)]
         if any(relaid) and _any_auto(self.jitted.out_shardings):  # outputs may come out in another order now
             _, out_blocks, _ = probe(Plan(fn, names, shapes, formats, []), auto=[False] * len(formats))

@@ -8,8 +8,9 @@ has no step at all. Every costed copy becomes a `CopyRecord` in the run's trace.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
 
 import numpy as np
 
@@ -17,14 +18,12 @@ import layouts
 from layouts import Layout
 from sim._driver import current_or_none
 from sim._errors import InvalidTypeError
-from sim._rendezvous import Collective
-from sim._transport import Port
 from sim._mesh import Group, Mesh
 from sim._network import CopyCost
+from sim._rendezvous import Collective
 from sim._trace import CopyRecord
+from sim._transport import Port
 from sim._varying import Varying
-
-
 
 
 def copy_cost(mesh: Mesh) -> CopyCost:

@@ -9,9 +9,11 @@ stacks, not a thousand threads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Generator
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 import greenlet
 
@@ -32,12 +34,12 @@ _PACKAGE_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspa
                       for name in ("sim", "collectives", "layouts", "oracles"))
 
 
-def current_or_none() -> "DeviceContext | None":
+def current_or_none() -> DeviceContext | None:
     """The device whose program is running now, or None outside a simulated program."""
     return getattr(greenlet.getcurrent(), "context", None)
 
 
-def current() -> "DeviceContext":
+def current() -> DeviceContext:
     """The device whose program is running now; raises outside a simulated program."""
     context = getattr(greenlet.getcurrent(), "context", None)
     if context is None:
@@ -55,7 +57,7 @@ class DeviceContext:
     every device makes of the same argument (a permutation, say) can be done once.
     """
 
-    def __init__(self, driven: "DeviceProgram") -> None:
+    def __init__(self, driven: DeviceProgram) -> None:
         self._driven = driven
         self.device: int = driven.device
         self.mesh: Mesh = driven.simulation.mesh
@@ -64,7 +66,7 @@ class DeviceContext:
         self.check_vma: bool = driven.simulation.check_vma
         self.shared: dict = driven.simulation.shared
 
-    def collective(self, collective: "Collective") -> Any:
+    def collective(self, collective: Collective) -> Any:
         """Run `collective` on this device and return this device's result."""
         return self._driven.call(collective)
 
@@ -86,7 +88,7 @@ class DeviceProgram:
     collective it waits in (`(name, call, members)`), or "finished".
     """
 
-    def __init__(self, simulation: "Simulation", device: int, fn: Callable[[], Any]) -> None:
+    def __init__(self, simulation: Simulation, device: int, fn: Callable[[], Any]) -> None:
         self.simulation = simulation
         self.device = device
         self.done = False
@@ -99,7 +101,7 @@ class DeviceProgram:
         self._greenlet.context = DeviceContext(self)
         self._home = self._greenlet.parent
 
-    def call(self, collective: "Collective") -> Any:
+    def call(self, collective: Collective) -> Any:
         """In the device's greenlet: hand `collective` to the process and return its result."""
         if self.aborted:  # the program swallowed the abort: it never runs again
             _PARKED.append(self._greenlet)
@@ -129,10 +131,8 @@ class DeviceProgram:
         """Unwind the program if it is suspended in a collective; a program never started is dropped."""
         self.aborted = True
         if self._greenlet and not self._greenlet.dead:
-            try:
+            with contextlib.suppress(_Aborted):
                 self._greenlet.throw(_Aborted)
-            except _Aborted:
-                pass
 
     def _explained(self, error: BaseException) -> BaseException:
         """`error` with a note saying which device raised it, in which call, at the user's file and line."""

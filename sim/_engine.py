@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import gc
-from typing import Any, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
 
 import simpy
 

@@ -6,8 +6,9 @@ real arguments, relaying out uncommitted ones first, and writes each result in i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,8 @@ def execute(plan: Plan, arrays: Sequence[Array]) -> Run:
                      for name, array, fmt in zip(plan.names, arrays, plan.in_formats)]
             result = plan.fn(*views)
             leaves = list(result) if isinstance(result, (tuple, list)) else [result]
-            return [_written(k, leaf, fmt, shape) for k, (leaf, (fmt, shape)) in enumerate(zip(leaves, plan.out_formats))]
+            return [_written(k, leaf, fmt, shape)
+                    for k, (leaf, (fmt, shape)) in enumerate(zip(leaves, plan.out_formats))]
         return run
 
     buffers = simulation.run([program(real) for real in ids])

@@ -126,8 +126,10 @@ class LocalMemory:
         layout = layout or Layout.row_major(array.ndim)
         raw = bytes_in_layout(array, layout)
         if raw is None:
-            raise InvalidArgumentError(f"device {self.device}: adopt: array {array.dtype}{list(array.shape)} with strides "
-                             f"{array.strides} must be one non-empty contiguous run in layout {layout!r}")
+            raise InvalidArgumentError(
+                f"device {self.device}: adopt: array {array.dtype}{list(array.shape)} with strides "
+                f"{array.strides} must be one non-empty contiguous run in layout {layout!r}"
+            )
         return self._attach(raw, array.dtype, array.shape, layout, writable=False)
 
     def place(self, array, layout: Layout | None = None) -> Buffer:
@@ -144,8 +146,10 @@ class LocalMemory:
         The region must be zeroed, as any allocation is, until an allocation takes it.
         """
         if region.size == 0 or not region.flags.c_contiguous or not region.flags.writeable:
-            raise InvalidArgumentError(f"device {self.device}: reserve: region {region.dtype}{list(region.shape)} must be "
-                             f"non-empty, C-contiguous and writable")
+            raise InvalidArgumentError(
+                f"device {self.device}: reserve: region {region.dtype}{list(region.shape)} must be "
+                f"non-empty, C-contiguous and writable"
+            )
         self._reserved.append(region)
 
     def release(self) -> list[np.ndarray]:

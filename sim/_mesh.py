@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
-
 import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 

@@ -29,7 +29,7 @@ class Network:
             raise InvalidArgumentError(f"topology={self.topology!r} must be 'fully_connected'")
 
     @classmethod
-    def fully_connected(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9) -> "Network":
+    def fully_connected(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9) -> Network:
         """Every device has a direct link to every other."""
         return cls(latency_s, bandwidth_bytes_per_s, "fully_connected")
 

@@ -7,8 +7,9 @@ reports every broken rule at once, before any message is sent.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -33,7 +34,7 @@ class Collective:
     group: Group
     params: tuple
     args: Any
-    protocol: Callable[["Port", Any], Generator]
+    protocol: Callable[[Port, Any], Generator]
     validate: Callable[[list[Any]], list[str]] | None = None
 
 
@@ -56,7 +57,7 @@ class _Meeting:
     the members' protocols may use to compute something about the call once (never a result).
     """
 
-    __slots__ = ("first", "first_device", "args", "count", "event", "exchange", "shared")
+    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "shared")
 
     def __init__(self, collective: Collective, device: int, event: simpy.Event, exchange: int) -> None:
         self.first, self.first_device = collective, device

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from sim._array import Array
 from sim._blocks import Aval, assemble, avals_of, block_index, prepare, settle
+from sim._driver import current
 from sim._engine import Simulation
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Mesh
 from sim._program import Program
+from sim._spec import PartitionSpec
 from sim._trace import Trace
 from sim._tree import broadcast_prefix, leaves, tree_map
-from sim._array import Array
-from sim._spec import PartitionSpec
-from sim._driver import current
 from sim._varying import Varying, _ref, promote, vma_of
 
 

@@ -14,7 +14,7 @@ class PartitionSpec(tuple):
     most major). Missing trailing entries mean None. `P('x', None)` splits rows over axis 'x'.
     """
 
-    def __new__(cls, *entries: Any) -> "PartitionSpec":
+    def __new__(cls, *entries: Any) -> PartitionSpec:
         for entry in entries:
             names = entry if isinstance(entry, tuple) else (entry,)
             if entry is not None and not all(isinstance(n, str) for n in names):

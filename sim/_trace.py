@@ -8,8 +8,8 @@ plus its detail.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
 
 import numpy as np
 

@@ -13,8 +13,9 @@ events and n row postings, not n^2 mailbox entries.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Hashable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -113,7 +114,7 @@ class Transport:
 class _Table:
     """One call's all-pairs exchange: row s holds member s's message to every member."""
 
-    __slots__ = ("env", "members", "rows", "posted", "waiting", "served")
+    __slots__ = ("env", "members", "posted", "rows", "served", "waiting")
 
     def __init__(self, env: simpy.Environment, members: tuple[int, ...]) -> None:
         self.env, self.members = env, members
@@ -162,8 +163,8 @@ def _fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float
 class Port:
     """One device's access to the network and its memory during one collective call."""
 
-    def __init__(self, transport: Transport, device: int, memory: LocalMemory, collective: "Collective",
-                 call: int, meeting: "_Meeting", simulation: Any = None) -> None:
+    def __init__(self, transport: Transport, device: int, memory: LocalMemory, collective: Collective,
+                 call: int, meeting: _Meeting, simulation: Any = None) -> None:
         self.transport = transport
         self.simulation = simulation
         self.device = device

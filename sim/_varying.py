@@ -9,7 +9,8 @@ which moves no data) and record an equation in the device's `Program`.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -330,7 +331,7 @@ def _ragged_features(case: Case) -> set[str]:
     if any((s == 0).any() for s in send_sizes):
         found.add("zero-size ragged slice")
     rows = outputs[0].shape[0]
-    for d, (offsets, sizes) in enumerate(zip(output_offsets, send_sizes)):
+    for offsets, sizes in zip(output_offsets, send_sizes):
         if any(o + s == rows and s for o, s in zip(offsets, sizes)):
             found.add("slice ends at last output row")
     for d, (offsets, sizes) in enumerate(zip(input_offsets, send_sizes)):
@@ -392,7 +393,7 @@ def run_simulator(case: Case) -> list[Any]:
     mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(stacked), out_specs=spec,
                            check_vma=not definition.invariant_operand)
     out = mapped(*stacked)
-    return [sim.tree_map(lambda x: x[d], out) for d in range(case.devices)]
+    return [sim.tree_map(operator.itemgetter(d), out) for d in range(case.devices)]
 
 
 def run_spec(case: Case, op_spec: Callable[..., list[np.ndarray]] | None = None) -> list[Any]:

@@ -149,7 +149,8 @@ def test_auto_output_keeps_the_order_it_was_produced_in():
     duck = sim.ShapeDtypeStruct((2, 3), np.int32)
     exe = sim.jit(lambda x: (x.T, x + 1), out_shardings=Format(AUTO)).trace(duck).compile()
     assert [f.layout.major_to_minor for f in exe.output_formats] == [(1, 0), (0, 1)]
-    both = sim.jit(lambda x: (x[:, 0], x.T), in_shardings=Format(AUTO), out_shardings=Format(AUTO)).trace(duck).compile()
+    both = sim.jit(lambda x: (x[:, 0], x.T), in_shardings=Format(AUTO),
+                   out_shardings=Format(AUTO)).trace(duck).compile()
     assert both.input_formats[0][0].layout.major_to_minor == (1, 0)  # so x.T of it comes out row-major
     assert [f.layout.major_to_minor for f in both.output_formats] == [(0,), (0, 1)]
 
@@ -215,7 +216,8 @@ MESH = sim.Mesh({"x": 2})
 
 BAD_COMPILES = [
     pytest.param(lambda: sim.jit(lambda x, y: x, in_shardings=(Format(AUTO),)).trace(DUCK, DUCK).compile(),
-                 sim.InvalidArgumentError, r"in_shardings has 1 entries but there are 2 values", id="in_shardings-count"),
+                 sim.InvalidArgumentError, r"in_shardings has 1 entries but there are 2 values",
+                 id="in_shardings-count"),
     pytest.param(lambda: sim.jit(lambda x: x, in_shardings=Format(Layout((0,)), sim.SingleDeviceSharding(0)))
                  .trace(DUCK).compile(), sim.InvalidArgumentError, r"argument x: major_to_minor=\(0,\) has 1 entries",
                  id="in-layout-rank"),
@@ -227,7 +229,8 @@ BAD_COMPILES = [
                  r"float32\[2, 3\]", id="call-shape"),
     pytest.param(lambda: sim.jit(lambda x: x).trace(DUCK).compile()(
         sim.device_put(np.ones((2, 3), np.float32), sim.SingleDeviceSharding(1))), sim.InvalidArgumentError,
-                 r"argument x is committed to sharding .*device=1.* does not match the compiled sharding", id="call-sharding"),
+                 r"argument x is committed to sharding .*device=1.* does not match the compiled sharding",
+                 id="call-sharding"),
     pytest.param(lambda: sim.with_layout_constraint(np.ones(2), AUTO), sim.InvalidTypeError,
                  r"layout=AUTO must be a concrete layouts.Layout", id="with_layout_constraint-AUTO"),
     pytest.param(lambda: sim.with_layout_constraint(np.ones(2), Layout((1, 0))), sim.InvalidArgumentError,

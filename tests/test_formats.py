@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_layouts import DTYPES, random_array
 
 import sim
 from layouts import AUTO, Format, Layout
 from oracles.jax_oracle import OracleError, device_put_bytes
 from sim import P
-from test_layouts import DTYPES, random_array
 
 MESHES = ({"x": 2}, {"x": 4}, {"x": 2, "y": 2}, {"x": 8}, {"x": 2, "y": 4}, {"x": 4, "y": 2})
 
@@ -100,8 +100,8 @@ def test_placement_into_given_memories():
 
 
 BAD_PLACEMENTS = [
-    pytest.param(lambda: sim.device_put(np.ones(2), Format(AUTO, sim.SingleDeviceSharding(0))), sim.InvalidArgumentError,
-                 r"Layout\.AUTO is only for compiled functions", id="device_put-AUTO"),
+    pytest.param(lambda: sim.device_put(np.ones(2), Format(AUTO, sim.SingleDeviceSharding(0))),
+                 sim.InvalidArgumentError, r"Layout\.AUTO is only for compiled functions", id="device_put-AUTO"),
     pytest.param(lambda: sim.device_put(np.ones(2), Format(Layout((1, 0)), sim.SingleDeviceSharding(0))),
                  sim.InvalidArgumentError, r"major_to_minor=\(1, 0\) has 2 entries but the array has rank 1",
                  id="device_put-rank"),

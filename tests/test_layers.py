@@ -1,4 +1,5 @@
-"""The package's structure: imports run one way (import-linter's contracts), and one error base."""
+"""The package's structure: imports run one way (import-linter's contracts), one error base, and a tree that
+ruff's rules (pyproject.toml) find nothing in."""
 
 from __future__ import annotations
 
@@ -76,3 +77,12 @@ def test_every_error_class_is_a_mesh_error():
         assert expected in classes, f"the walk missed {expected}; it found {sorted(classes)}"
     outside = sorted(name for name, is_mesh_error in classes.items() if not is_mesh_error)
     assert outside == [], f"exception classes outside MeshError: {outside}"
+
+
+def test_ruff_finds_nothing():
+    """`ruff check .` from the repository root, with the rules in pyproject.toml, reports no finding in any file."""
+    pytest.importorskip("ruff", reason="needs the test extra: pip install -e '.[test]'")
+    script = Path(sys.executable).with_name("ruff")
+    done = subprocess.run([str(script), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0, f"ruff found problems:\n{done.stdout}{done.stderr}"

@@ -173,7 +173,8 @@ def test_resident_keeps_the_layout_of_a_foreign_block():
 # ---------------------------------------------------------------------------------------------- bad layouts
 
 BAD_LAYOUTS = [
-    pytest.param(lambda: Layout((0, 0)), ValueError, r"major_to_minor=\(0, 0\) must be a permutation", id="Layout((0,0))"),
+    pytest.param(lambda: Layout((0, 0)), ValueError, r"major_to_minor=\(0, 0\) must be a permutation",
+                 id="Layout((0,0))"),
     pytest.param(lambda: Layout((0, 2)), ValueError, r"must be a permutation of 0\.\.1", id="Layout((0,2))"),
     pytest.param(lambda: Layout(1), TypeError, r"major_to_minor=1 must be a tuple", id="Layout(1)"),
     pytest.param(lambda: Layout((0, 1), ((0, 2),)), ValueError, r"tile 0 has dimension 0; every tile dimension must be "
@@ -187,7 +188,8 @@ BAD_LAYOUTS = [
                  id="check_rank"),
     pytest.param(lambda: Layout((0, 1)).check_rank(3, "device 2: psum: out_layout"), ValueError,
                  r"^device 2: psum: out_layout: major_to_minor=\(0, 1\) has 2 entries", id="check_rank-where"),
-    pytest.param(lambda: Format("row-major"), TypeError, r"layout='row-major' must be a layouts.Layout", id="Format(str)"),
+    pytest.param(lambda: Format("row-major"), TypeError, r"layout='row-major' must be a layouts.Layout",
+                 id="Format(str)"),
     pytest.param(lambda: layouts.decode(np.zeros(3, np.uint8), np.int32, (2,), Layout((0,))), ValueError,
                  r"raw has uint8\[3\] but a int32\[2\] array needs uint8\[8\]", id="decode-short"),
 ]

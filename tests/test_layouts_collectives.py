@@ -14,20 +14,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+import strategies as cases_
+import test_reductions
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import Case, differences, run_spec
+from test_reductions import ReductionCase, reduction_cases
+from test_reductions import run_spec as reduction_spec
 
 import collectives
 import layouts
 import sim
-import strategies as cases_
 from layouts import Layout
 from oracles.jax_oracle import run_with_layouts
 from sim import P
-from strategies import Case, differences, run_spec
-import test_reductions
-from test_reductions import ReductionCase, reduction_cases
-from test_reductions import run_spec as reduction_spec
 
 OPS = cases_.DOCUMENTED
 # the leading arguments that get layouts: the data arrays (ragged's offsets and sizes stay row-major)

@@ -142,7 +142,7 @@ def test_contiguous_input_blocks_are_the_callers_bytes_and_read_only():
         return block * 2
 
     out = _mapped(body)(x)
-    assert shared == {d: True for d in range(4)}
+    assert shared == dict.fromkeys(range(4), True)
     assert all("read-only" in e for e in errors.values()) and len(errors) == 4
     assert out.tolist() == (x * 2).tolist() and x[0, 0] == 0
 

@@ -13,12 +13,12 @@ import dataclasses
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from strategies import DOCS_RAGGED, Case, cases, check_agreement, dense_case, ragged_case, run_spec
 
 import collectives._all_gather
 import collectives._all_to_all
 import collectives._ragged
 from oracles import spec
-from strategies import DOCS_RAGGED, Case, cases, check_agreement, dense_case, ragged_case, run_spec
 
 _SEARCH = settings(max_examples=200, database=None, print_blob=False,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

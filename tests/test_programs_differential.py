@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import programs as gen
 import pytest
 from hypothesis import given, settings
 
 import collectives as C
 import sim
 from oracles.programs import program_transpose, program_types
-import programs as gen
 
 pytestmark = pytest.mark.differential
 

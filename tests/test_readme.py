@@ -21,6 +21,7 @@ def test_readme_starts_with_the_two_commands():
     """The README opens with the command that runs a scenario and the one that runs the tests."""
     first = re.search(r"```sh\n(.*?)```", README, flags=re.S).group(1)
     assert first.splitlines()[:2] == [
-        "make run     # runs the docs' ragged_all_to_all example through the simulator (creates .venv, installs everything)",
+        "make run     # runs the docs' ragged_all_to_all example through the simulator "
+        "(creates .venv, installs everything)",
         "make test    # runs the whole test suite, differential tests against real JAX included (same set-up)",
     ]

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import strategies
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
 import sim
-import strategies
 from collectives._arithmetic import combine, identity
 from oracles import spec
 from sim import P
@@ -224,7 +224,8 @@ def test_one_device_mesh_returns_the_value_untouched():
     """On a one-device mesh XLA compiles the all-reduce away: -0.0 and subnormals come back as they went in."""
     x = np.float32([-0.0, np.finfo(np.float32).smallest_subnormal])
     for op in ("psum", "pmean", "pmax", "pmin", "psum2"):
-        out = per_device({"x": 1}, lambda v: getattr(collectives, op)(v, "x"), [x])[0]
+        # per_device runs the lambda before the loop moves on, so it sees this iteration's op.
+        out = per_device({"x": 1}, lambda v: getattr(collectives, op)(v, "x"), [x])[0]  # noqa: B023
         assert bits(out) == bits(x), op
     scattered = per_device({"x": 1}, lambda v: collectives.psum_scatter(v, "x", tiled=True), [x])[0]
     assert bits(scattered) == bits(np.float32([0.0, 0.0]))  # reduce-scatter is not removed
@@ -346,7 +347,8 @@ def test_timings_follow_the_closed_forms(n):
     """
     size, alpha, bandwidth = 8 * n * 1000, 1e-6, 100e9
     xs = [np.ones(size // 8, np.float64)] * n
-    runs = {a: per_device({"x": n}, lambda x: collectives.psum(x, "x", algorithm=a), xs, run=True)
+    # per_device runs each lambda at once, while `a` still names its own algorithm.
+    runs = {a: per_device({"x": n}, lambda x: collectives.psum(x, "x", algorithm=a), xs, run=True)  # noqa: B023
             for a in ("direct", "ring", "recursive_doubling")}
     steps = int(math.log2(n))
     assert runs["direct"].end_time_s == pytest.approx(alpha + size / bandwidth)
@@ -382,7 +384,7 @@ def test_invariant_collectives_relate_as_the_design_note_says():
     plain = per_device({"i": 4}, lambda x: collectives.all_gather(x, "i", axis=1), xs, run=True)
     invariant = per_device({"i": 4}, lambda x: collectives.all_gather_invariant(x, "i", axis=1), xs, run=True)
     assert invariant.outputs.tolist() == plain.outputs.tolist()
-    sent = lambda run: [(m.src, m.dst, m.size_bytes) for m in run.trace]  # noqa: E731
+    sent = lambda run: [(m.src, m.dst, m.size_bytes) for m in run.trace]
     assert sent(invariant) == sent(plain)
     back = per_device({"i": 4}, lambda x: collectives.pscatter(collectives.all_gather_invariant(x, "i", axis=1), "i",
                                                                axis=1), xs, run=True)

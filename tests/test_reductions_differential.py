@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import strategies
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import strategies
-from oracles import spec
 from test_reductions import OPS, ReductionCase, fill, reduction_cases, run_spec
+
+from oracles import spec
 
 pytestmark = pytest.mark.differential
 

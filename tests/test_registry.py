@@ -18,18 +18,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+import strategies
+import test_reductions
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import Case, Fill, check_agreement, differences, run_spec
 
 import collectives
 import scenarios
 import sim
-import strategies
-import test_reductions
 from collectives import NotLinear, Vma
 from oracles import jax_oracle, spec
 from sim import P
-from strategies import Case, Fill, check_agreement, differences, run_spec
 
 OPS = list(collectives.REGISTRY)
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,8 @@ def test_results_vary_as_the_vma_rule_says(op, data):
     want = {Vma.REDUCE: everything if grouped else everything - along, Vma.KEEP: everything,
             Vma.INTRODUCE: everything, Vma.INDEX: along}[d.vma]
     # the pbroadcasts sim inserts to meet out_specs record `axes`; the collective's own equation does not
-    recorded = [eq for eq in run.program(0).equations if eq.op in collectives.REGISTRY and "axes" not in dict(eq.params)]
+    recorded = [eq for eq in run.program(0).equations
+                if eq.op in collectives.REGISTRY and "axes" not in dict(eq.params)]
     assert recorded[-1].outputs[0].vma == want, str(run.program(0))
 
 
@@ -189,7 +190,8 @@ def test_not_linear_collectives_are_refused_with_their_reason(op):
     """Transposing a program through a collective marked NotLinear fails naming it and the marker's reason."""
     d = _definition(op)
     f = sim.shard_map(lambda x: d.function(x, "i"), mesh=sim.Mesh({"i": 2}), in_specs=P("i"), out_specs=P("i"))
-    with pytest.raises(sim.InvalidArgumentError, match=rf"'{op}' has no transpose rule .*: {re.escape(d.transpose.reason)}"):
+    pattern = rf"'{op}' has no transpose rule .*: {re.escape(d.transpose.reason)}"
+    with pytest.raises(sim.InvalidArgumentError, match=pattern):
         collectives.linear_transpose(f, np.ones(4)).run(np.ones(4))
     assert isinstance(d.transpose, NotLinear)
 

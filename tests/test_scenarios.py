@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 import re
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
 
 import scenarios
 from scenarios import ScenarioError
@@ -74,7 +74,7 @@ def gather_reference(inputs, members: list[int], params):
     """Every member ends with all members' x, stacked (or, tiled, concatenated) along `axis`."""
     axis, chunks = params.get("axis", 0), [inputs[m]["x"] for m in members]
     value = np.concatenate(chunks, axis=axis) if params.get("tiled", False) else np.stack(chunks, axis=axis)
-    return {m: value for m in members}, axis
+    return dict.fromkeys(members, value), axis
 
 
 def all_to_all_reference(inputs, members: list[int], params):
@@ -93,7 +93,7 @@ def all_to_all_reference(inputs, members: list[int], params):
 def sum_reference(inputs, members: list[int], params):
     """Every member ends with the sum of all members' x (integers: no order to get right)."""
     total = sum(inputs[m]["x"] for m in members)
-    return {m: total for m in members}
+    return dict.fromkeys(members, total)
 
 
 def permute_reference(inputs, members: list[int], params):
@@ -114,7 +114,7 @@ def reference(scenario: scenarios.Scenario):
         if scenario.op in ("psum", "ppermute"):
             results.update((sum_reference if scenario.op == "psum" else permute_reference)(scenario.inputs, members,
                                                                                             params))
-            senders.update({m: None for m in members})
+            senders.update(dict.fromkeys(members))
             continue
         if scenario.op == "ragged_all_to_all":
             got, who = ragged_reference(scenario.inputs, members)
