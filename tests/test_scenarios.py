@@ -266,7 +266,11 @@ BAD = [
 @pytest.mark.parametrize("edits, message", [row[1:] for row in BAD], ids=[row[0] for row in BAD])
 def test_broken_file_names_file_field_and_line(tmp_path, edits, message):
     """A broken scenario raises ScenarioError reading `path:line: [table] field=value must ...`."""
-    text = DOCS_EXAMPLE
+    _load_edited(tmp_path, DOCS_EXAMPLE, edits, message)
+
+
+def _load_edited(tmp_path, text: str, edits, message: str) -> None:
+    """Load `text` with `edits` applied; it must fail with `message` after the file's path."""
     for old, new in edits:
         assert old in text
         text = text.replace(old, new, 1)
@@ -336,14 +340,7 @@ BAD_PARAMS = [
 @pytest.mark.parametrize("name, edits, message", [row[1:] for row in BAD_PARAMS], ids=[row[0] for row in BAD_PARAMS])
 def test_parameters_follow_their_definition_rules(tmp_path, name, edits, message):
     """Each collective's parameters are checked by the rules of its definition, naming the file and line."""
-    text = (ROOT / "scenarios" / f"{name}.toml").read_text()
-    for old, new in edits:
-        assert old in text
-        text = text.replace(old, new, 1)
-    path = tmp_path / "bad.toml"
-    path.write_text(text)
-    with pytest.raises(ScenarioError, match=re.escape(str(path)) + message):
-        scenarios.load(path)
+    _load_edited(tmp_path, (ROOT / "scenarios" / f"{name}.toml").read_text(), edits, message)
 
 
 PBROADCAST = """
