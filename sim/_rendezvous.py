@@ -101,10 +101,24 @@ class Rendezvous:
             if collective.validate is not None:
                 violations = collective.validate(meeting.args)
                 if violations:
-                    raise InvalidArgumentError(f"{collective.name}: {len(violations)} invalid argument(s)\n  "
-                                               + "\n  ".join(violations))
+                    raise _invalid(collective.name, violations)
             meeting.event.succeed()
         return meeting
+
+
+SHOWN_VIOLATIONS = 50
+
+
+def _invalid(name: str, violations: list[str]) -> InvalidArgumentError:
+    """The error listing a call's broken rules: the first `SHOWN_VIOLATIONS` in its message, all of them in
+    its `violations` attribute."""
+    shown = violations[:SHOWN_VIOLATIONS]
+    more = len(violations) - len(shown)
+    error = InvalidArgumentError(f"{name}: {len(violations)} invalid argument(s)\n  " + "\n  ".join(shown)
+                                 + (f"\n  ... and {more} more (all of them in this error's `violations`)"
+                                    if more else ""))
+    error.violations = violations  # type: ignore[attr-defined]
+    return error
 
 
 def _check_same(meeting: _Meeting, device: int, call: int, collective: Collective) -> None:

@@ -188,3 +188,21 @@ def test_link_busy_time_comes_from_the_trace():
                         out_specs=P(), check_vma=False).run(np.arange(200.0))
     busy = run.simulation.links.busy_s(run.trace)
     assert busy == pytest.approx({(0, 1): 800 / 1e9, (1, 0): 800 / 1e9})
+
+
+def test_a_call_with_many_violations_shows_the_first_and_keeps_all():
+    """A call that breaks thousands of rules shows the first 50 in its message, says how many more there
+    are, and keeps every one in `violations`."""
+    n = 64
+    ones = np.ones(n * n, np.int32)
+    f = sim.shard_map(lambda *a: collectives.ragged_all_to_all(*a, axis_name="x"), mesh=sim.Mesh({"x": n}),
+                      in_specs=(P("x"),) * 6, out_specs=P("x"))
+    # every sender writes its one row at output row 0 of every receiver: n - 1 overlaps per receiver
+    with pytest.raises(sim.InvalidArgumentError) as caught:
+        f(np.zeros(n * n), np.zeros(n * n), np.tile(np.arange(n, dtype=np.int32), n), ones,
+          np.zeros(n * n, np.int32), ones)
+    message = str(caught.value)
+    assert message.startswith(f"ragged_all_to_all: {n * (n - 1)} invalid argument(s)\n")
+    assert message.count("\n  device") == 50 and message.endswith(f"... and {n * (n - 1) - 50} more (all of them "
+                                                                  "in this error's `violations`)")
+    assert len(caught.value.violations) == n * (n - 1)
