@@ -103,7 +103,7 @@ def _protocol(port: sim.Port, args: _Args):
         # nothing to pack or unpack: one row of identical messages each, blocks land in member order
         port.send_each([source] * g, [header_of(args.buffer.layout.major_to_minor)] * g, slice=[me] * g,
                        axis=[args.axis] * g, rows=[(me * n, (me + 1) * n)] * g)
-        messages = yield port.recv_each()
+        messages = yield from port.recv_each()
         np.concatenate([m.payload for m in messages], axis=None, out=view.reshape(-1))
         return view
     payload, header = yield from pack_slice(port, source, args.buffer.layout, slice=me)

@@ -115,7 +115,7 @@ def _protocol(port: sim.Port, args: _Args):
         # blocks follow each other in member order
         port.send_each(chunks, [header_of(args.buffer.layout.major_to_minor)] * g, slice=list(range(g)),
                        axis=[args.concat_axis] * g, rows=rows)
-        messages = yield port.recv_each()
+        messages = yield from port.recv_each()
         np.concatenate([m.payload for m in messages], axis=None, out=view.reshape(-1))
         return view
     for j, (dst, chunk) in enumerate(zip(port.group.members, chunks)):

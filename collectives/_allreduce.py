@@ -70,7 +70,7 @@ def _direct(port: sim.Port, args: AllReduceArgs) -> Generator:
         # nothing to pack or unpack: one row of identical messages each, folded in group order at once
         g = port.group.size
         port.send_each([source] * g, [header_of(args.buffer.layout.major_to_minor)] * g, step=[0] * g)
-        messages = yield port.recv_each()
+        messages = yield from port.recv_each()
         out = port.memory.view(port.memory.alloc(source.dtype, source.shape, args.out_layout))
         out[...] = fold(args.reduction, np.stack([m.payload for m in messages]))
         return out

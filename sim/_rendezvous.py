@@ -47,7 +47,15 @@ class Waiting:
     members: tuple[int, ...]
 
     def __str__(self) -> str:
-        return f"waits in {self.collective} (call #{self.call} over devices {list(self.members)})"
+        return f"waits in {self.collective} (call #{self.call} over {devices_str(self.members)})"
+
+
+def devices_str(members: tuple[int, ...]) -> str:
+    """`members` for a message: all of them when few, else the ends and the count."""
+    if len(members) <= 8:
+        return f"devices {list(members)}"
+    shown = ", ".join(map(str, members[:4])) + ", ..., " + ", ".join(map(str, members[-2:]))
+    return f"{len(members)} devices [{shown}]"
 
 
 class _Meeting:
@@ -125,7 +133,7 @@ def _check_same(meeting: _Meeting, device: int, call: int, collective: Collectiv
     first = meeting.first
     if first.name != collective.name or (first.params is not collective.params and first.params != collective.params):
         raise ProtocolError(
-            f"mismatched collectives: call #{call} over devices {list(collective.group.members)}: "
+            f"mismatched collectives: call #{call} over {devices_str(collective.group.members)}: "
             f"device {meeting.first_device} called {first.name}{first.params}, "
             f"device {device} called {collective.name}{collective.params}"
         )

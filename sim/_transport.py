@@ -13,7 +13,7 @@ events and n row postings, not n^2 mailbox entries.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Generator, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,20 +95,24 @@ class Transport:
         if table is None:
             table = self._tables[exchange] = _Table(self.env, group.members)
         table.post(group.index, payloads, headers, arrivals)
-        if table.finished:
-            del self._tables[exchange]
         return max(arrivals, default=now)
 
     def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
-        """One event that fires with the message from every member to member `receiver`, in member order,
-        once every member has posted its row and the last message has arrived."""
+        """One event that fires once every member has posted its row and the last message to member
+        `receiver` has arrived; then `take_each` hands over the messages."""
         table = self._tables.get(exchange)
         if table is None:
             table = self._tables[exchange] = _Table(self.env, members)
-        event = table.expect(receiver)
-        if table.finished:
+        return table.expect(receiver)
+
+    def take_each(self, exchange: int, receiver: int) -> list[Message]:
+        """The message from every member to member `receiver`, in member order (after `expect_each` fired);
+        the call's table goes once every member has taken its column."""
+        table = self._tables[exchange]
+        messages = table.take(receiver)
+        if table.served == len(table.members):
             del self._tables[exchange]
-        return event
+        return messages
 
 
 class _Table:
@@ -121,10 +125,6 @@ class _Table:
         self.rows: list[tuple | None] = [None] * len(members)
         self.posted = self.served = 0
         self.waiting: list[tuple[int, simpy.Event]] = []
-
-    @property
-    def finished(self) -> bool:
-        return self.served == len(self.members)
 
     def post(self, sender: int, payloads: list[np.ndarray], headers: list[dict], arrivals: list[float]) -> None:
         self.rows[sender] = (payloads, headers, arrivals)
@@ -143,14 +143,16 @@ class _Table:
         return event
 
     def _serve(self, receiver: int, event: simpy.Event) -> None:
+        """Fire `event` when the last message of `receiver`'s column arrives (messages are made on taking,
+        so a call over n members never holds n^2 of them at once)."""
+        last_s = max((arrivals[receiver] for _, _, arrivals in self.rows), default=self.env.now)  # type: ignore[misc]
+        _fire(self.env, event, None, last_s - self.env.now)
+
+    def take(self, receiver: int) -> list[Message]:
         members, me = self.members, self.members[receiver]
-        messages, last_s = [], self.env.now
-        for s, (payloads, headers, arrivals) in enumerate(self.rows):  # type: ignore[misc]
-            messages.append(Message(members[s], me, 0, payloads[receiver], headers[receiver]))
-            if arrivals[receiver] > last_s:
-                last_s = arrivals[receiver]
         self.served += 1
-        _fire(self.env, event, messages, last_s - self.env.now)
+        return [Message(members[s], me, 0, payloads[receiver], headers[receiver])
+                for s, (payloads, headers, _) in enumerate(self.rows)]  # type: ignore[misc]
 
 
 def _fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float) -> None:
@@ -212,10 +214,11 @@ class Port:
         if arrival > self.last_arrival_s:
             self.last_arrival_s = arrival
 
-    def recv_each(self) -> simpy.Event:
-        """One event that fires with the `send_each` message of every member to this one, in member order,
-        when the last has arrived."""
-        return self.transport.expect_each(self.exchange, self.group.members, self.group.index)
+    def recv_each(self) -> Generator:
+        """The `send_each` message of every member to this one, in member order, once the last has arrived:
+        `messages = yield from port.recv_each()`."""
+        yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
+        return self.transport.take_each(self.exchange, self.group.index)
 
     def recv(self, src: int, tag: Hashable = 0) -> simpy.Event:
         """An event that fires with the `Message` from `src` carrying `tag`."""

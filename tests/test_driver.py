@@ -206,3 +206,17 @@ def test_a_call_with_many_violations_shows_the_first_and_keeps_all():
     assert message.count("\n  device") == 50 and message.endswith(f"... and {n * (n - 1) - 50} more (all of them "
                                                                   "in this error's `violations`)")
     assert len(caught.value.violations) == n * (n - 1)
+
+
+def test_reports_on_large_groups_stay_short():
+    """An error note or a deadlock report on a large group names its size and ends, not every member."""
+    def body(x):
+        y = collectives.psum(x, "x")
+        if collectives.axis_index("x") == 700:
+            return y[5]
+        return y
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 1024}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    with pytest.raises(IndexError) as caught:
+        f(np.ones(1024))
+    assert "after psum (call #0 over 1024 devices [0, 1, 2, 3, ..., 1022, 1023]), at " in caught.value.__notes__[-1]
