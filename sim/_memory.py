@@ -23,7 +23,7 @@ import layouts
 from layouts import InvalidArgumentError, Layout
 
 _ALIGN_BYTES = 64
-_MIN_SEGMENT_BYTES = 1 << 20
+_MIN_SEGMENT_BYTES = 1 << 12  # one page: a mesh of many devices holding little costs little
 _MAX_SPARE_BYTES = 64 << 20
 
 
