@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-SCENARIO ?= scenarios/ragged_docs_example.toml
+SCENARIO ?= scenarios/library/ragged_docs_example.toml
 
 .PHONY: install run test test-fast bench clean
 

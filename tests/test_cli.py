@@ -14,7 +14,7 @@ import pytest
 from scenarios.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = "scenarios/ragged_docs_example.toml"
+DOCS = "scenarios/library/ragged_docs_example.toml"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -84,7 +84,7 @@ def test_json_has_outputs_provenance_and_messages(launcher):
 
 def test_json_provenance_points_at_the_writing_message(capsys):
     """In `--json`, each written row's message index names a message from that row's sender covering it."""
-    assert main(["run", "--json", "scenarios/moe_dispatch.toml"]) == 0
+    assert main(["run", "--json", "scenarios/library/moe_dispatch.toml"]) == 0
     report = json.loads(capsys.readouterr().out)
     for device in report["devices"]:
         provenance = device["provenance"]
@@ -146,7 +146,7 @@ def test_bad_arguments_exit_2(argv, capsys):
 def test_every_bundled_scenario_runs(capsys):
     """Each bundled scenario prints a result per device and the simulated time (a program scenario: its
     typed program and the simulated time of each pass)."""
-    for path in sorted((ROOT / "scenarios").glob("*.toml")):
+    for path in sorted((ROOT / "scenarios" / "library").glob("*.toml")):
         assert main(["run", str(path.relative_to(ROOT))]) == 0
         out = _ANSI.sub("", capsys.readouterr().out)
         if path.stem.startswith("transpose_"):
@@ -159,12 +159,12 @@ def test_messages_of_other_collectives_show_their_own_detail(capsys, monkeypatch
     """Where messages do not land on rows (psum's ring, ppermute), the table shows what they do carry in a
     `detail` column instead of empty slice and rows columns; the JSON lists the call with its parameters."""
     monkeypatch.setenv("COLUMNS", "160")
-    assert main(["run", "scenarios/psum_ring.toml"]) == 0
+    assert main(["run", "scenarios/library/psum_ring.toml"]) == 0
     out = _ANSI.sub("", capsys.readouterr().out)
     assert "psum(axis_name='i', algorithm='ring')" in out and out.count("[   6,   60,  600, 6000]") == 4
     assert "phase=reduce-scatter, step=0, chunk=3" in out and "phase=all-gather, step=2" in out
     assert "rows at dst" not in out and "24 messages" in out
-    assert main(["run", "--json", "scenarios/ppermute_shift.toml"]) == 0
+    assert main(["run", "--json", "scenarios/library/ppermute_shift.toml"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["collective"] == {"op": "ppermute", "axis_name": "x", "perm": [[0, 1], [1, 0]]}
     assert [d["output"] for d in data["devices"]] == [[5, 6], [7, 8], [1, 2], [3, 4]]
@@ -180,8 +180,27 @@ def test_importing_sim_stays_light():
 
 
 def test_layout_guide_script_scenario_runs(capsys):
-    """`meshsim run scenarios/layout_guide.py` plays the layout guide's four cases with its outcomes."""
-    assert main(["run", str(ROOT / "scenarios" / "layout_guide.py")]) == 0
+    """`meshsim run scenarios/library/layout_guide.py` plays the layout guide's four cases with its outcomes."""
+    assert main(["run", str(ROOT / "scenarios" / "library" / "layout_guide.py")]) == 0
     out = capsys.readouterr().out
     assert out.count("-> `apply` called successfully") == 3
     assert "-> error: mismatched input layouts" in out and "does not match the required layout" in out
+
+
+def test_version(capsys):
+    """`meshsim --version` prints the installed version and exits 0."""
+    with pytest.raises(SystemExit) as caught:
+        main(["--version"])
+    assert caught.value.code == 0
+    assert re.fullmatch(r"meshsim \d+\.\d+\.\d+\n", capsys.readouterr().out)
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """`meshsim run --json ... | head -c 1` on an output far larger than a pipe's buffer ends without a
+    BrokenPipeError traceback."""
+    big = tmp_path / "big.toml"
+    big.write_text('[mesh]\naxes = {x = 4}\n[collective]\nop = "all_gather"\naxis_name = "x"\n'
+                   '[inputs]\nseed = 0\nshape = [20000]\n')
+    shell = f"{sys.executable} -m scenarios.cli run --json {big} | head -c 1 > /dev/null"
+    done = subprocess.run(["bash", "-c", shell], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stderr == "", done.stderr

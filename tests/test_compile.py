@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import runpy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +13,6 @@ import pytest
 import collectives
 import sim
 from layouts import AUTO, Format, Layout
-from scenarios import layout_guide
 from sim import P
 
 # The guide's printed outcomes, verbatim.
@@ -37,6 +38,9 @@ y major_to_minor = (0, 1)
 -> error: mismatched input layouts
 
 """
+
+
+LAYOUT_GUIDE = Path(__file__).resolve().parents[1] / "scenarios" / "library" / "layout_guide.py"
 
 
 def test_layout_guide_example(capsys):
@@ -86,10 +90,10 @@ def test_layout_guide_example(capsys):
 
 
 def test_layout_guide_scenario_prints_the_guide_s_outcomes():
-    """`python -m scenarios.layout_guide` prints the guide's outcomes, then the relayout the first call made."""
+    """`scenarios/library/layout_guide.py` prints the guide's outcomes, then the relayout the first call made."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        layout_guide.main()
+        runpy.run_path(str(LAYOUT_GUIDE), run_name="__main__")
     text = printed.getvalue()
     assert text.startswith(GUIDE_OUTPUT)
     assert "relayout of argument y on device 0, 2097152 bytes" in text

@@ -10,7 +10,7 @@ import pytest
 import scenarios
 from scenarios.cli import main
 
-ROOT = Path(__file__).resolve().parents[1] / "scenarios"
+ROOT = Path(__file__).resolve().parents[1] / "scenarios" / "library"
 EXAMPLES = {  # file: (ops of the transposed program, network bytes it sends)
     "transpose_1_psum_unmapped.toml": (["pbroadcast", "multiply"], 0),
     "transpose_2_psum_mapped.toml": (["multiply", "psum2", "pbroadcast", "multiply"], 4 * 3 * 2 * 4),

@@ -19,11 +19,11 @@ import scenarios
 from scenarios import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
-ALL_FILES = sorted((ROOT / "scenarios").glob("*.toml"))
+ALL_FILES = sorted((ROOT / "scenarios" / "library").glob("*.toml"))
 # files with a [program] table run a whole program (tests/test_program_scenarios.py); these run one collective
 SCENARIO_FILES = [p for p in ALL_FILES if "program" not in tomllib.loads(p.read_text())]
 
-DOCS_EXAMPLE = (ROOT / "scenarios" / "ragged_docs_example.toml").read_text()
+DOCS_EXAMPLE = (ROOT / "scenarios" / "library" / "ragged_docs_example.toml").read_text()
 
 
 def groups_of(mesh_shape: dict[str, int], axis_name, axis_index_groups) -> list[list[int]]:
@@ -156,14 +156,14 @@ def test_bundled_scenarios_cover_every_op():
 
 def test_docs_example_gives_the_documented_results():
     """The docs' 2-device ragged example gives [1, 3, 0, 0] and [2, 2, 4, 0], rows 2: and 3: kept from output."""
-    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "ragged_docs_example.toml"))
+    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "library" / "ragged_docs_example.toml"))
     assert [o.tolist() for o in result.outputs] == [[1, 3, 0, 0], [2, 2, 4, 0]]
     assert [p.sources for p in result.provenance] == [(0, 1, None, None), (0, 0, 1, None)]
 
 
 def test_all_gather_groups_gives_the_documented_results():
     """The all_gather docs' groups [[0, 2], [3, 1]] give [x0, x2] on devices 0 and 2, [x3, x1] on 1 and 3."""
-    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "all_gather_groups.toml"))
+    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "library" / "all_gather_groups.toml"))
     x = np.arange(16).reshape(4, 4)
     for d in range(4):
         assert result.outputs[d].tolist() == (x[[0, 2]] if d % 2 == 0 else x[[3, 1]]).tolist()
@@ -171,7 +171,7 @@ def test_all_gather_groups_gives_the_documented_results():
 
 def test_moe_dispatch_is_uneven_with_empty_slices_and_padding():
     """MoE dispatch: 4 devices of 2-D float tokens, uneven counts with zero-size slices, padding in outputs."""
-    scenario = scenarios.load(ROOT / "scenarios" / "moe_dispatch.toml")
+    scenario = scenarios.load(ROOT / "scenarios" / "library" / "moe_dispatch.toml")
     result = scenarios.run(scenario)
     sends = np.array([a["send_sizes"] for a in scenario.inputs])
     assert scenario.mesh.size == 4 and scenario.inputs[0]["operand"].ndim == 2
@@ -193,9 +193,9 @@ def test_end_time_is_the_last_arrival():
 
 def test_seeded_inputs_are_reproducible(tmp_path):
     """The same seed draws the same inputs, each device gets its own draw, and another seed draws others."""
-    text = (ROOT / "scenarios" / "all_to_all_seeded.toml").read_text()
-    first = scenarios.load(ROOT / "scenarios" / "all_to_all_seeded.toml")
-    again = scenarios.load(ROOT / "scenarios" / "all_to_all_seeded.toml")
+    text = (ROOT / "scenarios" / "library" / "all_to_all_seeded.toml").read_text()
+    first = scenarios.load(ROOT / "scenarios" / "library" / "all_to_all_seeded.toml")
+    again = scenarios.load(ROOT / "scenarios" / "library" / "all_to_all_seeded.toml")
     (tmp_path / "other.toml").write_text(text.replace("seed = 0", "seed = 1"))
     other = scenarios.load(tmp_path / "other.toml")
     for a, b, c in zip(first.inputs, again.inputs, other.inputs):
@@ -219,7 +219,7 @@ def test_literal_dtypes_and_fill(tmp_path):
 
 def test_inputs_and_outputs_are_read_only():
     """A loaded scenario and its result cannot be changed in place."""
-    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "ragged_docs_example.toml"))
+    result = scenarios.run(scenarios.load(ROOT / "scenarios" / "library" / "ragged_docs_example.toml"))
     with pytest.raises(ValueError, match="read-only"):
         result.inputs[0]["operand"][0] = 9
     with pytest.raises(ValueError, match="read-only"):
@@ -340,7 +340,7 @@ BAD_PARAMS = [
 @pytest.mark.parametrize("name, edits, message", [row[1:] for row in BAD_PARAMS], ids=[row[0] for row in BAD_PARAMS])
 def test_parameters_follow_their_definition_rules(tmp_path, name, edits, message):
     """Each collective's parameters are checked by the rules of its definition, naming the file and line."""
-    _load_edited(tmp_path, (ROOT / "scenarios" / f"{name}.toml").read_text(), edits, message)
+    _load_edited(tmp_path, (ROOT / "scenarios" / "library" / f"{name}.toml").read_text(), edits, message)
 
 
 PBROADCAST = """

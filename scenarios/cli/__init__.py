@@ -7,8 +7,13 @@ that runs the parsed arguments and returns the exit code. Only the command line 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
+import os
+import sys
 from collections.abc import Sequence
 
+from layouts import MeshError
 from scenarios.cli import run
 
 _COMMANDS = (run,)
@@ -25,13 +30,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         arguments exit with 2 through argparse.
     """
     args = parser().parse_args(argv)
-    return args.execute(args)
+    try:
+        return args.execute(args)
+    except MeshError as error:
+        print(f"meshsim: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`meshsim run ... | head`): nothing left to say
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def parser() -> argparse.ArgumentParser:
     """The `meshsim` argument parser: one subparser per command module."""
     top = argparse.ArgumentParser(prog="meshsim", description="Run JAX collectives on a simulated device mesh.")
+    top.add_argument("--version", action="version", version=f"meshsim {_version()}")
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in _COMMANDS:
         command.add_parser(commands)
     return top
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("meshsim")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"

@@ -27,7 +27,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add the `run` subparser to `commands`, with `execute` as what it runs."""
     run = commands.add_parser("run", help="run a scenario file: results, provenance of every row, messages, time")
     run.add_argument("scenario", metavar="SCENARIO",
-                     help="a scenario file (TOML, or a Python script), e.g. scenarios/moe_dispatch.toml")
+                     help="a scenario file (TOML, or a Python script), e.g. scenarios/library/moe_dispatch.toml")
     run.add_argument("--json", action="store_true", help="print the same as JSON, without colours, for scripts")
     run.set_defaults(execute=execute)
 
