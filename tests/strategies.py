@@ -20,8 +20,8 @@ the simulator, the executable spec and real JAX is a finding. For the collective
   the all_to_all of `recv_sizes`.
 
 `check_agreement` runs a case through the simulator (via `sim.shard_map`, as a user would), the spec and,
-given an oracle, real JAX, and fails with every byte-level difference listed; `differences` is the one
-comparator behind it.
+given an oracle, real JAX, and fails with every byte-level difference listed; `differences` lists them as
+text, found by `oracles.compare`, the package's one comparator.
 """
 
 from __future__ import annotations
@@ -41,7 +41,10 @@ import sim
 from collectives._ragged import sender_tables
 from collectives._strategy import Axes
 from collectives._strategy import small_dims as _small_dims
-from oracles import spec
+from oracles import compare, describe, spec
+from oracles._compare import aval as _aval
+from oracles._compare import flatten as _flatten
+from oracles._compare import show as _show
 
 DTYPES = tuple(np.dtype(t) for t in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"))
 INDEX_DTYPES = (np.dtype("int32"), np.dtype("int64"))
@@ -81,14 +84,6 @@ class Case:
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """Hypothesis prints falsifying examples with this: the same readable text as repr()."""
         printer.text(repr(self))
-
-
-def _aval(x: np.ndarray) -> str:
-    return f"{x.dtype}[{', '.join(map(str, x.shape))}]"
-
-
-def _show(x: np.ndarray) -> str:
-    return np.array2string(np.asarray(x), separator=", ", threshold=96, max_line_width=2000).replace("\n", "")
 
 
 # ---------------------------------------------------------------------------------------------- geometry
@@ -346,15 +341,6 @@ def _ragged_features(case: Case) -> set[str]:
 # ---------------------------------------------------------------------------------------------- answers
 
 
-def _flatten(tree: Any, path: str = "") -> list[tuple[str, np.ndarray]]:
-    """(path, leaf) pairs of a pytree of dicts (sorted keys) and tuples/lists, left to right."""
-    if isinstance(tree, dict):
-        return [pair for key in sorted(tree) for pair in _flatten(tree[key], f"{path}[{key!r}]")]
-    if isinstance(tree, (tuple, list)):
-        return [pair for i, child in enumerate(tree) for pair in _flatten(child, f"{path}[{i}]")]
-    return [(path, np.asarray(tree))]
-
-
 def _unflatten(like: Any, leaves: list[Any]) -> Any:
     """A pytree shaped like `like` holding `leaves` in `_flatten` order."""
     it = iter(leaves)
@@ -420,36 +406,9 @@ def run_jax(case: Case, oracle: Any) -> list[Any]:
 
 def differences(expected: Sequence[Any], actual: Sequence[Any], expected_name: str = "spec",
                 actual_name: str = "simulator") -> list[str]:
-    """Every device and leaf where `actual` differs from `expected` in dtype, shape or bytes."""
-    if len(expected) != len(actual):
-        return [f"{actual_name} answered for {len(actual)} devices, {expected_name} for {len(expected)}"]
-    found = []
-    for d, (want, got) in enumerate(zip(expected, actual)):
-        want_leaves, got_leaves = _flatten(want), _flatten(got)
-        if [p for p, _ in want_leaves] != [p for p, _ in got_leaves]:
-            found.append(f"device {d}: {actual_name} != {expected_name}: tree {[p for p, _ in got_leaves]} vs "
-                         f"{[p for p, _ in want_leaves]}")
-            continue
-        for (path, w), (_, a) in zip(want_leaves, got_leaves):
-            where = f"device {d}{path}: {actual_name} != {expected_name}"
-            if (w.dtype, w.shape) != (a.dtype, a.shape):
-                found.append(f"{where}: {actual_name} gives {_aval(a)}, {expected_name} gives {_aval(w)}")
-            elif np.ascontiguousarray(w).tobytes() != np.ascontiguousarray(a).tobytes():
-                found.append(f"{where}: bytes differ at {_differing(w, a)}\n"
-                             f"      {actual_name:>9}: {_show(a)}\n      {expected_name:>9}: {_show(w)}")
-    return found
-
-
-def _differing(want: np.ndarray, got: np.ndarray, limit: int = 6) -> str:
-    """How many elements differ, the first few indices, and the first one's bits (NaN payloads, -0.0)."""
-    width = want.dtype.itemsize
-    w = np.ascontiguousarray(want).view(np.uint8).reshape(-1, width)
-    g = np.ascontiguousarray(got).view(np.uint8).reshape(-1, width)
-    flat = np.flatnonzero((w != g).any(axis=1))
-    where = [tuple(int(i) for i in np.unravel_index(f, want.shape)) for f in flat[:limit]]
-    first = flat[0]
-    bits = f"0x{g[first][::-1].tobytes().hex()} vs 0x{w[first][::-1].tobytes().hex()}"
-    return f"{len(flat)} element(s), first {where} (bits {bits})"
+    """Every device and leaf where `actual` differs from `expected` in dtype, shape or bytes, as text
+    (`oracles.compare`, the one comparator of answers, finds them)."""
+    return [describe(d, expected_name, actual_name) for d in compare(expected, actual)]
 
 
 def check_agreement(case: Case, oracle: Any = None, *, simulator: Callable[[Case], list[Any]] = run_simulator,
