@@ -28,8 +28,8 @@ from oracles.jax_oracle import MAX_DEVICES, JaxOracle, OracleError
 # Why JAX may answer by another route than the op itself, by the path the oracle reports.
 PATHS = {
     "real": "JAX ran the op itself",
-    "decomposition": "XLA:CPU cannot compile ragged_all_to_all, so JAX ran its decomposition "
-                     "(an all_to_all of the offsets, then per-slice updates)",
+    "decomposition": "XLA:CPU traces and lowers ragged_all_to_all but cannot compile it: JAX ran the "
+                     "documented semantics built from dense all_to_alls",
 }
 
 

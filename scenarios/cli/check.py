@@ -58,8 +58,8 @@ def _collective_scenario(path: str) -> Scenario:
         raise ScenarioError(f"{path}: a Python script gives no collective call to compare; {limit}")
     scenario = scenarios.load(path)
     if isinstance(scenario, ProgramScenario):
-        raise ScenarioError(f"{path}: a [program] has no independent answer (neither the spec nor the JAX "
-                            f"oracle runs a program's source); {limit}")
+        raise ScenarioError(f"{path}: a [program] has no independent answer (the spec and the JAX oracle "
+                            f"run collectives, not a program's source); {limit}")
     return scenario
 
 
