@@ -80,7 +80,8 @@ def test_every_library_collective_scenario_checks_clean(path, capsys, jax_oracle
     assert (code, err) == (0, ""), out
     assert out.rstrip().endswith("all agree")
     assert "DIFFER" not in out and "skipped" not in out and "JAX path: " in out
-    assert len(re.findall(r"│\s+\d+ │ \S+ +│ agree +│ agree +│", out)) >= 2
+    devices = int(re.search(r"\) on (\d+) devices", out).group(1))
+    assert len(re.findall(r"│\s+\d+ │ [^│]+│ agree +│ agree +│", out)) == devices
 
 
 @pytest.mark.differential
