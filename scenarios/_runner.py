@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,7 +37,8 @@ class ScenarioResult:
 
     `outputs[d]` and `provenance[d]` belong to device d; `provenance[d]` is None for a collective whose
     messages do not say where they land (the reductions, ppermute) or that sends none (axis_index,
-    pbroadcast, pscatter). `trace` lists every message in the order it was sent.
+    pbroadcast, pscatter). `trace` lists every message in the order it was sent. `run` is the simulator's
+    own record of the call (`sim.Run`: the trace with each device's calls, `to_perfetto`).
     """
 
     scenario: Scenario
@@ -45,6 +46,7 @@ class ScenarioResult:
     provenance: tuple[Provenance | None, ...]
     trace: tuple[sim.MessageRecord, ...]
     end_time_s: float
+    run: sim.Run | None = field(default=None, repr=False)
 
     @property
     def inputs(self) -> tuple[dict[str, np.ndarray], ...]:
@@ -117,7 +119,7 @@ def run(scenario: Scenario | ProgramScenario) -> ScenarioResult | ProgramResult:
     # others the messages do not say where they land.
     axis = located[0].detail.get("axis", 0) if located else (0 if definition.keeps else None)
     provenance = tuple(None if axis is None else _provenance(trace, d, outputs[d], axis) for d in mesh.devices)
-    return ScenarioResult(scenario, outputs, provenance, trace, outcome.end_time_s)
+    return ScenarioResult(scenario, outputs, provenance, trace, outcome.end_time_s, outcome)
 
 
 def _holders(scenario: Scenario) -> tuple[list[int], sim.PartitionSpec]:

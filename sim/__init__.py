@@ -14,7 +14,7 @@ from sim._rendezvous import Collective, Waiting
 from sim._shard_map import Run, ShardMapped, shard_map
 from sim._sharding import NamedSharding, SingleDeviceSharding
 from sim._spec import P, PartitionSpec
-from sim._trace import CopyRecord, MessageRecord, Trace
+from sim._trace import CallRecord, CopyRecord, MessageRecord, Trace
 from sim._transport import Message, Port
 from sim._tree import leaves, tree_map
 from sim._varying import Varying, apply, promote, vma_of, wrap
@@ -25,7 +25,7 @@ __all__ = [  # the mesh, its devices and the network
     "check_axis_index_groups",
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
-__all__ += ["CopyRecord", "MessageRecord", "Trace"]  # what a run records
+__all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records
 __all__ += [  # typed values and programs
     "Const", "Equation", "Program", "Var", "Varying", "apply", "promote", "vma_of", "vma_str", "wrap",
 ]

@@ -22,13 +22,17 @@ from sim._mesh import Mesh
 from sim._network import LinkState
 from sim._program import Program
 from sim._rendezvous import Collective, Rendezvous, Waiting
-from sim._trace import Trace
+from sim._trace import CallRecord, Trace
 from sim._transport import Port, Transport
 
 
 class Simulation:
     """One run on a mesh: a SimPy clock, a memory and a program record per device, the network state and
-    the trace."""
+    the trace.
+
+    `calls` records each device's part in each collective call (`CallRecord`: when it reached the call,
+    when its group met, when its part ended), so a timeline can show what each device waited on.
+    """
 
     def __init__(self, mesh: Mesh, check_vma: bool = True, memories: Sequence[LocalMemory] | None = None) -> None:
         self.mesh = mesh
@@ -41,6 +45,7 @@ class Simulation:
         self.transport = Transport(self.env, self.links, self.trace, mesh.size)
         self.rendezvous = Rendezvous(self.env)
         self.shared: dict = {}
+        self.calls: list[CallRecord] = []  # each device's part in each call, in the order the parts ended
         self._error: BaseException | None = None
 
     @property
@@ -92,15 +97,18 @@ class Simulation:
         call = program.calls.get(members, 0)
         program.calls[members] = call + 1
         program.waiting_on = program.last_call = Waiting(collective.name, call, members)
+        enter_s = self.now_s
         try:
             meeting = self.rendezvous.arrive(program.device, call, collective)
             yield meeting.event
+            met_s = self.now_s
             port = Port(self.transport, program.device, self.memories[program.device], collective, call, meeting,
                         self)
             result = yield from collective.protocol(port, collective.args)
             # payloads are zero-copy views of the sender's memory: it may not move on while they travel
             if port.last_arrival_s > self.env.now:
                 yield self.env.timeout(port.last_arrival_s - self.env.now)
+            self.calls.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s, self.now_s))
         except Exception as error:
             if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened
                 error.add_note(f"raised on device {program.device} {program.waiting_on}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sim import _perfetto
 from sim._array import Array
 from sim._blocks import Aval, assemble, avals_of, block_index, prepare, settle
 from sim._driver import current
@@ -16,7 +18,7 @@ from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._mesh import Mesh
 from sim._program import Program
 from sim._spec import PartitionSpec
-from sim._trace import Trace
+from sim._trace import CallRecord, Trace
 from sim._tree import broadcast_prefix, leaves, tree_map
 from sim._varying import Varying, _ref, promote, vma_of
 
@@ -42,6 +44,27 @@ class Run:
     def program(self, device: int = 0) -> Program:
         """What `device` executed, as typed equations; `print` it to see `{V:...}` annotations."""
         return self.simulation.programs[device]
+
+    @property
+    def calls(self) -> list[CallRecord]:
+        """Each device's part in each collective call: when it reached the call, met its group, finished."""
+        return self.simulation.calls
+
+    def trace_events(self) -> dict:
+        """The run as Chrome / Perfetto trace-event JSON (a dict): a track per device and per link, spans for
+        calls, waits, sends, transfers, receives and local copies, a flow from each send to its receive.
+        See `sim._perfetto` for the tracks; the same run gives the same dict."""
+        return _perfetto.trace_events(self.trace, self.simulation.calls, self.simulation.mesh.size)
+
+    def to_perfetto(self, path: str | Path) -> dict:
+        """Write `trace_events()` to `path` (open it in ui.perfetto.dev or chrome://tracing); returns the dict.
+
+        Raises:
+            OSError: `path` cannot be written.
+        """
+        events = self.trace_events()
+        _perfetto.write(events, path)
+        return events
 
 
 class ShardMapped:

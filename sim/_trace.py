@@ -61,6 +61,25 @@ class CopyRecord(MessageRecord):
     kind: str = "pack"
 
 
+@dataclass(frozen=True)
+class CallRecord:
+    """One device's part in one collective call, as the engine ran it.
+
+    `enter_s` is when the device reached the call, `met_s` when the last member of its group did (the
+    call's messages start no earlier), and `exit_s` when the device's part ended (its last message sent
+    had arrived and it had what it receives). `enter_s <= met_s <= exit_s`. `call` numbers the calls
+    over the same group, as in `MessageRecord.call`; `members` are the group's device ids.
+    """
+
+    device: int
+    collective: str
+    call: int
+    members: tuple[int, ...]
+    enter_s: float
+    met_s: float
+    exit_s: float
+
+
 class Trace:
     """The messages of one run, in the order they were sent."""
 

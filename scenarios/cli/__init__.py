@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from layouts import MeshError
-from scenarios.cli import check, run
+from scenarios.cli import check, run, trace
 
-_COMMANDS = (run, check)
+_COMMANDS = (run, check, trace)
 
 __all__ = ["main", "parser"]
 
