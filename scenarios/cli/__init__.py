@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from layouts import MeshError
-from scenarios.cli import run
+from scenarios.cli import explain, run
 
-_COMMANDS = (run,)
+_COMMANDS = (run, explain)
 
 __all__ = ["main", "parser"]
 
