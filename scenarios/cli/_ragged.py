@@ -29,8 +29,8 @@ RULES = (
     ("receives in bounds", "outside output rows", "every received slice lies inside the receiver's output rows"),
     ("no overlaps", "overlap", "no two slices a device receives write the same output rows"),
     ("sizes not negative", ">= 0", "no send or receive size is negative"),
-    ("shapes agree", "every device in the group must agree", "every member has the same operand dtype and trailing shape, output shape and "
-                               "number of slices"),
+    ("shapes agree", "every device in the group must agree",
+     "every member has the same operand dtype and trailing shape, output shape and number of slices"),
 )
 
 

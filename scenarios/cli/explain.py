@@ -181,8 +181,9 @@ def _writers(provenance: scenarios.Provenance | None) -> Text:
     sources = provenance.sources
     for i in range(1, len(sources) + 1):
         if i == len(sources) or sources[i] != sources[start]:
-            who = "kept" if sources[start] is None else f"device {sources[start]}"
-            text.append(f"{_span((start, i))} {who}", style="dim" if sources[start] is None else _colour(sources[start]))
+            who, style = ("kept", "dim") if sources[start] is None else (f"device {sources[start]}",
+                                                                         _colour(sources[start]))
+            text.append(f"{_span((start, i))} {who}", style=style)
             text.append("  ")
             start = i
     return text
