@@ -79,7 +79,7 @@ def _show(console: Console, walkthrough: Sequence[Step], pause: bool) -> None:
                 pause = False
         console.rule(Text(f"step {n} of {len(walkthrough)}: {title}", style="bold"), align="left")
         for renderable in body:
-            console.print(renderable, soft_wrap=isinstance(renderable, Text))
+            console.print(renderable)
         console.print()
 
 
