@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from layouts import MeshError
-from scenarios.cli import check, run, trace
+from scenarios.cli import check, explain, run, trace
 
-_COMMANDS = (run, check, trace)
+_COMMANDS = (run, explain, check, trace)
 
 __all__ = ["main", "parser"]
 

@@ -1,0 +1,261 @@
+"""`meshsim explain SCENARIO`: a step-by-step walkthrough of a scenario for learners.
+
+Every collective's walkthrough reads its `Definition` (the docstring's summary, parameters, variance rule)
+and the run's trace (messages grouped by step), so a newly registered collective is explained without a
+line here; ragged_all_to_all, all_to_all, all_gather, the reductions and ppermute have words of their own.
+A call the simulator refuses is explained too: the rules it breaks, then exit 2 as `meshsim run` would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import collectives
+import scenarios
+import sim
+from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult
+from scenarios.cli import _protocols, _ragged
+from scenarios.cli._protocols import array_text, message_table, step_groups
+from scenarios.cli.run import _colour, _seconds, _span
+
+Step = tuple[str, list[Any]]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add the `explain` subparser to `commands`, with `execute` as what it runs."""
+    explain = commands.add_parser("explain", help="walk through a scenario step by step: inputs, protocol, "
+                                                  "messages, result, timeline")
+    explain.add_argument("scenario", metavar="SCENARIO",
+                         help="a TOML scenario file, e.g. scenarios/library/ragged_docs_example.toml")
+    explain.add_argument("--step", action="store_true",
+                         help="wait for Enter between steps (when stdin is a terminal; ignored otherwise)")
+    explain.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Explain the scenario at `args.scenario`, one step after another.
+
+    Returns:
+        0 when the scenario ran; 2 when the simulator refused its call (the broken rules are explained on
+        stdout first) or the file is unreadable or breaks the format (ScenarioError, reported by `main`).
+    """
+    if args.scenario.endswith(".py"):
+        raise ScenarioError(f"{args.scenario}: explain takes TOML scenario files; run a Python scenario with "
+                            f"`python {args.scenario}` or `meshsim run {args.scenario}`")
+    scenario = scenarios.load(args.scenario)
+    console = Console(highlight=False, markup=False)  # brackets are array text
+    pause = args.step and sys.stdin.isatty()
+    if args.step and not pause:
+        print("meshsim: --step ignored: stdin is not a terminal", file=sys.stderr)
+    if isinstance(scenario, ProgramScenario):
+        walkthrough, refusal = _program_steps(scenario), None
+    else:
+        walkthrough, refusal = _collective_steps(scenario)
+    try:
+        _show(console, walkthrough, pause)
+    except KeyboardInterrupt:
+        return 130
+    if refusal is not None:
+        print(f"meshsim: error: {str(refusal).splitlines()[0]} (the broken rules are explained above)",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def _show(console: Console, walkthrough: Sequence[Step], pause: bool) -> None:
+    """Print each step under a numbered rule; with `pause`, wait for Enter before every step after the first."""
+    for n, (title, body) in enumerate(walkthrough, 1):
+        if pause and n > 1:
+            try:
+                console.input(Text(f"-- Enter for step {n} of {len(walkthrough)} --", style="dim"))
+            except EOFError:  # the terminal closed its input: show the rest without waiting
+                pause = False
+        console.rule(Text(f"step {n} of {len(walkthrough)}: {title}", style="bold"), align="left")
+        for renderable in body:
+            console.print(renderable)
+        console.print()
+
+
+def _collective_steps(scenario: Scenario) -> tuple[list[Step], ScenarioError | None]:
+    """The walkthrough of a `[collective]` scenario, and the simulator's refusal if it refused the call."""
+    try:
+        result, refusal = scenarios.run(scenario), None
+    except ScenarioError as error:
+        cause = error.__cause__
+        if not isinstance(cause, sim.MeshError):
+            raise
+        result, refusal = None, error
+    violations = list(getattr(refusal.__cause__, "violations", [str(refusal.__cause__)])) if refusal else []
+    walkthrough = [("The call", _call(scenario)), ("What each device holds", [_holdings(scenario)])]
+    group = scenario.mesh.group(0, scenario.params["axis_name"], scenario.params.get("axis_index_groups"))
+    walkthrough.append(("The protocol", [Text(p) for p in _protocols.protocol(scenario.definition, scenario.params,
+                                                                              group.size)]))
+    if scenario.op == "ragged_all_to_all":
+        walkthrough += _ragged.steps(scenario, result, violations)
+    elif result is None:
+        walkthrough.append(("The rules this input breaks", _broken(violations)))
+    if result is not None:
+        # ragged's own SEND -> RECEIVE step already lists every message
+        walkthrough += [] if scenario.op == "ragged_all_to_all" else _message_steps(result.trace)
+        walkthrough += [("The result", [_results(result)]), ("The timeline", _timeline(result))]
+    return walkthrough, refusal
+
+
+def _call(scenario: Scenario) -> list[Any]:
+    """Title, description, mesh and network, and the call as it reads in Python."""
+    mesh, network = scenario.mesh, scenario.mesh.network
+    axes = ", ".join(f"{name}={size}" for name, size in mesh.shape.items())
+    told: list[Any] = [Text(scenario.title, style="bold"), Text(scenario.path, style="dim")]
+    if scenario.description:
+        told.append(Text(" ".join(scenario.description.split()), style="italic"))
+    told.append(Text(f"mesh {axes}: {mesh.size} devices; network {network.topology}, latency "
+                     f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s"))
+    told.append(Text(_protocols.call_text(scenario.op, scenario.params), style="bold"))
+    groups = {scenario.mesh.group(d, scenario.params["axis_name"], scenario.params.get("axis_index_groups")).members
+              for d in mesh.devices}
+    told.append(Text(f"groups of devices that take part together: {', '.join(str(list(g)) for g in sorted(groups))}"))
+    return told
+
+
+def _holdings(scenario: Scenario) -> Table:
+    """One row per device: its coordinates and every input array."""
+    names = list(scenario.definition.arrays)
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("device", "coords", *names):
+        table.add_column(column)
+    for d in scenario.mesh.devices:
+        coords = ", ".join(f"{a}={i}" for a, i in scenario.mesh.coords(d).items())
+        table.add_row(str(d), coords, *(array_text(scenario.inputs[d][n]) if n in scenario.inputs[d] else
+                                        Text("(the same as its group's first device)", style="dim")
+                                        for n in names), style=_colour(d))
+    return table
+
+
+def _broken(violations: Sequence[str]) -> list[Any]:
+    """The simulator's list of broken rules, for a collective without words of its own for them."""
+    return [Text(f"The simulator refused the call: {len(violations)} broken rule(s).", style="bold red"),
+            *(Text(f"  {v}") for v in violations)]
+
+
+def _message_steps(trace: Sequence[sim.MessageRecord]) -> list[Step]:
+    """One step per group of messages (a ring's or recursive doubling's steps; otherwise by send time)."""
+    groups = step_groups(trace)
+    if not groups:
+        copies = sum(m.kind != "message" for m in trace)
+        return [("The messages", [Text("No message is sent: each device computes its result locally"
+                                       + (f" ({copies} local copy steps)." if copies else "."))])]
+    told = []
+    for label, messages in groups:
+        arrived = max(m.arrival_time_s for _, m in messages)
+        note = Text(f"{len(messages)} messages, {sum(m.size_bytes for _, m in messages)} bytes; the last arrives at "
+                    f"{_seconds(arrived)}", style="dim")
+        told.append((f"Messages: {label}", [message_table(messages), note]))
+    return told
+
+
+def _results(result: ScenarioResult) -> Table:
+    """Each device's result, coloured by the sender that wrote each index where the messages say so."""
+    located = any(p is not None for p in result.provenance)
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("device", "result", *(("written by",) if located else ())):
+        table.add_column(column)
+    for d in result.scenario.mesh.devices:
+        provenance = result.provenance[d]
+        sources = provenance.sources if provenance is not None and provenance.axis == 0 else None
+        table.add_row(str(d), array_text(result.outputs[d], sources), *((_writers(provenance),) if located else ()))
+    return table
+
+
+def _writers(provenance: scenarios.Provenance | None) -> Text:
+    """`0:1 device 0, 1:2 device 1, 2:4 kept` for a result whose messages say where they land."""
+    if provenance is None:
+        return Text("")
+    text, start = Text(), 0
+    sources = provenance.sources
+    for i in range(1, len(sources) + 1):
+        if i == len(sources) or sources[i] != sources[start]:
+            who, style = ("kept", "dim") if sources[start] is None else (f"device {sources[start]}",
+                                                                         _colour(sources[start]))
+            text.append(f"{_span((start, i))} {who}", style=style)
+            text.append("  ")
+            start = i
+    return text
+
+
+def _timeline(result: ScenarioResult) -> list[Any]:
+    """Per device: what it sent and when, when its last message arrived; then the simulated end time."""
+    trace = [m for m in result.trace if m.kind == "message"]
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("device", "sent", "first sent", "received", "last arrival"):
+        table.add_column(column, justify="right")
+    for d in result.scenario.mesh.devices:
+        out = [m for m in trace if m.src == d]
+        into = [m for m in trace if m.dst == d]
+        table.add_row(str(d), f"{len(out)} ({sum(m.size_bytes for m in out)} B)",
+                      _seconds(min(m.send_time_s for m in out)) if out else "-",
+                      f"{len(into)} ({sum(m.size_bytes for m in into)} B)",
+                      _seconds(max(m.arrival_time_s for m in into)) if into else "-", style=_colour(d))
+    told: list[Any] = [table]
+    if trace:
+        last = max(trace, key=lambda m: m.arrival_time_s)
+        told.append(Text(f"The last message to arrive: device {last.src} -> device {last.dst}, {last.size_bytes} "
+                         f"bytes, at {_seconds(last.arrival_time_s)} (latency "
+                         f"{_seconds(result.scenario.mesh.network.latency_s)} plus bytes / bandwidth)."))
+    told.append(Text.assemble(("simulated end time: ", "bold"), _seconds(result.end_time_s)))
+    return told
+
+
+def _program_steps(scenario: ProgramScenario) -> list[Step]:
+    """The program, its typed listing, each collective call's messages, the outputs and the transposes."""
+    try:
+        run = scenario.function.run(*scenario.args)
+    except sim.MeshError as error:
+        raise ScenarioError(f"{scenario.path}: the simulator rejected the program: {error}") from error
+    program = run.program(0)
+    intro: list[Any] = [Text(scenario.title, style="bold"), Text(scenario.path, style="dim")]
+    if scenario.description:
+        intro.append(Text(" ".join(scenario.description.split()), style="italic"))
+    axes = ", ".join(f"{name}={size}" for name, size in scenario.mesh.shape.items())
+    intro += [Text(f"mesh {axes}; arguments: " + ", ".join(f"{a.dtype}{list(a.shape)}" for a in scenario.args)),
+              Text(scenario.source.strip(), style="bold")]
+    walkthrough = [("The program", intro),
+                   ("Its typed listing (device 0)", [Text(
+                       "Each variable carries its type and {V:axes}, the mesh axes along which it varies; "
+                       "a collective changes that set as its variance rule says.", style="dim"), Text(str(program))])]
+    calls: dict[tuple[int, str], list[sim.MessageRecord]] = {}
+    for m in run.trace:
+        calls.setdefault((m.call, m.collective), []).append(m)
+    for (call, op), records in calls.items():
+        body: list[Any] = [Text(_protocols.protocol(collectives.definition(op), {}, 0)[0])]
+        for label, messages in step_groups(records):
+            body += [Text(label, style="bold"), message_table(messages)]
+        walkthrough.append((f"Call {call}: {op}", body))
+    outputs = run.outputs if isinstance(run.outputs, tuple) else (run.outputs,)
+    walkthrough.append(("The outputs and the time", [
+        *(Text.assemble(f"output {k}: ", array_text(o)) for k, o in enumerate(outputs)),
+        Text(f"{len(run.trace.sent)} messages, {run.trace.total_bytes} bytes across the network; simulated end "
+             f"time {_seconds(run.end_time_s)}")]))
+    if scenario.transpose:
+        walkthrough.append(("The transposed program", _transposed(scenario)))
+    return walkthrough
+
+
+def _transposed(scenario: ProgramScenario) -> list[Any]:
+    """The transposed program's listing and communication, and whether transposing twice gives it back."""
+    result = scenarios.run(scenario)
+    told: list[Any] = []
+    for name, one in (("transposed", result.transposed), ("transposed twice", result.twice)):
+        if one is not None:
+            told += [Text(f"{name}: {one.messages} messages, {one.network_bytes} bytes, simulated time "
+                          f"{_seconds(one.end_time_s)}", style="bold"), Text(str(one.program))]
+    if result.adjoint is not None:
+        lhs, rhs = result.adjoint
+        told.append(Text(f"adjoint identity: <f(x), ybar> = {lhs:.6g}, <x, t(f)(ybar)> = {rhs:.6g}"))
+    return told

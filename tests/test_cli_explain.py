@@ -1,0 +1,231 @@
+"""`meshsim explain`: the docs' ragged walkthrough, every collective explained, violations named, `--step`."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+import strategies
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_registry import scenario_text
+
+import collectives
+from scenarios.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = "scenarios/library/ragged_docs_example.toml"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_IOTA = st.just(strategies.Fill("iota", 0).array)
+
+
+def _library_ops() -> dict[str, list[str]]:
+    """Each collective's `[collective]` scenario files in scenarios/library/."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "scenarios" / "library").glob("*.toml")):
+        op = tomllib.loads(path.read_text()).get("collective", {}).get("op")
+        if op:
+            found.setdefault(op, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+LIBRARY = _library_ops()
+WITH_FILES = [op for op in collectives.REGISTRY if op in LIBRARY]
+WITHOUT_FILES = [op for op in collectives.REGISTRY if op not in LIBRARY]
+
+
+@pytest.fixture(autouse=True)
+def wide_plain_output(monkeypatch):
+    """Run from the repository root, 200 columns wide (no wrapping inside the checked lines), no forced colour."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "200")
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def explain(capsys, *argv: str) -> tuple[int, str, str]:
+    """Exit code, stdout without colour codes, and stderr of `meshsim explain ARGV`."""
+    code = main(["explain", *argv])
+    captured = capsys.readouterr()
+    return code, _ANSI.sub("", captured.out), captured.err
+
+
+def words(text: str) -> str:
+    """`text` with every run of whitespace as one space, so wrapped sentences read whole."""
+    return " ".join(text.split())
+
+
+def test_the_docs_ragged_example_walks_through_rows_and_numbers(capsys):
+    """The docs' example: the offsets table, the exchanged output_offsets, each send with its rows and values,
+    the documented results and kept rows, every undefined case avoided, and the timeline's end time."""
+    code, out, err = explain(capsys, DOCS)
+    assert code == 0 and err == ""
+    assert re.search(r"output_offsets\s+│\s+1 │\s+2", out)  # device 1's row of the offsets table
+    said = words(out)
+    assert "the all_to_all of the senders' output_offsets" in said
+    assert re.search(r"1 │\s+0 │\s+0 │\s+\[1\] = 0 │\s+2 │\s+0:2", out)  # device 1 writes device 0's slice 1
+    assert "SEND device 0 slice 1: operand rows 1:3 = [2, 2] -> RECEIVE device 1 at output rows 0:2" in said
+    assert "SEND device 1 slice 0: operand rows 0:1 = [3] -> RECEIVE device 0 at output rows 1:2" in said
+    assert "device 0: result [1, 3, 0, 0]; rows kept from output: 2:4" in said
+    assert "device 1: result [2, 2, 4, 0]; rows kept from output: 3:4" in said
+    assert out.count("  ok  ") == 6 and "BROKEN" not in out
+    assert "simulated end time: 1.00008 us" in out
+    titles = re.findall(r"step (\d+) of (\d+): ", out)
+    assert [int(n) for n, _ in titles] == list(range(1, len(titles) + 1)) and titles[-1][0] == titles[-1][1]
+
+
+@pytest.mark.parametrize("op", WITH_FILES)
+def test_each_collectives_library_scenario_is_explained(op, capsys):
+    """Every library scenario of a registered collective explains with exit 0: the call, its definition's
+    summary, a step per group of messages (when it sends any) and the simulated end time."""
+    summary = " ".join(collectives.definition(op).function.__doc__.split("\n\n")[0].split())
+    for path in LIBRARY[op]:
+        code, out, err = explain(capsys, path)
+        assert code == 0 and err == "", path
+        assert f"{op}: {summary}" in words(out) and "simulated end time: " in out, path
+        assert op == "ragged_all_to_all" or "Messages: " in out or "No message is sent" in out, path
+
+
+@pytest.mark.parametrize("op", WITHOUT_FILES or [pytest.param(None, marks=pytest.mark.skip("all have files"))])
+@settings(max_examples=3, suppress_health_check=[HealthCheck.function_scoped_fixture])  # capsys is read per case
+@given(data=st.data())
+def test_a_drawn_scenario_of_each_other_collective_is_explained(op, data, tmp_path_factory, capsys):
+    """A collective without a library scenario is explained from its definition and trace alone: a scenario
+    written from a drawn call explains with exit 0, its summary and result."""
+    case = data.draw(strategies.cases(op, fillers=_IOTA), label="case")
+    path = tmp_path_factory.mktemp("explain") / f"{op}.toml"
+    path.write_text(scenario_text(case))
+    code, out, err = explain(capsys, str(path))
+    assert code == 0 and err == "", path.read_text() + err
+    assert f"{op}: " in out and "The result" in out and "simulated end time: " in out
+
+
+def test_a_ring_psum_is_explained_step_by_step(capsys):
+    """The ring algorithm's walkthrough names it and shows each of its 2(n - 1) steps with its chunks."""
+    code, out, _ = explain(capsys, "scenarios/library/psum_ring.toml")
+    assert code == 0 and "Algorithm ring: " in out
+    steps = re.findall(r"Messages: (reduce-scatter|all-gather), step (\d)", out)
+    assert steps == [(phase, str(s)) for phase in ("reduce-scatter", "all-gather") for s in range(3)]
+    assert "chunk 3" in out and "[   6,   60,  600, 6000]" in out
+
+
+def test_a_program_scenario_is_explained(capsys):
+    """A `[program]` scenario: its source, its typed listing, each collective call's messages, the transposes."""
+    code, out, _ = explain(capsys, "scenarios/library/transpose_4_all_gather_invariant.toml")
+    assert code == 0
+    assert "all_gather_invariant[axis=0, axis_name='i', tiled=True]" in out
+    assert "Call 0: all_gather_invariant" in out and "-> rows 6:8 of axis 0" in out
+    assert "pscatter[axis=0, axis_name='i', tiled=True]" in out and "adjoint identity" in out
+
+
+def _edited(tmp_path: Path, edits: dict[str, str]) -> str:
+    """The docs' example with each `old` text replaced by `new`, written to a file."""
+    text = (ROOT / DOCS).read_text()
+    for old, new in edits.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "edited.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_violating_ragged_scenario_is_explained_and_exits_2(tmp_path, capsys):
+    """A ragged call that breaks three rules (a send past the operand, a size disagreement, an overlap) is
+    explained, not refused bare: the planned sends, each broken rule with the simulator's words, the rules
+    it keeps; then exit 2 with one line on stderr."""
+    path = _edited(tmp_path, {"input_offsets = [0, 1]\nsend_sizes = [1, 2]": "input_offsets = [0, 2]\n"
+                              "send_sizes = [1, 2]", "output_offsets = [1, 2]": "output_offsets = [0, 3]",
+                              "recv_sizes = [1, 1]": "recv_sizes = [1, 2]"})
+    code, out, err = explain(capsys, path)
+    assert code == 2
+    said = words(out)
+    assert "The simulator refused the call: 3 broken rule(s)" in said
+    assert "BROKEN sends in bounds" in said and "input_offsets[1]=2 plus send_sizes[1]=2 runs outside operand" in said
+    assert "BROKEN sizes agree" in said and "recv_sizes[1]=2 but device 1 sends send_sizes[0]=1" in said
+    assert "BROKEN no overlaps" in said and "overlap in rows [0, 1)" in said
+    assert "ok receives in bounds" in said and "<- sizes disagree" in said
+    assert err.count("\n") == 1 and err.startswith("meshsim: error: ") and "explained above" in err
+
+
+def test_a_refused_call_of_another_collective_is_explained(tmp_path, capsys):
+    """A psum whose algorithm does not fit its group (recursive doubling over 3 devices) is explained with the
+    simulator's reason, and exits 2."""
+    path = tmp_path / "psum3.toml"
+    path.write_text('[mesh]\naxes = {i = 3}\n\n[collective]\nop = "psum"\naxis_name = "i"\n'
+                    'algorithm = "recursive_doubling"\n\n[inputs]\nshape = [2]\nseed = 0\n')
+    code, out, err = explain(capsys, str(path))
+    assert code == 2 and "The simulator refused the call" in out and "power of two" in words(out)
+    assert "meshsim: error: " in err
+
+
+def test_step_without_a_terminal_is_ignored_and_said(capsys):
+    """`--step` with stdin not a terminal prints every step without waiting, and says so on stderr."""
+    code, out, err = explain(capsys, "--step", DOCS)
+    assert code == 0 and "--step ignored: stdin is not a terminal" in err
+    assert "step 1 of" in out and "The timeline" in out
+
+
+def _read_until(fd: int, pattern: str, seen: bytearray, deadline: float) -> str:
+    """Read from `fd` into `seen` until its text (colour codes removed) matches `pattern`; fail at `deadline`."""
+    while not re.search(pattern, text := _ANSI.sub("", seen.decode(errors="replace"))):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {pattern!r} in time; got:\n{text[-2000:]}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                chunk = b""
+            assert chunk, f"output ended before {pattern!r}; got:\n{text[-2000:]}"
+            seen += chunk
+    return text
+
+
+_TITLE = r"step %d of \d+: "  # a step's rule, not the prompt "-- Enter for step 2 of 10 --"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_step_waits_for_enter_in_a_terminal():
+    """In a pseudo-terminal, `--step` shows step 1, prompts, and shows step 2 only after Enter."""
+    import pty
+
+    parent, child = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "scenarios.cli", "explain", "--step", DOCS], cwd=ROOT,
+                               stdin=child, stdout=child, stderr=child, env=env, close_fds=True)
+    os.close(child)
+    try:
+        seen, deadline = bytearray(), time.monotonic() + 60
+        text = _read_until(parent, "Enter for step 2", seen, deadline)
+        assert re.search(_TITLE % 1, text) and not re.search(_TITLE % 2, text)
+        time.sleep(0.5)  # a waiting prompt prints nothing more
+        while select.select([parent], [], [], 0)[0]:
+            seen += os.read(parent, 4096)
+        assert not re.search(_TITLE % 2, _ANSI.sub("", seen.decode(errors="replace")))
+        os.write(parent, b"\n")
+        _read_until(parent, _TITLE % 2, seen, deadline)
+        _read_until(parent, "Enter for step 3", seen, deadline)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        os.close(parent)
+
+
+def test_python_scenarios_are_refused_with_a_reason(capsys):
+    """A `.py` scenario is not explained: exit 2 and a message saying how to run it instead."""
+    code, _, err = explain(capsys, "scenarios/library/layout_guide.py")
+    assert code == 2 and "explain takes TOML scenario files" in err
+
+
+def test_help_lists_explain(capsys):
+    """`meshsim --help` lists the explain command with its one-line help."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert re.search(r"explain\s+walk through a scenario step by step", capsys.readouterr().out)
