@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from layouts import MeshError
-from scenarios.cli import run
+from scenarios.cli import draw, run
 
-_COMMANDS = (run,)
+_COMMANDS = (run, draw)
 
 __all__ = ["main", "parser"]
 
