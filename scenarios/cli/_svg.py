@@ -11,6 +11,7 @@ and bytes it carried.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,8 +101,8 @@ def strip(x: float, top: float, rows: int, cuts: set[int]) -> Strip:
     by_row = rows <= MAX_ROWS
     scale = ROW_H if by_row else ROW_H * MAX_ROWS / rows
     ys = [top]
-    for start, stop in zip(bounds, bounds[1:]):
-        ys.append(ys[-1] + (max(RUN_MIN_H, (stop - start) * scale) if not by_row else (stop - start) * scale))
+    for start, stop in itertools.pairwise(bounds):
+        ys.append(ys[-1] + ((stop - start) * scale if by_row else max(RUN_MIN_H, (stop - start) * scale)))
     return Strip(x, bounds, tuple(ys), by_row)
 
 
@@ -150,7 +151,7 @@ def _operand_cells(operand: Strip, array: np.ndarray, axis: int, device: int,
                    sent: list[tuple[int, int]]) -> list[str]:
     """The operand's runs: the sender's colour where a slice sends the rows, grey where none does."""
     body = []
-    for start, stop in zip(operand.bounds, operand.bounds[1:]):
+    for start, stop in itertools.pairwise(operand.bounds):
         covered = any(a <= start and stop <= b for a, b in sent)
         body += _cells(operand, start, stop, array, axis, colour(device) if covered else UNSENT, "left", None)
     return body
