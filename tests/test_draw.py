@@ -112,7 +112,7 @@ def test_html_is_self_contained_with_picture_timeline_and_tables(tmp_path):
 def test_committed_picture_is_what_draw_makes_now():
     """docs/ragged_docs_example.svg, shown in the README, equals the picture `meshsim draw` makes today."""
     committed = (ROOT / "docs" / "ragged_docs_example.svg").read_text()
-    result = scenarios.run(scenarios.load("scenarios/library/ragged_docs_example.toml"))
+    result = scenarios.run(scenarios.load(str(LIBRARY / "ragged_docs_example.toml")))
     assert committed == picture(result), \
         "regenerate: meshsim draw scenarios/library/ragged_docs_example.toml -o docs/ragged_docs_example.svg"
     assert "docs/ragged_docs_example.svg" in (ROOT / "README.md").read_text()
