@@ -12,7 +12,10 @@ $(BIN)/meshsim: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[jax,test]'
 	touch $@
 
+# The browser tests need Debian's chromium; as root (CI's fresh machine) install it when it is missing.
 install: $(BIN)/meshsim
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
 run: install
 	$(BIN)/meshsim run $(SCENARIO)

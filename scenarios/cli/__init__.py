@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from layouts import MeshError
-from scenarios.cli import check, explain, run, trace
+from scenarios.cli import check, draw, explain, run, trace
 
-_COMMANDS = (run, explain, check, trace)
+_COMMANDS = (run, explain, check, trace, draw)
 
 __all__ = ["main", "parser"]
 
