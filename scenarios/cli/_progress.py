@@ -12,14 +12,16 @@ AFTER_S = 1.0  # runs shorter than this show no spinner, so quick ones print exa
 
 
 class LazyStatus:
-    """A context manager: a transient `rich.status.Status` on `console`, started only after `after_s`.
+    """A context manager: a transient `rich.status.Status` on `console`, started only after `after_s`
+    (default `AFTER_S`).
 
     Nothing is shown when `enabled` is false (JSON output, or the console is not a terminal), and the
     spinner is gone before the block ends, so it never mixes with what is printed afterwards.
     """
 
-    def __init__(self, console: Console, message: str, enabled: bool, after_s: float = AFTER_S) -> None:
-        self._console, self._message, self._enabled, self._after_s = console, message, enabled, after_s
+    def __init__(self, console: Console, message: str, enabled: bool, after_s: float | None = None) -> None:
+        self._console, self._message, self._enabled = console, message, enabled
+        self._after_s = AFTER_S if after_s is None else after_s
         self._lock = threading.Lock()
         self._status: Status | None = None
         self._closed = False

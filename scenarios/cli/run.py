@@ -230,10 +230,13 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
     table = Table(title=Text(title), title_justify="left")
     other = any(set(m.detail) - set(_LOCATED) for m in result.trace if m.kind == "message")
     located = not other or any(key in m.detail for m in result.trace for key in _LOCATED)
+    src_rows = located and any("src_rows" in m.detail for m in result.trace)  # a tiled all_to_all has none
     columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived") \
-        + (("slice", "rows at dst", "src rows") if located else ()) + (("detail",) if other else ())
+        + (("slice", "rows at dst") if located else ()) + (("src rows",) if src_rows else ()) \
+        + (("detail",) if other else ())
     for column in columns:
-        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True)
+        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True,
+                         min_width=len(str(len(result.trace))) if column == "#" else None)
     for k in _shown(len(result.trace), full):
         if k is None:
             table.add_row(*["..."] * len(columns), style=KEPT)
@@ -243,7 +246,8 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
         detail = message.detail
         rows = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
         kind = (message.kind,) if copies else ()
-        where = (str(detail.get("slice", "")), rows, _span(detail.get("src_rows"))) if located else ()
+        where = ((str(detail.get("slice", "")), rows) if located else ()) \
+            + ((_span(detail.get("src_rows")),) if src_rows else ())
         rest = (", ".join(f"{key}={value}" for key, value in detail.items() if key not in _LOCATED),) if other else ()
         table.add_row(str(k), *kind, str(message.src), str(message.dst), str(message.size_bytes),
                       _seconds(message.send_time_s), _seconds(message.arrival_time_s), *where, *rest,
