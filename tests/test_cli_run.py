@@ -95,6 +95,13 @@ def test_full_prints_every_element_and_small_arrays_are_whole(tmp_path, capsys):
     assert ", ..., " not in capsys.readouterr().out
 
 
+def test_an_array_with_no_long_axis_is_shown_whole(tmp_path, capsys):
+    """More than 1000 elements but no axis longer than 6 (numpy would cut nothing): printed whole, no shape line."""
+    assert main(["run", scenario(tmp_path, [6, 6, 6, 6], devices=2, dtype="int32")]) == 0
+    out = capsys.readouterr().out
+    assert "shape (" not in out and "..." not in out and out.count("[[[[") == 4
+
+
 def test_a_long_message_table_shows_its_ends(tmp_path, capsys, monkeypatch):
     """Beyond 100 messages the table shows 50 at each end and says how many it left out; `--full` shows all."""
     monkeypatch.setenv("COLUMNS", "200")
@@ -218,3 +225,34 @@ def test_a_closed_pipe_ends_a_python_scenario_quietly(tmp_path):
     script.write_text("for i in range(100000):\n    print('row', i, 'of a long listing')\n")
     done = meshsim("run", str(script), shell="head -c 1 > /dev/null; exit ${PIPESTATUS[0]}")
     assert done.stderr == "" and done.returncode == 0
+
+
+def test_the_spinner_through_a_pseudo_terminal():
+    """A process whose stdout is a real (pseudo-)terminal shows the status during a long run, hides the
+    cursor only while it shows, and prints the results after it."""
+    pty = pytest.importorskip("pty")
+    code = ("import time, scenarios; from scenarios.cli import _progress, main; _progress.AFTER_S = 0.05; "
+            "real = scenarios.run; scenarios.run = lambda s: (time.sleep(0.6), real(s))[1]; "
+            "raise SystemExit(main(['run', 'scenarios/library/ragged_docs_example.toml']))")
+    leader, follower = pty.openpty()
+    env = {**{k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}, "TERM": "xterm"}
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdin=follower, stdout=follower,
+                               stderr=follower)
+    os.close(follower)
+    out = b""
+    while chunk := _read(leader):
+        out += chunk
+    os.close(leader)
+    assert process.wait(timeout=60) == 0
+    text = out.decode()
+    assert "simulating scenarios/library/ragged_docs_example.toml on 2 devices" in text
+    assert text.index("\x1b[?25l") < text.index("\x1b[?25h") < text.index("device 0")
+    assert "simulated time:" in _ANSI.sub("", text)
+
+
+def _read(fd: int) -> bytes:
+    """The next bytes from a pseudo-terminal; empty once the other side has closed."""
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # Linux reports a closed pseudo-terminal as EIO
+        return b""

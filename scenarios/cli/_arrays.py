@@ -21,8 +21,9 @@ def colour(device: int) -> str:
 
 
 def summarised(array: np.ndarray, full: bool) -> bool:
-    """Whether `array` prints as its edges: more than `THRESHOLD` elements and `full` not asked for."""
-    return not full and array.size > THRESHOLD
+    """Whether `array` prints as its edges: more than `THRESHOLD` elements, an axis longer than both ends'
+    `EDGEITEMS`, and `full` not asked for."""
+    return not full and array.size > THRESHOLD and any(n > 2 * EDGEITEMS for n in array.shape)
 
 
 def array_lines(array: np.ndarray, provenance: Provenance | None, full: bool = False) -> list[Text]:

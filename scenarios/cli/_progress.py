@@ -56,6 +56,7 @@ class LazyStatus:
         return self._status is not None
 
     def _start(self) -> None:
+        """Show the spinner (on the timer's thread), unless the block has already ended."""
         with self._lock:
             if not self._closed:
                 self._status = self._console.status(self._message)
