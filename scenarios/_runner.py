@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,9 +28,9 @@ class Provenance:
     sources: tuple[int | None, ...]
     messages: tuple[int | None, ...]
 
-    def to_dict(self) -> dict:
-        """`axis`, `sources` and `messages` as JSON-ready values."""
-        return {"axis": self.axis, "sources": list(self.sources), "messages": list(self.messages)}
+    def to_dict(self, array: Callable[[Sequence], Any] = list) -> dict:
+        """`axis`, `sources` and `messages` as JSON-ready values (`sources` and `messages` as `array` makes them)."""
+        return {"axis": self.axis, "sources": array(self.sources), "messages": array(self.messages)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,8 +55,14 @@ class ScenarioResult:
         """Each device's input arrays, by argument name."""
         return self.scenario.inputs
 
-    def to_dict(self) -> dict:
-        """The whole result as JSON-ready values: arrays as nested lists, missing provenance as None."""
+    def to_dict(self, array: Callable[[np.ndarray | Sequence], Any] | None = None) -> dict:
+        """The whole result as JSON-ready values: arrays as nested lists, missing provenance as None.
+
+        Args:
+            array: what each input and output array and each provenance sequence becomes (nested lists by
+                default; a writer that streams big arrays passes a function returning a placeholder).
+        """
+        array = array or _listed
         scenario, mesh = self.scenario, self.scenario.mesh
         network = mesh.network
         return {
@@ -64,21 +72,21 @@ class ScenarioResult:
             "network": {"topology": network.topology, "latency_s": network.latency_s,
                         "bandwidth_bytes_per_s": network.bandwidth_bytes_per_s},
             "collective": {"op": scenario.op, **scenario.params},
-            "devices": [self._device_dict(d) for d in mesh.devices],
+            "devices": [self._device_dict(d, array) for d in mesh.devices],
             "messages": [message.to_dict() for message in self.trace],
             "end_time_s": self.end_time_s,
         }
 
-    def _device_dict(self, device: int) -> dict:
+    def _device_dict(self, device: int, array: Callable[[np.ndarray | Sequence], Any]) -> dict:
         """One device's coordinates, inputs, result, dtype and provenance as JSON-ready values."""
         output, provenance = self.outputs[device], self.provenance[device]
         return {
             "device": device,
             "coords": self.scenario.mesh.coords(device),
-            "inputs": {name: array.tolist() for name, array in self.inputs[device].items()},
-            "output": output.tolist(),
+            "inputs": {name: array(values) for name, values in self.inputs[device].items()},
+            "output": array(output),
             "dtype": str(output.dtype),
-            "provenance": None if provenance is None else provenance.to_dict(),
+            "provenance": None if provenance is None else provenance.to_dict(array),
         }
 
 
@@ -146,6 +154,11 @@ def _provenance(trace: tuple[sim.MessageRecord, ...], device: int, output: np.nd
             writers[start:stop] = [k] * (stop - start)
     sources = tuple(None if k is None else trace[k].src for k in writers)
     return Provenance(axis, sources, tuple(writers))
+
+
+def _listed(values: np.ndarray | Sequence) -> list:
+    """An array as nested lists, any other sequence as a list."""
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:

@@ -1,10 +1,13 @@
-"""`meshsim run SCENARIO`: run a scenario file and show, with rich, who sent which rows where and when."""
+"""`meshsim run SCENARIO`: run a scenario file and show, with rich, who sent which rows where and when.
+
+Big arrays print as their edges and shape (numpy's summary) unless `--full`; a run that lasts longer than
+a second shows a spinner in a terminal; `--json` prints every element for scripts.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-import runpy
+import itertools
 import sys
 from collections.abc import Sequence
 
@@ -14,13 +17,13 @@ from rich.table import Table
 from rich.text import Text
 
 import scenarios
-from layouts import MeshError
 from scenarios import ProgramResult, Provenance, ScenarioResult
+from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
+from scenarios.cli._json import write_json
+from scenarios.cli._progress import LazyStatus
+from scenarios.cli._script import check_path, run_script
 
-# One colour per sending device (cycled on big meshes); rows no message wrote are dim.
-_PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue", "bright_red",
-            "cyan", "magenta", "green", "bright_yellow", "blue", "red")
-_KEPT = "dim"
+_MESSAGE_EDGE = 50  # a table of more than twice this many messages shows this many at each end, unless --full
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -28,7 +31,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="run a scenario file: results, provenance of every row, messages, time")
     run.add_argument("scenario", metavar="SCENARIO",
                      help="a scenario file (TOML, or a Python script), e.g. scenarios/library/moe_dispatch.toml")
-    run.add_argument("--json", action="store_true", help="print the same as JSON, without colours, for scripts")
+    run.add_argument("--json", action="store_true",
+                     help="print the whole result (every element) as JSON, without colours, for scripts")
+    run.add_argument("--full", action="store_true",
+                     help=f"print every element of big arrays and every message (by default arrays of more "
+                          f"than {THRESHOLD} elements show their edges and shape)")
     run.set_defaults(execute=execute)
 
 
@@ -36,24 +43,28 @@ def execute(args: argparse.Namespace) -> int:
     """Load and run the scenario at `args.scenario`, print it (rich, or JSON with `--json`), return the exit code.
 
     Returns:
-        0 on success; 2 when the file is unreadable, breaks the format, or the simulator rejects its inputs
-        (the message, naming file, field and line, goes to stderr).
+        0 on success.
+
+    Raises:
+        ScenarioError: the file is unreadable, is part of meshsim's own code, breaks the format, asks for
+            `--json` of a Python script, or the simulator rejects its inputs (`main` prints the message,
+            naming file, field and line, and exits 2).
     """
     path = args.scenario
+    check_path(path)
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
-        runpy.run_path(path, run_name="__main__")
-        return 0
-    try:
-        result = scenarios.run(scenarios.load(path))
-    except MeshError as error:
-        print(f"meshsim: error: {error}", file=sys.stderr)
-        return 2
+        return run_script(path, args.json)
+    console = Console(highlight=False)
+    with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
+        scenario = scenarios.load(path)
+        status.update(f"simulating {path} on {scenario.mesh.size} devices")
+        result = scenarios.run(scenario)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        write_json(result, sys.stdout)
     elif isinstance(result, ProgramResult):
-        _show_program(Console(highlight=False), result)
+        _show_program(console, result)
     else:
-        _show(Console(highlight=False), result)
+        _show(console, result, args.full)
     return 0
 
 
@@ -80,15 +91,17 @@ def _show_program(console: Console, result: ProgramResult) -> None:
         console.print(f"adjoint identity: <f(x), ybar> = {lhs:.6g}, <x, t(f)(ybar)> = {rhs:.6g}")
 
 
-def _show(console: Console, result: ScenarioResult) -> None:
+def _show(console: Console, result: ScenarioResult, full: bool) -> None:
     """Header, each device's inputs and colour-coded result, the messages, the simulated time."""
     _header(console, result)
+    bounds = _landing_bounds(result)
+    kept = False
     for device in result.scenario.mesh.devices:
-        _device(console, result, device)
+        kept |= _device(console, result, device, bounds[device], full)
     if any(p is not None for p in result.provenance):
-        console.print(_legend(result))
+        console.print(_legend(result, kept))
     console.print()
-    console.print(_messages(result))
+    console.print(_messages(result, full))
     console.print(Text.assemble(("simulated time: ", "bold"), _seconds(result.end_time_s)))
 
 
@@ -108,80 +121,49 @@ def _header(console: Console, result: ScenarioResult) -> None:
         console.print(Text(" ".join(scenario.description.split()), style="italic"))
 
 
-def _device(console: Console, result: ScenarioResult, device: int) -> None:
-    """One device: its inputs, its result coloured by sender, and which sender wrote which rows."""
+def _device(console: Console, result: ScenarioResult, device: int, bounds: set[int], full: bool) -> bool:
+    """One device: its inputs, its result coloured by sender, and which sender wrote which rows.
+
+    Returns whether some of its result's rows were kept from `output` (no message wrote them).
+    """
     coords = ", ".join(f"{name}={i}" for name, i in result.scenario.mesh.coords(device).items())
     console.print()
     console.print(Text.assemble((f"device {device}", "bold underline"), (f"  ({coords})", "dim")))
     inputs = result.inputs[device]
     width = max(len(name) for name in [*inputs, "result"])
     for name, array in inputs.items():
-        _print_array(console, name, array, None, width)
+        _print_array(console, name, array, None, width, full)
     provenance = result.provenance[device]
-    _print_array(console, "result", result.outputs[device], provenance, width)
+    _print_array(console, "result", result.outputs[device], provenance, width, full)
+    if provenance is None:
+        return False
+    runs = _runs(provenance, bounds)
     indent = Text(" " * (width + 4))
-    for line in _written_by(result, provenance):
+    for line in _written_by(result, provenance.axis, runs):
         console.print(indent + line, soft_wrap=True)
+    return any(k is None for _, _, k in runs)
 
 
-def _print_array(console: Console, label: str, array: np.ndarray, provenance: Provenance | None, width: int) -> None:
-    """`label` and the array's text, continuation lines indented under the first."""
-    lines = _array_lines(_cells(array), _styles(array.shape, provenance))
+def _print_array(console: Console, label: str, array: np.ndarray, provenance: Provenance | None, width: int,
+                 full: bool) -> None:
+    """`label` and the array's text, continuation lines indented under the first; a summarised array's
+    first line gives its shape and dtype."""
+    lines = array_lines(array, provenance, full)
+    if summarised(array, full):
+        lines.insert(0, Text(f"shape {array.shape} {array.dtype} (edges shown; --full prints every element)",
+                             style="dim"))
     for i, line in enumerate(lines):
         prefix = (f"  {label if i == 0 else '':<{width}}  ", "bold" if label == "result" else "")
         console.print(Text.assemble(prefix, line), soft_wrap=True)
 
 
-def _cells(array: np.ndarray) -> np.ndarray:
-    """Each element as text, right-aligned to a common width; floats in their dtype's shortest form."""
-    if array.dtype.kind == "f":
-        texts = [np.format_float_positional(v, precision=4, unique=True, trim="0") for v in array.flat]
-    else:
-        texts = [str(v) for v in array.flat]
-    width = max((len(t) for t in texts), default=0)
-    return np.array([t.rjust(width) for t in texts], dtype=object).reshape(array.shape)
-
-
-def _styles(shape: tuple[int, ...], provenance: Provenance | None) -> np.ndarray:
-    """Each element's colour: its sender's along the provenance axis, dim where no message wrote."""
-    styles = np.full(shape, "", dtype=object)
-    if provenance is not None:
-        for i, source in enumerate(provenance.sources):
-            styles[(slice(None),) * provenance.axis + (i,)] = _KEPT if source is None else _colour(source)
-    return styles
-
-
-def _array_lines(cells: np.ndarray, styles: np.ndarray) -> list[Text]:
-    """Nested-list text of an array (`[1, 3, 0, 0]`), one line per innermost row, each cell in its style."""
-    if cells.ndim == 0:
-        return [Text(cells.item(), style=styles.item())]
-    if cells.ndim == 1:
-        line = Text("[")
-        for i, (cell, style) in enumerate(zip(cells, styles)):
-            line.append(", " if i else "")
-            line.append(cell, style=style)
-        return [line + Text("]")]
-    lines: list[Text] = []
-    for i, (sub_cells, sub_styles) in enumerate(zip(cells, styles)):
-        sub = _array_lines(sub_cells, sub_styles)
-        sub[-1].append("," if i < len(cells) - 1 else "")
-        lines += sub
-    if not lines:
-        return [Text("[]")]
-    lines = [Text("[" if i == 0 else " ") + line for i, line in enumerate(lines)]
-    lines[-1].append("]")
-    return lines
-
-
-def _written_by(result: ScenarioResult, provenance: Provenance | None) -> list[Text]:
+def _written_by(result: ScenarioResult, axis: int, runs: list[tuple[int, int, int | None]]) -> list[Text]:
     """One line per run of rows written by one message (or by none), e.g. `rows 0:1 from device 0, ...`."""
-    if provenance is None:
-        return []
-    what = "rows" if provenance.axis == 0 else f"axis {provenance.axis} indices"
+    what = "rows" if axis == 0 else f"axis {axis} indices"
     lines = []
-    for start, stop, k in _runs(provenance.messages):
+    for start, stop, k in runs:
         if k is None:
-            lines.append(Text(f"{what} {start}:{stop} kept from output", style=_KEPT))
+            lines.append(Text(f"{what} {start}:{stop} kept from output", style=KEPT))
             continue
         message = result.trace[k]
         origin = f"{what} {start}:{stop} from device {message.src}"
@@ -189,36 +171,55 @@ def _written_by(result: ScenarioResult, provenance: Provenance | None) -> list[T
             origin += f", slice {message.detail['slice']}"
         if "src_rows" in message.detail:
             origin += f" (its operand rows {_span(message.detail['src_rows'])})"
-        lines.append(Text(origin, style=_colour(message.src)))
+        lines.append(Text(origin, style=colour(message.src)))
     return lines
 
 
-def _runs(values: Sequence) -> list[tuple[int, int, object]]:
-    """Maximal runs of equal neighbours as (start, stop, value)."""
-    runs, start = [], 0
-    for i in range(1, len(values) + 1):
-        if i == len(values) or values[i] != values[start]:
-            runs.append((start, i, values[start]))
-            start = i
+def _landing_bounds(result: ScenarioResult) -> dict[int, set[int]]:
+    """Per device, the ends of the row ranges messages wrote into it: the only places its writer can change."""
+    bounds: dict[int, set[int]] = {device: set() for device in result.scenario.mesh.devices}
+    for message in result.trace:
+        if "rows" in message.detail:
+            bounds[message.dst].update(message.detail["rows"])
+    return bounds
+
+
+def _runs(provenance: Provenance, bounds: set[int]) -> list[tuple[int, int, int | None]]:
+    """Maximal runs of rows written by one message (or none) as (start, stop, message index).
+
+    The writer is constant between neighbouring `bounds`, so this looks at one row per range, not at
+    every row: a result of millions of rows costs as much as its messages.
+    """
+    length = len(provenance.messages)
+    edges = sorted({0, length} | {b for b in bounds if 0 < b < length})
+    runs: list[tuple[int, int, int | None]] = []
+    for start, stop in itertools.pairwise(edges):
+        k = provenance.messages[start]
+        if runs and runs[-1][2] == k:
+            runs[-1] = (runs[-1][0], stop, k)
+        else:
+            runs.append((start, stop, k))
     return runs
 
 
-def _legend(result: ScenarioResult) -> Text:
-    """Which colour stands for which sending device."""
+def _legend(result: ScenarioResult, kept: bool) -> Text:
+    """Which colour stands for which sending device (and for rows `kept` from `output`, when there are some)."""
     legend = Text("\ncolours: ")
     for device in result.scenario.mesh.devices:
-        legend.append(f"device {device}", style=_colour(device)).append("  ")
-    if any(None in p.sources for p in result.provenance if p is not None):
-        legend.append("kept from output", style=_KEPT)
+        legend.append(f"device {device}", style=colour(device)).append("  ")
+    if kept:
+        legend.append("kept from output", style=KEPT)
     return legend
 
 
 _LOCATED = ("slice", "rows", "src_rows", "axis")  # the message detail the slice and rows columns show
 
 
-def _messages(result: ScenarioResult) -> Table:
+def _messages(result: ScenarioResult, full: bool) -> Table:
     """Every message and local copy step: who to whom, size, when posted and when done, what it carried.
 
+    Beyond `2 * _MESSAGE_EDGE` rows, only as many at each end show (unless `full`); the caption says how
+    many are left out.
     Where a message lands (slice and rows) has columns of its own; any other detail the collective's
     messages carry (a ring's phase, step and chunk, a ppermute's pair) goes in one `detail` column.
     """
@@ -229,20 +230,36 @@ def _messages(result: ScenarioResult) -> Table:
     table = Table(title=Text(title), title_justify="left")
     other = any(set(m.detail) - set(_LOCATED) for m in result.trace if m.kind == "message")
     located = not other or any(key in m.detail for m in result.trace for key in _LOCATED)
+    src_rows = located and any("src_rows" in m.detail for m in result.trace)  # a tiled all_to_all has none
     columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived") \
-        + (("slice", "rows at dst", "src rows") if located else ()) + (("detail",) if other else ())
+        + (("slice", "rows at dst") if located else ()) + (("src rows",) if src_rows else ()) \
+        + (("detail",) if other else ())
     for column in columns:
-        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True)
-    for k, message in enumerate(result.trace):
+        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True,
+                         min_width=len(str(len(result.trace))) if column == "#" else None)
+    for k in _shown(len(result.trace), full):
+        if k is None:
+            table.add_row(*["..."] * len(columns), style=KEPT)
+            table.caption = f"{len(result.trace) - 2 * _MESSAGE_EDGE} rows left out (--full shows every one)"
+            continue
+        message = result.trace[k]
         detail = message.detail
         rows = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
         kind = (message.kind,) if copies else ()
-        where = (str(detail.get("slice", "")), rows, _span(detail.get("src_rows"))) if located else ()
+        where = ((str(detail.get("slice", "")), rows) if located else ()) \
+            + ((_span(detail.get("src_rows")),) if src_rows else ())
         rest = (", ".join(f"{key}={value}" for key, value in detail.items() if key not in _LOCATED),) if other else ()
         table.add_row(str(k), *kind, str(message.src), str(message.dst), str(message.size_bytes),
                       _seconds(message.send_time_s), _seconds(message.arrival_time_s), *where, *rest,
-                      style=_colour(message.src))
+                      style=colour(message.src))
     return table
+
+
+def _shown(count: int, full: bool) -> list[int | None]:
+    """The message indices the table shows, None where the left-out middle goes."""
+    if full or count <= 2 * _MESSAGE_EDGE:
+        return list(range(count))
+    return [*range(_MESSAGE_EDGE), None, *range(count - _MESSAGE_EDGE, count)]
 
 
 def _span(rows: Sequence[int] | None) -> str:
@@ -256,9 +273,4 @@ def _seconds(t: float) -> str:
         if abs(t) >= scale:
             return f"{t / scale:.6g} {unit}"
     return f"{t / 1e-9:.6g} ns" if t else "0 s"
-
-
-def _colour(device: int) -> str:
-    """The colour of rows sent by `device`."""
-    return _PALETTE[device % len(_PALETTE)]
 
