@@ -11,13 +11,13 @@ from scenarios import Provenance
 THRESHOLD = 1000
 EDGEITEMS = 3
 KEPT = "dim"  # the style of rows no message wrote
-_PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue", "bright_red",
+PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue", "bright_red",
             "cyan", "magenta", "green", "bright_yellow", "blue", "red")
 
 
 def colour(device: int) -> str:
     """The colour of rows sent by `device` (cycled on big meshes)."""
-    return _PALETTE[device % len(_PALETTE)]
+    return PALETTE[device % len(PALETTE)]
 
 
 def summarised(array: np.ndarray, full: bool) -> bool:

@@ -17,7 +17,8 @@ from rich.text import Text
 import collectives
 import sim
 from collectives import Definition, Vma
-from scenarios.cli.run import _colour, _seconds, _span
+from scenarios.cli._arrays import colour as _colour
+from scenarios.cli.run import _seconds, _span
 
 _VMA = {
     Vma.REDUCE: "every member of a group ends with the same value: the result is invariant along the axis",

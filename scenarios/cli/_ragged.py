@@ -15,8 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from scenarios import Scenario, ScenarioResult
+from scenarios.cli._arrays import colour as _colour
 from scenarios.cli._protocols import array_text
-from scenarios.cli.run import _colour, _seconds, _span
+from scenarios.cli.run import _seconds, _span
 
 Step = tuple[str, list[Any]]
 _INDEX = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")

@@ -21,10 +21,10 @@ import numpy as np
 from rich.color import Color
 
 from scenarios import ScenarioResult
-from scenarios.cli.run import _PALETTE
+from scenarios.cli._arrays import PALETTE
 
 # The terminal colours of `meshsim run`, as the hex its default theme gives them.
-PALETTE_HEX = tuple(Color.parse(name).get_truecolor().hex for name in _PALETTE)
+PALETTE_HEX = tuple(Color.parse(name).get_truecolor().hex for name in PALETTE)
 UNSENT = "#d9d9d9"
 ROW_H, STRIP_W, MAX_ROWS, RUN_MIN_H = 22, 120, 24, 14
 X_OP, X_OUT = 70, 450

@@ -22,8 +22,9 @@ import scenarios
 import sim
 from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult
 from scenarios.cli import _protocols, _ragged
+from scenarios.cli._arrays import colour as _colour
 from scenarios.cli._protocols import array_text, message_table, step_groups
-from scenarios.cli.run import _colour, _seconds, _span
+from scenarios.cli.run import _seconds, _span
 
 Step = tuple[str, list[Any]]
 
