@@ -110,6 +110,35 @@ def test_a_mesh_larger_than_the_oracle_is_checked_against_the_spec(capsys, tmp_p
     assert len(re.findall(r"│ agree +│ skipped +│", out)) == 16
 
 
+_RING = ('[mesh]\naxes = {{i = 16}}\n[collective]\nop = "{op}"\naxis_name = "i"\nalgorithm = "{algorithm}"\n'
+         '[inputs]\nseed = 3\nshape = [64]\ndtype = "float32"\n')
+
+
+@pytest.mark.parametrize("op", ["psum", "pmean", "pmax"])
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling"])
+def test_a_reordered_float_reduction_agrees_within_its_bound(op, algorithm, capsys, tmp_path):
+    """A float reduction whose algorithm adds in another order than XLA's is compared within that order's
+    rounding bound (the 16-device ring psum differs from the spec in the last bits, and agrees)."""
+    code, out, _ = check(capsys, _scenario(tmp_path, _RING.format(op=op, algorithm=algorithm)))
+    assert code == 0 and out.rstrip().endswith("all agree"), out
+    assert f"algorithm='{algorithm}' adds in its own documented order" in out
+
+
+def test_a_reduction_off_by_more_than_its_bound_is_reported(capsys, monkeypatch, tmp_path):
+    """A ring psum whose result is off by one part in a thousand breaks the bound: exit 1 on every device."""
+    import collectives._allreduce
+
+    ring = collectives._allreduce._PROTOCOLS["ring"]
+
+    def off(port, args):
+        result = yield from ring(port, args)
+        return result * np.float32(1.001)
+
+    monkeypatch.setitem(collectives._allreduce._PROTOCOLS, "ring", off)
+    code, out, _ = check(capsys, _scenario(tmp_path, _RING.format(op="psum", algorithm="ring")))
+    assert code == 1 and out.rstrip().endswith("16 disagreements"), out
+
+
 # ---------------------------------------------------------------------------------------------- disagreement
 
 

@@ -77,7 +77,12 @@ def show(console: Console, scenario: Scenario, report: Report) -> None:
     console.rule(Text(scenario.title, style="bold"))
     console.print(Text(scenario.path, style="dim"))
     console.print(Text(f"{call.op}({params}) on {call.devices} devices", style="bold"), soft_wrap=True)
-    console.print("compared bit for bit: dtype, shape and each array's row-major bytes (NaN payloads and -0.0 count)")
+    if oracles.bit_for_bit(call):
+        console.print("compared bit for bit: dtype, shape and each array's row-major bytes (NaN payloads and "
+                      "-0.0 count)")
+    else:
+        console.print(f"algorithm={call.params['algorithm']!r} adds in its own documented order: compared "
+                      "within the rounding bound of that order (same dtype and shape; see oracles._reordered)")
     console.print(_jax_line(report), soft_wrap=True)
     console.print(_table(report))
     verdict = report.disagreements

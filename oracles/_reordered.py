@@ -1,0 +1,72 @@
+"""What "agree" means for a reduction whose algorithm adds in another order than XLA:CPU's.
+
+The spec and JAX fold the members in group order (the 'direct' algorithm's order, bit for bit). 'ring' and
+'recursive_doubling' fold the same terms in their documented orders, so a float sum may round differently.
+Each of n-1 additions rounds with relative error at most eps/2 of a partial sum no larger than sum|x_i|,
+so each answer is within (n-1) eps sum|x_i| of the exact sum (plus 2n times the smallest normal number for
+float32/float64, which flush subnormals); two answers within that of the exact sum are within twice it of
+each other. pmean scales the sum by 1/n and rounds once more. pmax and pmin pick the same value in any
+order, except the sign of a zero (a tie of -0.0 and +0.0 keeps whichever came first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from oracles import spec
+from oracles._compare import Difference
+
+_SUMS = {"psum", "psum2", "pmean"}
+_EXTREMES = {"pmax", "pmin"}
+
+
+def reorders(op: str, params: Mapping[str, Any], dtype: np.dtype) -> bool:
+    """Whether `op` with `params` may round floats differently from the group-order fold."""
+    return (op in _SUMS | _EXTREMES and params.get("algorithm", "direct") != "direct"
+            and np.dtype(dtype).kind in "fc")
+
+
+def compare_reordered(op: str, params: Mapping[str, Any], mesh_shape: dict, inputs: Sequence[np.ndarray],
+                      expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> list[Difference]:
+    """The devices whose `actual` result is not within the bound of `expected` (see the module docstring);
+    same shape and dtype are still required."""
+    found = []
+    for d, group in _groups_by_device(mesh_shape, params, len(inputs)).items():
+        want, got = np.asarray(expected[d]), np.asarray(actual[d])
+        if (want.dtype, want.shape) != (got.dtype, got.shape):
+            found.append(Difference("aval", d, "", want, got))
+            continue
+        terms = np.stack([np.asarray(inputs[m]) for m in group]).astype(np.complex128 if want.dtype.kind == "c"
+                                                                         else np.float64)
+        bad = ~_within(op, want, got, terms)
+        if bad.any():
+            flat = np.flatnonzero(bad.reshape(-1))
+            indices = tuple(tuple(int(i) for i in np.unravel_index(f, want.shape)) for f in flat[:6])
+            found.append(Difference("bytes", d, "", want, got, len(flat), indices))
+    return found
+
+
+def _within(op: str, want: np.ndarray, got: np.ndarray, terms: np.ndarray) -> np.ndarray:
+    """Elementwise: does `got` agree with `want` as the module docstring says?"""
+    w, g = want.astype(terms.dtype), got.astype(terms.dtype)
+    same_class = (np.isnan(w) == np.isnan(g)) & (np.isinf(w) == np.isinf(g))
+    if op in _EXTREMES:
+        return same_class & ((w == g) | (np.isnan(w) & np.isnan(g)))
+    info, n = np.finfo(want.dtype), len(terms)
+    bound = (n - 1) * float(info.eps) * np.abs(terms).sum(axis=0)
+    if want.dtype.kind == "f" and want.dtype != np.float16:
+        bound = bound + 2 * n * float(info.smallest_normal)
+    if op == "pmean":
+        bound = bound / n + 2 * float(info.eps) * np.abs(w)
+    finite = np.isfinite(w) & np.isfinite(g)
+    close = np.abs(w - g) <= 2 * bound
+    return same_class & np.where(finite, close, (w == g) | (np.isnan(w) & np.isnan(g)))
+
+
+def _groups_by_device(mesh_shape: dict, params: Mapping[str, Any], devices: int) -> dict[int, list[int]]:
+    """Each device's group for the call's axis_name and axis_index_groups."""
+    members = spec.groups(mesh_shape, params["axis_name"], params.get("axis_index_groups"))
+    return {d: group for group in members for d in group if d < devices}
