@@ -9,7 +9,7 @@ test_reductions_differential.py, which adds real JAX.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
+import oracles
 import sim
 from collectives._arithmetic import combine, identity
 from oracles import spec
@@ -36,17 +37,8 @@ _SIDE = max(10, settings().max_examples // 5)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class ReductionCase:
+class ReductionCase(oracles.Call):
     """One call: `args` is () or (xs,) with xs[d] device d's array; `params` are the keyword arguments."""
-
-    op: str
-    mesh_shape: dict[str, int]
-    args: tuple[tuple[np.ndarray, ...], ...]
-    params: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def devices(self) -> int:
-        return int(np.prod(list(self.mesh_shape.values())))
 
     def __repr__(self) -> str:
         lines = [f"ReductionCase({self.op} on mesh {self.mesh_shape}: "
