@@ -51,19 +51,21 @@ def axis_index(shape: tuple[int, ...], axis: int, index: Any) -> tuple:
     return (slice(None),) * axis + (index,) + (slice(None),) * (len(shape) - axis - 1)
 
 
-def same_across_group(op: str, members: tuple[int, ...], values: list[Any], what: str) -> list[str]:
-    """Violations where a member's `what` differs from group index 0's."""
+def same_across_group(op: str, members: tuple[int, ...], values: list[Any], what: str,
+                      note: str = "") -> list[sim.Violation]:
+    """Violations where a member's `what` differs from group index 0's (`note` ends each message); no run
+    can skip them."""
     return [
-        f"device {members[i]}: {op}: {what} is {values[i]} but device {members[0]} has {values[0]}; "
-        f"every device in the group must agree"
+        sim.Violation(members[i], f"mismatch: {what}", f"device {members[i]}: {op}: {what} is {values[i]} but device "
+                      f"{members[0]} has {values[0]}; every device in the group must agree{note}")
         for i in range(1, len(values)) if values[i] != values[0]
     ]
 
 
-def same_operands(op: str, group: Group) -> Callable[[list[Any]], list[str]]:
+def same_operands(op: str, group: Group) -> Callable[[list[Any]], list[sim.Violation]]:
     """The group check of a collective whose every member passes one operand (`args.buffer`) of the same
     dtype and shape."""
-    def check(args: list[Any]) -> list[str]:
+    def check(args: list[Any]) -> list[sim.Violation]:
         kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
         return same_across_group(op, group.members, kinds, "x")
     return check

@@ -113,32 +113,39 @@ def _index_array(device: int, name: str, value: Any) -> np.ndarray:
 
 
 def _validate(group: sim.Group):
-    """Every rule the docs leave undefined, checked over the whole group at once."""
-    def check(args: list[_Args]) -> list[str]:
+    """Every rule the docs leave undefined, checked over the whole group at once.
+
+    A broken slice names itself as (sender's group index, sender's slice) in its violation's `skip`: a
+    sanitized run leaves it out (not sent, not received), so the receiver keeps `output`'s rows there.
+    """
+    def check(args: list[_Args]) -> list[sim.Violation]:
         kinds = [f"{a.operand.dtype}{list(a.operand.shape[1:])}" for a in args]
         violations = same_across_group(_OP, group.members, kinds, "operand's dtype and trailing shape")
         violations += same_across_group(_OP, group.members, [a.output.shape for a in args], "output's shape")
         violations += same_across_group(_OP, group.members, [len(a.send_sizes) for a in args], "len(send_sizes)")
         if violations:
             return violations
-        for a in args:
-            violations += _check_sends(a)
+        for s, a in enumerate(args):
+            violations += _check_sends(s, a)
         for r, _ in enumerate(args):
             violations += _check_receives(r, args, group.members)
         return violations
     return check
 
 
-def _check_sends(a: _Args) -> list[str]:
+def _check_sends(s: int, a: _Args) -> list[sim.Violation]:
+    """The send slices of group member `s` that are negative or leave the operand."""
     rows = a.operand.shape[0]
     found = []
     for i, (offset, size) in enumerate(zip(a.input_offsets, a.send_sizes)):
-        where = f"device {a.device}, slice {i}"
+        where, skip = f"device {a.device}, slice {i}", frozenset({(s, i)})
         if size < 0:
-            found.append(f"{where}: send_sizes[{i}]={size} must be >= 0")
+            found.append(sim.Violation(a.device, "negative size", f"{where}: send_sizes[{i}]={size} must be >= 0",
+                                       skip=skip))
         elif offset < 0 or offset + size > rows:
-            found.append(f"{where}: input_offsets[{i}]={offset} plus send_sizes[{i}]={size} "
-                         f"runs outside operand rows [0, {rows})")
+            found.append(sim.Violation(a.device, "out of bounds", f"{where}: input_offsets[{i}]={offset} plus "
+                                       f"send_sizes[{i}]={size} runs outside operand rows [0, {rows})",
+                                       (int(offset), int(offset + size)), skip))
     return found
 
 
@@ -149,40 +156,47 @@ def _incoming(r: int, args: list[_Args]) -> list[tuple[int, int, int, int]]:
             for s in range(len(args)) for k in range(per)]
 
 
-def _check_receives(r: int, args: list[_Args], members: tuple[int, ...]) -> list[str]:
+def _check_receives(r: int, args: list[_Args], members: tuple[int, ...]) -> list[sim.Violation]:
+    """The receive slices of group member `r` that are negative, disagree with their sender, leave the
+    output or overlap another."""
     a = args[r]
     rows = a.output.shape[0]
     found, written = [], []
     for j, s, i, offset in _incoming(r, args):
         size, sent = int(a.recv_sizes[j]), int(args[s].send_sizes[i])
-        where = f"device {a.device}, slice {j}"
+        where, skip = f"device {a.device}, slice {j}", frozenset({(s, i)})
         if size < 0:
-            found.append(f"{where}: recv_sizes[{j}]={size} must be >= 0")
+            found.append(sim.Violation(a.device, "negative size", f"{where}: recv_sizes[{j}]={size} must be >= 0",
+                                       skip=skip))
             continue
         if size != sent:
-            found.append(f"{where}: recv_sizes[{j}]={size} but device {members[s]} sends send_sizes[{i}]={sent}; "
-                         f"send_sizes must equal the all_to_all of recv_sizes")
+            found.append(sim.Violation(
+                a.device, "size mismatch", f"{where}: recv_sizes[{j}]={size} but device {members[s]} sends "
+                f"send_sizes[{i}]={sent}; send_sizes must equal the all_to_all of recv_sizes",
+                (offset, offset + size), skip))
         if offset < 0 or offset + size > rows:
-            found.append(f"{where}: output_offsets[{i}]={offset} of device {members[s]} plus recv_sizes[{j}]={size} "
-                         f"runs outside output rows [0, {rows})")
+            found.append(sim.Violation(
+                a.device, "out of bounds", f"{where}: output_offsets[{i}]={offset} of device {members[s]} plus "
+                f"recv_sizes[{j}]={size} runs outside output rows [0, {rows})", (offset, offset + size), skip))
         elif size:
-            written.append((offset, offset + size, j, members[s]))
+            written.append((offset, offset + size, j, members[s], (s, i)))
     written.sort()
-    for (start1, stop1, j1, src1), (start2, stop2, j2, src2) in pairwise(written):
+    for (start1, stop1, j1, src1, skip1), (start2, stop2, j2, src2, skip2) in pairwise(written):
         if start2 < stop1:
-            found.append(f"device {a.device}: slice {j1} (from device {src1}, output rows [{start1}, {stop1})) and "
-                         f"slice {j2} (from device {src2}, output rows [{start2}, {stop2})) overlap in rows "
-                         f"[{start2}, {min(stop1, stop2)})")
+            found.append(sim.Violation(
+                a.device, "overlap", f"device {a.device}: slice {j1} (from device {src1}, output rows [{start1}, "
+                f"{stop1})) and slice {j2} (from device {src2}, output rows [{start2}, {stop2})) overlap in rows "
+                f"[{start2}, {min(stop1, stop2)})", (start2, min(stop1, stop2)), frozenset({skip1, skip2})))
     return found
 
 
 def _protocol(port: sim.Port, args: _Args):
     """Each non-empty slice is one message carrying its rows and the sender's output offset."""
     source = port.memory.view(args.operand)
-    members = port.group.members
+    members, me, skipped = port.group.members, port.group.index, port.skipped
     per = len(args.send_sizes) // len(members)
     for i, (offset, size) in enumerate(zip(args.input_offsets, args.send_sizes)):
-        if size:
+        if size and (me, i) not in skipped:
             at = int(args.output_offsets[i])
             payload, header = yield from pack_slice(port, source[offset:offset + size], args.operand.layout, slice=i)
             port.send(members[i // per], payload, tag=i % per, header={"offset": at, **header},
@@ -190,7 +204,7 @@ def _protocol(port: sim.Port, args: _Args):
     result = port.memory.store(port.memory.view(args.output), args.out_layout or args.output.layout)
     view = port.memory.view(result)
     for j, size in enumerate(args.recv_sizes):
-        if size:
+        if size and (j // per, me * per + j % per) not in skipped:  # slice j is sender j // per's me * per + j % per
             message = yield port.recv(members[j // per], tag=j % per)
             at = message.header["offset"]
             yield from unpack_into(port, message, view[at:at + len(received(message))], slice=j)

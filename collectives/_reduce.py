@@ -214,10 +214,10 @@ def _no_messages(port: sim.Port, args: Any) -> Generator:
 
 
 def _same_constant(op: str, group: sim.Group):
-    def check(values: list[Any]) -> list[str]:
+    def check(values: list[Any]) -> list[sim.Violation]:
         shown = [f"{type(v).__name__} {v!r}" for v in values]
-        found = same_across_group(op, group.members, shown, "the Python scalar x")
-        return [f"{line} (a Python scalar is a constant of the program)" for line in found]
+        return same_across_group(op, group.members, shown, "the Python scalar x",
+                                 " (a Python scalar is a constant of the program)")
     return check
 
 

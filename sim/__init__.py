@@ -18,6 +18,7 @@ from sim._trace import CallRecord, CopyRecord, MessageRecord, Trace
 from sim._transport import Message, Port
 from sim._tree import leaves, tree_map
 from sim._varying import Varying, apply, promote, vma_of, wrap
+from sim._violation import Violation
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network
@@ -34,7 +35,7 @@ __all__ += [  # layouts on the devices: placed arrays, shardings, the compile mo
     "SingleDeviceSharding", "device_put", "jit", "with_layout_constraint",
 ]
 __all__ += [  # for collectives: the protocol interface
-    "Collective", "DeviceContext", "Message", "Port", "Waiting", "copy_step", "current", "current_or_none",
+    "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "copy_step", "current", "current_or_none",
 ]
 __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",

@@ -24,6 +24,7 @@ from sim._program import Program
 from sim._rendezvous import Collective, Rendezvous, Waiting
 from sim._trace import CallRecord, Trace
 from sim._transport import Port, Transport
+from sim._violation import Violation
 
 
 class Simulation:
@@ -32,9 +33,12 @@ class Simulation:
 
     `calls` records each device's part in each collective call (`CallRecord`: when it reached the call,
     when its group met, when its part ended), so a timeline can show what each device waited on.
+    When `sanitize`, calls with broken rules record them in `violations` and run without the broken pieces
+    where the collective can (see `sim.Violation`).
     """
 
-    def __init__(self, mesh: Mesh, check_vma: bool = True, memories: Sequence[LocalMemory] | None = None) -> None:
+    def __init__(self, mesh: Mesh, check_vma: bool = True, memories: Sequence[LocalMemory] | None = None,
+                 sanitize: bool = False) -> None:
         self.mesh = mesh
         self.check_vma = check_vma
         self.env = simpy.Environment(initial_time=0.0)
@@ -43,7 +47,7 @@ class Simulation:
         self.trace = Trace()
         self.links = LinkState(mesh.network)
         self.transport = Transport(self.env, self.links, self.trace, mesh.size)
-        self.rendezvous = Rendezvous(self.env)
+        self.rendezvous = Rendezvous(self.env, sanitize)
         self.shared: dict = {}
         self.calls: list[CallRecord] = []  # each device's part in each call, in the order the parts ended
         self._error: BaseException | None = None
@@ -51,6 +55,11 @@ class Simulation:
     @property
     def now_s(self) -> float:
         return float(self.env.now)
+
+    @property
+    def violations(self) -> list[Violation]:
+        """Every broken rule a sanitized run met, in the order the calls met; empty otherwise."""
+        return self.rendezvous.violations
 
     def run(self, programs: Sequence[Callable[[], Any]]) -> list[Any]:
         """Run one program per device to completion and return their results, by device id.

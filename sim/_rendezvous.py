@@ -2,7 +2,8 @@
 
 Each arrival is compared with the group's first arrival only, so a call over n devices costs n
 comparisons. When the last member arrives, the collective's group check sees every member's arguments and
-reports every broken rule at once, before any message is sent.
+reports every broken rule at once, before any message is sent. A sanitized rendezvous records the broken
+rules instead and lets the call run without the pieces they name, when the collective can (`Violation.skip`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import simpy
 
 from sim._errors import InvalidArgumentError, ProtocolError
 from sim._mesh import Group
+from sim._violation import Violation, as_violation
 
 if TYPE_CHECKING:
     from sim._transport import Port
@@ -26,8 +28,9 @@ class Collective:
 
     `params` must be equal on every member of the group (else the devices disagree about which
     collective comes next). `validate(args_by_index)` sees every member's `args` and returns the broken
-    rules, all of them, before any message is sent. `protocol(port, args)` is the device's part of the
-    message exchange, a SimPy generator returning the device's result.
+    rules, all of them (as `Violation`s, or plain messages), before any message is sent.
+    `protocol(port, args)` is the device's part of the message exchange, a SimPy generator returning the
+    device's result.
     """
 
     name: str
@@ -35,7 +38,7 @@ class Collective:
     params: tuple
     args: Any
     protocol: Callable[[Port, Any], Generator]
-    validate: Callable[[list[Any]], list[str]] | None = None
+    validate: Callable[[list[Any]], list[Violation | str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,11 @@ class _Meeting:
     """The members that have reached one call so far.
 
     Once all have, `args` holds every member's arguments by group index and `shared` is a scratch dict
-    the members' protocols may use to compute something about the call once (never a result).
+    the members' protocols may use to compute something about the call once (never a result). `skipped`
+    holds the pieces a sanitized run leaves out of the call (see `Violation.skip`).
     """
 
-    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "shared")
+    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "shared", "skipped")
 
     def __init__(self, collective: Collective, device: int, event: simpy.Event, exchange: int) -> None:
         self.first, self.first_device = collective, device
@@ -74,14 +78,20 @@ class _Meeting:
         self.event = event
         self.exchange = exchange
         self.shared: dict = {}
+        self.skipped: frozenset = frozenset()
 
 
 class Rendezvous:
     """Meetings keyed by (group, call number); each finished meeting gets a fresh exchange number, which
-    keeps the messages of different calls apart."""
+    keeps the messages of different calls apart.
 
-    def __init__(self, env: simpy.Environment) -> None:
+    When `sanitize`, every broken rule is appended to `violations` (placed in its call), and a call whose
+    violations all name pieces to skip runs without them instead of raising."""
+
+    def __init__(self, env: simpy.Environment, sanitize: bool = False) -> None:
         self.env = env
+        self.sanitize = sanitize
+        self.violations: list[Violation] = []
         self._meetings: dict[tuple[tuple[int, ...], int], _Meeting] = {}
         self._exchanges = 0
 
@@ -92,7 +102,8 @@ class Rendezvous:
         Raises:
             ProtocolError: `device` called a different collective (or other parameters) than the first
                 member to arrive.
-            InvalidArgumentError: the last member arrived and the group's arguments break a rule.
+            InvalidArgumentError: the last member arrived and the group's arguments break a rule (when
+                sanitizing: a rule no skipped piece mends).
         """
         group = collective.group
         key = (group.members, call)
@@ -109,18 +120,28 @@ class Rendezvous:
             if collective.validate is not None:
                 violations = collective.validate(meeting.args)
                 if violations:
-                    raise _invalid(collective.name, violations)
+                    self._broken(meeting, call, collective, violations)
             meeting.event.succeed()
         return meeting
+
+    def _broken(self, meeting: _Meeting, call: int, collective: Collective, found: list[Violation | str]) -> None:
+        """Raise the call's violations, or (sanitizing) record them and mark the pieces the call skips."""
+        if not self.sanitize:
+            raise _invalid(collective.name, found)
+        violations = [as_violation(v).at(collective.name, call, collective.group.members) for v in found]
+        self.violations += violations
+        if any(v.skip is None for v in violations):
+            raise _invalid(collective.name, found)
+        meeting.skipped = frozenset().union(*(v.skip for v in violations))
 
 
 SHOWN_VIOLATIONS = 50
 
 
-def _invalid(name: str, violations: list[str]) -> InvalidArgumentError:
+def _invalid(name: str, violations: list[Violation | str]) -> InvalidArgumentError:
     """The error listing a call's broken rules: the first `SHOWN_VIOLATIONS` in its message, all of them in
     its `violations` attribute."""
-    shown = violations[:SHOWN_VIOLATIONS]
+    shown = [str(v) for v in violations[:SHOWN_VIOLATIONS]]
     more = len(violations) - len(shown)
     error = InvalidArgumentError(f"{name}: {len(violations)} invalid argument(s)\n  " + "\n  ".join(shown)
                                  + (f"\n  ... and {more} more (all of them in this error's `violations`)"

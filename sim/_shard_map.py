@@ -14,13 +14,14 @@ from sim._array import Array
 from sim._blocks import Aval, assemble, avals_of, block_index, prepare, settle
 from sim._driver import current
 from sim._engine import Simulation
-from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from sim._mesh import Mesh
 from sim._program import Program
 from sim._spec import PartitionSpec
 from sim._trace import CallRecord, Trace
 from sim._tree import broadcast_prefix, leaves, tree_map
 from sim._varying import Varying, _ref, promote, vma_of
+from sim._violation import Violation, report
 
 
 def _is_spec(value: Any) -> bool:
@@ -30,12 +31,25 @@ def _is_spec(value: Any) -> bool:
 @dataclass(frozen=True)
 class Run:
     """The outcome of one simulated call: outputs, the message trace, the simulated end time and the typed
-    program each device executed."""
+    program each device executed.
+
+    A sanitized run also has `violations`; `stopped` says why it ended early (a call it could not run),
+    and then `outputs` is None."""
 
     outputs: Any
     trace: Trace
     end_time_s: float
     simulation: Simulation
+    stopped: str | None = None
+
+    @property
+    def violations(self) -> list[Violation]:
+        """Every broken rule of every call a sanitized run met (`sim.Violation`: device, call, rule, rows)."""
+        return self.simulation.violations
+
+    def report(self) -> str:
+        """The violations grouped by device, call and rule, with their rows; where the run stopped."""
+        return report(self.violations, self.stopped)
 
     @property
     def programs(self) -> list[Program]:
@@ -78,10 +92,14 @@ class ShardMapped:
     dtypes on, collectives write the devices' blocks straight into them (see `sim._blocks`). So a run's
     memories alias the caller's inputs and the outputs returned; write into either and `last_run`'s device
     bytes change with it.
+    With `sanitize`, `run` returns a `Run` whose `violations` list every broken rule of every call (see
+    `shard_map`) instead of raising at the first call with one.
     """
 
-    def __init__(self, f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool) -> None:
+    def __init__(self, f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool,
+                 sanitize: bool = False) -> None:
         self.f, self.mesh, self.in_specs, self.out_specs, self.check_vma = f, mesh, in_specs, out_specs, check_vma
+        self.sanitize = sanitize
         self.last_run: Run | None = None
         self._avals: dict[str, dict[str, Aval]] = {}  # input signature -> each output's global aval, by path
 
@@ -90,12 +108,17 @@ class ShardMapped:
 
     def run(self, *args: Any) -> Run:
         """Run the program once and return outputs with the trace and simulated time."""
-        simulation = Simulation(self.mesh, self.check_vma)
+        simulation = Simulation(self.mesh, self.check_vma, sanitize=self.sanitize)
         programs, signature = self._programs(simulation, args)
         # after the inputs are placed, so that no input copy takes an output's region
         prepared = prepare(self.mesh, simulation.memories, self._avals.get(signature, {}))
         try:
             results = simulation.run(programs)
+        except MeshError as error:
+            if not self.sanitize:
+                raise
+            self.last_run = Run(None, simulation.trace, simulation.now_s, simulation, stopped=str(error))
+            return self.last_run
         finally:
             settle(simulation.memories, prepared)
         out_specs = _expand(self.out_specs, results[0], "out_specs")
@@ -148,11 +171,18 @@ class ShardMapped:
         return result
 
 
-def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool = True) -> ShardMapped:
+def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool = True,
+              sanitize: bool = False) -> ShardMapped:
     """Map `f` over `mesh`: split inputs by `in_specs`, run `f` per device, assemble by `out_specs`.
 
     `f` may branch on device-dependent values and calls collectives from the `collectives` package.
     An output whose spec does not mention a mesh axis must hold the same value on every device along it.
+
+    With `sanitize=True` a call whose arguments break a rule does not raise: its violations are recorded
+    (`Run.violations`, `Run.report()`) and it runs without the broken pieces where the collective can (a
+    ragged_all_to_all skips the bad slices, and the receiver keeps `output`'s rows there). A call that
+    cannot run at all (mismatched shapes or dtypes) or any other simulator error ends the run there:
+    `Run.stopped` says why, `Run.outputs` is None, and the violations found so far stay in the report.
 
     >>> f = shard_map(lambda x: x * 2, mesh=Mesh({'x': 2}), in_specs=P('x'), out_specs=P('x'))
     >>> f(np.arange(4)).tolist()
@@ -167,7 +197,7 @@ def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_v
             mesh.axis_names_of(name)
         if len(set(spec.axes())) != len(spec.axes()):
             raise InvalidArgumentError(f"spec {spec!r} must not use a mesh axis twice")
-    return ShardMapped(f, mesh, in_specs, out_specs, check_vma)
+    return ShardMapped(f, mesh, in_specs, out_specs, check_vma, sanitize)
 
 
 def _expand(specs: Any, tree: Any, what: str) -> Any:

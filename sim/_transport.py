@@ -192,6 +192,12 @@ class Port:
     def group(self) -> Group:
         return self.collective.group
 
+    @property
+    def skipped(self) -> frozenset:
+        """The pieces of this call a sanitized run leaves out (each collective says what a piece is; see
+        `sim.Violation.skip`); empty in any other run."""
+        return self._meeting.skipped
+
     def send(self, dst: int, payload: np.ndarray, tag: Hashable = 0, header: dict | None = None, **detail) -> None:
         """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay."""
         if not payload.flags.c_contiguous:
