@@ -90,8 +90,11 @@ class ScenarioResult:
         }
 
 
-def run(scenario: Scenario | ProgramScenario) -> ScenarioResult | ProgramResult:
+def run(scenario: Scenario | ProgramScenario, sanitize: bool = False) -> ScenarioResult | ProgramResult:
     """Run `scenario`'s collective on its mesh through `sim.shard_map`.
+
+    With `sanitize` (a collective scenario only), broken rules are recorded in the result's
+    `run.violations` rather than raised; a run that stopped early (`run.stopped`) has no outputs.
 
     Each argument's per-device arrays are stacked along a new leading axis split over all mesh axes, so
     device d's program sees row d; it calls the collective on that row and returns its result as a row.
@@ -114,12 +117,15 @@ def run(scenario: Scenario | ProgramScenario) -> ScenarioResult | ProgramResult:
     def body(*blocks: np.ndarray) -> np.ndarray:
         return definition.function(*(block[0] for block in blocks), **params)[None]
 
-    mapped = sim.shard_map(body, mesh=mesh, in_specs=(in_spec,) * len(names), out_specs=sim.P(mesh.axis_names))
+    mapped = sim.shard_map(body, mesh=mesh, in_specs=(in_spec,) * len(names), out_specs=sim.P(mesh.axis_names),
+                           sanitize=sanitize)
     try:
         outcome = mapped.run(*(np.stack([scenario.inputs[d][name] for d in devices]) for name in names))
     except sim.MeshError as error:
         raise ScenarioError(f"{scenario.path}: the simulator rejected [collective] op={scenario.op!r}: {error}") \
             from error
+    if outcome.stopped is not None:
+        return ScenarioResult(scenario, (), (), tuple(outcome.trace), outcome.end_time_s, outcome)
     outputs = tuple(_frozen(outcome.outputs[d]) for d in mesh.devices)
     trace = tuple(outcome.trace)
     located = [m for m in trace if "rows" in m.detail]

@@ -18,6 +18,7 @@ from rich.text import Text
 
 import scenarios
 from scenarios import ProgramResult, Provenance, ScenarioResult
+from scenarios.cli import _sanitize
 from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
 from scenarios.cli._json import write_json
 from scenarios.cli._progress import LazyStatus
@@ -36,6 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--full", action="store_true",
                      help=f"print every element of big arrays and every message (by default arrays of more "
                           f"than {THRESHOLD} elements show their edges and shape)")
+    _sanitize.add_argument(run)
     run.set_defaults(execute=execute)
 
 
@@ -43,7 +45,7 @@ def execute(args: argparse.Namespace) -> int:
     """Load and run the scenario at `args.scenario`, print it (rich, or JSON with `--json`), return the exit code.
 
     Returns:
-        0 on success.
+        0 on success; with `--sanitize`, 1 when the run met a violation (see `scenarios.cli._sanitize`).
 
     Raises:
         ScenarioError: the file is unreadable, is part of meshsim's own code, breaks the format, asks for
@@ -53,12 +55,16 @@ def execute(args: argparse.Namespace) -> int:
     path = args.scenario
     check_path(path)
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
+        if args.sanitize:
+            _sanitize.refuse_script(path)
         return run_script(path, args.json)
     console = Console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
         scenario = scenarios.load(path)
         status.update(f"simulating {path} on {scenario.mesh.size} devices")
-        result = scenarios.run(scenario)
+        result = _sanitize.run(scenario) if args.sanitize else scenarios.run(scenario)
+    if args.sanitize:
+        return _sanitize.show(console, result, args.json, lambda shown: _shown_result(console, shown, args.full))
     if args.json:
         write_json(result, sys.stdout)
     elif isinstance(result, ProgramResult):
@@ -66,6 +72,14 @@ def execute(args: argparse.Namespace) -> int:
     else:
         _show(console, result, args.full)
     return 0
+
+
+def _shown_result(console: Console, result: ScenarioResult | ProgramResult, full: bool) -> None:
+    """A program's or a collective's result, as `meshsim run` prints it."""
+    if isinstance(result, ProgramResult):
+        _show_program(console, result)
+    else:
+        _show(console, result, full)
 
 
 def _show_program(console: Console, result: ProgramResult) -> None:
