@@ -146,7 +146,7 @@ def _invalid(name: str, violations: list[Violation | str]) -> InvalidArgumentErr
     error = InvalidArgumentError(f"{name}: {len(violations)} invalid argument(s)\n  " + "\n  ".join(shown)
                                  + (f"\n  ... and {more} more (all of them in this error's `violations`)"
                                     if more else ""))
-    error.violations = violations  # type: ignore[attr-defined]
+    error.violations = [str(v) for v in violations]  # type: ignore[attr-defined]
     return error
 
 
