@@ -109,9 +109,13 @@ def check_orders(orders: Any, seed: Any, allow_zero: bool = False) -> None:
             raise InvalidArgumentError(f"{name}={value} must be >= {least}")
 
 
-def explore(f: ShardMapped, *args: Any, orders: int = 5, seed: int = 0, spread: float = 1.0) -> OrderReport:
+def explore(f: ShardMapped, *args: Any, orders: int = 5, seed: int = 0, spread: float = 1.0,
+            stacked: bool = False) -> OrderReport:
     """Run `f(*args)` in the default order and under `Perturbation(s, spread)` for s in `seed` ...
     `seed + orders - 1`; report every result that differs from the default order's.
+
+    With `stacked`, each device's block of an output is its result with a leading axis of length 1 (a
+    collective mapped the way `scenarios` maps one): rows are counted within that result.
 
     Raises:
         InvalidArgumentError, InvalidTypeError: bad `orders`, `seed` or `spread`.
@@ -123,6 +127,7 @@ def explore(f: ShardMapped, *args: Any, orders: int = 5, seed: int = 0, spread: 
     perturbations = [Perturbation(s, spread) for s in seeds]
     base = f.run_with(args, last_arrival_wins=True)
     expected = _snapshot(f, base)
+    expected_key = _key(expected)
     found: dict[Any, tuple[OrderDifference, list[int]]] = {}  # each other result: its difference, later seeds
     for perturbation in perturbations:
         try:
@@ -130,14 +135,15 @@ def explore(f: ShardMapped, *args: Any, orders: int = 5, seed: int = 0, spread: 
         except Exception as error:  # the order made the program fail: that is what the report is for
             outcome = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         key = outcome if isinstance(outcome, str) else _key(outcome)
-        if key == _key(expected):
+        if key == expected_key:
             continue
         if key in found:
             found[key][1].append(perturbation.seed)
         elif isinstance(outcome, str):
             found[key] = (OrderDifference(None, perturbation.seed, (), error=outcome), [])
         else:
-            found[key] = (OrderDifference(None, perturbation.seed, _differences(f, expected, outcome)), [])
+            rows = _differences(f, expected, outcome, stacked)
+            found[key] = (OrderDifference(None, perturbation.seed, rows), [])
     differences = tuple(replace(d, same_as_second=tuple(more)) for d, more in found.values())
     return OrderReport(seeds, differences, base)
 
@@ -152,7 +158,7 @@ def _key(snapshot: list[tuple[str, Any, np.ndarray]]) -> tuple:
     return tuple((path, leaf.dtype.str, leaf.shape, leaf.tobytes()) for path, _, leaf in snapshot)
 
 
-def _differences(f: ShardMapped, first: list, second: list) -> tuple[RowsDiffer, ...]:
+def _differences(f: ShardMapped, first: list, second: list, stacked: bool) -> tuple[RowsDiffer, ...]:
     """Per output, the devices whose blocks differ and the rows that do (devices with the same rows of the
     same block, as replicas have, are listed together)."""
     found: list[RowsDiffer] = []
@@ -167,9 +173,10 @@ def _differences(f: ShardMapped, first: list, second: list) -> tuple[RowsDiffer,
             by_block.setdefault(tuple((s.start, s.stop) for s in index), []).append(device)
         for block, devices in by_block.items():
             index = tuple(slice(start, stop) for start, stop in block)
-            rows = _rows_differing(a[index], b[index])
+            mine, theirs = (a[index][0], b[index][0]) if stacked else (a[index], b[index])
+            rows = _rows_differing(mine, theirs)
             if rows:
-                found.append(RowsDiffer(path, tuple(devices), _ranges(rows), *_values(a[index], b[index], rows)))
+                found.append(RowsDiffer(path, tuple(devices), _ranges(rows), *_values(mine, theirs, rows)))
     return tuple(found)
 
 

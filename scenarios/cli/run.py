@@ -18,6 +18,7 @@ from rich.text import Text
 
 import scenarios
 from scenarios import ProgramResult, Provenance, ScenarioResult
+from scenarios.cli import _explore
 from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
 from scenarios.cli._json import write_json
 from scenarios.cli._progress import LazyStatus
@@ -36,6 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--full", action="store_true",
                      help=f"print every element of big arrays and every message (by default arrays of more "
                           f"than {THRESHOLD} elements show their edges and shape)")
+    _explore.add_arguments(run)
     run.set_defaults(execute=execute)
 
 
@@ -43,7 +45,7 @@ def execute(args: argparse.Namespace) -> int:
     """Load and run the scenario at `args.scenario`, print it (rich, or JSON with `--json`), return the exit code.
 
     Returns:
-        0 on success.
+        0 on success; with `--explore-orders`, 0 or 1 (see `scenarios.cli._explore`).
 
     Raises:
         ScenarioError: the file is unreadable, is part of meshsim's own code, breaks the format, asks for
@@ -52,6 +54,8 @@ def execute(args: argparse.Namespace) -> int:
     """
     path = args.scenario
     check_path(path)
+    if args.explore_orders:  # arrival-order exploration prints its own report and exit code
+        return _explore.execute(args)
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
         return run_script(path, args.json)
     console = Console(highlight=False)
