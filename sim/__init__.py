@@ -5,8 +5,8 @@ from sim._compile import Compiled, Jitted, Lowered, ShapeDtypeStruct, jit
 from sim._copy import copy_step, with_layout_constraint
 from sim._driver import DeviceContext, current, current_or_none
 from sim._engine import Simulation
-from sim._explore import OrderDifference, OrderReport, RowsDiffer, explore
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError, ProtocolError
+from sim._explore import OrderDifference, OrderReport, RowsDiffer, explore
 from sim._memory import Buffer, LocalMemory
 from sim._mesh import Group, Mesh, check_axis_index_groups
 from sim._network import DEFAULT_COPY_COST, CopyCost, LinkState, Network
