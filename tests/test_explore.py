@@ -136,7 +136,6 @@ def test_a_perturbation_is_deterministic_for_its_seed():
 def test_a_perturbation_only_stretches_flights():
     """Every message of a perturbed run arrives no earlier, and no more than 1 + spread times its flight
     later, than in the default run; messages to oneself stay instantaneous."""
-    f, args = _race()
     f, args = scenarios._runner.mapped_call(scenarios.load(str(ROOT / "scenarios" / "library" / "moe_dispatch.toml")))
     base = f.run_with(args).trace.columns()
     perturbed = f.run_with(args, perturbation=sim.Perturbation(1, spread=0.5)).trace.columns()
