@@ -80,7 +80,8 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
     out_layout = out_layout_of(_OP, device, out_layout, out.ndim)
     args = _Args(device, memory.resident(data), memory.resident(out), *indices, out_layout=out_layout)
     params = (("axis_name", axis_name), ("slices", len(indices[0])))
-    compute = lambda: context.collective(sim.Collective(_OP, group, params, args, _protocol, _validate(group)))
+    check = _validate(group, overlaps=context.last_arrival_wins)
+    compute = lambda: context.collective(sim.Collective(_OP, group, params, args, _protocol, check))
     originals = [operand, output, input_offsets, send_sizes, output_offsets, recv_sizes]
     return typed(RAGGED_ALL_TO_ALL, axis_name, originals, compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups})
@@ -112,8 +113,9 @@ def _index_array(device: int, name: str, value: Any) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _validate(group: sim.Group):
-    """Every rule the docs leave undefined, checked over the whole group at once.
+def _validate(group: sim.Group, overlaps: bool = False):
+    """Every rule the docs leave undefined, checked over the whole group at once; with `overlaps`, slices
+    landing on the same output rows are allowed (the simulation writes them in arrival order).
 
     A broken slice names itself as (sender's group index, sender's slice) in its violation's `skip`: a
     sanitized run leaves it out (not sent, not received), so the receiver keeps `output`'s rows there.
@@ -128,7 +130,7 @@ def _validate(group: sim.Group):
         for s, a in enumerate(args):
             violations += _check_sends(s, a)
         for r, _ in enumerate(args):
-            violations += _check_receives(r, args, group.members)
+            violations += _check_receives(r, args, group.members, overlaps)
         return violations
     return check
 
@@ -156,9 +158,10 @@ def _incoming(r: int, args: list[_Args]) -> list[tuple[int, int, int, int]]:
             for s in range(len(args)) for k in range(per)]
 
 
-def _check_receives(r: int, args: list[_Args], members: tuple[int, ...]) -> list[sim.Violation]:
+def _check_receives(r: int, args: list[_Args], members: tuple[int, ...],
+                    overlaps: bool = False) -> list[sim.Violation]:
     """The receive slices of group member `r` that are negative, disagree with their sender, leave the
-    output or overlap another."""
+    output or (unless `overlaps` are allowed) overlap another."""
     a = args[r]
     rows = a.output.shape[0]
     found, written = [], []
@@ -180,6 +183,8 @@ def _check_receives(r: int, args: list[_Args], members: tuple[int, ...]) -> list
                 f"recv_sizes[{j}]={size} runs outside output rows [0, {rows})", (offset, offset + size), skip))
         elif size:
             written.append((offset, offset + size, j, members[s], (s, i)))
+    if overlaps:
+        return found
     written.sort()
     for (start1, stop1, j1, src1, skip1), (start2, stop2, j2, src2, skip2) in pairwise(written):
         if start2 < stop1:
@@ -203,12 +208,28 @@ def _protocol(port: sim.Port, args: _Args):
                       slice=i, rows=(at, at + int(size)), src_rows=(int(offset), int(offset + size)))
     result = port.memory.store(port.memory.view(args.output), args.out_layout or args.output.layout)
     view = port.memory.view(result)
+    if port.last_arrival_wins:
+        yield from _write_by_arrival(port, args, view, members, per)
+        return view
     for j, size in enumerate(args.recv_sizes):
         if size and (j // per, me * per + j % per) not in skipped:  # slice j is sender j // per's me * per + j % per
             message = yield port.recv(members[j // per], tag=j % per)
             at = message.header["offset"]
             yield from unpack_into(port, message, view[at:at + len(received(message))], slice=j)
     return view
+
+
+def _write_by_arrival(port: sim.Port, args: _Args, view: np.ndarray, members: tuple[int, ...], per: int):
+    """Receive every slice, then write them in the order they arrived, so that where two slices land on
+    the same rows (allowed only when the simulation says so) the last arrival wins."""
+    arrived = []
+    for j, size in enumerate(args.recv_sizes):
+        if size:
+            message = yield port.recv(members[j // per], tag=j % per)
+            arrived.append((message.arrival_s, message.rank, j, message))
+    for _, _, j, message in sorted(arrived, key=lambda entry: entry[:3]):
+        at = message.header["offset"]
+        yield from unpack_into(port, message, view[at:at + len(received(message))], slice=j)
 
 
 # ---------------------------------------------------------------------------------------------- definition

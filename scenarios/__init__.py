@@ -5,9 +5,10 @@ its definition gives.
 """
 
 from scenarios._errors import ScenarioError
+from scenarios._explore import explore
 from scenarios._load import Scenario, load
 from scenarios._program import ProgramResult, ProgramScenario
 from scenarios._runner import Provenance, ScenarioResult, run
 
 __all__ = ["ProgramResult", "ProgramScenario", "Provenance", "Scenario", "ScenarioError",
-           "ScenarioResult", "load", "run"]
+           "ScenarioResult", "explore", "load", "run"]

@@ -110,17 +110,10 @@ def run(scenario: Scenario | ProgramScenario, sanitize: bool = False) -> Scenari
     """
     if isinstance(scenario, ProgramScenario):
         return run_program(scenario)
-    mesh, params, definition = scenario.mesh, scenario.params, scenario.definition
-    names = definition.arrays
-    devices, in_spec = _holders(scenario)
-
-    def body(*blocks: np.ndarray) -> np.ndarray:
-        return definition.function(*(block[0] for block in blocks), **params)[None]
-
-    mapped = sim.shard_map(body, mesh=mesh, in_specs=(in_spec,) * len(names), out_specs=sim.P(mesh.axis_names),
-                           sanitize=sanitize)
+    mesh, definition = scenario.mesh, scenario.definition
+    mapped, args = mapped_call(scenario, sanitize)
     try:
-        outcome = mapped.run(*(np.stack([scenario.inputs[d][name] for d in devices]) for name in names))
+        outcome = mapped.run(*args)
     except sim.MeshError as error:
         raise ScenarioError(f"{scenario.path}: the simulator rejected [collective] op={scenario.op!r}: {error}") \
             from error
@@ -134,6 +127,21 @@ def run(scenario: Scenario | ProgramScenario, sanitize: bool = False) -> Scenari
     axis = located[0].detail.get("axis", 0) if located else (0 if definition.keeps else None)
     provenance = tuple(None if axis is None else _provenance(trace, d, outputs[d], axis) for d in mesh.devices)
     return ScenarioResult(scenario, outputs, provenance, trace, outcome.end_time_s, outcome)
+
+
+def mapped_call(scenario: Scenario, sanitize: bool = False) -> tuple[sim.ShardMapped, tuple[np.ndarray, ...]]:
+    """The scenario's collective as a `shard_map`ped function of stacked per-device arrays, and those arrays:
+    device d's program calls the collective on row d and returns its result as a row (`sanitize`: see `run`)."""
+    mesh, params, definition = scenario.mesh, scenario.params, scenario.definition
+    names = definition.arrays
+    devices, in_spec = _holders(scenario)
+
+    def body(*blocks: np.ndarray) -> np.ndarray:
+        return definition.function(*(block[0] for block in blocks), **params)[None]
+
+    mapped = sim.shard_map(body, mesh=mesh, in_specs=(in_spec,) * len(names), out_specs=sim.P(mesh.axis_names),
+                           sanitize=sanitize)
+    return mapped, tuple(np.stack([scenario.inputs[d][name] for d in devices]) for name in names)
 
 
 def _holders(scenario: Scenario) -> tuple[list[int], sim.PartitionSpec]:

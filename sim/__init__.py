@@ -6,9 +6,11 @@ from sim._copy import copy_step, with_layout_constraint
 from sim._driver import DeviceContext, current, current_or_none
 from sim._engine import Simulation
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError, ProtocolError
+from sim._explore import OrderDifference, OrderReport, RowsDiffer, explore
 from sim._memory import Buffer, LocalMemory
 from sim._mesh import Group, Mesh, check_axis_index_groups
 from sim._network import DEFAULT_COPY_COST, CopyCost, LinkState, Network
+from sim._perturb import Perturbation
 from sim._program import Const, Equation, Program, Var, vma_str
 from sim._rendezvous import Collective, Waiting
 from sim._shard_map import Run, ShardMapped, shard_map
@@ -27,6 +29,7 @@ __all__ = [  # the mesh, its devices and the network
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
 __all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records
+__all__ += ["OrderDifference", "OrderReport", "Perturbation", "RowsDiffer", "explore"]  # arrival orders
 __all__ += [  # typed values and programs
     "Const", "Equation", "Program", "Var", "Varying", "apply", "promote", "vma_of", "vma_str", "wrap",
 ]

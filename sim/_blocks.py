@@ -79,7 +79,9 @@ def prepare(mesh: Mesh, memories: list[LocalMemory], avals: dict[str, Aval]) -> 
     prepared = {}
     for path, aval in avals.items():
         array = np.zeros(aval.shape, aval.dtype)  # fresh zero pages: an allocation's zeros, never written twice
-        regions = {d: array[block_index(mesh, d, aval.spec, aval.shape, path)] for d in _writers(mesh, aval.spec)}
+        # `...` keeps a 0-d block an array view (indexing with `()` alone would give a read-only scalar)
+        regions = {d: array[(*block_index(mesh, d, aval.spec, aval.shape, path), ...)]
+                   for d in _writers(mesh, aval.spec)}
         reserved = {d: r for d, r in regions.items() if r.size and r.flags.c_contiguous}
         if aval.reserve and reserved:
             for device, region in reserved.items():

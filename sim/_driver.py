@@ -65,6 +65,8 @@ class DeviceContext:
         self.program: Program = driven.simulation.programs[driven.device]
         self.check_vma: bool = driven.simulation.check_vma
         self.shared: dict = driven.simulation.shared
+        # slices that land on the same rows are written in arrival order, not refused (arrival-order exploration)
+        self.last_arrival_wins: bool = driven.simulation.last_arrival_wins
 
     def collective(self, collective: Collective) -> Any:
         """Run `collective` on this device and return this device's result."""

@@ -20,6 +20,7 @@ from sim._errors import InvalidArgumentError, MeshError, ProtocolError
 from sim._memory import LocalMemory
 from sim._mesh import Mesh
 from sim._network import LinkState
+from sim._perturb import Perturbation
 from sim._program import Program
 from sim._rendezvous import Collective, Rendezvous, Waiting
 from sim._trace import CallRecord, Trace
@@ -35,18 +36,27 @@ class Simulation:
     when its group met, when its part ended), so a timeline can show what each device waited on.
     When `sanitize`, calls with broken rules record them in `violations` and run without the broken pieces
     where the collective can (see `sim.Violation`).
+
+    A `perturbation` (`sim.Perturbation`) stretches message flights and shuffles simultaneous events at
+    random, for exploring arrival orders; `last_arrival_wins` lets a collective whose slices may land on
+    the same rows (ragged_all_to_all) write them in arrival order instead of refusing the call. Both are
+    off by default, and then the run takes none of their paths.
     """
 
     def __init__(self, mesh: Mesh, check_vma: bool = True, memories: Sequence[LocalMemory] | None = None,
-                 sanitize: bool = False) -> None:
+                 sanitize: bool = False, perturbation: Perturbation | None = None,
+                 last_arrival_wins: bool = False) -> None:
         self.mesh = mesh
         self.check_vma = check_vma
-        self.env = simpy.Environment(initial_time=0.0)
+        self.perturbation = perturbation
+        self.last_arrival_wins = last_arrival_wins
+        order = None if perturbation is None else perturbation.start()
+        self.env = simpy.Environment(initial_time=0.0) if order is None else order.environment()
         self.memories = list(memories) if memories is not None else [LocalMemory(d) for d in mesh.devices]
         self.programs = [Program() for _ in mesh.devices]
         self.trace = Trace()
         self.links = LinkState(mesh.network)
-        self.transport = Transport(self.env, self.links, self.trace, mesh.size)
+        self.transport = Transport(self.env, self.links, self.trace, mesh.size, order)
         self.rendezvous = Rendezvous(self.env, sanitize)
         self.shared: dict = {}
         self.calls: list[CallRecord] = []  # each device's part in each call, in the order the parts ended

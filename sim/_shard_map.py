@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sim import _perfetto
+from sim import _explore, _perfetto
 from sim._array import Array
 from sim._blocks import Aval, assemble, avals_of, block_index, prepare, settle
 from sim._driver import current
@@ -41,6 +41,7 @@ class Run:
     end_time_s: float
     simulation: Simulation
     stopped: str | None = None
+    order_report: _explore.OrderReport | None = None  # set by `shard_map(..., explore_orders=N)`
 
     @property
     def violations(self) -> list[Violation]:
@@ -97,9 +98,10 @@ class ShardMapped:
     """
 
     def __init__(self, f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool,
-                 sanitize: bool = False) -> None:
+                 sanitize: bool = False, explore_orders: int = 0, seed: int = 0) -> None:
         self.f, self.mesh, self.in_specs, self.out_specs, self.check_vma = f, mesh, in_specs, out_specs, check_vma
         self.sanitize = sanitize
+        self.explore_orders, self.seed = explore_orders, seed
         self.last_run: Run | None = None
         self._avals: dict[str, dict[str, Aval]] = {}  # input signature -> each output's global aval, by path
 
@@ -107,8 +109,18 @@ class ShardMapped:
         return self.run(*args).outputs
 
     def run(self, *args: Any) -> Run:
-        """Run the program once and return outputs with the trace and simulated time."""
-        simulation = Simulation(self.mesh, self.check_vma, sanitize=self.sanitize)
+        """Run the program once and return outputs with the trace and simulated time; with `explore_orders`,
+        also run it under that many perturbed orders, the report in the returned run's `order_report`."""
+        if self.explore_orders:
+            report = _explore.explore(self, *args, orders=self.explore_orders, seed=self.seed)
+            self.last_run = replace(report.run, order_report=report)
+            return self.last_run
+        return self.run_with(args)
+
+    def run_with(self, args: tuple, **simulation: Any) -> Run:
+        """Run the program once on a `Simulation` made with the keywords `simulation` (a `perturbation`,
+        `last_arrival_wins`)."""
+        simulation = Simulation(self.mesh, self.check_vma, sanitize=self.sanitize, **simulation)
         programs, signature = self._programs(simulation, args)
         # after the inputs are placed, so that no input copy takes an output's region
         prepared = prepare(self.mesh, simulation.memories, self._avals.get(signature, {}))
@@ -157,6 +169,11 @@ class ShardMapped:
 
         return [program(d) for d in self.mesh.devices], _signature(paths, values, layouts)
 
+    def output_leaves(self, outputs: Any) -> list[tuple[str, PartitionSpec, np.ndarray]]:
+        """Each leaf of `outputs` (a run's global outputs) with its path and out_specs entry."""
+        specs = _expand(self.out_specs, outputs, "out_specs")
+        return list(zip(leaves(_paths(outputs, "out")), leaves(specs, _is_spec), leaves(outputs)))
+
     def _finish(self, record: Program, result: Any) -> Any:
         """In the device's own thread: check each output's type against its out_specs entry and raise it to
         vary along every axis the entry splits over (a recorded pbroadcast, as JAX does), then record the
@@ -172,11 +189,13 @@ class ShardMapped:
 
 
 def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool = True,
-              sanitize: bool = False) -> ShardMapped:
+              sanitize: bool = False, explore_orders: int = 0, seed: int = 0) -> ShardMapped:
     """Map `f` over `mesh`: split inputs by `in_specs`, run `f` per device, assemble by `out_specs`.
 
     `f` may branch on device-dependent values and calls collectives from the `collectives` package.
     An output whose spec does not mention a mesh axis must hold the same value on every device along it.
+    With `explore_orders=N`, each call also runs `f` under N perturbed arrival orders (seeds `seed` to
+    `seed + N - 1`; see `sim.explore`) and puts the report in `last_run.order_report`.
 
     With `sanitize=True` a call whose arguments break a rule does not raise: its violations are recorded
     (`Run.violations`, `Run.report()`) and it runs without the broken pieces where the collective can (a
@@ -197,7 +216,8 @@ def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_v
             mesh.axis_names_of(name)
         if len(set(spec.axes())) != len(spec.axes()):
             raise InvalidArgumentError(f"spec {spec!r} must not use a mesh axis twice")
-    return ShardMapped(f, mesh, in_specs, out_specs, check_vma, sanitize)
+    _explore.check_orders(explore_orders, seed, allow_zero=True)
+    return ShardMapped(f, mesh, in_specs, out_specs, check_vma, sanitize, explore_orders, seed)
 
 
 def _expand(specs: Any, tree: Any, what: str) -> Any:

@@ -26,28 +26,38 @@ from sim._network import LinkState
 from sim._trace import Trace
 
 if TYPE_CHECKING:
+    from sim._perturb import Order
     from sim._rendezvous import Collective, _Meeting
 
 
 @dataclass(slots=True)
 class Message:
-    """A payload in flight: a numpy array (the real bytes) and a small header."""
+    """A payload in flight: a numpy array (the real bytes) and a small header.
+
+    The transport stamps `arrival_s` and `rank` (posting order, or a random rank in a perturbed run), which
+    order messages by arrival for a receiver that writes them where they may overlap.
+    """
 
     src: int
     dst: int
     tag: Hashable
     payload: np.ndarray
     header: dict = field(default_factory=dict)
+    arrival_s: float = 0.0
+    rank: float = 0.0
 
 
 class Transport:
     """Mailboxes keyed by (receiver, sender, exchange, tag), the receives waiting on them, and the tables
     of the calls exchanging whole rows."""
 
-    def __init__(self, env: simpy.Environment, links: LinkState, trace: Trace, devices: int) -> None:
+    def __init__(self, env: simpy.Environment, links: LinkState, trace: Trace, devices: int,
+                 order: Order | None = None) -> None:
         self.env = env
         self.links = links
         self.trace = trace
+        self.order = order  # a perturbed run's random draws (`sim._perturb`); None in a default run
+        self._posted = 0
         # one mailbox and one table of waiting receives per device, keyed by (src, exchange, tag)
         self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
         self._waiting: list[dict[tuple, Any]] = [{} for _ in range(devices)]
@@ -58,6 +68,13 @@ class Transport:
         now = self.env.now
         size = message.payload.nbytes
         start, arrival = self.links.occupy(message.src, message.dst, size, now)
+        order = self.order
+        if order is None:
+            message.rank = self._posted
+            self._posted += 1
+        else:
+            arrival, message.rank = order.arrival(now, arrival), order.rank()
+        message.arrival_s = arrival
         self.trace.append(message.src, message.dst, size, now, start, arrival, collective, call, detail)
         self._deliver(message, (message.src, exchange, message.tag), arrival)
         return arrival
@@ -90,6 +107,8 @@ class Transport:
         members = list(group.members)
         sizes = [payload.nbytes for payload in payloads]
         starts, arrivals = self.links.occupy_batch(src, members, sizes, now)
+        if self.order is not None:
+            arrivals = [self.order.arrival(now, arrival) for arrival in arrivals]
         self.trace.append_batch(src, members, sizes, now, starts, arrivals, collective, call, details)
         table = self._tables.get(exchange)
         if table is None:
@@ -151,8 +170,8 @@ class _Table:
     def take(self, receiver: int) -> list[Message]:
         members, me = self.members, self.members[receiver]
         self.served += 1
-        return [Message(members[s], me, 0, payloads[receiver], headers[receiver])
-                for s, (payloads, headers, _) in enumerate(self.rows)]  # type: ignore[misc]
+        return [Message(members[s], me, 0, payloads[receiver], headers[receiver], arrivals[receiver], s)
+                for s, (payloads, headers, arrivals) in enumerate(self.rows)]  # type: ignore[misc]
 
 
 def _fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float) -> None:
@@ -197,6 +216,12 @@ class Port:
         """The pieces of this call a sanitized run leaves out (each collective says what a piece is; see
         `sim.Violation.skip`); empty in any other run."""
         return self._meeting.skipped
+
+    @property
+    def last_arrival_wins(self) -> bool:
+        """Whether slices that land on the same rows are allowed, written in arrival order (the last
+        arrival wins), as arrival-order exploration asks; by default such a call is refused."""
+        return bool(self.simulation is not None and self.simulation.last_arrival_wins)
 
     def send(self, dst: int, payload: np.ndarray, tag: Hashable = 0, header: dict | None = None, **detail) -> None:
         """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay."""

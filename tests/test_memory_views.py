@@ -338,3 +338,12 @@ def test_a_new_input_signature_is_not_given_stale_outputs():
     for rows in (16, 32, 16):
         x = np.arange(rows * 2.0).reshape(rows, 2)
         assert f(x).tolist() == _expected_exchange(x).tolist()
+
+
+def test_a_scalar_output_is_written_in_place_on_a_repeated_call():
+    """A 0-d replicated output (a psum of a scalar) is pre-allocated on the second call like any other and
+    holds the right value every time."""
+    f = sim.shard_map(lambda x: collectives.psum(x.sum(), "x"), mesh=sim.Mesh({"x": 4}), in_specs=P("x"),
+                      out_specs=P())
+    for _ in range(3):
+        assert f(np.arange(8.0)).tolist() == 28.0

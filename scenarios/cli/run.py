@@ -18,7 +18,7 @@ from rich.text import Text
 
 import scenarios
 from scenarios import ProgramResult, Provenance, ScenarioResult
-from scenarios.cli import _sanitize
+from scenarios.cli import _explore, _sanitize
 from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
 from scenarios.cli._json import write_json
 from scenarios.cli._progress import LazyStatus
@@ -38,6 +38,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      help=f"print every element of big arrays and every message (by default arrays of more "
                           f"than {THRESHOLD} elements show their edges and shape)")
     _sanitize.add_argument(run)
+    _explore.add_arguments(run)
     run.set_defaults(execute=execute)
 
 
@@ -45,7 +46,8 @@ def execute(args: argparse.Namespace) -> int:
     """Load and run the scenario at `args.scenario`, print it (rich, or JSON with `--json`), return the exit code.
 
     Returns:
-        0 on success; with `--sanitize`, 1 when the run met a violation (see `scenarios.cli._sanitize`).
+        0 on success; with `--sanitize`, 1 when the run met a violation (see `scenarios.cli._sanitize`);
+        with `--explore-orders`, 0 or 1 (see `scenarios.cli._explore`).
 
     Raises:
         ScenarioError: the file is unreadable, is part of meshsim's own code, breaks the format, asks for
@@ -54,6 +56,8 @@ def execute(args: argparse.Namespace) -> int:
     """
     path = args.scenario
     check_path(path)
+    if args.explore_orders:  # arrival-order exploration prints its own report and exit code
+        return _explore.execute(args)
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
         if args.sanitize:
             _sanitize.refuse_script(path)
