@@ -4,10 +4,11 @@ A scenario's `[collective] op` is any collective of `collectives.REGISTRY`, with
 its definition gives.
 """
 
+from scenarios._consent import CodeNotAllowedError, TimeLimitError
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario, load
 from scenarios._program import ProgramResult, ProgramScenario
 from scenarios._runner import Provenance, ScenarioResult, run
 
-__all__ = ["ProgramResult", "ProgramScenario", "Provenance", "Scenario", "ScenarioError",
-           "ScenarioResult", "load", "run"]
+__all__ = ["CodeNotAllowedError", "ProgramResult", "ProgramScenario", "Provenance", "Scenario", "ScenarioError",
+           "ScenarioResult", "TimeLimitError", "load", "run"]

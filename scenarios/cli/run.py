@@ -20,6 +20,7 @@ import scenarios
 from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
 from scenarios.cli._json import write_json
+from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli._progress import LazyStatus
 from scenarios.cli._script import check_path, run_script
 
@@ -36,6 +37,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--full", action="store_true",
                      help=f"print every element of big arrays and every message (by default arrays of more "
                           f"than {THRESHOLD} elements show their edges and shape)")
+    add_allow_code(run)
+    add_timeout(run)
     run.set_defaults(execute=execute)
 
 
@@ -46,17 +49,18 @@ def execute(args: argparse.Namespace) -> int:
         0 on success.
 
     Raises:
-        ScenarioError: the file is unreadable, is part of meshsim's own code, breaks the format, asks for
+        ScenarioError: the file is unreadable, is part of meshsim's own code, carries code (a `[program]`
+            source, a Python script) without `--allow-code`, breaks the format, asks for
             `--json` of a Python script, or the simulator rejects its inputs (`main` prints the message,
             naming file, field and line, and exits 2).
     """
     path = args.scenario
     check_path(path)
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
-        return run_script(path, args.json)
+        return run_script(path, args.json, args.allow_code)
     console = Console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
-        scenario = scenarios.load(path)
+        scenario = scenarios.load(path, allow_code=args.allow_code)
         status.update(f"simulating {path} on {scenario.mesh.size} devices")
         result = scenarios.run(scenario)
     if args.json:
