@@ -98,11 +98,24 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
     args = tuple(_arg(source, i, spec) for i, spec in enumerate(data.get("args", [])))
     if not allow_code:
         raise refuse_program(source, table["source"])
+    f = _defined_f(source, table["source"])
+    try:
+        function = sim.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 check_vma=table.get("check_vma", True))
+    except sim.MeshError as error:
+        raise source.error("program", "in_specs", f"[program] {error}") from None
+    linear = table.get("linear_argnums")
+    return ProgramScenario(source.path, title, description, mesh, table["source"], function, args,
+                           bool(table.get("transpose", True)), None if linear is None else tuple(linear))
+
+
+def _defined_f(source: Source, code: str) -> Any:
+    """The function `f` that the `[program]` source defines, once the source has run."""
     namespace = {"np": np, "P": sim.P, "sim": sim, "linear_transpose": collectives.linear_transpose,
                  **{name: d.function for name, d in collectives.REGISTRY.items()}}
     with user_code(source.path):
         try:
-            exec(compile(table["source"], f"{source.path}:[program].source", "exec"), namespace)
+            exec(compile(code, f"{source.path}:[program].source", "exec"), namespace)
         except TimeLimitError:
             raise
         except Exception as error:  # the file's code is the user's: report any failure as a scenario error
@@ -110,14 +123,7 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
             raise source.error("program", "source", message) from error
     if not callable(namespace.get("f")):
         raise source.error("program", "source", "[program] source must define a function f")
-    try:
-        function = sim.shard_map(namespace["f"], mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                 check_vma=table.get("check_vma", True))
-    except sim.MeshError as error:
-        raise source.error("program", "in_specs", f"[program] {error}") from None
-    linear = table.get("linear_argnums")
-    return ProgramScenario(source.path, title, description, mesh, table["source"], function, args,
-                           bool(table.get("transpose", True)), None if linear is None else tuple(linear))
+    return namespace["f"]
 
 
 def _arg(source: Source, index: int, spec: dict) -> np.ndarray:
