@@ -44,17 +44,21 @@ class Scenario:
         return collectives.definition(self.op)
 
 
-def load(path: str | os.PathLike) -> Scenario | ProgramScenario:
+def load(path: str | os.PathLike, *, allow_code: bool = True) -> Scenario | ProgramScenario:
     """Read and validate the scenario file at `path`.
 
     Args:
         path: a TOML file with `[mesh]`, optional `[network]`, `[collective]`, and `[[device]]` tables
             or `[inputs] seed`/`shape` (see the README's "Scenario files").
+        allow_code: whether a `[program]`'s source may run. Calling `load` from Python is consent; the
+            command line passes False unless given `--allow-code`.
 
     Returns:
         The scenario, ready for `run`.
 
     Raises:
+        CodeNotAllowedError: the file is a valid `[program]` scenario and `allow_code` is False (nothing ran;
+            the message shows the source).
         ScenarioError: the file is unreadable, is not TOML, or breaks a rule of the format. The message
             reads `path:line: [table] field=value must ...` (the line when it can be found).
     """
@@ -65,7 +69,8 @@ def load(path: str | os.PathLike) -> Scenario | ProgramScenario:
             raise source.error("", key, f"{key}={data[key]!r} must be a string")
     mesh = _mesh(source, data)
     if "program" in data:
-        return load_program(source, data, mesh, data.get("title", Path(path).stem), data.get("description", ""))
+        return load_program(source, data, mesh, data.get("title", Path(path).stem), data.get("description", ""),
+                            allow_code)
     definition, params = _collective(source, source.table(data, "collective"), mesh)
     inputs = device_inputs(source, data, mesh, definition, params)
     return Scenario(str(path), data.get("title", Path(path).stem), data.get("description", ""), mesh,

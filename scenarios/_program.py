@@ -1,12 +1,15 @@
 """Program scenarios: a whole `shard_map` program, its inferred types, and its transpose run both ways.
 
-A `[program]` table holds Python `source` defining `f`, the `in_specs` / `out_specs` as expressions over
-`P`, and `[[args]]` tables giving each global argument (a literal `value`, or `seed`/`shape`/`dtype`).
+A `[program]` table holds Python `source` defining `f`, the `in_specs` / `out_specs` written as `P(...)`
+values (parsed, never evaluated: `scenarios._specs`), and `[[args]]` tables giving each global argument
+(a literal `value`, or `seed`/`shape`/`dtype`).
 The source sees `np`, `P` and every collective by name (`psum`, `all_gather`, ...).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +17,9 @@ import numpy as np
 
 import collectives
 import sim
+from scenarios._consent import TimeLimitError, refuse_program, user_code
 from scenarios._errors import ScenarioError, Source
+from scenarios._specs import parse_specs
 
 _PROGRAM_KEYS = ("source", "in_specs", "out_specs", "check_vma", "transpose", "linear_argnums")
 
@@ -77,29 +82,48 @@ class ProgramResult:
                 "no_growth": self.no_growth, "adjoint": None if self.adjoint is None else list(self.adjoint)}
 
 
-def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, description: str) -> ProgramScenario:
-    """Validate the `[program]` and `[[args]]` tables of a scenario file."""
-    table = data["program"]
+def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, description: str,
+                 allow_code: bool = True) -> ProgramScenario:
+    """Validate the `[program]` and `[[args]]` tables of a scenario file, then (with `allow_code`) run its source.
+
+    Raises:
+        CodeNotAllowedError: the tables are valid but `allow_code` is False; the message shows the source.
+        ScenarioError: a table breaks the format, or the source fails or does not define `f`.
+    """
+    table = source.table(data, "program")
     source.check_keys("program", table, ("source", "in_specs", "out_specs"), _PROGRAM_KEYS)
-    namespace = {"np": np, "P": sim.P, "sim": sim, "linear_transpose": collectives.linear_transpose,
-                 **{name: d.function for name, d in collectives.REGISTRY.items()}}
+    if not isinstance(table["source"], str):
+        raise source.error("program", "source", f"[program] source={table['source']!r} must be a string of Python")
+    in_specs, out_specs = (parse_specs(source, key, table[key]) for key in ("in_specs", "out_specs"))
+    args = tuple(_arg(source, i, spec) for i, spec in enumerate(data.get("args", [])))
+    if not allow_code:
+        raise refuse_program(source, table["source"])
+    f = _defined_f(source, table["source"])
     try:
-        exec(compile(table["source"], f"{source.path}:[program].source", "exec"), namespace)
-        in_specs, out_specs = (eval(table[k], namespace) for k in ("in_specs", "out_specs"))
-    except Exception as error:  # the file's code is the user's: report any failure as a scenario error
-        message = f"[program] source does not run: {type(error).__name__}: {error}"
-        raise source.error("program", "source", message) from error
-    if not callable(namespace.get("f")):
-        raise source.error("program", "source", "[program] source must define a function f")
-    try:
-        function = sim.shard_map(namespace["f"], mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+        function = sim.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                  check_vma=table.get("check_vma", True))
     except sim.MeshError as error:
         raise source.error("program", "in_specs", f"[program] {error}") from None
-    args = tuple(_arg(source, i, spec) for i, spec in enumerate(data.get("args", [])))
     linear = table.get("linear_argnums")
     return ProgramScenario(source.path, title, description, mesh, table["source"], function, args,
                            bool(table.get("transpose", True)), None if linear is None else tuple(linear))
+
+
+def _defined_f(source: Source, code: str) -> Any:
+    """The function `f` that the `[program]` source defines, once the source has run."""
+    namespace = {"np": np, "P": sim.P, "sim": sim, "linear_transpose": collectives.linear_transpose,
+                 **{name: d.function for name, d in collectives.REGISTRY.items()}}
+    with user_code(source.path):
+        try:
+            exec(compile(code, f"{source.path}:[program].source", "exec"), namespace)
+        except TimeLimitError:
+            raise
+        except Exception as error:  # the file's code is the user's: report any failure as a scenario error
+            message = f"[program] source does not run: {type(error).__name__}: {error}"
+            raise source.error("program", "source", message) from error
+    if not callable(namespace.get("f")):
+        raise source.error("program", "source", "[program] source must define a function f")
+    return namespace["f"]
 
 
 def _arg(source: Source, index: int, spec: dict) -> np.ndarray:
@@ -118,9 +142,32 @@ def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> 
     return rng.integers(-5, 6, shape).astype(dtype)
 
 
+@contextlib.contextmanager
+def running(path: str) -> Iterator[None]:
+    """Run the block as a program scenario's code: every failure becomes a ScenarioError naming the file.
+
+    A time limit running out passes through unchanged; `sys.exit` and interrupts are reported (`user_code`).
+    """
+    with user_code(path):
+        try:
+            yield
+        except TimeLimitError:
+            raise
+        except sim.MeshError as error:
+            raise ScenarioError(f"{path}: the simulator rejected the program: {error}") from error
+        except Exception as error:  # the program is the file's own code: its failures are the file's errors
+            raise ScenarioError(f"{path}: [program] source failed: {type(error).__name__}: {error}") from error
+
+
+def run_forward(scenario: ProgramScenario) -> sim.Run:
+    """The simulator's run of the program on its example arguments (no transposes)."""
+    with running(scenario.path):
+        return scenario.function.run(*scenario.args)
+
+
 def run_program(scenario: ProgramScenario) -> ProgramResult:
     """Run the program, then (if asked) its transpose on seeded cotangents and the transpose of that."""
-    try:
+    with running(scenario.path):
         run = scenario.function.run(*scenario.args)
         forward = Pass.of(run)
         if not scenario.transpose:
@@ -136,10 +183,6 @@ def run_program(scenario: ProgramScenario) -> ProgramResult:
         tt = collectives.linear_transpose(t, *others, *cts,
                                           linear_argnums=tuple(range(len(others), len(others) + len(cts))))
         twice = tt.run(*others, *(scenario.args[i] for i in linear))
-    except sim.MeshError as error:
-        raise ScenarioError(f"{scenario.path}: the simulator rejected the program: {error}") from error
-    except Exception as error:  # the program is the file's own code: its failures are the file's errors
-        raise ScenarioError(f"{scenario.path}: [program] source failed: {type(error).__name__}: {error}") from error
     lhs = sum(float(np.vdot(o.astype(np.float64), c)) for o, c in zip(outs, cts))
     rhs = sum(float(np.vdot(scenario.args[i].astype(np.float64), g)) for i, g in zip(linear, grads))
     return ProgramResult(scenario, forward, Pass.of(back), Pass.of(twice), (lhs, rhs))

@@ -148,7 +148,7 @@ def test_every_bundled_scenario_runs(capsys):
     """Each bundled scenario prints a result per device and the simulated time (a program scenario: its
     typed program and the simulated time of each pass)."""
     for path in sorted((ROOT / "scenarios" / "library").glob("*.toml")):
-        assert main(["run", str(path.relative_to(ROOT))]) == 0
+        assert main(["run", "--allow-code", str(path.relative_to(ROOT))]) == 0
         out = _ANSI.sub("", capsys.readouterr().out)
         scenario = scenarios.load(path)
         if isinstance(scenario, scenarios.ProgramScenario):  # forward, and transposed once and twice if asked
@@ -183,8 +183,9 @@ def test_importing_sim_stays_light():
 
 
 def test_layout_guide_script_scenario_runs(capsys):
-    """`meshsim run scenarios/library/layout_guide.py` plays the layout guide's four cases with its outcomes."""
-    assert main(["run", str(ROOT / "scenarios" / "library" / "layout_guide.py")]) == 0
+    """`meshsim run --allow-code scenarios/library/layout_guide.py` plays the layout guide's four cases with its
+    outcomes."""
+    assert main(["run", "--allow-code", str(ROOT / "scenarios" / "library" / "layout_guide.py")]) == 0
     out = capsys.readouterr().out
     assert out.count("-> `apply` called successfully") == 3
     assert "-> error: mismatched input layouts" in out and "does not match the required layout" in out

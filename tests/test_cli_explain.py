@@ -117,7 +117,7 @@ def test_a_ring_psum_is_explained_step_by_step(capsys):
 
 def test_a_program_scenario_is_explained(capsys):
     """A `[program]` scenario: its source, its typed listing, each collective call's messages, the transposes."""
-    code, out, _ = explain(capsys, "scenarios/library/transpose_4_all_gather_invariant.toml")
+    code, out, _ = explain(capsys, "--allow-code", "scenarios/library/transpose_4_all_gather_invariant.toml")
     assert code == 0
     assert "all_gather_invariant[axis=0, axis_name='i', tiled=True]" in out
     assert "Call 0: all_gather_invariant" in out and "-> rows 6:8 of axis 0" in out

@@ -130,7 +130,7 @@ def test_json_of_a_big_result_holds_every_element(tmp_path, capsys):
 def test_json_of_a_program_scenario_is_unchanged(capsys):
     """`--json` of a program scenario prints its `to_dict()`."""
     path = "scenarios/library/transpose_1_psum_unmapped.toml"
-    assert main(["run", "--json", path]) == 0
+    assert main(["run", "--allow-code", "--json", path]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(scenarios.run(scenarios.load(path)).to_dict()))
 
 
@@ -211,7 +211,7 @@ def test_a_meshsim_error_in_a_script_exits_2_with_its_notes(tmp_path):
                       "f = sim.shard_map(lambda x: collectives.psum(x, axis_name='y'), mesh=sim.Mesh({'x': 2}),\n"
                       "                  in_specs=(sim.P('x'),), out_specs=sim.P('x'))\n"
                       "f.run(np.arange(4.0))\n")
-    done = meshsim("run", str(script))
+    done = meshsim("run", "--allow-code", str(script))
     assert done.returncode == 2 and done.stdout == "before the call\n"
     assert "Traceback" not in done.stderr and done.stderr.count("meshsim: error:") == 1
     assert done.stderr.startswith(f"meshsim: error: {script}: InvalidArgumentError: device 0: psum: axis_name='y'")
@@ -223,7 +223,7 @@ def test_a_closed_pipe_ends_a_python_scenario_quietly(tmp_path):
     BrokenPipeError traceback."""
     script = tmp_path / "long.py"
     script.write_text("for i in range(100000):\n    print('row', i, 'of a long listing')\n")
-    done = meshsim("run", str(script), shell="head -c 1 > /dev/null; exit ${PIPESTATUS[0]}")
+    done = meshsim("run", "--allow-code", str(script), shell="head -c 1 > /dev/null; exit ${PIPESTATUS[0]}")
     assert done.stderr == "" and done.returncode == 0
 
 

@@ -40,7 +40,7 @@ def test_every_program_scenario_is_listed():
 
 def test_cli_prints_the_typed_programs(capsys):
     """`meshsim run` shows the typed forward and transposed programs and the round trip."""
-    assert main(["run", str(ROOT / "transpose_1_psum_unmapped.toml")]) == 0
+    assert main(["run", "--allow-code", str(ROOT / "transpose_1_psum_unmapped.toml")]) == 0
     out = capsys.readouterr().out
     assert "psum2[axis_name='i']" in out and "pbroadcast[axis_name='i']" in out
     assert "transposing twice gives the original program, op for op" in out

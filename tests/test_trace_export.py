@@ -297,7 +297,7 @@ def test_trace_command_runs_program_scenarios(tmp_path, capsys, monkeypatch):
     """A `[program]` scenario's forward run is traced: its psum's messages, each with its flow."""
     monkeypatch.chdir(ROOT)
     out = tmp_path / "program.json"
-    assert main(["trace", "scenarios/library/transpose_2_psum_mapped.toml", "-o", str(out)]) == 0
+    assert main(["trace", "--allow-code", "scenarios/library/transpose_2_psum_mapped.toml", "-o", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert problems(doc) == [] and by_cat(doc, "send") and len(by_cat(doc, "send")) == doc["otherData"]["messages"]
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from layouts import MeshError
 from scenarios.cli import check, draw, explain, run, trace
+from scenarios.cli._limits import time_limit
 
 _COMMANDS = (run, explain, check, trace, draw)
 
@@ -25,13 +26,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default: the process arguments), run the command and return the exit code.
 
     Returns:
-        0 on success; 2 when the scenario file is unreadable, breaks the format, or the simulator rejects
-        its inputs (the message, naming file, field and line, goes to stderr). Bad command-line
-        arguments exit with 2 through argparse.
+        0 on success; 2 when the scenario file is unreadable, breaks the format, carries code and
+        `--allow-code` was not given, outlasts `--timeout`, or the simulator rejects its inputs (the
+        message, naming file, field and line, goes to stderr). Bad command-line arguments exit with 2
+        through argparse.
     """
     args = parser().parse_args(argv)
     try:
-        return args.execute(args)
+        with time_limit(getattr(args, "timeout", None), getattr(args, "scenario", "meshsim")):
+            return args.execute(args)
     except MeshError as error:
         print(f"meshsim: error: {error}", file=sys.stderr)
         return 2

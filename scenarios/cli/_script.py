@@ -8,7 +8,8 @@ from pathlib import Path
 
 import scenarios
 from layouts import MeshError
-from scenarios import ScenarioError
+from scenarios import ScenarioError, TimeLimitError
+from scenarios._consent import refuse_script, user_code
 
 # meshsim's packages: their files are its code, never scenarios (but for the scenario library's scripts).
 _PACKAGES = ("layouts", "sim", "collectives", "oracles", "scenarios")
@@ -33,13 +34,14 @@ def check_path(path: str) -> None:
                                     "e.g. scenarios/library/moe_dispatch.toml")
 
 
-def run_script(path: str, json_output: bool) -> int:
+def run_script(path: str, json_output: bool, allow_code: bool) -> int:
     """Run the Python scenario at `path` as `__main__`; it prints its own results. Returns the exit code 0.
 
     Raises:
+        CodeNotAllowedError: `allow_code` is False (nothing ran; the message shows the script's first lines).
         ScenarioError: `json_output` was asked for (a script's output is its own, not a result document);
-            the file cannot be read; or the script raised a `MeshError` (the message carries the error and
-            its notes, e.g. the device it was raised on).
+            the file cannot be read; the script called `sys.exit` or was interrupted; or it raised a
+            `MeshError` (the message carries the error and its notes, e.g. the device it was raised on).
     """
     if json_output:
         raise ScenarioError(f"{path}: --json needs a TOML scenario; a Python scenario prints its own output "
@@ -48,10 +50,15 @@ def run_script(path: str, json_output: bool) -> int:
         Path(path).open("rb").close()
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read the scenario file: {error.strerror or error}") from None
-    try:
-        runpy.run_path(path, run_name="__main__")
-    except MeshError as error:
-        notes = "".join(f"\n  {note}" for note in getattr(error, "__notes__", ()))
-        raise ScenarioError(f"{path}: {type(error).__name__}: {error}{notes}") from error
+    if not allow_code:
+        raise refuse_script(path)
+    with user_code(path):
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except TimeLimitError:
+            raise
+        except MeshError as error:
+            notes = "".join(f"\n  {note}" for note in getattr(error, "__notes__", ()))
+            raise ScenarioError(f"{path}: {type(error).__name__}: {error}{notes}") from error
     return 0
 

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 import scenarios
-from scenarios import ScenarioError, ScenarioResult
+from scenarios import CodeNotAllowedError, ScenarioError, ScenarioResult
+from scenarios.cli._limits import add_timeout
 from scenarios.cli._page import page
 from scenarios.cli._svg import picture
 
@@ -21,6 +22,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                       help="a [collective] scenario file (TOML), e.g. scenarios/library/moe_dispatch.toml")
     draw.add_argument("-o", "--output", metavar="FILE", required=True,
                       help="where to write: FILE.svg (the picture) or FILE.html (a self-contained page)")
+    add_timeout(draw)
     draw.set_defaults(execute=execute)
 
 
@@ -52,8 +54,11 @@ def _result(path: str) -> ScenarioResult:
     """The run of the `[collective]` scenario at `path`; programs and scripts have no rows to draw."""
     if path.endswith(".py"):
         raise ScenarioError(f"{path}: draw takes a TOML scenario with a [collective] table, not a script")
-    result = scenarios.run(scenarios.load(path))
+    try:  # a program is refused before its source runs: there are no rows to draw
+        result = scenarios.run(scenarios.load(path, allow_code=False))
+    except CodeNotAllowedError:
+        result = None
     if not isinstance(result, ScenarioResult):
         raise ScenarioError(f"{path}: draw takes a scenario with a [collective] table; this one has [program] "
-                            f"(use `meshsim run {path}`)")
+                            f"(use `meshsim run --allow-code {path}`)")
     return result

@@ -21,8 +21,10 @@ import collectives
 import scenarios
 import sim
 from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult
+from scenarios._program import run_forward
 from scenarios.cli import _protocols, _ragged
 from scenarios.cli._arrays import colour as _colour
+from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli._protocols import array_text, message_table, step_groups
 from scenarios.cli.run import _seconds, _span
 
@@ -37,6 +39,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          help="a TOML scenario file, e.g. scenarios/library/ragged_docs_example.toml")
     explain.add_argument("--step", action="store_true",
                          help="wait for Enter between steps (when stdin is a terminal; ignored otherwise)")
+    add_allow_code(explain)
+    add_timeout(explain)
     explain.set_defaults(execute=execute)
 
 
@@ -49,8 +53,8 @@ def execute(args: argparse.Namespace) -> int:
     """
     if args.scenario.endswith(".py"):
         raise ScenarioError(f"{args.scenario}: explain takes TOML scenario files; run a Python scenario with "
-                            f"`python {args.scenario}` or `meshsim run {args.scenario}`")
-    scenario = scenarios.load(args.scenario)
+                            f"`python {args.scenario}` or `meshsim run --allow-code {args.scenario}`")
+    scenario = scenarios.load(args.scenario, allow_code=args.allow_code)
     console = Console(highlight=False, markup=False)  # brackets are array text
     pause = args.step and sys.stdin.isatty()
     if args.step and not pause:
@@ -215,10 +219,7 @@ def _timeline(result: ScenarioResult) -> list[Any]:
 
 def _program_steps(scenario: ProgramScenario) -> list[Step]:
     """The program, its typed listing, each collective call's messages, the outputs and the transposes."""
-    try:
-        run = scenario.function.run(*scenario.args)
-    except sim.MeshError as error:
-        raise ScenarioError(f"{scenario.path}: the simulator rejected the program: {error}") from error
+    run = run_forward(scenario)
     program = run.program(0)
     intro: list[Any] = [Text(scenario.title, style="bold"), Text(scenario.path, style="dim")]
     if scenario.description:

@@ -21,6 +21,7 @@ from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli import _explore, _sanitize
 from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
 from scenarios.cli._json import write_json
+from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli._progress import LazyStatus
 from scenarios.cli._script import check_path, run_script
 
@@ -39,6 +40,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                           f"than {THRESHOLD} elements show their edges and shape)")
     _sanitize.add_argument(run)
     _explore.add_arguments(run)
+    add_allow_code(run)
+    add_timeout(run)
     run.set_defaults(execute=execute)
 
 
@@ -50,7 +53,8 @@ def execute(args: argparse.Namespace) -> int:
         with `--explore-orders`, 0 or 1 (see `scenarios.cli._explore`).
 
     Raises:
-        ScenarioError: the file is unreadable, is part of meshsim's own code, breaks the format, asks for
+        ScenarioError: the file is unreadable, is part of meshsim's own code, carries code (a `[program]`
+            source, a Python script) without `--allow-code`, breaks the format, asks for
             `--json` of a Python script, or the simulator rejects its inputs (`main` prints the message,
             naming file, field and line, and exits 2).
     """
@@ -61,10 +65,10 @@ def execute(args: argparse.Namespace) -> int:
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
         if args.sanitize:
             _sanitize.refuse_script(path)
-        return run_script(path, args.json)
+        return run_script(path, args.json, args.allow_code)
     console = Console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
-        scenario = scenarios.load(path)
+        scenario = scenarios.load(path, allow_code=args.allow_code)
         status.update(f"simulating {path} on {scenario.mesh.size} devices")
         result = _sanitize.run(scenario) if args.sanitize else scenarios.run(scenario)
     if args.sanitize:

@@ -9,6 +9,8 @@ from pathlib import Path
 import scenarios
 import sim
 from scenarios import ProgramScenario, ScenarioError
+from scenarios._program import run_forward
+from scenarios.cli._limits import add_allow_code, add_timeout
 
 _VIEWERS = "open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing (Load)"
 
@@ -20,6 +22,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                        help="a TOML scenario file, [collective] or [program], e.g. scenarios/library/psum_ring.toml")
     trace.add_argument("-o", "--output", metavar="FILE", required=True,
                        help="where to write the trace-event JSON, e.g. trace.json")
+    add_allow_code(trace)
+    add_timeout(trace)
     trace.set_defaults(execute=execute)
 
 
@@ -32,7 +36,8 @@ def execute(args: argparse.Namespace) -> int:
         0 on success.
 
     Raises:
-        ScenarioError: the scenario is a Python script, cannot be loaded or run, or `args.output` cannot be
+        ScenarioError: the scenario is a Python script, is a `[program]` without `--allow-code`, cannot be
+            loaded or run, or `args.output` cannot be
             written (checked before the run, so a bad path costs no simulation).
     """
     path, output = args.scenario, Path(args.output)
@@ -40,7 +45,7 @@ def execute(args: argparse.Namespace) -> int:
         raise ScenarioError(f"{path}: meshsim trace takes TOML scenarios ([collective] or [program]); a Python "
                             "scenario writes its own timeline with sim.Run.to_perfetto(path)")
     _check_writable(output)
-    run = _simulate(scenarios.load(path))
+    run = _simulate(scenarios.load(path, allow_code=args.allow_code))
     try:
         events = run.to_perfetto(output)
     except OSError as error:
@@ -66,12 +71,7 @@ def _simulate(scenario: scenarios.Scenario | ProgramScenario) -> sim.Run:
         result = scenarios.run(scenario)
         assert result.run is not None, "scenarios.run keeps the simulator's run"
         return result.run
-    try:
-        return scenario.function.run(*scenario.args)
-    except sim.MeshError as error:
-        raise ScenarioError(f"{scenario.path}: the simulator rejected the program: {error}") from error
-    except Exception as error:  # the program is the file's own code: its failures are the file's errors
-        raise ScenarioError(f"{scenario.path}: [program] source failed: {type(error).__name__}: {error}") from error
+    return run_forward(scenario)
 
 
 def _summary(output: Path, events: dict, run: sim.Run) -> str:

@@ -4,7 +4,8 @@ A scenario file (TOML) describes one collective call, which cannot express an ah
 followed by calls; so this scenario is a Python script. It is the guide's code with `jax` replaced by the
 simulator (`sim.jit`, `sim.device_put`, `sim.ShapeDtypeStruct`, `layouts.Layout`, `layouts.Format`):
 
-    .venv/bin/python scenarios/library/layout_guide.py   # or: meshsim run scenarios/library/layout_guide.py
+    .venv/bin/python scenarios/library/layout_guide.py
+    meshsim run --allow-code scenarios/library/layout_guide.py   # the same, through the command line
 
 It prints the guide's four outcomes, then the relayout copy the first call made (the uncommitted,
 row-major `y` had to become column-major), as the trace records it.
