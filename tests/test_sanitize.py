@@ -140,7 +140,7 @@ def test_cli_sanitize_prints_every_violation_and_exits_1(tmp_path, capsys):
     """`meshsim run --sanitize` prints the program's result and a table of all three violations, exit 1."""
     path = tmp_path / "bad.toml"
     path.write_text(_PROGRAM)
-    code, out = run_cli(capsys, str(path), "--sanitize")
+    code, out = run_cli(capsys, str(path), "--sanitize", "--allow-code")
     assert code == 1
     assert "sanitize: 3 violation(s)" in out
     assert out.count("overlap") >= 2 and "out of bounds" in out
@@ -152,7 +152,7 @@ def test_cli_sanitize_json_and_a_clean_scenario(tmp_path, capsys):
     """`--sanitize --json` prints the violations as JSON (exit 1); a clean scenario exits 0 and says so."""
     path = tmp_path / "bad.toml"
     path.write_text(_PROGRAM)
-    code, out = run_cli(capsys, str(path), "--sanitize", "--json")
+    code, out = run_cli(capsys, str(path), "--sanitize", "--json", "--allow-code")
     document = json.loads(out)
     assert code == 1 and document["stopped"] is None
     assert sorted((v["device"], v["call"], v["rule"], v["rows"]) for v in document["violations"]) == [
