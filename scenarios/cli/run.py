@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 import scenarios
+import sim
 from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
 from scenarios.cli._json import write_json
@@ -36,6 +37,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--full", action="store_true",
                      help=f"print every element of big arrays and every message (by default arrays of more "
                           f"than {THRESHOLD} elements show their edges and shape)")
+    run.add_argument("--max-memory", metavar="SIZE",
+                     help="refuse a scenario whose estimated memory exceeds SIZE, e.g. 4GiB or 500MB (default: "
+                          "half the machine's memory)")
     run.set_defaults(execute=execute)
 
 
@@ -56,7 +60,8 @@ def execute(args: argparse.Namespace) -> int:
         return run_script(path, args.json)
     console = Console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
-        scenario = scenarios.load(path)
+        limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
+        scenario = scenarios.load(path, max_memory_bytes=limit)
         status.update(f"simulating {path} on {scenario.mesh.size} devices")
         result = scenarios.run(scenario)
     if args.json:
