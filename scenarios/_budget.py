@@ -64,9 +64,9 @@ class Budget:
         devices, trace = mesh.size * sim.DEVICE_BYTES, _messages(mesh, definition, params, group) * sim.MESSAGE_BYTES
         if max(devices, trace) > inputs:  # the mesh, not the arrays, is what makes the scenario large
             where = ("mesh", "axes")
+        outputs = inputs * (group if definition.name in _GATHERS else 1)
         self.check({"devices": devices, "inputs": inputs, "the loader's intermediates": staging,
-                    "the run's global inputs": inputs, "outputs": inputs * (group if definition.name in _GATHERS else 1),
-                    "trace": trace}, *where)
+                    "the run's global inputs": inputs, "outputs": outputs, "trace": trace}, *where)
 
     def check_program(self, sizes: list[int], mesh: sim.Mesh) -> None:
         """Refuse a `[program]` whose `[[args]]` (`sizes` bytes each) would exceed the limit.
