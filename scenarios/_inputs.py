@@ -80,7 +80,7 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
     rng = np.random.default_rng(seed)
     drawn = [_frozen(_draw(rng, shape, dtype)) for _ in mesh.devices]
     if spec.invariant_operand:
-        drawn = [drawn[mesh.axis_peers(d, params["axis_name"])[0]] for d in mesh.devices]
+        drawn = [drawn[_first_peer(mesh, d, params["axis_name"])] for d in mesh.devices]
     return tuple({"x": x} for x in drawn)
 
 
@@ -165,13 +165,24 @@ def _check_shapes(source: Source, inputs: Inputs) -> None:
 def _check_invariant(source: Source, inputs: Inputs, mesh: sim.Mesh, spec: Definition, axis_name: Any) -> None:
     """Devices that differ only along `axis_name` hold the same arrays: `spec` takes an invariant operand."""
     for d, arrays in enumerate(inputs):
-        twin = mesh.axis_peers(d, axis_name)[0]
+        twin = _first_peer(mesh, d, axis_name)
         for name, array in arrays.items():
             if array.tobytes() != inputs[twin][name].tobytes():
                 raise source.error("device", name, f"[[device]] for device {d}: {name} differs from device {twin}'s, "
                                                    f"but {spec.name} takes an operand invariant along "
                                                    f"axis_name={axis_name!r}: devices that differ only along it "
                                                    f"must hold the same values", d)
+
+
+def _first_peer(mesh: sim.Mesh, device: int, axis_name: Any) -> int:
+    """The device that differs from `device` only along `axis_name`, at index 0 along it (without listing
+    every peer, which would cost a mesh of n devices n * n steps)."""
+    coords = mesh.coords(device)
+    coords.update(dict.fromkeys(mesh.axis_names_of(axis_name), 0))
+    first = 0
+    for name in mesh.axis_names:
+        first = first * mesh.shape[name] + coords[name]
+    return first
 
 
 def _is_shape(value: Any) -> bool:

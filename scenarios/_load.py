@@ -14,6 +14,8 @@ import numpy as np
 import collectives
 import sim
 from collectives import Definition
+from scenarios._args import check_args
+from scenarios._budget import Budget
 from scenarios._errors import ScenarioError, Source
 from scenarios._inputs import device_inputs
 from scenarios._program import ProgramScenario, load_program
@@ -44,14 +46,17 @@ class Scenario:
         return collectives.definition(self.op)
 
 
-def load(path: str | os.PathLike, *, allow_code: bool = True) -> Scenario | ProgramScenario:
-    """Read and validate the scenario file at `path`.
+def load(path: str | os.PathLike, *, allow_code: bool = True,
+         max_memory_bytes: int | None = None) -> Scenario | ProgramScenario:
+    """Read and validate the scenario file at `path`, refusing it before allocating when it needs too much memory.
 
     Args:
         path: a TOML file with `[mesh]`, optional `[network]`, `[collective]`, and `[[device]]` tables
             or `[inputs] seed`/`shape` (see the README's "Scenario files").
         allow_code: whether a `[program]`'s source may run. Calling `load` from Python is consent; the
             command line passes False unless given `--allow-code`.
+        max_memory_bytes: the most memory the scenario's estimate may reach (see `scenarios._budget`);
+            None for the default, half the machine's memory (`sim.default_max_memory_bytes()`).
 
     Returns:
         The scenario, ready for `run`.
@@ -60,18 +65,23 @@ def load(path: str | os.PathLike, *, allow_code: bool = True) -> Scenario | Prog
         CodeNotAllowedError: the file is a valid `[program]` scenario and `allow_code` is False (nothing ran;
             the message shows the source).
         ScenarioError: the file is unreadable, is not TOML, or breaks a rule of the format. The message
-            reads `path:line: [table] field=value must ...` (the line when it can be found).
+            reads `path:line: [table] field=value must ...` (the line when it can be found). A file
+            whose estimate exceeds `max_memory_bytes` gets the estimate and how to raise the limit.
+        InvalidArgumentError: `max_memory_bytes` is not a positive int or None.
     """
     source, data = _parse(str(path))
+    budget = Budget(source, max_memory_bytes)
     source.check_keys("", data, (), _TOP_KEYS)
     for key in ("title", "description"):
         if not isinstance(data.get(key, ""), str):
             raise source.error("", key, f"{key}={data[key]!r} must be a string")
-    mesh = _mesh(source, data)
+    mesh = _mesh(source, data, budget)
     if "program" in data:
+        check_args(source, data, mesh, budget)
         return load_program(source, data, mesh, data.get("title", Path(path).stem), data.get("description", ""),
                             allow_code)
     definition, params = _collective(source, source.table(data, "collective"), mesh)
+    budget.check_collective(data, mesh, definition, params)
     inputs = device_inputs(source, data, mesh, definition, params)
     return Scenario(str(path), data.get("title", Path(path).stem), data.get("description", ""), mesh,
                     definition.name, params, inputs)
@@ -89,10 +99,13 @@ def _parse(path: str) -> tuple[Source, dict]:
     except tomllib.TOMLDecodeError as error:
         line = re.search(r"at line (\d+)", str(error))
         raise ScenarioError(f"{path}{':' + line.group(1) if line else ''}: invalid TOML: {error}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ScenarioError(f"{path}: invalid TOML: arrays or tables nested too deeply (more than a few "
+                            f"hundred levels); a scenario's arrays have at most 64 dimensions") from None
 
 
-def _mesh(source: Source, data: dict) -> sim.Mesh:
-    """The `[mesh]` axes with the `[network]`, as a `sim.Mesh`."""
+def _mesh(source: Source, data: dict, budget: Budget) -> sim.Mesh:
+    """The `[mesh]` axes with the `[network]`, as a `sim.Mesh`, refused when its devices alone are too many."""
     table = source.table(data, "mesh")
     source.check_keys("mesh", table, ("axes",), ())
     axes = table["axes"]
@@ -100,7 +113,8 @@ def _mesh(source: Source, data: dict) -> sim.Mesh:
     if not axes or not sizes_ok:
         raise source.error("mesh", "axes", f"[mesh] axes={axes!r} must be a non-empty table of axis name = "
                                            f"positive size, e.g. axes = {{x = 2, y = 2}}")
-    return sim.Mesh(dict(axes), network=_network(source, data))
+    budget.check_mesh(axes)
+    return sim.Mesh(dict(axes), network=_network(source, data), max_memory_bytes=budget.max_memory_bytes)
 
 
 def _network(source: Source, data: dict) -> sim.Network:

@@ -1,6 +1,7 @@
 """The discrete-event mesh: devices with local memories exchanging messages over a network."""
 
 from sim._array import Array, Shard, device_put
+from sim._budget import DEVICE_BYTES, MAX_DEVICES, MESSAGE_BYTES, check_memory, default_max_memory_bytes, parse_bytes
 from sim._compile import Compiled, Jitted, Lowered, ShapeDtypeStruct, jit
 from sim._copy import copy_step, with_layout_constraint
 from sim._driver import DeviceContext, current, current_or_none
@@ -26,6 +27,9 @@ from sim._violation import Violation
 __all__ = [  # the mesh, its devices and the network
     "DEFAULT_COPY_COST", "Buffer", "CopyCost", "Group", "LinkState", "LocalMemory", "Mesh", "Network",
     "check_axis_index_groups",
+]
+__all__ += [  # memory guards
+    "DEVICE_BYTES", "MAX_DEVICES", "MESSAGE_BYTES", "check_memory", "default_max_memory_bytes", "parse_bytes",
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
 __all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from sim._budget import DEVICE_BYTES, check_device_count, check_memory
 from sim._errors import InvalidArgumentError, InvalidTypeError
 
 AxisName = Hashable | tuple
@@ -37,7 +38,15 @@ class Mesh:
     {'x': 1, 'y': 1}
     """
 
-    def __init__(self, axes: dict[str, int], network=None, copy_cost=None) -> None:
+    def __init__(self, axes: dict[str, int], network=None, copy_cost=None,
+                 max_memory_bytes: int | None = None) -> None:
+        """A mesh of `axes` (name -> size), checked before anything is allocated.
+
+        Raises:
+            InvalidArgumentError: a size is not a positive integer, the mesh has more than `sim.MAX_DEVICES`
+                (2**20) devices, or its devices alone (`sim.DEVICE_BYTES` each) need more than
+                `max_memory_bytes` (default: half the machine's memory, see `sim.default_max_memory_bytes`).
+        """
         if not isinstance(axes, dict) or not axes:
             raise InvalidTypeError(f"axes={axes!r} must be a non-empty dict of axis name -> size")
         for name, size in axes.items():
@@ -45,7 +54,9 @@ class Mesh:
                 raise InvalidArgumentError(f"axes[{name!r}]={size!r} must be a positive integer")
         self.shape: dict[str, int] = {name: int(size) for name, size in axes.items()}
         self.axis_names: tuple[str, ...] = tuple(self.shape)
-        self.size = int(np.prod(list(self.shape.values())))
+        self.size = math.prod(self.shape.values())  # Python ints: no overflow before the check
+        check_device_count(self.shape, self.size)
+        check_memory(f"a mesh of {self.size} devices", {"devices": self.size * DEVICE_BYTES}, max_memory_bytes)
         self._grid = np.arange(self.size).reshape(tuple(self.shape.values()))
         self._groups: dict[tuple, list[Group]] = {}
         from sim._network import DEFAULT_COPY_COST, Network

@@ -269,3 +269,16 @@ def test_bad_specs(text, message):
         parse_specs(source, "in_specs", text)
     with pytest.raises(ScenarioError, match=message):
         parse_specs(source, "in_specs", text)
+
+
+def test_exploring_orders_asks_for_consent_too(tmp_path, capsys):
+    """`meshsim run --explore-orders N` on a program scenario runs its code only with --allow-code."""
+    marker = tmp_path / "ran"
+    program = tmp_path / "p.toml"
+    program.write_text(f'[mesh]\naxes = {{i = 2}}\n[program]\nsource = """\nimport pathlib\n'
+                       f'pathlib.Path({str(marker)!r}).touch()\ndef f(x):\n    return psum(x, "i")\n"""\n'
+                       'in_specs = "P(\'i\')"\nout_specs = "P()"\n[[args]]\nvalue = [1.0, 2.0]\n')
+    assert main(["run", str(program), "--explore-orders", "2"]) == 2
+    assert not marker.exists() and "--allow-code" in capsys.readouterr().err
+    assert main(["run", str(program), "--explore-orders", "2", "--allow-code"]) == 0
+    assert marker.exists()

@@ -42,7 +42,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.scenario.endswith(".py"):
         raise ScenarioError(f"{args.scenario}: --explore-orders needs a scenario file (TOML); a Python script "
                             "runs its own code and can call sim.explore itself")
-    scenario = scenarios.load(args.scenario)
+    limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
+    scenario = scenarios.load(args.scenario, allow_code=args.allow_code, max_memory_bytes=limit)
     report = scenarios.explore(scenario, args.explore_orders, args.explore_seed)
     if args.json:
         json.dump({"scenario": scenario.path, **report.to_dict()}, sys.stdout, indent=2)

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 import scenarios
+import sim
 from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli import _explore, _sanitize
 from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
@@ -42,6 +43,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _explore.add_arguments(run)
     add_allow_code(run)
     add_timeout(run)
+    run.add_argument("--max-memory", metavar="SIZE",
+                     help="refuse a scenario whose estimated memory exceeds SIZE, e.g. 4GiB or 500MB (default: "
+                          "half the machine's memory)")
     run.set_defaults(execute=execute)
 
 
@@ -68,7 +72,8 @@ def execute(args: argparse.Namespace) -> int:
         return run_script(path, args.json, args.allow_code)
     console = Console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
-        scenario = scenarios.load(path, allow_code=args.allow_code)
+        limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
+        scenario = scenarios.load(path, allow_code=args.allow_code, max_memory_bytes=limit)
         status.update(f"simulating {path} on {scenario.mesh.size} devices")
         result = _sanitize.run(scenario) if args.sanitize else scenarios.run(scenario)
     if args.sanitize:

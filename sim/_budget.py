@@ -1,0 +1,91 @@
+"""Memory guards: how many devices a mesh may have, what a device and a message cost, and the limit.
+
+A run's memory is its arrays plus, per device, a first memory page, a greenlet, a SimPy process and a
+program record, plus, per message, its trace record and its detail. The costs below are measured (a
+1,000-device psum sends a million messages in about 800 MB) and rounded up: estimates made with them are
+rough, meant to refuse a run that cannot fit before anything is allocated, not to account for every byte.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sim._errors import InvalidArgumentError, InvalidTypeError
+
+MAX_DEVICES = 1 << 20
+DEVICE_BYTES = 16 << 10  # measured about 12 KiB: a memory page, a greenlet, a SimPy process, a program record
+MESSAGE_BYTES = 1 << 10  # measured about 800 B: a trace record with its detail, and the message in flight
+FALLBACK_MAX_MEMORY_BYTES = 8 << 30
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
+          "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def default_max_memory_bytes() -> int:
+    """Half the machine's physical memory, or 8 GiB where the system does not say how much it has."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 0
+    return total // 2 if total > 0 else FALLBACK_MAX_MEMORY_BYTES
+
+
+def format_bytes(size: int) -> str:
+    """`size` in the largest binary unit that keeps it >= 1, e.g. '74.5 GiB', '512 B'."""
+    for shift, unit in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):.3g} {unit}"
+    return f"{size} B"
+
+
+def parse_bytes(text: str) -> int:
+    """A size such as '4GiB', '500MB', '1.5 GiB' or '1000000' (bytes) as a number of bytes.
+
+    Raises:
+        InvalidArgumentError: `text` is not a positive number with an optional unit (B, KB, MB, GB, TB,
+            KiB, MiB, GiB, TiB; case does not matter).
+    """
+    stripped = str(text).strip().lower()
+    number = stripped.rstrip("abgikmt ")
+    unit = stripped[len(number):].strip()
+    try:
+        size = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        size = -1
+    if not size >= 1 or size != size or size == float("inf"):
+        raise InvalidArgumentError(f"max_memory={text!r} must be a positive size such as '4GiB', '500MB' or a "
+                                   f"number of bytes")
+    return int(size)
+
+
+def check_limit(max_memory_bytes: int | None) -> int:
+    """`max_memory_bytes` checked (a positive int), or the default when it is None."""
+    if max_memory_bytes is None:
+        return default_max_memory_bytes()
+    if isinstance(max_memory_bytes, bool) or not isinstance(max_memory_bytes, int):
+        raise InvalidTypeError(f"max_memory_bytes={max_memory_bytes!r} must be an int (bytes) or None")
+    if max_memory_bytes < 1:
+        raise InvalidArgumentError(f"max_memory_bytes={max_memory_bytes!r} must be positive")
+    return max_memory_bytes
+
+
+def check_memory(what: str, parts: dict[str, int], max_memory_bytes: int | None) -> int:
+    """Raise when the estimate `parts` (bytes by what needs them) exceeds the limit; return the total.
+
+    Raises:
+        InvalidArgumentError: reading `{what} needs about <total> of memory (<part> <bytes>, ...), more than
+            max_memory_bytes=<limit> (<limit in units>)`.
+    """
+    limit = check_limit(max_memory_bytes)
+    total = sum(parts.values())
+    if total > limit:
+        shown = ", ".join(f"{name} {format_bytes(size)}" for name, size in parts.items() if size)
+        raise InvalidArgumentError(f"{what} needs about {format_bytes(total)} of memory ({shown}), more than "
+                                   f"max_memory_bytes={limit} ({format_bytes(limit)})")
+    return total
+
+
+def check_device_count(axes: dict, size: int) -> None:
+    """Raise when a mesh of `axes` has more than `MAX_DEVICES` devices (`size` of them)."""
+    if size > MAX_DEVICES:
+        raise InvalidArgumentError(f"axes={axes!r} make {size} devices; a mesh may have at most "
+                                   f"{MAX_DEVICES} (2**20)")
