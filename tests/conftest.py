@@ -7,6 +7,8 @@ Profiles, chosen with the environment variable HYPOTHESIS_PROFILE:
   slow); derandomized, with no example database, when the CI environment variable is set, so a CI run
   is reproducible.
 - `quick`: 25 cases per property, for a fast local loop.
+- `fuzz`: 3,000 cases per property, ten times the default; `test_fuzz.py` scales its own counts by the
+  profile's, so its properties run ten times longer too (a nightly or pre-release run).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if _CI:
 
 settings.register_profile("default", max_examples=300, **_COMMON)
 settings.register_profile("quick", max_examples=25, **_COMMON)
+settings.register_profile("fuzz", max_examples=3000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
