@@ -25,7 +25,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from strategies import Case, differences, run_simulator, run_spec
 from test_library import _case
@@ -196,6 +196,7 @@ def run_cli(path: Path, *flags: str) -> Outcome:
 
 def check_outcome(outcome: Outcome, flags: tuple[str, ...], program: bool) -> None:
     """Exit 0 with the spec's answer, or exit 2 with a `meshsim: error:` message; never a traceback."""
+    event(f"exit {outcome.code}" + (" (ran)" if outcome.results else ""))
     assert "Traceback" not in outcome.err, outcome.err
     if program and "--allow-code" not in flags:
         assert outcome.code == 2, f"a program ran without --allow-code (exit {outcome.code})"
@@ -314,8 +315,10 @@ def check_api_case(case: Case) -> None:
     try:
         with time_limit():
             answer = run_simulator(case)
-    except sim.MeshError:
+    except sim.MeshError as error:
+        event(type(error).__name__)
         return
+    event("ran")
     found = differences(run_spec(case), answer)
     assert not found, f"{len(found)} difference(s) on\n{case!r}\n  " + "\n  ".join(found)
 
