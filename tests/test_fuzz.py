@@ -188,9 +188,9 @@ def run_cli(path: Path, *flags: str) -> Outcome:
         return results[-1]
 
     out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(scenarios, "run", spy), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        with time_limit():
-            code = main(["run", str(path), "--max-memory", "1GiB", *flags])
+    with (mock.patch.object(scenarios, "run", spy), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err),
+          time_limit()):
+        code = main(["run", str(path), "--max-memory", "1GiB", *flags])
     return Outcome(code, out.getvalue(), err.getvalue(), results)
 
 
