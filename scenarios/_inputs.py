@@ -144,7 +144,8 @@ def _typed(source: Source, d: int, name: str, array: np.ndarray, dtype: np.dtype
     if index and array.size and array.dtype.kind not in "iu":
         raise source.error("device", name, f"{where}={array.tolist()} must hold integers (offsets and sizes)", d)
     target = _INDEX_DTYPE if index else dtype
-    cast = array.astype(target)
+    with np.errstate(all="ignore"):  # a value the dtype cannot hold is reported just below
+        cast = array.astype(target)
     if target.kind in "biu" and not np.array_equal(cast, array):
         bad = array.ravel()[int(np.argmax((cast != array).ravel()))].item()
         raise source.error("device", name, f"{where} holds {bad!r}, which {target} cannot represent exactly; "
