@@ -17,7 +17,8 @@ from rich.text import Text
 from scenarios import Scenario, ScenarioResult
 from scenarios.cli._arrays import colour as _colour
 from scenarios.cli._protocols import array_text
-from scenarios.cli.run import _seconds, _span
+from scenarios.cli._units import seconds as _seconds
+from scenarios.cli._units import span as _span
 
 Step = tuple[str, list[Any]]
 _INDEX = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")

@@ -26,7 +26,8 @@ from scenarios.cli import _protocols, _ragged
 from scenarios.cli._arrays import colour as _colour
 from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli._protocols import array_text, message_table, step_groups
-from scenarios.cli.run import _seconds, _span
+from scenarios.cli._units import seconds as _seconds
+from scenarios.cli._units import span as _span
 
 Step = tuple[str, list[Any]]
 

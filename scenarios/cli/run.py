@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console
@@ -25,6 +24,8 @@ from scenarios.cli._json import write_json
 from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli._progress import LazyStatus
 from scenarios.cli._script import check_path, run_script
+from scenarios.cli._units import seconds as _seconds
+from scenarios.cli._units import span as _span
 
 _MESSAGE_EDGE = 50  # a table of more than twice this many messages shows this many at each end, unless --full
 
@@ -287,17 +288,3 @@ def _shown(count: int, full: bool) -> list[int | None]:
     if full or count <= 2 * _MESSAGE_EDGE:
         return list(range(count))
     return [*range(_MESSAGE_EDGE), None, *range(count - _MESSAGE_EDGE, count)]
-
-
-def _span(rows: Sequence[int] | None) -> str:
-    """`(start, stop)` as `start:stop`; empty when absent."""
-    return "" if rows is None else f"{rows[0]}:{rows[1]}"
-
-
-def _seconds(t: float) -> str:
-    """`t` seconds in the largest unit that keeps it >= 1 (ASCII 'us' so any terminal encoding works)."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        if abs(t) >= scale:
-            return f"{t / scale:.6g} {unit}"
-    return f"{t / 1e-9:.6g} ns" if t else "0 s"
-
