@@ -14,11 +14,11 @@ from collectives._common import (
     canonical_axis,
     group_of,
     header_of,
-    is_row_major,
     map_tree,
     operand,
     out_layout_of,
     pack_slice,
+    row_major_everywhere,
     same_operands,
     unpack_into,
 )
@@ -119,12 +119,7 @@ def _protocol(port: sim.Port, args: _Args):
 def _rows_in_place(port: sim.Port) -> bool:
     """Whether every member gathers along axis 0 from a row-major operand into a row-major result (decided
     once per call, from what all members know statically)."""
-    known = port.shared.get("in_place")
-    if known is None:
-        known = port.shared["in_place"] = all(
-            a.axis == 0 and is_row_major(a.buffer.layout.major_to_minor)
-            and (a.out_layout is None or is_row_major(a.out_layout.major_to_minor)) for a in port.group_args)
-    return known
+    return port.once("in_place", lambda: row_major_everywhere(port.group_args, lambda a: a.axis == 0))
 
 
 def _transpose(t: Transposition) -> list:

@@ -13,12 +13,12 @@ from collectives._common import (
     canonical_axis,
     group_of,
     header_of,
-    is_row_major,
     map_tree,
     operand,
     out_layout_of,
     pack_slice,
     received,
+    row_major_everywhere,
     same_operands,
     unpack_into,
 )
@@ -132,13 +132,8 @@ def _protocol(port: sim.Port, args: _Args):
 def _rows_in_place(port: sim.Port, chunks: list[np.ndarray]) -> bool:
     """Whether, for every member, each chunk is one contiguous run of its row-major operand and lands as
     one in its row-major result (decided once per call, from what all members know statically)."""
-    known = port.shared.get("in_place")
-    if known is None:
-        known = port.shared["in_place"] = all(
-            a.concat_axis == 0 and is_row_major(a.buffer.layout.major_to_minor)
-            and (a.out_layout is None or is_row_major(a.out_layout.major_to_minor)) for a in port.group_args
-        ) and all(chunk.flags.c_contiguous for chunk in chunks)
-    return known
+    return port.once("in_place", lambda: row_major_everywhere(port.group_args, lambda a: a.concat_axis == 0)
+                     and all(chunk.flags.c_contiguous for chunk in chunks))
 
 
 def _rows(args: _Args, chunk_shape: tuple[int, ...], i: int) -> tuple[int, int]:

@@ -32,7 +32,7 @@ import numpy as np
 
 import sim
 from collectives._arithmetic import combine, fold, identity
-from collectives._common import header_of, is_row_major, pack_slice, received, unpack_into, unpack_values
+from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
 from layouts import Layout
 
 ALGORITHMS = ("direct", "ring", "recursive_doubling")
@@ -82,12 +82,7 @@ def _direct(port: sim.Port, args: AllReduceArgs) -> Generator:
 
 def _in_place(port: sim.Port) -> bool:
     """Whether every member's operand and result are row-major (decided once per call)."""
-    known = port.shared.get("in_place")
-    if known is None:
-        known = port.shared["in_place"] = all(
-            is_row_major(a.buffer.layout.major_to_minor) and is_row_major(a.out_layout.major_to_minor)
-            for a in port.group_args)
-    return known
+    return port.once("in_place", lambda: row_major_everywhere(port.group_args))
 
 
 def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[int, ...],

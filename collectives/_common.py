@@ -103,6 +103,14 @@ _ROW_MAJOR = tuple(tuple(range(rank)) for rank in range(33))
 _HEADERS: dict[tuple[int, ...], dict] = {}
 
 
+def row_major_everywhere(group_args: list[Any], also: Callable[[Any], bool] = lambda args: True) -> bool:
+    """Whether every member's operand (`args.buffer`) and result (`args.out_layout`, None meaning row-major)
+    are row-major and `also(args)` holds: then no payload needs packing or unpacking."""
+    return all(is_row_major(a.buffer.layout.major_to_minor)
+               and (a.out_layout is None or is_row_major(a.out_layout.major_to_minor)) and also(a)
+               for a in group_args)
+
+
 def is_row_major(order: tuple[int, ...]) -> bool:
     """Whether the major_to_minor `order` is the identity permutation."""
     return len(order) < len(_ROW_MAJOR) and order == _ROW_MAJOR[len(order)]

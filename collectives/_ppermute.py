@@ -125,15 +125,14 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
 
 def _pairs_of(port: sim.Port, perm: Perm) -> tuple[dict[int, list], dict[int, list]]:
     """The pairs of `perm` by source and by destination, in perm order (worked out once per call)."""
-    known = port.shared.get("pairs")
-    if known is None:
+    def by_endpoint() -> tuple[dict[int, list], dict[int, list]]:
         sends: dict[int, list] = {}
         receives: dict[int, list] = {}
         for pair in perm:
             sends.setdefault(pair[0], []).append(pair)
             receives.setdefault(pair[1], []).append(pair)
-        known = port.shared["pairs"] = (sends, receives)
-    return known
+        return sends, receives
+    return port.once("pairs", by_endpoint)
 
 
 def _transpose(t: Transposition) -> list:

@@ -23,7 +23,7 @@ from sim._program import Program
 
 if TYPE_CHECKING:
     from sim._engine import Simulation
-    from sim._rendezvous import Collective
+    from sim._rendezvous import Collective, Waiting
 
 # Greenlets whose program swallowed the abort and asked for another collective: they are never resumed,
 # and kept here so that no later garbage collection runs their code again.
@@ -86,8 +86,8 @@ class _DeviceGreenlet(greenlet.greenlet):
 class DeviceProgram:
     """One device's program, driven step by step by its SimPy process.
 
-    `waiting_on` says what the device is doing, as a structured value: None while it computes, else the
-    collective it waits in (`(name, call, members)`), or "finished".
+    `waiting_on` says what the device is doing: None while it computes, the `Waiting` (collective, call,
+    members) it waits in, or a word ("has not started", "has finished", "failed").
     """
 
     def __init__(self, simulation: Simulation, device: int, fn: Callable[[], Any]) -> None:
@@ -98,7 +98,7 @@ class DeviceProgram:
         self.result: Any = None
         self.waiting_on: Any = "has not started"
         self.calls: dict[tuple[int, ...], int] = {}
-        self.last_call: Any = None  # the `Waiting` of the collective it called last
+        self.last_call: Waiting | None = None  # the collective it called last
         self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
         self._greenlet.context = DeviceContext(self)
         self._home = self._greenlet.parent
@@ -141,7 +141,7 @@ class DeviceProgram:
         if isinstance(error, Exception):
             where = _user_frame(error)
             call = ("before its first collective" if self.last_call is None
-                    else f"after {str(self.last_call).removeprefix('waits in ')}")
+                    else f"after {self.last_call.call_str()}")
             error.add_note(f"raised on device {self.device} {call}" + (f", at {where}" if where else ""))
         return error
 

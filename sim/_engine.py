@@ -121,8 +121,7 @@ class Simulation:
             meeting = self.rendezvous.arrive(program.device, call, collective)
             yield meeting.event
             met_s = self.now_s
-            port = Port(self.transport, program.device, self.memories[program.device], collective, call, meeting,
-                        self)
+            port = Port(self, program.device, collective, call, meeting)
             result = yield from collective.protocol(port, collective.args)
             # payloads are zero-copy views of the sender's memory: it may not move on while they travel
             if port.last_arrival_s > self.env.now:

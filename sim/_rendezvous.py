@@ -50,7 +50,11 @@ class Waiting:
     members: tuple[int, ...]
 
     def __str__(self) -> str:
-        return f"waits in {self.collective} (call #{self.call} over {devices_str(self.members)})"
+        return f"waits in {self.call_str()}"
+
+    def call_str(self) -> str:
+        """The call alone: `psum (call #0 over devices [0, 1])`."""
+        return f"{self.collective} (call #{self.call} over {devices_str(self.members)})"
 
 
 def devices_str(members: tuple[int, ...]) -> str:
@@ -64,8 +68,8 @@ def devices_str(members: tuple[int, ...]) -> str:
 class _Meeting:
     """The members that have reached one call so far.
 
-    Once all have, `args` holds every member's arguments by group index and `shared` is a scratch dict
-    the members' protocols may use to compute something about the call once (never a result). `skipped`
+    Once all have, `args` holds every member's arguments by group index and `shared` holds what the
+    members' protocols worked out once about the call (`Port.once`; never a result). `skipped`
     holds the pieces a sanitized run leaves out of the call (see `Violation.skip`).
     """
 

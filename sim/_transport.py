@@ -13,7 +13,7 @@ events and n row postings, not n^2 mailbox entries.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Hashable
+from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from sim._network import LinkState
 from sim._trace import Trace
 
 if TYPE_CHECKING:
+    from sim._engine import Simulation
     from sim._perturb import Order
     from sim._rendezvous import Collective, _Meeting
 
@@ -184,15 +185,15 @@ def _fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float
 class Port:
     """One device's access to the network and its memory during one collective call."""
 
-    def __init__(self, transport: Transport, device: int, memory: LocalMemory, collective: Collective,
-                 call: int, meeting: _Meeting, simulation: Any = None) -> None:
-        self.transport = transport
+    def __init__(self, simulation: Simulation, device: int, collective: Collective, call: int,
+                 meeting: _Meeting) -> None:
         self.simulation = simulation
+        self.transport: Transport = simulation.transport
+        self.memory: LocalMemory = simulation.memories[device]
         self.device = device
         self.collective = collective
         self.call = call
         self.exchange = meeting.exchange
-        self.memory = memory
         self.last_arrival_s = 0.0
         self._meeting = meeting
 
@@ -202,10 +203,13 @@ class Port:
         statically (shapes, dtypes, layouts), never their values: those travel in messages."""
         return self._meeting.args
 
-    @property
-    def shared(self) -> dict:
-        """A scratch dict shared by this call's members, to compute a fact about the call once."""
-        return self._meeting.shared
+    def once(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """`compute()` the first time a member of this call asks for `key`, the same value afterwards: a fact
+        about the call (from what its members know statically) worked out once, not once per member."""
+        shared = self._meeting.shared
+        if key not in shared:
+            shared[key] = compute()
+        return shared[key]
 
     @property
     def group(self) -> Group:
@@ -221,7 +225,7 @@ class Port:
     def last_arrival_wins(self) -> bool:
         """Whether slices that land on the same rows are allowed, written in arrival order (the last
         arrival wins), as arrival-order exploration asks; by default such a call is refused."""
-        return bool(self.simulation is not None and self.simulation.last_arrival_wins)
+        return self.simulation.last_arrival_wins
 
     def send(self, dst: int, payload: np.ndarray, tag: Hashable = 0, header: dict | None = None, **detail) -> None:
         """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay."""

@@ -9,7 +9,8 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-from scenarios import ScenarioError, TimeLimitError
+import scenarios
+from scenarios import CodeNotAllowedError, Scenario, ScenarioError, TimeLimitError
 
 _REFIRE_S = 1.0  # after the first alarm, one a second: code that catches the first is stopped by the next
 
@@ -19,6 +20,20 @@ def add_allow_code(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-code", action="store_true",
                         help="run the Python code the scenario carries (a [program] source, a .py scenario); "
                              "without it such a file is refused and its code shown. Give it only to files you trust")
+
+
+def load_collective(path: str, script: str, program: str) -> Scenario:
+    """The `[collective]` scenario at `path`, for a command that runs no code: a Python script is refused with
+    `script` and a `[program]` (before its source runs) with `program`, each after the path."""
+    if path.endswith(".py"):
+        raise ScenarioError(f"{path}: {script}")
+    try:
+        scenario = scenarios.load(path, allow_code=False)
+    except CodeNotAllowedError:
+        scenario = None
+    if not isinstance(scenario, Scenario):
+        raise ScenarioError(f"{path}: {program}")
+    return scenario
 
 
 def add_timeout(parser: argparse.ArgumentParser) -> None:

@@ -18,8 +18,8 @@ from rich.text import Text
 import oracles
 import scenarios
 from oracles import Call, Comparison, Difference, Report
-from scenarios import CodeNotAllowedError, Scenario, ScenarioError
-from scenarios.cli._limits import add_timeout
+from scenarios import Scenario
+from scenarios.cli._limits import add_timeout, load_collective
 
 _AGREE, _DIFFER, _SKIPPED = ("agree", "green"), ("DIFFER", "bold red"), ("skipped", "dim")
 
@@ -56,16 +56,9 @@ def _collective_scenario(path: str) -> Scenario:
     """The `[collective]` scenario at `path`; anything else is a ScenarioError saying what `check` supports."""
     limit = ("check supports [collective] scenarios (TOML): the spec and JAX answer one collective call; "
              "use `meshsim run` to see it")
-    if path.endswith(".py"):
-        raise ScenarioError(f"{path}: a Python script gives no collective call to compare; {limit}")
-    try:  # a program is refused before its source runs: it has no call to compare
-        scenario = scenarios.load(path, allow_code=False)
-    except CodeNotAllowedError:
-        scenario = None
-    if not isinstance(scenario, Scenario):
-        raise ScenarioError(f"{path}: a [program] has no independent answer (the spec and the JAX oracle "
-                            f"run collectives, not a program's source); {limit}")
-    return scenario
+    return load_collective(path, f"a Python script gives no collective call to compare; {limit}",
+                           "a [program] has no independent answer (the spec and the JAX oracle run collectives, "
+                           f"not a program's source); {limit}")
 
 
 def call_of(scenario: Scenario) -> Call:

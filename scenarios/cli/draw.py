@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 import scenarios
-from scenarios import CodeNotAllowedError, ScenarioError, ScenarioResult
-from scenarios.cli._limits import add_timeout
+from scenarios import ScenarioError, ScenarioResult
+from scenarios.cli._limits import add_timeout, load_collective
 from scenarios.cli._page import page
 from scenarios.cli._svg import picture
 
@@ -52,13 +52,7 @@ def execute(args: argparse.Namespace) -> int:
 
 def _result(path: str) -> ScenarioResult:
     """The run of the `[collective]` scenario at `path`; programs and scripts have no rows to draw."""
-    if path.endswith(".py"):
-        raise ScenarioError(f"{path}: draw takes a TOML scenario with a [collective] table, not a script")
-    try:  # a program is refused before its source runs: there are no rows to draw
-        result = scenarios.run(scenarios.load(path, allow_code=False))
-    except CodeNotAllowedError:
-        result = None
-    if not isinstance(result, ScenarioResult):
-        raise ScenarioError(f"{path}: draw takes a scenario with a [collective] table; this one has [program] "
-                            f"(use `meshsim run --allow-code {path}`)")
-    return result
+    return scenarios.run(load_collective(
+        path, "draw takes a TOML scenario with a [collective] table, not a script",
+        f"draw takes a scenario with a [collective] table; this one has [program] (use `meshsim run --allow-code "
+        f"{path}`)"))
