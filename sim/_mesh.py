@@ -77,6 +77,10 @@ class Mesh:
         position = np.unravel_index(device, self._grid.shape)
         return {name: int(i) for name, i in zip(self.axis_names, position)}
 
+    def route(self, src: int, dst: int) -> tuple:
+        """The links (hashable ids) a message from device `src` to device `dst` crosses, in order."""
+        return self.network.route(src, dst)
+
     def axis_names_of(self, axis_name: AxisName) -> tuple[str, ...]:
         """`axis_name` as a tuple of known names; raises for unknown or repeated names."""
         names = axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,)

@@ -37,6 +37,14 @@ class Network:
         """The links (as (from, to) pairs) a message from `src` to `dst` crosses."""
         return () if src == dst else ((src, dst),)
 
+    def link_latency_s(self, link: tuple) -> float:
+        """The latency of `link` (a link id from `route`)."""
+        return self.latency_s
+
+    def link_bandwidth(self, link: tuple) -> float:
+        """The bandwidth of `link` in bytes per second, per direction."""
+        return self.bandwidth_bytes_per_s
+
     def transfer_s(self, size_bytes: int) -> float:
         """Time one link needs to push `size_bytes` onto the wire."""
         return size_bytes / self.bandwidth_bytes_per_s
