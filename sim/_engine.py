@@ -4,7 +4,7 @@
 - the driver (`sim._driver`) runs each device program as a greenlet switched by a SimPy process;
 - the rendezvous (`sim._rendezvous`) starts a collective when its whole group has reached it;
 - the transport (`sim._transport`) carries messages between mailboxes over the network's links
-  (`sim._network.LinkState`), and records them in the `Trace`.
+  (`sim._flows.LinkState`: flows sharing links max-min fairly), and records them in the `Trace`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sim._driver import DeviceProgram
 from sim._errors import InvalidArgumentError, MeshError, ProtocolError
 from sim._memory import LocalMemory
 from sim._mesh import Mesh
-from sim._network import LinkState
+from sim._flows import LinkState
 from sim._perturb import Perturbation
 from sim._program import Program
 from sim._rendezvous import Collective, Rendezvous, Waiting
@@ -54,8 +54,8 @@ class Simulation:
         self.env = simpy.Environment(initial_time=0.0) if order is None else order.environment()
         self.memories = list(memories) if memories is not None else [LocalMemory(d) for d in mesh.devices]
         self.programs = [Program() for _ in mesh.devices]
-        self.trace = Trace()
-        self.links = LinkState(mesh.network)
+        self.trace = Trace(route=mesh.route)
+        self.links = LinkState(mesh.network, mesh.size, self.env, mesh.placement)
         self.transport = Transport(self.env, self.links, self.trace, mesh.size, order)
         self.rendezvous = Rendezvous(self.env, sanitize)
         self.shared: dict = {}
@@ -123,9 +123,9 @@ class Simulation:
             met_s = self.now_s
             port = Port(self, program.device, collective, call, meeting)
             result = yield from collective.protocol(port, collective.args)
-            # payloads are zero-copy views of the sender's memory: it may not move on while they travel
-            if port.last_arrival_s > self.env.now:
-                yield self.env.timeout(port.last_arrival_s - self.env.now)
+            arrived = port.all_arrived()
+            if arrived is not None:
+                yield arrived
             self.calls.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s, self.now_s))
         except Exception as error:
             if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened

@@ -39,13 +39,20 @@ class Mesh:
     """
 
     def __init__(self, axes: dict[str, int], network=None, copy_cost=None,
-                 max_memory_bytes: int | None = None) -> None:
+                 max_memory_bytes: int | None = None, placement: dict[str, int] | Sequence[int] | None = None
+                 ) -> None:
         """A mesh of `axes` (name -> size), checked before anything is allocated.
+
+        `network` (a `sim.Network`; fully connected by default) must hold exactly the mesh's devices. By
+        default mesh device d is topology device d (both row-major), so mesh axes lie along the topology's
+        dimensions in order; `placement` says otherwise: a dict mapping every mesh axis to the topology
+        dimension it lies along (sizes equal), or a sequence giving each mesh device's topology device.
 
         Raises:
             InvalidArgumentError: a size is not a positive integer, the mesh has more than `sim.MAX_DEVICES`
                 (2**20) devices, or its devices alone (`sim.DEVICE_BYTES` each) need more than
-                `max_memory_bytes` (default: half the machine's memory, see `sim.default_max_memory_bytes`).
+                `max_memory_bytes` (default: half the machine's memory, see `sim.default_max_memory_bytes`);
+                the network cannot hold the mesh, or `placement` is not a placement of it.
         """
         if not isinstance(axes, dict) or not axes:
             raise InvalidTypeError(f"axes={axes!r} must be a non-empty dict of axis name -> size")
@@ -61,7 +68,11 @@ class Mesh:
         self._groups: dict[tuple, list[Group]] = {}
         from sim._network import DEFAULT_COPY_COST, Network
 
-        self.network = Network.fully_connected() if network is None else network
+        network = Network.fully_connected() if network is None else network
+        if not isinstance(network, Network):
+            raise InvalidTypeError(f"network={network!r} must be a sim.Network")
+        self.network = network.sized(self.size)
+        self.placement = None if placement is None else place(self.shape, self.network, placement)
         self.copy_cost = DEFAULT_COPY_COST if copy_cost is None else copy_cost
 
     def __repr__(self) -> str:
@@ -78,7 +89,10 @@ class Mesh:
         return {name: int(i) for name, i in zip(self.axis_names, position)}
 
     def route(self, src: int, dst: int) -> tuple:
-        """The links (hashable ids) a message from device `src` to device `dst` crosses, in order."""
+        """The links (hashable ids, see `sim.Network.route`) a message from device `src` to device `dst`
+        crosses, in order, after placing both on the topology."""
+        if self.placement is not None:
+            src, dst = int(self.placement[src]), int(self.placement[dst])
         return self.network.route(src, dst)
 
     def axis_names_of(self, axis_name: AxisName) -> tuple[str, ...]:
@@ -149,6 +163,31 @@ class Mesh:
                 for index, member in enumerate(members):
                     table[member] = Group(members, index)
         return table
+
+
+def place(shape: dict[str, int], network, placement: dict[str, int] | Sequence[int]) -> np.ndarray:
+    """Each mesh device's topology device under `placement` (see `Mesh`), checked."""
+    size = math.prod(shape.values())
+    if isinstance(placement, dict):
+        topology = network.shape or (size,)
+        dims = [placement.get(name) for name in shape]
+        ok = (set(placement) == set(shape) and sorted(dims) == list(range(len(topology)))
+              and all(shape[name] == topology[placement[name]] for name in shape))
+        if not ok:
+            raise InvalidArgumentError(
+                f"placement={placement!r} must map every mesh axis of {shape} to a distinct dimension of "
+                f"{network.topology} shape={topology} of the same size")
+        grid = np.arange(size).reshape(topology)
+        return np.ascontiguousarray(np.transpose(grid, dims)).reshape(-1)
+    try:
+        order = np.array(placement, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError):
+        raise InvalidTypeError(f"placement={placement!r} must be a dict of axis -> dimension or a sequence "
+                               f"of device ids") from None
+    if len(order) != size or sorted(order.tolist()) != list(range(size)):
+        raise InvalidArgumentError(f"placement={placement!r} must list every topology device 0..{size - 1} "
+                                   f"exactly once, one per mesh device")
+    return order
 
 
 def _hashable(value: Any) -> Hashable:

@@ -1,111 +1,222 @@
-"""What moving bytes costs: `Network` (links with latency and bandwidth, the route a message takes), its
-`LinkState` during a run (link occupancy), and `CopyCost` (a device's local copies)."""
+"""What moving bytes costs: `Network` (a topology of links, each with a latency and a bandwidth per direction,
+and the route a message takes) and `CopyCost` (a device's local copies).
+
+How messages share links over time is `sim._flows` (flow-level, max-min fair); where the links are and which
+ones a route crosses is `sim._topology`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
-from sim._errors import InvalidArgumentError
+from sim import _topology
+from sim._errors import InvalidArgumentError, InvalidTypeError
+
+TOPOLOGIES = ("fully_connected", "switch", "ring", "torus", "hierarchical")
 
 
 @dataclass(frozen=True)
 class Network:
-    """A fully connected switch: one directed link per ordered pair of devices.
+    """Links with a latency (alpha) and a bandwidth (1 / beta, bytes per second in each direction), in one of
+    five topologies (see `sim._topology` for link ids and routes):
 
-    Every link has the same `latency_s` (alpha) and `bandwidth_bytes_per_s` (1 / beta) per direction.
-    Messages on one link are serialised, so they share its bandwidth.
+    - `fully_connected`: a dedicated link per ordered pair of devices (the default);
+    - `switch`: every device has one egress and one ingress port into a non-blocking switch; all of a
+      device's messages share its ports (an NVSwitch node);
+    - `ring` and `torus`: 1-, 2- or 3-D, a bidirectional link between neighbours, `wraparound` per dimension;
+      dimension-order routing, the shorter way round each ring;
+    - `hierarchical`: nodes of `node_size` devices on a fast switch (`latency_s`, `bandwidth_bytes_per_s`),
+      every device also with its own NIC port pair on a slower switch joining the nodes
+      (`inter_latency_s`, `inter_bandwidth_bytes_per_s`).
+
+    `shape` is the topology's device shape (a torus's dimensions; `(nodes, node_size)` for hierarchical);
+    None for fully_connected and switch (any number of devices) and, for ring and hierarchical, until a mesh
+    sizes it. A multi-hop message is pipelined (cut-through) unless `store_and_forward`.
+
+    >>> Network.torus((4, 4), wraparound=(True, False)).route(0, 7)
+    ((0, 1), (1, 2), (2, 3), (3, 7))
     """
 
     latency_s: float = 1e-6
     bandwidth_bytes_per_s: float = 100e9
     topology: str = "fully_connected"
+    shape: tuple[int, ...] | None = None
+    wraparound: tuple[bool, ...] | None = None
+    node_size: int | None = None
+    inter_latency_s: float | None = None
+    inter_bandwidth_bytes_per_s: float | None = None
+    store_and_forward: bool = False
+    preset_name: str | None = None
 
     def __post_init__(self) -> None:
-        if self.latency_s < 0:
-            raise InvalidArgumentError(f"latency_s={self.latency_s} must be >= 0")
-        if self.bandwidth_bytes_per_s <= 0:
-            raise InvalidArgumentError(f"bandwidth_bytes_per_s={self.bandwidth_bytes_per_s} must be > 0")
-        if self.topology != "fully_connected":
-            raise InvalidArgumentError(f"topology={self.topology!r} must be 'fully_connected'")
+        _check_link("", self.latency_s, self.bandwidth_bytes_per_s)
+        if self.topology not in TOPOLOGIES:
+            raise InvalidArgumentError(f"topology={self.topology!r} must be one of {', '.join(TOPOLOGIES)}")
+        if self.shape is not None:
+            object.__setattr__(self, "shape", _check_shape(self.shape, self.topology))
+        if self.topology in ("ring", "torus"):
+            if self.topology == "torus" and self.shape is None:
+                raise InvalidArgumentError("topology='torus' needs shape=, e.g. shape=(4, 4)")
+            object.__setattr__(self, "wraparound", _check_wraparound(self.wraparound, self.shape))
+        if self.topology == "hierarchical":
+            _check_hierarchical(self)
+        if not isinstance(self.store_and_forward, bool):
+            raise InvalidTypeError(f"store_and_forward={self.store_and_forward!r} must be True or False")
 
     @classmethod
-    def fully_connected(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9) -> Network:
+    def fully_connected(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9,
+                        store_and_forward: bool = False) -> Network:
         """Every device has a direct link to every other."""
-        return cls(latency_s, bandwidth_bytes_per_s, "fully_connected")
+        return cls(latency_s, bandwidth_bytes_per_s, "fully_connected", store_and_forward=store_and_forward)
 
-    def route(self, src: int, dst: int) -> tuple[tuple[int, int], ...]:
-        """The links (as (from, to) pairs) a message from `src` to `dst` crosses."""
-        return () if src == dst else ((src, dst),)
+    @classmethod
+    def switch(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9) -> Network:
+        """Every device has one egress and one ingress port of `bandwidth_bytes_per_s` on a non-blocking switch;
+        a message crosses its sender's egress port and its receiver's ingress port, for one latency."""
+        return cls(latency_s, bandwidth_bytes_per_s, "switch")
+
+    @classmethod
+    def ring(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9, devices: int | None = None,
+             wraparound: bool = True, store_and_forward: bool = False) -> Network:
+        """A bidirectional ring over `devices` devices (None: as many as the mesh has), in device id order."""
+        shape = None if devices is None else (devices,)
+        return cls(latency_s, bandwidth_bytes_per_s, "ring", shape, (wraparound,), store_and_forward=store_and_forward)
+
+    @classmethod
+    def torus(cls, shape: tuple[int, ...], wraparound: bool | tuple[bool, ...] = True, latency_s: float = 1e-6,
+              bandwidth_bytes_per_s: float = 100e9, store_and_forward: bool = False) -> Network:
+        """A 1-, 2- or 3-D torus of `shape`; `wraparound` for every dimension or one per dimension."""
+        return cls(latency_s, bandwidth_bytes_per_s, "torus", shape, wraparound, store_and_forward=store_and_forward)
+
+    @classmethod
+    def hierarchical(cls, node_size: int, nodes: int | None = None, latency_s: float = 1e-6,
+                     bandwidth_bytes_per_s: float = 450e9, inter_latency_s: float = 5e-6,
+                     inter_bandwidth_bytes_per_s: float = 50e9) -> Network:
+        """Nodes of `node_size` devices (consecutive ids) on a fast switch; each device's NIC on a slow one."""
+        shape = None if nodes is None else (nodes, node_size)
+        return cls(latency_s, bandwidth_bytes_per_s, "hierarchical", shape, None, node_size, inter_latency_s,
+                   inter_bandwidth_bytes_per_s)
+
+    @classmethod
+    def preset(cls, name: str, shape: tuple[int, ...] | None = None) -> Network:
+        """A real system's network (see `sim._presets` for each one's figures and sources)."""
+        from sim._presets import preset
+
+        return preset(name, shape)
+
+    @property
+    def devices(self) -> int | None:
+        """How many devices the topology holds (None: any number)."""
+        return None if self.shape is None else math.prod(self.shape)
+
+    def sized(self, devices: int) -> Network:
+        """This network holding exactly `devices` devices: a ring or hierarchical network without a size gets
+        one; any other size mismatch is an error naming both and the rule."""
+        if self.topology in ("fully_connected", "switch") and self.shape is None:
+            return self
+        if self.shape is None and self.topology == "ring":
+            return replace(self, shape=(devices,))
+        if self.shape is None:  # hierarchical
+            if devices % self.node_size:
+                raise InvalidArgumentError(f"a mesh of {devices} devices does not fit hierarchical node_size="
+                                           f"{self.node_size}: the device count must be a multiple of node_size")
+            return replace(self, shape=(devices // self.node_size, self.node_size))
+        if self.devices != devices:
+            raise InvalidArgumentError(f"a mesh of {devices} devices does not fit {self.topology} shape={self.shape} "
+                                       f"({self.devices} devices): a mesh must have exactly as many devices as "
+                                       f"its topology")
+        return self
+
+    def route(self, src: int, dst: int) -> tuple:
+        """The links (hashable ids, see `sim._topology`) a message from topology device `src` to `dst`
+        crosses, in order."""
+        if self.topology in ("ring", "torus", "hierarchical") and self.shape is None and src != dst:
+            raise InvalidArgumentError(f"a {self.topology} network without shape= has no routes until a mesh sizes "
+                                       f"it: ask sim.Mesh(..., network=...).route(src, dst)")
+        return _topology.route(self, src, dst)
 
     def link_latency_s(self, link: tuple) -> float:
-        """The latency of `link` (a link id from `route`)."""
+        """The latency of `link` (a link id from `route`); a switch's ingress ports have none."""
+        if self.topology == "switch":
+            return self.latency_s if link[0] == "out" else 0.0
+        if self.topology == "hierarchical":
+            return {"out": self.latency_s, "nic_out": self.inter_latency_s}.get(link[0], 0.0)
         return self.latency_s
 
     def link_bandwidth(self, link: tuple) -> float:
         """The bandwidth of `link` in bytes per second, per direction."""
+        if self.topology == "hierarchical" and link[0] in ("nic_out", "nic_in"):
+            return self.inter_bandwidth_bytes_per_s
         return self.bandwidth_bytes_per_s
 
     def transfer_s(self, size_bytes: int) -> float:
         """Time one link needs to push `size_bytes` onto the wire."""
         return size_bytes / self.bandwidth_bytes_per_s
 
+    def describe(self) -> str:
+        """The topology in a few words, e.g. 'torus 4x4 (wraparound: no, no)' or 'preset tpu-v5e: torus 4x4'."""
+        text = self.topology
+        if self.shape is not None and self.topology != "hierarchical":
+            text += " " + "x".join(map(str, self.shape))
+        if self.wraparound is not None and self.shape is not None and len(self.shape) > 1:
+            text += " (wraparound: " + ", ".join("yes" if w else "no" for w in self.wraparound) + ")"
+        elif self.wraparound == (False,):
+            text += " (no wraparound)"
+        if self.topology == "hierarchical":
+            nodes = "" if self.shape is None else f"{self.shape[0]} nodes of "
+            text += (f" ({nodes}{self.node_size} devices; between nodes latency {self.inter_latency_s * 1e6:g} us, "
+                     f"bandwidth {self.inter_bandwidth_bytes_per_s / 1e9:g} GB/s)")
+        if self.store_and_forward:
+            text += ", store-and-forward"
+        return text if self.preset_name is None else f"preset {self.preset_name}: {text}"
 
-class LinkState:
-    """The network's state during one run: when each link is next free.
 
-    A message occupies every link of its route for `size / bandwidth`, starting on each link when both
-    the message and the link are ready; it arrives one latency after leaving its last link. Messages on
-    one link are therefore serialised in the order they were posted, so they share its bandwidth.
-    """
+def _check_link(prefix: str, latency_s: object, bandwidth: object) -> None:
+    """A latency >= 0 and a bandwidth > 0, both finite numbers."""
+    for name, value, ok in ((f"{prefix}latency_s", latency_s, lambda v: v >= 0),
+                            (f"{prefix}bandwidth_bytes_per_s", bandwidth, lambda v: v > 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidTypeError(f"{name}={value!r} must be a number")
+        if not math.isfinite(value) or not ok(value):
+            raise InvalidArgumentError(f"{name}={value} must be {'>= 0' if 'latency' in name else '> 0'}")
 
-    def __init__(self, network: Network) -> None:
-        self.network = network
-        self.free_at_s: dict[tuple[int, int], float] = {}
 
-    def occupy(self, src: int, dst: int, size_bytes: int, now_s: float) -> tuple[float, float]:
-        """Book a message from `src` to `dst` posted at `now_s`; returns (start, arrival) times."""
-        if src == dst:
-            return now_s, now_s
-        network = self.network
-        transfer_s = size_bytes / network.bandwidth_bytes_per_s
-        t, start = now_s, -1.0
-        for link in network.route(src, dst):
-            begin = self.free_at_s.get(link, 0.0)
-            begin = t if t > begin else begin
-            if start < 0:
-                start = begin
-            self.free_at_s[link] = begin + transfer_s
-            t = begin + transfer_s + network.latency_s
-        return start, t
+def _check_shape(shape: object, topology: str) -> tuple[int, ...]:
+    """A tuple of 1 to 3 positive ints (2 for hierarchical: nodes, node_size)."""
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    ok = isinstance(shape, (tuple, list)) and all(isinstance(s, int) and not isinstance(s, bool) for s in shape)
+    if not ok or not all(s >= 1 for s in shape):
+        raise InvalidArgumentError(f"shape={shape!r} must be a tuple of positive integers")
+    rank = {"ring": (1,), "torus": (1, 2, 3), "hierarchical": (2,)}.get(topology, (1,))
+    if len(shape) not in rank:
+        rule = "of 1 to 3 dimensions" if topology == "torus" else f"of {rank[0]} dimension(s)"
+        raise InvalidArgumentError(f"shape={tuple(shape)} must be {rule} for topology={topology!r}")
+    return tuple(shape)
 
-    def occupy_batch(self, src: int, dsts: list[int], sizes: list[int], now_s: float) -> tuple[list, list]:
-        """`occupy` for messages from `src` to each of `dsts`, posted at `now_s` in that order."""
-        network = self.network
-        if network.topology != "fully_connected":
-            booked = [self.occupy(src, dst, size, now_s) for dst, size in zip(dsts, sizes)]
-            return [b[0] for b in booked], [b[1] for b in booked]
-        # one link per ordered pair: the loop of `occupy`, unrolled for speed
-        free, rate, latency = self.free_at_s, network.bandwidth_bytes_per_s, network.latency_s
-        starts, arrivals = [now_s] * len(dsts), [now_s] * len(dsts)
-        for k, (dst, size) in enumerate(zip(dsts, sizes)):
-            if dst != src:
-                link = (src, dst)
-                begin = free.get(link, 0.0)
-                begin = now_s if now_s > begin else begin
-                free[link] = end = begin + size / rate
-                starts[k], arrivals[k] = begin, end + latency
-        return starts, arrivals
 
-    def busy_s(self, trace) -> dict[tuple[int, int], float]:
-        """Seconds each link spent carrying the messages of `trace` (links never used are left out)."""
-        columns = trace.columns()
-        moved = (columns["kind"] == "message") & (columns["src"] != columns["dst"])
-        busy: dict[tuple[int, int], float] = {}
-        for src, dst, size in zip(columns["src"][moved].tolist(), columns["dst"][moved].tolist(),
-                                  columns["size_bytes"][moved].tolist()):
-            for link in self.network.route(src, dst):
-                busy[link] = busy.get(link, 0.0) + size / self.network.bandwidth_bytes_per_s
-        return busy
+def _check_wraparound(wraparound: object, shape: tuple[int, ...] | None) -> tuple[bool, ...]:
+    """One bool per dimension (a single bool applies to all)."""
+    rank = 1 if shape is None else len(shape)
+    if wraparound is None or isinstance(wraparound, bool):
+        return (True if wraparound is None else wraparound,) * rank
+    if not isinstance(wraparound, (tuple, list)) or not all(isinstance(w, bool) for w in wraparound):
+        raise InvalidTypeError(f"wraparound={wraparound!r} must be a bool or a tuple of bools, one per dimension")
+    if len(wraparound) != rank:
+        raise InvalidArgumentError(f"wraparound={tuple(wraparound)} must have one entry per dimension of "
+                                   f"shape={shape} ({rank})")
+    return tuple(wraparound)
+
+
+def _check_hierarchical(network: Network) -> None:
+    """A positive node size matching the shape, and the between-node link figures."""
+    size = network.node_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidArgumentError(f"node_size={size!r} must be a positive integer")
+    if network.shape is not None and network.shape[1] != size:
+        raise InvalidArgumentError(f"shape={network.shape} must be (nodes, node_size={size})")
+    _check_link("inter_", network.inter_latency_s, network.inter_bandwidth_bytes_per_s)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,16 @@
 """`Trace`: the record of every message a run exchanged, kept as columns.
 
 Records arrive as plain tuples and are packed, a few thousand at a time, into numpy columns (device ids,
-sizes, times, call numbers) beside object columns (collective name, detail, kind). `MessageRecord` objects
-are made only when someone iterates, so a run of a million messages stores a few dozen bytes per message
-plus its detail.
+sizes, times, call numbers) beside object columns (collective name, detail, kind). A message's arrival is
+known only when the network has carried it, so arrival times live in one growing array, filled in as
+messages arrive. Routes are not stored per message: routing is a function of the sender and the receiver
+(`sim.Mesh.route`), asked once per pair when records are made. `MessageRecord` objects are made only when
+someone iterates, so a run of a million messages stores a few dozen bytes per message plus its detail.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -17,6 +19,7 @@ FIELDS = ("src", "dst", "size_bytes", "send_time_s", "start_time_s", "arrival_ti
           "detail", "kind")
 _NUMERIC = {"src": np.int64, "dst": np.int64, "size_bytes": np.int64, "send_time_s": np.float64,
             "start_time_s": np.float64, "arrival_time_s": np.float64, "call": np.int64}
+_STORED = tuple(name for name in FIELDS if name != "arrival_time_s")  # the fields kept in chunks
 _STAGE_ROWS = 8192
 
 
@@ -27,7 +30,9 @@ class MessageRecord:
     `send_time_s` is when the sender posted it, `start_time_s` when its first link began to carry it,
     `arrival_time_s` when the receiver had all of it. `detail` says which slice it carried and where the
     receiver wrote it (e.g. `{'slice': 1, 'rows': (0, 2)}`). `kind` is "message" for a message and names
-    the step for a local copy ("pack", "unpack", "relayout"), which has `src == dst`.
+    the step for a local copy ("pack", "unpack", "relayout"), which has `src == dst`. `route` is the links
+    (hashable ids, see `sim.Mesh.route`) the message crossed, in order; empty for a device's message to
+    itself and for a copy.
     """
 
     src: int
@@ -40,11 +45,13 @@ class MessageRecord:
     call: int
     detail: dict = field(default_factory=dict)
     kind: str = "message"
+    route: tuple = ()
 
     def to_dict(self) -> dict:
         """Plain JSON-ready fields."""
         record = asdict(self)
         record["detail"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.detail.items()}
+        record["route"] = [list(link) for link in self.route]
         return record
 
 
@@ -81,41 +88,70 @@ class CallRecord:
 
 
 class Trace:
-    """The messages of one run, in the order they were sent."""
+    """The messages of one run, in the order they were sent.
 
-    def __init__(self) -> None:
+    `route(src, dst)` (e.g. `sim.Mesh.route`) gives each message's route; without it routes are empty.
+    """
+
+    def __init__(self, route: Callable[[int, int], tuple] | None = None) -> None:
         self._chunks: list[dict[str, np.ndarray]] = []
         self._rows: list[tuple] = []
         self._records: list[MessageRecord] | None = None
+        self._count = 0
+        self._arrivals = np.zeros(1024)
+        self._route = route
+        self._routes: dict[tuple[int, int], tuple] = {}
 
     def __iter__(self) -> Iterator[MessageRecord]:
         return iter(self.messages)
 
     def __len__(self) -> int:
-        return sum(len(chunk["src"]) for chunk in self._chunks) + len(self._rows)
+        return self._count
 
     def append(self, src: int, dst: int, size_bytes: int, send_time_s: float, start_time_s: float,
-               arrival_time_s: float, collective: str, call: int, detail: dict, kind: str = "message") -> None:
-        """Record one message (or local copy, by `kind`) from its fields."""
-        self._rows.append((src, dst, size_bytes, send_time_s, start_time_s, arrival_time_s, collective, call,
-                           detail, kind))
-        self._records = None
+               arrival_time_s: float, collective: str, call: int, detail: dict, kind: str = "message") -> int:
+        """Record one message (or local copy, by `kind`) from its fields; returns its index (for
+        `set_arrivals`, when the arrival is not known yet)."""
+        self._rows.append((src, dst, size_bytes, send_time_s, start_time_s, collective, call, detail, kind))
+        index = self._grow(1)
+        self._arrivals[index] = arrival_time_s
         if len(self._rows) >= _STAGE_ROWS:
             self._pack()
+        return index
 
     def append_batch(self, src: int, dsts: list[int], sizes: list[int], send_time_s: float, starts_s: list[float],
-                     arrivals_s: list[float], collective: str, call: int, details: dict[str, list]) -> None:
+                     arrivals_s: list[float] | None, collective: str, call: int, details: dict[str, list]) -> int:
         """Record messages from `src` to each of `dsts`, posted together; `details` maps each detail key to
-        its per-message values (a message's detail is made only when it is read)."""
+        its per-message values (a message's detail is made only when it is read). Returns the first one's
+        index; `arrivals_s` may be None, and the arrivals set later."""
         self._pack()
         count = len(dsts)
         self._chunks.append({
             "src": np.full(count, src, np.int64), "dst": np.array(dsts, np.int64),
             "size_bytes": np.array(sizes, np.int64), "send_time_s": np.full(count, send_time_s, np.float64),
-            "start_time_s": np.array(starts_s, np.float64), "arrival_time_s": np.array(arrivals_s, np.float64),
+            "start_time_s": np.array(starts_s, np.float64),
             "collective": _constant(collective, count), "call": np.full(count, call, np.int64),
             "detail": _Details(details, count), "kind": _constant("message", count)})
+        first = self._grow(count)
+        if arrivals_s is not None:
+            self._arrivals[first:first + count] = arrivals_s
+        return first
+
+    def set_arrivals(self, indices: np.ndarray | int, arrivals_s: np.ndarray | float) -> None:
+        """Set the arrival times of the records at `indices` (as `append` and `append_batch` numbered them)."""
+        self._arrivals[indices] = arrivals_s
         self._records = None
+
+    def _grow(self, count: int) -> int:
+        """Room for `count` more records; the index of the first."""
+        first = self._count
+        self._count += count
+        if self._count > len(self._arrivals):
+            grown = np.zeros(max(2 * len(self._arrivals), self._count))
+            grown[:first] = self._arrivals[:first]
+            self._arrivals = grown
+        self._records = None
+        return first
 
     def add(self, record: MessageRecord) -> None:
         """Record a `MessageRecord` (or `CopyRecord`)."""
@@ -125,15 +161,26 @@ class Trace:
     def messages(self) -> list[MessageRecord]:
         """Every record as a `MessageRecord` (a `CopyRecord` for local copies), made on demand."""
         if self._records is None:
-            self._records = [_record(row) for row in self._iter_rows()]
+            self._records = [_record(row, self._route_of(row[0], row[1], row[-1])) for row in self._iter_rows()]
         return self._records
+
+    def _route_of(self, src: int, dst: int, kind: str) -> tuple:
+        """A message's route, asked once per (src, dst)."""
+        if self._route is None or src == dst or kind != "message":
+            return ()
+        route = self._routes.get((src, dst))
+        if route is None:
+            route = self._routes[(src, dst)] = tuple(self._route(src, dst))
+        return route
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every field as one array (numeric fields as numbers, the rest as objects), in record order."""
         self._pack()
         if not self._chunks:
             return {name: np.zeros(0, _NUMERIC.get(name, object)) for name in FIELDS}
-        return {name: np.concatenate([_array(chunk[name]) for chunk in self._chunks]) for name in FIELDS}
+        columns = {name: np.concatenate([_array(chunk[name]) for chunk in self._chunks]) for name in _STORED}
+        columns["arrival_time_s"] = self._arrivals[:self._count].copy()
+        return {name: columns[name] for name in FIELDS}
 
     def select(self, collective: str | None = None, dst: int | None = None) -> list[MessageRecord]:
         """The messages of one collective and/or to one receiver."""
@@ -162,7 +209,7 @@ class Trace:
             return
         values = list(zip(*self._rows))
         chunk = {}
-        for name, column in zip(FIELDS, values):
+        for name, column in zip(_STORED, values):
             if name in _NUMERIC:
                 chunk[name] = np.array(column, _NUMERIC[name])
             else:
@@ -172,10 +219,14 @@ class Trace:
         self._rows = []
 
     def _iter_rows(self) -> Iterator[tuple]:
+        """Every record's fields, in `FIELDS` order."""
+        self._pack()
+        arrivals = iter(self._arrivals[:self._count].tolist())
+        at = FIELDS.index("arrival_time_s")
         for chunk in self._chunks:
-            columns = [_array(chunk[name]).tolist() for name in FIELDS]
-            yield from zip(*columns)
-        yield from self._rows
+            columns = [_array(chunk[name]).tolist() for name in _STORED]
+            for row in zip(*columns):
+                yield row[:at] + (next(arrivals),) + row[at:]
 
 
 class _Details:
@@ -205,6 +256,6 @@ def _array(column) -> np.ndarray:
     return column.dicts() if isinstance(column, _Details) else column
 
 
-def _record(row: tuple) -> MessageRecord:
+def _record(row: tuple, route: tuple) -> MessageRecord:
     kind = row[-1]
-    return MessageRecord(*row) if kind == "message" else CopyRecord(*row)
+    return MessageRecord(*row, route=route) if kind == "message" else CopyRecord(*row)

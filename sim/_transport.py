@@ -1,14 +1,16 @@
 """The transport: messages, mailboxes and the `Port` a protocol sends and receives through.
 
-Posting a message books its route on the network (`LinkState`), records it in the trace and leaves it in
-the receiver's mailbox with its arrival time; no clock event is made for it. A receive is one event that
-fires at the message's arrival (at once if it is already there), and a sender waits once, for its last
-arrival, at the end of its part of the collective.
+Posting a message records it in the trace and hands it to the network (`sim._flows.LinkState`), which
+carries it as a flow sharing links with the others in flight; no clock event is made per message. When
+the network says it has arrived, it is stamped with its arrival, its trace record gets its arrival time,
+and it is handed to the receive waiting for it or left in the receiver's mailbox. A receive is one event
+that fires at the message's arrival (at once if it is already there); a sender's port counts its messages
+not yet arrived, and the engine waits, once, until the last has.
 
 Collectives whose members all send one message to every member (all_to_all, all_gather, the direct
 all-reduce) may post whole rows instead (`send_each` / `recv_each`): one table per call holds every
-member's row, and each receiver takes its column with one event, so a call over n devices costs n
-events and n row postings, not n^2 mailbox entries.
+member's row and the arrival times of its messages, and each receiver takes its column with one event, so
+a call over n devices costs n events and n row postings, not n^2 mailbox entries.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from sim._flows import LinkState
 from sim._memory import LocalMemory
 from sim._mesh import Group
-from sim._network import LinkState
 from sim._trace import Trace
 
 if TYPE_CHECKING:
@@ -35,8 +37,8 @@ if TYPE_CHECKING:
 class Message:
     """A payload in flight: a numpy array (the real bytes) and a small header.
 
-    The transport stamps `arrival_s` and `rank` (posting order, or a random rank in a perturbed run), which
-    order messages by arrival for a receiver that writes them where they may overlap.
+    The transport stamps `arrival_s` (when it arrives) and `rank` (posting order, or a random rank in a
+    perturbed run), which order messages by arrival for a receiver that writes them where they may overlap.
     """
 
     src: int
@@ -64,21 +66,23 @@ class Transport:
         self._waiting: list[dict[tuple, Any]] = [{} for _ in range(devices)]
         self._tables: dict[int, _Table] = {}
 
-    def post(self, message: Message, exchange: int, collective: str, call: int, detail: dict) -> float:
-        """Send `message` now; returns its arrival time."""
+    def post(self, message: Message, exchange: int, collective: str, call: int, detail: dict,
+             port: Port | None = None) -> None:
+        """Send `message` now; it is delivered when the network has carried it, and `port` is told."""
         now = self.env.now
         size = message.payload.nbytes
-        start, arrival = self.links.occupy(message.src, message.dst, size, now)
-        order = self.order
-        if order is None:
+        if self.order is None:
             message.rank = self._posted
             self._posted += 1
         else:
-            arrival, message.rank = order.arrival(now, arrival), order.rank()
-        message.arrival_s = arrival
-        self.trace.append(message.src, message.dst, size, now, start, arrival, collective, call, detail)
-        self._deliver(message, (message.src, exchange, message.tag), arrival)
-        return arrival
+            message.rank = self.order.rank()
+        index = self.trace.append(message.src, message.dst, size, now, now, now, collective, call, detail)
+        key = (message.src, exchange, message.tag)
+        self.links.send(message.src, [message.dst], [size], _Single(self, message, key, index, now, port))
+
+    def _arrive(self, sent_s: float, arrival_s: float) -> float:
+        """A message's arrival, its flight stretched in a perturbed run."""
+        return arrival_s if self.order is None else self.order.arrival(sent_s, arrival_s)
 
     def _deliver(self, message: Message, key: tuple, arrival_s: float) -> None:
         """Hand `message` to the receive waiting for it, or leave it in the receiver's mailbox."""
@@ -101,21 +105,19 @@ class Transport:
         return event
 
     def post_each(self, src: int, group: Group, payloads: list[np.ndarray], headers: list[dict], exchange: int,
-                  collective: str, call: int, details: dict[str, list]) -> float:
-        """Send member `group.index`'s row of messages (one per member, in member order) now: book their
-        links, record them, and leave the row in the call's table. Returns the last arrival time."""
+                  collective: str, call: int, details: dict[str, list], port: Port | None = None) -> None:
+        """Send member `group.index`'s row of messages (one per member, in member order) now: record them,
+        leave the row in the call's table and hand the messages to the network."""
         now = self.env.now
-        members = list(group.members)
+        members = group.members
         sizes = [payload.nbytes for payload in payloads]
-        starts, arrivals = self.links.occupy_batch(src, members, sizes, now)
-        if self.order is not None:
-            arrivals = [self.order.arrival(now, arrival) for arrival in arrivals]
-        self.trace.append_batch(src, members, sizes, now, starts, arrivals, collective, call, details)
+        first = self.trace.append_batch(src, members, sizes, now, [now] * len(members), None, collective, call,
+                                        details)
         table = self._tables.get(exchange)
         if table is None:
-            table = self._tables[exchange] = _Table(self.env, group.members)
-        table.post(group.index, payloads, headers, arrivals)
-        return max(arrivals, default=now)
+            table = self._tables[exchange] = _Table(self.env, members)
+        table.post(group.index, payloads, headers)
+        self.links.send(src, members, sizes, _Row(self, table, group.index, first, now, port))
 
     def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
         """One event that fires once every member has posted its row and the last message to member
@@ -135,44 +137,91 @@ class Transport:
         return messages
 
 
-class _Table:
-    """One call's all-pairs exchange: row s holds member s's message to every member."""
+class _Single:
+    """Where the network reports the arrival of one message posted with `Transport.post`."""
 
-    __slots__ = ("env", "members", "posted", "rows", "served", "waiting")
+    __slots__ = ("index", "key", "message", "port", "sent_s", "transport")
+
+    def __init__(self, transport: Transport, message: Message, key: tuple, index: int, sent_s: float,
+                 port: Port | None) -> None:
+        self.transport, self.message, self.key, self.index = transport, message, key, index
+        self.sent_s, self.port = sent_s, port
+
+    def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
+        transport = self.transport
+        arrival = transport._arrive(self.sent_s, float(arrivals_s[0]))
+        self.message.arrival_s = arrival
+        transport.trace.set_arrivals(self.index, arrival)
+        transport._deliver(self.message, self.key, arrival)
+        if self.port is not None:  # after the delivery: the receiver takes the payload before the sender moves on
+            self.port.arrived(1, arrival)
+
+
+class _Row:
+    """Where the network reports the arrivals of one member's row of a `send_each`."""
+
+    __slots__ = ("first", "port", "sender", "sent_s", "table", "transport")
+
+    def __init__(self, transport: Transport, table: _Table, sender: int, first: int, sent_s: float,
+                 port: Port | None) -> None:
+        self.transport, self.table, self.sender, self.first = transport, table, sender, first
+        self.sent_s, self.port = sent_s, port
+
+    def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
+        order = self.transport.order
+        if order is not None:
+            arrivals_s = np.array([order.arrival(self.sent_s, a) for a in arrivals_s.tolist()])
+        self.transport.trace.set_arrivals(self.first + slots, arrivals_s)
+        self.table.arrived(self.sender, slots, arrivals_s)
+        if self.port is not None:  # after the delivery: the receiver takes the payload before the sender moves on
+            self.port.arrived(len(slots), float(arrivals_s.max()))
+
+
+class _Table:
+    """One call's all-pairs exchange: row s holds member s's message to every member, `arrivals[s, r]` when
+    the one to member r arrived; a receiver is served when its column has fully arrived."""
+
+    __slots__ = ("arrivals", "env", "known", "last", "members", "rows", "served", "waiting")
 
     def __init__(self, env: simpy.Environment, members: tuple[int, ...]) -> None:
         self.env, self.members = env, members
-        self.rows: list[tuple | None] = [None] * len(members)
-        self.posted = self.served = 0
-        self.waiting: list[tuple[int, simpy.Event]] = []
+        n = len(members)
+        self.rows: list[tuple | None] = [None] * n
+        self.arrivals = np.zeros((n, n))
+        self.known = np.zeros(n, np.int64)  # arrivals known, per receiver
+        self.last = np.zeros(n)  # the latest of them
+        self.served = 0
+        self.waiting: dict[int, simpy.Event] = {}
 
-    def post(self, sender: int, payloads: list[np.ndarray], headers: list[dict], arrivals: list[float]) -> None:
-        self.rows[sender] = (payloads, headers, arrivals)
-        self.posted += 1
-        if self.posted == len(self.members):
-            for receiver, event in self.waiting:
-                self._serve(receiver, event)
-            self.waiting = []
+    def post(self, sender: int, payloads: list[np.ndarray], headers: list[dict]) -> None:
+        self.rows[sender] = (payloads, headers)
+
+    def arrived(self, sender: int, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
+        """Messages of `sender`'s row to receivers `slots` arrived at `arrivals_s`."""
+        self.arrivals[sender, slots] = arrivals_s
+        self.known[slots] += 1
+        self.last[slots] = np.maximum(self.last[slots], arrivals_s)
+        if self.waiting:
+            for receiver in slots[self.known[slots] == len(self.members)].tolist():
+                event = self.waiting.pop(receiver, None)
+                if event is not None:
+                    _fire(self.env, event, None, self.last[receiver] - self.env.now)
 
     def expect(self, receiver: int) -> simpy.Event:
         event = self.env.event()
-        if self.posted == len(self.members):
-            self._serve(receiver, event)
+        if self.known[receiver] == len(self.members):
+            _fire(self.env, event, None, self.last[receiver] - self.env.now)
         else:
-            self.waiting.append((receiver, event))
+            self.waiting[receiver] = event
         return event
 
-    def _serve(self, receiver: int, event: simpy.Event) -> None:
-        """Fire `event` when the last message of `receiver`'s column arrives (messages are made on taking,
-        so a call over n members never holds n^2 of them at once)."""
-        last_s = max((arrivals[receiver] for _, _, arrivals in self.rows), default=self.env.now)  # type: ignore[misc]
-        _fire(self.env, event, None, last_s - self.env.now)
-
     def take(self, receiver: int) -> list[Message]:
+        """Messages are made on taking, so a call over n members never holds n^2 of them at once."""
         members, me = self.members, self.members[receiver]
         self.served += 1
-        return [Message(members[s], me, 0, payloads[receiver], headers[receiver], arrivals[receiver], s)
-                for s, (payloads, headers, arrivals) in enumerate(self.rows)]  # type: ignore[misc]
+        arrivals = self.arrivals[:, receiver].tolist()
+        return [Message(members[s], me, 0, payloads[receiver], headers[receiver], arrivals[s], s)
+                for s, (payloads, headers) in enumerate(self.rows)]  # type: ignore[misc]
 
 
 def _fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float) -> None:
@@ -194,8 +243,10 @@ class Port:
         self.collective = collective
         self.call = call
         self.exchange = meeting.exchange
-        self.last_arrival_s = 0.0
+        self.last_arrival_s = 0.0  # the latest arrival of this port's messages known so far
+        self.in_flight = 0  # messages sent through this port whose arrival is not known yet
         self._meeting = meeting
+        self._drained: simpy.Event | None = None
 
     @property
     def group_args(self) -> list[Any]:
@@ -232,9 +283,8 @@ class Port:
         if not payload.flags.c_contiguous:
             raise AssertionError("payloads must be packed (C-contiguous) before sending")
         message = Message(self.device, dst, tag, payload, header or {})
-        arrival = self.transport.post(message, self.exchange, self.collective.name, self.call, detail)
-        if arrival > self.last_arrival_s:
-            self.last_arrival_s = arrival
+        self.in_flight += 1
+        self.transport.post(message, self.exchange, self.collective.name, self.call, detail, self)
 
     def send_each(self, payloads: list[np.ndarray], headers: list[dict], **details: list) -> None:
         """Send `payloads[j]` to member j of the group, for every member, all now: one row of the call's
@@ -244,10 +294,9 @@ class Port:
         for payload in payloads:
             if not payload.flags.c_contiguous:
                 raise AssertionError("payloads must be packed (C-contiguous) before sending")
-        arrival = self.transport.post_each(self.device, self.group, payloads, headers, self.exchange,
-                                           self.collective.name, self.call, details)
-        if arrival > self.last_arrival_s:
-            self.last_arrival_s = arrival
+        self.in_flight += len(payloads)
+        self.transport.post_each(self.device, self.group, payloads, headers, self.exchange, self.collective.name,
+                                 self.call, details, self)
 
     def recv_each(self) -> Generator:
         """The `send_each` message of every member to this one, in member order, once the last has arrived:
@@ -258,3 +307,20 @@ class Port:
     def recv(self, src: int, tag: Hashable = 0) -> simpy.Event:
         """An event that fires with the `Message` from `src` carrying `tag`."""
         return self.transport.expect(self.device, src, self.exchange, tag)
+
+    def arrived(self, count: int, last_s: float) -> None:
+        """`count` of this port's messages arrived, the last at `last_s` (the network's report)."""
+        self.in_flight -= count
+        if last_s > self.last_arrival_s:
+            self.last_arrival_s = last_s
+        if self.in_flight == 0 and self._drained is not None:
+            _fire(self.transport.env, self._drained, None, self.last_arrival_s - self.transport.env.now)
+
+    def all_arrived(self) -> simpy.Event | None:
+        """An event that fires when every message sent through this port has arrived; None when all have
+        already (payloads are zero-copy views of the sender's memory: it may not move on while they travel)."""
+        env = self.transport.env
+        if self.in_flight == 0:
+            return env.timeout(self.last_arrival_s - env.now) if self.last_arrival_s > env.now else None
+        self._drained = env.event()
+        return self._drained

@@ -148,9 +148,9 @@ def test_a_perturbation_only_stretches_flights():
 # Trace digests of the default runs, taken before perturbations existed: a default run takes none of their
 # paths. (A deliberate change to what a trace records updates these digests.)
 _DIGESTS = {
-    "moe_dispatch": "a337420bd142d8c6f39b41d1bf473e03ffe257b46cabdd3482286c48d2a1d095",
-    "psum_ring": "397cb2c3287007979cd249e7eedeabf3797a8692a0948904a4478ca0c730b406",
-    "all_to_all_seeded": "05c3d89b1a87dd1eff455c3056fd98f38356c246210637d9ed8f6e7e3f197f96",
+    "moe_dispatch": "b04bbee13cfd6912f81af758ac5439ccabe6996aae53e72db6c4f51efac60448",
+    "psum_ring": "cec3063a28de9ab4bde82f2760ac3ba1e15b394a62f40d77e380b4189a145792",
+    "all_to_all_seeded": "0bd65f94b94e4f4ef19229c4a3a9902475b60842f3f655e327e1b4431734f0db",
 }
 
 
