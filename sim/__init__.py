@@ -8,12 +8,12 @@ from sim._driver import DeviceContext, current, current_or_none
 from sim._engine import Simulation
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError, ProtocolError
 from sim._explore import OrderDifference, OrderReport, RowsDiffer, explore
+from sim._flows import LinkState, max_min_rates
 from sim._memory import Buffer, LocalMemory
 from sim._mesh import Group, Mesh, check_axis_index_groups
-from sim._flows import LinkState, max_min_rates
-from sim._network import DEFAULT_COPY_COST, CopyCost, Network, TOPOLOGIES
-from sim._presets import PRESETS
+from sim._network import DEFAULT_COPY_COST, TOPOLOGIES, CopyCost, Network
 from sim._perturb import Perturbation
+from sim._presets import PRESETS
 from sim._program import Const, Equation, Program, Var, vma_str
 from sim._rendezvous import Collective, Waiting
 from sim._shard_map import Run, ShardMapped, shard_map
@@ -27,8 +27,18 @@ from sim._violation import Violation
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network
-    "DEFAULT_COPY_COST", "Buffer", "CopyCost", "Group", "LinkState", "LocalMemory", "Mesh", "Network",
-    "PRESETS", "TOPOLOGIES", "check_axis_index_groups", "max_min_rates",
+    "DEFAULT_COPY_COST",
+    "PRESETS",
+    "TOPOLOGIES",
+    "Buffer",
+    "CopyCost",
+    "Group",
+    "LinkState",
+    "LocalMemory",
+    "Mesh",
+    "Network",
+    "check_axis_index_groups",
+    "max_min_rates",
 ]
 __all__ += [  # memory guards
     "DEVICE_BYTES", "MAX_DEVICES", "MESSAGE_BYTES", "check_memory", "default_max_memory_bytes", "parse_bytes",

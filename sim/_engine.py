@@ -17,9 +17,9 @@ import simpy
 
 from sim._driver import DeviceProgram
 from sim._errors import InvalidArgumentError, MeshError, ProtocolError
+from sim._flows import LinkState
 from sim._memory import LocalMemory
 from sim._mesh import Mesh
-from sim._flows import LinkState
 from sim._perturb import Perturbation
 from sim._program import Program
 from sim._rendezvous import Collective, Rendezvous, Waiting

@@ -17,10 +17,14 @@ The model, precisely:
   flow over that link alone, then that link's latency, then the next link.
 - A device's message to itself takes no time and no link; an empty message takes its route's latencies.
 
-Progressive filling runs on all flows in flight at once, in numpy: a flow's links are rows of one incidence
-table, every round saturates the links of the smallest fair share (to within a relative 1e-9, so links equal
-up to rounding fill together) and freezes their flows. A link's used capacity is kept as integer counts of
-frozen flows times the rounds' levels, so the rates do not depend on the order flows were posted in.
+Progressive filling runs on all flows in flight at once, in numpy. A route is a few intervals of
+consecutive link indices (`sim._topology.segments`: on a torus, one run of links per dimension), so each
+round counts the unfrozen flows on every link with a difference array and a prefix sum, finds the links of
+the smallest fair share (to within a relative 1e-9, so links equal up to rounding fill together), and
+freezes every flow with an interval over one of them (a prefix sum over the full links): the same rates
+as progressive filling over explicit link lists, in time linear in the number of messages, not of hops. A
+link's used capacity is kept as integer counts of frozen flows times the rounds' levels, so the rates do
+not depend on the order flows were posted in.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ if TYPE_CHECKING:
 
 _LATE = NORMAL + 1  # a step runs after every other event of its instant: it sees every message posted then
 _TOLERANCE = 1e-9
-_DENSE_LINKS = 1 << 22  # above this many link indices, the links in use are renumbered densely per step
+_DENSE_LINKS = 1 << 23  # above this many link indices (fully connected only), links in use are renumbered
 
 
 class Sink(Protocol):
@@ -48,45 +52,54 @@ class Sink(Protocol):
     def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None: ...
 
 
-def max_min_rates(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarray, flows: int) -> np.ndarray:
-    """Max-min fair rates of `flows` flows; flow `flow_of[i]` crosses link `link_of[i]` (0 <= link <
-    len(capacity), every flow crosses at least one link), link l carries `capacity[l]` in all.
+def max_min_rates(flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray, capacity: np.ndarray,
+                  flows: int) -> np.ndarray:
+    """Max-min fair rates (progressive filling) of `flows` flows; flow `flow_of[j]` crosses links
+    `start[j] .. stop[j] - 1` (0 <= link < len(capacity); every flow crosses at least one link), and link l
+    carries `capacity[l]` in all.
 
-    >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([2.0, 0.5]), 2).tolist()
+    >>> max_min_rates(np.array([0, 1]), np.array([0, 0]), np.array([1, 2]), np.array([2.0, 0.5]), 2).tolist()
     [1.5, 0.5]
     """
-    rate = np.zeros(flows)
-    used = np.zeros(len(capacity))
     links = len(capacity)
+    rate, used = np.zeros(flows), np.zeros(links)
     while len(flow_of):
-        count = np.bincount(link_of, minlength=links)
+        count = _on_links(start, stop, links)
         busy = np.flatnonzero(count)
         share = (capacity[busy] - used[busy]) / count[busy]
         level = max(float(share.min()), 0.0)
-        full = np.zeros(links, bool)
-        full[busy[share <= level * (1 + _TOLERANCE)]] = True
+        full = np.zeros(links + 1, np.int64)
+        full[1:][busy[share <= level * (1 + _TOLERANCE)]] = 1
+        np.cumsum(full, out=full)
         frozen = np.zeros(flows, bool)
-        frozen[flow_of[full[link_of]]] = True
+        frozen[flow_of[full[stop] > full[start]]] = True
         drop = frozen[flow_of]
-        used += np.bincount(link_of[drop], minlength=links) * level
+        used += _on_links(start[drop], stop[drop], links) * level
         rate[frozen] = level
         keep = ~drop
-        flow_of, link_of = flow_of[keep], link_of[keep]
+        flow_of, start, stop = flow_of[keep], start[keep], stop[keep]
     return rate
 
 
-class _Flows:
-    """The flows in flight, as columns, and their route incidence (`flow_of`, `link_of`)."""
+def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """How many intervals [start, stop) cover each link (each counted with its weight, if given)."""
+    edges = np.bincount(start, weights, links + 1) - np.bincount(stop, weights, links + 1)
+    return np.cumsum(edges[:links])
 
-    NAMES = ("sink", "slot", "size", "left", "t0", "rate", "finish", "latency")
+
+class _Flows:
+    """The flows in flight, as columns, and the intervals of links their routes cross."""
+
+    NAMES = ("sink", "slot", "left", "t0", "rate", "finish", "latency")
 
     def __init__(self) -> None:
         self.sink = np.zeros(0, np.int64)
         self.slot = np.zeros(0, np.int64)
-        for name in ("size", "left", "t0", "rate", "finish", "latency"):
+        for name in ("left", "t0", "rate", "finish", "latency"):
             setattr(self, name, np.zeros(0))
         self.flow_of = np.zeros(0, np.int64)
-        self.link_of = np.zeros(0, np.int64)
+        self.start = np.zeros(0, np.int64)
+        self.stop = np.zeros(0, np.int64)
 
     def __len__(self) -> int:
         return len(self.sink)
@@ -95,18 +108,22 @@ class _Flows:
         """Keep only the flows where `mask` is True."""
         renumber = np.cumsum(mask) - 1
         on = mask[self.flow_of]
-        self.flow_of, self.link_of = renumber[self.flow_of[on]], self.link_of[on]
+        self.flow_of, self.start, self.stop = renumber[self.flow_of[on]], self.start[on], self.stop[on]
         for name in self.NAMES:
             setattr(self, name, getattr(self, name)[mask])
 
-    def extend(self, columns: dict[str, np.ndarray], offsets: np.ndarray, links: np.ndarray) -> None:
-        """Append flows (`columns` by name) whose routes are `links[offsets[i]:offsets[i+1]]`."""
+    def extend(self, columns: dict[str, np.ndarray], flow_of: np.ndarray, start: np.ndarray,
+               stop: np.ndarray) -> None:
+        """Append flows (`columns` by name) crossing the intervals [start, stop) of flow `flow_of` (numbered
+        from 0 among the new flows)."""
         first = len(self)
-        flows = np.repeat(np.arange(first, first + len(offsets) - 1), np.diff(offsets))
-        self.flow_of = np.concatenate([self.flow_of, flows])
-        self.link_of = np.concatenate([self.link_of, links])
+        if first == 0:
+            self.flow_of, self.start, self.stop = flow_of, start, stop
+        else:
+            self.flow_of = np.concatenate([self.flow_of, flow_of + first])
+            self.start, self.stop = np.concatenate([self.start, start]), np.concatenate([self.stop, stop])
         for name in self.NAMES:
-            setattr(self, name, np.concatenate([getattr(self, name), columns[name]]))
+            setattr(self, name, columns[name] if first == 0 else np.concatenate([getattr(self, name), columns[name]]))
 
 
 class LinkState:
@@ -121,12 +138,12 @@ class LinkState:
         self.network, self.devices, self.env = network, devices, env
         self.placement = placement
         self.links = _topology.link_count(network, devices)
-        self._dense = self.links <= _DENSE_LINKS
+        self._dense = self.links <= _DENSE_LINKS or network.topology != "fully_connected"
         self._capacity = _topology.capacities(network, np.arange(self.links), devices) if self._dense else None
         self._flows = _Flows()
         self._posted: list[tuple] = []  # (src, dsts, sizes, sink id, slots) posted since the last step
-        self._hops: list[tuple] = []  # store-and-forward: (sink id, slot, size, route, hop) due to start now
-        self._ahead: dict[tuple, tuple] = {}  # store-and-forward: (sink id, slot) -> (size, route, hop)
+        self._hops: list[tuple] = []  # store-and-forward: (sink id, slot, size, links, hop, latency) due now
+        self._ahead: dict[tuple, tuple] = {}  # store-and-forward: (sink id, slot) -> (size, links, latencies, hop)
         self._sinks: dict[int, list] = {}  # sink id -> [sink, messages not yet arrived]
         self._due: set[float] = set()  # times a step is scheduled for
         self._next_sink = 0
@@ -177,11 +194,11 @@ class LinkState:
         """Messages whose last hop ended; the others' next hops are due when this hop's latency is over."""
         last = np.ones(len(sinks), bool)
         for i, (sink, slot, at) in enumerate(zip(sinks.tolist(), slots.tolist(), arrivals.tolist())):
-            size, route, hop = self._ahead.pop((sink, slot))
+            size, route, latency, hop = self._ahead.pop((sink, slot))
             if hop + 1 < len(route):
                 last[i] = False
-                self._ahead[(sink, slot)] = (size, route, hop + 1)
-                self._later(at, (sink, slot, size, route, hop + 1))
+                self._ahead[(sink, slot)] = (size, route, latency, hop + 1)
+                self._later(at, (sink, slot, size, route, hop + 1, latency[hop + 1]))
         return sinks[last], slots[last], arrivals[last]
 
     def _later(self, when_s: float, hop: tuple) -> None:
@@ -200,7 +217,8 @@ class LinkState:
             hops, self._hops = self._hops, []
             sink, slot, size = (np.array([h[k] for h in hops]) for k in range(3))
             links = np.array([route[hop] for _, _, _, route, hop in hops], np.int64)
-            self._add(now_s, sink, slot, size.astype(np.float64), np.arange(len(links) + 1), links)
+            latency = np.array([latency for _, _, _, _, _, latency in hops])
+            self._add(now_s, sink, slot, size.astype(np.float64), latency, np.arange(len(links)), links, links + 1)
 
     def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
         """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
@@ -212,49 +230,59 @@ class LinkState:
         slot = np.arange(len(dst)) - np.repeat(np.cumsum(counts) - counts, counts)
         if self.placement is not None:
             src, dst = self.placement[src], self.placement[dst]
-        local = src == dst
-        if local.any():
-            self._report(sink[local], slot[local], np.full(int(local.sum()), now_s))
-            src, dst, size, sink, slot = src[~local], dst[~local], size[~local], sink[~local], slot[~local]
-        offsets, links = _topology.routes(self.network, src, dst, self.devices)
-        empty = size == 0
-        if empty.any():
-            latency = np.add.reduceat(_topology.latencies(self.network, links, self.devices), offsets[:-1])
-            self._report(sink[empty], slot[empty], now_s + latency[empty])
-            hops = np.diff(offsets)[~empty]
-            on = np.repeat(~empty, np.diff(offsets))
-            src, size, sink, slot, links = src[~empty], size[~empty], sink[~empty], slot[~empty], links[on]
-            offsets = np.concatenate([[0], np.cumsum(hops)])
+        instant = (src == dst) | (size == 0)
+        if instant.any():
+            now = np.full(int(instant.sum()), now_s)
+            remote = src[instant] != dst[instant]
+            if remote.any():
+                hops = _topology.segments(self.network, src[instant][remote], dst[instant][remote], self.devices)[3]
+                now[remote] += _topology.route_latency(self.network, src[instant][remote], dst[instant][remote], hops)
+            self._report(sink[instant], slot[instant], now)
+            src, dst, size, sink, slot = (c[~instant] for c in (src, dst, size, sink, slot))
         if self.network.store_and_forward:
-            for i, (s, k) in enumerate(zip(sink.tolist(), slot.tolist())):
-                self._ahead[(s, k)] = (size[i], links[offsets[i]:offsets[i + 1]].tolist(), 0)
-            links, offsets = links[offsets[:-1]], np.arange(len(size) + 1)
-        self._add(now_s, sink, slot, size, offsets, links)
+            self._start_hops(now_s, src, dst, size, sink, slot)
+            return
+        flow_of, start, stop, hops = _topology.segments(self.network, src, dst, self.devices)
+        latency = _topology.route_latency(self.network, src, dst, hops)
+        self._add(now_s, sink, slot, size, latency, flow_of, start, stop)
 
-    def _add(self, now_s: float, sink: np.ndarray, slot: np.ndarray, size: np.ndarray, offsets: np.ndarray,
-             links: np.ndarray) -> None:
+    def _start_hops(self, now_s: float, src: np.ndarray, dst: np.ndarray, size: np.ndarray, sink: np.ndarray,
+                    slot: np.ndarray) -> None:
+        """Store-and-forward: each message's first hop, one link; the rest wait in `_ahead`."""
+        network, firsts, latencies = self.network, [], []
+        for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
+            route = network.route(a, b)
+            links = [_topology.link_index(network, link, self.devices) for link in route]
+            hop_latency = [network.link_latency_s(link) for link in route]
+            self._ahead[(int(sink[i]), int(slot[i]))] = (float(size[i]), links, hop_latency, 0)
+            firsts.append(links[0])
+            latencies.append(hop_latency[0])
+        links = np.array(firsts, np.int64)
+        self._add(now_s, sink, slot, size, np.array(latencies), np.arange(len(links)), links, links + 1)
+
+    def _add(self, now_s: float, sink: np.ndarray, slot: np.ndarray, size: np.ndarray, latency: np.ndarray,
+             flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray) -> None:
         """Put flows in flight from now (rates are set by `_rerate`)."""
         if not len(size):
             return
-        latency = np.add.reduceat(_topology.latencies(self.network, links, self.devices), offsets[:-1])
         count = len(size)
-        columns = {"sink": sink, "slot": slot, "size": size, "left": size, "t0": np.full(count, now_s),
+        columns = {"sink": sink, "slot": slot, "left": size, "t0": np.full(count, now_s),
                    "rate": np.zeros(count), "finish": np.full(count, np.inf), "latency": latency}
-        self._flows.extend(columns, offsets, links)
+        self._flows.extend(columns, flow_of, start, stop)
 
     def _rerate(self, now_s: float) -> None:
         """Recompute every flow's rate; flows whose rate changed get their bytes left and a new end."""
         flows = self._flows
-        if self._dense:
-            link_of, capacity = flows.link_of, self._capacity
+        single = len(flows.start) == len(flows) and bool(np.all(flows.stop - flows.start == 1))
+        if single:  # one link per flow: its fair share is the link's bandwidth over its flows
+            if self._dense:
+                count = np.bincount(flows.start, minlength=self.links)
+                rate = self._capacity[flows.start] / count[flows.start]
+            else:
+                _, link, count = np.unique(flows.start, return_inverse=True, return_counts=True)
+                rate = _topology.capacities(self.network, flows.start, self.devices) / count[link]
         else:
-            used, link_of = np.unique(flows.link_of, return_inverse=True)
-            capacity = _topology.capacities(self.network, used, self.devices)
-        if len(link_of) == len(flows):  # one link per flow: its fair share is the link's bandwidth / its flows
-            count = np.bincount(link_of, minlength=len(capacity))
-            rate = capacity[link_of] / count[link_of]
-        else:
-            rate = max_min_rates(flows.flow_of, link_of, capacity, len(flows))
+            rate = max_min_rates(flows.flow_of, flows.start, flows.stop, self._capacity, len(flows))
         changed = np.flatnonzero(rate != flows.rate)
         if len(changed):
             old = flows.rate[changed]
@@ -286,10 +314,15 @@ class LinkState:
         src, dst = columns["src"][moved], columns["dst"][moved]
         if self.placement is not None:
             src, dst = self.placement[src], self.placement[dst]
-        offsets, links = _topology.routes(self.network, src, dst, self.devices)
-        carried = np.repeat(columns["size_bytes"][moved].astype(np.float64), np.diff(offsets))
-        used, inverse = np.unique(links, return_inverse=True)
-        seconds = np.bincount(inverse, carried, len(used)) / _topology.capacities(self.network, used, self.devices)
-        return {_topology.link_id(self.network, int(link), self.devices): float(s)
-                for link, s in zip(used.tolist(), seconds.tolist())}
-
+        flow_of, start, stop, _ = _topology.segments(self.network, src, dst, self.devices)
+        carried = columns["size_bytes"][moved].astype(np.float64)[flow_of]
+        if self._dense:
+            on = _on_links(start, stop, self.links, carried)
+            used = np.flatnonzero(_on_links(start, stop, self.links))
+            carried_on = on[used]
+        else:  # fully connected on very many devices: each interval is one link
+            used, link = np.unique(start, return_inverse=True)
+            carried_on = np.bincount(link, carried, len(used))
+        seconds = carried_on / _topology.capacities(self.network, used, self.devices)
+        return {_topology.link_id(self.network, int(link), self.devices): float(t)
+                for link, t in zip(used.tolist(), seconds.tolist())}

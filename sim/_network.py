@@ -35,7 +35,7 @@ class Network:
     sizes it. A multi-hop message is pipelined (cut-through) unless `store_and_forward`.
 
     >>> Network.torus((4, 4), wraparound=(True, False)).route(0, 7)
-    ((0, 1), (1, 2), (2, 3), (3, 7))
+    ((0, 4), (4, 5), (5, 6), (6, 7))
     """
 
     latency_s: float = 1e-6

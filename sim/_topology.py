@@ -15,6 +15,12 @@ round each ring with wraparound; at a tie (the destination exactly half way roun
 (increasing coordinate). Without wraparound a dimension is a line and the route runs straight along it.
 A switch hop's latency is charged on its egress port (`out`, `nic_out`), so a route through a switch costs
 one latency.
+
+Integer link indices are laid out so that every route is a few *intervals* of consecutive indices: on a
+torus, the links of one ring (one dimension, one direction, the other coordinates fixed) are consecutive,
+in order of position along the ring, so a route's hops along one dimension are one interval (two, where
+it wraps past the ring's end). Flows over intervals let `sim._flows` count the flows on every link and find
+the flows crossing a full link with prefix sums, in time linear in messages, not in hops.
 """
 
 from __future__ import annotations
@@ -35,48 +41,23 @@ def route(network: Network, src: int, dst: int) -> tuple:
     kind = network.topology
     if kind == "fully_connected":
         return ((src, dst),)
-    if kind == "switch":
+    if kind == "switch" or (kind == "hierarchical" and src // network.node_size == dst // network.node_size):
         return (("out", src), ("in", dst))
     if kind == "hierarchical":
-        if src // network.node_size == dst // network.node_size:
-            return (("out", src), ("in", dst))
         return (("nic_out", src), ("nic_in", dst))
-    offsets, links = routes(network, np.array([src]), np.array([dst]), math.prod(network.shape))
-    return tuple(link_id(network, int(index), 0) for index in links)
-
-
-def link_id(network: Network, index: int, devices: int) -> tuple:
-    """The hashable id of integer link `index` (see `routes`)."""
-    kind = network.topology
-    if kind == "fully_connected":
-        return (index // devices, index % devices)
-    if kind in ("switch", "hierarchical"):
-        port, device = divmod(index, devices)
-        return (("out", "in", "nic_out", "nic_in")[port], device)
-    shape = network.shape
-    device, rest = divmod(index, 2 * len(shape))
-    dim, negative = divmod(rest, 2)
-    coords = list(np.unravel_index(device, shape))
-    coords[dim] = (coords[dim] + (-1 if negative else 1)) % shape[dim]
-    return (device, int(np.ravel_multi_index(coords, shape)))
-
-
-def link_index(network: Network, link: tuple, devices: int) -> int:
-    """The integer index of hashable link id `link`; raises ValueError for a link the topology lacks."""
-    kind = network.topology
-    if kind == "fully_connected":
-        a, b = link
-        return a * devices + b
-    if kind in ("switch", "hierarchical"):
-        ports = ("out", "in") if kind == "switch" else ("out", "in", "nic_out", "nic_in")
-        return ports.index(link[0]) * devices + int(link[1])
-    shape, (a, b) = network.shape, link
-    ca, cb = np.unravel_index(a, shape), np.unravel_index(b, shape)
-    for dim, (x, y, size) in enumerate(zip(ca, cb, shape)):
-        if x != y:
-            negative = y < x if size == 2 else (y - x) % size != 1
-            return a * 2 * len(shape) + 2 * dim + int(negative)
-    raise ValueError(f"link={link!r} joins a device to itself")
+    shape, hops = network.shape, []
+    here, there = list(np.unravel_index(src, shape)), np.unravel_index(dst, shape)
+    for k, size in enumerate(shape):
+        forward = (int(there[k]) - here[k]) % size
+        if network.wraparound[k] and size > 2:
+            step, count = (1, forward) if forward <= size - forward else (-1, size - forward)
+        else:
+            step, count = (1 if there[k] >= here[k] else -1), abs(int(there[k]) - here[k])
+        for _ in range(count):
+            before = int(np.ravel_multi_index(here, shape))
+            here[k] = (here[k] + step) % size
+            hops.append((before, int(np.ravel_multi_index(here, shape))))
+    return tuple(hops)
 
 
 def link_count(network: Network, devices: int) -> int:
@@ -84,11 +65,42 @@ def link_count(network: Network, devices: int) -> int:
     kind = network.topology
     if kind == "fully_connected":
         return devices * devices
-    if kind == "switch":
-        return 2 * devices
-    if kind == "hierarchical":
-        return 4 * devices
-    return devices * 2 * len(network.shape)
+    return {"switch": 2, "hierarchical": 4}.get(kind, 2 * len(network.shape or (1,))) * devices
+
+
+def link_id(network: Network, index: int, devices: int) -> tuple:
+    """The hashable id of integer link `index`."""
+    kind = network.topology
+    if kind == "fully_connected":
+        return (index // devices, index % devices)
+    if kind in ("switch", "hierarchical"):
+        port, device = divmod(index, devices)
+        return (("out", "in", "nic_out", "nic_in")[port], device)
+    shape = network.shape
+    k, rest = divmod(index, 2 * devices)
+    negative, rest = divmod(rest, devices)
+    row, position = divmod(rest, shape[k])
+    stride = math.prod(shape[k + 1:])
+    device = (row // stride) * shape[k] * stride + row % stride
+    after = (position + (-1 if negative else 1)) % shape[k]
+    return (device + position * stride, device + after * stride)
+
+
+def link_index(network: Network, link: tuple, devices: int) -> int:
+    """The integer index of hashable link id `link`."""
+    kind = network.topology
+    if kind == "fully_connected":
+        return link[0] * devices + link[1]
+    if kind in ("switch", "hierarchical"):
+        return ("out", "in", "nic_out", "nic_in").index(link[0]) * devices + int(link[1])
+    shape, (a, b) = network.shape, link
+    for k, (x, y) in enumerate(zip(np.unravel_index(a, shape), np.unravel_index(b, shape))):
+        if x != y:
+            negative = y < x if shape[k] == 2 else (y - x) % shape[k] != 1
+            stride = math.prod(shape[k + 1:])
+            row = (a // (shape[k] * stride)) * stride + a % stride
+            return 2 * devices * k + devices * int(negative) + row * shape[k] + int(x)
+    raise ValueError(f"link={link!r} joins a device to itself")
 
 
 def capacities(network: Network, links: np.ndarray, devices: int) -> np.ndarray:
@@ -98,66 +110,58 @@ def capacities(network: Network, links: np.ndarray, devices: int) -> np.ndarray:
     return np.full(len(links), float(network.bandwidth_bytes_per_s))
 
 
-def latencies(network: Network, links: np.ndarray, devices: int) -> np.ndarray:
-    """Seconds of latency of each integer link index in `links` (zero on a switch's ingress ports)."""
+def route_latency(network: Network, src: np.ndarray, dst: np.ndarray, hops: np.ndarray) -> np.ndarray:
+    """The latency of each route `src[i] -> dst[i]` of `hops[i]` links: one per hop, one per switch."""
     kind = network.topology
     if kind == "switch":
-        return np.where(links < devices, network.latency_s, 0.0)
+        return np.full(len(src), float(network.latency_s))
     if kind == "hierarchical":
-        port = links // devices
-        return np.choose(port, [network.latency_s, 0.0, network.inter_latency_s, 0.0])
-    return np.full(len(links), float(network.latency_s))
+        far = src // network.node_size != dst // network.node_size
+        return np.where(far, network.inter_latency_s, network.latency_s)
+    return hops * network.latency_s
 
 
-def routes(network: Network, src: np.ndarray, dst: np.ndarray, devices: int) -> tuple[np.ndarray, np.ndarray]:
-    """The routes of messages `src[i] -> dst[i]` (topology devices, `src != dst`) as integer link indices:
-    `links[offsets[i]:offsets[i + 1]]` is message i's route, in order."""
+def segments(network: Network, src: np.ndarray, dst: np.ndarray, devices: int) -> tuple[np.ndarray, ...]:
+    """The routes of messages `src[i] -> dst[i]` (topology devices, `src != dst`) as intervals of link
+    indices: message `flow_of[j]` crosses links `start[j] .. stop[j] - 1`; and every message's hop count."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    kind = network.topology
+    kind, count = network.topology, len(src)
     if kind in ("ring", "torus"):
-        return _torus_routes(network.shape, network.wraparound, src, dst)
-    count = len(src)
+        return _torus_segments(network.shape, network.wraparound, src, dst, devices)
     if kind == "fully_connected":
-        return np.arange(count + 1, dtype=np.int64), src * devices + dst
-    links = np.empty(2 * count, np.int64)
+        start = src * devices + dst
+        return np.arange(count, dtype=np.int64), start, start + 1, np.ones(count, np.int64)
     far = np.zeros(count, bool) if kind == "switch" else src // network.node_size != dst // network.node_size
-    links[0::2] = src + np.where(far, 2 * devices, 0)
-    links[1::2] = dst + np.where(far, 3 * devices, devices)
-    return np.arange(0, 2 * count + 1, 2, dtype=np.int64), links
+    start = np.empty(2 * count, np.int64)
+    start[0::2] = src + np.where(far, 2 * devices, 0)
+    start[1::2] = dst + np.where(far, 3 * devices, devices)
+    return np.repeat(np.arange(count, dtype=np.int64), 2), start, start + 1, np.full(count, 2, np.int64)
 
 
-def _torus_routes(shape: tuple[int, ...], wraparound: tuple[bool, ...], src: np.ndarray,
-                  dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dimension-ordered shortest routes on a torus (see the module docstring), vectorised over messages."""
-    ndim, count = len(shape), len(src)
-    strides = [math.prod(shape[k + 1:]) for k in range(ndim)]
-    at = [(src // strides[k]) % shape[k] for k in range(ndim)]
-    to = [(dst // strides[k]) % shape[k] for k in range(ndim)]
-    hops, plus = [], []
-    for k in range(ndim):
-        if wraparound[k] and shape[k] > 2:  # a ring of two is one link each way
-            forward = (to[k] - at[k]) % shape[k]
-            up = forward <= shape[k] - forward
-            hops.append(np.where(up, forward, shape[k] - forward))
+def _torus_segments(shape: tuple[int, ...], wraparound: tuple[bool, ...], src: np.ndarray, dst: np.ndarray,
+                    devices: int) -> tuple[np.ndarray, ...]:
+    """Dimension-ordered shortest routes on a torus (see the module docstring) as intervals, vectorised."""
+    flows, here = np.arange(len(src), dtype=np.int64), src.copy()
+    parts, total = [], np.zeros(len(src), np.int64)
+    for k, size in enumerate(shape):
+        stride = math.prod(shape[k + 1:])
+        at, to = (here // stride) % size, (dst // stride) % size
+        forward = (to - at) % size
+        if wraparound[k] and size > 2:  # a ring of two is one link each way
+            up = forward <= size - forward
+            hops = np.where(up, forward, size - forward)
         else:
-            up = to[k] >= at[k]
-            hops.append(np.abs(to[k] - at[k]))
-        plus.append(up)
-    total = sum(hops)
-    offsets = np.zeros(count + 1, np.int64)
-    np.cumsum(total, out=offsets[1:])
-    links = np.empty(int(offsets[-1]), np.int64)
-    base = offsets[:-1].copy()
-    here = src.copy()  # the device each message has reached, dimension by dimension
-    for k in range(ndim):
-        flows = np.repeat(np.arange(count), hops[k])
-        if len(flows):
-            first = np.cumsum(hops[k]) - hops[k]
-            step = np.arange(len(flows)) - first[flows]
-            sign = np.where(plus[k], 1, -1)[flows]
-            position = (at[k][flows] + sign * step) % shape[k]
-            device = here[flows] + (position - at[k][flows]) * strides[k]
-            links[base[flows] + step] = device * (2 * ndim) + 2 * k + (sign < 0)
-        base += hops[k]
-        here += (to[k] - at[k]) * strides[k]
-    return offsets, links
+            up, hops = to >= at, np.abs(to - at)
+        moving = hops > 0
+        row = (here // (size * stride)) * stride + here % stride
+        line = 2 * devices * k + devices * (~up) + row * size  # the first index of the ring's links
+        low = np.where(up, at, (at - hops + 1) % size)  # a negative run of links ends where it starts
+        high = low + hops
+        wraps = high > size
+        keep = moving & ~wraps
+        parts.append((flows[keep], line[keep] + low[keep], line[keep] + high[keep]))
+        parts.append((flows[wraps], line[wraps] + low[wraps], line[wraps] + size))
+        parts.append((flows[wraps], line[wraps], line[wraps] + high[wraps] - size))
+        total += hops
+        here += (to - at) * stride
+    return (*(np.concatenate(column) for column in zip(*parts)), total)
