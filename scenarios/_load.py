@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,22 +115,94 @@ def _mesh(source: Source, data: dict, budget: Budget) -> sim.Mesh:
         raise source.error("mesh", "axes", f"[mesh] axes={axes!r} must be a non-empty table of axis name = "
                                            f"positive size, e.g. axes = {{x = 2, y = 2}}")
     budget.check_mesh(axes)
-    return sim.Mesh(dict(axes), network=_network(source, data), max_memory_bytes=budget.max_memory_bytes)
-
-
-def _network(source: Source, data: dict) -> sim.Network:
-    """The `[network]` table as a `sim.Network` (the defaults when it is absent)."""
-    table = source.table(data, "network", required=False) or {}
-    source.check_keys("network", table, (), ("latency_s", "bandwidth_bytes_per_s"))
-    for key, value in table.items():
-        if type(value) not in (int, float):
-            raise source.error("network", key, f"[network] {key}={value!r} must be a number")
+    network, key = _network(source, data, tuple(axes.values()))
     try:
-        return sim.Network.fully_connected(**table)
+        return sim.Mesh(dict(axes), network=network, max_memory_bytes=budget.max_memory_bytes)
+    except sim.InvalidArgumentError as error:
+        if key is None or "does not fit" not in str(error):
+            raise
+        raise source.error("network", key, f"[network] {error}") from None
+
+
+def _network(source: Source, data: dict, axes: tuple[int, ...]) -> tuple[sim.Network, str | None]:
+    """The `[network]` table as a `sim.Network` (the defaults when it is absent), and the key that fixed its
+    size (for errors about a mesh it cannot hold)."""
+    table = source.table(data, "network", required=False) or {}
+    source.check_keys("network", table, (), tuple(_NETWORK_KEYS))
+    for key, value in table.items():
+        if not _NETWORK_KEYS[key](value):
+            raise source.error("network", key, f"[network] {key}={value!r} must be {_NETWORK_RULES[key]}")
+    try:
+        network = _build_network(source, table, axes)
     except sim.MeshError as error:
         # The network states the broken rule as `name=value ...`; point at that field's line.
         key = next((k for k in table if str(error).startswith(k)), None)
+        key = key or next((k for k in ("shape", "preset", "topology") if k in table), None)
         raise source.error("network", key, f"[network] {error}") from None
+    return network, next((k for k in ("shape", "preset", "topology") if k in table), None)
+
+
+def _build_network(source: Source, table: dict, axes: tuple[int, ...]) -> sim.Network:
+    """A `sim.Network` from a checked `[network]` table; `shape` defaults to the mesh's axis sizes."""
+    store_and_forward = table.get("store_and_forward", False)
+    if "preset" in table:
+        extra = next((k for k in table if k not in ("preset", "shape")), None)
+        if extra is not None:
+            raise source.error("network", extra, f"[network] {extra} cannot go with preset={table['preset']!r}: a "
+                                                 f"preset fixes its topology, latency and bandwidth; only shape may "
+                                                 f"be given")
+        name = table["preset"]
+        rank = sim.PRESETS[name][2] if name in sim.PRESETS else 0
+        shape = table.get("shape") or (axes if len(axes) == rank else None)
+        return sim.Network.preset(name, None if shape is None else tuple(shape))
+    topology = table.get("topology", "fully_connected")
+    if topology not in sim.TOPOLOGIES:
+        raise source.error("network", "topology", f"[network] topology={topology!r} must be one of "
+                                                  f"{', '.join(sim.TOPOLOGIES)}")
+    allowed = _TOPOLOGY_KEYS.get(topology, ())
+    extra = next((k for k in table if k not in _COMMON_KEYS + allowed), None)
+    if extra is not None:
+        raise source.error("network", extra, f"[network] {extra} does not apply to topology={topology!r}; it "
+                                             f"applies to: " + ", ".join(t for t, keys in _TOPOLOGY_KEYS.items()
+                                                                         if extra in keys))
+    link = {k: table[k] for k in ("latency_s", "bandwidth_bytes_per_s") if k in table}
+    if topology == "torus":
+        wraparound = table.get("wraparound", True)
+        network = sim.Network.torus(tuple(table.get("shape", axes)),
+                                    tuple(wraparound) if isinstance(wraparound, list) else wraparound, **link)
+    elif topology == "ring":
+        network = sim.Network.ring(**link, wraparound=table.get("wraparound", True))
+    elif topology == "hierarchical":
+        inter = {k: table[k] for k in ("inter_latency_s", "inter_bandwidth_bytes_per_s") if k in table}
+        network = sim.Network.hierarchical(table.get("node_size", 0), **link, **inter)
+    else:
+        network = sim.Network(**link, topology=topology)
+    return replace(network, store_and_forward=store_and_forward) if store_and_forward else network
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float)
+
+
+_NETWORK_KEYS: dict[str, Callable[[Any], bool]] = {
+    "topology": lambda v: isinstance(v, str), "preset": lambda v: isinstance(v, str),
+    "shape": lambda v: isinstance(v, list) and bool(v) and all(type(s) is int for s in v),
+    "wraparound": lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(w, bool) for w in v)),
+    "latency_s": _number, "bandwidth_bytes_per_s": _number, "node_size": lambda v: type(v) is int,
+    "inter_latency_s": _number, "inter_bandwidth_bytes_per_s": _number,
+    "store_and_forward": lambda v: isinstance(v, bool),
+}
+_NETWORK_RULES = {
+    "topology": f"a string, one of {', '.join(sim.TOPOLOGIES)}", "preset": "a string naming a preset",
+    "shape": "a list of integers, e.g. shape = [4, 4]", "wraparound": "true, false or a list of them, one per "
+    "dimension", "node_size": "an integer", "store_and_forward": "true or false",
+}
+_NETWORK_RULES.update({k: "a number" for k in _NETWORK_KEYS if k not in _NETWORK_RULES})
+_COMMON_KEYS = ("topology", "latency_s", "bandwidth_bytes_per_s", "store_and_forward")
+_TOPOLOGY_KEYS: dict[str, tuple[str, ...]] = {
+    "fully_connected": (), "switch": (), "ring": ("wraparound",), "torus": ("shape", "wraparound"),
+    "hierarchical": ("node_size", "inter_latency_s", "inter_bandwidth_bytes_per_s"),
+}
 
 
 def _collective(source: Source, table: dict, mesh: sim.Mesh) -> tuple[Definition, dict[str, Any]]:

@@ -69,8 +69,7 @@ class ScenarioResult:
             "scenario": scenario.path,
             "title": scenario.title,
             "mesh": dict(mesh.shape),
-            "network": {"topology": network.topology, "latency_s": network.latency_s,
-                        "bandwidth_bytes_per_s": network.bandwidth_bytes_per_s},
+            "network": network_facts(network),
             "collective": {"op": scenario.op, **scenario.params},
             "devices": [self._device_dict(d, array) for d in mesh.devices],
             "messages": [message.to_dict() for message in self.trace],
@@ -180,3 +179,20 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     array = np.array(array)
     array.setflags(write=False)
     return array
+
+
+def network_facts(network: sim.Network) -> dict:
+    """The network's facts as JSON-ready values: its topology, shape, link figures and preset."""
+    facts = {"topology": network.topology, "latency_s": network.latency_s,
+             "bandwidth_bytes_per_s": network.bandwidth_bytes_per_s, "description": network.describe()}
+    if network.shape is not None:
+        facts["shape"] = list(network.shape)
+    if network.wraparound is not None:
+        facts["wraparound"] = list(network.wraparound)
+    if network.topology == "hierarchical":
+        facts.update(node_size=network.node_size, inter_latency_s=network.inter_latency_s,
+                     inter_bandwidth_bytes_per_s=network.inter_bandwidth_bytes_per_s)
+    if network.preset_name is not None:
+        facts["preset"] = network.preset_name
+    facts["store_and_forward"] = network.store_and_forward
+    return facts

@@ -141,7 +141,7 @@ def _header(console: Console, result: ScenarioResult) -> None:
     params = ", ".join(f"{key}={value!r}" for key, value in scenario.params.items())
     console.rule(Text(scenario.title, style="bold"))
     console.print(Text(scenario.path, style="dim"))
-    console.print(f"mesh {axes} ({mesh.size} devices); network {network.topology}, latency "
+    console.print(f"mesh {axes} ({mesh.size} devices); network {network.describe()}, latency "
                   f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s",
                   markup=False, soft_wrap=True)
     console.print(Text(f"{scenario.op}({params})", style="bold"))
@@ -249,7 +249,8 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
     Beyond `2 * _MESSAGE_EDGE` rows, only as many at each end show (unless `full`); the caption says how
     many are left out.
     Where a message lands (slice and rows) has columns of its own; any other detail the collective's
-    messages carry (a ring's phase, step and chunk, a ppermute's pair) goes in one `detail` column.
+    messages carry (a ring's phase, step and chunk, a ppermute's pair) goes in one `detail` column. On any
+    network but the fully connected one, a `hops` column gives the number of links each message crossed.
     """
     network_bytes = sum(m.size_bytes for m in result.trace if m.src != m.dst)
     sent = sum(m.kind == "message" for m in result.trace)
@@ -259,11 +260,12 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
     other = any(set(m.detail) - set(_LOCATED) for m in result.trace if m.kind == "message")
     located = not other or any(key in m.detail for m in result.trace for key in _LOCATED)
     src_rows = located and any("src_rows" in m.detail for m in result.trace)  # a tiled all_to_all has none
-    columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived") \
+    hops = result.scenario.mesh.network.topology != "fully_connected"
+    columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived") + (("hops",) * hops) \
         + (("slice", "rows at dst") if located else ()) + (("src rows",) if src_rows else ()) \
         + (("detail",) if other else ())
     for column in columns:
-        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes") else "left", no_wrap=True,
+        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes", "hops") else "left", no_wrap=True,
                          min_width=len(str(len(result.trace))) if column == "#" else None)
     for k in _shown(len(result.trace), full):
         if k is None:
@@ -278,7 +280,8 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
             + ((_span(detail.get("src_rows")),) if src_rows else ())
         rest = (", ".join(f"{key}={value}" for key, value in detail.items() if key not in _LOCATED),) if other else ()
         table.add_row(str(k), *kind, str(message.src), str(message.dst), str(message.size_bytes),
-                      _seconds(message.send_time_s), _seconds(message.arrival_time_s), *where, *rest,
+                      _seconds(message.send_time_s), _seconds(message.arrival_time_s),
+                      *((str(len(message.route)),) * hops), *where, *rest,
                       style=colour(message.src))
     return table
 
