@@ -216,7 +216,7 @@ class LinkState:
         if self._hops:
             hops, self._hops = self._hops, []
             sink, slot, size = (np.array([h[k] for h in hops]) for k in range(3))
-            links = np.array([route[hop] for _, _, _, route, hop in hops], np.int64)
+            links = np.array([route[hop] for _, _, _, route, hop, _ in hops], np.int64)
             latency = np.array([latency for _, _, _, _, _, latency in hops])
             self._add(now_s, sink, slot, size.astype(np.float64), latency, np.arange(len(links)), links, links + 1)
 

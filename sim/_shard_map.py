@@ -65,6 +65,11 @@ class Run:
         """Each device's part in each collective call: when it reached the call, met its group, finished."""
         return self.simulation.calls
 
+    def link_busy_s(self) -> dict[tuple, float]:
+        """Seconds each link (by its id, see `sim.Mesh.route`) carried this run's messages at its full
+        bandwidth: the bytes that crossed it over its bandwidth. Links no message crossed are left out."""
+        return self.simulation.links.busy_s(self.trace)
+
     def trace_events(self) -> dict:
         """The run as Chrome / Perfetto trace-event JSON (a dict): a track per device and per link, spans for
         calls, waits, sends, transfers, receives and local copies, a flow from each send to its receive.

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import scenarios
+import sim
 from scenarios import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,6 +243,20 @@ BAD = [
      r":14: \[collective\] axis_index_groups=\[\[0\], \[0\]\] .* must cover every axis index exactly once"),
     ("negative latency", [("[collective]", "[network]\nlatency_s = -1\n\n[collective]")],
      r":12: \[network\] latency_s=-1 must be >= 0"),
+    ("unknown topology", [("[collective]", '[network]\ntopology = "mesh"\n\n[collective]')],
+     r":12: \[network\] topology='mesh' must be one of fully_connected, switch, ring, torus, hierarchical"),
+    ("unknown preset", [("[collective]", '[network]\npreset = "tpu-v9"\n\n[collective]')],
+     r":12: \[network\] preset='tpu-v9' is not a known preset; known presets: tpu-v4p, "),
+    ("torus too big", [("[collective]", '[network]\ntopology = "torus"\nshape = [2, 2]\n\n[collective]')],
+     r":13: \[network\] a mesh of 2 devices does not fit torus shape=\(2, 2\) \(4 devices\)"),
+    ("shape of a switch", [("[collective]", '[network]\ntopology = "switch"\nshape = [2]\n\n[collective]')],
+     r":13: \[network\] shape does not apply to topology='switch'; it applies to: torus"),
+    ("preset with a latency", [("[collective]", '[network]\npreset = "tpu-v5e"\nlatency_s = 1\n\n[collective]')],
+     r":13: \[network\] latency_s cannot go with preset='tpu-v5e'"),
+    ("bad wraparound", [("[collective]", '[network]\ntopology = "torus"\nwraparound = [true, false]\n\n[collective]')],
+     r":13: \[network\] wraparound=\(True, False\) must have one entry per dimension of shape=\(2,\)"),
+    ("wraparound type", [("[collective]", '[network]\ntopology = "ring"\nwraparound = "no"\n\n[collective]')],
+     r":13: \[network\] wraparound='no' must be true, false or a list of them"),
     ("missing argument", [("recv_sizes = [1, 1]\n", "")],
      r":15: \[\[device\]\] for device 0: recv_sizes is missing"),
     ("misspelt argument", [("recv_sizes = [2, 1]", "recv_size = [2, 1]")],
@@ -402,3 +417,27 @@ def test_axis_index_needs_no_inputs(tmp_path):
     path.write_text('[mesh]\naxes = {x = 2, y = 2}\n\n[collective]\nop = "axis_index"\naxis_name = ["y", "x"]\n')
     result = scenarios.run(scenarios.load(path))
     assert [int(o) for o in result.outputs] == [0, 2, 1, 3] and result.trace == ()
+
+
+def test_network_keys_build_the_topology(tmp_path):
+    """`[network]` keys: a torus shaped like the mesh by default, a ring with its wraparound, a hierarchical
+    network with its node figures, and a preset over the mesh's shape; `meshsim run --json` states them."""
+    base = (ROOT / "scenarios" / "library" / "all_to_all_seeded.toml").read_text()
+    tables = {
+        'topology = "torus"\nwraparound = [true, false]': ("torus", (2, 2), (True, False)),
+        'topology = "ring"\nwraparound = false': ("ring", (4,), (False,)),
+        'topology = "hierarchical"\nnode_size = 2\ninter_bandwidth_bytes_per_s = 1e9': ("hierarchical", (2, 2), None),
+        'preset = "tpu-v5e"': ("torus", (2, 2), (False, False)),
+        'topology = "switch"\nstore_and_forward = true': ("switch", None, None),
+    }
+    for table, (topology, shape, wraparound) in tables.items():
+        text = base.replace("latency_s = 5e-6\nbandwidth_bytes_per_s = 25e9", table)
+        path = tmp_path / "network.toml"
+        path.write_text(text)
+        network = scenarios.load(path).mesh.network
+        facts = scenarios.run(scenarios.load(path)).to_dict()["network"]
+        assert (network.topology, network.shape, network.wraparound) == (topology, shape, wraparound), table
+        assert facts["topology"] == topology and facts.get("wraparound") == (None if wraparound is None
+                                                                              else list(wraparound))
+    library = scenarios.load(ROOT / "scenarios" / "library" / "moe_all_to_all_tpu_v5e.toml")
+    assert library.mesh.network == sim.Network.preset("tpu-v5e", (4, 4))

@@ -261,11 +261,13 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
     located = not other or any(key in m.detail for m in result.trace for key in _LOCATED)
     src_rows = located and any("src_rows" in m.detail for m in result.trace)  # a tiled all_to_all has none
     hops = result.scenario.mesh.network.topology != "fully_connected"
-    columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived") + (("hops",) * hops) \
+    columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived") \
+        + (("hops",) * hops) \
         + (("slice", "rows at dst") if located else ()) + (("src rows",) if src_rows else ()) \
         + (("detail",) if other else ())
     for column in columns:
-        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes", "hops") else "left", no_wrap=True,
+        right = column in ("#", "src", "dst", "bytes", "hops")
+        table.add_column(column, justify="right" if right else "left", no_wrap=True,
                          min_width=len(str(len(result.trace))) if column == "#" else None)
     for k in _shown(len(result.trace), full):
         if k is None:
