@@ -4,6 +4,10 @@
     python benchmarks/scale.py --quick              # the small cases only
     python benchmarks/scale.py --jax-max-devices 0  # without the JAX column
 
+Cases run on the default fully connected network unless named: the 1024-device all_to_all also runs on a
+switch (`sim.Network.switch()`) and on a 32 x 32 torus (`sim.Network.torus((32, 32))`), side by side, with
+the same latency and bandwidth (1 us, 100 GB/s): the cost of routes and max-min fair sharing.
+
 Each case runs in fresh subprocesses (so each peak RSS is its own): the simulator once, with its result
 checked against a plain numpy evaluation of the same collective, and real JAX on as many CPU virtual devices
 (up to `--jax-max-devices`), best of 5, its result checked too. The table gives the simulator's wall time,
@@ -28,8 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))
 
-CASES = [("all_to_all", 64), ("all_to_all", 256), ("all_to_all", 1024), ("ppermute", 1024), ("ppermute", 4096),
-         ("psum", 1024), ("all_gather", 1024)]
+CASES = [("all_to_all", 64), ("all_to_all", 256), ("all_to_all", 1024), ("all_to_all", 1024, "switch"),
+         ("all_to_all", 1024, "torus"), ("ppermute", 1024), ("ppermute", 4096), ("psum", 1024), ("all_gather", 1024)]
 QUICK = [("all_to_all", 64), ("all_to_all", 256), ("ppermute", 1024), ("psum", 256), ("all_gather", 256)]
 # XLA:CPU runs one thread per device in a collective; on 2 cores 1024 of them miss its 40 s rendezvous
 # deadline and the process aborts, so by default JAX is timed up to 256 devices.
@@ -59,7 +63,19 @@ def body(op: str, n: int, lax) -> Callable:
     return lambda v: lax.all_gather(v, "x", tiled=True)
 
 
-def simulator_case(op: str, n: int) -> dict:
+def network(name: str, n: int):
+    """The case's network: fully connected (the default), a switch, or a square 2-D torus of n devices."""
+    import sim
+
+    if name == "switch":
+        return sim.Network.switch()
+    if name == "torus":
+        side = round(n ** 0.5)
+        return sim.Network.torus((side, n // side))
+    return sim.Network.fully_connected()
+
+
+def simulator_case(op: str, n: int, network_name: str = "fully_connected") -> dict:
     """Run one case on the simulator here; the thread count is read inside device programs."""
     import resource
 
@@ -74,7 +90,8 @@ def simulator_case(op: str, n: int) -> dict:
             threads.append(_os_threads())
         return program(v)
 
-    f = sim.shard_map(counted, mesh=sim.Mesh({"x": n}), in_specs=sim.P("x"), out_specs=sim.P("x"),
+    f = sim.shard_map(counted, mesh=sim.Mesh({"x": n}, network=network(network_name, n)), in_specs=sim.P("x"),
+                      out_specs=sim.P("x"),
                       check_vma=False)
     start = time.perf_counter()
     run = f.run(x)
@@ -82,7 +99,8 @@ def simulator_case(op: str, n: int) -> dict:
     numpy_s, expect = _best(lambda: evaluate(x))
     if not np.array_equal(run.outputs, expect):
         raise SystemExit(f"{op} on {n} devices: the simulator's result differs from numpy's")
-    return {"op": op, "devices": n, "wall_s": wall_s, "messages": len(run.trace), "numpy_s": numpy_s,
+    return {"op": op, "devices": n, "network": network_name, "wall_s": wall_s, "messages": len(run.trace),
+            "numpy_s": numpy_s,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "threads": max(threads)}
 
 
@@ -118,8 +136,8 @@ def _os_threads() -> int:
         return int(next(line for line in status if line.startswith("Threads:")).split()[1])
 
 
-def _subprocess(flag: str, op: str, n: int, env: dict | None = None) -> dict:
-    out = subprocess.run([sys.executable, __file__, flag, op, str(n)], capture_output=True, text=True, env=env)
+def _subprocess(flag: str, op: str, n: int, env: dict | None = None, *more: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, flag, op, str(n), *more], capture_output=True, text=True, env=env)
     if out.returncode:
         raise SystemExit(f"{flag} {op} {n} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -130,19 +148,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="small cases only")
     parser.add_argument("--jax-max-devices", type=int, default=JAX_MAX_DEVICES,
                         help=f"time JAX on cases of at most this many devices (default {JAX_MAX_DEVICES}; 0: none)")
-    parser.add_argument("--simulator-case", nargs=2, metavar=("OP", "DEVICES"), help=argparse.SUPPRESS)
+    parser.add_argument("--simulator-case", nargs="+", metavar="OP DEVICES [NETWORK]", help=argparse.SUPPRESS)
     parser.add_argument("--jax-case", nargs=2, metavar=("OP", "DEVICES"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.simulator_case or args.jax_case:
-        op, n = args.simulator_case or args.jax_case
-        print(json.dumps((simulator_case if args.simulator_case else jax_case)(op, int(n))))
+    if args.simulator_case:
+        op, n, *name = args.simulator_case
+        print(json.dumps(simulator_case(op, int(n), *name)))
+        return 0
+    if args.jax_case:
+        op, n = args.jax_case
+        print(json.dumps(jax_case(op, int(n))))
         return 0
     rows = []
-    print(f"{'op':<11} {'devices':>7} {'wall s':>8} {'messages':>9} {'msg/s':>10} {'peak RSS':>9} {'threads':>7} "
-          f"{'numpy s':>9} {'jax s':>9} {'sim/numpy':>10} {'sim/jax':>8}")
-    for op, n in QUICK if args.quick else CASES:
-        row = _subprocess("--simulator-case", op, n)
-        if n <= args.jax_max_devices:
+    print(f"{'op':<11} {'devices':>7} {'network':>15} {'wall s':>8} {'messages':>9} {'msg/s':>10} {'peak RSS':>9} "
+          f"{'threads':>7} {'numpy s':>9} {'jax s':>9} {'sim/numpy':>10} {'sim/jax':>8}")
+    for op, n, *name in QUICK if args.quick else CASES:
+        row = _subprocess("--simulator-case", op, n, None, *name)
+        if n <= args.jax_max_devices and not name:
             env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
             row.update(_subprocess("--jax-case", op, n, env))
         rows.append(row)
@@ -155,14 +177,15 @@ def show(row: dict) -> None:
     jax_s = row.get("jax_s")
     jax_text = "-" if jax_s is None else f"{jax_s:.2e}"
     ratio = "-" if jax_s is None else f"{row['wall_s'] / jax_s:.1f}x"
-    print(f"{row['op']:<11} {row['devices']:>7} {row['wall_s']:>8.3f} {row['messages']:>9} "
+    print(f"{row['op']:<11} {row['devices']:>7} {row['network']:>15} {row['wall_s']:>8.3f} {row['messages']:>9} "
           f"{row['messages'] / row['wall_s']:>10,.0f} {row['peak_rss_mib']:>5.0f} MiB {row['threads']:>7} "
           f"{row['numpy_s']:>9.2e} {jax_text:>9} {row['wall_s'] / row['numpy_s']:>9.0f}x {ratio:>8}", flush=True)
 
 
 def fit(rows: list[dict]) -> None:
     """Least-squares exponent k of wall time ~ messages^k over the all_to_all rows."""
-    points = [(r["messages"], r["wall_s"]) for r in rows if r["op"] == "all_to_all"]
+    points = [(r["messages"], r["wall_s"]) for r in rows
+              if r["op"] == "all_to_all" and r["network"] == "fully_connected"]
     if len(points) >= 2:
         k = np.polyfit(np.log([m for m, _ in points]), np.log([t for _, t in points]), 1)[0]
         print(f"all_to_all: wall time grows as messages^{k:.2f}")

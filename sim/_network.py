@@ -71,10 +71,11 @@ class Network:
         return cls(latency_s, bandwidth_bytes_per_s, "fully_connected", store_and_forward=store_and_forward)
 
     @classmethod
-    def switch(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9) -> Network:
+    def switch(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9,
+               store_and_forward: bool = False) -> Network:
         """Every device has one egress and one ingress port of `bandwidth_bytes_per_s` on a non-blocking switch;
         a message crosses its sender's egress port and its receiver's ingress port, for one latency."""
-        return cls(latency_s, bandwidth_bytes_per_s, "switch")
+        return cls(latency_s, bandwidth_bytes_per_s, "switch", store_and_forward=store_and_forward)
 
     @classmethod
     def ring(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9, devices: int | None = None,
@@ -92,11 +93,11 @@ class Network:
     @classmethod
     def hierarchical(cls, node_size: int, nodes: int | None = None, latency_s: float = 1e-6,
                      bandwidth_bytes_per_s: float = 450e9, inter_latency_s: float = 5e-6,
-                     inter_bandwidth_bytes_per_s: float = 50e9) -> Network:
+                     inter_bandwidth_bytes_per_s: float = 50e9, store_and_forward: bool = False) -> Network:
         """Nodes of `node_size` devices (consecutive ids) on a fast switch; each device's NIC on a slow one."""
         shape = None if nodes is None else (nodes, node_size)
         return cls(latency_s, bandwidth_bytes_per_s, "hierarchical", shape, None, node_size, inter_latency_s,
-                   inter_bandwidth_bytes_per_s)
+                   inter_bandwidth_bytes_per_s, store_and_forward)
 
     @classmethod
     def preset(cls, name: str, shape: tuple[int, ...] | None = None) -> Network:

@@ -1,8 +1,9 @@
 """A run as Chrome / Perfetto trace-event JSON: a timeline of every device and link, opened in a viewer.
 
 The file is the JSON object form of the trace-event format: `{"traceEvents": [...], "displayTimeUnit": "ns"}`.
-Two processes hold the tracks: "devices" (one thread per device) and "links" (one thread per directed
-link `src->dst` that carried a message). Each span is a complete event (`"ph": "X"`, `ts` and `dur` in
+Two processes hold the tracks: "devices" (one thread per device) and "links" (one thread per link that
+carried a message: `a->b` for a link from device a to device b, else its id, e.g. `out 3` for device 3's
+switch egress port). Each span is a complete event (`"ph": "X"`, `ts` and `dur` in
 microseconds):
 
 - on a device: its part in each collective call (`cat` "collective", from reaching the call to the end of
@@ -10,7 +11,8 @@ microseconds):
   "send", from posting to arrival: the payload is a view of its memory until then), each message it
   received (`cat` "receive", from the first byte on the wire to arrival), each local copy (`cat` "copy",
   named by its kind: pack, unpack, relayout);
-- on a link: each message that crossed it (`cat` "transfer", from the first byte on the wire to arrival).
+- on a link: each message that crossed it (`cat` "transfer", from the first byte on the wire to arrival), on
+  every link of its route.
 
 A flow (`"ph": "s"` then `"f"`, `id` = the message's position in the run's trace plus one, `bp`: "e")
 joins each send to its receive. Viewers need the spans of one thread to nest, but messages overlap
@@ -124,8 +126,8 @@ def _record_spans(records: Sequence[MessageRecord]) -> list[_Span]:
             spans.append(_Span(("device", m.src), posted, arrival, m.kind, "copy", {**args, "kind": m.kind}))
             continue
         spans.append(_Span(("device", m.src), posted, arrival, f"send to {m.dst}", "send", args, flow=("s", k + 1)))
-        if m.src != m.dst:
-            spans.append(_Span(("link", m.src, m.dst), start, arrival, f"{m.collective} #{m.call}: {m.size_bytes} B",
+        for link in m.route or ([(m.src, m.dst)] if m.src != m.dst else []):
+            spans.append(_Span(("link", link), start, arrival, f"{m.collective} #{m.call}: {m.size_bytes} B",
                                "transfer", args))
         spans.append(_Span(("device", m.dst), start, arrival, f"receive from {m.src}", "receive", args,
                            flow=("f", k + 1)))
@@ -186,7 +188,7 @@ def _metadata(threads: dict[tuple, list[_Lane]]) -> list[dict]:
     tid = 0
     for track in threads:  # in thread order
         pid = _DEVICES_PID if track[0] == "device" else _LINKS_PID
-        base = f"device {track[1]}" if track[0] == "device" else f"link {track[1]}->{track[2]}"
+        base = f"device {track[1]}" if track[0] == "device" else f"link {_link_name(track[1])}"
         for lane in range(len(threads[track])):
             tid += 1
             name = base if lane == 0 else f"{base} (lane {lane + 1})"
@@ -194,6 +196,13 @@ def _metadata(threads: dict[tuple, list[_Lane]]) -> list[dict]:
             events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
                            "args": {"sort_index": tid}})
     return events
+
+
+def _link_name(link: tuple) -> str:
+    """`a->b` for a link between two devices, else the id's parts, e.g. `out 3`."""
+    if len(link) == 2 and all(isinstance(part, int) for part in link):
+        return f"{link[0]}->{link[1]}"
+    return " ".join(map(str, link))
 
 
 def _pid(span: _Span) -> int:

@@ -330,3 +330,15 @@ def test_preset_wraparound_rules_and_node_figures():
     ib = sim.Network.preset("h100-ib", (4, 8))
     assert (ib.node_size, ib.inter_bandwidth_bytes_per_s * 8, ib.shape) == (8, 400e9, (4, 8))
     assert sim.Network.preset("h100-nvlink", (4,)).shape == (4,)
+
+
+def test_perfetto_shows_a_transfer_on_every_link_of_a_route():
+    """The Perfetto export draws a multi-hop message as one transfer span on each link of its route, on
+    tracks named by link."""
+    mesh = sim.Mesh({"x": 4}, network=sim.Network.ring(wraparound=False))
+    f = sim.shard_map(lambda x: collectives.ppermute(x, "x", [(0, 3)]), mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                      check_vma=False)
+    events = f.run(np.zeros(8)).trace_events()["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name" and e["pid"] != 1}
+    transfers = [names[e["tid"]] for e in events if e.get("cat") == "transfer"]
+    assert sorted(transfers) == ["link 0->1", "link 1->2", "link 2->3"]
