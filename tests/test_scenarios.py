@@ -440,4 +440,4 @@ def test_network_keys_build_the_topology(tmp_path):
         assert facts["topology"] == topology and facts.get("wraparound") == (None if wraparound is None
                                                                               else list(wraparound))
     library = scenarios.load(ROOT / "scenarios" / "library" / "moe_all_to_all_tpu_v5e.toml")
-    assert library.mesh.network == sim.Network.preset("tpu-v5e", (4, 4))
+    assert library.mesh.network == sim.Network.preset("tpu-v5e", (2, 4))
