@@ -30,7 +30,7 @@ POWER_OF_TWO = frozenset({"recursive_doubling", "recursive_halving", "rabenseifn
 _INNER = {"all_gather": "ring", "all_gather_invariant": "ring", "all_to_all": "direct"}  # per_axis's fallback
 
 
-def fits(algorithm: str, group_size: int) -> bool:
+def algorithm_fits(algorithm: str, group_size: int) -> bool:
     """Whether `algorithm` runs on a group of `group_size` members (powers of two where it needs them)."""
     return algorithm not in POWER_OF_TWO or group_size & (group_size - 1) == 0
 
@@ -40,7 +40,7 @@ def check_algorithm(op: str, device: int, algorithm: Any, group_size: int, allow
     if not isinstance(algorithm, str) or algorithm not in allowed:
         raise sim.InvalidArgumentError(
             f"device {device}: {op}: algorithm={algorithm!r} must be one of {tuple(allowed)}")
-    if not fits(algorithm, group_size):
+    if not algorithm_fits(algorithm, group_size):
         raise sim.InvalidArgumentError(
             f"device {device}: {op}: algorithm={algorithm!r} needs a group size that is a power of two, "
             f"got {group_size}; use algorithm='ring', 'direct' or 'auto'")
@@ -74,7 +74,8 @@ def resolve(port: sim.Port, op: str, algorithm: str, allowed: Sequence[str], siz
             return algorithm
         from collectives._cost import fastest  # the cost model reads the network only when asked
         mesh, n = port.simulation.mesh, port.group.size
-        candidates = tuple(a for a in allowed if a != AUTO and fits(a, n) and (a != "per_axis" or len(shape) > 1))
+        candidates = tuple(a for a in allowed
+                           if a != AUTO and algorithm_fits(a, n) and (a != "per_axis" or len(shape) > 1))
         if len(candidates) == 1:
             return candidates[0]
         return fastest(op, candidates, mesh, port.group.members, shape, size_bytes)

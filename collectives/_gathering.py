@@ -35,9 +35,9 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
     target = blocks_of(result, axis, n, tiled)
     work = target if target.flags.c_contiguous else _alloc(port, (n, *source.shape), source.dtype)
     own, _ = yield from pack_slice(port, source, Layout.row_major(source.ndim), phase="operand")
-    work[port.group.index][...] = own
+    work[port.group.index, ...] = own
     if algorithm == "ring":
-        yield from ring(port, whole(port), list(work), "ring")
+        yield from ring(port, whole(port), [work[i, ...] for i in range(n)], "ring")
     elif algorithm == "bidirectional_ring":
         yield from _bidirectional(port, work)
     elif algorithm == "recursive_doubling":
@@ -46,7 +46,7 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
         grid = work.reshape((*shape, *source.shape))
         for k, team in axis_teams(port, shape):
             coords = np.unravel_index(port.group.index, shape)
-            units = [grid[tuple(coords[:k]) + (t,)] for t in range(team.size)]
+            units = [grid[(*coords[:k], t, ...)] for t in range(team.size)]
             yield from ring(port, team, units, f"axis {k}")
     if work is not target:
         yield from unpack_values(port, work, tuple(range(work.ndim)), target, phase="result")
@@ -72,7 +72,7 @@ def _bidirectional(port: sim.Port, work: np.ndarray) -> Generator:
     """Half of every block clockwise, the other half counter-clockwise, both at each step."""
     team = whole(port)
     n, me = team.size, team.index
-    halves = [np.array_split(block.reshape(-1), 2) for block in work]
+    halves = [np.array_split(work[i, ...].reshape(-1), 2) for i in range(n)]
     for step in range(n - 1):
         sends = ((1, (me - step) % n, 0, "clockwise"), (-1, (me + step) % n, 1, "counter-clockwise"))
         for offset, c, half, phase in sends:
