@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
+from collectives._algorithms import inner
 
 _SAMPLED = 8  # shifts timed for an all-pairs step; the rest are assumed to load links alike
 _CACHE: dict[tuple, tuple[object, float]] = {}
@@ -50,7 +51,7 @@ def schedule(op: str, algorithm: str, shape: tuple[int, ...], size_bytes: int) -
     """The steps of `algorithm` for `op` on a group laid out as the grid `shape` whose members each hold
     `size_bytes` (the operand; for all_gather the block each member contributes)."""
     p, b = math.prod(shape), float(size_bytes)
-    family = _FAMILY.get(op, "direct")
+    family, algorithm = _FAMILY.get(op, "direct"), inner(op, algorithm, shape)
     if family == "direct" or algorithm == "direct":
         return [(Pattern("pairs"), _direct_bytes(family, b, p), 1)]
     if algorithm == "per_axis" and len(shape) > 1:
