@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._algorithms import GATHER, axes_shape, check_algorithm, resolve
 from collectives._common import (
     axis_index,
     canonical_axis,
@@ -29,9 +30,11 @@ from collectives._definition import (
     JaxBinding,
     Transposition,
     Vma,
+    algorithm,
     flag,
     integer,
 )
+from collectives._gathering import gather_blocks
 from collectives._strategy import Axes, Sample, dims
 from collectives._vma import typed
 
@@ -42,10 +45,12 @@ class _Args:
     axis: int
     tiled: bool
     out_layout: Any = None
+    algorithm: str = "direct"
+    shape: tuple[int, ...] = ()
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0, tiled: bool = False,
-               out_layout: Any = None) -> Any:
+               algorithm: str = "direct", out_layout: Any = None) -> Any:
     """Gather `x` from every device of the group, in group order, along `axis`.
 
     Untiled, the chunks are stacked in a new dimension at `axis`; tiled, they are concatenated along the
@@ -55,25 +60,35 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     the result in `out_layout` (a `layouts.Layout`, default row-major: what JAX's `out_shardings=Format`
     sets), unpacking every chunk that lands in a strided region by a timed step.
 
+    `algorithm` chooses the messages, never the bytes (every block travels unchanged): 'direct' (one step,
+    every member sends its operand to every member), 'ring' (n - 1 steps to the next member),
+    'bidirectional_ring' (n - 1 steps, half of each block each way round), 'recursive_doubling' (log2(n)
+    steps, n a power of two), 'per_axis' (a ring along each named mesh axis in turn; over one axis or with
+    axis_index_groups, 'ring'), or 'auto' (the fastest of these by `collectives._cost` for the bytes, the
+    group and the network; the pick is recorded in `sim.CallRecord.algorithm`). Those besides 'direct' work
+    on a row-major buffer of blocks: an operand or a result laid out otherwise costs one timed pack or
+    unpack.
+
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
     `all_gather(x, 'x')` gives [[1, 2], [3, 4]] on both, `all_gather(x, 'x', tiled=True)` gives [1, 2, 3, 4].
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, `axis` out of range, shapes or dtypes that differ
-            within a group.
+            within a group, an unknown algorithm or one that needs a power-of-two group on another size.
     """
-    return map_tree(lambda leaf: _all_gather(leaf, axis_name, axis_index_groups, axis, tiled, out_layout), x)
+    return map_tree(lambda leaf: _all_gather(leaf, axis_name, axis_index_groups, axis, tiled, out_layout,
+                                             algorithm), x)
 
 
 def _all_gather(x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled: bool,
-                out_layout: Any = None) -> np.ndarray:
-    axis, compute = gather_leaf("all_gather", x, axis_name, axis_index_groups, axis, tiled, out_layout)
+                out_layout: Any = None, algorithm: str = "direct") -> np.ndarray:
+    axis, compute = gather_leaf("all_gather", x, axis_name, axis_index_groups, axis, tiled, out_layout, algorithm)
     return typed(ALL_GATHER, axis_name, [x], compute,
                  {"axis_name": axis_name, "axis_index_groups": axis_index_groups, "axis": axis, "tiled": tiled})
 
 
 def gather_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, axis: int, tiled: bool,
-                out_layout: Any) -> tuple[int, Callable[[], np.ndarray]]:
+                out_layout: Any, algorithm: str = "direct") -> tuple[int, Callable[[], np.ndarray]]:
     """Check one leaf for `op` (all_gather or all_gather_invariant, which send the same messages); return
     its axis counted from 0 and the call that runs the gather on this device."""
     context, group = group_of(op, axis_name, axis_index_groups)
@@ -82,15 +97,19 @@ def gather_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, axis: i
         raise sim.InvalidArgumentError(f"device {context.device}: {op}: tiled=True needs x of rank >= 1")
     rank = x.ndim if tiled else x.ndim + 1
     axis = canonical_axis(op, context.device, "axis", axis, rank)
-    args = _Args(context.memory.resident(x), axis, bool(tiled), out_layout_of(op, context.device, out_layout, rank))
-    params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)))
+    check_algorithm(op, context.device, algorithm, group.size, GATHER)
+    args = _Args(context.memory.resident(x), axis, bool(tiled), out_layout_of(op, context.device, out_layout, rank),
+                 algorithm, axes_shape(context.mesh, axis_name, axis_index_groups))
+    params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)), ("algorithm", algorithm))
     call = sim.Collective(op, group, params, args, _protocol, same_operands(op, group))
     return axis, lambda: context.collective(call)
 
 
 def _protocol(port: sim.Port, args: _Args):
-    """Direct algorithm: send the whole operand to each member, write each arrival into its place."""
+    """Direct algorithm: send the whole operand to each member, write each arrival into its place (the
+    others: `collectives._gathering`)."""
     source = port.memory.view(args.buffer)
+    algorithm = resolve(port, port.collective.name, args.algorithm, GATHER, source.nbytes, args.shape)
     n = source.shape[args.axis] if args.tiled else 1
     g, me = port.group.size, port.group.index
     shape = list(source.shape)
@@ -99,6 +118,8 @@ def _protocol(port: sim.Port, args: _Args):
     else:
         shape.insert(args.axis, g)
     view = port.memory.view(port.memory.alloc(source.dtype, tuple(shape), args.out_layout))
+    if algorithm != "direct":
+        return (yield from gather_blocks(port, source, view, args.axis, args.tiled, algorithm, args.shape))
     if _rows_in_place(port):
         # nothing to pack or unpack: one row of identical messages each, blocks land in member order
         port.send_each([source] * g, [header_of(args.buffer.layout.major_to_minor)] * g, slice=[me] * g,
@@ -151,7 +172,7 @@ def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
 
 ALL_GATHER = Definition(
     name="all_gather", function=all_gather, arrays=("x",),
-    params=(AXIS_NAME, AXIS_INDEX_GROUPS, integer("axis", 0), flag("tiled", False)),
+    params=(AXIS_NAME, AXIS_INDEX_GROUPS, integer("axis", 0), flag("tiled", False), algorithm(GATHER)),
     vma=Vma.KEEP, transpose=_transpose,
     jax=JaxBinding("all_gather", ("all_gather",), lambda jax, p: lambda x: jax.lax.all_gather(x, **p)),
     strategy=_strategy,

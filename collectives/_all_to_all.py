@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._algorithms import EXCHANGE, axes_shape, blocks_of, check_algorithm, resolve
 from collectives._common import (
     axis_index,
     canonical_axis,
@@ -29,9 +30,11 @@ from collectives._definition import (
     JaxBinding,
     Transposition,
     Vma,
+    algorithm,
     flag,
     integer,
 )
+from collectives._exchanging import exchange
 from collectives._strategy import Axes, Sample, dims
 from collectives._vma import typed
 
@@ -43,10 +46,12 @@ class _Args:
     concat_axis: int
     tiled: bool
     out_layout: Any = None
+    algorithm: str = "direct"
+    shape: tuple[int, ...] = ()
 
 
 def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, axis_index_groups: Any = None,
-               tiled: bool = False, out_layout: Any = None) -> Any:
+               tiled: bool = False, algorithm: str = "direct", out_layout: Any = None) -> Any:
     """Split `x` along `split_axis` into one chunk per group member, exchange, and join along `concat_axis`.
 
     Both axes must be non-negative, as in `jax.lax.all_to_all`. Untiled, `x.shape[split_axis]` must equal
@@ -59,19 +64,25 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, axi
     from memory, any other is packed first by a timed step. The result is written in `out_layout` (a
     `layouts.Layout`, default row-major), chunks landing in strided regions unpacked by a timed step.
 
+    `algorithm` chooses the messages, never the bytes: 'direct' (one step, a message per pair),
+    'pairwise' (n - 1 steps: at step k member i sends to i + k and receives from i - k), 'bruck'
+    (ceil(log2(n)) steps of the chunks whose rotated index has bit k set, any n), 'per_axis' (a direct
+    exchange along each named mesh axis in turn; over one axis or with axis_index_groups, 'direct'), or
+    'auto' (the fastest by `collectives._cost`, recorded in `sim.CallRecord.algorithm`).
+
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
     `all_to_all(x, 'x', 0, 0)` gives [1, 3] on device 0 and [2, 4] on device 1.
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, axes out of range, a split dimension that does
-            not fit the group size, shapes or dtypes that differ within a group.
+            not fit the group size, shapes or dtypes that differ within a group, an unknown algorithm.
     """
     return map_tree(lambda leaf: _all_to_all(leaf, axis_name, split_axis, concat_axis, axis_index_groups, tiled,
-                                             out_layout), x)
+                                             out_layout, algorithm), x)
 
 
 def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_index_groups: Any,
-                tiled: bool, out_layout: Any = None) -> np.ndarray:
+                tiled: bool, out_layout: Any = None, algorithm: str = "direct") -> np.ndarray:
     context, group = group_of("all_to_all", axis_name, axis_index_groups)
     device = context.device
     original, x = x, operand("all_to_all", device, "x", x)
@@ -92,9 +103,11 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
             f"{group.size} when tiled=False"
         )
     out_layout = out_layout_of("all_to_all", device, out_layout, x.ndim)
-    args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled), out_layout)
+    check_algorithm("all_to_all", device, algorithm, group.size, EXCHANGE)
+    args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled), out_layout, algorithm,
+                 axes_shape(context.mesh, axis_name, axis_index_groups))
     params = (("axis_name", axis_name), ("split_axis", split_axis), ("concat_axis", concat_axis),
-              ("tiled", bool(tiled)))
+              ("tiled", bool(tiled)), ("algorithm", algorithm))
     validate = same_operands("all_to_all", group)
     compute = lambda: context.collective(sim.Collective("all_to_all", group, params, args, _protocol, validate))
     return typed(ALL_TO_ALL, axis_name, [original], compute,
@@ -103,13 +116,19 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
 
 
 def _protocol(port: sim.Port, args: _Args):
-    """Direct algorithm: one message per (sender, receiver) pair, the chunk packed if strided."""
+    """Direct algorithm: one message per (sender, receiver) pair, the chunk packed if strided (the others:
+    `collectives._exchanging`)."""
     source = port.memory.view(args.buffer)
     g, me = port.group.size, port.group.index
     step = source.shape[args.split_axis] // g if args.tiled else 1
     chunks = [source[axis_index(source.shape, args.split_axis, slice(j * step, (j + 1) * step))] for j in range(g)]
     rows = [_rows(args, chunk.shape, me) for chunk in chunks]
     view = port.memory.view(port.memory.alloc(source.dtype, _out_shape(args, source.shape, g), args.out_layout))
+    algorithm = resolve(port, "all_to_all", args.algorithm, EXCHANGE, source.nbytes, args.shape)
+    if algorithm != "direct":
+        blocks = blocks_of(view, args.concat_axis, g, args.tiled)
+        yield from exchange(port, algorithm, chunks, args.buffer.layout, blocks, rows, args.shape)
+        return view
     if _rows_in_place(port, chunks):
         # nothing to pack or unpack: the members exchange whole rows of messages, and each receiver's
         # blocks follow each other in member order
@@ -185,7 +204,8 @@ def _strategy(st: Any, axes: Axes, *, negative_axes: bool = False, **options: An
 
 ALL_TO_ALL = Definition(
     name="all_to_all", function=all_to_all, arrays=("x",),
-    params=(AXIS_NAME, integer("split_axis"), integer("concat_axis"), AXIS_INDEX_GROUPS, flag("tiled", False)),
+    params=(AXIS_NAME, integer("split_axis"), integer("concat_axis"), AXIS_INDEX_GROUPS, flag("tiled", False),
+            algorithm(EXCHANGE)),
     vma=Vma.KEEP, transpose=_transpose,
     jax=JaxBinding("all_to_all", ("all_to_all",), lambda jax, p: lambda x: jax.lax.all_to_all(x, **p)),
     strategy=_strategy,

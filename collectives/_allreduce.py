@@ -1,4 +1,4 @@
-"""All-reduce as message protocols: three algorithms, the same integer bytes, different times and float orders.
+"""All-reduce as message protocols: six algorithms, the same integer bytes, different times and float orders.
 
 - 'direct': every member sends its whole operand to every member, and each member folds the arrivals in
   group order into the identity: element e is `((((id op x0) op x1) op x2) ... op x(n-1))`. One step;
@@ -11,6 +11,13 @@
   the member whose group index differs in bit k, and both compute `partial(lower index) op
   partial(higher index)`; element e is the balanced tree `((id op x0) op (id op x1)) op (...)`.
   log2(n) steps of full-size messages.
+- 'bidirectional_ring': 'ring' on each half of the flattened operand at once, the first half round the
+  ring, the second half round it the other way (the reversed member order), so both directions of every
+  link carry half. 2(n-1) steps of two messages of about 1/(2n) of the operand.
+- 'rabenseifner' (group size a power of two): a reduce-scatter by recursive halving, then an all-gather
+  by recursive doubling (`collectives._halving`). 2 log2(n) steps; the messages halve, then double.
+- 'per_axis': a ring all-reduce along each named mesh axis in turn, the minor axis first (over one axis,
+  or with axis_index_groups: 'ring').
 
 Layouts change times, never values. Payloads leave memory through `pack_slice` (a timed "pack" when
 they are not one contiguous run); an arrival whose order differs from the buffer it is folded into or
@@ -20,48 +27,46 @@ written to is first unpacked into that buffer's layout (a timed "unpack"); the a
 first; 'ring' works in row-major order: an operand laid out otherwise is packed into that order first,
 and a result laid out otherwise is unpacked from it at the end.
 
-`ring_reduce_scatter`, `fold_arrivals` and `laid_out` are shared with `psum_scatter`.
+`ring_reduce_scatter`, `fold_arrivals` and `laid_out` are shared with `psum_scatter`. Every algorithm but
+'direct' folds in another order; `oracles._reordered` states the bound all of them keep.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 import sim
+from collectives._algorithms import REDUCE, Team, axis_teams, resolve, whole
 from collectives._arithmetic import combine, fold, identity
 from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
+from collectives._halving import chunk_bounds, doubling_all_gather, halving_reduce_scatter
 from layouts import Layout
 
-ALGORITHMS = ("direct", "ring", "recursive_doubling")
+ALGORITHMS = REDUCE
 
 
 @dataclass(frozen=True)
 class AllReduceArgs:
-    """One member's part of an all-reduce: its operand, the element operation, the algorithm, the result's layout."""
+    """One member's part of an all-reduce: its operand, the element operation, the algorithm asked for, the
+    result's layout, and the grid of the named mesh axes ('per_axis')."""
 
     buffer: sim.Buffer
     reduction: str
     algorithm: str
     out_layout: Layout
-
-
-def check_algorithm(op: str, device: int, algorithm: str, group_size: int, allowed: Sequence[str] = ALGORITHMS) -> None:
-    """Raise unless `algorithm` is one of `allowed` and fits a group of `group_size` members."""
-    if algorithm not in allowed:
-        raise sim.InvalidArgumentError(
-            f"device {device}: {op}: algorithm={algorithm!r} must be one of {tuple(allowed)}")
-    if algorithm == "recursive_doubling" and group_size & (group_size - 1):
-        raise sim.InvalidArgumentError(
-            f"device {device}: {op}: algorithm='recursive_doubling' needs a group size that is a power of two, "
-            f"got {group_size}; use algorithm='ring' or 'direct'")
+    shape: tuple[int, ...] = ()
 
 
 def all_reduce_protocol(port: sim.Port, args: AllReduceArgs) -> Generator:
     """The member's part of the all-reduce with the chosen algorithm; returns its result (a memory view)."""
-    return (yield from _PROTOCOLS[args.algorithm](port, args))
+    shape = args.shape or (port.group.size,)
+    size_bytes = math.prod(args.buffer.shape) * np.dtype(args.buffer.dtype).itemsize
+    algorithm = resolve(port, port.collective.name, args.algorithm, REDUCE, size_bytes, shape)
+    return (yield from _PROTOCOLS[algorithm](port, args))
 
 
 def _direct(port: sim.Port, args: AllReduceArgs) -> Generator:
@@ -104,52 +109,102 @@ def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[
 
 def _ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
-    n = port.group.size
     terms = yield from _row_major(port, source, phase="operand")
-    mine = yield from ring_reduce_scatter(port, np.array_split(terms.reshape(-1), n), args.reduction)
-    flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
-    yield from _ring_all_gather(port, mine, np.array_split(flat, n))
+    flat = yield from _ring_all_reduce(port, [(whole(port), terms.reshape(-1), "")], args.reduction)
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
+def _bidirectional_ring(port: sim.Port, args: AllReduceArgs) -> Generator:
+    """The ring's two halves at once: the first half of the operand clockwise, the second counter-clockwise."""
+    source = port.memory.view(args.buffer)
+    terms = yield from _row_major(port, source, phase="operand")
+    first, second = np.array_split(terms.reshape(-1), 2)
+    team = whole(port)
+    flat = yield from _ring_all_reduce(port, [(team, first, "clockwise "), (team.reversed(), second,
+                                                                            "counter-clockwise ")], args.reduction)
+    return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
+
+
+def _per_axis(port: sim.Port, args: AllReduceArgs) -> Generator:
+    """A ring all-reduce along each mesh axis of the grid in turn, the minor axis first."""
+    source = port.memory.view(args.buffer)
+    flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    for k, team in axis_teams(port, args.shape):
+        flat = yield from _ring_all_reduce(port, [(team, flat, f"axis {k} ")], args.reduction)
+    return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
+
+
+Lane = tuple[Team, np.ndarray, str]  # (the ring's members in order, this member's flat terms, a phase prefix)
+
+
+def _ring_all_reduce(port: sim.Port, lanes: list[Lane], reduction: str) -> Generator:
+    """Ring reduce-scatter then ring all-gather of every lane at once; the lanes' results joined, flat."""
+    n = lanes[0][0].size
+    cut = [np.array_split(terms, n) for _, terms, _ in lanes]
+    mine = yield from reduce_scatter_lanes(port, [(team, parts, phase) for (team, _, phase), parts in zip(lanes, cut)],
+                                           reduction)
+    total = sum(terms.size for _, terms, _ in lanes)
+    flat = port.memory.view(port.memory.alloc(lanes[0][1].dtype, (total,)))
+    bounds = np.cumsum([0] + [terms.size for _, terms, _ in lanes])
+    gathers = [(team, m, np.array_split(flat[bounds[k]:bounds[k + 1]], n), phase)
+               for k, ((team, _, phase), m) in enumerate(zip(lanes, mine))]
+    yield from _ring_all_gather(port, gathers)
+    return flat
+
+
 def ring_reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], reduction: str) -> Generator:
-    """Fold chunk c of every member's `parts` around the ring so that member c ends with it complete.
+    """Fold chunk c of every member's `parts` around the group's ring so that member c ends with it complete.
 
     `parts[c]` is this member's own term for chunk c, a view of its memory, read in row-major order
-    (packed first by a timed step where that order is strided). Each partial sum lives in its own
-    row-major buffer, written once, so a view in flight is never overwritten. Returns the complete
-    chunk of this member's index.
+    (packed first by a timed step where that order is strided). Returns the complete chunk of this
+    member's index.
     """
-    n, me, members = port.group.size, port.group.index, port.group.members
-    memory = port.memory
-    own = []
-    for c, part in enumerate(parts):
-        own.append((yield from _row_major(port, part, chunk=c)))
-    partial = [memory.view(memory.alloc(p.dtype, p.shape)) for p in own]
-    c = (me - 1) % n
-    partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
-    for step in range(n - 1):
-        payload, header = yield from pack_slice(port, partial[c], Layout.row_major(partial[c].ndim))
-        port.send(members[(me + 1) % n], payload, tag=("reduce-scatter", step), header=header,
-                  phase="reduce-scatter", step=step, chunk=c)
-        c = (c - 1) % n
-        message = yield port.recv(members[(me - 1) % n], tag=("reduce-scatter", step))
-        partial[c][...] = combine(reduction, received(message), own[c])
-    return partial[c]
+    return (yield from reduce_scatter_lanes(port, [(whole(port), list(parts), "")], reduction))[0]
 
 
-def _ring_all_gather(port: sim.Port, mine: np.ndarray, chunks: list[np.ndarray]) -> Generator:
-    """Pass the complete chunks around the ring into `chunks` (1-D row-major views), own chunk first."""
-    n, me, members = port.group.size, port.group.index, port.group.members
-    chunks[me][...] = mine
-    c = me
-    for step in range(n - 1):
-        payload, header = yield from pack_slice(port, chunks[c], Layout.row_major(1))
-        port.send(members[(me + 1) % n], payload, tag=("all-gather", step), header=header,
-                  phase="all-gather", step=step, chunk=c)
-        c = (c - 1) % n
-        message = yield port.recv(members[(me - 1) % n], tag=("all-gather", step))
-        yield from unpack_into(port, message, chunks[c], chunk=c)
+def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]], reduction: str) -> Generator:
+    """`ring_reduce_scatter` over several rings at once (each step: every lane sends, then every lane receives).
+
+    In each lane chunk c is folded into the identity in the ring order c+1, c+2, ..., c; each partial sum
+    lives in its own row-major buffer, written once, so a view in flight is never overwritten. Returns each
+    lane's complete chunk of the caller's ring position.
+    """
+    memory, states = port.memory, []
+    for team, parts, phase in lanes:
+        own = []
+        for c, part in enumerate(parts):
+            own.append((yield from _row_major(port, part, chunk=c)))
+        partial = [memory.view(memory.alloc(p.dtype, p.shape)) for p in own]
+        c = (team.index - 1) % team.size
+        partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
+        states.append([team, phase, own, partial, c])
+    for step in range(lanes[0][0].size - 1 if lanes else 0):
+        for team, phase, _, partial, c in states:
+            payload, header = yield from pack_slice(port, partial[c], Layout.row_major(partial[c].ndim))
+            port.send(team.at(1), payload, tag=(phase + "reduce-scatter", step), header=header,
+                      phase=phase + "reduce-scatter", step=step, chunk=c)
+        for state in states:
+            team, phase, own, partial, c = state
+            state[4] = c = (c - 1) % team.size
+            message = yield port.recv(team.at(-1), tag=(phase + "reduce-scatter", step))
+            partial[c][...] = combine(reduction, received(message), own[c])
+    return [partial[c] for _, _, _, partial, c in states]
+
+
+def _ring_all_gather(port: sim.Port, lanes: list[tuple[Team, np.ndarray, list[np.ndarray], str]]) -> Generator:
+    """Pass each lane's complete chunks around its ring into `chunks` (1-D row-major views), own chunk first."""
+    for team, mine, chunks, _ in lanes:
+        chunks[team.index][...] = mine
+    for step in range(lanes[0][0].size - 1):
+        for team, _, chunks, phase in lanes:
+            c = (team.index - step) % team.size
+            payload, header = yield from pack_slice(port, chunks[c], Layout.row_major(1))
+            port.send(team.at(1), payload, tag=(phase + "all-gather", step), header=header,
+                      phase=phase + "all-gather", step=step, chunk=c)
+        for team, _, chunks, phase in lanes:
+            c = (team.index - 1 - step) % team.size
+            message = yield port.recv(team.at(-1), tag=(phase + "all-gather", step))
+            yield from unpack_into(port, message, chunks[c], chunk=c)
 
 
 def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
@@ -169,6 +224,17 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
         partial = _fresh(port, combine(args.reduction, low, high), layout)  # a new buffer: `partial` may still travel
         distance *= 2
     return partial
+
+
+def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:
+    """Recursive halving, then recursive doubling, in row-major order (`collectives._halving`)."""
+    source = port.memory.view(args.buffer)
+    flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    bounds = chunk_bounds([len(c) for c in np.array_split(flat, port.group.size)])
+    mine = yield from halving_reduce_scatter(port, flat, bounds, args.reduction)
+    out = port.memory.view(port.memory.alloc(flat.dtype, flat.shape))
+    yield from doubling_all_gather(port, mine, out, bounds)
+    return (yield from laid_out(port, out.reshape(source.shape), args.out_layout, phase="result"))
 
 
 def _row_major(port: sim.Port, view: np.ndarray, **detail) -> Generator:
@@ -191,4 +257,5 @@ def _fresh(port: sim.Port, value: np.ndarray, layout: Layout) -> np.ndarray:
 
 _PROTOCOLS: dict[str, Callable[[sim.Port, AllReduceArgs], Generator]] = {
     "direct": _direct, "ring": _ring, "recursive_doubling": _recursive_doubling,
+    "bidirectional_ring": _bidirectional_ring, "rabenseifner": _rabenseifner, "per_axis": _per_axis,
 }

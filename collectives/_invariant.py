@@ -16,36 +16,41 @@ import numpy as np
 
 import sim
 from collectives import _all_gather
+from collectives._algorithms import DIRECT_ONLY, GATHER, check_algorithm
 from collectives._common import axis_index as index_along
 from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of
-from collectives._definition import AXIS_NAME, Definition, JaxBinding, Transposition, Vma, flag, integer
+from collectives._definition import AXIS_NAME, Definition, JaxBinding, Transposition, Vma, algorithm, flag, integer
 from collectives._strategy import Axes, Sample, any_shape, dims, split_shape
 from collectives._vma import typed
 
 
-def pbroadcast(x: Any, axis_name: Any, *, out_layout: Any = None) -> Any:
+def pbroadcast(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
     """`x` itself (invariant -> varying along `axis_name`); no communication and no arithmetic.
 
     The result stays where the operand is, in its layout; given an `out_layout` (a `layouts.Layout`)
     that differs from it, the result is a copy laid out so, made without simulated time like the
-    program's own array operations.
+    program's own array operations. `algorithm` ('direct' or 'auto') is checked and changes nothing:
+    there are no messages.
 
     Example on a 2-device mesh {'i': 2}: both devices hold [1, 2]; `pbroadcast(x, 'i')` gives [1, 2] on
     both, now typed as varying along 'i'.
 
     Raises:
-        InvalidArgumentError: an unknown or repeated axis name, an `out_layout` of another rank than x.
+        InvalidArgumentError: an unknown or repeated axis name, an `out_layout` of another rank than x, an
+            unknown algorithm.
         InvalidTypeError: a non-numeric x, an `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _pbroadcast(x, axis_name, out_layout)
+    return _pbroadcast(x, axis_name, out_layout, algorithm)
 
 
-def all_gather_invariant(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False,
+def all_gather_invariant(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, algorithm: str = "direct",
                          out_layout: Any = None) -> Any:
     """`all_gather`'s bytes (varying -> invariant), the same messages, without axis_index_groups.
 
     `x` may sit in memory in any layout; the result is written in `out_layout` (a `layouts.Layout`,
     default row-major), with `all_gather`'s timed unpacking of chunks that land in strided regions.
+    `algorithm` takes `all_gather`'s choices ('direct', 'ring', 'bidirectional_ring',
+    'recursive_doubling', 'per_axis', 'auto') and sends their messages.
 
     Example on a 2-device mesh {'i': 2}: device 0 holds [1], device 1 holds [2];
     `all_gather_invariant(x, 'i')` gives [[1], [2]] on both, and with `tiled=True`, [1, 2].
@@ -54,17 +59,19 @@ def all_gather_invariant(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool =
         InvalidArgumentError: as `all_gather`, and an `out_layout` of another rank than the result.
         InvalidTypeError: an `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _all_gather_invariant(x, axis_name, axis, tiled, out_layout)
+    return _all_gather_invariant(x, axis_name, axis, tiled, out_layout, algorithm)
 
 
-def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, out_layout: Any = None) -> Any:
+def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, algorithm: str = "direct",
+             out_layout: Any = None) -> Any:
     """This device's slice of `x` along `axis` (invariant -> varying); no communication.
 
     Untiled, `x.shape[axis]` must equal the axis size and the result is index `axis_index(axis_name)`
     along `axis` (that dimension removed); tiled, it must be divisible by the axis size and the result is
     block `axis_index(axis_name)`. The transpose of `all_gather_invariant`. `x` may sit in memory in
     any layout; the slice is written in `out_layout` (a `layouts.Layout`, default row-major), a local
-    copy made without simulated time like the program's own array operations.
+    copy made without simulated time like the program's own array operations. `algorithm` ('direct' or
+    'auto') is checked and changes nothing: there are no messages.
 
     Example on a 2-device mesh {'i': 2}: both devices hold [[1, 2], [3, 4]]; `pscatter(x, 'i')` gives
     [1, 2] on device 0 and [3, 4] on device 1; `pscatter(x, 'i', axis=1, tiled=True)` gives [[1], [3]]
@@ -72,15 +79,16 @@ def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, out_
 
     Raises:
         InvalidArgumentError: unknown axis name, `axis` out of range, a dimension that does not fit the
-            axis size, a scalar x, an `out_layout` of another rank than the result.
+            axis size, a scalar x, an `out_layout` of another rank than the result, an unknown algorithm.
         InvalidTypeError: a non-numeric x, an `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _pscatter(x, axis_name, axis, tiled, out_layout)
+    return _pscatter(x, axis_name, axis, tiled, out_layout, algorithm)
 
 
-def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None) -> Any:
+def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None, algorithm: str = "direct") -> Any:
     def leaf(value: Any) -> np.ndarray:
-        context, _ = group_of("pbroadcast", axis_name, None)
+        context, group = group_of("pbroadcast", axis_name, None)
+        check_algorithm("pbroadcast", context.device, algorithm, group.size, DIRECT_ONLY)
         array = operand("pbroadcast", context.device, "x", value)
         layout = out_layout_of("pbroadcast", context.device, out_layout, array.ndim)
         memory = context.memory
@@ -92,25 +100,29 @@ def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None) -> Any:
                                         {"axis_name": axis_name}), x)
 
 
-def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None) -> Any:
+def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None,
+                          algorithm: str = "direct") -> Any:
     op = "all_gather_invariant"
 
     def one(leaf: Any) -> Any:
-        canonical, compute = _all_gather.gather_leaf(op, leaf, axis_name, None, axis, tiled, out_layout)
+        canonical, compute = _all_gather.gather_leaf(op, leaf, axis_name, None, axis, tiled, out_layout, algorithm)
         return typed(ALL_GATHER_INVARIANT, axis_name, [leaf], compute,
                      {"axis_name": axis_name, "axis": canonical, "tiled": tiled})
     return map_tree(one, x)
 
 
-def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None) -> Any:
+def _pscatter(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None,
+              algorithm: str = "direct") -> Any:
     return map_tree(lambda leaf: typed(PSCATTER, axis_name, [leaf], lambda: _scatter_leaf(
-        leaf, axis_name, axis, tiled, out_layout), {"axis_name": axis_name, "axis": axis, "tiled": tiled}), x)
+        leaf, axis_name, axis, tiled, out_layout, algorithm), {"axis_name": axis_name, "axis": axis, "tiled": tiled}),
+        x)
 
 
-def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any) -> np.ndarray:
+def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any, algorithm: str) -> np.ndarray:
     op = "pscatter"
     context, group = group_of(op, axis_name, None)
     device = context.device
+    check_algorithm(op, device, algorithm, group.size, DIRECT_ONLY)
     x = operand(op, device, "x", x)
     if x.ndim == 0:
         raise sim.InvalidArgumentError(f"device {device}: {op}: x must have rank >= 1, got a scalar")
@@ -191,7 +203,8 @@ def _gather_invariant_strategy(st: Any, axes: Axes, **options: Any) -> Any:
 
 
 PBROADCAST = Definition(
-    name="pbroadcast", function=pbroadcast, arrays=("x",), params=(AXIS_NAME,), vma=Vma.INTRODUCE,
+    name="pbroadcast", function=pbroadcast, arrays=("x",), params=(AXIS_NAME, algorithm(DIRECT_ONLY)),
+    vma=Vma.INTRODUCE,
     transpose=_pbroadcast_transpose,
     jax=JaxBinding("pvary", ("pvary",), _bind_pvary),
     strategy=any_shape,
@@ -200,13 +213,14 @@ PBROADCAST = Definition(
 )
 ALL_GATHER_INVARIANT = Definition(
     name="all_gather_invariant", function=all_gather_invariant, arrays=("x",),
-    params=(AXIS_NAME, integer("axis", 0), flag("tiled", False)), vma=Vma.REDUCE,
+    params=(AXIS_NAME, integer("axis", 0), flag("tiled", False), algorithm(GATHER)), vma=Vma.REDUCE,
     transpose=_gather_invariant_transpose,
     jax=JaxBinding("all_gather_invariant", ("all_gather_invariant",), _bind_all_gather_invariant),
     strategy=_gather_invariant_strategy,
 )
 PSCATTER = Definition(
-    name="pscatter", function=pscatter, arrays=("x",), params=(AXIS_NAME, integer("axis", 0), flag("tiled", False)),
+    name="pscatter", function=pscatter, arrays=("x",),
+    params=(AXIS_NAME, integer("axis", 0), flag("tiled", False), algorithm(DIRECT_ONLY)),
     vma=Vma.INTRODUCE,
     transpose=_pscatter_transpose,
     jax=JaxBinding("transpose(all_gather_invariant)", (), _bind_pscatter),

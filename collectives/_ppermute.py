@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._algorithms import DIRECT_ONLY, check_algorithm, resolve
 from collectives._common import group_of, map_tree, operand, out_layout_of, pack_slice, same_operands, unpack_into
-from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Transposition, Vma
+from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Transposition, Vma, algorithm
 from collectives._strategy import Axes, Sample, any_shape
 from collectives._vma import typed
 
@@ -26,7 +27,7 @@ class _Args:
     out_layout: Any = None
 
 
-def ppermute(x: Any, axis_name: Any, perm: Any, *, out_layout: Any = None) -> Any:
+def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
     """Send `x` from axis index `source` to axis index `destination` for every pair in `perm`.
 
     Indices are positions along `axis_name` as `axis_index` numbers them (for a tuple of names, row-major
@@ -35,7 +36,8 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, out_layout: Any = None) -> An
 
     `x` may sit in memory in any layout and is sent straight from memory; the result is written in
     `out_layout` (a `layouts.Layout`, default row-major), an arrival in another order unpacked by a
-    timed step. Values never change.
+    timed step. Values never change. `algorithm` is 'direct' (every pair one message, all at once) or
+    'auto' (which picks 'direct').
 
     JAX 0.10.2 numbers a tuple `axis_name` whose names are not in mesh order differently here (by sorted
     device id, unlike its own `axis_index` and `all_gather`); the simulator keeps `axis_index`'s numbering.
@@ -47,22 +49,24 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, out_layout: Any = None) -> An
         InvalidTypeError: `perm` not a sequence of pairs of ints; a non-numeric x.
         InvalidArgumentError: unknown axis name, an index out of range, a repeated source or destination
             (naming the pair), shapes or dtypes that differ between devices, an `out_layout` of another
-            rank than x.
+            rank than x, an unknown algorithm.
     """
-    return _ppermute(x, axis_name, perm, out_layout)
+    return _ppermute(x, axis_name, perm, out_layout, algorithm)
 
 
-def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None) -> Any:
-    return map_tree(lambda leaf: typed(PPERMUTE, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout),
+def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorithm: str = "direct") -> Any:
+    return map_tree(lambda leaf: typed(PPERMUTE, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout,
+                                                                                  algorithm),
                                        {"axis_name": axis_name, "perm": perm}), x)
 
 
-def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any) -> np.ndarray:
+def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
     context, group = group_of(_OP, axis_name, None)
     x = operand(_OP, context.device, "x", x)
+    check_algorithm(_OP, context.device, algorithm, group.size, DIRECT_ONLY)
     pairs = _checked_perm(context, perm, group.size, axis_name)
     args = _Args(context.memory.resident(x), pairs, out_layout_of(_OP, context.device, out_layout, x.ndim))
-    params = (("axis_name", axis_name), ("perm", pairs))
+    params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
     return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
 
 
@@ -110,6 +114,7 @@ def _pairs(device: int, perm: Any) -> tuple[tuple[int, int], ...]:
 def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Sources send; the destination unpacks the arrival into zeroed memory; everyone else keeps the zeros."""
     source = port.memory.view(args.buffer)
+    resolve(port, _OP, dict(port.collective.params)["algorithm"], DIRECT_ONLY, source.nbytes, ())
     me, members = port.group.index, port.group.members
     sends, receives = _pairs_of(port, args.perm)
     for src, dst in sends.get(me, ()):
@@ -162,7 +167,7 @@ def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
 
 
 PPERMUTE = Definition(
-    name="ppermute", function=ppermute, arrays=("x",), params=(AXIS_NAME, PERM), vma=Vma.KEEP,
+    name="ppermute", function=ppermute, arrays=("x",), params=(AXIS_NAME, PERM, algorithm(DIRECT_ONLY)), vma=Vma.KEEP,
     transpose=_transpose,
     jax=JaxBinding("ppermute", ("ppermute",), lambda jax, p: lambda x: jax.lax.ppermute(x, **p)),
     strategy=_strategy,

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._allreduce import check_algorithm, fold_arrivals, laid_out, ring_reduce_scatter
+from collectives._algorithms import SCATTER, check_algorithm, resolve
+from collectives._allreduce import fold_arrivals, laid_out, ring_reduce_scatter
 from collectives._common import (
     axis_index,
     canonical_axis,
@@ -31,12 +32,13 @@ from collectives._definition import (
     flag,
     integer,
 )
+from collectives._halving import chunk_bounds, halving_reduce_scatter
 from collectives._strategy import split_shape
 from collectives._vma import typed
 from layouts import Layout
 
 _OP = "psum_scatter"
-_ALGORITHMS = ("direct", "ring")
+_ALGORITHMS = SCATTER
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,11 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     removed); tiled, it must be divisible by the group size and chunk j is the j-th block (rank kept).
     `scatter_dimension` must be non-negative, as JAX cannot lower a negative one. 'direct' sends chunk j
     of every member to member j, which adds them in group order to 0 (XLA:CPU's order, equal to JAX bit
-    for bit); 'ring' folds chunk j in the member order j+1, j+2, ..., j (mod n) around the ring.
+    for bit); 'ring' folds chunk j in the member order j+1, j+2, ..., j (mod n) around the ring (n - 1
+    steps); 'recursive_halving' (log2(n) steps, group size a power of two) halves the chunks each member
+    is responsible for at each step, folding pairs of partial sums as a balanced tree, lower group index
+    first; 'auto' picks the fastest by `collectives._cost` and records it in `sim.CallRecord.algorithm`.
+    Integers come out the same from every algorithm; floats within `oracles._reordered`'s bound.
     `x` may be a pytree.
 
     `x` may sit in memory in any layout: a chunk whose bytes are one contiguous run is sent straight
@@ -127,13 +133,28 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Chunk j of every member goes to member j (direct) or around the ring (ring)."""
     parts = _chunks(port.memory.view(args.buffer), args, port.group.size)
     shape = _out_shape(parts[0].shape, args)
-    if args.algorithm == "ring":
+    n = port.group.size
+    algorithm = resolve(port, _OP, args.algorithm, _ALGORITHMS, sum(p.nbytes for p in parts), (n,))
+    if algorithm == "ring":
         mine = yield from ring_reduce_scatter(port, parts, "sum")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
+    if algorithm == "recursive_halving":
+        return (yield from _halving(port, parts, shape, args.out_layout))
     for j, dst in enumerate(port.group.members):
         payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)
         port.send(dst, payload, header=header, chunk=j)
     return (yield from fold_arrivals(port, "sum", parts[0].dtype, shape, args.out_layout))
+
+
+def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout) -> Generator:
+    """Every chunk packed in row-major order into one flat vector, then reduce-scattered by recursive halving."""
+    flat = port.memory.view(port.memory.alloc(parts[0].dtype, (sum(p.size for p in parts),)))
+    bounds = chunk_bounds([p.size for p in parts])
+    for c, part in enumerate(parts):
+        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
+        flat[bounds[c]:bounds[c + 1]] = values.reshape(-1)
+    mine = yield from halving_reduce_scatter(port, flat, bounds, "sum")
+    return (yield from laid_out(port, mine.reshape(shape), layout, phase="result"))
 
 
 def _out_shape(chunk_shape: tuple[int, ...], args: _Args) -> tuple[int, ...]:

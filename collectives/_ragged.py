@@ -9,8 +9,17 @@ from typing import Any
 import numpy as np
 
 import sim
+from collectives._algorithms import RAGGED, check_algorithm, resolve
 from collectives._common import group_of, operand, out_layout_of, pack_slice, received, same_across_group, unpack_into
-from collectives._definition import AXIS_INDEX_GROUPS, AXIS_NAME, Definition, JaxBinding, Transposition, Vma
+from collectives._definition import (
+    AXIS_INDEX_GROUPS,
+    AXIS_NAME,
+    Definition,
+    JaxBinding,
+    Transposition,
+    Vma,
+    algorithm,
+)
 from collectives._strategy import Axes, Sample, small_dims
 from collectives._vma import typed
 
@@ -28,10 +37,11 @@ class _Args:
     output_offsets: np.ndarray
     recv_sizes: np.ndarray
     out_layout: Any = None
+    algorithm: str = "direct"
 
 
 def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes: Any, output_offsets: Any,
-                      recv_sizes: Any, *, axis_name: Any, axis_index_groups: Any = None,
+                      recv_sizes: Any, *, axis_name: Any, axis_index_groups: Any = None, algorithm: str = "direct",
                       out_layout: Any = None) -> np.ndarray:
     """Send rows `input_offsets[i]:+send_sizes[i]` of `operand` to member `i // (K / group size)`.
 
@@ -44,6 +54,11 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
     `out_layout` (default: `output`'s layout, as the result takes `output`'s place), slices landing in
     strided regions unpacked by a timed step.
 
+    `algorithm` chooses when the slices travel, never where they land: 'direct' (every slice at once),
+    'pairwise' (n steps: at step k member i sends its slices for member i + k and receives those of
+    member i - k before going on; step 0 is its own), or 'auto' (the faster by `collectives._cost`,
+    recorded in `sim.CallRecord.algorithm`). Exploring arrival orders runs 'direct'.
+
     Example on a 2-device mesh {'x': 2} (the docs' example): device 0 has operand [1, 2, 2],
     input_offsets [0, 1], send_sizes [1, 2], output_offsets [0, 0], recv_sizes [1, 1]; device 1 has
     operand [3, 4, 0], input_offsets [0, 1], send_sizes [1, 1], output_offsets [1, 2], recv_sizes [2, 1];
@@ -52,7 +67,8 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
     Raises:
         InvalidTypeError: offsets or sizes not 1-D integer arrays; operand and output of different dtypes.
         InvalidArgumentError: every slice out of its array, negative size, size disagreement, or overlap of
-            two slices in one output, all listed at once with device, argument, slice index and rows.
+            two slices in one output, all listed at once with device, argument, slice index and rows; an
+            unknown algorithm.
     """
     context, group = group_of(_OP, axis_name, axis_index_groups)
     device = context.device
@@ -78,8 +94,10 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
         )
     memory = context.memory
     out_layout = out_layout_of(_OP, device, out_layout, out.ndim)
-    args = _Args(device, memory.resident(data), memory.resident(out), *indices, out_layout=out_layout)
-    params = (("axis_name", axis_name), ("slices", len(indices[0])))
+    check_algorithm(_OP, device, algorithm, group.size, RAGGED)
+    args = _Args(device, memory.resident(data), memory.resident(out), *indices, out_layout=out_layout,
+                 algorithm=algorithm)
+    params = (("axis_name", axis_name), ("slices", len(indices[0])), ("algorithm", algorithm))
     check = _validate(group, overlaps=context.last_arrival_wins)
     compute = lambda: context.collective(sim.Collective(_OP, group, params, args, _protocol, check))
     originals = [operand, output, input_offsets, send_sizes, output_offsets, recv_sizes]
@@ -196,27 +214,50 @@ def _check_receives(r: int, args: list[_Args], members: tuple[int, ...],
 
 
 def _protocol(port: sim.Port, args: _Args):
-    """Each non-empty slice is one message carrying its rows and the sender's output offset."""
+    """Each non-empty slice is one message carrying its rows and the sender's output offset: all at once
+    ('direct'), or to member i + k and from member i - k at step k ('pairwise')."""
     source = port.memory.view(args.operand)
-    members, me, skipped = port.group.members, port.group.index, port.skipped
-    per = len(args.send_sizes) // len(members)
-    for i, (offset, size) in enumerate(zip(args.input_offsets, args.send_sizes)):
-        if size and (me, i) not in skipped:
-            at = int(args.output_offsets[i])
-            payload, header = yield from pack_slice(port, source[offset:offset + size], args.operand.layout, slice=i)
-            port.send(members[i // per], payload, tag=i % per, header={"offset": at, **header},
-                      slice=i, rows=(at, at + int(size)), src_rows=(int(offset), int(offset + size)))
+    members, n = port.group.members, port.group.size
+    per = len(args.send_sizes) // n
+    algorithm = resolve(port, _OP, args.algorithm, RAGGED, source.nbytes, (n,))
+    if algorithm == "pairwise" and not port.last_arrival_wins:
+        view = port.memory.view(port.memory.store(port.memory.view(args.output), args.out_layout or args.output.layout))
+        for k in range(n):
+            yield from _send_slices(port, args, source, per, (port.group.index + k) % n, step=k)
+            yield from _receive_slices(port, args, view, per, (port.group.index - k) % n)
+        return view
+    for peer in range(n):
+        yield from _send_slices(port, args, source, per, peer)
     result = port.memory.store(port.memory.view(args.output), args.out_layout or args.output.layout)
     view = port.memory.view(result)
     if port.last_arrival_wins:
         yield from _write_by_arrival(port, args, view, members, per)
         return view
-    for j, size in enumerate(args.recv_sizes):
-        if size and (j // per, me * per + j % per) not in skipped:  # slice j is sender j // per's me * per + j % per
-            message = yield port.recv(members[j // per], tag=j % per)
+    for peer in range(n):
+        yield from _receive_slices(port, args, view, per, peer)
+    return view
+
+
+def _send_slices(port: sim.Port, args: _Args, source: np.ndarray, per: int, peer: int, **detail):
+    """Send the caller's non-empty slices for group member `peer` (those a sanitized run keeps)."""
+    members, me, skipped = port.group.members, port.group.index, port.skipped
+    for i in range(peer * per, (peer + 1) * per):
+        offset, size = args.input_offsets[i], args.send_sizes[i]
+        if size and (me, i) not in skipped:
+            at = int(args.output_offsets[i])
+            payload, header = yield from pack_slice(port, source[offset:offset + size], args.operand.layout, slice=i)
+            port.send(members[peer], payload, tag=i % per, header={"offset": at, **header},
+                      slice=i, rows=(at, at + int(size)), src_rows=(int(offset), int(offset + size)), **detail)
+
+
+def _receive_slices(port: sim.Port, args: _Args, view: np.ndarray, per: int, peer: int):
+    """Write the slices from group member `peer` at the offsets their sender gave."""
+    members, me, skipped = port.group.members, port.group.index, port.skipped
+    for j in range(peer * per, (peer + 1) * per):
+        if args.recv_sizes[j] and (peer, me * per + j % per) not in skipped:  # slice j is peer's me*per + j%per
+            message = yield port.recv(members[peer], tag=j % per)
             at = message.header["offset"]
             yield from unpack_into(port, message, view[at:at + len(received(message))], slice=j)
-    return view
 
 
 def _write_by_arrival(port: sim.Port, args: _Args, view: np.ndarray, members: tuple[int, ...], per: int):
@@ -314,7 +355,7 @@ def _strategy(st: Any, axes: Axes, *, transposable: bool = False, **options: Any
 
 RAGGED_ALL_TO_ALL = Definition(
     name="ragged_all_to_all", function=ragged_all_to_all, arrays=("operand", "output", *_INDEX_ARGS),
-    index_arrays=_INDEX_ARGS, params=(AXIS_NAME, AXIS_INDEX_GROUPS), vma=Vma.KEEP, keeps="output",
+    index_arrays=_INDEX_ARGS, params=(AXIS_NAME, AXIS_INDEX_GROUPS, algorithm(RAGGED)), vma=Vma.KEEP, keeps="output",
     transpose=_transpose,
     jax=JaxBinding("ragged_all_to_all", ("ragged_all_to_all",),
                    lambda jax, p: lambda *arrays: jax.lax.ragged_all_to_all(*arrays, **p)),

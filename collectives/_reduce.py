@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._allreduce import ALGORITHMS, AllReduceArgs, all_reduce_protocol, check_algorithm
+from collectives._algorithms import axes_shape, check_algorithm
+from collectives._allreduce import ALGORITHMS, AllReduceArgs, all_reduce_protocol
 from collectives._arithmetic import mean_dtype, scale_to_mean
 from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group, same_operands
 from collectives._definition import (
@@ -48,6 +49,17 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
       sizes) is added to 0 in the member order c+1, c+2, ..., n-1, 0, ..., c, then passed around.
     - 'recursive_doubling' (log2(n) steps, group size a power of two): a balanced tree, pairs of
       members first, the lower group index on the left.
+    - 'bidirectional_ring' (2(n-1) steps of two messages of 1/(2n) of the operand): 'ring' on the first
+      half of the flattened operand and, the other way round the ring, on the second half.
+    - 'rabenseifner' (2 log2(n) steps, group size a power of two): reduce-scatter by recursive halving
+      (a balanced tree per chunk), then all-gather by recursive doubling.
+    - 'per_axis' (when `axis_name` names several mesh axes): a ring along each axis in turn, the last
+      named axis first; over one axis, or with axis_index_groups, 'ring'.
+    - 'auto': the fastest of these for the bytes, the group and the network (`collectives._cost`); the
+      pick is recorded in `sim.CallRecord.algorithm`.
+
+    Every order but 'direct''s may round floats differently, within `oracles._reordered`'s bound of
+    (n-1) eps sum|x_i| of the exact sum.
 
     `x` may sit in memory in any layout; the result is written in `out_layout` (a `layouts.Layout`,
     default row-major: what JAX's `out_shardings=Format` sets). Layouts change times, never values:
@@ -172,11 +184,12 @@ def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, alg
     if is_python_scalar(x):
         return _constant(op, context, group, x, axis_name)
     x = _reducible(op, context.device, x)
-    check_algorithm(op, context.device, algorithm, group.size)
+    check_algorithm(op, context.device, algorithm, group.size, ALGORITHMS)
     memory = context.memory
     if context.mesh.size == 1:
         return memory.view(memory.store(x.astype(mean_dtype(x.dtype)) if op == "pmean" else x, layout))
-    args = AllReduceArgs(memory.resident(x), _REDUCTION[op], algorithm, layout)
+    args = AllReduceArgs(memory.resident(x), _REDUCTION[op], algorithm, layout,
+                         axes_shape(context.mesh, axis_name, axis_index_groups))
     params = (("axis_name", axis_name), ("algorithm", algorithm))
     total = context.collective(sim.Collective(op, group, params, args, all_reduce_protocol, same_operands(op, group)))
     return memory.view(memory.store(scale_to_mean(total, group.size), layout)) if op == "pmean" else total

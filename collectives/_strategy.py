@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from collectives._algorithms import algorithm_fits
+
 
 @dataclass(frozen=True)
 class Axes:
@@ -70,3 +72,9 @@ def split_shape(st: Any, axes: Axes, key: str, negative: bool) -> Any:
 
         return Sample({key: axis, "tiled": tiled}, shape())
     return sample()
+
+
+def algorithms(st: Any, axes: Axes, choices: tuple[str, ...]) -> Any:
+    """One of a collective's `choices` of `algorithm` that runs on the drawn group (powers of two where an
+    algorithm needs them), 'auto' included: the generated tests run every algorithm on the same calls."""
+    return st.sampled_from([a for a in choices if algorithm_fits(a, axes.group_size)])

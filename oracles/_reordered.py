@@ -1,12 +1,17 @@
 """What "agree" means for a reduction whose algorithm adds in another order than XLA:CPU's.
 
-The spec and JAX fold the members in group order (the 'direct' algorithm's order, bit for bit). 'ring' and
-'recursive_doubling' fold the same terms in their documented orders, so a float sum may round differently.
-Each of n-1 additions rounds with relative error at most eps/2 of a partial sum no larger than sum|x_i|,
-so each answer is within (n-1) eps sum|x_i| of the exact sum (plus 2n times the smallest normal number for
-float32/float64, which flush subnormals); two answers within that of the exact sum are within twice it of
-each other. pmean scales the sum by 1/n and rounds once more. pmax and pmin pick the same value in any
-order, except the sign of a zero (a tie of -0.0 and +0.0 keeps whichever came first).
+The spec and JAX fold the members in group order (the 'direct' algorithm's order, bit for bit). Every other
+algorithm ('ring', 'bidirectional_ring', 'recursive_doubling', 'rabenseifner', 'per_axis', psum_scatter's
+'ring' and 'recursive_halving', and whatever 'auto' picks) folds the same n terms along another binary tree
+of n-1 additions (besides additions to the identity, which are exact), so a float sum may round
+differently. Each of the n-1 additions rounds with relative error at most eps/2 of a partial sum no larger
+than sum|x_i|, so each answer is within (n-1) eps sum|x_i| of the exact sum (plus 2n times the smallest
+normal number for float32/float64, which flush subnormals); two answers within that of the exact sum are
+within twice it of each other. pmean scales the sum by 1/n and rounds once more. pmax and pmin pick the
+same value in any order, except the sign of a zero (a tie of -0.0 and +0.0 keeps whichever came first).
+psum_scatter's terms for member j are the members' chunks j. The bound holds while no partial sum overflows:
+where finite terms' magnitudes add up past the dtype's largest finite value, one order may overflow (to inf,
+or inf - inf = nan) where another does not, and any answer agrees.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 from oracles import spec
 from oracles._compare import Difference
 
-_SUMS = {"psum", "psum2", "pmean"}
+_SUMS = {"psum", "psum2", "pmean", "psum_scatter"}
 _EXTREMES = {"pmax", "pmin"}
 
 
@@ -39,14 +44,26 @@ def compare_reordered(op: str, params: Mapping[str, Any], mesh_shape: dict, inpu
         if (want.dtype, want.shape) != (got.dtype, got.shape):
             found.append(Difference("aval", d, "", want, got))
             continue
-        terms = np.stack([np.asarray(inputs[m]) for m in group]).astype(np.complex128 if want.dtype.kind == "c"
-                                                                         else np.float64)
-        bad = ~_within(op, want, got, terms)
+        parts = [_chunk(op, params, np.asarray(inputs[m]), group.index(d), len(group)) for m in group]
+        terms = np.stack(parts).astype(np.complex128 if want.dtype.kind == "c" else np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and overflow are judged, not warned of
+            bad = ~_within(op, want, got, terms)
         if bad.any():
             flat = np.flatnonzero(bad.reshape(-1))
             indices = tuple(tuple(int(i) for i in np.unravel_index(f, want.shape)) for f in flat[:6])
             found.append(Difference("bytes", d, "", want, got, len(flat), indices))
     return found
+
+
+def _chunk(op: str, params: Mapping[str, Any], x: np.ndarray, j: int, n: int) -> np.ndarray:
+    """The part of a member's operand that member j's result sums: all of it, or psum_scatter's chunk j."""
+    if op != "psum_scatter":
+        return x
+    dim = params.get("scatter_dimension", 0)
+    if not params.get("tiled", False):
+        return np.take(x, j, axis=dim)
+    step = x.shape[dim] // n
+    return np.take(x, np.arange(j * step, (j + 1) * step), axis=dim)
 
 
 def _within(op: str, want: np.ndarray, got: np.ndarray, terms: np.ndarray) -> np.ndarray:
@@ -63,7 +80,11 @@ def _within(op: str, want: np.ndarray, got: np.ndarray, terms: np.ndarray) -> np
         bound = bound / n + 2 * float(info.eps) * np.abs(w)
     finite = np.isfinite(w) & np.isfinite(g)
     close = np.abs(w - g) <= 2 * bound
-    return same_class & np.where(finite, close, (w == g) | (np.isnan(w) & np.isnan(g)))
+    agree = same_class & np.where(finite, close, (w == g) | (np.isnan(w) & np.isnan(g)))
+    # finite terms whose magnitudes add up past the largest finite value: a partial sum overflows in some
+    # orders and not in others, so inf (or inf - inf = nan) in one order and a finite sum in another agree
+    magnitude = np.abs(terms).sum(axis=0) * (1 + n * float(info.eps))
+    return agree | (np.isfinite(terms).all(axis=0) & (magnitude >= float(info.max)))
 
 
 def _groups_by_device(mesh_shape: dict, params: Mapping[str, Any], devices: int) -> dict[int, list[int]]:

@@ -103,7 +103,12 @@ def _messages(mesh: sim.Mesh, definition: Definition, params: dict[str, Any], gr
         return 0
     if definition.name == "ppermute":
         return mesh.size
-    return mesh.size * group * (2 if params.get("algorithm") == "ring" else 1)
+    return mesh.size * group * _PER_PEER.get(params.get("algorithm"), 1)
+
+
+# messages per member per group member, at most: a ring all-reduce sends 2(n - 1), its bidirectional form
+# 4(n - 1), and 'auto' may pick either
+_PER_PEER = {"ring": 2, "per_axis": 2, "rabenseifner": 2, "bidirectional_ring": 4, "auto": 4}
 
 
 def _group_size(mesh: sim.Mesh, params: dict[str, Any]) -> int:

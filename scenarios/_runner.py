@@ -55,6 +55,14 @@ class ScenarioResult:
         """Each device's input arrays, by argument name."""
         return self.scenario.inputs
 
+    @property
+    def algorithm(self) -> str | None:
+        """The algorithm the call ran ('auto' resolved to its pick; groups that picked differently joined
+        by ', '), None when no call ran one."""
+        calls = self.run.calls if self.run is not None else ()
+        picked = list(dict.fromkeys(c.algorithm for c in calls if c.algorithm is not None))
+        return ", ".join(picked) or None
+
     def to_dict(self, array: Callable[[np.ndarray | Sequence], Any] | None = None) -> dict:
         """The whole result as JSON-ready values: arrays as nested lists, missing provenance as None.
 
@@ -72,6 +80,7 @@ class ScenarioResult:
             "network": network_facts(network),
             "collective": {"op": scenario.op, **scenario.params},
             "devices": [self._device_dict(d, array) for d in mesh.devices],
+            "algorithm": self.algorithm,
             "messages": [message.to_dict() for message in self.trace],
             "end_time_s": self.end_time_s,
         }

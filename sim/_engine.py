@@ -126,7 +126,10 @@ class Simulation:
             arrived = port.all_arrived()
             if arrived is not None:
                 yield arrived
-            self.calls.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s, self.now_s))
+            # the algorithm a protocol resolved once for the call ('auto' picks), else the one asked for
+            algorithm = meeting.shared.get("algorithm", dict(collective.params).get("algorithm"))
+            self.calls.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s, self.now_s,
+                                         algorithm))
         except Exception as error:
             if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened
                 error.add_note(f"raised on device {program.device} {program.waiting_on}")

@@ -75,7 +75,8 @@ class CallRecord:
     `enter_s` is when the device reached the call, `met_s` when the last member of its group did (the
     call's messages start no earlier), and `exit_s` when the device's part ended (its last message sent
     had arrived and it had what it receives). `enter_s <= met_s <= exit_s`. `call` numbers the calls
-    over the same group, as in `MessageRecord.call`; `members` are the group's device ids.
+    over the same group, as in `MessageRecord.call`; `members` are the group's device ids. `algorithm` is
+    the message pattern the call ran ('auto' resolved to its pick), None for a call without one.
     """
 
     device: int
@@ -85,6 +86,7 @@ class CallRecord:
     enter_s: float
     met_s: float
     exit_s: float
+    algorithm: str | None = None
 
 
 class Trace:

@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 import collectives
 import sim
 from collectives._ragged import sender_tables
-from collectives._strategy import Axes
+from collectives._strategy import Axes, algorithms
 from collectives._strategy import small_dims as _small_dims
 from oracles import compare, describe, spec
 from oracles._compare import aval as _aval
@@ -186,7 +186,8 @@ Filler = Callable[[tuple[int, ...], np.dtype, int], np.ndarray]  # (shape, dtype
 def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[np.dtype] = dtypes,
           fillers: st.SearchStrategy[Filler] | None = None, **options: Any) -> Case:
     """A valid call of the registered collective `op`: mesh and axes from here, its own parameters and
-    shapes from its definition's strategy (given `options`, e.g. all_to_all's `negative_axes=True`), values
+    shapes from its definition's strategy (given `options`, e.g. all_to_all's `negative_axes=True`; with
+    `algorithms=True`, any of its algorithms that fits the group, `collectives._strategy.algorithms`), values
     from `fillers` (default: `fills`) in one of `dtypes` per leaf.
 
     With `leaves` > 0 every device holds a pytree `{'a': leaf, 'b': (leaf, ...)}` of that many arrays that
@@ -199,6 +200,8 @@ def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[n
     sample = draw(definition.strategy(st, axes, **options))
     params = {"axis_name": axes.axis_name, **({"axis_index_groups": axes.axis_index_groups} if grouped else {}),
               **sample.params}
+    if options.get("algorithms") and definition.takes("algorithm"):
+        params["algorithm"] = draw(algorithms(st, axes, definition.param("algorithm").choices))
     fill = draw(fillers if fillers is not None else fills.map(lambda f: f.array))
     n = int(np.prod(list(axes.mesh_shape.values())))
     per_leaf = []

@@ -194,7 +194,8 @@ BAD_INPUTS = [
      sim.ProtocolError, r"mismatched collectives: call #0 over devices \[0, 1\]: device 0 called all_gather"),
     ("psum(algorithm='tree')", lambda: per_device({"i": 4}, lambda x: collectives.psum(x, "i", algorithm="tree"), FOUR),
      sim.InvalidArgumentError,
-     r"device 0: psum: algorithm='tree' must be one of \('direct', 'ring', 'recursive_doubling'\)"),
+     r"device 0: psum: algorithm='tree' must be one of \('direct', 'ring', 'recursive_doubling', "
+     r"'bidirectional_ring', 'rabenseifner', 'per_axis', 'auto'\)"),
     ("psum(recursive_doubling, 3 devices)",
      lambda: per_device({"i": 3}, lambda x: collectives.psum(x, "i", algorithm="recursive_doubling"), FOUR[:3]),
      sim.InvalidArgumentError, r"algorithm='recursive_doubling' needs a group size that is a power of two, got 3"),

@@ -159,7 +159,7 @@ def reductions_with_layouts(draw: st.DrawFn, op: str, algorithms: bool = True) -
     case = draw(reduction_cases(op))
     p = case.params
     n = len(cases_.device_groups(case.mesh_shape, p["axis_name"], p.get("axis_index_groups"))[0])
-    fitting = [a for a in ALGORITHMS.get(op, ()) if a != "recursive_doubling" or not n & (n - 1)]
+    fitting = [a for a in ALGORITHMS.get(op, ()) if collectives.algorithm_fits(a, n)]
     algorithm = draw(st.sampled_from(fitting)) if algorithms and fitting else "direct"
     if algorithm != "direct":
         case = ReductionCase(op, case.mesh_shape, case.args, {**p, "algorithm": algorithm})

@@ -41,6 +41,19 @@ _ALGORITHMS = {
     "recursive_doubling": "recursive doubling: in step s every member exchanges its partial result with the "
                           "member whose group index differs in bit s (index XOR 2^s) and combines the two, "
                           "lower index first; after log2(n) steps every member holds the whole reduction.",
+    "bidirectional_ring": "bidirectional ring: the ring algorithm on each half of the operand at once, the first "
+                          "half passed to the next member, the second half to the previous one, so both "
+                          "directions of every link carry half: 2(n - 1) steps of two messages of 1/(2n).",
+    "rabenseifner": "Rabenseifner: a reduce-scatter by recursive halving (at distance n/2, n/4, ..., 1 each member "
+                    "keeps the half of its chunks that holds its own and sends the other half to index XOR "
+                    "distance), then an all-gather by recursive doubling: 2 log2(n) steps.",
+    "per_axis": "per axis: the ring algorithm along each named mesh axis in turn, the last named first (over one "
+                "axis: the ring algorithm).",
+    "recursive_halving": "recursive halving: at distance n/2, n/4, ..., 1 each member keeps the half of its chunks "
+                         "that holds its own and sends the other half to index XOR distance, which adds it: "
+                         "log2(n) steps of halving messages.",
+    "auto": "auto: the fastest algorithm for the call's bytes, group and network by the cost model "
+            "(collectives._cost); the run records its pick.",
 }
 
 

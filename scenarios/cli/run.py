@@ -145,6 +145,10 @@ def _header(console: Console, result: ScenarioResult) -> None:
                   f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s",
                   markup=False, soft_wrap=True)
     console.print(Text(f"{scenario.op}({params})", style="bold"))
+    if result.algorithm is not None:
+        asked = scenario.params.get("algorithm", "direct")
+        console.print(Text(f"algorithm: {result.algorithm}" + (" (picked by 'auto')" if asked == "auto" else ""),
+                           style="bold"))
     if scenario.description:
         console.print(Text(" ".join(scenario.description.split()), style="italic"))
 

@@ -1,0 +1,110 @@
+"""all_to_all's algorithms besides 'direct': pairwise exchange, Bruck's, and one mesh axis at a time.
+
+Each member starts from its chunks (`chunks[j]` goes to member j) and writes the chunk from member s at
+block s of its result (`blocks`, a view with the blocks along `concat_axis` leading). Every chunk travels
+unchanged, so every algorithm gives 'direct''s bytes.
+
+- 'pairwise' (n - 1 steps): at step k member i sends its chunk for member i + k and receives the chunk of
+  member i - k, waiting for it before the next step; its own chunk is a message to itself first.
+- 'bruck' (ceil(log2(n)) steps, any n): the chunks are rotated so that slot k holds the one for member
+  i + k; at step k every slot whose index has bit k set travels, packed into one message, to member
+  i + 2^k (a timed pack and unpack); a last rotation puts the chunk from member s at block s.
+- 'per_axis' (one step per named mesh axis): slots form the grid of the axes; along axis k each member
+  sends the slots whose coordinate k is t to the member whose coordinate k is t, who stores them at its
+  own coordinate (after every axis, slot s holds the chunk from member s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import numpy as np
+
+import sim
+from collectives._algorithms import axis_teams
+from collectives._common import pack_slice, unpack_into, unpack_values
+from layouts import Layout
+
+
+def exchange(port: sim.Port, algorithm: str, chunks: list[np.ndarray], layout: Layout, blocks: np.ndarray,
+             rows: list[tuple[int, int]], shape: tuple[int, ...]) -> Generator:
+    """Fill `blocks[s]` with member s's chunk for this member by `algorithm` ('pairwise', 'bruck', 'per_axis').
+
+    `layout` is the operand's (chunks are views of it); `rows[j]` is where the caller's chunk lands at
+    member j along `concat_axis` (recorded on pairwise messages, which go straight to their receivers)."""
+    if algorithm == "pairwise":
+        yield from _pairwise(port, chunks, layout, blocks, rows)
+        return
+    slots = _alloc(port, blocks.shape, blocks.dtype)
+    me, n = port.group.index, port.group.size
+    order = [(me + k) % n for k in range(n)] if algorithm == "bruck" else list(range(n))
+    for slot, j in enumerate(order):
+        values, _ = yield from pack_slice(port, chunks[j], Layout.row_major(chunks[j].ndim), chunk=j)
+        slots[slot, ...] = values.reshape(blocks.shape[1:])
+    if algorithm == "bruck":
+        slots = yield from _bruck(port, slots)
+        slots = slots[[(me - s) % n for s in range(n)]]
+    else:
+        slots = yield from _per_axis(port, slots, shape)
+    yield from unpack_values(port, slots, tuple(range(slots.ndim)), blocks, phase="result")
+
+
+def _alloc(port: sim.Port, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return port.memory.view(port.memory.alloc(dtype, shape))
+
+
+def _pairwise(port: sim.Port, chunks: list[np.ndarray], layout: Layout, blocks: np.ndarray,
+              rows: list[tuple[int, int]]) -> Generator:
+    members, me, n = port.group.members, port.group.index, port.group.size
+    for k in range(n):
+        dst, src = (me + k) % n, (me - k) % n
+        payload, header = yield from pack_slice(port, chunks[dst], layout, slice=dst)
+        port.send(members[dst], payload, tag=("pairwise", k), header=header, step=k, slice=dst, rows=rows[dst])
+        message = yield port.recv(members[src], tag=("pairwise", k))
+        yield from unpack_into(port, message, blocks[src, ...], slice=src)
+
+
+def _runs(indices: list[int]) -> int:
+    """How many runs of consecutive slots `indices` (ascending) make."""
+    return sum(1 for k, i in enumerate(indices) if k == 0 or indices[k - 1] != i - 1)
+
+
+def _bruck(port: sim.Port, slots: np.ndarray) -> Generator:
+    """Bruck's steps on the rotated slots; slot j ends holding the chunk from member i - j."""
+    members, me, n = port.group.members, port.group.index, port.group.size
+    step, distance = 0, 1
+    while distance < n:
+        moving = [j for j in range(n) if j & distance]
+        payload = np.ascontiguousarray(slots[moving])  # Bruck packs the travelling slots into one message
+        yield from sim.copy_step(port, "pack", payload.nbytes, _runs(moving), step=step)
+        port.send(members[(me + distance) % n], payload, tag=("bruck", step), header={}, phase="bruck", step=step,
+                  slots=len(moving))
+        message = yield port.recv(members[(me - distance) % n], tag=("bruck", step))
+        yield from sim.copy_step(port, "unpack", payload.nbytes, _runs(moving), step=step)
+        slots[moving] = message.payload  # the sent slots left as a packed copy: overwriting them is safe
+        step, distance = step + 1, distance * 2
+    return slots
+
+
+def _at(k: int, t: int) -> tuple:
+    """The index of the slots whose grid coordinate k is t."""
+    return (slice(None),) * k + (t, ...)
+
+
+def _per_axis(port: sim.Port, slots: np.ndarray, shape: tuple[int, ...]) -> Generator:
+    """One direct exchange along each axis of the grid `shape`, the minor axis first."""
+    grid = slots.reshape(shape + slots.shape[1:])
+    for k, team in axis_teams(port, shape):
+        fresh = _alloc(port, grid.shape, grid.dtype)
+        for t, dst in enumerate(team.members):
+            if t == team.index:
+                fresh[_at(k, t)] = grid[_at(k, t)]
+                continue
+            payload, header = yield from pack_slice(port, grid[_at(k, t)], Layout.row_major(grid.ndim - 1), grid_axis=k)
+            port.send(dst, payload, tag=("per-axis", k), header=header, phase=f"axis {k}", peer=t)
+        for t, src in enumerate(team.members):
+            if t != team.index:
+                message = yield port.recv(src, tag=("per-axis", k))
+                yield from unpack_into(port, message, fresh[_at(k, t)], grid_axis=k)
+        grid = fresh
+    return grid.reshape(slots.shape)

@@ -1,0 +1,98 @@
+"""all_gather's algorithms besides 'direct': blocks passed round rings, doubled, or gathered one axis at a time.
+
+Each works on a row-major buffer of the group's blocks in group order (shape (n, *x.shape)): the result's
+own memory when its blocks lie there as one contiguous run (gathering along axis 0 into a row-major
+result), else a buffer whose blocks are unpacked into the result at the end by one timed step. The own
+block enters it packed into row-major order (a timed step where the operand is laid out otherwise).
+
+- 'ring' (n - 1 steps): at step s member i sends block i - s to member i + 1 and receives block i - 1 - s.
+- 'bidirectional_ring' (n - 1 steps): each block's first half (flattened, `numpy.array_split`) goes round
+  the ring one way, its second half the other way, so both directions of every link carry half.
+- 'recursive_doubling' (log2(n) steps, n a power of two): at step k member i swaps the 2^k blocks it holds
+  (a contiguous run) with member i XOR 2^k.
+- 'per_axis': a ring along each named mesh axis in turn, the minor one first; after the axis k step a
+  member holds every block whose index differs from its own only along axes k.. (one contiguous run).
+
+Every block travels unchanged, so every algorithm gives 'direct''s bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import numpy as np
+
+import sim
+from collectives._algorithms import Team, axis_teams, blocks_of, whole
+from collectives._common import pack_slice, unpack_into, unpack_values
+from layouts import Layout
+
+
+def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: int, tiled: bool, algorithm: str,
+                  shape: tuple[int, ...]) -> Generator:
+    """Fill `result` (this member's output view) with every member's `source` by `algorithm`."""
+    n = port.group.size
+    target = blocks_of(result, axis, n, tiled)
+    work = target if target.flags.c_contiguous else _alloc(port, (n, *source.shape), source.dtype)
+    own, _ = yield from pack_slice(port, source, Layout.row_major(source.ndim), phase="operand")
+    work[port.group.index, ...] = own
+    if algorithm == "ring":
+        yield from ring(port, whole(port), [work[i, ...] for i in range(n)], "ring")
+    elif algorithm == "bidirectional_ring":
+        yield from _bidirectional(port, work)
+    elif algorithm == "recursive_doubling":
+        yield from _doubling(port, work)
+    else:
+        grid = work.reshape((*shape, *source.shape))
+        for k, team in axis_teams(port, shape):
+            coords = np.unravel_index(port.group.index, shape)
+            units = [grid[(*coords[:k], t, ...)] for t in range(team.size)]
+            yield from ring(port, team, units, f"axis {k}")
+    if work is not target:
+        yield from unpack_values(port, work, tuple(range(work.ndim)), target, phase="result")
+    return result
+
+
+def _alloc(port: sim.Port, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return port.memory.view(port.memory.alloc(dtype, shape))
+
+
+def ring(port: sim.Port, team: Team, units: list[np.ndarray], phase: str) -> Generator:
+    """Pass `units` (contiguous views, the caller's own at `team.index` already filled) round `team`."""
+    n, me = team.size, team.index
+    for step in range(n - 1):
+        c = (me - step) % n
+        port.send(team.at(1), units[c], tag=(phase, step), header={}, phase=phase, step=step, block=c)
+        c = (me - 1 - step) % n
+        message = yield port.recv(team.at(-1), tag=(phase, step))
+        yield from unpack_into(port, message, units[c], block=c)
+
+
+def _bidirectional(port: sim.Port, work: np.ndarray) -> Generator:
+    """Half of every block clockwise, the other half counter-clockwise, both at each step."""
+    team = whole(port)
+    n, me = team.size, team.index
+    halves = [np.array_split(work[i, ...].reshape(-1), 2) for i in range(n)]
+    for step in range(n - 1):
+        sends = ((1, (me - step) % n, 0, "clockwise"), (-1, (me + step) % n, 1, "counter-clockwise"))
+        for offset, c, half, phase in sends:
+            port.send(team.at(offset), halves[c][half], tag=(phase, step), header={}, phase=phase, step=step, block=c)
+        for offset, c, half, phase in ((-1, (me - 1 - step) % n, 0, "clockwise"),
+                                       (1, (me + 1 + step) % n, 1, "counter-clockwise")):
+            message = yield port.recv(team.at(offset), tag=(phase, step))
+            yield from unpack_into(port, message, halves[c][half], block=c)
+
+
+def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
+    """Swap the held run of blocks with the member whose index differs in bit k, k = 0, 1, ..."""
+    members, me, n = port.group.members, port.group.index, port.group.size
+    distance = 1
+    while distance < n:
+        partner, step = me ^ distance, distance.bit_length() - 1
+        mine, theirs = me & ~(distance - 1), partner & ~(distance - 1)
+        port.send(members[partner], work[mine:mine + distance], tag=("doubling", step), header={},
+                  phase="recursive-doubling", step=step, blocks=(mine, mine + distance))
+        message = yield port.recv(members[partner], tag=("doubling", step))
+        yield from unpack_into(port, message, work[theirs:theirs + distance], step=step)
+        distance *= 2
+

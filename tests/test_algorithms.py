@@ -1,0 +1,368 @@
+"""Every algorithm of every collective: the bytes of 'direct', the messages its definition promises, its
+errors, and the cost model behind 'auto'.
+
+No JAX here except the tests marked `differential`, which put the new algorithms beside real JAX.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import strategies as cases_
+import test_layouts_collectives as with_layouts
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import Case, differences, run_jax
+from test_registry import OPS
+
+import collectives
+import sim
+from collectives import _cost
+from oracles._reordered import compare_reordered, reorders
+from sim import P
+
+LAID_OUT = [op for op in OPS if collectives.definition(op).arrays]  # axis_index has no operand to lay out
+
+
+def choices(op: str) -> tuple[str, ...]:
+    """The algorithms `op` offers."""
+    return collectives.definition(op).param("algorithm").choices
+
+
+def agreeing(case: Case, base: list, values: list) -> list[str]:
+    """What differs between `values` (the case's algorithm) and `base` ('direct'): bytes, or for a float
+    reduction in another order, elements outside `oracles._reordered`'s bound."""
+    if case.args and reorders(case.op, case.params, np.asarray(case.args[0][0]).dtype):
+        found = compare_reordered(case.op, case.params, case.mesh_shape, case.args[0], base, values)
+        return [f"device {d.device}: {d.kind}" for d in found]
+    return differences(base, values, "direct", case.params["algorithm"])
+
+
+def direct(case: Case) -> Case:
+    """The same call with algorithm='direct'."""
+    return Case(case.op, case.mesh_shape, case.args, {**case.params, "algorithm": "direct"})
+
+
+# ---------------------------------------------------------------------------------------------- same bytes
+
+
+@pytest.mark.parametrize("op", LAID_OUT)
+@settings(max_examples=60)
+@given(data=st.data())
+def test_every_algorithm_gives_the_bytes_of_direct(op, data):
+    """Any algorithm (non-power-of-two groups, axis_index_groups and tuples of axes included), any operand
+    and result layouts: every device's result is 'direct''s without layouts (exactly for integers and for
+    collectives that move data unchanged; float reductions within the stated bound), and its buffer holds
+    the result encoded in the requested layout."""
+    case = data.draw(cases_.cases(op, algorithms=True), label="case")
+    base, _ = with_layouts.run_simulator(direct(case), [None] * len(case.args), None)
+    arrays = len(collectives.definition(op).data_arrays)
+    in_layouts = [tuple(data.draw(st.permutations(range(arg[0].ndim)))) if k < arrays else None
+                  for k, arg in enumerate(case.args)]
+    out_layout = tuple(data.draw(st.permutations(range(np.ndim(base[0])))))
+    values, raws = with_layouts.run_simulator(case, in_layouts, out_layout)
+    found = agreeing(case, base, values) + with_layouts.byte_differences(values, raws, out_layout)
+    assert not found, "\n".join(found)
+
+
+@settings(max_examples=20)
+@given(case=cases_.cases("axis_index", algorithms=True))
+def test_axis_index_takes_every_algorithm_it_lists(case):
+    """axis_index sends no message under any algorithm it lists, and gives the same indices."""
+    assert not differences(cases_.run_simulator(direct(case)), cases_.run_simulator(case))
+
+
+def test_every_collective_offers_direct_and_auto():
+    """Every registered collective takes `algorithm`, 'direct' (its default) and 'auto' among its choices."""
+    for op in OPS:
+        p = collectives.definition(op).param("algorithm")
+        assert p.default == "direct" and {"direct", "auto"} <= set(p.choices) and not p.jax, op
+
+
+# ---------------------------------------------------------------------------------------------- messages
+
+
+def run(mesh_axes: dict, body, xs: list, network: Any = None) -> sim.Run:
+    """`body` on each device of `mesh_axes` with its own row of `xs`; the whole run."""
+    mesh = sim.Mesh(mesh_axes, network=network)
+    spec = P(mesh.axis_names)
+    f = sim.shard_map(lambda x: body(x[0])[None], mesh=mesh, in_specs=(spec,), out_specs=spec, check_vma=False)
+    return f.run(np.stack(xs))
+
+
+def sent_per_device(outcome: sim.Run) -> set[int]:
+    """How many messages each device sent across the network (not to itself), as a set over devices."""
+    counts: dict[int, int] = {}
+    for m in outcome.trace.sent:
+        if m.src != m.dst:
+            counts[m.src] = counts.get(m.src, 0) + 1
+    return set(counts.values())
+
+
+_C = collectives
+MESSAGE_COUNTS = [  # (id, mesh, axis_name, body, messages each member sends across the network)
+    ("all_gather ring n-1", {"x": 5}, "x", lambda x, a: _C.all_gather(x, a, algorithm="ring"), 4),
+    ("all_gather bidirectional 2(n-1)", {"x": 5}, "x",
+     lambda x, a: _C.all_gather(x, a, algorithm="bidirectional_ring"), 8),
+    ("all_gather recursive doubling lg n", {"x": 8}, "x",
+     lambda x, a: _C.all_gather(x, a, algorithm="recursive_doubling"), 3),
+    ("all_gather per_axis (3-1)+(2-1)", {"x": 2, "y": 3}, ("x", "y"),
+     lambda x, a: _C.all_gather(x, a, algorithm="per_axis"), 3),
+    ("psum ring 2(n-1)", {"x": 6}, "x", lambda x, a: _C.psum(x, a, algorithm="ring"), 10),
+    ("psum bidirectional 4(n-1)", {"x": 6}, "x", lambda x, a: _C.psum(x, a, algorithm="bidirectional_ring"), 20),
+    ("psum recursive doubling lg n", {"x": 8}, "x", lambda x, a: _C.psum(x, a, algorithm="recursive_doubling"), 3),
+    ("psum rabenseifner 2 lg n", {"x": 8}, "x", lambda x, a: _C.psum(x, a, algorithm="rabenseifner"), 6),
+    ("pmax per_axis 2(3-1)+2(2-1)", {"x": 2, "y": 3}, ("x", "y"), lambda x, a: _C.pmax(x, a, algorithm="per_axis"),
+     6),
+    ("psum_scatter ring n-1", {"x": 6}, "x", lambda x, a: _C.psum_scatter(x, a, algorithm="ring", tiled=True), 5),
+    ("psum_scatter recursive halving lg n", {"x": 8}, "x",
+     lambda x, a: _C.psum_scatter(x, a, algorithm="recursive_halving", tiled=True), 3),
+    ("all_to_all pairwise n-1", {"x": 6}, "x", lambda x, a: _C.all_to_all(x, a, 0, 0, tiled=True,
+                                                                          algorithm="pairwise"), 5),
+    ("all_to_all bruck ceil(lg 6)", {"x": 6}, "x", lambda x, a: _C.all_to_all(x, a, 0, 0, tiled=True,
+                                                                              algorithm="bruck"), 3),
+    ("all_to_all bruck ceil(lg 5)", {"x": 5}, "x", lambda x, a: _C.all_to_all(x, a, 0, 0, tiled=True,
+                                                                              algorithm="bruck"), 3),
+    ("all_to_all bruck lg 8", {"x": 8}, "x", lambda x, a: _C.all_to_all(x, a, 0, 0, tiled=True,
+                                                                        algorithm="bruck"), 3),
+    ("all_to_all per_axis (3-1)+(2-1)", {"x": 2, "y": 3}, ("x", "y"),
+     lambda x, a: _C.all_to_all(x, a, 0, 0, tiled=True, algorithm="per_axis"), 3),
+]
+
+
+@pytest.mark.parametrize("mesh_axes, axis_name, body, count", [c[1:] for c in MESSAGE_COUNTS],
+                         ids=[c[0] for c in MESSAGE_COUNTS])
+def test_each_algorithm_sends_the_messages_its_definition_says(mesh_axes, axis_name, body, count):
+    """Every member sends exactly the number of network messages its algorithm's definition gives."""
+    n = math.prod(mesh_axes.values())
+    xs = [np.arange(n * 4, dtype=np.int32) + 100 * d for d in range(n)]
+    assert sent_per_device(run(mesh_axes, lambda x: body(x, axis_name), xs)) == {count}
+
+
+def test_pairwise_steps_go_to_i_plus_k_and_wait_for_i_minus_k():
+    """all_to_all and ragged_all_to_all 'pairwise': at step k member i sends to member i + k, and its step k
+    message leaves no earlier than its step k - 1 message from member i - k + 1 arrived."""
+    n = 4
+    xs = [np.arange(n * 2, dtype=np.int32) + 10 * d for d in range(n)]
+    outcome = run({"x": n}, lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="pairwise"), xs)
+    sent = outcome.trace.sent
+    assert all(m.dst == (m.src + m.detail["step"]) % n for m in sent)
+    arrived = {(m.dst, m.detail["step"]): m.arrival_time_s for m in sent}
+    assert all(m.send_time_s >= arrived[m.src, m.detail["step"] - 1] for m in sent if m.detail["step"])
+
+
+def test_ragged_pairwise_keeps_the_docs_example():
+    """The docs' ragged_all_to_all example gives the docs' result with 'pairwise', its messages stepped."""
+    import test_errors
+    out = test_errors.ragged(**test_errors.DOCS, algorithm="pairwise")
+    assert out.tolist() == [[1, 3, 0, 0], [2, 2, 4, 0]]
+
+
+# ---------------------------------------------------------------------------------------------- float bound
+
+
+@pytest.mark.parametrize("op, algorithm, mesh_axes, axis_name", [
+    ("psum", "bidirectional_ring", {"x": 6}, "x"), ("psum", "rabenseifner", {"x": 8}, "x"),
+    ("psum", "per_axis", {"x": 2, "y": 3}, ("x", "y")), ("pmean", "rabenseifner", {"x": 4}, "x"),
+    ("psum_scatter", "recursive_halving", {"x": 8}, "x"), ("psum_scatter", "ring", {"x": 5}, "x"),
+])
+@settings(max_examples=25)
+@given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float16, np.float32, np.float64]))
+def test_float_sums_stay_within_the_stated_bound(op, algorithm, mesh_axes, axis_name, seed, dtype):
+    """A float reduction in another order than 'direct''s is within (n-1) eps sum|x_i| (+ 2n tiny; for
+    pmean one more rounding) of 'direct''s on every element: `oracles._reordered`'s bound, on values of
+    mixed signs and magnitudes."""
+    n = math.prod(mesh_axes.values())
+    rng = np.random.default_rng(seed)
+    xs = [(rng.standard_normal(n * 3) * 10.0 ** rng.integers(-3, 4, n * 3)).astype(dtype) for _ in range(n)]
+    extra = {"tiled": True} if op == "psum_scatter" else {}
+    params = {"axis_name": axis_name, "algorithm": algorithm, **extra}
+    fn = getattr(collectives, op)
+    got = run(mesh_axes, lambda x: fn(x, axis_name, algorithm=algorithm, **extra), xs).outputs
+    want = run(mesh_axes, lambda x: fn(x, axis_name, **extra), xs).outputs
+    assert not compare_reordered(op, params, mesh_axes, xs, list(want), list(got))
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+BAD_ALGORITHMS = [  # (id, call on a 1-D mesh of n devices, n, pattern)
+    ("all_gather tree", lambda x: _C.all_gather(x, "x", algorithm="tree"), 4,
+     r"device 0: all_gather: algorithm='tree' must be one of \('direct', 'ring', 'bidirectional_ring', "
+     r"'recursive_doubling', 'per_axis', 'auto'\)"),
+    ("all_to_all ring", lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="ring"), 4,
+     r"all_to_all: algorithm='ring' must be one of \('direct', 'pairwise', 'bruck', 'per_axis', 'auto'\)"),
+    ("ragged bruck", lambda x: _C.ragged_all_to_all(x, x, np.zeros(4, np.int32), np.zeros(4, np.int32),
+                                                    np.zeros(4, np.int32), np.zeros(4, np.int32), axis_name="x",
+                                                    algorithm="bruck"), 4,
+     r"ragged_all_to_all: algorithm='bruck' must be one of \('direct', 'pairwise', 'auto'\)"),
+    ("psum_scatter rabenseifner", lambda x: _C.psum_scatter(x, "x", tiled=True, algorithm="rabenseifner"), 4,
+     r"psum_scatter: algorithm='rabenseifner' must be one of \('direct', 'ring', 'recursive_halving', 'auto'\)"),
+    ("ppermute ring", lambda x: _C.ppermute(x, "x", [(0, 1)], algorithm="ring"), 4,
+     r"ppermute: algorithm='ring' must be one of \('direct', 'auto'\)"),
+    ("axis_index ring", lambda x: _C.axis_index("x", algorithm="ring") + x, 4,
+     r"axis_index: algorithm='ring' must be one of \('direct', 'auto'\)"),
+    ("pbroadcast ring", lambda x: _C.pbroadcast(x, "x", algorithm="ring"), 4,
+     r"pbroadcast: algorithm='ring' must be one of \('direct', 'auto'\)"),
+    ("pscatter ring", lambda x: _C.pscatter(x, "x", tiled=True, algorithm="ring"), 4,
+     r"pscatter: algorithm='ring' must be one of \('direct', 'auto'\)"),
+    ("not a string", lambda x: _C.psum(x, "x", algorithm=None), 4, r"psum: algorithm=None must be one of"),
+    ("rabenseifner on 6", lambda x: _C.psum(x, "x", algorithm="rabenseifner"), 6,
+     r"device 0: psum: algorithm='rabenseifner' needs a group size that is a power of two, got 6"),
+    ("recursive halving on 3", lambda x: _C.psum_scatter(x, "x", tiled=True, algorithm="recursive_halving"), 3,
+     r"psum_scatter: algorithm='recursive_halving' needs a group size that is a power of two, got 3"),
+    ("all_gather recursive doubling on 3", lambda x: _C.all_gather(x, "x", algorithm="recursive_doubling"), 3,
+     r"all_gather: algorithm='recursive_doubling' needs a group size that is a power of two, got 3"),
+]
+
+
+@pytest.mark.parametrize("call, n, pattern", [c[1:] for c in BAD_ALGORITHMS], ids=[c[0] for c in BAD_ALGORITHMS])
+def test_bad_algorithms_are_refused_by_name_and_rule(call, n, pattern):
+    """An unknown algorithm lists the collective's own; one that needs a power-of-two group names the size."""
+    with pytest.raises(sim.InvalidArgumentError, match=pattern):
+        run({"x": n}, call, [np.arange(n * 2, dtype=np.int32) for _ in range(n)])
+
+
+# ---------------------------------------------------------------------------------------------- auto
+
+
+def test_auto_records_its_pick_in_every_call_record():
+    """'auto' runs one of the collective's algorithms and records it (never 'auto') in each CallRecord; an
+    explicit algorithm is recorded as given."""
+    xs = [np.arange(8, dtype=np.int32) for _ in range(4)]
+    picked = run({"x": 4}, lambda x: _C.psum(x, "x", algorithm="auto"), xs).calls
+    asked = run({"x": 4}, lambda x: _C.all_gather(x, "x", algorithm="ring"), xs).calls
+    assert len({c.algorithm for c in picked}) == 1 and picked[0].algorithm in set(choices("psum")) - {"auto"}
+    assert {c.algorithm for c in asked} == {"ring"}
+
+
+class _Switch:
+    """A duck-typed mesh on a switch: every device has one egress and one ingress port (the cost model
+    reads only `route` and the network's per-link latency and bandwidth)."""
+
+    def __init__(self, latency_s: float = 1e-6, bandwidth: float = 1e11) -> None:
+        self.network = self
+        self.latency_s, self.bandwidth_bytes_per_s, self.topology = latency_s, bandwidth, "switch"
+
+    def route(self, src: int, dst: int) -> tuple:
+        return () if src == dst else (("out", src), ("in", dst))
+
+    def link_latency_s(self, link: tuple) -> float:
+        return self.latency_s / 2
+
+    def link_bandwidth(self, link: tuple) -> float:
+        return self.bandwidth_bytes_per_s
+
+
+class _Ring(_Switch):
+    """A duck-typed mesh on a bidirectional ring: a link each way between neighbours, the shortest way round."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size, self.topology = size, "ring"
+
+    def route(self, src: int, dst: int) -> tuple:
+        hops = (dst - src) % self.size
+        way = 1 if hops <= self.size - hops else -1
+        links, at = [], src
+        while at != dst:
+            links.append((at, (at + way) % self.size))
+            at = (at + way) % self.size
+        return tuple(links)
+
+    def link_latency_s(self, link: tuple) -> float:
+        return self.latency_s
+
+
+@pytest.mark.parametrize("op, mesh, tiny, large", [
+    ("psum", _Switch(), "direct", "rabenseifner"), ("pmax", _Switch(), "direct", "rabenseifner"),
+    ("all_gather", _Ring(8), "direct", "bidirectional_ring"), ("psum", _Ring(8), "direct", "bidirectional_ring"),
+    ("psum_scatter", _Ring(8), "direct", "ring"),
+])
+def test_auto_picks_by_message_size_and_topology(op, mesh, tiny, large):
+    """Tiny messages favour few steps, large ones the algorithms that load the busiest link (a device's port
+    on a switch, a neighbour link on a ring) least: the pick changes with the size where the model says so."""
+    members, candidates = tuple(range(8)), tuple(a for a in choices(op) if a != "auto")
+    assert _cost.fastest(op, candidates, mesh, members, (8,), 8) == tiny
+    assert _cost.fastest(op, candidates, mesh, members, (8,), 1 << 26) == large
+
+
+@pytest.mark.parametrize("op, algorithm, n_of", [
+    ("all_gather", "ring", lambda p, b: p * b), ("all_gather", "recursive_doubling", lambda p, b: p * b),
+    ("psum", "ring", lambda p, b: b), ("psum", "rabenseifner", lambda p, b: b),
+    ("psum", "recursive_doubling", lambda p, b: b), ("psum_scatter", "ring", lambda p, b: b),
+    ("psum_scatter", "recursive_halving", lambda p, b: b), ("all_to_all", "pairwise", lambda p, b: b),
+    ("all_to_all", "bruck", lambda p, b: b),
+])
+@pytest.mark.parametrize("p", [2, 4, 8, 16])
+def test_the_cost_model_is_the_alpha_beta_closed_form_on_dedicated_links(op, algorithm, n_of, p):
+    """On the fully connected network (a link per ordered pair) the route-aware estimate equals the MPICH
+    alpha-beta form of each algorithm (Thakur, Rabenseifner, Gropp 2005)."""
+    network = sim.Network.fully_connected(latency_s=2e-6, bandwidth_bytes_per_s=1e10)
+    mesh, b = sim.Mesh({"x": p}, network=network), 4096 * p
+    got = collectives.estimate_s(op, algorithm, mesh, tuple(range(p)), (p,), b)
+    assert got == pytest.approx(collectives.closed_form(op, algorithm, p, n_of(p, b), 2e-6, 1e-10))
+
+
+@pytest.mark.parametrize("op, algorithm, body", [
+    ("all_gather", "ring", lambda x: _C.all_gather(x, "x", algorithm="ring")),
+    ("psum", "rabenseifner", lambda x: _C.psum(x, "x", algorithm="rabenseifner")),
+    ("all_to_all", "bruck", lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="bruck")),
+])
+def test_the_simulated_time_matches_the_cost_model_without_copies(op, algorithm, body):
+    """On the default network the simulated time of a call (row-major operands, 8 members) is the cost
+    model's estimate plus the device's own local copies (Bruck's packs): the model prices the messages the
+    protocol sends."""
+    xs = [np.zeros(8 * 1024, np.float32) for _ in range(8)]
+    outcome = run({"x": 8}, body, xs)
+    estimate = collectives.estimate_s(op, algorithm, sim.Mesh({"x": 8}), tuple(range(8)), (8,), xs[0].nbytes)
+    own = [m for m in outcome.trace if isinstance(m, sim.CopyRecord) and m.src == 0]
+    copies = sum(m.arrival_time_s - m.send_time_s for m in own)
+    assert outcome.end_time_s == pytest.approx(estimate + copies, rel=1e-9)
+
+
+def test_the_cost_model_is_cheap_for_1024_devices():
+    """Timing every all_to_all algorithm over 1024 devices (cached afterwards) stays a small part of a run."""
+    import time
+    mesh = sim.Mesh({"x": 32, "y": 32})
+    start = time.perf_counter()
+    pick = _cost.fastest("all_to_all", ("direct", "pairwise", "bruck", "per_axis"), mesh, tuple(range(1024)),
+                         (32, 32), 1 << 20)
+    assert pick in {"direct", "pairwise", "bruck", "per_axis"} and time.perf_counter() - start < 20
+
+
+# ---------------------------------------------------------------------------------------------- scenarios
+
+
+def test_meshsim_run_shows_the_algorithm_auto_picked(tmp_path, capsys, monkeypatch):
+    """A scenario with `algorithm = "auto"` runs, prints the pick under the call line, and --json carries it."""
+    import json
+
+    from scenarios.cli import main
+    path = tmp_path / "auto.toml"
+    path.write_text('title = "auto"\n[mesh]\naxes = {i = 4}\n[collective]\nop = "all_gather"\naxis_name = "i"\n'
+                    'algorithm = "auto"\n[inputs]\nshape = [2]\nseed = 0\n')
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["run", str(path)]) == 0
+    assert "algorithm: direct (picked by 'auto')" in capsys.readouterr().out
+    assert main(["run", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["algorithm"] == "direct"
+
+
+# ---------------------------------------------------------------------------------------------- against JAX
+
+
+@pytest.mark.differential
+@pytest.mark.parametrize("op", ["all_gather", "all_to_all", "ragged_all_to_all", "psum", "psum_scatter",
+                                "all_gather_invariant"])
+@settings(max_examples=15)
+@given(data=st.data())
+def test_the_new_algorithms_agree_with_jax(op, data, jax_oracle):
+    """Real JAX (which has one algorithm) gives every algorithm's bytes: exactly for integers and for data
+    that moves unchanged, within the stated bound for float sums."""
+    case = data.draw(cases_.cases(op, algorithms=True), label="case")
+    found = agreeing(case, run_jax(case, jax_oracle), cases_.run_simulator(case))
+    assert not found, "\n".join(found)
