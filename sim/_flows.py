@@ -29,6 +29,7 @@ not depend on the order flows were posted in.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -146,6 +147,7 @@ class LinkState:
         self._ahead: dict[tuple, tuple] = {}  # store-and-forward: (sink id, slot) -> (size, links, latencies, hop)
         self._sinks: dict[int, list] = {}  # sink id -> [sink, messages not yet arrived]
         self._due: set[float] = set()  # times a step is scheduled for
+        self.on_settled: Callable[[], None] | None = None  # told after each step's reports (see `Transport`)
         self._next_sink = 0
 
     def send(self, src: int, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
@@ -180,6 +182,8 @@ class LinkState:
         if len(flows):
             self._rerate(now_s)
             self._schedule(float(flows.finish.min()))
+        if self.on_settled is not None:
+            self.on_settled()
 
     def _end(self, ended: np.ndarray) -> None:
         """Report the ended flows (store-and-forward: start their next hop after this one's latency)."""

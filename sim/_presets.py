@@ -84,9 +84,10 @@ def preset(name: str, shape: tuple[int, ...] | None = None) -> Network:
     if name not in PRESETS:
         raise InvalidArgumentError(f"preset={name!r} is not a known preset; known presets: {', '.join(PRESETS)}")
     build, default, rank, meaning = PRESETS[name]
-    shape = default if shape is None else _check_shape(shape, "torus" if rank > 1 else "ring")
+    shape = default if shape is None else _check_shape(shape, "torus")
     if len(shape) != rank:
-        raise InvalidArgumentError(f"preset={name!r}: shape={tuple(shape)} must be {meaning} ({rank} numbers)")
+        count = f"{rank} numbers" if rank > 1 else "one number"
+        raise InvalidArgumentError(f"preset={name!r}: shape={tuple(shape)} must be {meaning} ({count})")
     network = build(tuple(shape))
     if network.topology == "switch":  # a switch holds any number of devices; the preset fixes its node
         network = replace(network, shape=tuple(shape))

@@ -5,7 +5,9 @@ carries it as a flow sharing links with the others in flight; no clock event is 
 the network says it has arrived, it is stamped with its arrival, its trace record gets its arrival time,
 and it is handed to the receive waiting for it or left in the receiver's mailbox. A receive is one event
 that fires at the message's arrival (at once if it is already there); a sender's port counts its messages
-not yet arrived, and the engine waits, once, until the last has.
+not yet arrived, and the engine waits, once, until the last has. Of what the network reports in one step,
+receivers are woken first (row exchanges in the order their receivers began waiting), senders last: a
+payload is a view of its sender's memory, taken before the sender moves on.
 
 Collectives whose members all send one message to every member (all_to_all, all_gather, the direct
 all-reduce) may post whole rows instead (`send_each` / `recv_each`): one table per call holds every
@@ -65,6 +67,18 @@ class Transport:
         self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
         self._waiting: list[dict[tuple, Any]] = [{} for _ in range(devices)]
         self._tables: dict[int, _Table] = {}
+        self._ready: dict[int, _Table] = {}  # tables with a waiting receiver's column complete, by id
+        self._drained: list[Port] = []  # ports whose messages have all arrived, a sender waiting
+        links.on_settled = self._wake
+
+    def _wake(self) -> None:
+        """After a network step: wake the receivers of completed row exchanges, then the senders."""
+        ready, self._ready = self._ready, {}
+        for table in ready.values():
+            table.serve()
+        drained, self._drained = self._drained, []
+        for port in drained:
+            port.drain()
 
     def post(self, message: Message, exchange: int, collective: str, call: int, detail: dict,
              port: Port | None = None) -> None:
@@ -115,7 +129,7 @@ class Transport:
                                         details)
         table = self._tables.get(exchange)
         if table is None:
-            table = self._tables[exchange] = _Table(self.env, members)
+            table = self._tables[exchange] = _Table(self, members)
         table.post(group.index, payloads, headers)
         self.links.send(src, members, sizes, _Row(self, table, group.index, first, now, port))
 
@@ -124,7 +138,7 @@ class Transport:
         `receiver` has arrived; then `take_each` hands over the messages."""
         table = self._tables.get(exchange)
         if table is None:
-            table = self._tables[exchange] = _Table(self.env, members)
+            table = self._tables[exchange] = _Table(self, members)
         return table.expect(receiver)
 
     def take_each(self, exchange: int, receiver: int) -> list[Message]:
@@ -153,7 +167,7 @@ class _Single:
         self.message.arrival_s = arrival
         transport.trace.set_arrivals(self.index, arrival)
         transport._deliver(self.message, self.key, arrival)
-        if self.port is not None:  # after the delivery: the receiver takes the payload before the sender moves on
+        if self.port is not None:
             self.port.arrived(1, arrival)
 
 
@@ -173,7 +187,7 @@ class _Row:
             arrivals_s = np.array([order.arrival(self.sent_s, a) for a in arrivals_s.tolist()])
         self.transport.trace.set_arrivals(self.first + slots, arrivals_s)
         self.table.arrived(self.sender, slots, arrivals_s)
-        if self.port is not None:  # after the delivery: the receiver takes the payload before the sender moves on
+        if self.port is not None:
             self.port.arrived(len(slots), float(arrivals_s.max()))
 
 
@@ -181,10 +195,10 @@ class _Table:
     """One call's all-pairs exchange: row s holds member s's message to every member, `arrivals[s, r]` when
     the one to member r arrived; a receiver is served when its column has fully arrived."""
 
-    __slots__ = ("arrivals", "env", "known", "last", "members", "rows", "served", "waiting")
+    __slots__ = ("arrivals", "env", "known", "last", "members", "rows", "served", "transport", "waiting")
 
-    def __init__(self, env: simpy.Environment, members: tuple[int, ...]) -> None:
-        self.env, self.members = env, members
+    def __init__(self, transport: Transport, members: tuple[int, ...]) -> None:
+        self.transport, self.env, self.members = transport, transport.env, members
         n = len(members)
         self.rows: list[tuple | None] = [None] * n
         self.arrivals = np.zeros((n, n))
@@ -201,11 +215,14 @@ class _Table:
         self.arrivals[sender, slots] = arrivals_s
         self.known[slots] += 1
         self.last[slots] = np.maximum(self.last[slots], arrivals_s)
-        if self.waiting:
-            for receiver in slots[self.known[slots] == len(self.members)].tolist():
-                event = self.waiting.pop(receiver, None)
-                if event is not None:
-                    _fire(self.env, event, None, self.last[receiver] - self.env.now)
+        if self.waiting and np.any(self.known[slots] == len(self.members)):
+            self.transport._ready[id(self)] = self
+
+    def serve(self) -> None:
+        """Wake the waiting receivers whose columns have fully arrived, in the order they began waiting."""
+        done = [r for r in self.waiting if self.known[r] == len(self.members)]
+        for receiver in done:
+            _fire(self.env, self.waiting.pop(receiver), None, self.last[receiver] - self.env.now)
 
     def expect(self, receiver: int) -> simpy.Event:
         event = self.env.event()
@@ -314,7 +331,11 @@ class Port:
         if last_s > self.last_arrival_s:
             self.last_arrival_s = last_s
         if self.in_flight == 0 and self._drained is not None:
-            _fire(self.transport.env, self._drained, None, self.last_arrival_s - self.transport.env.now)
+            self.transport._drained.append(self)
+
+    def drain(self) -> None:
+        """Wake the sender waiting in `all_arrived`, at its last message's arrival."""
+        _fire(self.transport.env, self._drained, None, self.last_arrival_s - self.transport.env.now)
 
     def all_arrived(self) -> simpy.Event | None:
         """An event that fires when every message sent through this port has arrived; None when all have
