@@ -33,7 +33,8 @@ _CACHE_LIMIT = 4096
 class Pattern:
     """Who sends to whom in one step: `kind` 'shift' (to index + k), 'xor' (to index ^ k), 'pairs' (to every
     other member), 'bishift' (to index + k and index - k, half the bytes each way); along grid axis `axis`
-    (None: over the whole group)."""
+    (None: over the whole group). 'shifts' stands for p - 1 steps, one per shift k = 1 .. p - 1 (pairwise
+    exchange), timed from at most `_SAMPLED` of them."""
 
     kind: str
     k: int = 0
@@ -104,7 +105,7 @@ _SCHEDULES = {
     ("reduce", "rabenseifner"): lambda p, b: _halving(p, b) + _doubling(p, b / p),
     ("scatter", "ring"): lambda p, b: [(Pattern("shift", 1), b / p, p - 1)],
     ("scatter", "recursive_halving"): _halving,
-    ("exchange", "pairwise"): lambda p, b: [(Pattern("shift", k), b / p, 1) for k in range(1, p)],
+    ("exchange", "pairwise"): lambda p, b: [(Pattern("shifts"), b / p, 1)],
     ("exchange", "bruck"): _bruck,
 }
 _FAMILY = {"all_gather": "gather", "all_gather_invariant": "gather", "psum": "reduce", "pmean": "reduce",
@@ -139,9 +140,15 @@ def _shift_sets(pattern: Pattern, shape: tuple[int, ...]) -> list[tuple[list[int
         return [([pattern.k], 1.0)]
     s = shape[pattern.axis] if pattern.axis is not None else math.prod(shape)
     offsets = list(range(1, s))
-    sampled = offsets if len(offsets) <= _SAMPLED else sorted({offsets[round(i * (len(offsets) - 1) / (_SAMPLED - 1))]
-                                                              for i in range(_SAMPLED)})
+    sampled = _sample(offsets)
     return [(sampled, len(offsets) / len(sampled))] if sampled else []
+
+
+def _sample(offsets: list[int]) -> list[int]:
+    """At most `_SAMPLED` of `offsets`, evenly spread, the first and last included."""
+    if len(offsets) <= _SAMPLED:
+        return offsets
+    return sorted({offsets[round(i * (len(offsets) - 1) / (_SAMPLED - 1))] for i in range(_SAMPLED)})
 
 
 def _pairs(pattern: Pattern, shifts: list[int], shape: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -170,6 +177,12 @@ def estimate_s(op: str, algorithm: str, mesh: sim.Mesh, members: Sequence[int], 
     total = 0.0
     for pattern, each, repeat in schedule(op, algorithm, shape, size_bytes):
         each = each / 2 if pattern.kind == "bishift" else each
+        if pattern.kind == "shifts":  # one step per shift: the sampled ones stand for all
+            offsets = list(range(1, math.prod(shape)))
+            sampled = _sample(offsets)
+            times = [step_s(Pattern("shift", k), each, mesh, members, shape) for k in sampled]
+            total += repeat * sum(times) * len(offsets) / max(1, len(sampled))
+            continue
         total += repeat * step_s(pattern, each, mesh, members, shape)
     return total
 

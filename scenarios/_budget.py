@@ -97,6 +97,11 @@ def _input_bytes(data: dict, mesh: sim.Mesh) -> tuple[tuple, int, int]:
     return where, total * itemsize, total * _LOADER_BYTES
 
 
+# messages per member per group member, at most: a ring all-reduce sends 2(n - 1), its bidirectional form
+# 4(n - 1), and 'auto' may pick either
+_PER_PEER = {"ring": 2, "per_axis": 2, "rabenseifner": 2, "bidirectional_ring": 4, "auto": 4}
+
+
 def _messages(mesh: sim.Mesh, definition: Definition, params: dict[str, Any], group: int) -> int:
     """At most how many messages the call sends: none, one per device (ppermute), or a pattern over groups."""
     if definition.vma in _SILENT:
@@ -105,10 +110,6 @@ def _messages(mesh: sim.Mesh, definition: Definition, params: dict[str, Any], gr
         return mesh.size
     return mesh.size * group * _PER_PEER.get(params.get("algorithm"), 1)
 
-
-# messages per member per group member, at most: a ring all-reduce sends 2(n - 1), its bidirectional form
-# 4(n - 1), and 'auto' may pick either
-_PER_PEER = {"ring": 2, "per_axis": 2, "rabenseifner": 2, "bidirectional_ring": 4, "auto": 4}
 
 
 def _group_size(mesh: sim.Mesh, params: dict[str, Any]) -> int:

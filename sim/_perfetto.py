@@ -108,7 +108,8 @@ def _call_spans(calls: Sequence[CallRecord]) -> list[_Span]:
     spans = []
     for c in calls:
         track, label = ("device", c.device), f"{c.collective} #{c.call}"
-        args = {"collective": c.collective, "call": c.call, "members": list(c.members)}
+        args = {"collective": c.collective, "call": c.call, "members": list(c.members),
+                **({"algorithm": c.algorithm} if c.algorithm is not None else {})}
         spans.append(_Span(track, _ps(c.enter_s), _ps(c.exit_s), label, "collective", args, container=True))
         if c.met_s > c.enter_s:
             spans.append(_Span(track, _ps(c.enter_s), _ps(c.met_s), f"wait for group ({label})", "wait", args))

@@ -325,13 +325,14 @@ def test_the_simulated_time_matches_the_cost_model_without_copies(op, algorithm,
 
 
 def test_the_cost_model_is_cheap_for_1024_devices():
-    """Timing every all_to_all algorithm over 1024 devices (cached afterwards) stays a small part of a run."""
+    """Timing every all_to_all algorithm over 1024 devices on a 32 x 32 grid takes well under the 5 s budget
+    (a fraction of a second; cached afterwards): all-pairs and pairwise steps are timed from sampled shifts."""
     import time
     mesh = sim.Mesh({"x": 32, "y": 32})
     start = time.perf_counter()
     pick = _cost.fastest("all_to_all", ("direct", "pairwise", "bruck", "per_axis"), mesh, tuple(range(1024)),
                          (32, 32), 1 << 20)
-    assert pick in {"direct", "pairwise", "bruck", "per_axis"} and time.perf_counter() - start < 20
+    assert pick in {"direct", "pairwise", "bruck", "per_axis"} and time.perf_counter() - start < 5
 
 
 # ---------------------------------------------------------------------------------------------- scenarios

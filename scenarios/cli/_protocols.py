@@ -78,13 +78,34 @@ def protocol(definition: Definition, params: dict[str, Any], group_size: int) ->
     return told
 
 
+_MOVES = {  # the message patterns of the collectives that move data unchanged, by algorithm
+    "ring": "ring: in each of n - 1 steps every member passes one block to the next member.",
+    "bidirectional_ring": "bidirectional ring: in each of n - 1 steps every member passes the first half of a "
+                          "block to the next member and the second half of another to the previous one.",
+    "recursive_doubling": "recursive doubling: in step s every member swaps all the blocks it holds with the "
+                          "member whose group index differs in bit s; log2(n) steps.",
+    "per_axis": "per axis: the exchange runs along each named mesh axis in turn, the last named first.",
+    "pairwise": "pairwise: in step k member i sends its chunk for member i + k and receives member i - k's.",
+    "bruck": "Bruck: the chunks are rotated, then in step k every slot whose index has bit k set travels, "
+             "packed into one message, to member i + 2^k; a last rotation puts them in place: ceil(log2(n)) "
+             "steps.",
+    "auto": "auto: the fastest algorithm by the cost model (collectives._cost); the run records its pick.",
+}
+
+
+def _moves(params: dict[str, Any]) -> list[str]:
+    """The algorithm's paragraph when it is not 'direct' (whose protocol the collective's text describes)."""
+    algorithm = params.get("algorithm", "direct")
+    return [] if algorithm == "direct" else [f"Algorithm {_MOVES.get(algorithm, algorithm)}"]
+
+
 def _all_gather(params: dict[str, Any], n: int) -> list[str]:
     axis, tiled = params.get("axis", 0), params.get("tiled", False)
     where = (f"rows k*m:(k+1)*m of axis {axis} (tiled: the blocks are concatenated)" if tiled
              else f"index k of a new axis {axis} (untiled: the blocks are stacked)")
     return [f"Protocol: every device sends its whole operand to each of the {n} members of its group "
             f"(the copy to itself is local and takes no time). The block of group member k lands at {where}, "
-            f"so every member ends with the same gathered array."]
+            f"so every member ends with the same gathered array.", *_moves(params)]
 
 
 def _all_to_all(params: dict[str, Any], n: int) -> list[str]:
@@ -92,7 +113,8 @@ def _all_to_all(params: dict[str, Any], n: int) -> list[str]:
     how = "concatenated" if params.get("tiled") else "stacked (untiled: axis split_axis of size n disappears)"
     return [f"Protocol: each device cuts its operand along split_axis={split} into {n} chunks; chunk j goes to "
             f"group member j. The receiver puts the chunk from member k at block k along concat_axis={concat}, "
-            f"{how}. Device j ends with chunk j of every member: the mapped axis and axis {split} trade places."]
+            f"{how}. Device j ends with chunk j of every member: the mapped axis and axis {split} trade places.",
+            *_moves(params)]
 
 
 def _reduction(params: dict[str, Any], n: int, op: str) -> list[str]:
