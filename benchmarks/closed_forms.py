@@ -1,0 +1,165 @@
+"""What each collective's algorithm should cost on each topology, worked out by hand, not by the simulator.
+
+Every case is one collective call over p devices, each holding an operand of `s` bytes, on a network with
+a per-hop latency `a` and a one-way link bandwidth `w`. A case gives two answers:
+
+- `exact(s)`: the alpha-beta time of the algorithm's steps under the model the README states (a step
+  costs the hops of its longest route times `a` plus the bytes of its most loaded link over `w`; every
+  flow on that link gets an equal share), as (alpha seconds, beta seconds). The cases are chosen so that
+  every flow of a step is limited by equally loaded links, where max-min fair sharing gives exactly this.
+- `textbook(s)`: the published bandwidth-only form the row quotes (`source`): nccl-tests, Thakur,
+  Rabenseifner and Gropp (2005), and How to Scale Your Model's ICI forms (V the bytes of the gathered or
+  exchanged array, N devices, W one-way, W_bidi = 2W). Large messages must come within 2% of it.
+
+The link loads behind the ring and torus rows: on a ring of N (even) with ties split by the source's
+parity, an all-pairs exchange puts sum(d, d < N/2) + N/4 = N^2/8 chunks on every link, so
+T = (N/2) a + (N^2/8)(s/N)/w = V/(8w) = V/(4 W_bidi); on an A x B torus (dimension-order routes) a link of
+dimension 0 carries (A^2/8) B chunks of s/(AB), one of dimension 1 A (B^2/8), so the busiest carries
+max(A, B) s/8 bytes, V max(A, B)/(4 N W_bidi); without wraparound the middle link of a line of A carries
+(A/2)^2 B chunks: twice the time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+LATENCY_S = 1e-6  # a: one hop
+BANDWIDTH = 10e9  # w: bytes per second, one direction of one link or port
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the validation table: a call, a topology, and the two answers it should give."""
+
+    collective: str
+    algorithm: str
+    topology: str  # "fully_connected" | "switch" | "ring" | "torus" | "torus_open"
+    axes: tuple[tuple[str, int], ...]
+    exact: Callable[[int], tuple[float, float]]
+    textbook: Callable[[int], float]
+    source: str
+
+    @property
+    def devices(self) -> int:
+        return math.prod(size for _, size in self.axes)
+
+    @property
+    def name(self) -> str:
+        return f"{self.collective}/{self.algorithm} on {self.topology} ({'x'.join(str(n) for _, n in self.axes)})"
+
+
+def _lg(p: int) -> int:
+    return int(math.log2(p))
+
+
+def _steps(count: int, hops: int, step_bytes: float) -> tuple[float, float]:
+    """`count` steps of `hops` hops each carrying `step_bytes` on its most loaded link."""
+    return count * hops * LATENCY_S, count * step_bytes / BANDWIDTH
+
+
+def _add(*terms: tuple[float, float]) -> tuple[float, float]:
+    return sum(t[0] for t in terms), sum(t[1] for t in terms)
+
+
+def _one_axis(p: int, switch: bool) -> list[Case]:
+    """The algorithms on p devices of a fully connected network (dedicated links) or a switch (one egress
+    and one ingress port per device, so a member's messages of one step share its egress)."""
+    topology, axes, w = ("switch" if switch else "fully_connected"), (("x", p),), BANDWIDTH
+    fan = p - 1 if switch else 1  # how many of a member's same-step messages share one of its links
+    ring_ag = lambda s: (p - 1) / p * (p * s) / w  # noqa: E731
+    rs = lambda s: (p - 1) / p * s / w  # noqa: E731
+    thakur = "Thakur et al. 2005"
+    return [
+        Case("all_gather", "direct", topology, axes, lambda s: _steps(1, 1, fan * s), ring_ag if switch else
+             (lambda s: s / w), "nccl-tests (n-1)/n busbw" if switch else "one step, a + (n/p)b"),
+        Case("all_gather", "ring", topology, axes, lambda s: _steps(p - 1, 1, s), ring_ag,
+             f"{thakur}: (p-1)a + ((p-1)/p)nb"),
+        Case("all_gather", "bidirectional_ring", topology, axes,
+             lambda s: _steps(p - 1, 1, s if switch else s / 2), ring_ag if switch else (lambda s: ring_ag(s) / 2),
+             "V/W (N-1)/N (both directions share one port)" if switch else "V/W_bidi (N-1)/N"),
+        Case("all_gather", "recursive_doubling", topology, axes, lambda s: (_lg(p) * LATENCY_S, (p - 1) * s / w), ring_ag, f"{thakur}: lg(p)a + ((p-1)/p)nb"),
+        Case("psum_scatter", "direct", topology, axes, lambda s: _steps(1, 1, fan * s / p),
+             rs if switch else (lambda s: s / p / w), "nccl-tests (n-1)/n busbw" if switch else "a + (n/p)b"),
+        Case("psum_scatter", "ring", topology, axes, lambda s: _steps(p - 1, 1, s / p), rs,
+             f"{thakur}: (p-1)a + ((p-1)/p)nb"),
+        Case("psum_scatter", "recursive_halving", topology, axes,
+             lambda s: (_lg(p) * LATENCY_S, (p - 1) / p * s / w), rs, f"{thakur}: lg(p)a + ((p-1)/p)nb"),
+        Case("psum", "direct", topology, axes, lambda s: _steps(1, 1, fan * s),
+             (lambda s: (p - 1) * s / w) if switch else (lambda s: s / w), "a + (p-1)nb (one port)" if switch
+             else "a + nb"),
+        Case("psum", "ring", topology, axes, lambda s: _steps(2 * (p - 1), 1, s / p), lambda s: 2 * rs(s),
+             f"{thakur}: 2(p-1)a + 2((p-1)/p)nb"),
+        Case("psum", "bidirectional_ring", topology, axes,
+             lambda s: _steps(2 * (p - 1), 1, s / p if switch else s / p / 2),
+             (lambda s: 2 * rs(s)) if switch else rs, "2 ReduceScatter, both directions"),
+        Case("psum", "recursive_doubling", topology, axes, lambda s: _steps(_lg(p), 1, s),
+             lambda s: _lg(p) * s / w, f"{thakur}: lg(p)(a + nb)"),
+        Case("psum", "rabenseifner", topology, axes,
+             lambda s: (2 * _lg(p) * LATENCY_S, 2 * (p - 1) / p * s / w), lambda s: 2 * rs(s),
+             f"{thakur}: 2lg(p)a + 2((p-1)/p)nb"),
+        Case("all_to_all", "direct", topology, axes, lambda s: _steps(1, 1, fan * s / p),
+             rs if switch else (lambda s: s / p / w), "nccl-tests (n-1)/n busbw" if switch else "a + (n/p)b"),
+        Case("all_to_all", "pairwise", topology, axes, lambda s: _steps(p - 1, 1, s / p), rs,
+             f"{thakur}: (p-1)a + nb"),
+        Case("all_to_all", "bruck", topology, axes, lambda s: _steps(_lg(p), 1, s / 2),
+             lambda s: _lg(p) * s / 2 / w, f"{thakur}: lg(p)a + (n/2)lg(p)b"),
+        Case("ragged_all_to_all", "direct", topology, axes, lambda s: _steps(1, 1, fan * s / p),
+             rs if switch else (lambda s: s / p / w), "as all_to_all, equal slices"),
+        Case("ragged_all_to_all", "pairwise", topology, axes, lambda s: _steps(p - 1, 1, s / p), rs,
+             "as all_to_all pairwise, equal slices"),
+    ]
+
+
+def _ring(p: int) -> list[Case]:
+    """A bidirectional ring of p (even) devices with wraparound."""
+    axes, w = (("x", p),), BANDWIDTH
+    one_way = lambda s: (p - 1) / p * (p * s) / w  # noqa: E731
+    return [
+        Case("all_gather", "ring", "ring", axes, lambda s: _steps(p - 1, 1, s), one_way, "(V/W)(N-1)/N"),
+        Case("all_gather", "bidirectional_ring", "ring", axes, lambda s: _steps(p - 1, 1, s / 2),
+             lambda s: one_way(s) / 2, "(V/W_bidi)(N-1)/N"),
+        Case("psum_scatter", "ring", "ring", axes, lambda s: _steps(p - 1, 1, s / p),
+             lambda s: (p - 1) / p * s / w, "(V/W)(N-1)/N"),
+        Case("psum", "ring", "ring", axes, lambda s: _steps(2 * (p - 1), 1, s / p),
+             lambda s: 2 * (p - 1) / p * s / w, "2 x ReduceScatter"),
+        Case("psum", "bidirectional_ring", "ring", axes, lambda s: _steps(2 * (p - 1), 1, s / p / 2),
+             lambda s: (p - 1) / p * s / w, "2 x ReduceScatter over W_bidi"),
+        Case("all_to_all", "direct", "ring", axes, lambda s: _steps(1, p // 2, p * p / 8 * s / p),
+             lambda s: p * s / (4 * 2 * w), "V/(4 W_bidi) (exact for even N)"),
+    ]
+
+
+def _torus(a: int, b: int) -> list[Case]:
+    """An a x b torus (mesh axes x, y on its dimensions), with wraparound and, for one row, without."""
+    axes, w, n = (("x", a), ("y", b)), BANDWIDTH, a * b
+    per_axis_ag = lambda s: _add(_steps(b - 1, 1, s), _steps(a - 1, 1, b * s))  # noqa: E731
+    return [
+        Case("all_to_all", "direct", "torus", axes, lambda s: _steps(1, a // 2 + b // 2, max(a, b) * s / 8),
+             lambda s: n * s * max(a, b) / (4 * n * 2 * w), "V max(A,B)/(4 N W_bidi)"),
+        Case("all_to_all", "direct", "torus_open", axes,
+             lambda s: _steps(1, a + b - 2, max(a, b) * s / 4),
+             lambda s: 2 * n * s * max(a, b) / (4 * n * 2 * w), "no wraparound doubles the time"),
+        Case("all_gather", "per_axis", "torus", axes, per_axis_ag,
+             lambda s: ((b - 1) / b * b * s + (a - 1) / a * n * s) / w, "ring over y, then over x"),
+        Case("psum", "per_axis", "torus", axes,
+             lambda s: _add(_steps(2 * (b - 1), 1, s / b), _steps(2 * (a - 1), 1, s / a)),
+             lambda s: (2 * (b - 1) / b + 2 * (a - 1) / a) * s / w, "ring all-reduce over y, then over x"),
+    ]
+
+
+def cases() -> list[Case]:
+    """Every row of the validation table."""
+    return _one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4)
+
+
+def busbw_factor(collective: str, p: int) -> float:
+    """nccl-tests' bus bandwidth factor: busbw = algbw x factor."""
+    return 2 * (p - 1) / p if collective == "psum" else (p - 1) / p
+
+
+def nccl_size(collective: str, s: int, p: int) -> int:
+    """The `size` nccl-tests reports for a call where every member holds `s` bytes: the gathered buffer for
+    AllGather, the input buffer for ReduceScatter, AllReduce and AllToAll."""
+    return p * s if collective == "all_gather" else s
