@@ -12,7 +12,8 @@ devices onto them (`sim.Mesh(placement=...)`). Link ids, by topology:
 
 Routes on a ring or torus are dimension-ordered (dimension 0 first, then 1, then 2) and take the shorter way
 round each ring with wraparound; at a tie (the destination exactly half way round) they go the positive way
-(increasing coordinate). Without wraparound a dimension is a line and the route runs straight along it.
+(increasing coordinate) from an even coordinate and the negative way from an odd one, so the ties of an
+all-pairs exchange load both directions of every ring alike, as the bidirectional closed forms assume. Without wraparound a dimension is a line and the route runs straight along it.
 A switch hop's latency is charged on its egress port (`out`, `nic_out`), so a route through a switch costs
 one latency.
 
@@ -50,7 +51,8 @@ def route(network: Network, src: int, dst: int) -> tuple:
     for k, size in enumerate(shape):
         forward = (int(there[k]) - here[k]) % size
         if network.wraparound[k] and size > 2:
-            step, count = (1, forward) if forward <= size - forward else (-1, size - forward)
+            up = forward < size - forward or (2 * forward == size and here[k] % 2 == 0)
+            step, count = (1, forward) if up else (-1, size - forward)
         else:
             step, count = (1 if there[k] >= here[k] else -1), abs(int(there[k]) - here[k])
         for _ in range(count):
@@ -148,7 +150,7 @@ def _torus_segments(shape: tuple[int, ...], wraparound: tuple[bool, ...], src: n
         at, to = (here // stride) % size, (dst // stride) % size
         forward = (to - at) % size
         if wraparound[k] and size > 2:  # a ring of two is one link each way
-            up = forward <= size - forward
+            up = (forward < size - forward) | ((2 * forward == size) & (at % 2 == 0))
             hops = np.where(up, forward, size - forward)
         else:
             up, hops = to >= at, np.abs(to - at)

@@ -195,21 +195,23 @@ def test_a_torus_all_gather_pays_for_distance_and_contention():
     for m in run.trace:
         if m.src != m.dst:
             by_hops.setdefault(len(m.route), set()).add(round(m.arrival_time_s / US, 9))
-    # a positive link carries a one-hop flow and two two-hop flows (a tie goes the positive way): B / 3 each;
-    # a negative link carries one flow at B
-    assert by_hops == {1: {2.0, 4.0}, 2: {5.0}}
+    # every link carries a one-hop flow and one of the two-hop ties (even sources go the positive way, odd
+    # ones the negative way): B / 2 each
+    assert by_hops == {1: {3.0}, 2: {4.0}}
 
 
 # ------------------------------------------------------------------------------------------------- routes
 
 
 def test_torus_routes_are_dimension_ordered_and_shortest():
-    """Dimension 0 first, then 1; the shorter way round each ring; a tie goes the positive way."""
+    """Dimension 0 first, then 1; the shorter way round each ring; a tie goes the positive way from an even
+    coordinate, the negative way from an odd one."""
     torus = sim.Network.torus((4, 4))
     assert torus.route(0, 5) == ((0, 4), (4, 5))
     assert torus.route(0, 12) == ((0, 12),)
     assert torus.route(0, 3) == ((0, 3),)
     assert torus.route(0, 2) == ((0, 1), (1, 2))
+    assert torus.route(1, 3) == ((1, 0), (0, 3))
     assert torus.route(5, 5) == ()
 
 
