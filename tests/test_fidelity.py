@@ -1,0 +1,54 @@
+"""The validation table's checks: every collective x algorithm x topology against its closed form, and the
+presets against published measurements (benchmarks/fidelity.py prints the same table)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.closed_forms import cases
+from benchmarks.fidelity import PUBLISHED, TINY_BYTES, measure, measure_published
+
+CASES = cases()
+MID_BYTES = 256 << 10
+LARGE_BYTES = 8 << 20
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_simulated_time_is_the_alpha_beta_form(case):
+    """Tiny operands (latency-bound) and 256 KiB ones both take exactly the alpha-beta time of the
+    algorithm's steps on the topology: the latency terms and the busiest link's bytes."""
+    for size in (TINY_BYTES, MID_BYTES):
+        expected = sum(case.exact(size))
+        assert measure(case, size) == pytest.approx(expected, rel=1e-9), size
+
+
+# one row per topology and family of form: the rest differ from these only in their (exact) alpha-beta terms
+LARGE = [c for c in CASES if (c.collective, c.algorithm) in (("all_gather", "ring"), ("all_to_all", "direct"))
+         or c.topology.startswith("torus")]
+
+
+@pytest.mark.parametrize("case", LARGE, ids=[case.name for case in LARGE])
+def test_large_messages_come_within_two_percent_of_the_textbook_form(case):
+    """With 8 MiB per device the published bandwidth-only form (nccl-tests, Thakur et al., the ICI forms)
+    is within 2% of the simulated time."""
+    simulated, form = measure(case, LARGE_BYTES), case.textbook(LARGE_BYTES)
+    assert abs(simulated / form - 1) <= 0.02
+
+
+def test_the_closed_forms_can_fail():
+    """A closed form that forgets the wraparound's second direction is caught: the comparison is not
+    vacuous."""
+    torus = next(c for c in CASES if c.collective == "all_to_all" and c.topology == "torus")
+    wrong = sum(torus.exact(MID_BYTES)) + torus.exact(MID_BYTES)[1]  # twice the bandwidth term
+    assert measure(torus, MID_BYTES) != pytest.approx(wrong, rel=0.02)
+
+
+@pytest.mark.parametrize("case", PUBLISHED, ids=[case.preset + "-" + case.collective for case in PUBLISHED])
+def test_presets_against_published_measurements(case):
+    """Each preset comes within 15% of its published measurement, or the table says why it misses and the
+    miss is pinned (so a change of the model is noticed)."""
+    error = measure_published(case) / case.published_s - 1
+    if case.why:
+        assert error == pytest.approx(-0.254, abs=0.01)
+    else:
+        assert abs(error) <= 0.15
