@@ -105,6 +105,9 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
     except sim.MeshError as error:
         raise source.error("program", "in_specs", f"[program] {error}") from None
     linear = table.get("linear_argnums")
+    if linear is not None and not (isinstance(linear, list) and all(type(i) is int for i in linear)):
+        raise source.error("program", "linear_argnums",
+                           f"[program] linear_argnums={linear!r} must be a list of argument indices")
     return ProgramScenario(source.path, title, description, mesh, table["source"], function, args,
                            bool(table.get("transpose", True)), None if linear is None else tuple(linear))
 

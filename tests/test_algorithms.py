@@ -311,6 +311,10 @@ def test_the_cost_model_is_the_alpha_beta_closed_form_on_dedicated_links(op, alg
     ("all_gather", "ring", lambda x: _C.all_gather(x, "x", algorithm="ring")),
     ("psum", "rabenseifner", lambda x: _C.psum(x, "x", algorithm="rabenseifner")),
     ("all_to_all", "bruck", lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="bruck")),
+    ("all_to_all", "pairwise", lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="pairwise")),
+    ("all_gather", "bidirectional_ring", lambda x: _C.all_gather(x, "x", algorithm="bidirectional_ring")),
+    ("psum_scatter", "recursive_halving", lambda x: _C.psum_scatter(x, "x", tiled=True,
+                                                                    algorithm="recursive_halving")),
 ])
 def test_the_simulated_time_matches_the_cost_model_without_copies(op, algorithm, body):
     """On the default network the simulated time of a call (row-major operands, 8 members) is the cost
