@@ -77,6 +77,15 @@ def expected(collective: str, x: np.ndarray, p: int) -> np.ndarray:
 
 def measure(case: Case, size_bytes: int) -> float:
     """The simulated seconds of `case` with `size_bytes` per device, its result checked against numpy."""
+    return max(call.exit_s for call in _run(case, size_bytes).calls)
+
+
+def pick(case: Case, size_bytes: int) -> str:
+    """The algorithm the call of `case` ran with (what 'auto' chose)."""
+    return _run(case, size_bytes).calls[0].algorithm
+
+
+def _run(case: Case, size_bytes: int) -> sim.Run:
     names = tuple(name for name, _ in case.axes)
     axis_name = names if len(names) > 1 else names[0]
     p = case.devices
@@ -95,7 +104,7 @@ def measure(case: Case, size_bytes: int) -> float:
     run = f.run(*args)
     if not np.array_equal(np.asarray(run.outputs), expected(case.collective, x, p)):
         raise SystemExit(f"{case.name}: the simulator's result differs from numpy's")
-    return max(call.exit_s for call in run.calls)
+    return run
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@ presets against published measurements (benchmarks/fidelity.py prints the same t
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from benchmarks.closed_forms import cases
-from benchmarks.fidelity import PUBLISHED, TINY_BYTES, measure, measure_published
+from benchmarks.fidelity import PUBLISHED, TINY_BYTES, measure, measure_published, pick
 
 CASES = cases()
 MID_BYTES = 256 << 10
@@ -52,3 +54,24 @@ def test_presets_against_published_measurements(case):
         assert error == pytest.approx(-0.254, abs=0.01)
     else:
         assert abs(error) <= 0.15
+
+
+@pytest.mark.parametrize("topology", ["switch", "ring", "torus"])
+@pytest.mark.parametrize("size", [TINY_BYTES, MID_BYTES])
+def test_auto_picks_the_fastest_simulated_algorithm(topology, size):
+    """'auto' on psum picks an algorithm whose simulated time is the least of all psum algorithms on that
+    topology (within 1%), for tiny and for large operands; the picks differ between the two sizes."""
+    base = next(c for c in CASES if c.collective == "psum" and c.topology == topology)
+    rows = [dataclasses.replace(base, algorithm=name) for name in
+            ("direct", "ring", "bidirectional_ring", "recursive_doubling", "rabenseifner", "per_axis")]
+    best = min(measure(c, size) for c in rows)
+    auto = dataclasses.replace(rows[0], algorithm="auto")
+    assert measure(auto, size) <= best * 1.01
+
+
+def test_auto_changes_its_pick_with_the_message_size():
+    """On a switch, 'auto' psum takes the one-step 'direct' for 64 bytes and a bandwidth-optimal algorithm for
+    256 KiB, and the run records both picks."""
+    switch = next(c for c in CASES if c.collective == "psum" and c.topology == "switch")
+    picks = {size: pick(dataclasses.replace(switch, algorithm="auto"), size) for size in (TINY_BYTES, MID_BYTES)}
+    assert picks[TINY_BYTES] == "direct" and picks[MID_BYTES] in ("ring", "rabenseifner", "bidirectional_ring")
