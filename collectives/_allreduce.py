@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
-from collectives._arithmetic import combine, fold, identity
+from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
 from layouts import Layout
 
@@ -90,15 +90,17 @@ def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[
     """Fold one message from every member, in group order, into the identity (XLA:CPU's order).
 
     The result is a new buffer laid out with `layout`. Each arrival is first unpacked into a receive
-    buffer in that layout, a timed step when its order differs.
+    buffer in that layout, a timed step when its order differs. bfloat16 accumulates in its wider
+    `accumulator` dtype and rounds once, as XLA:CPU's promoted all-reduce does.
     """
     memory = port.memory
     out, inbox = (memory.view(memory.alloc(dtype, shape, layout)) for _ in range(2))
-    out[...] = identity(reduction, dtype)
+    acc = identity(reduction, accumulator(dtype))
     for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
         yield from unpack_into(port, message, inbox, member=i)
-        out[...] = combine(reduction, out, inbox)
+        acc = combine(reduction, acc, widen(inbox))
+    out[...] = convert(acc, dtype)
     return out
 
 
