@@ -144,7 +144,8 @@ def ragged_all_to_all(operands: Sequence[np.ndarray], outputs: Sequence[np.ndarr
 #
 # XLA promotes the all-reduce and reduce-scatter of bfloat16 to float32: the terms are widened exactly,
 # folded in float32 as above, and the result is rounded back once (to nearest even; a NaN to 0x7fc0 with
-# its sign). pmean divides that bfloat16 sum in float32, by the float32 reciprocal of the group size.
+# its sign). pmean divides that bfloat16 sum in float32, by the float32 reciprocal of the group size. On a
+# one-device mesh the conversions stay where the all-reduce goes: the value comes back, NaNs canonical.
 
 _WIDER = {"bfloat16": np.float32}
 
@@ -208,8 +209,9 @@ def _all_reduce(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_
                 axis_index_groups: Sequence[Sequence[int]] | None, reduction: str) -> list[np.ndarray]:
     xs = [np.asarray(x).astype(np.int32) if np.asarray(x).dtype == bool and reduction == "sum" else np.asarray(x)
           for x in xs]
-    if len(xs) == 1:
-        return [xs[0].copy()]
+    if len(xs) == 1:  # compiled away, but bfloat16's conversions to float32 and back stay (NaNs canonical)
+        return [_narrowed(xs[0].astype(_WIDER[xs[0].dtype.name]), xs[0].dtype) if xs[0].dtype.name in _WIDER
+                else xs[0].copy()]
     out: list[np.ndarray] = [np.empty(0)] * len(xs)
     for group in groups(mesh_shape, axis_name, axis_index_groups):
         total = _fold(xs, group, reduction)
