@@ -7,7 +7,10 @@ values has canonical NaNs (see `strategies.Fill`); the reductions get arbitrary 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,6 +161,21 @@ def test_a_bfloat16_sum_off_by_more_than_the_bound_is_flagged():
     wrong[1][0] = BF16.type(float(want[1][0]) + 8 * 2.0**-7 * 2)
     found = compare_reordered("psum", {"axis_name": "x", "algorithm": "ring"}, {"x": 2}, xs, want, wrong)
     assert [(d.device, d.count) for d in found] == [(1, 1)]
+
+
+def test_numerics_benchmark_lists_every_algorithm_and_direct_rounds_correctly(monkeypatch):
+    """benchmarks/numerics.py measures every registered psum algorithm; XLA's bfloat16 sum is correctly
+    rounded on its gradients (the README's claim), the ring's is not."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "numerics.py"
+    module_spec = importlib.util.spec_from_file_location("numerics", path)
+    numerics = importlib.util.module_from_spec(module_spec)
+    monkeypatch.setitem(sys.modules, "numerics", numerics)  # its dataclass looks its module up there
+    module_spec.loader.exec_module(numerics)
+    rows = {row.algorithm: row for row in numerics.measure("bfloat16", 256, 8)}
+    assert tuple(rows) == numerics.algorithms() and "ring" in rows
+    assert rows["direct"].stats[2] <= 0.5 and rows["direct"].stats[4] == 1.0
+    assert rows["ring"].stats[4] < 1.0
+    assert "| bfloat16 | 256 | 8 | direct |" in numerics.table(list(rows.values()))
 
 
 @pytest.mark.parametrize("order", [(0,), (1, 0), (0, 2, 1), (2, 0, 3, 1)], ids=str)
