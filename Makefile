@@ -30,6 +30,7 @@ bench: install
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/packing.py
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/numerics.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

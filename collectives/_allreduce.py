@@ -41,7 +41,7 @@ import numpy as np
 
 import sim
 from collectives._algorithms import REDUCE, Team, axis_teams, resolve, whole
-from collectives._arithmetic import combine, fold, identity
+from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
 from collectives._halving import chunk_bounds, doubling_all_gather, halving_reduce_scatter
 from layouts import Layout
@@ -95,15 +95,17 @@ def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[
     """Fold one message from every member, in group order, into the identity (XLA:CPU's order).
 
     The result is a new buffer laid out with `layout`. Each arrival is first unpacked into a receive
-    buffer in that layout, a timed step when its order differs.
+    buffer in that layout, a timed step when its order differs. bfloat16 accumulates in its wider
+    `accumulator` dtype and rounds once, as XLA:CPU's promoted all-reduce does.
     """
     memory = port.memory
     out, inbox = (memory.view(memory.alloc(dtype, shape, layout)) for _ in range(2))
-    out[...] = identity(reduction, dtype)
+    acc = identity(reduction, accumulator(dtype))
     for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
         yield from unpack_into(port, message, inbox, member=i)
-        out[...] = combine(reduction, out, inbox)
+        acc = combine(reduction, acc, widen(inbox))
+    out[...] = convert(acc, dtype)
     return out
 
 

@@ -17,6 +17,13 @@ Measured against jax 0.10.2 on random bit patterns, subnormals, signed zeros and
   tie of -0.0 and +0.0 keeps the accumulator.
 - pmean multiplies the sum by the reciprocal of the group size rounded to the result dtype (XLA rewrites
   the division by a constant into that multiplication).
+- bfloat16 is promoted (XLA's all-reduce promotion): every operand is converted exactly to float32, the
+  whole fold runs there by the float32 rules above (subnormals flushed), and the result is rounded back
+  once, to nearest even, a NaN becoming 0x7fc0 with its sign. So a bfloat16 psum rounds once, where a
+  float16 psum rounds after every addition. pmean rounds the sum to bfloat16, widens it again and
+  multiplies it by the float32 reciprocal of the group size (XLA divides bfloat16 in float32), rounding
+  once more. `combine` alone (one step of 'ring' or 'recursive_doubling') widens, adds and rounds back,
+  so those algorithms round after every step in every float dtype.
 
 >>> combine("sum", np.float32([-0.0]), np.float32([-0.0])).tobytes() == np.float32([-0.0]).tobytes()
 True
@@ -27,6 +34,8 @@ True
 from __future__ import annotations
 
 import numpy as np
+
+import layouts
 
 REDUCTIONS = ("sum", "max", "min")
 _FLUSHED = (np.dtype(np.float32), np.dtype(np.float64))
@@ -48,9 +57,34 @@ def identity(reduction: str, dtype: np.dtype) -> np.ndarray:
     return np.array(-np.inf if low else np.inf, dtype)
 
 
+def accumulator(dtype: np.dtype) -> np.dtype:
+    """The dtype XLA:CPU reduces `dtype` in: float32 for bfloat16, else `dtype` itself."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype == layouts.BFLOAT16 else dtype
+
+
+def widen(a: np.ndarray) -> np.ndarray:
+    """`a` converted exactly to its `accumulator` dtype (no copy when that is its own)."""
+    a = np.asarray(a)
+    return a.astype(accumulator(a.dtype), copy=False)
+
+
+def convert(wide: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`wide` (the accumulator dtype of `dtype`) rounded to `dtype` as XLA:CPU converts: to nearest even, a
+    NaN to the canonical quiet NaN keeping its sign (ml_dtypes' cast rounds the same way, checked on every
+    float32 bit pattern class against JAX)."""
+    dtype, wide = np.dtype(dtype), np.asarray(wide)
+    if wide.dtype == dtype:
+        return wide
+    with np.errstate(all="ignore"):
+        return wide.astype(dtype)
+
+
 def combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     """`reduction(acc, x)` elementwise, as XLA:CPU computes it; `x` is the later term of the fold."""
     acc, x = np.broadcast_arrays(np.asarray(acc), np.asarray(x))
+    if accumulator(acc.dtype) != acc.dtype:  # one step in the wide dtype, rounded back
+        return convert(combine(reduction, widen(acc), widen(x)), acc.dtype)
     if acc.dtype.kind == "c":  # componentwise: complex add is two float adds
         parts = _component_dtype(acc.dtype)
         flat = [np.ascontiguousarray(v).reshape(-1).view(parts) for v in (acc, x)]
@@ -78,9 +112,12 @@ def fold(reduction: str, terms: np.ndarray) -> np.ndarray:
 
     Where the loop's answer provably equals a vectorised one it is computed in one pass: integer sums
     (which wrap the same in any order), and floats without NaN whose running sums never fall into the
-    flushed subnormal range. Everything else takes the loop.
+    flushed subnormal range. Everything else takes the loop. bfloat16 folds in its `accumulator` dtype
+    and rounds once at the end, as XLA:CPU's promoted all-reduce does.
     """
     terms = np.asarray(terms)
+    if accumulator(terms.dtype) != terms.dtype:
+        return convert(fold(reduction, widen(terms)), terms.dtype)
     fast = _fold_vectorised(reduction, terms)
     if fast is not None:
         return fast
@@ -129,7 +166,7 @@ def narrow(wide: np.ndarray) -> np.ndarray:
 def mean_dtype(dtype: np.dtype) -> np.dtype:
     """pmean's result dtype: floats keep theirs; bool and integers of up to 32 bits give float32, 64-bit float64."""
     dtype = np.dtype(dtype)
-    if dtype.kind in "fc":
+    if dtype.kind == "c" or layouts.is_float(dtype):
         return dtype
     return np.dtype(np.float64 if dtype.itemsize == 8 else np.float32)
 
@@ -140,13 +177,17 @@ def scale_to_mean(total: np.ndarray, size: int) -> np.ndarray:
     value = np.asarray(total).astype(dtype)
     if dtype.kind == "c":
         return value / np.array(size, dtype)  # XLA keeps complex division (checked against JAX)
-    if dtype == np.float16:
-        reciprocal = np.float16(1) / np.float16(size)
-        with np.errstate(all="ignore"):
-            return narrow(value.astype(np.float32) * np.float32(reciprocal))
-    reciprocal = dtype.type(1) / dtype.type(size)
+    wide = accumulator(dtype)  # the division runs in the accumulator dtype, so the reciprocal is rounded to it
+    reciprocal = np.asarray(wide.type(1) / wide.type(size))
+    return convert(_times(widen(value), reciprocal), dtype)
+
+
+def _times(value: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """`value * factor` for float16/32/64 as XLA:CPU multiplies: float16 in float32, the others flushed."""
     with np.errstate(all="ignore"):
-        return flush(flush(value) * reciprocal)
+        if value.dtype == np.float16:
+            return narrow(value.astype(np.float32) * factor.astype(np.float32))
+        return flush(flush(value) * factor)
 
 
 def flush(a: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ def canonical_axis(op: str, device: int, name: str, value: Any, rank: int, negat
 def operand(op: str, device: int, name: str, value: Any) -> np.ndarray:
     """`value` as a numeric numpy array, or a clear error."""
     array = np.asarray(value)
-    if array.dtype.kind not in "biufc":
+    if not layouts.is_numeric(array.dtype):
         raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {array.dtype}; it must be numeric")
     return array
 

@@ -15,7 +15,7 @@ import numpy as np
 import sim
 from collectives._algorithms import axes_shape, check_algorithm
 from collectives._allreduce import ALGORITHMS, AllReduceArgs, all_reduce_protocol
-from collectives._arithmetic import mean_dtype, scale_to_mean
+from collectives._arithmetic import convert, mean_dtype, scale_to_mean, widen
 from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group, same_operands
 from collectives._definition import (
     AXIS_INDEX_GROUPS,
@@ -177,7 +177,8 @@ def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, alg
 
     The result is written in `out_layout` (None: row-major). On a mesh of one device XLA compiles the
     all-reduce away, so the value comes back unchanged (only pmean's dtype rule applies): -0.0,
-    subnormals and NaN payloads survive there and nowhere else.
+    subnormals and NaN payloads survive there and nowhere else (bfloat16 NaNs become canonical: the
+    conversions to float32 and back around the removed all-reduce stay).
     """
     context, group = group_of(op, axis_name, axis_index_groups)
     layout = out_layout_of(op, context.device, out_layout, np.ndim(x)) or Layout.row_major(np.ndim(x))
@@ -186,7 +187,8 @@ def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, alg
     x = _reducible(op, context.device, x)
     check_algorithm(op, context.device, algorithm, group.size, ALGORITHMS)
     memory = context.memory
-    if context.mesh.size == 1:
+    if context.mesh.size == 1:  # bfloat16 still passes through float32 and back: NaNs come back canonical
+        x = convert(widen(x), x.dtype)
         return memory.view(memory.store(x.astype(mean_dtype(x.dtype)) if op == "pmean" else x, layout))
     args = AllReduceArgs(memory.resident(x), _REDUCTION[op], algorithm, layout,
                          axes_shape(context.mesh, axis_name, axis_index_groups))

@@ -4,7 +4,7 @@
 array and device bytes (every reader of a device memory goes through them), `Format` pairs a layout with
 a sharding. The package's error base lives here too, at the bottom of the layers: `MeshError`, with
 `InvalidArgumentError` (a ValueError) and `InvalidTypeError` (a TypeError) for caller mistakes. Imports
-numpy only.
+numpy only, and `ml_dtypes` for the element types numpy lacks (bfloat16, float8: `is_numeric`, `is_float`).
 
 What XLA:CPU does with layouts (jax 0.10.2, measured through `unsafe_buffer_pointer()`):
 
@@ -27,6 +27,7 @@ What XLA:CPU does with layouts (jax 0.10.2, measured through `unsafe_buffer_poin
 """
 
 from layouts._codec import contiguous_runs, decode, encode, layout_of, nbytes, offset, strides
+from layouts._dtypes import BFLOAT16, NARROW_FLOATS, finfo, is_float, is_numeric, short_name
 from layouts._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from layouts._format import Format
 from layouts._layout import AUTO, AutoLayout, Layout
@@ -35,3 +36,4 @@ __all__ = [
     "AUTO", "AutoLayout", "Format", "InvalidArgumentError", "InvalidTypeError", "Layout", "MeshError",
     "contiguous_runs", "decode", "encode", "layout_of", "nbytes", "offset", "strides",
 ]
+__all__ += ["BFLOAT16", "NARROW_FLOATS", "finfo", "is_float", "is_numeric", "short_name"]  # element types

@@ -6,12 +6,14 @@ algorithm ('ring', 'bidirectional_ring', 'recursive_doubling', 'rabenseifner', '
 of n-1 additions (besides additions to the identity, which are exact), so a float sum may round
 differently. Each of the n-1 additions rounds with relative error at most eps/2 of a partial sum no larger
 than sum|x_i|, so each answer is within (n-1) eps sum|x_i| of the exact sum (plus 2n times the smallest
-normal number for float32/float64, which flush subnormals); two answers within that of the exact sum are
-within twice it of each other. pmean scales the sum by 1/n and rounds once more. pmax and pmin pick the
-same value in any order, except the sign of a zero (a tie of -0.0 and +0.0 keeps whichever came first).
-psum_scatter's terms for member j are the members' chunks j. The bound holds while no partial sum overflows:
-where finite terms' magnitudes add up past the dtype's largest finite value, one order may overflow (to inf,
-or inf - inf = nan) where another does not, and any answer agrees.
+normal number for float32/float64 and bfloat16, whose additions run in flushed float32); two answers within
+that of the exact sum are within twice it of each other. eps is the result dtype's: 2^-7 for bfloat16 and
+2^-10 for float16, whose reordering algorithms round every partial sum back to that dtype (the group-order
+fold rounds a bfloat16 sum once, which is within the same bound). pmean scales the sum by 1/n and rounds
+once more. pmax and pmin pick the same value in any order, except the sign of a zero (a tie of -0.0 and +0.0
+keeps whichever came first). psum_scatter's terms for member j are the members' chunks j. The bound holds
+while no partial sum overflows: where finite terms' magnitudes add up past the dtype's largest finite value,
+one order may overflow (to inf, or inf - inf = nan) where another does not, and any answer agrees.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+import layouts
 from oracles import spec
 from oracles._compare import Difference
 
@@ -31,7 +34,7 @@ _EXTREMES = {"pmax", "pmin"}
 def reorders(op: str, params: Mapping[str, Any], dtype: np.dtype) -> bool:
     """Whether `op` with `params` may round floats differently from the group-order fold."""
     return (op in _SUMS | _EXTREMES and params.get("algorithm", "direct") != "direct"
-            and np.dtype(dtype).kind in "fc")
+            and (np.dtype(dtype).kind == "c" or layouts.is_float(dtype)))
 
 
 def compare_reordered(op: str, params: Mapping[str, Any], mesh_shape: dict, inputs: Sequence[np.ndarray],
@@ -72,9 +75,9 @@ def _within(op: str, want: np.ndarray, got: np.ndarray, terms: np.ndarray) -> np
     same_class = (np.isnan(w) == np.isnan(g)) & (np.isinf(w) == np.isinf(g))
     if op in _EXTREMES:
         return same_class & ((w == g) | (np.isnan(w) & np.isnan(g)))
-    info, n = np.finfo(want.dtype), len(terms)
+    info, n = layouts.finfo(want.dtype), len(terms)
     bound = (n - 1) * float(info.eps) * np.abs(terms).sum(axis=0)
-    if want.dtype.kind == "f" and want.dtype != np.float16:
+    if layouts.is_float(want.dtype) and want.dtype != np.float16:
         bound = bound + 2 * n * float(info.smallest_normal)
     if op == "pmean":
         bound = bound / n + 2 * float(info.eps) * np.abs(w)

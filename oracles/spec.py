@@ -141,6 +141,13 @@ def ragged_all_to_all(operands: Sequence[np.ndarray], outputs: Sequence[np.ndarr
 # sign. When both addends are NaN a float32/float64 sum keeps the later one and a float16 sum the earlier
 # one. max/min are std::max/std::min, which never pick a NaN. On a one-device mesh the all-reduce is
 # compiled away (the value is returned as is); psum_scatter is not.
+#
+# XLA promotes the all-reduce and reduce-scatter of bfloat16 to float32: the terms are widened exactly,
+# folded in float32 as above, and the result is rounded back once (to nearest even; a NaN to 0x7fc0 with
+# its sign). pmean divides that bfloat16 sum in float32, by the float32 reciprocal of the group size. On a
+# one-device mesh the conversions stay where the all-reduce goes: the value comes back, NaNs canonical.
+
+_WIDER = {"bfloat16": np.float32}
 
 _IDENTITY = {"sum": lambda dt: 0, "max": lambda dt: _lowest(dt), "min": lambda dt: -_lowest(dt) if dt.kind == "f"
              else (np.iinfo(dt).max if dt.kind in "iu" else True)}
@@ -181,8 +188,16 @@ def _op(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
         return np.where(np.isnan(b), _quieted(b), np.where(np.isnan(a), _quieted(a), _flushed(a + b)))
 
 
+def _narrowed(wide: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A wide fold's result rounded back to the narrow `dtype` it was promoted from."""
+    with np.errstate(all="ignore"):
+        return wide.astype(dtype)
+
+
 def _fold(xs: Sequence[np.ndarray], group: list[int], reduction: str) -> np.ndarray:
     dtype = np.asarray(xs[group[0]]).dtype
+    if dtype.name in _WIDER:
+        return _narrowed(_fold([np.asarray(x).astype(_WIDER[dtype.name]) for x in xs], group, reduction), dtype)
     acc = np.full(np.shape(xs[group[0]]), _IDENTITY[reduction](dtype), dtype)
     for d in group:
         flat = [np.ascontiguousarray(v).reshape(-1) for v in (acc, xs[d])]
@@ -194,8 +209,9 @@ def _all_reduce(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_
                 axis_index_groups: Sequence[Sequence[int]] | None, reduction: str) -> list[np.ndarray]:
     xs = [np.asarray(x).astype(np.int32) if np.asarray(x).dtype == bool and reduction == "sum" else np.asarray(x)
           for x in xs]
-    if len(xs) == 1:
-        return [xs[0].copy()]
+    if len(xs) == 1:  # compiled away, but bfloat16's conversions to float32 and back stay (NaNs canonical)
+        return [_narrowed(xs[0].astype(_WIDER[xs[0].dtype.name]), xs[0].dtype) if xs[0].dtype.name in _WIDER
+                else xs[0].copy()]
     out: list[np.ndarray] = [np.empty(0)] * len(xs)
     for group in groups(mesh_shape, axis_name, axis_index_groups):
         total = _fold(xs, group, reduction)
@@ -242,10 +258,13 @@ def pmean(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: 
     n = len(xs) // len(groups(mesh_shape, axis_name, axis_index_groups))
     out = []
     for total in sums:
-        dtype = total.dtype if total.dtype.kind in "fc" else np.dtype("float64" if total.itemsize == 8 else "float32")
+        dtype = total.dtype if total.dtype.kind in "fc" or total.dtype.name in _WIDER \
+            else np.dtype("float64" if total.itemsize == 8 else "float32")
         value = total.astype(dtype)
         if len(xs) == 1:
             out.append(value)
+        elif dtype.name in _WIDER:
+            out.append(_narrow_mean(value, n))
         elif dtype.kind == "c":
             out.append(value / dtype.type(n))
         elif dtype == np.float16:
@@ -255,6 +274,13 @@ def pmean(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: 
             with np.errstate(all="ignore"):
                 out.append(_flushed(_flushed(value) * (dtype.type(1) / dtype.type(n))))
     return out
+
+
+def _narrow_mean(total: np.ndarray, n: int) -> np.ndarray:
+    """pmean of a promoted dtype: the rounded sum widened, times the wide reciprocal, flushed, rounded back."""
+    wide = _WIDER[total.dtype.name]
+    with np.errstate(all="ignore"):
+        return _narrowed(_flushed(total.astype(wide) * (wide(1) / wide(n))), total.dtype)
 
 
 @specifies(collectives.psum_scatter)

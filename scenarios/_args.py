@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+import layouts
 import sim
 from scenarios._budget import Budget, arg_bytes
 from scenarios._errors import Source
@@ -41,7 +42,7 @@ def _dtype(source: Source, index: int, name: Any) -> np.dtype:
         dtype = np.dtype(name) if isinstance(name, str) else None
     except TypeError:
         dtype = None
-    if dtype is None or dtype.kind not in "biuf":
+    if dtype is None or not (dtype.kind in "biuf" or layouts.is_float(dtype)):
         raise source.error("args", "dtype", f"[[args]] number {index}: dtype={name!r} must name a numeric numpy "
                                             f"dtype, e.g. 'float32' or 'int32'", index)
     return dtype

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+import layouts
 import sim
 from collectives import Definition
 from scenarios._errors import Source
@@ -56,9 +57,9 @@ def _dtype(source: Source, name: Any) -> np.dtype | None:
         dtype = np.dtype(name) if isinstance(name, str) else None
     except TypeError:
         dtype = None
-    if dtype is None or dtype.kind not in "biuf":
+    if dtype is None or not (dtype.kind in "biuf" or layouts.is_float(dtype)):
         raise source.error("inputs", "dtype", f"[inputs] dtype={name!r} must name a numeric numpy dtype, "
-                                              f"e.g. 'float32' or 'int32'")
+                                              f"e.g. 'float32', 'bfloat16' or 'int32'")
     return dtype
 
 
@@ -86,7 +87,7 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
 
 def _draw(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.ndarray:
     """Floats from a standard normal, integers from [-9, 9] (unsigned [0, 9]), booleans by fair coin."""
-    if dtype.kind == "f":
+    if layouts.is_float(dtype):
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
         return rng.random(shape) < 0.5

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 import collectives
+import layouts
 import sim
 from scenarios._consent import TimeLimitError, refuse_program, user_code
 from scenarios._errors import ScenarioError, Source
@@ -140,7 +141,7 @@ def _arg(source: Source, index: int, spec: dict) -> np.ndarray:
 
 
 def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    if dtype.kind == "f":
+    if layouts.is_float(dtype):
         return rng.standard_normal(shape).astype(dtype)
     return rng.integers(-5, 6, shape).astype(dtype)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import layouts
 import sim
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario
@@ -179,8 +180,10 @@ def _provenance(trace: tuple[sim.MessageRecord, ...], device: int, output: np.nd
 
 
 def _listed(values: np.ndarray | Sequence) -> list:
-    """An array as nested lists, any other sequence as a list."""
-    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+    """An array as nested lists (bfloat16 as the Python floats it holds exactly), any other sequence as a list."""
+    if not isinstance(values, np.ndarray):
+        return list(values)
+    return (values.astype(np.float32) if values.dtype in layouts.NARROW_FLOATS else values).tolist()
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:

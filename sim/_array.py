@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+import layouts
 from layouts import AutoLayout, Format, Layout
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim._memory import Buffer, LocalMemory
@@ -125,7 +126,7 @@ def device_put(x: Any, target: Format | Sharding | None = None, *,
     if isinstance(x, Array) and target is None:
         return x
     value = np.asarray(x)
-    if value.dtype.kind not in "biufc":
+    if not layouts.is_numeric(value.dtype):
         raise InvalidTypeError(f"device_put: x has dtype {value.dtype}; it must be numeric or bool")
     layout, sharding = _resolve(target, value.ndim)
     committed = target is not None

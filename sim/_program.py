@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+import layouts
+
 
 @dataclass(frozen=True, eq=False)
 class Var:
@@ -97,6 +99,4 @@ def vma_str(vma: frozenset) -> str:
 
 
 def _dtype_str(dtype: np.dtype) -> str:
-    dtype = np.dtype(dtype)
-    short = {"f": "f", "i": "i", "u": "u", "c": "c", "b": "bool"}[dtype.kind]
-    return short if dtype.kind == "b" else f"{short}{dtype.itemsize * 8}"
+    return layouts.short_name(dtype)

@@ -9,8 +9,9 @@ the simulator, the executable spec and real JAX is a finding. For the collective
 - meshes of 1 to 8 devices, 1-D `{'x': n}` and 2-D `{'x': a, 'y': b}`;
 - `axis_name` as one name or a tuple of names, in either order;
 - `axis_index_groups`: equal-size partitions of the axis with shuffled member order;
-- arrays of rank 1 to 3 with small dims, 0 included where JAX allows it, in seven dtypes, filled either
-  with values unique per device and element (readable) or with random bits (NaN payloads, -0.0, ...);
+- arrays of rank 1 to 3 with small dims, 0 included where JAX allows it, in eight dtypes (bfloat16 and
+  float16 among them), filled either with values unique per device and element (readable) or with random
+  bits (NaN payloads, -0.0, subnormals, ...; bfloat16 NaNs canonical, see `Fill`);
 - all_gather / all_to_all: tiled and untiled, every valid axis; negative `axis` for all_gather (JAX
   0.10.2 cannot lower negative `split_axis`/`concat_axis`: `cases("all_to_all", negative_axes=True)`
   builds those for the rejection test);
@@ -37,6 +38,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import collectives
+import layouts
 import sim
 from collectives._ragged import sender_tables
 from collectives._strategy import Axes, algorithms
@@ -46,7 +48,8 @@ from oracles._compare import aval as _aval
 from oracles._compare import flatten as _flatten
 from oracles._compare import show as _show
 
-DTYPES = tuple(np.dtype(t) for t in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"))
+DTYPES = tuple(np.dtype(t) for t in ("int8", "uint8", "int32", "int64", "bfloat16", "float16", "float32",
+                                     "float64"))
 INDEX_DTYPES = (np.dtype("int32"), np.dtype("int64"))
 # The collectives of the JAX docs have their own generated tests, beside the docs' examples, in
 # test_differential.py; every other registered collective is generated in test_reductions*.py.
@@ -157,7 +160,13 @@ def small_dims() -> st.SearchStrategy[int]:
 
 @dataclass(frozen=True)
 class Fill:
-    """How to fill arrays: 'iota' (unique per device and element, readable) or 'bits' (random bytes)."""
+    """How to fill arrays: 'iota' (unique per device and element, readable) or 'bits' (random bytes).
+
+    Random bfloat16 bits keep every class (subnormals, -0.0, infinities, NaNs) but a NaN is the canonical
+    0x7fc0 with its sign: XLA:CPU moves bfloat16 through float32 in some programs (a one-device
+    all_gather, an identity ppermute), which canonicalises NaN payloads where no value is computed.
+    test_bfloat16.py checks the reductions' payload rules on arbitrary NaNs.
+    """
 
     style: str
     seed: int
@@ -170,7 +179,11 @@ class Fill:
             return (np.arange(start, start + count) % 251 if dtype.itemsize == 1 else
                     np.arange(start, start + count)).astype(dtype).reshape(shape)
         rng = np.random.default_rng([self.seed, salt])
-        return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+        bits = rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+        if dtype == layouts.BFLOAT16:
+            raw = bits.view(np.uint16)
+            bits = np.where((raw & 0x7FFF) > 0x7F80, (raw & 0x8000) | 0x7FC0, raw).astype(np.uint16).view(dtype)
+        return bits
 
 
 fills = st.builds(Fill, st.sampled_from(["iota", "bits"]), st.integers(0, 2**32 - 1))

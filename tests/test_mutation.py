@@ -18,6 +18,7 @@ from strategies import DOCS_RAGGED, Case, cases, check_agreement, dense_case, ra
 import collectives._all_gather
 import collectives._all_to_all
 import collectives._ragged
+import layouts
 from oracles import spec
 
 _SEARCH = settings(max_examples=200, database=None, print_blob=False,
@@ -38,7 +39,8 @@ def _widened(protocol):
     def mutant(port, args):
         result = yield from protocol(port, args)
         with np.errstate(invalid="ignore"):  # NaN in a float result: the wider dtype is the mistake under test
-            return result.astype(np.promote_types(result.dtype, np.int64))
+            wider = np.float64 if result.dtype == layouts.BFLOAT16 else np.promote_types(result.dtype, np.int64)
+            return result.astype(wider)
     return mutant
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from rich.text import Text
 
+import layouts
 from scenarios import Provenance
 
 # numpy's defaults: arrays of more than THRESHOLD elements show EDGEITEMS indices at each end of every axis.
@@ -48,8 +49,9 @@ def _kept(length: int, short: bool) -> np.ndarray:
 
 def _cells(array: np.ndarray) -> np.ndarray:
     """Each element as text, right-aligned to a common width; floats in their dtype's shortest form."""
-    if array.dtype.kind == "f":
-        texts = [np.format_float_positional(v, precision=4, unique=True, trim="0") for v in array.flat]
+    if layouts.is_float(array.dtype):  # narrow floats (bfloat16) print through float32, which holds them exactly
+        shown = array if array.dtype.kind == "f" else array.astype(np.float32)
+        texts = [np.format_float_positional(v, precision=4, unique=True, trim="0") for v in shown.flat]
     else:
         texts = [str(v) for v in array.flat]
     width = max((len(t) for t in texts), default=0)

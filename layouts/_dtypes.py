@@ -1,0 +1,48 @@
+"""The element types a memory holds: numpy's numbers and bool, and bfloat16 from `ml_dtypes`.
+
+JAX's bfloat16 is an `ml_dtypes` numpy extension type. numpy files it under kind 'V' (opaque bytes), so
+`dtype.kind in "biufc"` refuses it; `is_numeric` and `is_float` are the questions every layer asks
+instead. Importing this module registers the name with numpy, so `np.dtype("bfloat16")` works everywhere
+once `layouts` is imported. The float8 types stay refused: XLA:CPU converts them through float16 even
+where it only moves them (a one-device all_to_all turns the NaN 0xff of float8_e5m2 into 0x7f), rules
+not measured here.
+
+>>> is_float("bfloat16"), is_numeric(np.dtype("float8_e4m3fn")), is_numeric("U3")
+(True, False, False)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+NARROW_FLOATS: tuple[np.dtype, ...] = (BFLOAT16,)  # the ml_dtypes floats every layer accepts
+
+
+def is_float(dtype: Any) -> bool:
+    """Whether `dtype` is a real floating type: numpy's float16/32/64 or one of `NARROW_FLOATS`."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype in NARROW_FLOATS
+
+
+def is_numeric(dtype: Any) -> bool:
+    """Whether `dtype` holds numbers a collective may move or reduce: bool, integers, floats, complex."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "biufc" or dtype in NARROW_FLOATS
+
+
+def finfo(dtype: Any) -> Any:
+    """Machine limits of the float `dtype` (eps, smallest_normal, max, ...), narrow floats included."""
+    return ml_dtypes.finfo(np.dtype(dtype))
+
+
+def short_name(dtype: Any) -> str:
+    """JAX's short name of `dtype` as a jaxpr prints it: f32, i8, u16, c64, bool, bf16."""
+    dtype = np.dtype(dtype)
+    if dtype == BFLOAT16:
+        return "bf16"
+    short = {"f": "f", "i": "i", "u": "u", "c": "c", "b": "bool"}[dtype.kind]
+    return short if dtype.kind == "b" else f"{short}{dtype.itemsize * 8}"
