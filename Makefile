@@ -31,6 +31,7 @@ bench: install
 	$(BIN)/python benchmarks/packing.py
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/numerics.py
+	$(BIN)/python benchmarks/fidelity.py
 
 clean:
 	rm -rf $(VENV) *.egg-info
