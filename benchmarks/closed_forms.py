@@ -68,8 +68,8 @@ def _one_axis(p: int, switch: bool) -> list[Case]:
     and one ingress port per device, so a member's messages of one step share its egress)."""
     topology, axes, w = ("switch" if switch else "fully_connected"), (("x", p),), BANDWIDTH
     fan = p - 1 if switch else 1  # how many of a member's same-step messages share one of its links
-    ring_ag = lambda s: (p - 1) / p * (p * s) / w  # noqa: E731
-    rs = lambda s: (p - 1) / p * s / w  # noqa: E731
+    ring_ag = lambda s: (p - 1) / p * (p * s) / w
+    rs = lambda s: (p - 1) / p * s / w
     thakur = "Thakur et al. 2005"
     return [
         Case("all_gather", "direct", topology, axes, lambda s: _steps(1, 1, fan * s), ring_ag if switch else
@@ -79,7 +79,8 @@ def _one_axis(p: int, switch: bool) -> list[Case]:
         Case("all_gather", "bidirectional_ring", topology, axes,
              lambda s: _steps(p - 1, 1, s if switch else s / 2), ring_ag if switch else (lambda s: ring_ag(s) / 2),
              "V/W (N-1)/N (both directions share one port)" if switch else "V/W_bidi (N-1)/N"),
-        Case("all_gather", "recursive_doubling", topology, axes, lambda s: (_lg(p) * LATENCY_S, (p - 1) * s / w), ring_ag, f"{thakur}: lg(p)a + ((p-1)/p)nb"),
+        Case("all_gather", "recursive_doubling", topology, axes, lambda s: (_lg(p) * LATENCY_S, (p - 1) * s / w),
+             ring_ag, f"{thakur}: lg(p)a + ((p-1)/p)nb"),
         Case("psum_scatter", "direct", topology, axes, lambda s: _steps(1, 1, fan * s / p),
              rs if switch else (lambda s: s / p / w), "nccl-tests (n-1)/n busbw" if switch else "a + (n/p)b"),
         Case("psum_scatter", "ring", topology, axes, lambda s: _steps(p - 1, 1, s / p), rs,
@@ -115,7 +116,7 @@ def _one_axis(p: int, switch: bool) -> list[Case]:
 def _ring(p: int) -> list[Case]:
     """A bidirectional ring of p (even) devices with wraparound."""
     axes, w = (("x", p),), BANDWIDTH
-    one_way = lambda s: (p - 1) / p * (p * s) / w  # noqa: E731
+    one_way = lambda s: (p - 1) / p * (p * s) / w
     return [
         Case("all_gather", "ring", "ring", axes, lambda s: _steps(p - 1, 1, s), one_way, "(V/W)(N-1)/N"),
         Case("all_gather", "bidirectional_ring", "ring", axes, lambda s: _steps(p - 1, 1, s / 2),
@@ -134,7 +135,7 @@ def _ring(p: int) -> list[Case]:
 def _torus(a: int, b: int) -> list[Case]:
     """An a x b torus (mesh axes x, y on its dimensions), with wraparound and, for one row, without."""
     axes, w, n = (("x", a), ("y", b)), BANDWIDTH, a * b
-    per_axis_ag = lambda s: _add(_steps(b - 1, 1, s), _steps(a - 1, 1, b * s))  # noqa: E731
+    per_axis_ag = lambda s: _add(_steps(b - 1, 1, s), _steps(a - 1, 1, b * s))
     return [
         Case("all_to_all", "direct", "torus", axes, lambda s: _steps(1, a // 2 + b // 2, max(a, b) * s / 8),
              lambda s: n * s * max(a, b) / (4 * n * 2 * w), "V max(A,B)/(4 N W_bidi)"),

@@ -13,7 +13,8 @@ devices onto them (`sim.Mesh(placement=...)`). Link ids, by topology:
 Routes on a ring or torus are dimension-ordered (dimension 0 first, then 1, then 2) and take the shorter way
 round each ring with wraparound; at a tie (the destination exactly half way round) they go the positive way
 (increasing coordinate) from an even coordinate and the negative way from an odd one, so the ties of an
-all-pairs exchange load both directions of every ring alike, as the bidirectional closed forms assume. Without wraparound a dimension is a line and the route runs straight along it.
+all-pairs exchange load both directions of every ring alike, as the bidirectional closed forms assume.
+Without wraparound a dimension is a line and the route runs straight along it.
 A switch hop's latency is charged on its egress port (`out`, `nic_out`), so a route through a switch costs
 one latency.
 
