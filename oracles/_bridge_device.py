@@ -68,7 +68,7 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool) -> list:
     elif name in PARALLEL:
         raise UnsupportedPrimitiveError(
             f"primitive {name!r} (in `{eqn}`) is a JAX collective meshsim does not implement; the bridge runs "
-            f"these: {sorted(p for p in PARALLEL if _definition(p) is not None)}")
+            f"these: {sorted(p for d in REGISTRY.values() for p in d.jax.primitives)}")
     else:
         outs = _local(eqn, ins)
     if check_vma:
