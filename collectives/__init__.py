@@ -8,6 +8,7 @@ collective").
 from collectives._all_gather import all_gather
 from collectives._all_to_all import all_to_all
 from collectives._axis_index import axis_index
+from collectives._batching import batch, vmap
 from collectives._definition import Definition, NotLinear, Param, Vma
 from collectives._invariant import all_gather_invariant, pbroadcast, pscatter
 from collectives._ppermute import ppermute
@@ -19,6 +20,6 @@ from collectives._transpose import linear_transpose
 
 __all__ = [
     "REGISTRY", "Definition", "NotLinear", "Param", "Registry", "Vma", "all_gather", "all_gather_invariant",
-    "all_to_all", "axis_index", "definition", "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin",
-    "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all",
+    "all_to_all", "axis_index", "batch", "definition", "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin",
+    "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all", "vmap",
 ]
