@@ -70,6 +70,12 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
         MeshError: a collective's arguments break its rules (as in any simulated run).
     """
     closed, tree = trace(f, args)
+    return run_traced(closed, tree, args, network, options)
+
+
+def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Network | None,
+               options: Mapping[str, Any]) -> Simulated:
+    """`simulate_jax` of a function already traced to `closed` (its output tree `tree`) on `args`."""
     runs: list[sim.Run] = []
 
     def apply(eqn: core.JaxprEqn, ins: list) -> list:

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from oracles._bridge import Simulated, check_devices, meshes_of, simulate_jax, trace
+from oracles._bridge import Simulated, check_devices, meshes_of, run_traced, trace
 from oracles._bridge_eval import BridgeError, contains
 
 
@@ -77,11 +77,11 @@ def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: floa
             `oracles.install_cpu_ragged_all_to_all()` registers its lowering.
         BridgeError, MeshError: as `simulate_jax`.
     """
-    closed, _ = trace(f, args)
+    closed, tree = trace(f, args)
     for axes in meshes_of(closed):
         check_devices(int(np.prod(list(axes.values()))), axes)
     expected = _run_jax(f, args, closed)
-    simulated = simulate_jax(f, *args, **options)
+    simulated = run_traced(closed, tree, args, options.pop("network", None), options)
     paths = [jax.tree_util.keystr(path) or "out" for path, _ in jax.tree_util.tree_flatten_with_path(expected)[0]]
     found = jax.tree.leaves(simulated.outputs)
     wanted = [np.asarray(x) for x in jax.tree.leaves(expected)]

@@ -230,6 +230,60 @@ def moe() -> list[tuple[str, bool, str]]:
     return rows
 
 
+def _ragged_moe(mesh: Any) -> Callable[..., Any]:
+    """The same MoE layer with ragged_all_to_all: tokens sorted by expert, each peer sent exactly its rows
+    (offsets and sizes exchanged with all_gather), processed, sent back with the offsets swapped."""
+    n = mesh.shape["e"]
+
+    def layer(tokens: Any, router: Any, experts: Any) -> Any:
+        me = lax.axis_index("e")
+        choice = jnp.argmax(tokens @ router, axis=-1)
+        onehot = jax.nn.one_hot(choice, n, dtype=jnp.int32)
+        sizes = onehot.sum(0)                                                # rows for each expert
+        starts = jnp.cumsum(sizes) - sizes
+        # each token's row once sorted by expert (JAX 0.10.2 types argsort's result invariant: not used)
+        order = starts[choice] + jnp.take_along_axis(jnp.cumsum(onehot, 0) - 1, choice[:, None], 1)[:, 0]
+        counts = lax.all_gather(sizes, "e")                                  # counts[s, r]: s sends r
+        places = (jnp.cumsum(counts, axis=0) - counts).astype(jnp.int32)     # where s's rows land in r
+        firsts = lax.all_gather(starts, "e")
+        # JAX types ragged_all_to_all's result as its `output` (test_bridge.py pins it): the buffers vary
+        buffer = lax.pcast(jnp.zeros((tokens.shape[0] * n, tokens.shape[1]), tokens.dtype), "e", to="varying")
+        grouped = jnp.zeros_like(tokens).at[order].set(tokens)              # tokens sorted by expert
+        arrived = lax.ragged_all_to_all(grouped, buffer, starts, sizes, places[me], counts[:, me],
+                                        axis_name="e")
+        done = jnp.tanh(arrived @ experts[0])
+        back = lax.ragged_all_to_all(done, jnp.zeros_like(tokens), places[:, me], counts[:, me], firsts[:, me],
+                                     sizes, axis_name="e")
+        out = back[order]
+        return lax.psum(jnp.sum(out * out), "e")
+
+    return jax.shard_map(layer, mesh=mesh, in_specs=(P("e"), P(), P("e")), out_specs=P())
+
+
+def moe_ragged() -> dict[str, Any]:
+    """The ragged MoE layer and its gradient through the bridge, against the dense layer run by real JAX
+    (the same function of the inputs, within float32 rounding); and against JAX's own ragged_all_to_all
+    once `oracles.install_cpu_ragged_all_to_all` exists to run it on CPU."""
+    rng = np.random.default_rng(7)
+    mesh = oracles.cpu_mesh({"e": 4})
+    args = (rng.standard_normal((32, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32),
+            rng.standard_normal((4, 4, 4)).astype(np.float32))
+    dense, ragged = _moe(mesh, capacity=8), _ragged_moe(mesh)
+    found: dict[str, Any] = {}
+    for label, wrap in (("loss", lambda f: f), ("grad", lambda f: jax.grad(f, argnums=(0, 1, 2)))):
+        expected = [np.asarray(x) for x in jax.tree.leaves(jax.jit(wrap(dense))(*args))]
+        simulated = oracles.simulate_jax(jax.jit(wrap(ragged)), *args)
+        got = jax.tree.leaves(simulated.outputs)
+        found[label] = all(np.allclose(e, g, rtol=1e-5, atol=1e-5) for e, g in zip(expected, got))
+        found[f"{label} messages"] = len(simulated.run.trace.messages)
+    install = getattr(oracles, "install_cpu_ragged_all_to_all", None)
+    if install is not None:
+        install()
+        found["jax"] = oracles.compare_jax(jax.jit(jax.grad(ragged, argnums=(0, 1, 2))), *args, rtol=1e-5,
+                                           atol=1e-5).agrees
+    return found
+
+
 def _error(call: Callable[[], Any]) -> tuple[str, str]:
     try:
         call()
@@ -250,6 +304,7 @@ def errors() -> dict[str, tuple[str, str]]:
         lambda v, o, a, b, c, e: lax.ragged_all_to_all(v, o, a, b, c, e, axis_name="i"), mesh=mesh,
         in_specs=(P("i"),) * 6, out_specs=P("i"))
     sizes = np.ones(16, np.int32)
+    argsorted = jax.shard_map(jnp.argsort, mesh=oracles.cpu_mesh({"i": 2}), in_specs=P("i"), out_specs=P())
     offsets = np.tile(np.arange(4, dtype=np.int32), 4)  # device s sends row r to device r ...
     places = np.repeat(np.arange(4, dtype=np.int32), 4)  # ... which keeps it in its row s
     return {
@@ -273,6 +328,13 @@ def errors() -> dict[str, tuple[str, str]]:
         "jax: vmap of an untiled psum_scatter": _error(lambda: jax.make_jaxpr(jax.vmap(jax.shard_map(
             lambda u: lax.psum_scatter(u, "i", scatter_dimension=1, tiled=False), mesh=mesh, in_specs=P("i"),
             out_specs=P("i")), in_axes=2))(np.ones((8, 4, 3), np.float32))),
+        "jax: argsort of a varying array typed invariant": _error(lambda: oracles.simulate_jax(
+            argsorted, np.array([3, 1, 2, 0, 1, 2], np.float32))),
+        "jax: argsort's replicated output": ("no error", str(argsorted(np.array([3, 1, 2, 0, 1, 2], np.float32)))),
+        "jax: ragged_all_to_all typed as its output": _error(lambda: oracles.simulate_jax(jax.shard_map(
+            lambda v, a, b, c, e: lax.ragged_all_to_all(v, jnp.zeros(4, np.float32), a, b, c, e, axis_name="i"),
+            mesh=mesh, in_specs=(P("i"),) * 5, out_specs=P()), np.arange(16.0, dtype=np.float32), offsets,
+            sizes, places, sizes)),
         "ragged simulated": ("no error", str(oracles.simulate_jax(
             ragged, np.arange(16.0, dtype=np.float32), np.zeros(16, np.float32), offsets, sizes, places,
             sizes).outputs.tolist())),
@@ -299,7 +361,7 @@ BATCHES: dict[str, Callable[[], Any]] = {
     "reductions": lambda: batch(("psum", "pmean", "pmax", "pmin"), 100),
     "gathers": lambda: batch(("all_gather", "all_gather_invariant", "psum_scatter"), 100),
     "exchanges": lambda: batch(("all_to_all", "ppermute", "axis_index", "pvary"), 100),
-    "readme": readme, "moe": moe, "errors": errors, "mutation": mutation,
+    "readme": readme, "moe": moe, "moe_ragged": moe_ragged, "errors": errors, "mutation": mutation,
 }
 
 

@@ -19,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.differential
 
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
-BATCHES = ("readme", "moe", "errors", "mutation", "reductions", "gathers", "exchanges")
+BATCHES = ("readme", "moe", "moe_ragged", "errors", "mutation", "reductions", "gathers", "exchanges")
 PER_COLLECTIVE = 100
 
 
@@ -72,13 +72,15 @@ def test_moe_dispatch_and_combine_with_grad_agrees(results):
     assert "bit-identical" in rows[0][2]
 
 
-def test_moe_with_ragged_all_to_all_needs_the_cpu_lowering():
-    """The ragged MoE (dispatch with ragged_all_to_all) is compared once `oracles.install_cpu_ragged_all_to_all`
-    exists; until then this place stays empty (the error case below shows what compare_jax says)."""
-    import oracles
-
-    if getattr(oracles, "install_cpu_ragged_all_to_all", None) is None:
-        pytest.skip("oracles.install_cpu_ragged_all_to_all() is not available yet")
+def test_ragged_moe_with_grad_runs_through_the_bridge(results):
+    """The MoE layer with ragged_all_to_all dispatch and combine (JAX's own transpose rule of the ragged
+    op in its gradient) runs on the simulated mesh and gives the dense layer's loss and gradient as real
+    JAX computes them; once `oracles.install_cpu_ragged_all_to_all` exists, the ragged program is also
+    compared with JAX running it (key "jax")."""
+    found = _result(results, "moe_ragged")
+    assert found["loss"] and found["grad"], found
+    assert found["grad messages"] > found["loss messages"] > 0
+    assert found.get("jax", True), found
 
 
 ERRORS = [
@@ -96,13 +98,24 @@ ERRORS = [
     # again, and the batching rule of an untiled psum_scatter indexes past the operand's rank
     ("jax: grad of an untiled all_to_all", "ValueError", r"Expected cotangent type float32\[4,3,1\]"),
     ("jax: vmap of an untiled psum_scatter", "IndexError", "tuple index out of range"),
+    # JAX types argsort's result (sort's second operand, permuted by varying keys) invariant, so out_specs=P()
+    # passes its check and returns device 0's order ([1 2 0]; device 1's is [0 1 2]); the bridge's type
+    # check stops there
+    ("jax: argsort of a varying array typed invariant", "TypeMismatchError",
+     r"sort\[.*meshsim's result varies along \['i'\], the jaxpr says \[\]"),
+    ("jax: argsort's replicated output", "no error", r"^\[1 2 0\]$"),
+    # JAX types ragged_all_to_all's result as its `output` operand: with an invariant output buffer the
+    # received rows are typed invariant, and out_specs=P() passes JAX's check
+    ("jax: ragged_all_to_all typed as its output", "TypeMismatchError",
+     r"ragged_all_to_all\[.*meshsim's result varies along \['i'\], the jaxpr says \[\]"),
 ]
 
 
 @pytest.mark.parametrize(("case", "kind", "match"), ERRORS, ids=[case for case, _, _ in ERRORS])
 def test_bad_input_is_a_clear_error(results, case, kind, match):
     """Each bad input raises the named error whose message says what is wrong and what to do (and a mesh
-    larger than JAX's devices still simulates)."""
+    larger than JAX's devices still simulates); JAX's own rules that are wrong today give the result pinned
+    here, so a change in JAX is noticed."""
     import re
 
     found_kind, message = _result(results, "errors")[case]
