@@ -23,7 +23,7 @@ from jax.extend import core
 
 import sim
 from oracles import _bridge_device
-from oracles._bridge_eval import BridgeError, Evaluator, contains
+from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError, contains
 
 
 class DeviceCountError(BridgeError):
@@ -42,6 +42,8 @@ class Simulated:
     @property
     def run(self) -> sim.Run:
         """The last `shard_map`'s run (the only one for most programs): its trace, time and programs."""
+        if not self.runs:
+            raise BridgeError("no shard_map ran (the program's shard_maps sit in branches it did not take)")
         return self.runs[-1]
 
     @property
@@ -81,6 +83,9 @@ def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Ne
     def apply(eqn: core.JaxprEqn, ins: list) -> list:
         if eqn.primitive.name == "shard_map":
             return _shard_map(eqn, ins, runs, network, options)
+        if eqn.primitive.name == "xla_pmap":
+            raise UnsupportedPrimitiveError(f"primitive 'xla_pmap' (in `{eqn}`): the bridge simulates "
+                                            f"jax.shard_map, not jax.pmap; write the program with jax.shard_map")
         if eqn.primitive.name in _bridge_device.PARALLEL:
             raise BridgeError(f"primitive {eqn.primitive.name!r} (in `{eqn}`) runs outside jax.shard_map; "
                               f"the bridge runs collectives only inside a shard_map body")

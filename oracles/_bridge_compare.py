@@ -2,7 +2,7 @@
 
 Each output agrees when its dtype and shape are the same and its bytes (row-major) are identical; a
 comparison may allow a tolerance for float outputs whose reduction order differs from XLA's (`rtol`,
-`atol`). Output arrays placed with a `Format` are compared by their device bytes too (`layout_bytes`).
+`atol`).
 """
 
 from __future__ import annotations

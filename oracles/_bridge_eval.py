@@ -77,7 +77,7 @@ class Evaluator:
         if body is None:
             raise UnsupportedPrimitiveError(f"primitive {eqn.primitive.name!r} has no body the bridge can walk "
                                             f"(in `{eqn}`)")
-        return self.run(body, ins[len(ins) - len(_invars(body)):], )
+        return self.run(body, ins[len(ins) - len(_invars(body)):])
 
 
 def _invars(body: Any) -> list:

@@ -1,11 +1,10 @@
-"""Generated JAX programs for the bridge's tests, run in a worker process with 8 CPU devices.
+"""The bridge's test cases, run in a worker process with 8 CPU devices.
 
 `python tests/bridge_programs.py NAME...` runs each named batch (`BATCHES`) and writes a pickled dict
-NAME -> result to stdout; `test_bridge.py` starts it with XLA_FLAGS set, as a JAX user would. A program
-batch returns one row per program: (collective, label, agrees, report). Programs are drawn from a seeded
-generator: a mesh of up to 8 devices, a collective of `jax.lax` with parameters its docs allow, around
-it a few local operations, and three forms of each: the program, `jax.grad` of a weighted sum of its
-outputs, and `jax.vmap` of it over a new axis.
+NAME -> result to stdout; `test_bridge.py` starts it with XLA_FLAGS set, as a JAX user would. A batch of
+generated programs (`bridge_generated.py`) returns one row per program: (collective, label, agrees,
+report); the other batches are the README's example, control flow, MoE layers, bad inputs and a
+deliberately wrong bridge.
 """
 
 from __future__ import annotations
@@ -22,155 +21,11 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax
 import jax.numpy as jnp
 import numpy as np
+from bridge_generated import batch
 from jax import lax
-from jax._src.lax import parallel
 from jax.sharding import PartitionSpec as P
 
 import oracles
-
-MESHES = ({"i": 2}, {"i": 4}, {"i": 8}, {"i": 2, "j": 4})
-Program = tuple[str, Callable[..., Any], tuple]
-
-
-def _axes(rng: np.random.Generator, mesh: dict[str, int]) -> Any:
-    """One mesh axis, or (on a 2-D mesh, sometimes) both as a tuple."""
-    names = list(mesh)
-    if len(names) > 1 and rng.random() < 0.3:
-        return tuple(names) if rng.random() < 0.5 else tuple(reversed(names))
-    return names[rng.integers(len(names))]
-
-
-def _size(mesh: dict[str, int], axes: Any) -> int:
-    return int(np.prod([mesh[a] for a in (axes if isinstance(axes, tuple) else (axes,))]))
-
-
-def _collective(name: str, rng: np.random.Generator, mesh: dict[str, int], axes: Any, differentiated: bool
-                ) -> tuple[Callable[[Any], Any], tuple[int, ...], bool]:
-    """The collective `name` on a local operand: (body, local shape, check_vma).
-
-    JAX 0.10.2 cannot differentiate an untiled all_to_all whose split_axis and concat_axis differ (its
-    transpose adds the untiled axis a second time; test_bridge.py pins it), so a program to differentiate
-    tiles those."""
-    n, check = _size(mesh, axes), True
-    rank = int(rng.integers(1, 3))
-    shape = [int(rng.choice([1, 2])) for _ in range(rank)]  # few shapes: JAX compiles each op once per shape
-    if name in ("all_to_all", "psum_scatter"):
-        dim = int(rng.integers(rank))
-        shape[dim] *= n
-        other = int(rng.integers(rank))
-        tiled = bool(rng.random() < 0.7) or (differentiated and name == "all_to_all" and dim != other)
-        if name == "all_to_all":
-            if not tiled:
-                shape[dim] = n
-            return lambda x: lax.all_to_all(x, axes, dim, other, tiled=tiled), tuple(shape), True
-        if not tiled:
-            shape[dim] = n
-            shape += [] if rank > 1 else [2]  # the untiled result drops `dim`: keep a dimension for out_specs
-        return lambda x: lax.psum_scatter(x, axes, scatter_dimension=dim, tiled=tiled), tuple(shape), True
-    if name in ("all_gather", "all_gather_invariant"):
-        axis, tiled = int(rng.integers(rank + 1)), bool(rng.random() < 0.5)
-        axis = min(axis, rank - 1) if tiled else axis
-        gather = lax.all_gather if name == "all_gather" else parallel.all_gather_invariant
-        return lambda x: gather(x, axes, axis=axis, tiled=tiled), tuple(shape), True
-    if name == "ppermute":
-        axis = axes if isinstance(axes, str) else axes[0]
-        k = mesh[axis]
-        perm = [(int(s), int(d)) for s, d in zip(rng.permutation(k), rng.permutation(k)) if rng.random() < 0.8]
-        return lambda x: lax.ppermute(x, axis, perm), tuple(shape), True
-    if name == "psum":
-        check = bool(rng.random() < 0.5)
-        groups = None
-        if not check and isinstance(axes, str) and mesh[axes] > 2 and rng.random() < 0.5:
-            order = [int(i) for i in rng.permutation(mesh[axes])]
-            groups = [sorted(order[:mesh[axes] // 2]), sorted(order[mesh[axes] // 2:])]
-        return lambda x: lax.psum(x, axes, axis_index_groups=groups), tuple(shape), check
-    simple = {"pmean": lambda x: lax.pmean(x, axes), "pmax": lambda x: lax.pmax(x, axes),
-              "pmin": lambda x: lax.pmin(x, axes),
-              "axis_index": lambda x: x * lax.axis_index(axes).astype(x.dtype),
-              "pvary": lambda x: lax.pcast(x, axes, to="varying")}
-    return simple[name], tuple(shape), True
-
-
-def program(name: str, seed: int, differentiated: bool = False) -> Program:
-    """A shard_map program around the collective `name`: (label, function, args).
-
-    The local operations around the collective round once each (a doubling, then one product), so XLA's
-    fused program and the bridge's op-by-op evaluation give the same bits, and a difference is the
-    collective's.
-    """
-    rng = np.random.default_rng(seed)
-    mesh = MESHES[rng.integers(len(MESHES))]
-    axes = _axes(rng, mesh)
-    body, shape, check = _collective(name, rng, mesh, axes, differentiated)
-    spec_axes = tuple(mesh)
-    # pvary takes an invariant operand: its input is replicated (P()), every other one split over all axes
-    split = name != "pvary"
-    global_shape = ((shape[0] * int(np.prod(list(mesh.values()))),) + shape[1:]) if split else shape
-    scale = np.float32(rng.choice([0.5, 3.0, -1.0]))
-    f = jax.shard_map(lambda x: body(x * 2.0) * scale, mesh=oracles.cpu_mesh(mesh),
-                      in_specs=P(spec_axes) if split else P(), out_specs=P(spec_axes), check_vma=check)
-    x = rng.standard_normal(global_shape).astype(np.float32)
-    return f"{name} seed={seed} mesh={mesh} axes={axes!r} shape={shape} check_vma={check}", f, (x,)
-
-
-def form(name: str, seed: int) -> Program:
-    """The program of `seed`, or its gradient, or its vmap (by seed; pmax and pmin have no gradient)."""
-    which = seed % 3 if name not in NONLINEAR else seed % 2 * 2
-    label, f, (x,) = program(name, seed, differentiated=which == 1)
-    if which == 0:
-        return label, f, (x,)
-    if which == 1:
-        # small integer weights keep the cotangents exact, so the transposed collectives decide the bits
-        w = np.random.default_rng(seed + 1).integers(-3, 4, jax.eval_shape(f, x).shape).astype(np.float32)
-        return f"grad {label}", jax.grad(lambda v: jnp.sum(f(v) * w)), (x,)
-    # JAX 0.10.2's batching rule of an untiled psum_scatter raises IndexError for a batch axis after its
-    # scatter_dimension (test_bridge.py pins it), so psum_scatter's programs are batched at axis 0
-    axis = seed % (x.ndim + 1) if name != "psum_scatter" else 0
-    batched = np.moveaxis(np.stack([x, x * 0.5, -x]), 0, axis)
-    return f"vmap(in_axes={axis}) {label}", jax.vmap(f, in_axes=axis), (batched,)
-
-
-COLLECTIVES = ("psum", "pmean", "pmax", "pmin", "all_gather", "all_gather_invariant", "all_to_all", "psum_scatter",
-               "ppermute", "axis_index", "pvary")
-NONLINEAR = ("pmax", "pmin")
-
-
-def bundle(programs: list[Program]) -> Program:
-    """Several programs as one jitted function of all their arguments (one XLA compile for them all)."""
-    counts = [len(args) for _, _, args in programs]
-
-    def together(*flat: Any) -> tuple:
-        outs, start = [], 0
-        for (_, f, _), n in zip(programs, counts):
-            outs.append(f(*flat[start:start + n]))
-            start += n
-        return tuple(outs)
-
-    return "bundle", jax.jit(together), tuple(a for _, _, args in programs for a in args)
-
-
-def batch(names: tuple[str, ...], count: int, size: int = 12) -> list[tuple[str, str, bool, str]]:
-    """`count` generated programs of each collective in `names`, compared with real JAX in bundles of at
-    most `size` programs on one mesh (each program's output is compared on its own)."""
-    rows = []
-    for name in names:
-        by_mesh: dict[str, list[Program]] = {}
-        for seed in range(count):
-            found = form(name, seed)
-            by_mesh.setdefault(found[0].split(" mesh=")[1].split(" axes=")[0], []).append(found)
-        for programs in by_mesh.values():
-            for first in range(0, len(programs), size):
-                rows += _compare(name, programs[first:first + size])
-    return rows
-
-
-def _compare(name: str, programs: list[Program]) -> list[tuple[str, str, bool, str]]:
-    try:
-        _, f, args = bundle(programs)
-        report = oracles.compare_jax(f, *args)
-    except Exception as error:
-        return [(name, label, False, f"{type(error).__name__}: {error}") for label, _, _ in programs]
-    return [(name, label, row.agrees, str(row)) for (label, _, _), row in zip(programs, report.outputs)]
 
 
 def readme() -> list[str]:
@@ -230,6 +85,33 @@ def moe() -> list[tuple[str, bool, str]]:
     return rows
 
 
+def transforms() -> list[tuple[str, bool, str]]:
+    """jax.jvp, jax.vjp and jax.linear_transpose of a program with all_gather, psum_scatter and psum, and
+    vmap inside the shard_map body: JAX's outputs bit for bit."""
+    mesh = oracles.cpu_mesh({"i": 2, "j": 2})
+
+    def body(x: Any) -> Any:
+        gathered = lax.all_gather(x, "i", tiled=True)
+        return lax.psum_scatter(gathered * 2.0, "i", tiled=True) + lax.psum(x, "j") * 0.5
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=P(("i", "j")), out_specs=P(("i", "j")))
+    inner = jax.shard_map(jax.vmap(body, in_axes=1, out_axes=1), mesh=mesh, in_specs=P(("i", "j")),
+                          out_specs=P(("i", "j")))
+    x = np.random.default_rng(5).standard_normal(8).astype(np.float32)
+    t = np.arange(8.0, dtype=np.float32)
+    cases = {
+        "jvp": jax.jit(lambda v, u: jax.jvp(f, (v,), (u,))),
+        "vjp": jax.jit(lambda v, u: jax.vjp(f, v)[1](u)),
+        "linear_transpose": jax.jit(lambda v, u: jax.linear_transpose(f, v)(u)),
+        "vmap inside shard_map": jax.jit(lambda v, u: inner(jnp.stack([v, u], axis=1))),
+    }
+    rows = []
+    for label, g in cases.items():
+        report = oracles.compare_jax(g, x, t)
+        rows.append((label, report.agrees, str(report)))
+    return rows
+
+
 def _ragged_moe(mesh: Any) -> Callable[..., Any]:
     """The same MoE layer with ragged_all_to_all: tokens sorted by expert, each peer sent exactly its rows
     (offsets and sizes exchanged with all_gather), processed, sent back with the offsets swapped."""
@@ -282,6 +164,36 @@ def moe_ragged() -> dict[str, Any]:
         found["jax"] = oracles.compare_jax(jax.jit(jax.grad(ragged, argnums=(0, 1, 2))), *args, rtol=1e-5,
                                            atol=1e-5).agrees
     return found
+
+
+def control_flow() -> list[tuple[str, bool, str]]:
+    """cond, while_loop and scan with collectives in their bodies (and a device-dependent cond of local
+    operations), plain and under jax.grad, compared with real JAX bit for bit."""
+    mesh = oracles.cpu_mesh({"i": 4})
+
+    def body(x: Any) -> Any:
+        mine = lax.cond(lax.axis_index("i") % 2 == 0, lambda v: v * 2.0, lambda v: -v, x)   # per device
+        total = lax.cond(lax.psum(jnp.sum(x), "i") > 0, lambda v: lax.psum(v, "i"),
+                         lambda v: lax.psum(v * v, "i"), mine)
+
+        def rotate(carry: Any, _: Any) -> tuple[Any, Any]:
+            moved = lax.ppermute(carry, "i", [(k, (k + 1) % 4) for k in range(4)])
+            return moved * 0.5, lax.psum(moved, "i")
+
+        last, sums = lax.scan(rotate, x, None, length=3)
+        # reverse mode has no while_loop: its gradient sees the loop's result as a constant
+        count, grown = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, lax.psum(c[1], "i") * 0.25),
+                                      (0, lax.psum(lax.stop_gradient(x), "i")))
+        return total + last * 3.0 + sums.sum(0) + grown * count
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    x = np.random.default_rng(3).standard_normal(8).astype(np.float32)
+    w = np.arange(8.0, dtype=np.float32) - 3.0
+    rows = []
+    for label, g in (("program", jax.jit(f)), ("grad", jax.jit(jax.grad(lambda v: jnp.sum(f(v) * w))))):
+        report = oracles.compare_jax(g, x)
+        rows.append((label, report.agrees, str(report)))
+    return rows
 
 
 def _error(call: Callable[[], Any]) -> tuple[str, str]:
@@ -361,7 +273,8 @@ BATCHES: dict[str, Callable[[], Any]] = {
     "reductions": lambda: batch(("psum", "pmean", "pmax", "pmin"), 100),
     "gathers": lambda: batch(("all_gather", "all_gather_invariant", "psum_scatter"), 100),
     "exchanges": lambda: batch(("all_to_all", "ppermute", "axis_index", "pvary"), 100),
-    "readme": readme, "moe": moe, "moe_ragged": moe_ragged, "errors": errors, "mutation": mutation,
+    "readme": readme, "control_flow": control_flow, "transforms": transforms, "moe": moe,
+    "moe_ragged": moe_ragged, "errors": errors, "mutation": mutation,
 }
 
 

@@ -19,7 +19,8 @@ import pytest
 pytestmark = pytest.mark.differential
 
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
-BATCHES = ("readme", "moe", "moe_ragged", "errors", "mutation", "reductions", "gathers", "exchanges")
+BATCHES = ("readme", "control_flow", "transforms", "moe", "moe_ragged", "errors", "mutation", "reductions",
+           "gathers", "exchanges")
 PER_COLLECTIVE = 100
 
 
@@ -47,6 +48,24 @@ def test_readme_example_runs_in_a_jax_process(results):
     (printed,) = _result(results, "readme")
     assert "psum2[axis_name='i']" in printed and "{V:i}" in printed
     assert "16 messages" in printed
+
+
+def test_control_flow_with_collectives_equals_jax(results):
+    """cond (a device-dependent one and one on a psum), scan with ppermute and psum in its body, and
+    while_loop with psum in its body, walked per device: JAX's outputs bit for bit, and its gradient too."""
+    rows = _result(results, "control_flow")
+    assert [label for label, _, _ in rows] == ["program", "grad"]
+    for label, agrees, report in rows:
+        assert agrees and "bit-identical" in report, f"{label}: {report}"
+
+
+def test_jvp_vjp_linear_transpose_and_inner_vmap_equal_jax(results):
+    """Programs made by jax.jvp, jax.vjp and jax.linear_transpose, and a vmap inside the shard_map body,
+    give JAX's outputs bit for bit through the bridge."""
+    rows = _result(results, "transforms")
+    assert [label for label, _, _ in rows] == ["jvp", "vjp", "linear_transpose", "vmap inside shard_map"]
+    for label, agrees, report in rows:
+        assert agrees, f"{label}: {report}"
 
 
 @pytest.mark.parametrize("batch", ["reductions", "gathers", "exchanges"])
