@@ -86,8 +86,9 @@ def moe() -> list[tuple[str, bool, str]]:
 
 
 def transforms() -> list[tuple[str, bool, str]]:
-    """jax.jvp, jax.vjp and jax.linear_transpose of a program with all_gather, psum_scatter and psum, and
-    vmap inside the shard_map body: JAX's outputs bit for bit."""
+    """jax.jvp, jax.vjp and jax.linear_transpose of a program with all_gather, psum_scatter and psum, vmap
+    inside the shard_map body, and the grad of a checkpointed body with custom_jvp (relu) and custom_vjp
+    functions: JAX's outputs bit for bit."""
     mesh = oracles.cpu_mesh({"i": 2, "j": 2})
 
     def body(x: Any) -> Any:
@@ -99,11 +100,20 @@ def transforms() -> list[tuple[str, bool, str]]:
                           out_specs=P(("i", "j")))
     x = np.random.default_rng(5).standard_normal(8).astype(np.float32)
     t = np.arange(8.0, dtype=np.float32)
+
+    @jax.custom_vjp
+    def clipped(v: Any) -> Any:
+        return v
+
+    clipped.defvjp(lambda v: (v, None), lambda _, g: (jnp.clip(g, -1.0, 1.0),))
+    wrapped = jax.shard_map(lambda v, u: lax.psum(jnp.sum(clipped(jax.nn.relu(v)) * u), ("i", "j")), mesh=mesh,
+                            in_specs=P(("i", "j")), out_specs=P())
     cases = {
         "jvp": jax.jit(lambda v, u: jax.jvp(f, (v,), (u,))),
         "vjp": jax.jit(lambda v, u: jax.vjp(f, v)[1](u)),
         "linear_transpose": jax.jit(lambda v, u: jax.linear_transpose(f, v)(u)),
         "vmap inside shard_map": jax.jit(lambda v, u: inner(jnp.stack([v, u], axis=1))),
+        "custom_jvp, custom_vjp, checkpoint": jax.jit(jax.grad(jax.checkpoint(wrapped))),
     }
     rows = []
     for label, g in cases.items():

@@ -60,10 +60,11 @@ def test_control_flow_with_collectives_equals_jax(results):
 
 
 def test_jvp_vjp_linear_transpose_and_inner_vmap_equal_jax(results):
-    """Programs made by jax.jvp, jax.vjp and jax.linear_transpose, and a vmap inside the shard_map body,
-    give JAX's outputs bit for bit through the bridge."""
+    """Programs made by jax.jvp, jax.vjp and jax.linear_transpose, a vmap inside the shard_map body, and
+    custom_jvp / custom_vjp / checkpoint calls give JAX's outputs bit for bit through the bridge."""
     rows = _result(results, "transforms")
-    assert [label for label, _, _ in rows] == ["jvp", "vjp", "linear_transpose", "vmap inside shard_map"]
+    assert [label for label, _, _ in rows] == ["jvp", "vjp", "linear_transpose", "vmap inside shard_map",
+                                               "custom_jvp, custom_vjp, checkpoint"]
     for label, agrees, report in rows:
         assert agrees, f"{label}: {report}"
 
