@@ -11,6 +11,7 @@ from collectives._algorithms import algorithm_fits
 from collectives._all_gather import all_gather
 from collectives._all_to_all import all_to_all
 from collectives._axis_index import axis_index
+from collectives._batching import batch, vmap
 from collectives._cost import closed_form, estimate_s
 from collectives._definition import Definition, NotLinear, Param, Vma
 from collectives._invariant import all_gather_invariant, pbroadcast, pscatter
@@ -23,7 +24,7 @@ from collectives._transpose import linear_transpose
 
 __all__ = [
     "REGISTRY", "Definition", "NotLinear", "Param", "Registry", "Vma", "algorithm_fits", "all_gather",
-    "all_gather_invariant", "all_to_all", "axis_index", "closed_form", "definition", "estimate_s",
+    "all_gather_invariant", "all_to_all", "axis_index", "batch", "closed_form", "definition", "estimate_s",
     "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin", "ppermute", "pscatter", "psum", "psum2",
-    "psum_scatter", "ragged_all_to_all",
+    "psum_scatter", "ragged_all_to_all", "vmap",
 ]

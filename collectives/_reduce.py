@@ -241,19 +241,20 @@ def _same_constant(op: str, group: sim.Group):
 
 def _psum_transpose(t: Transposition) -> list:
     """Summing within each group is symmetric, so grouped psum (which keeps its result varying) is its own
-    transpose. An untyped psum (check_vma=False) cannot be told from psum2; linear_transpose refuses those
-    programs earlier."""
+    transpose. Ungrouped psum is recorded only under check_vma=False (typed programs record psum2), whose
+    transposes follow JAX's pre-vma rule: psum to psum (`linear_transpose` divides the unmapped outputs'
+    cotangents)."""
     p = t.params
-    if p.get("axis_index_groups") is None:
+    if p.get("axis_index_groups") is None and sim.current().check_vma:
         t.refuse()
     return [t.ops.psum(t.ct, p["axis_name"], axis_index_groups=p["axis_index_groups"])]
 
 
 def _pmean_transpose(t: Transposition) -> list:
     """Grouped pmean is its own transpose, as grouped psum; over the whole axis pmean is psum2 scaled by 1/n,
-    whose transpose is pbroadcast scaled by 1/n."""
+    whose transpose is pbroadcast scaled by 1/n. Under check_vma=False pmean is its own transpose, as psum."""
     p = t.params
-    if p.get("axis_index_groups") is not None:
+    if p.get("axis_index_groups") is not None or not sim.current().check_vma:
         return [t.ops.pmean(t.ct, p["axis_name"], axis_index_groups=p["axis_index_groups"])]
     return [t.ops.pbroadcast(t.ct, p["axis_name"]) / sim.current().mesh.axis_size(p["axis_name"])]
 

@@ -39,12 +39,17 @@ def linear_transpose(f: sim.ShardMapped, *primals: Any, linear_argnums: tuple[in
     no data moves.
 
     Raises:
+    A program with `check_vma=False` has no types to tell psum2 from psum, so it is transposed the way
+    JAX transposes it (the pre-vma rules): each output cotangent is divided by the number of devices its
+    out_specs entry replicates it over, psum transposes to psum (pmean to pmean), the other collectives by
+    their rules above, and each input cotangent is summed (psum) over the mesh axes its in_specs entry
+    leaves out. The transposed program is again unchecked; transposing it again grows, as in JAX (the
+    design note's cursed identity: `psum(x / n)`, then `psum(psum(x / n / n))`).
+
+    Raises:
         InvalidArgumentError: `f` is not linear in those arguments, or uses an operation without a
             transpose rule.
     """
-    if not f.check_vma:
-        raise sim.InvalidArgumentError("linear_transpose needs a program with check_vma=True (its types decide "
-                                       "where psum2 and pbroadcast go)")
     linear = tuple(range(len(primals))) if linear_argnums is None else tuple(linear_argnums)
     in_specs = _flat_specs(f.in_specs, len(primals), "in_specs")
     run = f.run(*primals)
@@ -56,13 +61,37 @@ def linear_transpose(f: sim.ShardMapped, *primals: Any, linear_argnums: tuple[in
     def body(*args: Any) -> Any:
         program = programs[sim.current().device]
         given = dict(zip((program.inputs[i] for i in others), args[:len(others)]))
-        cotangents = _backward(program, {program.inputs[i] for i in linear}, given, args[len(others):])
+        output_cts = args[len(others):]
+        if not f.check_vma:
+            output_cts = tuple(_divide_unmapped(ct, spec, f.mesh) for ct, spec in zip(output_cts, out_specs))
+        cotangents = _backward(program, {program.inputs[i] for i in linear}, given, output_cts)
         result = tuple(cotangents[program.inputs[i]] for i in linear)
+        if not f.check_vma:
+            result = tuple(_sum_unmapped(ct, in_specs[i], f.mesh) for ct, i in zip(result, linear))
         return result if len(result) > 1 else result[0]
 
     new_in = tuple(in_specs[i] for i in others) + tuple(out_specs)
     new_out = tuple(in_specs[i] for i in linear)
-    return sim.shard_map(body, mesh=f.mesh, in_specs=new_in, out_specs=new_out if len(new_out) > 1 else new_out[0])
+    return sim.shard_map(body, mesh=f.mesh, in_specs=new_in, out_specs=new_out if len(new_out) > 1 else new_out[0],
+                         check_vma=f.check_vma)
+
+
+def _unmapped(spec: sim.PartitionSpec, mesh: sim.Mesh) -> tuple[str, ...]:
+    """The mesh axes `spec` leaves out: the value is claimed equal along them."""
+    return tuple(name for name in mesh.shape if name not in spec.axes())
+
+
+def _divide_unmapped(ct: Any, spec: sim.PartitionSpec, mesh: sim.Mesh) -> Any:
+    """An untyped output's cotangent divided by the number of devices its spec replicates it over: every
+    one of them holds the whole cotangent, and the transposed body sums their contributions (JAX's rule)."""
+    n = int(np.prod([mesh.axis_size(name) for name in _unmapped(spec, mesh)]))
+    return ct / n if n != 1 else ct
+
+
+def _sum_unmapped(ct: Any, spec: sim.PartitionSpec, mesh: sim.Mesh) -> Any:
+    """An untyped input's cotangent summed over the axes its spec replicates it along (JAX's rule)."""
+    axes = _unmapped(spec, mesh)
+    return REGISTRY.ops.psum(ct, axes if len(axes) > 1 else axes[0]) if axes else ct
 
 
 def _flat_specs(specs: Any, count: int, what: str) -> tuple:

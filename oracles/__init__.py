@@ -6,7 +6,14 @@ are registered per definition, the worker binds each by its definition's `JaxBin
 the simulator's implementation: they are second opinions. `check` compares the simulator's answer to a
 call with both, bit for bit (`compare` is the one comparator of answers), or, for a float reduction whose
 algorithm adds in another order, within that order's rounding bound (`oracles._reordered`).
+
+The bridge (`simulate_jax`, `compare_jax`, `cpu_mesh` and their errors) runs real JAX programs on the
+simulated mesh and imports jax in the calling process, so it is loaded on first use: `import oracles`
+alone never imports jax.
 """
+
+import importlib
+from typing import Any
 
 from oracles import spec
 from oracles._check import PATHS, Call, Comparison, Report, bit_for_bit, check, jax_unavailable
@@ -15,3 +22,19 @@ from oracles.jax_oracle import JaxOracle, OracleError, OracleFailure, OracleResu
 
 __all__ = ["PATHS", "Call", "Comparison", "Difference", "JaxOracle", "OracleError", "OracleFailure", "OracleResult",
            "Report", "bit_for_bit", "check", "compare", "describe", "jax_unavailable", "shared_oracle", "spec"]
+
+# The bridge's names, loaded (with jax) on first use, by the module that defines each.
+_BRIDGE = {
+    "simulate_jax": "oracles._bridge", "Simulated": "oracles._bridge", "cpu_mesh": "oracles._bridge",
+    "DeviceCountError": "oracles._bridge", "compare_jax": "oracles._bridge_compare",
+    "JaxComparison": "oracles._bridge_compare", "OutputAgreement": "oracles._bridge_compare",
+    "LoweringMissingError": "oracles._bridge_compare", "BridgeError": "oracles._bridge_eval",
+    "UnsupportedPrimitiveError": "oracles._bridge_eval", "TypeMismatchError": "oracles._bridge_device",
+}
+__all__ += sorted(_BRIDGE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BRIDGE:
+        return getattr(importlib.import_module(_BRIDGE[name]), name)
+    raise AttributeError(f"module 'oracles' has no attribute {name!r}")

@@ -2,7 +2,8 @@
 
 A program is plain data, the same for the simulator and for JAX: `inputs` (one PartitionSpec tuple per
 argument), `steps` (`(op, argument indices, params)`, each appending one value) and `outputs`
-(`(value index, PartitionSpec tuple)`). Every value has the local shape of the inputs.
+(`(value index, PartitionSpec tuple)`), and optionally `check_vma` (default True). Every value has the
+local shape of the inputs.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def _function(mesh: Mesh, program: dict) -> Callable:
 
     in_specs = tuple(PartitionSpec(*s) for s in program["inputs"])
     out_specs = tuple(PartitionSpec(*s) for _, s in program["outputs"])
-    return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=True)
+    return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=program.get("check_vma", True))
 
 
 def program_types(mesh: Mesh, program: dict, shapes: list[tuple[int, ...]]) -> tuple[Any, ...]:

@@ -46,7 +46,7 @@ def step(op: str, args: list, params: dict) -> Any:
 
 
 def shard_mapped(program: dict) -> sim.ShardMapped:
-    """The program as a simulated shard_map with check_vma=True."""
+    """The program as a simulated shard_map, with its `check_vma` (True unless the program says)."""
     def body(*inputs: Any) -> tuple:
         values = list(inputs)
         for op, arg_indices, params in program["steps"]:
@@ -54,7 +54,8 @@ def shard_mapped(program: dict) -> sim.ShardMapped:
         return tuple(values[i] for i, _ in program["outputs"])
 
     return sim.shard_map(body, mesh=sim.Mesh(MESH_SHAPE), in_specs=tuple(sim.P(*s) for s in program["inputs"]),
-                         out_specs=tuple(sim.P(*s) for _, s in program["outputs"]))
+                         out_specs=tuple(sim.P(*s) for _, s in program["outputs"]),
+                         check_vma=program.get("check_vma", True))
 
 
 def global_shape(spec: tuple) -> tuple[int, ...]:

@@ -219,8 +219,11 @@ def _check_json(text: str, result: ScenarioResult) -> None:
     for device, output in zip(devices, result.outputs):
         assert device["dtype"] == str(output.dtype)
         if output.dtype.kind in "biuf":
-            assert np.array_equal(np.asarray(device["output"], output.dtype), output,
-                                  equal_nan=output.dtype.kind == "f"), device["device"]
+            printed = np.asarray(device["output"], output.dtype)
+            if output.size == 0:  # JSON's [] cannot keep an empty array's trailing dimensions
+                assert printed.size == 0, device["device"]
+                continue
+            assert np.array_equal(printed, output, equal_nan=output.dtype.kind == "f"), device["device"]
 
 
 _FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -42,6 +42,19 @@ def test_inferred_types_match_jax(jax_oracle, program):
 def test_transpose_matches_jax_linear_transpose(jax_oracle, program):
     """For linear programs the simulator's transpose gives the values `jax.linear_transpose` gives, exactly
     (small integers in float64 make every sum exact)."""
+    _transposes_agree(jax_oracle, program)
+
+
+@settings(max_examples=60, deadline=None)
+@given(gen.programs(ops=[op for op in gen.LINEAR_OPS if op != "pbroadcast"]))
+def test_unchecked_transpose_matches_jax_linear_transpose(jax_oracle, program):
+    """With check_vma=False the simulator transposes the way JAX does without types (psum to psum, unmapped
+    outputs' cotangents divided, replicated inputs' cotangents psummed): `jax.linear_transpose`'s values,
+    exactly (small integers, divisions by powers of two)."""
+    _transposes_agree(jax_oracle, dict(program, check_vma=False))
+
+
+def _transposes_agree(jax_oracle, program: dict) -> None:
     rng = np.random.default_rng(0)
     primals = [rng.integers(-4, 5, gen.global_shape(s)).astype(np.float64) for s in program["inputs"]]
     f = gen.shard_mapped(program)

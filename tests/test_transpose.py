@@ -184,12 +184,65 @@ def test_nonlinear_program_is_rejected():
         C.linear_transpose(f, np.ones(8)).run(np.ones(2))
 
 
-def test_transpose_needs_check_vma():
-    """Without types the transpose cannot tell psum2 from psum: it is refused."""
-    f = sim.shard_map(lambda x: C.psum(x, "i"), mesh=sim.Mesh(MESH), in_specs=P("i"), out_specs=P(),
-                      check_vma=False)
-    with pytest.raises(sim.InvalidArgumentError, match=r"needs a program with check_vma=True"):
-        C.linear_transpose(f, np.ones(8))
+def unchecked(body, in_specs, out_specs, mesh=MESH):
+    return sim.shard_map(body, mesh=sim.Mesh(mesh), in_specs=in_specs, out_specs=out_specs, check_vma=False)
+
+
+UNCHECKED_CASES = [  # (id, program with check_vma=False, global input shapes)
+    ("psum to an unmapped output", unchecked(lambda x: C.psum(x, "i"), P("i"), P()), [(8,)]),
+    ("psum to a mapped output", unchecked(lambda x: C.psum(x, "i") * 3.0, P("i"), P("i")), [(8,)]),
+    ("pmean", unchecked(lambda x: C.pmean(x, "i"), P("i"), P()), [(8,)]),
+    ("grouped psum", unchecked(lambda x: C.psum(x, "i", axis_index_groups=[[0, 2], [1, 3]]), P("i"), P("i")),
+     [(8,)]),
+    ("all_gather to an unmapped output", unchecked(lambda x: C.all_gather(x, "i", tiled=True), P("i"), P()),
+     [(8,)]),
+    ("all_gather to a mapped output", unchecked(lambda x: C.all_gather(x, "i"), P("i"), P("i")), [(8,)]),
+    ("psum_scatter", unchecked(lambda x: C.psum_scatter(x, "i", tiled=True), P("i"), P("i")), [(32,)]),
+    ("all_to_all", unchecked(lambda x: C.all_to_all(x, "i", 0, 0, tiled=True), P("i"), P("i")), [(16,)]),
+    ("replicated input", unchecked(lambda w: w * 2.0, P(), P("i")), [(2,)]),
+    ("cursed identity", unchecked(lambda x: x, P(), P()), [(3,)]),
+    ("2-D mesh, psum over one axis", unchecked(lambda x: C.psum(x, "i"), P(("i", "j")), P("j"),
+                                               {"i": 2, "j": 2}), [(8,)]),
+]
+
+
+@pytest.mark.parametrize("f, shapes", [c[1:] for c in UNCHECKED_CASES], ids=[c[0] for c in UNCHECKED_CASES])
+def test_unchecked_programs_satisfy_the_adjoint_identity(f, shapes):
+    """A check_vma=False program transposes the way JAX does (unmapped output cotangents divided by their
+    replication, psum to psum, replicated inputs' cotangents psummed), and <A x, y> == <x, A^T y> exactly
+    (integer values, divisions by powers of two)."""
+    lhs, rhs = adjoint_sides(f, tuple(ints(i, s).astype(np.float64) for i, s in enumerate(shapes)), 7)
+    assert lhs == rhs
+
+
+def test_unchecked_psum_transposes_to_psum_of_the_divided_cotangent():
+    """JAX's pre-vma transpose of psum to an unmapped output: divide by the axis size, then psum (the design
+    note's Example 1 as JAX computes it without types): one all-reduce of messages, value ybar on every
+    device."""
+    f = unchecked(lambda x: C.psum(x, "i"), P("i"), P())
+    back = C.linear_transpose(f, np.ones(8)).run(np.array([4.0, 8.0]))
+    assert back.program().ops() == ["divide", "psum"]
+    assert back.trace.total_bytes > 0
+    np.testing.assert_array_equal(back.outputs, np.tile([4.0, 8.0], 4))
+
+
+def test_unchecked_cursed_identity_grows_as_in_jax():
+    """The note's cursed identity without types: t(f) = psum(x / 4) and t(t(f)) = psum(psum(x / 4) / 4):
+    the program grows with each transpose, while the values stay the identity's."""
+    f = unchecked(lambda x: x, P(), P())
+    once = C.linear_transpose(f, np.zeros(3))
+    twice = C.linear_transpose(once, np.zeros(3))
+    y = np.array([1.0, 2.0, 3.0])
+    assert once.run(y).program().ops() == ["divide", "psum"]
+    assert twice.run(y).program().ops() == ["divide", "psum", "divide", "psum"]
+    np.testing.assert_array_equal(twice(y), y)
+
+
+def test_checked_programs_keep_the_typed_transposes():
+    """With check_vma=True the same psum transposes to pbroadcast: no division, no messages."""
+    f = mapped(lambda x: C.psum(x, "i"), P("i"), P())
+    back = C.linear_transpose(f, np.ones(8)).run(np.array([4.0, 8.0]))
+    assert back.program().ops() == ["pbroadcast"] and back.trace.total_bytes == 0
 
 
 @pytest.mark.parametrize("f, shapes", [c[1:] for c in ADJOINT_CASES], ids=[c[0] for c in ADJOINT_CASES])

@@ -1,0 +1,116 @@
+"""`compare_jax`: a JAX program run by real JAX and through the bridge, output by output.
+
+Each output agrees when its dtype and shape are the same and its bytes (row-major) are identical; a
+comparison may allow a tolerance for float outputs whose reduction order differs from XLA's (`rtol`,
+`atol`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from oracles._bridge import Simulated, check_devices, meshes_of, run_traced, trace
+from oracles._bridge_eval import BridgeError, contains
+
+
+class LoweringMissingError(BridgeError):
+    """Real JAX cannot run the program on this backend until a lowering is installed."""
+
+
+@dataclass(frozen=True)
+class OutputAgreement:
+    """One output of `f` both ways: its path, JAX's and meshsim's dtype and shape, and the verdict."""
+
+    path: str
+    jax_dtype: np.dtype
+    sim_dtype: np.dtype
+    jax_shape: tuple[int, ...]
+    sim_shape: tuple[int, ...]
+    equal_bytes: bool
+    close: bool
+    max_abs_diff: float
+
+    @property
+    def agrees(self) -> bool:
+        """Same dtype and shape, and values identical (or within the comparison's tolerance)."""
+        return self.jax_dtype == self.sim_dtype and self.jax_shape == self.sim_shape and self.close
+
+    def __str__(self) -> str:
+        verdict = "bit-identical" if self.equal_bytes else ("close" if self.agrees else "DIFFERS")
+        return (f"{self.path}: {verdict} (jax {self.jax_dtype}{list(self.jax_shape)}, meshsim "
+                f"{self.sim_dtype}{list(self.sim_shape)}, max |diff| {self.max_abs_diff:g})")
+
+
+@dataclass(frozen=True)
+class JaxComparison:
+    """`compare_jax`'s report: an `OutputAgreement` per output, JAX's outputs and meshsim's run."""
+
+    outputs: tuple[OutputAgreement, ...]
+    expected: list[np.ndarray]
+    simulated: Simulated
+
+    @property
+    def agrees(self) -> bool:
+        """Every output agrees."""
+        return all(o.agrees for o in self.outputs)
+
+    def __str__(self) -> str:
+        return "\n".join(str(o) for o in self.outputs)
+
+
+def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: float = 0.0, **options: Any
+                ) -> JaxComparison:
+    """Run `f(*args)` with real JAX and through `simulate_jax`, and compare every output.
+
+    With the default tolerances an output agrees only when it is bit-identical; `rtol`/`atol` accept float
+    outputs within `numpy.isclose` of JAX's (for algorithms that add in another order). `options` go to
+    `simulate_jax`.
+
+    Raises:
+        DeviceCountError: the program's mesh has more devices than JAX here.
+        LoweringMissingError: JAX cannot run `ragged_all_to_all` on CPU until
+            `oracles.install_cpu_ragged_all_to_all()` registers its lowering.
+        BridgeError, MeshError: as `simulate_jax`.
+    """
+    closed, tree = trace(f, args)
+    for axes in meshes_of(closed):
+        check_devices(int(np.prod(list(axes.values()))), axes)
+    expected = _run_jax(f, args, closed)
+    simulated = run_traced(closed, tree, args, options.pop("network", None), options)
+    paths = [jax.tree_util.keystr(path) or "out" for path, _ in jax.tree_util.tree_flatten_with_path(expected)[0]]
+    found = jax.tree.leaves(simulated.outputs)
+    wanted = [np.asarray(x) for x in jax.tree.leaves(expected)]
+    rows = tuple(agreement(path, w, s, rtol, atol) for path, w, s in zip(paths, wanted, found))
+    return JaxComparison(rows, wanted, simulated)
+
+
+def _run_jax(f: Callable[..., Any], args: tuple, closed: Any) -> Any:
+    try:
+        return jax.block_until_ready(f(*args))
+    except Exception as error:  # XLA's runtime error class is not public; its message names the opcode
+        if "UNIMPLEMENTED" in str(error) and contains(closed, "ragged_all_to_all"):
+            raise LoweringMissingError(
+                "JAX cannot run ragged_all_to_all on this backend (XLA:CPU has no ragged-all-to-all); call "
+                "oracles.install_cpu_ragged_all_to_all() before the program is first lowered, then compare "
+                "again (simulate_jax alone runs it without the lowering)") from error
+        raise
+
+
+def agreement(path: str, wanted: np.ndarray, found: np.ndarray, rtol: float, atol: float) -> OutputAgreement:
+    """Compare one output: dtype, shape, bytes, and (for numbers) closeness within the tolerances."""
+    found = np.asarray(found)
+    same = wanted.dtype == found.dtype and wanted.shape == found.shape
+    equal = same and wanted.tobytes() == found.tobytes()
+    diff = 0.0
+    close = equal
+    if same and not equal and wanted.dtype.kind in "fciub":
+        a, b = wanted.astype(np.complex128 if wanted.dtype.kind == "c" else np.float64), found.astype(
+            np.complex128 if found.dtype.kind == "c" else np.float64)
+        diff = float(np.nanmax(np.abs(a - b))) if a.size else 0.0
+        close = (rtol > 0 or atol > 0) and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+    return OutputAgreement(path, wanted.dtype, found.dtype, wanted.shape, found.shape, equal, close, diff)
