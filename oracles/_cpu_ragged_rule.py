@@ -45,6 +45,8 @@ def decomposition(operand: jax.Array, output: jax.Array, input_offsets: jax.Arra
     if slots % group_size:
         raise ValueError(f"ragged_all_to_all: len(input_offsets)={slots} must be a multiple of the group size "
                          f"{group_size} (axis_name={axis_name}, axis_index_groups={axis_index_groups})")
+    if output.shape[0] == 0:  # nothing can be written (and JAX drops the variance of empty loop carries)
+        return output
     work = _work_dtype(input_offsets.dtype, operand.shape[0], output.shape[0])
     io, ss, oo, rs = (_as_work(x, work) for x in (input_offsets, send_sizes, output_offsets, recv_sizes))
 

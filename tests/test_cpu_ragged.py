@@ -248,6 +248,21 @@ def test_jax_output_transpose_with_shared_start(child):
     assert list(simulator_transpose(case, ct)[1][0]) == [0, 0, 1, 1]
 
 
+@pytest.mark.parametrize("operand_rows, output_rows", [(0, 0), (2, 0), (0, 2)])
+def test_empty_operand_or_output(child, operand_rows, output_rows):
+    """Zero-row operands and outputs (legal when every size is 0) run forward and backward, check_vma on and
+    off: the result is `output`, the cotangents are zeros and the output's cotangent itself."""
+    args = ([np.arange(operand_rows, dtype=np.float32)] * 2, [np.ones(output_rows, np.float32)] * 2,
+            *([np.zeros(2, np.int32)] * 2 for _ in range(4)))
+    case = Case("ragged_all_to_all", {"x": 2}, args, {"axis_name": "x", "axis_index_groups": None})
+    ct = [np.full(output_rows, 2, np.float32)] * 2
+    for vma in (True, False):
+        run, vjp = child.ask([job("run", case, vma), job("vjp", case, vma, (ct,))])
+        assert [list(x) for x in one(run, case)] == [[1] * output_rows] * 2
+        assert [list(x) for x in one(vjp, case)[0]] == [[0] * operand_rows] * 2
+        assert [list(x) for x in one(vjp, case)[1]] == [[2] * output_rows] * 2
+
+
 # ---------------------------------------------------------------------------------------------- vmap
 
 
