@@ -280,12 +280,25 @@ def batched(case: Case, size: int) -> tuple[list[Case], tuple[list[np.ndarray], 
 def test_vmap_equals_per_batch_loop(child):
     """jax.vmap of the primitive (JAX's batching rule merges the batch into the ragged axis, then the CPU
     lowering runs) equals the simulator run once per batch element (20 generated cases, batches of 3)."""
-    batch = generated(cases("ragged_all_to_all").filter(lambda c: c.params["axis_index_groups"] is None), 20)
+    # zero-size trailing dimensions break JAX's batching rule: test_jax_vmap_with_empty_rows_is_pinned
+    batch = generated(cases("ragged_all_to_all").filter(
+        lambda c: c.params["axis_index_groups"] is None and 0 not in c.args[0][0].shape[1:]), 20)
     prepared = [batched(case, 3) for case in batch]
     results = ask_grouped(child, "vmap", [((case, stacked), True) for case, (_, stacked) in zip(batch, prepared)])
     for (variants, _), got in zip(prepared, results):
         for b, variant in enumerate(variants):
             assert differences(run_simulator(variant), [x[b] for x in got], "simulator", "jax vmap") == []
+
+
+def test_jax_vmap_with_empty_rows_is_pinned(child):
+    """Pins JAX 0.10.2's batching rule where it fails: rows of zero elements (operand int32[2, 0]) are legal
+    and the vmapped result is the batch of outputs unchanged, but the rule splits the merged result with
+    `reshape(size, -1, *shape[1:])`, and -1 next to a zero dimension divides by zero. When JAX fixes it
+    this test fails and can be turned around."""
+    case = ragged_case({"x": 2}, "x", [[1, 0], [0, 1]], trailing=(0,))
+    _, stacked = batched(case, 2)
+    [reply] = child.ask([job("vmap", case, args=stacked)])
+    assert reply[:3] == ("error", "ZeroDivisionError", "integer modulo by zero")
 
 
 def test_vmap_with_axis_index_groups_is_jax_refusal(child):
