@@ -271,7 +271,8 @@ def batched(case: Case, size: int) -> tuple[list[Case], tuple[list[np.ndarray], 
     arguments stacked on a new leading batch axis."""
     variants = []
     for b in range(size):
-        data = tuple(tuple(np.asarray(x + b).astype(x.dtype) for x in per) for per in case.args[:2])
+        with np.errstate(all="ignore"):  # random bits may overflow: any values do
+            data = tuple(tuple(np.asarray(x + b).astype(x.dtype) for x in per) for per in case.args[:2])
         variants.append(Case(case.op, case.mesh_shape, (*data, *case.args[2:]), case.params))
     stacked = tuple([np.stack([v.args[k][d] for v in variants]) for d in range(case.devices)] for k in range(6))
     return variants, stacked
