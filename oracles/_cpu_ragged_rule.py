@@ -10,11 +10,12 @@ Bytes: a dense collective needs a static size, and one peer may send a whole out
 device sends G * M rows where the op itself would send only its slices' rows.
 
 Inputs the docs leave undefined, row by row: a row read from outside `operand` arrives as zeros; a row
-written outside `output` is dropped; a negative size writes nothing; where writes overlap the later slot
-of the docs' RECEIVE loop wins (a sender's own slices to one peer in its SEND order); a receiver writes
-`recv_sizes[i]` rows, taking zeros past the `send_sizes` its sender sent. Inputs XLA's verifier rejects
-(index arrays of different dtypes, operand and output of different dtypes or trailing shapes) are handed
-to JAX's own lowering of the op, so the user sees XLA's own error.
+written outside `output` is dropped; a negative size writes nothing; offsets and sizes past a quarter of
+the working index type's largest value (int32, or int64 for 64-bit indices) saturate there; where writes
+overlap, the later slot of the docs' RECEIVE loop wins (a sender's own slices to one peer in its SEND
+order); a receiver writes `recv_sizes[i]` rows, taking zeros past the `send_sizes` its sender sent.
+Inputs XLA's verifier rejects (index arrays of different dtypes, operand and output of different dtypes
+or trailing shapes) are handed to JAX's own lowering of the op, so the user sees XLA's own error.
 """
 
 from __future__ import annotations

@@ -152,6 +152,21 @@ def test_generated_cases_agree_with_simulator(child):
     assert found == []
 
 
+@pytest.mark.parametrize("dtype", ["bool", "bfloat16", "complex64", "uint16"])
+def test_docs_example_in_other_dtypes(child, dtype):
+    """Dtypes the generated cases do not draw (bool, bfloat16, complex64, uint16) run too: the docs' numbers."""
+    import ml_dtypes  # installed with jax
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    data = tuple(tuple(x.astype(dt) for x in per) for per in DOCS_RAGGED.args[:2])
+    case = Case("ragged_all_to_all", {"x": 2}, (*data, *DOCS_RAGGED.args[2:]), DOCS_RAGGED.params)
+    [reply] = child.ask([job("run", case)])
+    got = one(reply, case)
+    assert all(x.dtype == dt for x in got)
+    want = [np.array(v).astype(dt) for v in ([1, 3, 0, 0], [2, 2, 4, 0])]
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
 def test_generated_batches_cover_the_input_space():
     """The generated batches reach groups, every rank 1-3, float and integer dtypes and both index dtypes."""
     seen: set[str] = set()
