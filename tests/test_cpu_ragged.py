@@ -278,6 +278,22 @@ def test_empty_operand_or_output(child, operand_rows, output_rows):
         assert [list(x) for x in one(vjp, case)[1]] == [[2] * output_rows] * 2
 
 
+def test_jax_transpose_with_axis_index_groups_is_pinned(child):
+    """Pins JAX 0.10.2's transpose rule where it is wrong: with axis_index_groups it exchanges the offsets
+    with `all_to_all(..., axis_name)` over the whole axis, ignoring the groups. On {'x': 4} with groups
+    [[0, 1], [2, 3]] it fails when the group's slot count (2) is not a multiple of the axis size, and
+    otherwise (4 slots) gives cotangents other than meshsim's transpose (which satisfies the adjoint
+    identity). When JAX fixes its rule this test fails and can be turned around."""
+    groups = [[0, 1], [2, 3]]
+    two = ragged_case({"x": 4}, "x", [[1, 2]] * 4, axis_index_groups=groups, dtype="float32")
+    four = ragged_case({"x": 4}, "x", [[1, 0, 2, 1]] * 4, axis_index_groups=groups, dtype="float32")
+    failed, wrong = child.ask([job("vjp", two, True, (cotangents(two),)), job("vjp", four, True, (cotangents(four),))])
+    assert failed[:2] == ("error", "ValueError") and "has to be divisible by the size of the named axis" in failed[2]
+    want = simulator_transpose(four, cotangents(four))
+    assert adjoint_sides(four, cotangents(four), want)[0] == adjoint_sides(four, cotangents(four), want)[1]
+    assert not same_values(want[0], one(wrong, four)[0])
+
+
 # ---------------------------------------------------------------------------------------------- vmap
 
 
