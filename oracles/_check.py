@@ -29,8 +29,8 @@ from oracles.jax_oracle import MAX_DEVICES, JaxOracle, OracleError
 # Why JAX may answer by another route than the op itself, by the path the oracle reports.
 PATHS = {
     "real": "JAX ran the op itself",
-    "decomposition": "XLA:CPU traces and lowers ragged_all_to_all but cannot compile it: JAX ran the "
-                     "documented semantics built from dense all_to_alls",
+    "cpu lowering": "XLA:CPU cannot compile ragged_all_to_all: JAX ran its own primitive, with its own checks, "
+                    "through the lowering oracles.install_cpu_ragged_all_to_all() registers (dense all_to_alls)",
 }
 
 
@@ -68,7 +68,7 @@ class Report:
 
     `answers` maps "simulator", "spec" and (when JAX ran) "jax" to per-device results; `spec` and `jax` are
     the comparisons of the simulator with each; `jax_path` is the oracle's route ("real" or
-    "decomposition"); `jax_rejected` is JAX's error when it refused a call the simulator ran.
+    "cpu lowering", see `PATHS`); `jax_rejected` is JAX's error when it refused a call the simulator ran.
     """
 
     call: Call

@@ -3,9 +3,10 @@
 Built from `collectives.REGISTRY`: each collective's `JaxBinding` gives the per-device call; operands
 that JAX takes invariant (pbroadcast, pscatter) enter through in_specs that leave out their axes, as a
 user would pass them, so per-device inputs must agree along those axes; grouped psum and pmean run under
-`check_vma=False`, the only way JAX runs them; ragged_all_to_all falls back to the documented
-decomposition where the backend cannot run it. Results are mapped over every mesh axis (JAX accepts that
-for device-invariant results too); each device's result is read from the device that holds it.
+`check_vma=False`, the only way JAX runs them; ragged_all_to_all runs JAX's own primitive, on CPU
+through the lowering `oracles.install_cpu_ragged_all_to_all` registers. Results are mapped over every
+mesh axis (JAX accepts that for device-invariant results too); each device's result is read from the
+device that holds it.
 """
 
 from __future__ import annotations
@@ -20,31 +21,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import collectives
 from collectives import Definition
-from oracles import _jax_ragged
 from oracles._jax_setup import API, Compiled, axes, by_device, cached, freeze, lower, mesh
 
-
-@dataclass(frozen=True)
-class Fallback:
-    """What runs where the backend cannot compile the real op: `body(mesh, params)` gives the per-device
-    function, and `applies(error)` says whether a compile error is that backend's refusal."""
-
-    body: Callable[[Mesh, dict[str, Any]], Callable[..., Any]]
-    applies: Callable[[Exception], bool]
-
-
-_FALLBACKS: dict[Definition, Fallback] = {
-    collectives.REGISTRY.of(collectives.ragged_all_to_all): Fallback(_jax_ragged.decomposition,
-                                                                     _jax_ragged.lacks_ragged),
-}
+# Collectives XLA:CPU cannot compile, run through the lowering `_jax_setup` installs for them on CPU.
+_CPU_LOWERED = frozenset({collectives.REGISTRY.of(collectives.ragged_all_to_all)})
 
 
 @dataclass(frozen=True)
 class Route:
-    """How the worker runs one collective: its definition and, where needed, a fallback."""
+    """How the worker runs one collective: its definition."""
 
     definition: Definition
-    fallback: Fallback | None = None
 
     def body(self, params: dict[str, Any]) -> Callable[..., Any]:
         """The per-device call of the real op with `params` (the simulator's own parameters dropped)."""
@@ -61,24 +48,20 @@ class Route:
 
     def compile(self, on: Mesh, params: dict[str, Any],
                 lower_: Callable[[Callable[..., Any], bool], Any]) -> tuple[Compiled, str]:
-        """Compile the real op with `lower_(body, check_vma)`; return it and the path taken.
-
-        The real op is always traced and lowered first, so its own shape and argument checks apply.
-        """
+        """Compile the real op with `lower_(body, check_vma)`; return it and the path taken ("real",
+        "real, check_vma=False" for grouped psum and pmean, "cpu lowering" for an op XLA:CPU runs only
+        through the lowering `oracles.install_cpu_ragged_all_to_all` registers)."""
         body = self.body(params)
+        path = "cpu lowering" if self.definition in _CPU_LOWERED and jax.default_backend() == "cpu" else "real"
         try:
-            return lower_(body, True).compile(), "real"
+            return lower_(body, True).compile(), path
         except NotImplementedError:
             if not (self.definition.jax.grouped_unchecked and params.get("axis_index_groups") is not None):
                 raise
             return lower_(body, False).compile(), "real, check_vma=False"
-        except jax.errors.JaxRuntimeError as error:
-            if self.fallback is None or not self.fallback.applies(error):
-                raise
-            return lower_(self.fallback.body(on, params), True).compile(), "decomposition"
 
 
-DISPATCH: dict[str, Route] = {name: Route(d, _FALLBACKS.get(d)) for name, d in collectives.REGISTRY.items()}
+DISPATCH: dict[str, Route] = {name: Route(d) for name, d in collectives.REGISTRY.items()}
 
 
 def route(op: str) -> Route:

@@ -42,7 +42,7 @@ _TEST_OPS = ("crash", "sleep")  # understood by the worker; used by the tests on
 
 @dataclass(frozen=True)
 class OracleResult:
-    """What real JAX computed: `outputs[d]` is device d's result; `path` is "real" or "decomposition"."""
+    """What real JAX computed: `outputs[d]` is device d's result; `path` is a key of `oracles.PATHS`."""
 
     outputs: list[np.ndarray]
     path: str
@@ -113,7 +113,7 @@ class JaxOracle:
             params: the op's keyword arguments (axis_name, axis_index_groups, axis, tiled, ...).
 
         Returns:
-            Per-device outputs and the path taken ("decomposition" for ragged_all_to_all on XLA:CPU).
+            Per-device outputs and the path taken ("cpu lowering" for ragged_all_to_all on XLA:CPU).
 
         Raises:
             InvalidArgumentError: the request cannot be expressed as one shard_map call (checked before sending).
