@@ -203,8 +203,8 @@ def _ragged_moe(mesh: Any) -> Callable[..., Any]:
 
 def moe_ragged() -> dict[str, Any]:
     """The ragged MoE layer and its gradient through the bridge, against the dense layer run by real JAX
-    (the same function of the inputs, within float32 rounding); and against JAX's own ragged_all_to_all
-    once `oracles.install_cpu_ragged_all_to_all` exists to run it on CPU."""
+    (the same function of the inputs, within float32 rounding); and against JAX's own ragged_all_to_all,
+    run on CPU through `oracles.install_cpu_ragged_all_to_all`."""
     rng = np.random.default_rng(7)
     mesh = oracles.cpu_mesh({"e": 4})
     args = (rng.standard_normal((32, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32),
@@ -217,11 +217,9 @@ def moe_ragged() -> dict[str, Any]:
         got = jax.tree.leaves(simulated.outputs)
         found[label] = all(np.allclose(e, g, rtol=1e-5, atol=1e-5) for e, g in zip(expected, got))
         found[f"{label} messages"] = len(simulated.run.trace.messages)
-    install = getattr(oracles, "install_cpu_ragged_all_to_all", None)
-    if install is not None:
-        install()
-        found["jax"] = oracles.compare_jax(jax.jit(jax.grad(ragged, argnums=(0, 1, 2))), *args, rtol=1e-5,
-                                           atol=1e-5).agrees
+    oracles.install_cpu_ragged_all_to_all()
+    found["jax"] = oracles.compare_jax(jax.jit(jax.grad(ragged, argnums=(0, 1, 2))), *args, rtol=1e-5,
+                                       atol=1e-5).agrees
     return found
 
 
