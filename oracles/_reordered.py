@@ -48,8 +48,8 @@ def compare_reordered(op: str, params: Mapping[str, Any], mesh_shape: dict, inpu
             found.append(Difference("aval", d, "", want, got))
             continue
         parts = [_chunk(op, params, np.asarray(inputs[m]), group.index(d), len(group)) for m in group]
-        terms = np.stack(parts).astype(np.complex128 if want.dtype.kind == "c" else np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and overflow are judged, not warned of
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN, inf - inf and overflow are judged, not warned of
+            terms = np.stack(parts).astype(np.complex128 if want.dtype.kind == "c" else np.float64)
             bad = ~_within(op, want, got, terms)
         if bad.any():
             flat = np.flatnonzero(bad.reshape(-1))
