@@ -4,7 +4,9 @@ XLA:CPU cannot compile the op, so this rule lowers it to what XLA:CPU runs. A de
 static size, so the slices travel in rounds of a fixed `chunk` = ceil(M / S) rows per slot (M the output's
 rows, S the index arrays' length): in round r every slot sends the next `chunk` rows of its slice (the
 rows its receiver writes inside its output, zeros past its size), one tiled `all_to_all` of the (S * chunk,
-...) buffer moves them, and each receiver copies them in place to `output_offsets + r * chunk`. An
+...) buffer moves them, and each receiver copies them in place to `output_offsets + r * chunk` (the last
+window moved back to end at the output's end), segment by segment: the slices cut the output into
+segments, each written by the slot the docs' RECEIVE loop writes there last. An
 `all_to_all` of `output_offsets` tells every receiver where its slices land, and one of each receiver's
 round count makes every device of the group run as many rounds as the busiest one needs (a `while_loop`).
 A balanced exchange (no slice over `chunk` rows) takes one round and moves about M rows per device; a
@@ -13,7 +15,8 @@ slice of n rows takes ceil(n / chunk) rounds, at most S, and every round moves S
 Inputs the docs leave undefined, row by row: a row read from outside `operand` arrives as zeros; a row
 written outside `output` is dropped; a negative size writes nothing; offsets and sizes past a quarter of
 the working index type's largest value (int32, or int64 for 64-bit indices) saturate there; where writes
-overlap, the later slot of the docs' RECEIVE loop wins, row by row; a receiver writes `recv_sizes[i]` rows, taking zeros past the `send_sizes` its sender sent.
+overlap, the later slot of the docs' RECEIVE loop wins, row by row; a receiver writes `recv_sizes[i]` rows
+of slot i, taking zeros past the `send_sizes` its sender sent.
 Inputs XLA's verifier rejects (index arrays of different dtypes, operand and output of different dtypes
 or trailing shapes) are handed to JAX's own lowering of the op, so the user sees XLA's own error.
 """
@@ -55,7 +58,7 @@ def decomposition(operand: jax.Array, output: jax.Array, input_offsets: jax.Arra
         return lax.all_to_all(x, axis_name, 0, 0, axis_index_groups=axis_index_groups, tiled=True)
 
     rows, chunk = output.shape[0], max(1, -(-output.shape[0] // slots))
-    send = _Sender(_padded(operand, chunk, chunk), io, ss, jnp.maximum(-oo, 0), chunk, operand.shape[0])
+    send = _Sender(_padded(operand, chunk), io, ss, oo, chunk, operand.shape[0], rows)
     receive = _Receiver.make(exchange(oo), rs, chunk, rows)
     # every device of the group runs as many rounds as the busiest receiver needs
     rounds = jnp.max(exchange(jnp.broadcast_to(receive.rounds(), (group_size,))))
@@ -64,16 +67,23 @@ def decomposition(operand: jax.Array, output: jax.Array, input_offsets: jax.Arra
         return receive.write(r, exchange(send.buffer(r)), carry)
 
     # round 0 runs before the loop, so the carry starts with the variance every round's result has
-    first = one_round(jnp.zeros((), work), _padded(output, 0, chunk))
+    first = one_round(jnp.zeros((), work), output)
     return lax.while_loop(lambda c: c[0] < rounds, lambda c: (c[0] + 1, one_round(*c)),
-                          (jnp.ones((), work), first))[1][:rows]
+                          (jnp.ones((), work), first))[1]
 
 
-def _padded(x: jax.Array, before: int, after: int) -> jax.Array:
-    """`x` with zero rows before and after, so a window of `chunk` rows starting anywhere a slice can
-    reach is read or written without the clamping dynamic slices do."""
-    return jnp.concatenate([jnp.zeros((before, *x.shape[1:]), x.dtype), x,
-                            jnp.zeros((after, *x.shape[1:]), x.dtype)])
+def _padded(x: jax.Array, chunk: int) -> jax.Array:
+    """`x` between `chunk` zero rows before and after, so a window of `chunk` rows starting anywhere a
+    slice can reach is read without the clamping dynamic slices do."""
+    zeros = jnp.zeros((chunk, *x.shape[1:]), x.dtype)
+    return jnp.concatenate([zeros, x, zeros])
+
+
+def _window(start: jax.Array, r: jax.Array, chunk: int, rows: int) -> jax.Array:
+    """The first output row of round r's window of the slot whose rows in the output start at `start`:
+    `start + r*chunk`, moved back to end at the output's end (so it never clamps; the rows it brings
+    again are the same rows of the same slot)."""
+    return jnp.minimum(start + r * chunk, rows - chunk)
 
 
 def _rows_mask(mask: jax.Array, like: jax.Array) -> jax.Array:
@@ -82,33 +92,35 @@ def _rows_mask(mask: jax.Array, like: jax.Array) -> jax.Array:
 
 
 class _Sender(NamedTuple):
-    """A sender's rounds: slot s sends, in round r, rows `skip[s] + r*chunk + c` (c < chunk) of its slice,
-    the ones its receiver writes inside its output, zeros past the slice's size or outside the operand."""
+    """A sender's rounds: slot s sends, in round r, the rows of its slice its receiver's window of that
+    round covers (`_window`), zeros past the slice's size or outside the operand."""
 
     source: jax.Array  # the operand between `chunk` zero rows before and after
     offsets: jax.Array
     sizes: jax.Array
-    skip: jax.Array
+    output_offsets: jax.Array
     chunk: int
     operand_rows: int
+    rows: int
 
     def buffer(self, r: jax.Array) -> jax.Array:
         """Round r's (slots * chunk, ...) buffer, slot-major, so peer p's slots form its tile."""
-        c = lax.iota(self.skip.dtype, self.chunk)
+        c = lax.iota(self.offsets.dtype, self.chunk)
 
         def slot(s: jax.Array, buffer: jax.Array) -> jax.Array:
-            k = self.skip[s] + r * self.chunk
+            oo = self.output_offsets[s]
+            k = _window(jnp.clip(oo, 0, self.rows), r, self.chunk, self.rows) - oo
             start = self.offsets[s] + k
             # outside [-chunk, operand_rows] the window clamps, but then none of its rows is sent
             window = lax.dynamic_slice_in_dim(self.source, start + self.chunk, self.chunk)
             row = start + c
-            sent = (k + c < self.sizes[s]) & (row >= 0) & (row < self.operand_rows)
+            sent = (k + c >= 0) & (k + c < self.sizes[s]) & (row >= 0) & (row < self.operand_rows)
             window = lax.select(_rows_mask(sent, window), window, jnp.zeros_like(window))
             return lax.dynamic_update_slice_in_dim(buffer, window, s * self.chunk, 0)
 
         empty = jnp.zeros((self.offsets.shape[0] * self.chunk, *self.source.shape[1:]), self.source.dtype)
         return lax.fori_loop(0, self.offsets.shape[0], slot,
-                             _varying(empty, self.source, self.offsets, self.sizes, self.skip, r))
+                             _varying(empty, self.source, self.offsets, self.sizes, self.output_offsets, r))
 
 
 class _Receiver(NamedTuple):
@@ -123,6 +135,7 @@ class _Receiver(NamedTuple):
     slot: jax.Array
     count: jax.Array
     chunk: int
+    rows: int
 
     @classmethod
     def make(cls, offsets: jax.Array, sizes: jax.Array, chunk: int, rows: int) -> _Receiver:
@@ -136,7 +149,7 @@ class _Receiver(NamedTuple):
         slot = jnp.max(jnp.where(covers, lax.iota(start.dtype, start.shape[0])[None, :], -1), axis=1)
         written = (slot >= 0) & (low < high)
         order = jnp.argsort(~written, stable=True)
-        return cls(start, low[order], high[order], slot[order], jnp.sum(written, dtype=start.dtype), chunk)
+        return cls(start, low[order], high[order], slot[order], jnp.sum(written, dtype=start.dtype), chunk, rows)
 
     def rounds(self) -> jax.Array:
         """The rounds this receiver needs: until its written segments' last rows have come."""
@@ -145,12 +158,11 @@ class _Receiver(NamedTuple):
         return jnp.max(jnp.where(live, (last + self.chunk - 1) // self.chunk, 0))
 
     def write(self, r: jax.Array, received: jax.Array, carry: jax.Array) -> jax.Array:
-        """`carry` (the output and `chunk` spare rows) with round r's `received` rows written in place."""
+        """`carry` (the output so far) with round r's `received` rows written in place."""
         c = lax.iota(self.start.dtype, self.chunk)
 
         def segment(q: jax.Array, carry: jax.Array) -> jax.Array:
-            at = self.start[self.slot[q]] + r * self.chunk
-            # past the output (start + chunk spare rows) the window clamps, but then it writes nothing
+            at = _window(self.start[self.slot[q]], r, self.chunk, self.rows)
             window = lax.dynamic_slice_in_dim(carry, at, self.chunk)
             new = lax.dynamic_slice_in_dim(received, self.slot[q] * self.chunk, self.chunk)
             inside = (at + c >= self.low[q]) & (at + c < self.high[q])
