@@ -9,9 +9,8 @@ as one compiled `jax.jit(jax.shard_map(...))` on arguments already on the device
 - numpy: `numpy_ragged_all_to_all` on the global arrays (the reference the others are checked against);
 - ragged, cpu lowering: the real `jax.lax.ragged_all_to_all` through the installed lowering;
 - all_to_all, payload bytes: a tiled `jax.lax.all_to_all` of each device's operand (rows x columns);
-- all_to_all, lowering's bytes: a tiled `jax.lax.all_to_all` of 8 x rows x columns per device, the bytes
-  the lowering moves (it pads every peer's share to a whole output, because a dense collective needs a
-  static size and one peer may receive a whole output's worth).
+- all_to_all, lowering's bytes: a tiled `jax.lax.all_to_all` of the rows the lowering moves per device:
+  its rounds x 8 slots x its chunk of ceil(rows / 8) rows (`lowering_rows`), in one collective.
 
 The lowering's result digest must equal numpy's. Lower + compile seconds are measured apart, once. Sets
 XLA_FLAGS itself, so run it in a fresh process.
@@ -96,16 +95,25 @@ def measure(rows: int, columns: int, repeat: int) -> list[tuple[str, float | Non
     lowered, compile_s = _compiled(lambda *a: jax.lax.ragged_all_to_all(*a, axis_name=AXIS_NAME), *args)
     if digest(np.asarray(lowered(*args))) != digest(want):
         raise AssertionError("the cpu lowering's result differs from numpy's")
+    moved = lowering_rows(ragged.sizes, rows)
     found.append(("ragged, cpu lowering", compile_s, _best(lambda: lowered(*args).block_until_ready(), repeat),
-                  DEVICES * rows * row_bytes))
+                  moved * row_bytes))
 
     def exchange(block: Any) -> Any:
         return jax.lax.all_to_all(block, AXIS_NAME, 0, 0, tiled=True)
 
     for stage, shape in (("all_to_all, payload bytes", ragged.workload.shape),
-                         ("all_to_all, lowering's bytes", (DEVICES * DEVICES * rows, columns))):
+                         ("all_to_all, lowering's bytes", (DEVICES * moved, columns))):
         found.append((stage, *_dense(exchange, shape, repeat), shape[0] // DEVICES * row_bytes))
     return found
+
+
+def lowering_rows(sizes: np.ndarray, rows: int) -> int:
+    """Rows the lowering sends per device on slices of `sizes[i, j]` rows into outputs of `rows` rows: one
+    chunk of ceil(rows / slots) rows per slot and round, for as many rounds as the longest slice needs."""
+    slots = sizes.shape[1]
+    chunk = max(1, -(-rows // slots))
+    return int(max(1, -(-int(sizes.max()) // chunk))) * slots * chunk
 
 
 def _dense(exchange: Callable[..., Any], shape: tuple[int, int], repeat: int) -> tuple[float, float]:

@@ -1,19 +1,22 @@
-"""The CPU lowering of JAX's `ragged_all_to_all`: the docs' SEND and RECEIVE loops built from one dense all_to_all.
+"""The CPU lowering of JAX's `ragged_all_to_all`: the docs' SEND and RECEIVE loops in rounds of dense all_to_alls.
 
-XLA:CPU cannot compile the op, so this rule lowers it to what XLA:CPU runs. Each sender lays its slices
-out for every peer as that peer's output would hold them (`output_offsets` already says where they land),
-in an (M, ...) buffer per peer, M the output's rows; one tiled `all_to_all` moves the G buffers (G the
-group size), an `all_to_all` of `output_offsets` tells every receiver where its slices land, and each
-output row takes the row of the buffer of the sender that last wrote it, in the docs' slot order.
-
-Bytes: a dense collective needs a static size, and one peer may send a whole output's worth, so every
-device sends G * M rows where the op itself would send only its slices' rows.
+XLA:CPU cannot compile the op, so this rule lowers it to what XLA:CPU runs. A dense collective needs a
+static size, so the slices travel in rounds of a fixed `chunk` = ceil(M / S) rows per slot (M the output's
+rows, S the index arrays' length): in round r every slot sends the next `chunk` rows of its slice (the
+rows its receiver writes inside its output, zeros past its size), one tiled `all_to_all` of the (S * chunk,
+...) buffer moves them, and each receiver copies them in place to `output_offsets + r * chunk` (the last
+window moved back to end at the output's end), segment by segment: the slices cut the output into
+segments, each written by the slot the docs' RECEIVE loop writes there last. An
+`all_to_all` of `output_offsets` tells every receiver where its slices land, and one of each receiver's
+round count makes every device of the group run as many rounds as the busiest one needs (a `while_loop`).
+A balanced exchange (no slice over `chunk` rows) takes one round and moves about M rows per device; a
+slice of n rows takes ceil(n / chunk) rounds, at most S, and every round moves S * chunk rows.
 
 Inputs the docs leave undefined, row by row: a row read from outside `operand` arrives as zeros; a row
 written outside `output` is dropped; a negative size writes nothing; offsets and sizes past a quarter of
 the working index type's largest value (int32, or int64 for 64-bit indices) saturate there; where writes
-overlap, the later slot of the docs' RECEIVE loop wins (a sender's own slices to one peer in its SEND
-order); a receiver writes `recv_sizes[i]` rows, taking zeros past the `send_sizes` its sender sent.
+overlap, the later slot of the docs' RECEIVE loop wins, row by row; a receiver writes `recv_sizes[i]` rows
+of slot i, taking zeros past the `send_sizes` its sender sent.
 Inputs XLA's verifier rejects (index arrays of different dtypes, operand and output of different dtypes
 or trailing shapes) are handed to JAX's own lowering of the op, so the user sees XLA's own error.
 """
@@ -21,7 +24,7 @@ or trailing shapes) are handed to JAX's own lowering of the op, so the user sees
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +39,7 @@ Rule = Callable[..., Sequence[Any]]
 def decomposition(operand: jax.Array, output: jax.Array, input_offsets: jax.Array, send_sizes: jax.Array,
                   output_offsets: jax.Array, recv_sizes: jax.Array, *, axis_name: tuple[Any, ...],
                   axis_index_groups: Sequence[Sequence[int]] | None) -> jax.Array:
-    """`ragged_all_to_all(...)` of one device, computed with all_to_all, gathers and selects.
+    """`ragged_all_to_all(...)` of one device, computed in rounds of one tiled all_to_all each.
 
     Raises:
         ValueError: the index arrays' length is not a multiple of the group size.
@@ -54,47 +57,125 @@ def decomposition(operand: jax.Array, output: jax.Array, input_offsets: jax.Arra
     def exchange(x: jax.Array) -> jax.Array:
         return lax.all_to_all(x, axis_name, 0, 0, axis_index_groups=axis_index_groups, tiled=True)
 
-    rows = output.shape[0]
-    per_peer = _sent_rows(io, ss, oo, group_size, operand.shape[0], rows)
-    # one extra zero row stands for every row no slice sends or that lies outside the operand
-    source = jnp.concatenate([operand, jnp.zeros((1, *operand.shape[1:]), operand.dtype)])
-    received = exchange(source.at[per_peer.reshape(-1)].get(mode="promise_in_bounds"))
-    sender = _writer(exchange(oo), rs, group_size, rows)
-    m = lax.iota(work, rows)
-    picked = received.at[jnp.maximum(sender, 0) * rows + m].get(mode="promise_in_bounds")
-    written = (sender >= 0).reshape(rows, *(1,) * (output.ndim - 1))
-    return lax.select(jnp.broadcast_to(written, output.shape), picked, output)
+    rows, chunk = output.shape[0], max(1, -(-output.shape[0] // slots))
+    send = _Sender(_padded(operand, chunk), io, ss, oo, chunk, operand.shape[0], rows)
+    receive = _Receiver.make(exchange(oo), rs, chunk, rows)
+    # every device of the group runs as many rounds as the busiest receiver needs
+    rounds = jnp.max(exchange(jnp.broadcast_to(receive.rounds(), (group_size,))))
+
+    def one_round(r: jax.Array, carry: jax.Array) -> jax.Array:
+        return receive.write(r, exchange(send.buffer(r)), carry)
+
+    # round 0 runs before the loop, so the carry starts with the variance every round's result has
+    first = one_round(jnp.zeros((), work), output)
+    return lax.while_loop(lambda c: c[0] < rounds, lambda c: (c[0] + 1, one_round(*c)),
+                          (jnp.ones((), work), first))[1]
 
 
-def _sent_rows(io: jax.Array, ss: jax.Array, oo: jax.Array, group_size: int, operand_rows: int,
-               rows: int) -> jax.Array:
-    """For every peer p and row m of p's output, the operand row this device writes there (later slices
-    win), or `operand_rows` (the zero row) where it writes none or would read outside the operand."""
-    per = io.shape[0] // group_size
-    io, ss, oo = (x.reshape(group_size, per) for x in (io, ss, oo))
-    m = lax.iota(io.dtype, rows)[None, :]
-
-    def slot(s: int, found: jax.Array) -> jax.Array:
-        local = m - lax.dynamic_index_in_dim(oo, s, 1)
-        hit = (local >= 0) & (local < lax.dynamic_index_in_dim(ss, s, 1))
-        return jnp.where(hit, lax.dynamic_index_in_dim(io, s, 1) + local, found)
-
-    start = _unset((group_size, rows), io, ss, oo)
-    found = lax.fori_loop(0, per, slot, start) if per > 1 else slot(0, start)
-    return jnp.where((found >= 0) & (found < operand_rows), found, operand_rows)
+def _padded(x: jax.Array, chunk: int) -> jax.Array:
+    """`x` between `chunk` zero rows before and after, so a window of `chunk` rows starting anywhere a
+    slice can reach is read without the clamping dynamic slices do."""
+    zeros = jnp.zeros((chunk, *x.shape[1:]), x.dtype)
+    return jnp.concatenate([zeros, x, zeros])
 
 
-def _writer(offsets: jax.Array, sizes: jax.Array, group_size: int, rows: int) -> jax.Array:
-    """For every output row, the group index of the sender whose slice the docs' RECEIVE loop writes there
-    last, or -1 where none does."""
-    per = offsets.shape[0] // group_size
-    m = lax.iota(offsets.dtype, rows)
+def _window(start: jax.Array, r: jax.Array, chunk: int, rows: int) -> jax.Array:
+    """The first output row of round r's window of the slot whose rows in the output start at `start`:
+    `start + r*chunk`, moved back to end at the output's end (so it never clamps; the rows it brings
+    again are the same rows of the same slot)."""
+    return jnp.minimum(start + r * chunk, rows - chunk)
 
-    def slot(i: jax.Array, found: jax.Array) -> jax.Array:
-        local = m - offsets[i]
-        return jnp.where((local >= 0) & (local < sizes[i]), (i // per).astype(found.dtype), found)
 
-    return lax.fori_loop(0, offsets.shape[0], slot, _unset((rows,), offsets, sizes))
+def _rows_mask(mask: jax.Array, like: jax.Array) -> jax.Array:
+    """A per-row mask broadcast over `like`'s trailing dimensions."""
+    return jnp.broadcast_to(mask.reshape(-1, *(1,) * (like.ndim - 1)), like.shape)
+
+
+class _Sender(NamedTuple):
+    """A sender's rounds: slot s sends, in round r, the rows of its slice its receiver's window of that
+    round covers (`_window`), zeros past the slice's size or outside the operand."""
+
+    source: jax.Array  # the operand between `chunk` zero rows before and after
+    offsets: jax.Array
+    sizes: jax.Array
+    output_offsets: jax.Array
+    chunk: int
+    operand_rows: int
+    rows: int
+
+    def buffer(self, r: jax.Array) -> jax.Array:
+        """Round r's (slots * chunk, ...) buffer, slot-major, so peer p's slots form its tile."""
+        c = lax.iota(self.offsets.dtype, self.chunk)
+
+        def slot(s: jax.Array, buffer: jax.Array) -> jax.Array:
+            oo = self.output_offsets[s]
+            k = _window(jnp.clip(oo, 0, self.rows), r, self.chunk, self.rows) - oo
+            start = self.offsets[s] + k
+            # outside [-chunk, operand_rows] the window clamps, but then none of its rows is sent
+            window = lax.dynamic_slice_in_dim(self.source, start + self.chunk, self.chunk)
+            row = start + c
+            sent = (k + c >= 0) & (k + c < self.sizes[s]) & (row >= 0) & (row < self.operand_rows)
+            window = lax.select(_rows_mask(sent, window), window, jnp.zeros_like(window))
+            return lax.dynamic_update_slice_in_dim(buffer, window, s * self.chunk, 0)
+
+        empty = jnp.zeros((self.offsets.shape[0] * self.chunk, *self.source.shape[1:]), self.source.dtype)
+        return lax.fori_loop(0, self.offsets.shape[0], slot,
+                             _varying(empty, self.source, self.offsets, self.sizes, self.output_offsets, r))
+
+
+class _Receiver(NamedTuple):
+    """A receiver's rounds. Its slices' rows inside the output cut it into segments, each written by one
+    slot: the last one the docs' RECEIVE loop writes there. Segment q covers output rows [low[q], high[q])
+    from slot `slot[q]`, whose output rows start at `start[slot[q]]`; round r brings that slot's rows
+    start + r*chunk + c (c < chunk). The first `count` segments are the written ones."""
+
+    start: jax.Array
+    low: jax.Array
+    high: jax.Array
+    slot: jax.Array
+    count: jax.Array
+    chunk: int
+    rows: int
+
+    @classmethod
+    def make(cls, offsets: jax.Array, sizes: jax.Array, chunk: int, rows: int) -> _Receiver:
+        """The receiver of slices at `offsets` (as exchanged) of `sizes` rows into `rows` output rows."""
+        start = jnp.clip(offsets, 0, rows)
+        end = jnp.maximum(jnp.clip(offsets + sizes, 0, rows), start)
+        bounds = jnp.sort(jnp.concatenate([start, end]))
+        low, high = bounds[:-1], bounds[1:]
+        # every slice covers a segment whole or not at all; the last slot that covers it writes it
+        covers = (start[None, :] <= low[:, None]) & (low[:, None] < end[None, :])
+        slot = jnp.max(jnp.where(covers, lax.iota(start.dtype, start.shape[0])[None, :], -1), axis=1)
+        written = (slot >= 0) & (low < high)
+        order = jnp.argsort(~written, stable=True)
+        return cls(start, low[order], high[order], slot[order], jnp.sum(written, dtype=start.dtype), chunk, rows)
+
+    def rounds(self) -> jax.Array:
+        """The rounds this receiver needs: until its written segments' last rows have come."""
+        last = self.high - self.start[jnp.maximum(self.slot, 0)]
+        live = lax.iota(self.count.dtype, self.low.shape[0]) < self.count
+        return jnp.max(jnp.where(live, (last + self.chunk - 1) // self.chunk, 0))
+
+    def write(self, r: jax.Array, received: jax.Array, carry: jax.Array) -> jax.Array:
+        """`carry` (the output so far) with round r's `received` rows written in place."""
+        c = lax.iota(self.start.dtype, self.chunk)
+
+        def segment(q: jax.Array, carry: jax.Array) -> jax.Array:
+            at = _window(self.start[self.slot[q]], r, self.chunk, self.rows)
+            window = lax.dynamic_slice_in_dim(carry, at, self.chunk)
+            new = lax.dynamic_slice_in_dim(received, self.slot[q] * self.chunk, self.chunk)
+            inside = (at + c >= self.low[q]) & (at + c < self.high[q])
+            return lax.dynamic_update_slice_in_dim(carry, lax.select(_rows_mask(inside, window), new, window), at, 0)
+
+        like = (received, self.start, self.low, self.high, self.slot, self.count, r)
+        return lax.fori_loop(0, self.count, segment, _varying(carry, *like))
+
+
+def _varying(x: jax.Array, *like: jax.Array) -> jax.Array:
+    """`x`, typed as varying over whatever mesh axes `like` vary over (a loop's carry keeps the variance it
+    starts with under check_vma, and its body mixes in theirs)."""
+    return lax.select(sum(y.reshape(-1)[0] * 0 for y in like if y.size) == 0, x, x)
 
 
 def _unset(shape: tuple[int, ...], *like: jax.Array) -> jax.Array:

@@ -152,6 +152,23 @@ def test_generated_cases_agree_with_simulator(child):
     assert found == []
 
 
+ROUNDS = [  # one receiver's slice much longer than the rounds' chunk of ceil(M / S) rows, the others idle
+    ragged_case({"x": 4}, "x", [[9, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [0, 5, 0, 2]], trailing=(2,),
+                dtype="float32"),
+    ragged_case({"x": 4}, "x", [[0, 7], [0, 0], [1, 0], [2, 0]], axis_index_groups=[[0, 2], [3, 1]]),
+    ragged_case({"x": 2}, "x", [[3, 0, 0, 0], [0, 0, 1, 0]]),
+]
+
+
+@pytest.mark.parametrize("vma", [True, False])
+def test_slices_longer_than_a_round_agree(child, vma):
+    """Slices that need several rounds (up to one per slot) while other devices need none, with and
+    without groups and several slots per peer: every device runs the group's rounds and the result equals
+    the simulator's and the spec's."""
+    for reply, case in zip(child.ask([job("run", case, vma) for case in ROUNDS]), ROUNDS):
+        assert disagreements(case, one(reply, case)) == []
+
+
 @pytest.mark.parametrize("dtype", ["bool", "bfloat16", "complex64", "uint16"])
 def test_docs_example_in_other_dtypes(child, dtype):
     """Dtypes the generated cases do not draw (bool, bfloat16, complex64, uint16) run too: the docs' numbers."""
@@ -361,6 +378,10 @@ UNDEFINED = {  # what the lowering does where the docs give no meaning, as its m
     "overlapping writes: the later slot wins": (
         small([[1, 2], [3, 4]], 3, [[[0, 0], [0, 0]], [[2, 0], [2, 0]], [[0, 0], [1, 0]], [[2, 2], [0, 0]]]),
         [[1, 3, 4], [-1, -1, -1]]),
+    "one sender's overlapping slots: each writes its own recv_sizes rows, the later slot wins": (
+        small([[1, 2], [3, 4]], 3, [[[0, 0, 0, 0], [0] * 4], [[2, 2, 0, 0], [0] * 4], [[0, 1, 0, 0], [0] * 4],
+                                     [[2, 0, 0, 0], [0] * 4]]),
+        [[1, 2, -1], [-1, -1, -1]]),
     "negative size: writes nothing": (
         small([[1, 2], [3, 4]], 3, [[[0, 0], [0, 0]], [[-1, 0], [0, 0]], [[0, 0], [0, 0]], [[-1, 0], [0, 0]]]),
         [[-1, -1, -1], [-1, -1, -1]]),
