@@ -53,7 +53,7 @@ from oracles._jax_setup import mesh as jax_mesh  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-PROFILES = {"default": {"transpose": 8, "vmap": 6, "derandomize": True},
+PROFILES = {"default": {"transpose": 10, "vmap": 8, "derandomize": True},
             "large": {"transpose": 150, "vmap": 100, "derandomize": False}}
 FLOATS = ("bfloat16", "float16", "float32", "float64")
 LINEAR = tuple(n for n, d in collectives.REGISTRY.items() if not isinstance(d.transpose, collectives.NotLinear))
