@@ -170,18 +170,45 @@ def _bind_pscatter(jax: Any, p: dict[str, Any]) -> Any:
 
 
 def _pbroadcast_transpose(t: Transposition) -> list:
-    """The design note's pair: the transpose of pbroadcast is psum2."""
+    """The design note's pair: the transpose of pbroadcast is psum2.
+
+    Untyped (`check_vma=False`), pbroadcast is the identity (JAX binds nothing for it) and the transposed
+    shard_map sums the cotangent of an unmapped input itself: a psum2 here would sum it twice."""
+    if not sim.current().check_vma:
+        return [t.ct]
     return [t.ops.psum2(t.ct, t.params["axis_name"])]
 
 
 def _gather_invariant_transpose(t: Transposition) -> list:
-    """The design note's pair: the transpose of all_gather_invariant is pscatter (no communication)."""
+    """The design note's pair: the transpose of all_gather_invariant is pscatter (no communication).
+
+    Untyped, nothing says the cotangent is equal on every device (an output mapped over the axis gets one
+    per device), so it is psum_scatter, all_gather's transpose, which is pscatter's answer when they are
+    equal. JAX takes the slice there too, which drops the other devices' cotangents (FINDINGS.md)."""
+    if not sim.current().check_vma:
+        return [t.ops.psum_scatter(t.ct, t.params["axis_name"], scatter_dimension=t.params["axis"],
+                                   tiled=t.params["tiled"])]
     return [t.ops.pscatter(t.ct, t.params["axis_name"], axis=t.params["axis"], tiled=t.params["tiled"])]
 
 
 def _pscatter_transpose(t: Transposition) -> list:
-    """The design note's pair: the transpose of pscatter is all_gather_invariant."""
-    return [t.ops.all_gather_invariant(t.ct, t.params["axis_name"], axis=t.params["axis"], tiled=t.params["tiled"])]
+    """The design note's pair: the transpose of pscatter is all_gather_invariant.
+
+    Untyped, the transposed shard_map sums the cotangent of the (unmapped) operand itself, so each device
+    contributes only its own block: the gathered cotangent with the other devices' blocks zeroed."""
+    gathered = t.ops.all_gather_invariant(t.ct, t.params["axis_name"], axis=t.params["axis"], tiled=t.params["tiled"])
+    if sim.current().check_vma:
+        return [gathered]
+    return [gathered * _own_block(np.shape(gathered), t.params).astype(np.asarray(t.ct).dtype)]
+
+
+def _own_block(shape: tuple[int, ...], params: dict) -> np.ndarray:
+    """1 on this device's block of a gathered array (along `axis`), 0 elsewhere."""
+    context = sim.current()
+    axis, n = params["axis"] % len(shape), context.mesh.axis_size(params["axis_name"])
+    along = np.arange(shape[axis]) // (shape[axis] // n if params["tiled"] else 1)
+    mask = (along == context.mesh.axis_index(context.device, params["axis_name"])).astype(np.int8)
+    return mask.reshape([-1 if i == axis else 1 for i in range(len(shape))])
 
 
 def _gather_invariant_strategy(st: Any, axes: Axes, **options: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -277,7 +278,11 @@ def _write_by_arrival(port: sim.Port, args: _Args, view: np.ndarray, members: tu
 
 
 def _transpose(t: Transposition) -> list:
-    """JAX's rule: send the received rows back where they came from; rows received are not in `output`."""
+    """Send the received rows back to the rows they were read from, adding where two slices read one row;
+    the rows received are not in `output`, so their cotangent does not flow to it.
+
+    JAX's rule (`_ragged_all_to_all_transpose`) writes the returned rows into the operand's rows, which
+    keeps one cotangent where send slices overlap (FINDINGS.md); the sum here is the adjoint."""
     p, ops = t.params, t.ops
     _, _, input_offsets, send_sizes, output_offsets, recv_sizes = t.primal
     names = {"axis_name": p["axis_name"], "axis_index_groups": p["axis_index_groups"]}
@@ -286,10 +291,20 @@ def _transpose(t: Transposition) -> list:
     received_at = exchange(output_offsets)
     operand_ct = output_ct = None
     if t.linear[0]:
+        # Send slices may read the same operand rows (the docs constrain only the writes into `output`), so
+        # the rows come back into a staging buffer, slice i in its own block of operand-many rows (shapes must
+        # agree over the group), and are then added where they were read: writing them straight into the
+        # operand's rows would keep one of two reads.
         operand = t.equation.inputs[0]
-        zeros = np.zeros(operand.shape, operand.dtype)
-        operand_ct = ops.ragged_all_to_all(t.ct, zeros, received_at, recv_sizes, exchange(input_offsets),
-                                           send_sizes, **names)
+        n, index = operand.shape[0], np.asarray(send_sizes)
+        staging = np.zeros((len(index) * n, *operand.shape[1:]), operand.dtype)
+        staged = ops.ragged_all_to_all(t.ct, staging, received_at, recv_sizes,
+                                       exchange((np.arange(len(index)) * n).astype(index.dtype)), send_sizes, **names)
+        spans = [(i * n, int(o), int(k)) for i, (o, k) in enumerate(zip(np.asarray(input_offsets), index)) if k > 0]
+        picked = np.concatenate([np.arange(at, at + k) for at, _, k in spans] or [np.zeros(0, int)]).astype(np.intp)
+        rows = np.concatenate([np.arange(o, o + k) for _, o, k in spans] or [np.zeros(0, int)]).astype(np.intp)
+        operand_ct = sim.apply("scatter_add", _scatter_add(rows), [np.zeros(operand.shape, operand.dtype),
+                                                                   staged[picked]], {"index": rows})
     if t.linear[1]:
         keep = np.ones(t.ct.shape[0], bool)
         for start, size in zip(np.asarray(received_at), np.asarray(recv_sizes)):
@@ -317,10 +332,19 @@ def sender_tables(groups: Any, recv_sizes: list[list[int]],
     return send_sizes, output_offsets
 
 
+def _scatter_add(rows: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """`base` with `update`'s rows added at `rows` (repeats add up): the transposer's 'scatter_add'."""
+    def run(base: np.ndarray, update: np.ndarray) -> np.ndarray:
+        out = np.array(base, copy=True)
+        np.add.at(out, rows, update)
+        return out
+    return run
+
+
 def _strategy(st: Any, axes: Axes, *, transposable: bool = False, **options: Any) -> Any:
     """Valid calls: sizes agree, slices stay in bounds, no two receive slices overlap (send slices may,
-    unless `transposable`: the transpose writes the rows back to the send slices, where two writes to one
-    row are undefined).
+    unless `transposable`: JAX's transpose writes the rows back to the send slices, so where two of them
+    read one row it keeps one cotangent; meshsim's adds them, see FINDINGS.md).
 
     1 or 2 slices per peer of 0 to 3 rows; receive slices laid out in shuffled order with 0 to 2 padding
     rows before each, so slices end exactly at the last row now and then; operands of rank 1 to 3."""

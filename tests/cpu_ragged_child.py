@@ -10,7 +10,8 @@ them), with `check_vma` as given; each call applies `body` to its own arguments,
 - "run": `jax.lax.ragged_all_to_all(*args, **params)`;
 - "vjp": `jax.vjp` of it in (operand, output) at the given cotangent (`args[6]`), both cotangents back;
 - "grad": `jax.grad` of `vdot(ragged_all_to_all(...), weights)` in (operand, output);
-- "vmap": `jax.vmap` of it over a leading batch axis of every argument.
+- "vmap": `jax.vmap` of it over a leading batch axis of every argument;
+- "vmap_data": `jax.vmap` of it over a leading batch axis of operand and output, the index arrays shared.
 
 A job {"kind": "mutant", "name": ...} swaps the lowering for a deliberately wrong one (and clears JAX's
 caches), so the tests can watch the comparison catch it.
@@ -66,7 +67,9 @@ def _body(kind: str, params: dict[str, Any]) -> Callable[..., Any]:
         return grad
     if kind == "vmap":
         return jax.vmap(ragged)
-    raise ValueError(f"kind={kind!r} must be run, vjp, grad or vmap")
+    if kind == "vmap_data":
+        return jax.vmap(ragged, in_axes=(0, 0, None, None, None, None))
+    raise ValueError(f"kind={kind!r} must be run, vjp, grad, vmap or vmap_data")
 
 
 def run_job(job: dict[str, Any]) -> tuple[Any, ...]:
