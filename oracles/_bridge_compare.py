@@ -2,11 +2,16 @@
 
 Each output agrees when its dtype and shape are the same and its bytes (row-major) are identical; a
 comparison may allow a tolerance for float outputs whose reduction order differs from XLA's (`rtol`,
-`atol`).
+`atol`). Where a layout is given (JAX's output carries a `Format` whose `major_to_minor` is not
+row-major, e.g. from `jax.jit(f, out_shardings=Format(Layout((1, 0)), sharding))`), each device's buffer
+is also read byte for byte and compared with meshsim's answer for that shard encoded in the same layout
+by `layouts.encode`.
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+import layouts
 from oracles._bridge import Simulated, check_devices, meshes_of, run_traced, trace
 from oracles._bridge_eval import BridgeError, contains
 
@@ -34,16 +40,22 @@ class OutputAgreement:
     equal_bytes: bool
     close: bool
     max_abs_diff: float
+    layout: tuple[int, ...] | None = None  # JAX's major_to_minor, where it is not row-major
+    equal_device_bytes: bool | None = None  # every device buffer == meshsim's shard in `layout`
 
     @property
     def agrees(self) -> bool:
-        """Same dtype and shape, and values identical (or within the comparison's tolerance)."""
-        return self.jax_dtype == self.sim_dtype and self.jax_shape == self.sim_shape and self.close
+        """Same dtype and shape, values identical (or within the comparison's tolerance), and where a layout
+        is given, every device buffer's bytes identical."""
+        same = self.jax_dtype == self.sim_dtype and self.jax_shape == self.sim_shape and self.close
+        return same and self.equal_device_bytes is not False
 
     def __str__(self) -> str:
         verdict = "bit-identical" if self.equal_bytes else ("close" if self.agrees else "DIFFERS")
+        laid_out = ("" if self.layout is None else
+                    f", device bytes in layout {self.layout} {'equal' if self.equal_device_bytes else 'DIFFER'}")
         return (f"{self.path}: {verdict} (jax {self.jax_dtype}{list(self.jax_shape)}, meshsim "
-                f"{self.sim_dtype}{list(self.sim_shape)}, max |diff| {self.max_abs_diff:g})")
+                f"{self.sim_dtype}{list(self.sim_shape)}, max |diff| {self.max_abs_diff:g}{laid_out})")
 
 
 @dataclass(frozen=True)
@@ -84,9 +96,34 @@ def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: floa
     simulated = run_traced(closed, tree, args, options.pop("network", None), options)
     paths = [jax.tree_util.keystr(path) or "out" for path, _ in jax.tree_util.tree_flatten_with_path(expected)[0]]
     found = jax.tree.leaves(simulated.outputs)
-    wanted = [np.asarray(x) for x in jax.tree.leaves(expected)]
-    rows = tuple(agreement(path, w, s, rtol, atol) for path, w, s in zip(paths, wanted, found))
+    arrays = jax.tree.leaves(expected)
+    wanted = [np.asarray(x) for x in arrays]
+    rows = tuple(with_device_bytes(agreement(path, w, s, rtol, atol), a, s)
+                 for path, w, s, a in zip(paths, wanted, found, arrays))
     return JaxComparison(rows, wanted, simulated)
+
+
+def with_device_bytes(row: OutputAgreement, array: Any, found: Any) -> OutputAgreement:
+    """`row`, with its device buffers compared byte for byte when JAX's `array` has a non-row-major layout."""
+    layout = getattr(getattr(array, "format", None), "layout", None)
+    order = getattr(layout, "major_to_minor", None)
+    if order is None or tuple(order) == tuple(range(np.ndim(array))) or row.sim_shape != row.jax_shape:
+        return row
+    return dataclasses.replace(row, layout=tuple(order), equal_device_bytes=device_bytes_equal(array, found))
+
+
+def device_bytes_equal(array: Any, found: Any) -> bool:
+    """Whether every addressable shard of the JAX `array` holds, byte for byte, meshsim's global answer
+    `found` at that shard's index encoded in the array's layout."""
+    order = tuple(array.format.layout.major_to_minor)
+    for shard in array.addressable_shards:
+        data = shard.data.block_until_ready()
+        size = int(np.prod(data.shape)) * data.dtype.itemsize
+        raw = ctypes.string_at(data.unsafe_buffer_pointer(), size) if size else b""
+        mine = layouts.encode(np.ascontiguousarray(np.asarray(found)[shard.index]), layouts.Layout(order))
+        if raw != mine.tobytes():
+            return False
+    return True
 
 
 def _run_jax(f: Callable[..., Any], args: tuple, closed: Any) -> Any:

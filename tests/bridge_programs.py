@@ -326,12 +326,33 @@ def mutation() -> tuple[bool, str]:
     return report.agrees, str(report)
 
 
+def laid_out() -> dict[str, Any]:
+    """An all_to_all whose result JAX lays out column-major on every device (`out_shardings` with a
+    `Format`): compare_jax reads each device buffer and compares it byte for byte with meshsim's shard
+    encoded column-major; the same check refuses other values."""
+    from jax.experimental.layout import Format, Layout
+    from jax.sharding import NamedSharding
+
+    from oracles._bridge_compare import device_bytes_equal
+
+    mesh = oracles.cpu_mesh({"i": 4})
+    body = jax.shard_map(lambda v: lax.all_to_all(v, "i", 0, 1, tiled=True), mesh=mesh, in_specs=P("i"),
+                         out_specs=P("i"))
+    f = jax.jit(body, out_shardings=Format(Layout((1, 0)), NamedSharding(mesh, P("i"))))
+    x = np.arange(16 * 12, dtype=np.float32).reshape(16, 12)
+    report = oracles.compare_jax(f, x)
+    out = f(x)
+    return {"agrees": report.agrees, "row": str(report.outputs[0]), "layout": report.outputs[0].layout,
+            "checked": report.outputs[0].equal_device_bytes,
+            "other values refused": not device_bytes_equal(out, np.asarray(out)[:, ::-1])}
+
+
 BATCHES: dict[str, Callable[[], Any]] = {
     "reductions": lambda: batch(("psum", "pmean", "pmax", "pmin"), 100),
     "gathers": lambda: batch(("all_gather", "all_gather_invariant", "psum_scatter"), 100),
     "exchanges": lambda: batch(("all_to_all", "ppermute", "axis_index", "pvary"), 100),
     "readme": readme, "control_flow": control_flow, "transforms": transforms, "batching": batching, "moe": moe,
-    "moe_ragged": moe_ragged, "errors": errors, "mutation": mutation,
+    "moe_ragged": moe_ragged, "errors": errors, "mutation": mutation, "laid_out": laid_out,
 }
 
 

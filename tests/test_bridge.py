@@ -21,7 +21,7 @@ pytestmark = pytest.mark.differential
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
 # "errors" runs before "moe_ragged", which installs the CPU ragged lowering in the worker
 BATCHES = ("readme", "control_flow", "transforms", "batching", "moe", "errors", "moe_ragged", "mutation", "reductions",
-           "gathers", "exchanges")
+           "gathers", "exchanges", "laid_out")
 PER_COLLECTIVE = 100
 
 
@@ -159,3 +159,13 @@ def test_a_wrong_collective_in_the_bridge_is_caught(results):
     agrees, report = _result(results, "mutation")
     assert not agrees
     assert "DIFFERS" in report
+
+
+def test_device_bytes_are_compared_where_a_layout_is_given(results):
+    """A result JAX lays out column-major (`out_shardings=Format(Layout((1, 0)), ...)`): compare_jax checks
+    every device buffer byte for byte against meshsim's shard in that layout, and the check refuses other
+    values."""
+    found = _result(results, "laid_out")
+    assert found["agrees"] and found["layout"] == (1, 0) and found["checked"] is True, found["row"]
+    assert "device bytes in layout (1, 0) equal" in found["row"]
+    assert found["other values refused"]
