@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))
 
 import collectives  # noqa: E402
+import layouts  # noqa: E402
 import sim  # noqa: E402
 from benchmarks.closed_forms import BANDWIDTH, LATENCY_S, Case, busbw_factor, cases, nccl_size  # noqa: E402
 
@@ -142,19 +143,17 @@ def measure_published(case: Published) -> float:
 
 def run_published(case: Published) -> sim.Run:
     """The run of a published case on its preset, algorithm='auto' (its calls name the pick)."""
-    import ml_dtypes
-
     network = sim.Network.preset(case.preset, case.shape)
     if case.preset == "tpu-v4p":
         mesh = sim.Mesh({"x": 4, "y": 4, "z": 4}, network=network, copy_cost=FREE_COPIES)
-        x = np.zeros((1024, 4096), ml_dtypes.bfloat16)
+        x = np.zeros((1024, 4096), layouts.BFLOAT16)
         f = sim.shard_map(lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="auto"), mesh=mesh,
                           in_specs=sim.P("x", "y"), out_specs=sim.P("x", "y"), check_vma=False)
     else:
         p = case.shape[0]
         mesh = sim.Mesh({"x": p}, network=network, copy_cost=FREE_COPIES)
         if case.collective == "all_gather":
-            x = np.zeros((1024, 16384), ml_dtypes.bfloat16)
+            x = np.zeros((1024, 16384), layouts.BFLOAT16)
             f = sim.shard_map(lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="auto"), mesh=mesh,
                               in_specs=sim.P("x"), out_specs=sim.P("x"), check_vma=False)
         else:

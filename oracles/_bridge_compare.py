@@ -10,7 +10,6 @@ by `layouts.encode`.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import numpy as np
 import layouts
 from oracles._bridge import Simulated, check_devices, meshes_of, run_traced, trace
 from oracles._bridge_eval import BridgeError, contains
+from oracles._device_bytes import raw_bytes
 
 
 class LoweringMissingError(BridgeError):
@@ -117,11 +117,8 @@ def device_bytes_equal(array: Any, found: Any) -> bool:
     `found` at that shard's index encoded in the array's layout."""
     order = tuple(array.format.layout.major_to_minor)
     for shard in array.addressable_shards:
-        data = shard.data.block_until_ready()
-        size = int(np.prod(data.shape)) * data.dtype.itemsize
-        raw = ctypes.string_at(data.unsafe_buffer_pointer(), size) if size else b""
         mine = layouts.encode(np.ascontiguousarray(np.asarray(found)[shard.index]), layouts.Layout(order))
-        if raw != mine.tobytes():
+        if raw_bytes(shard.data) != mine.tobytes():
             return False
     return True
 

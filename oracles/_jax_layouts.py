@@ -11,14 +11,11 @@ collective runs by its route in `oracles._jax_dispatch`. Two ops:
   other mesh axes only, grouped psum/pmean run under `check_vma=False`, ragged_all_to_all runs through
   the CPU lowering `oracles.install_cpu_ragged_all_to_all` registers.
 
-Bytes are read through `unsafe_buffer_pointer()` after `block_until_ready()`, and only the
-`prod(shape) * itemsize` bytes XLA:CPU allocates: reading `on_device_size_in_bytes()` of a tiled buffer
-would read past its allocation.
+Bytes are read by `oracles._device_bytes.raw_bytes` (the allocated `prod(shape) * itemsize` bytes only).
 """
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import jax
@@ -26,6 +23,7 @@ import numpy as np
 from jax.experimental.layout import Format, Layout
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from oracles._device_bytes import raw_bytes
 from oracles._jax_dispatch import route
 from oracles._jax_setup import by_device, cached, freeze, lower, mesh
 
@@ -40,12 +38,6 @@ def answer_layout_collective(request: dict[str, Any]) -> tuple[Any, str]:
     """A "layout_collective" request's per-device values and result bytes, and its path."""
     outputs, raws, path = layout_collective(request["mesh_shape"], request["args"], request["params"])
     return {"outputs": outputs, "raws": raws}, path
-
-
-def _raw(array: jax.Array) -> bytes:
-    """The bytes holding a single-device array's values, read through its buffer pointer."""
-    size = int(np.prod(array.shape)) * array.dtype.itemsize
-    return ctypes.string_at(array.unsafe_buffer_pointer(), size) if size else b""
 
 
 def _sharding(spec: dict[str, Any]) -> Any:
@@ -66,7 +58,7 @@ def place(x: np.ndarray, layout: dict[str, Any], sharding: dict[str, Any]) -> li
         data = shard.data
         index = tuple((s.start or 0, n if s.stop is None else s.stop) for s, n in zip(shard.index, x.shape))
         reported = data.format.layout
-        shards.append({"device": shard.device.id, "index": index, "raw": _raw(data),
+        shards.append({"device": shard.device.id, "index": index, "raw": raw_bytes(data),
                        "on_device_size_in_bytes": data.on_device_size_in_bytes(),
                        "layout": (tuple(reported.major_to_minor), tuple(reported.tiling or ()))})
     return sorted(shards, key=lambda s: s["device"])
@@ -97,5 +89,5 @@ def layout_collective(mesh_shape: dict[str, int], args: tuple[list[np.ndarray], 
         body, on, avals, specs, check_vma=check_vma, in_formats=in_formats, out_format=out_format)))
     result = compiled(*(jax.device_put(x, f) for (x, _), f in zip(operands, in_formats)))
     result.block_until_ready()
-    shards = by_device(result, on, lambda data: (np.asarray(data)[0], _raw(data)))
+    shards = by_device(result, on, lambda data: (np.asarray(data)[0], raw_bytes(data)))
     return [values for values, _ in shards], [raw for _, raw in shards], path
