@@ -9,7 +9,7 @@ SCENARIO ?= scenarios/library/ragged_docs_example.toml
 $(BIN)/meshsim: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[jax,test]'
+	$(BIN)/python -m pip install --quiet -e '.[jax,test,dask,plot]'
 	touch $@
 
 # The browser tests need Debian's chromium; as root (CI's fresh machine) install it when it is missing.

@@ -12,7 +12,9 @@ stacked per-device blocks, with `check_vma` on or off, and the same program in m
   `jax.linear_transpose` of the JAX program == meshsim's transpose (`collectives.linear_transpose`, the
   registry's rules), and meshsim's satisfies the adjoint identity <T(ct), x> == <ct, f(x)>;
 - vmap (every collective): `jax.vmap` of the JAX program over a batch axis drawn per argument (or none)
-  == the program run once per batch element.
+  == the program run once per batch element. Here each argument is taken whole (the devices' blocks
+  concatenated along the sharded leading axis, the body applying the collective to its block as it is), so
+  the batch axis reaches the collective's batching rule at the position drawn, not moved first by indexing.
 
 A disagreement is classified by `KNOWN` (the findings of FINDINGS.md); one that fits none is raised, so
 Hypothesis shrinks it to a minimal program and the report carries it under "new".
@@ -87,7 +89,7 @@ def drawn(op: str, floats: bool) -> st.SearchStrategy[tuple[Case, bool]]:
 class Program:
     """One call as a JAX program and a meshsim program over the same global arrays and specs."""
 
-    def __init__(self, case: Case, check_vma: bool) -> None:
+    def __init__(self, case: Case, check_vma: bool, whole: bool = False) -> None:
         self.definition = collectives.definition(case.op)
         # JAX runs grouped psum and pmean only unchecked (NotImplementedError otherwise)
         grouped = self.definition.jax.grouped_unchecked and case.params.get("axis_index_groups") is not None
@@ -95,7 +97,9 @@ class Program:
         self.case, self.check_vma = case, (check_vma and not grouped) or case.op == "psum2"
         on = jax_mesh(case.mesh_shape)
         found = route(case.op).operands(on, case.args, case.params)
-        self.globals = [g for g, _ in found]
+        # whole: device d's block is rows d*m..(d+1)*m of its argument, no leading device axis to index away
+        self.whole = whole and all(np.asarray(per[0]).ndim > 0 for per in case.args)
+        self.globals = [g.reshape(g.shape[0] * g.shape[1], *g.shape[2:]) if self.whole else g for g, _ in found]
         self.jax_specs = tuple(s for _, s in found)
         self.linear = [k for k, name in enumerate(self.definition.arrays) if name not in self.definition.index_arrays]
         self.jax = jax.jit(jax.shard_map(self._jax_body(), mesh=on, in_specs=self.jax_specs,
@@ -103,6 +107,8 @@ class Program:
 
     def _jax_body(self) -> Callable[..., Any]:
         body = route(self.case.op).body(self.case.params)
+        if self.whole:
+            return lambda *blocks: body(*blocks)[None]
         return lambda *blocks: body(*(b[0] for b in blocks))[None]
 
     def meshsim(self) -> sim.ShardMapped:
@@ -188,7 +194,7 @@ def _jax_transposes(p: Program, linear: tuple, ct: np.ndarray) -> dict[str, list
 
 def vmap_problem(case: Case, check_vma: bool, size: int, axes: list[int | None]) -> str | None:
     """What differs between jax.vmap of the program and the program run once per batch element."""
-    p = Program(case, check_vma)
+    p = Program(case, check_vma, whole=True)
     rng = np.random.default_rng(size)
     variants = [[g if a is None else (g + rng.integers(0, 3, g.shape).astype(g.dtype) if k in p.linear else g)
                  for k, (g, a) in enumerate(zip(p.globals, axes))] for _ in range(size)]
@@ -245,7 +251,7 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
     "ragged-vmap-unbatched-index": ("vmap", lambda c, axes: _ragged(c) and any(a is None for a in axes[2:])),
     "untiled-psum-scatter-vmap-axis": ("vmap", lambda c, axes: c.op == "psum_scatter" and not c.params["tiled"]
                                        and axes[0] is not None
-                                       and axes[0] - 1 > c.params["scatter_dimension"] % c.args[0][0].ndim),
+                                       and axes[0] > c.params["scatter_dimension"] % c.args[0][0].ndim),
 }
 
 
@@ -258,8 +264,8 @@ def classify(kind: str, case: Case, *rest: Any) -> str | None:
 
 
 def batch_axes(case: Case) -> st.SearchStrategy[list[int | None]]:
-    """A batch axis of each global argument (None: unbatched), at least one batched."""
-    ranks = [np.asarray(per[0]).ndim + 1 for per in case.args]
+    """A batch axis of each whole argument (None: unbatched), at least one batched."""
+    ranks = [max(np.asarray(per[0]).ndim, 1) for per in case.args]
     one = st.tuples(*(st.one_of(st.none(), st.integers(0, r)) for r in ranks)).map(list)
     return one.filter(lambda axes: any(a is not None for a in axes))
 

@@ -1,0 +1,72 @@
+"""The Dask engine under sweeps and campaigns (`scenarios._fleet`): jobs on a local cluster of 2 workers,
+a worker killed mid-run losing nothing, a failing job and an unreachable scheduler reported clearly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from scenarios._fleet import FleetError, Job, fleet, run_jobs
+
+
+def slow_square(n: int) -> tuple[int, int]:
+    """n squared, after a moment, and the id of the process that computed it."""
+    time.sleep(0.2)
+    return n * n, os.getpid()
+
+
+def refuse(n: int) -> int:
+    raise ValueError(f"n={n} is refused")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with fleet(workers=2) as c:
+        yield c
+
+
+def test_jobs_run_on_both_workers(client):
+    """Every job's result comes back once, under its own key, and both workers did some of them."""
+    got: dict[str, tuple[int, int]] = {}
+    run_jobs(client, [Job(f"p{n}", slow_square, (n,)) for n in range(20)], lambda job, r: got.update({job.key: r}))
+    assert {k: v for k, (v, _) in got.items()} == {f"p{n}": n * n for n in range(20)}
+    assert len({pid for _, pid in got.values()}) == 2
+
+
+def test_a_killed_worker_loses_no_job(client):
+    """A worker killed in the middle of a run: the jobs it held rerun elsewhere, and every result arrives."""
+    got: dict[str, int] = {}
+    pids = list(client.run(os.getpid).values())
+
+    def done(job: Job, result: tuple[int, int]) -> None:
+        got[job.key] = result[0]
+        if len(got) == 3:
+            os.kill(pids[0], signal.SIGKILL)
+
+    run_jobs(client, [Job(f"k{n}", slow_square, (n,)) for n in range(30)], done)
+    assert got == {f"k{n}": n * n for n in range(30)}
+    assert pids[0] not in client.run(os.getpid).values()
+
+
+def test_a_failing_job_raises_its_error(client):
+    """A job that raises is not retried: its exception reaches the caller as it was."""
+    with pytest.raises(ValueError, match="n=3 is refused"):
+        run_jobs(client, [Job("bad", refuse, (3,))], lambda job, r: None)
+
+
+def test_unreachable_scheduler_is_a_clear_error():
+    """A scheduler address nobody listens on is a FleetError naming it and what to do, within the timeout."""
+    start = time.perf_counter()
+    with pytest.raises(FleetError, match=r"cannot reach the Dask scheduler scheduler='tcp://127.0.0.1:9'.*"
+                                         r"leave out --scheduler"), fleet(scheduler="tcp://127.0.0.1:9"):
+        pass
+    assert time.perf_counter() - start < 30
+
+
+def test_a_cluster_needs_a_worker():
+    """workers=0 is refused with the rule."""
+    with pytest.raises(FleetError, match="workers=0: a local cluster needs at least 1 worker"), fleet(workers=0):
+        pass
