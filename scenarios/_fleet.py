@@ -62,7 +62,7 @@ def fleet(workers: int | None = None, scheduler: str | None = None) -> Iterator[
     if count < 1:
         raise FleetError(f"workers={count}: a local cluster needs at least 1 worker")
     with LocalCluster(n_workers=count, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
         yield client
 
 
