@@ -22,6 +22,8 @@ import itertools
 import json
 import math
 import os
+import re
+import tomllib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +32,6 @@ import numpy as np
 import layouts
 import sim
 from scenarios._errors import ScenarioError, Source
-from scenarios._load import _parse
 from scenarios._sweep_values import NETWORK_RULE, check_network, network_label, parse_size
 
 # The collectives a sweep times, each with the nccl-tests operation its columns follow (see _measure).
@@ -39,7 +40,7 @@ SWEPT = ("all_gather", "all_to_all", "psum", "pmean", "pmax", "pmin", "psum_scat
 PARAMETERS = ("collective", "mesh", "axis_name", "size", "network", "algorithm", "dtype", "seed")
 _DEFAULTS: dict[str, Any] = {"axis_name": None, "network": {"topology": "fully_connected"}, "algorithm": "direct",
                              "dtype": "float32", "seed": 0}
-_TOP_KEYS = ("title", "description", "point", "sizes") + PARAMETERS
+_TOP_KEYS = PARAMETERS + ("sizes", "title", "description", "point")
 MAX_POINTS = 1_000_000
 
 
@@ -119,6 +120,28 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     return Sweep(str(path), data.get("title", stem), data.get("description", ""), tuple(points.values()))
 
 
+class _SweepSource(Source):
+    """A sweep file's text: messages name a `[[point]]` table by its number."""
+
+    def label(self, table: str, index: int = 0) -> str:
+        return f"[[point]] number {index + 1}: " if table == "point" else super().label(table, index)
+
+
+def _parse(path: str) -> tuple[Source, dict]:
+    """The sweep file's text and its TOML tables; unreadable files and syntax errors become ScenarioError."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{path}: cannot read the sweep file: {getattr(error, 'strerror', None) or error}") \
+            from None
+    try:
+        return _SweepSource(path, text), tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        line = re.search(r"at line (\d+)", str(error))
+        raise ScenarioError(f"{path}{':' + line.group(1) if line else ''}: invalid TOML: {error}") from None
+
+
 def _point_tables(source: Source, data: dict) -> list[dict | None]:
     """The `[[point]]` tables, or one None standing for the top-level grid when there are none."""
     if "point" not in data:
@@ -127,7 +150,7 @@ def _point_tables(source: Source, data: dict) -> list[dict | None]:
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         raise source.error("", "point", "point must be an array of tables: write [[point]] above each point's keys")
     for index, table in enumerate(tables):
-        source.check_keys("point", table, (), ("sizes",) + PARAMETERS, index)
+        source.check_keys("point", table, (), PARAMETERS + ("sizes",), index)
     return tables
 
 
