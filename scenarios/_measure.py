@@ -103,6 +103,7 @@ def _timed(point: Point, mesh: sim.Mesh, axis_name: str | tuple[str, ...], n: in
     count = _count(point, operation, dtype, n)
     per_device = count if operation.blocks != "split" else count * n
     size_bytes = count * dtype.itemsize * (1 if operation.blocks == "whole" else n)
+    _check_memory(point, len(mesh.devices), per_device * dtype.itemsize, size_bytes)
     spec = sim.P(tuple(mesh.shape))
     args = _inputs(point, mesh, axis_name, dtype, per_device, count)
     f = sim.shard_map(_program(point, axis_name, n), mesh=mesh, in_specs=(spec,) * len(args), out_specs=spec,
@@ -129,6 +130,15 @@ def _count(point: Point, operation: Operation, dtype: np.dtype, n: int) -> int:
             f"size_bytes={point.size_bytes} holds no whole {dtype} element per block: {point.collective} over "
             f"{n} devices needs at least {dtype.itemsize * blocks} bytes")
     return count
+
+
+def _check_memory(point: Point, devices: int, in_bytes: int, size_bytes: int) -> None:
+    """Refuse, before drawing anything, a point whose buffers alone would take more than the simulator's memory
+    limit (half the machine's): every device's input, output and messages in flight."""
+    out_bytes = size_bytes if OPERATIONS[point.collective].blocks == "gathered" else in_bytes
+    sim.check_memory(f"{point.collective} of size_bytes={point.size_bytes} on {devices} devices",
+                     {"inputs": devices * in_bytes, "outputs": devices * out_bytes, "messages": devices * in_bytes},
+                     None)
 
 
 def _inputs(point: Point, mesh: sim.Mesh, axis_name: Any, dtype: np.dtype, per_device: int,
