@@ -8,7 +8,11 @@ import csv
 import json
 import os
 import re
+import select
 import signal
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
@@ -173,6 +177,7 @@ def test_odd_points_run_or_are_rejected_and_resume_runs_only_the_missing(address
     path, out = _sweep(tmp_path, SMALL), tmp_path / "out"
     assert main(["sweep", str(path), "-o", str(out), "--scheduler", address]) == 0
     text = capsys.readouterr().out
+    assert "sweep on" not in text  # no progress bar when stdout is not a terminal
     assert "# ragged_all_to_all on mesh x=4,y=2, axis_name x,y (8 devices): nccl-tests AlltoAll" in text
     assert re.search(r"^\s+1024\s+-\s+int32\s+max\s+rejected: device 0: pmax: algorithm='recursive_doubling' needs "
                      r"a group size that is a power of two, got 6", text, re.M)
@@ -187,6 +192,36 @@ def test_odd_points_run_or_are_rejected_and_resume_runs_only_the_missing(address
     assert sorted(r["key"] for r in _rows(out)) == sorted(p.key for p in load_sweep(path).points)
     assert main(["sweep", str(path), "-o", str(out), "--scheduler", address]) == 2
     assert "results.jsonl already holds 24 results; pass --resume" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_a_terminal_shows_a_progress_bar(address, tmp_path):
+    """In a pseudo-terminal the command draws a progress bar of points done while they run, then the table."""
+    import pty
+
+    parent, child = pty.openpty()
+    path = _sweep(tmp_path, 'collective = "psum"\nmesh = {x = 8}\nsize = ["1KiB", "2KiB", "4KiB"]\n')
+    env = {**os.environ, "COLUMNS": "120", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "scenarios.cli", "sweep", str(path), "-o", str(tmp_path / "o"),
+                                "--scheduler", address], stdin=child, stdout=child, stderr=child, env=env)
+    os.close(child)
+    seen, deadline = bytearray(), time.monotonic() + 60
+    try:
+        while process.poll() is None or select.select([parent], [], [], 0)[0]:
+            if time.monotonic() > deadline:
+                break
+            if select.select([parent], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(parent, 4096)
+                except OSError:  # the terminal closed with the process
+                    break
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        os.close(parent)
+    text = seen.decode(errors="replace")
+    assert re.search(r"sweep on 2 worker\(s\).*0/3", text) and "# psum on mesh x=8" in text
+    assert text.index("sweep on") < text.index("# psum on mesh x=8")
 
 
 # ---------------------------------------------------------------------------------------------- outputs
