@@ -16,6 +16,7 @@ from typing import Any
 from scenarios._errors import ScenarioError
 
 FORMATS = (".svg", ".png")
+_INSIDE = 10  # lines whose legend fits inside the busbw panel; more go below the panels
 SERIES = ("collective", "mesh", "axis_name", "network", "algorithm", "dtype", "seed")
 
 
@@ -84,7 +85,9 @@ def plot(rows: Sequence[dict[str, Any]], output: Path, title: str) -> None:
     from matplotlib import pyplot
 
     with matplotlib.rc_context({"svg.hashsalt": "meshsim", "svg.fonttype": "none"}):
-        figure, (times, bandwidths) = pyplot.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+        columns = 2 if len(lines) <= 40 else 3  # of a legend below the panels
+        below = 0 if len(lines) <= _INSIDE else 0.2 * -(-len(lines) // columns)  # inches of its rows
+        figure, (times, bandwidths) = pyplot.subplots(1, 2, figsize=(11, 4.2 + below), layout="constrained")
         for label, style in _styles(lines).items():
             sizes = [r["size_bytes"] for r in lines[label]]
             times.plot(sizes, [r["time_s"] * 1e6 for r in lines[label]], marker="o", markersize=3, label=label,
@@ -92,8 +95,13 @@ def plot(rows: Sequence[dict[str, Any]], output: Path, title: str) -> None:
             bandwidths.plot(sizes, [r["busbw_GB_per_s"] for r in lines[label]], marker="o", markersize=3,
                             label=label, gid=f"busbw: {label}", **style)
         _axes(times, bandwidths, title)
+        if len(lines) <= _INSIDE:
+            bandwidths.legend(fontsize="small", loc="upper left")
+        else:  # too many to fit in a panel: below both, in columns
+            figure.legend(*bandwidths.get_legend_handles_labels(), loc="outside lower center", ncol=columns,
+                          fontsize="small")
         try:
-            figure.savefig(output, metadata=_metadata(output))
+            figure.savefig(output, metadata=_metadata(output), bbox_inches="tight")
         except OSError as error:
             raise ScenarioError(f"--plot {output}: cannot write the file: {error.strerror}") from None
         finally:
@@ -101,7 +109,7 @@ def plot(rows: Sequence[dict[str, Any]], output: Path, title: str) -> None:
 
 
 def _axes(times: Any, bandwidths: Any, title: str) -> None:
-    """Scales, labels, grid and legend of the two panels."""
+    """Scales, labels and grid of the two panels, and the figure's title."""
     from matplotlib.ticker import FuncFormatter
 
     for axes in (times, bandwidths):
@@ -115,7 +123,6 @@ def _axes(times: Any, bandwidths: Any, title: str) -> None:
     bandwidths.set_ylim(bottom=0)
     times.set_title("time")
     bandwidths.set_title("bus bandwidth")
-    bandwidths.legend(fontsize="small", loc="upper left")
     times.figure.suptitle(title)
 
 
