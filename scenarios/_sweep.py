@@ -124,6 +124,7 @@ class _SweepSource(Source):
     """A sweep file's text: messages name a `[[point]]` table by its number."""
 
     def label(self, table: str, index: int = 0) -> str:
+        """How messages name `table`: '[[point]] number 2: ' for the second point table."""
         return f"[[point]] number {index + 1}: " if table == "point" else super().label(table, index)
 
 
@@ -177,6 +178,7 @@ class _Where:
     index: int
 
     def error(self, message: str) -> ScenarioError:
+        """A `ScenarioError` at the value's line, `message` after the table's label."""
         return self.source.error(self.table, self.key, f"{self.source.label(self.table, self.index)}{message}",
                                  self.index)
 
@@ -212,6 +214,9 @@ def parse_size_range(where: _Where, table: dict) -> list[int]:
         sizes.append(int(size))
         size = size * factor if factor is not None else size + add
     return sizes
+
+
+# Each check below returns one value as a `Point` holds it, or raises `where.error` with `key=value` and the rule.
 
 
 def _size(where: _Where, value: Any) -> int:

@@ -46,6 +46,7 @@ def _block_header(collective: str, mesh: str, axis_name: str, tables: dict[tuple
 
 
 def _column_header() -> list[str]:
+    """nccl-tests' two header lines: the names, then the units."""
     return [_HEADER.format("size", "count", "type", "redop", "time", "algbw", "busbw", "algorithm"),
             _HEADER.format("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "(ran)")]
 

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from scenarios import ScenarioError
 from scenarios._fleet import fleet
 from scenarios._plot import check_output, plot
-from scenarios._sweep import Sweep, load_sweep
+from scenarios._sweep import Point, Sweep, load_sweep
 from scenarios._sweep_run import RESULTS, TABLE, finish, pending, run_points
 from scenarios.cli._nccl import nccl_table
 
@@ -61,12 +61,7 @@ def execute(args: argparse.Namespace) -> int:
     _, todo = pending(sweep, directory, args.resume)
     start = time.perf_counter()
     if todo:
-        console = Console()
-        with warnings.catch_warnings():
-            # Another local cluster on this machine holds the HTTP port; Dask takes a free one, which is all we need.
-            warnings.filterwarnings("ignore", message="Port .* is already in use")
-            with fleet(args.workers, args.scheduler) as client:
-                _run(client, todo, directory, console, enabled=console.is_terminal and not args.json)
+        _run(args, todo, directory)
     rows = finish(sweep, directory)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -79,7 +74,21 @@ def execute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(client: Any, todo: list, directory: Path, console: Console, enabled: bool) -> None:
+def _run(args: argparse.Namespace, todo: list[Point], directory: Path) -> None:
+    """Run the points on the cluster the arguments ask for, with a transient progress bar in a terminal."""
+    try:
+        import distributed  # noqa: F401  (checked here, so a missing extra is one clear message)
+    except ImportError:
+        raise ScenarioError("meshsim sweep needs Dask: pip install 'meshsim[dask]'") from None
+    console = Console()
+    with warnings.catch_warnings():
+        # Another local cluster on this machine holds the HTTP port; Dask takes a free one, which is all we need.
+        warnings.filterwarnings("ignore", message="Port .* is already in use")
+        with fleet(args.workers, args.scheduler) as client:
+            _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json)
+
+
+def _progress(client: Any, todo: list[Point], directory: Path, console: Console, enabled: bool) -> None:
     """Run the points with a transient progress bar on `console` when `enabled`."""
     workers = len(client.scheduler_info().get("workers", {})) or "?"
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
