@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -17,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from scenarios import ScenarioError
 from scenarios._fleet import fleet
 from scenarios._plot import check_output, plot
+from scenarios._results import read_rows
 from scenarios._sweep import Point, Sweep, load_sweep
 from scenarios._sweep_run import RESULTS, TABLE, finish, pending, run_points
 from scenarios.cli._nccl import nccl_table
@@ -45,7 +47,8 @@ def execute(args: argparse.Namespace) -> int:
     """Run the sweep at `args.sweep` and report it; see the README's "Sweeps".
 
     Returns:
-        0 once every point has a row (a point the simulator rejected has its message as its row).
+        0 once every point has a row (a point the simulator rejected has its message as its row); 130 when
+        interrupted (Ctrl-C), the finished points kept for --resume.
 
     Raises:
         ScenarioError: the sweep file breaks a rule, --plot has another suffix than .svg/.png, --workers goes
@@ -61,7 +64,13 @@ def execute(args: argparse.Namespace) -> int:
     _, todo = pending(sweep, directory, args.resume)
     start = time.perf_counter()
     if todo:
-        _run(args, todo, directory)
+        try:
+            _run(args, todo, directory)
+        except KeyboardInterrupt:
+            kept = len(read_rows(directory / RESULTS))
+            print(f"meshsim: interrupted; {directory / RESULTS} keeps {kept} finished points: run the same command "
+                  f"with --resume to finish the sweep", file=sys.stderr)
+            return 130
     rows = finish(sweep, directory)
     if args.json:
         print(json.dumps(rows, indent=1))
