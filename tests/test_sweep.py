@@ -87,6 +87,12 @@ def _sweep(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
     return tmp_path / name
 
 
+def _written(directory: Path) -> int:
+    """Lines in the results file so far (0 before it exists)."""
+    path = directory / "results.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
 def _rows(directory: Path) -> list[dict]:
     return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
 
@@ -192,6 +198,26 @@ def test_odd_points_run_or_are_rejected_and_resume_runs_only_the_missing(address
     assert sorted(r["key"] for r in _rows(out)) == sorted(p.key for p in load_sweep(path).points)
     assert main(["sweep", str(path), "-o", str(out), "--scheduler", address]) == 2
     assert "results.jsonl already holds 24 results; pass --resume" in capsys.readouterr().err
+
+
+def test_ctrl_c_keeps_finished_points_for_resume(address, tmp_path, capsys):
+    """Ctrl-C in the middle of a sweep: exit 130 with one line saying how many points are kept and to use
+    --resume; the rows written stay, and --resume finishes the sweep."""
+    path, out = _sweep(tmp_path, HUNDRED), tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "scenarios.cli", "sweep", str(path), "-o", str(out),
+                                "--scheduler", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _written(out) < 3:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    kept = len(_rows(out))
+    assert process.returncode == 130 and 3 <= kept < 100
+    assert err.decode().endswith(f"meshsim: interrupted; {out / 'results.jsonl'} keeps {kept} finished points: run "
+                                 "the same command with --resume to finish the sweep\n")
+    assert main(["sweep", str(path), "-o", str(out), "--scheduler", address, "--resume"]) == 0
+    assert f"100 points: {100 - kept} run now, {kept} from results.jsonl" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
