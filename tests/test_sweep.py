@@ -315,6 +315,17 @@ def test_the_readme_picture_is_what_the_sweep_draws_today(address, tmp_path):
     assert "docs/sweep_psum_ring_vs_switch.svg" in (ROOT / "README.md").read_text()
 
 
+def test_every_bundled_sweep_file_loads_with_a_title_and_description():
+    """Each file of scenarios/sweeps/ is a valid sweep with a title and a description, named in the README."""
+    files = sorted((ROOT / "scenarios" / "sweeps").glob("*.toml"))
+    readme = (ROOT / "README.md").read_text()
+    assert len(files) >= 2
+    for path in files:
+        sweep = load_sweep(path)
+        assert sweep.points and sweep.description.strip() and sweep.title != path.stem
+        assert f"scenarios/sweeps/{path.name}" in readme
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 GRID = 'collective = "psum"\nmesh = {x = 8}\nsize = 1024\n'
