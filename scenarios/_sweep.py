@@ -42,6 +42,7 @@ _DEFAULTS: dict[str, Any] = {"axis_name": None, "network": {"topology": "fully_c
                              "dtype": "float32", "seed": 0}
 _TOP_KEYS = PARAMETERS + ("sizes", "title", "description", "point")
 MAX_POINTS = 1_000_000
+MAX_SIZE_BYTES = 1 << 50  # beyond any machine's memory, so a typo such as 1e300 is caught here
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,8 @@ def _parse(path: str) -> tuple[Source, dict]:
     except tomllib.TOMLDecodeError as error:
         line = re.search(r"at line (\d+)", str(error))
         raise ScenarioError(f"{path}{':' + line.group(1) if line else ''}: invalid TOML: {error}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ScenarioError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
 
 
 def _point_tables(source: Source, data: dict) -> list[dict | None]:
@@ -221,10 +224,13 @@ def parse_size_range(where: _Where, table: dict) -> list[int]:
 
 def _size(where: _Where, value: Any) -> int:
     try:
-        return parse_size(value)
+        size = parse_size(value)
     except sim.InvalidArgumentError:
-        raise where.error(f"{where.key}={value!r} must be a positive number of bytes or a size with a unit "
-                          "(B, KiB, MiB, GiB, or KB, MB, GB), e.g. 4096 or \"64MiB\"") from None
+        size = 0
+    if not 1 <= size <= MAX_SIZE_BYTES:
+        raise where.error(f"{where.key}={value!r} must be a positive number of bytes up to 1 PiB or a size with a "
+                          "unit (B, KiB, MiB, GiB, or KB, MB, GB), e.g. 4096 or \"64MiB\"")
+    return size
 
 
 def _collective(where: _Where, value: Any) -> str:
