@@ -2,7 +2,8 @@
 
 A sweep file names parameters at its top level, each one value or a list of values; the points are the
 cartesian product of the lists (a grid). `[[point]]` tables list points explicitly: each takes the top-level
-values as defaults for the keys it leaves out, and a list inside it is a grid of its own. Every value is
+values as defaults for the keys it leaves out, and a list inside it is a grid of its own; once there is a
+`[[point]]`, only the point tables make points (an empty one stands for the top-level grid). Every value is
 checked here, on its own, with the file, the line and the key in the message; what only a combination can
 break (an algorithm another collective lacks, a network that does not fit a mesh, a power-of-two algorithm
 on 6 devices) is the simulator's to reject, point by point, when the point runs (see `scenarios._measure`).

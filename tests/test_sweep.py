@@ -315,6 +315,18 @@ def test_the_readme_picture_is_what_the_sweep_draws_today(address, tmp_path):
     assert "docs/sweep_psum_ring_vs_switch.svg" in (ROOT / "README.md").read_text()
 
 
+def test_point_tables_take_the_grid_as_defaults(tmp_path):
+    """With [[point]] tables only they make points, each a grid over the top-level defaults; an empty one is the
+    top-level grid itself; the same point twice runs once; the keys are stable and distinct."""
+    extra = '[[point]]\n[[point]]\nalgorithm = ["ring", "auto"]\n[[point]]\nsize = 1024\n'
+    path = _sweep(tmp_path, GRID.replace("1024", "[1024, 2048]") + extra)
+    points = load_sweep(path).points
+    assert [(p.size_bytes, p.algorithm) for p in points] == [
+        (1024, "direct"), (2048, "direct"), (1024, "ring"), (1024, "auto"), (2048, "ring"), (2048, "auto")]
+    assert [p.key for p in points] == [p.key for p in load_sweep(path).points] and len({p.key for p in points}) == 6
+    assert points[0].network == {"topology": "fully_connected"} and points[0].dtype == "float32"
+
+
 def test_every_bundled_sweep_file_loads_with_a_title_and_description():
     """Each file of scenarios/sweeps/ is a valid sweep with a title and a description, named in the README."""
     files = sorted((ROOT / "scenarios" / "sweeps").glob("*.toml"))
