@@ -1,0 +1,118 @@
+"""`meshsim sweep SWEEP.toml`: a grid of collective timings, each point a simulation run on Dask, with results
+as JSON lines and CSV, a table in nccl-tests' layout, and an optional plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from scenarios import ScenarioError
+from scenarios._fleet import fleet
+from scenarios._plot import check_output, plot
+from scenarios._results import read_rows
+from scenarios._sweep import Point, Sweep, load_sweep
+from scenarios._sweep_run import RESULTS, TABLE, finish, pending, run_points
+from scenarios.cli._nccl import nccl_table
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add the `sweep` subparser to `commands`, with `execute` as what it runs."""
+    sweep = commands.add_parser("sweep", help="time collectives over a grid of sizes, meshes, networks and "
+                                              "algorithms on Dask workers; nccl-tests-style table, CSV, plot")
+    sweep.add_argument("sweep", metavar="SWEEP", help="a sweep file (TOML), e.g. scenarios/sweeps/"
+                                                      "psum_ring_vs_switch.toml")
+    sweep.add_argument("-o", "--output", metavar="DIR",
+                       help="where results.jsonl and results.csv go (default: sweep-<file name> here)")
+    sweep.add_argument("--workers", type=int, metavar="N",
+                       help="worker processes of the local cluster (default: one per core)")
+    sweep.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                       help="run on the Dask cluster of this scheduler instead of a local one")
+    sweep.add_argument("--resume", action="store_true",
+                       help="keep the points already in DIR/results.jsonl and run only the others")
+    sweep.add_argument("--plot", metavar="FILE", help="draw time and busbw against size to FILE.svg or FILE.png")
+    sweep.add_argument("--json", action="store_true", help="print every row as JSON instead of the table")
+    sweep.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run the sweep at `args.sweep` and report it; see the README's "Sweeps".
+
+    Returns:
+        0 once every point has a row (a point the simulator rejected has its message as its row); 130 when
+        interrupted (Ctrl-C), the finished points kept for --resume.
+
+    Raises:
+        ScenarioError: the sweep file breaks a rule, --plot has another suffix than .svg/.png, --workers goes
+            with --scheduler or is below 1, the results file holds rows and --resume was not given.
+        FleetError: the scheduler cannot be reached, or a point was lost with every worker that ran it.
+    """
+    output = check_output(args.plot) if args.plot else None
+    if args.workers is not None and (args.scheduler or args.workers < 1):
+        raise ScenarioError(f"--workers {args.workers}: " + ("it sizes the local cluster; with --scheduler the "
+                            "cluster's own workers run the points" if args.scheduler else "must be at least 1"))
+    sweep = load_sweep(args.sweep)
+    directory = Path(args.output or f"sweep-{Path(args.sweep).stem}")
+    _, todo = pending(sweep, directory, args.resume)
+    start = time.perf_counter()
+    if todo:
+        try:
+            _run(args, todo, directory)
+        except KeyboardInterrupt:
+            kept = len(read_rows(directory / RESULTS))
+            print(f"meshsim: interrupted; {directory / RESULTS} keeps {kept} finished points: run the same command "
+                  f"with --resume to finish the sweep", file=sys.stderr)
+            return 130
+    rows = finish(sweep, directory)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        _report(sweep, rows, directory, len(todo), time.perf_counter() - start)
+    if output is not None:
+        plot(rows, output, sweep.title)
+        if not args.json:
+            print(f"wrote {output}")
+    return 0
+
+
+def _run(args: argparse.Namespace, todo: list[Point], directory: Path) -> None:
+    """Run the points on the cluster the arguments ask for, with a transient progress bar in a terminal."""
+    try:
+        import distributed  # noqa: F401  (checked here, so a missing extra is one clear message)
+    except ImportError:
+        raise ScenarioError("meshsim sweep needs Dask: pip install 'meshsim[dask]'") from None
+    console = Console()
+    with warnings.catch_warnings():
+        # Another local cluster on this machine holds the HTTP port; Dask takes a free one, which is all we need.
+        warnings.filterwarnings("ignore", message="Port .* is already in use")
+        with fleet(args.workers, args.scheduler) as client:
+            _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json)
+
+
+def _progress(client: Any, todo: list[Point], directory: Path, console: Console, enabled: bool) -> None:
+    """Run the points with a transient progress bar on `console` when `enabled`."""
+    workers = len(client.scheduler_info().get("workers", {})) or "?"
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True, disable=not enabled) as progress:
+        task = progress.add_task(f"sweep on {workers} worker(s)", total=len(todo))
+        run_points(client, todo, directory, on_row=lambda row: progress.advance(task))
+
+
+def _report(sweep: Sweep, rows: list[dict[str, Any]], directory: Path, ran: int, wall_s: float) -> None:
+    """The nccl-tests table, then one line of counts, time and where the files are."""
+    print(f"# {sweep.title}")
+    for line in nccl_table(rows):
+        print(line)
+    rejected = sum(1 for row in rows if row["error"])
+    print(f"{len(rows)} points: {ran} run now, {len(rows) - ran} from {RESULTS}; {rejected} rejected by the "
+          f"simulator; {wall_s:.1f} s. Results: {os.path.join(directory, RESULTS)}, "
+          f"{os.path.join(directory, TABLE)}")
