@@ -377,6 +377,7 @@ BAD = [
 def test_bad_input_exits_2_with_its_message(tmp_path, capsys, monkeypatch, text, extra, message):
     """Each bad sweep file or option: exit 2 and one `meshsim: error:` line naming the file, line and key."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("scenarios._fleet.CONNECT_TIMEOUT_S", 2)  # the unreachable scheduler's wait
     (tmp_path / "s.toml").write_text(text)
     assert main(["sweep", "s.toml", *extra]) == 2
     err = capsys.readouterr().err
