@@ -23,7 +23,7 @@ import tempfile
 import time
 import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,25 +67,14 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
         first disagreement (included), `agree` how many agreed, `findings` the shrunk disagreement (at most
         one) as `{"name", "scenario", "differences", "replay"}`.
     """
-    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-    from hypothesis import seed as seeded
-    from hypothesis.errors import HypothesisDeprecationWarning
-
-    from scenarios._cases import cases
-
     start = time.perf_counter()
     oracle = oracles.shared_oracle()
     tally = {"cases": 0, "agree": 0}
     failing: list[tuple[Case, list[str]]] = []
 
-    @seeded(seed)
-    @settings(max_examples=count, database=None, deadline=None, derandomize=False, print_blob=False,
-              phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, verbosity=Verbosity.quiet,
-              suppress_health_check=list(HealthCheck))
-    @given(case=cases(op))
     def agrees(case: Case) -> None:
         found = verdict(case, oracle)
-        if not failing:
+        if not failing:  # after the first disagreement, the calls are Hypothesis shrinking it
             tally["cases"] += 1
             tally["agree"] += not found
         if found:
@@ -93,17 +82,33 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
             raise Disagreement("\n".join(found))
 
     try:
-        with warnings.catch_warnings():
-            # A Dask worker's own threads touch the `random` module while the job generates cases, which
-            # Hypothesis would take for a strategy using it; the cases come from Hypothesis's draws only.
-            warnings.simplefilter("ignore", HypothesisDeprecationWarning)
-            agrees()
+        search(op, count, seed, agrees)
     except Exception:  # Hypothesis re-raises the minimal case's error after shrinking
         if not failing:
             raise
     findings = [finding(op, seed, *failing[-1], oracle)] if failing else []
     return {"op": op, "seed": seed, **tally, "findings": findings,
             "seconds": round(time.perf_counter() - start, 3), "worker": f"{socket.gethostname()}:{os.getpid()}"}
+
+
+def search(op: str, count: int, seed: int, check: Callable[[Case], None]) -> None:
+    """Call `check` on `count` cases of `op` that Hypothesis draws under `seed`; the first one it raises on
+    is shrunk (the last call is the minimal case) and its error re-raised."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis import seed as seeded
+    from hypothesis.errors import HypothesisDeprecationWarning
+
+    from scenarios._cases import cases
+
+    chosen = settings(max_examples=count, database=None, deadline=None, derandomize=False, print_blob=False,
+                      phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False,
+                      verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+    test = seeded(seed)(chosen(given(case=cases(op))(check)))
+    with warnings.catch_warnings():
+        # A Dask worker's own threads touch the `random` module while the job generates cases, which
+        # Hypothesis would take for a strategy using it; the cases come from Hypothesis's draws only.
+        warnings.simplefilter("ignore", HypothesisDeprecationWarning)
+        test()
 
 
 def verdict(case: Case, oracle: Any) -> list[str]:
