@@ -31,13 +31,14 @@ import numpy as np
 
 import oracles
 import scenarios
+from layouts import MeshError
 from scenarios._answers import Case, differences, run_jax, run_simulator, run_spec
 from scenarios._fleet import Job
 
 CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a resume redoes little
 
 
-class Disagreement(AssertionError):
+class Disagreement(MeshError):
     """The simulator, the spec and JAX did not all give the same answer on a case."""
 
 
