@@ -34,14 +34,24 @@ def jobs_for(cases: int, seed: int) -> list[Job]:
     return [job for chunk in itertools.zip_longest(*per_op) for job in chunk if job is not None]
 
 
-def timed(workers: int, jobs: list[Job]) -> tuple[float, dict[str, dict]]:
-    """The wall time of running `jobs` on a fresh local cluster of `workers`, and each job's record."""
+def timed(workers: int, jobs: list[Job]) -> tuple[float, float, dict[str, dict]]:
+    """Run `jobs` on a fresh local cluster of `workers`: the wall time to the last result, the part of it
+    spent starting the cluster, and each job's record."""
     records: dict[str, dict] = {}
     start = time.perf_counter()
     with fleet(workers=workers) as client:
+        ready_s = time.perf_counter() - start
         run_jobs(client, jobs, lambda job, record: records.update({job.key: record}))
         wall_s = time.perf_counter() - start
-    return wall_s, records
+    return wall_s, ready_s, records
+
+
+def busiest(records: dict[str, dict]) -> float:
+    """The most seconds one worker spent in jobs (the rest of the wall time is start-up, waiting and Dask)."""
+    busy: dict[str, float] = {}
+    for record in records.values():
+        busy[record["worker"]] = busy.get(record["worker"], 0.0) + record["seconds"]
+    return max(busy.values())
 
 
 def main(argv: list[str]) -> int:
@@ -53,17 +63,18 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     jobs = jobs_for(args.cases, args.seed)
     print(f"{args.cases} cases of {len(collectives.REGISTRY)} collectives in {len(jobs)} jobs, seed {args.seed}")
-    print(f"{'workers':>7}  {'wall s':>8}  {'cases/s':>8}  {'cases':>6}  {'agree':>6}  {'job s (sum)':>11}")
+    print(f"{'workers':>7}  {'wall s':>7}  {'cases/s':>7}  {'cases':>5}  {'agree':>5}  {'start s':>7}  "
+          f"{'job s, sum':>10}  {'busiest worker s':>16}")
     walls, counts = {}, set()
     for workers in args.workers:
-        wall_s, records = timed(workers, jobs)
+        wall_s, ready_s, records = timed(workers, jobs)
         cases = sum(r["cases"] for r in records.values())
         agree = sum(r["agree"] for r in records.values())
         busy = sum(r["seconds"] for r in records.values())
         walls[workers] = wall_s
         counts.add(tuple(sorted((key, r["cases"]) for key, r in records.items())))
-        print(f"{workers:>7}  {wall_s:>8.1f}  {cases / wall_s:>8.1f}  {cases:>6}  {agree:>6}  {busy:>11.1f}",
-              flush=True)
+        print(f"{workers:>7}  {wall_s:>7.1f}  {cases / wall_s:>7.1f}  {cases:>5}  {agree:>5}  {ready_s:>7.1f}  "
+              f"{busy:>10.1f}  {busiest(records):>16.1f}", flush=True)
         if agree != cases:
             print(f"{cases - agree} case(s) disagree: run `meshsim campaign` to save them", file=sys.stderr)
             return 1

@@ -17,8 +17,10 @@ still differs. Hypothesis is imported here only, when a job runs.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import socket
+import sys
 import tempfile
 import time
 import warnings
@@ -33,6 +35,7 @@ import oracles
 import scenarios
 from layouts import MeshError
 from scenarios._answers import Case, differences, run_jax, run_simulator, run_spec
+from scenarios._errors import ScenarioError
 from scenarios._fleet import Job
 
 CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a resume redoes little
@@ -40,6 +43,10 @@ CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a 
 
 class Disagreement(MeshError):
     """The simulator, the spec and JAX did not all give the same answer on a case."""
+
+
+class WorkerSetupError(ScenarioError):
+    """A Dask worker cannot run campaign jobs: its Python lacks jax (the `jax` extra)."""
 
 
 def plan(ops: Sequence[str], cases: int, seed: int, chunk: int = CHUNK_CASES) -> list[Job]:
@@ -69,6 +76,10 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
         one) as `{"name", "scenario", "differences", "replay"}`.
     """
     start = time.perf_counter()
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    if importlib.util.find_spec("jax") is None:
+        raise WorkerSetupError(f"Dask worker {worker} ({sys.executable}) cannot import jax; every worker needs "
+                               "meshsim with the jax and dask extras: pip install -e '.[jax,dask]'")
     oracle = oracles.shared_oracle()
     tally = {"cases": 0, "agree": 0}
     failing: list[tuple[Case, list[str]]] = []
@@ -89,7 +100,7 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
             raise
     findings = [finding(op, seed, *failing[-1], oracle)] if failing else []
     return {"op": op, "seed": seed, **tally, "findings": findings,
-            "seconds": round(time.perf_counter() - start, 3), "worker": f"{socket.gethostname()}:{os.getpid()}"}
+            "seconds": round(time.perf_counter() - start, 3), "worker": worker}
 
 
 def search(op: str, count: int, seed: int, check: Callable[[Case], None]) -> None:

@@ -224,3 +224,16 @@ def test_plain_commands_never_import_hypothesis():
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert "--resume" in done.stdout
+
+
+def test_a_worker_without_jax_is_a_clear_error(monkeypatch):
+    """A job on a worker whose Python cannot import jax stops with a MeshError naming the worker and the
+    extras to install, instead of counting every case as a disagreement (`main` turns it into exit 2)."""
+    import importlib.util
+
+    from scenarios._campaign import WorkerSetupError, run_chunk
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))
+    with pytest.raises(WorkerSetupError, match=r"Dask worker .*:\d+ \(.*\) cannot import jax; .*'\.\[jax,dask\]'"):
+        run_chunk("psum", 1, 0)

@@ -49,12 +49,12 @@ def execute(args: argparse.Namespace) -> int:
     """Run the campaign `args` describes, print its report, and return the exit code.
 
     Returns:
-        0 when every case agrees; 1 when a disagreement was found (and saved); 2 (through `main`) on bad
-        input: an unknown collective, a count that is not a positive integer, an unreachable scheduler, a
-        results file that exists without `--resume`.
+        0 when every case agrees; 1 when a disagreement was found (and saved); 130 when interrupted (the
+        jobs done are saved); 2 (through `main`) on bad input: an unknown collective, a count that is not a
+        positive integer, an unreachable scheduler, a results file that exists without `--resume`, a worker
+        without jax.
     """
     from scenarios._campaign import plan
-    from scenarios._fleet import fleet, run_jobs
 
     ops, cases, seed, workers = _checked(args)
     jobs = plan(ops, cases, seed)
@@ -62,17 +62,32 @@ def execute(args: argparse.Namespace) -> int:
     pending = [job for job in jobs if job.key not in results.done]
     console = Console(stderr=True, highlight=False)
     start = time.perf_counter()
-    if pending:
-        with fleet(workers=workers, scheduler=args.scheduler) as client, _progress(console) as progress:
-            task = progress.add_task("cases", total=sum(job.args[1] for job in pending))
-            run_jobs(client, pending, lambda job, record: (results.add(job.key, record),
-                                                           progress.advance(task, job.args[1])))
+    try:
+        if pending:
+            _run(pending, results, workers, args.scheduler, console)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: {len(results.added)} job(s) saved in {results.path}; add --resume to continue")
+        return 130
     report = _report(ops, jobs, results, len(jobs) - len(pending), time.perf_counter() - start)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         _show(Console(highlight=False), report)
     return 1 if report["findings"] else 0
+
+
+def _run(jobs: list[Any], results: Results, workers: int | None, scheduler: str | None, console: Console) -> None:
+    """Run `jobs` on the cluster under a progress bar, saving each job's record as it arrives."""
+    from scenarios._fleet import fleet, run_jobs
+
+    with fleet(workers=workers, scheduler=scheduler) as client, _progress(console) as progress:
+        task = progress.add_task("cases", total=sum(job.args[1] for job in jobs))
+
+        def done(job: Any, record: dict[str, Any]) -> None:
+            results.add(job.key, record)
+            progress.advance(task, job.args[1])
+
+        run_jobs(client, jobs, done)
 
 
 def _checked(args: argparse.Namespace) -> tuple[list[str], int, int, int | None]:
