@@ -135,9 +135,10 @@ def _report(ops: list[str], jobs: list[Any], results: Results, resumed: int, wal
         row["jobs"] += 1
         row["cases"] += record["cases"]
         row["agree"] += record["agree"]
-        for found in record["findings"]:
-            findings[str(results.findings / found["name"])] = found["replay"]
-            row["findings"] += 1
+        for found in record["findings"]:  # jobs that shrink to the same case save one file: counted once
+            path = str(results.findings / found["name"])
+            row["findings"] += path not in findings
+            findings[path] = found["replay"]
         checked += record["cases"] if job.key in results.added else 0
     return {"rows": list(rows.values()), "findings": findings, "jobs": len(jobs), "resumed_jobs": resumed,
             "results": str(results.path), "wall_seconds": round(wall_s, 3),
