@@ -8,12 +8,19 @@ the registered collectives and cut into the same jobs for every worker count, so
 the same cases (the table checks that the counts agree). A run's wall time counts from the start of its
 cluster to its last result: starting the workers and their JAX processes is part of what a user waits for.
 Exits 1 if any case disagrees.
+
+Columns: the wall time, cases per second, the cases checked and agreeing, the seconds spent starting the
+cluster, the jobs' wall seconds and processor seconds (the Dask worker and its JAX process) summed over
+jobs, the most job seconds one worker spent, and the machine's 1-minute load average at the end. When the
+jobs' wall seconds grow with the workers but their processor seconds do not, the workers were waiting for
+a core (other processes on the machine), not doing more work.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,7 +73,7 @@ def main(argv: list[str]) -> int:
     jobs = jobs_for(args.cases, args.seed)
     print(f"{args.cases} cases of {len(collectives.REGISTRY)} collectives in {len(jobs)} jobs, seed {args.seed}")
     print(f"{'workers':>7}  {'wall s':>7}  {'cases/s':>7}  {'cases':>5}  {'agree':>5}  {'start s':>7}  "
-          f"{'job s, sum':>10}  {'busiest worker s':>16}")
+          f"{'job s, sum':>10}  {'cpu s, sum':>10}  {'busiest worker s':>16}  {'load avg':>8}")
     walls: dict[int, float] = {}
     counts = set()
     for workers in args.workers * args.repeat:
@@ -76,7 +83,9 @@ def main(argv: list[str]) -> int:
         walls[workers] = min(wall_s, walls.get(workers, wall_s))
         counts.add(tuple(sorted((key, r["cases"]) for key, r in records.items())))
         print(f"{workers:>7}  {wall_s:>7.1f}  {cases / wall_s:>7.1f}  {cases:>5}  {agree:>5}  {ready_s:>7.1f}  "
-              f"{sum(r['seconds'] for r in records.values()):>10.1f}  {busiest(records):>16.1f}", flush=True)
+              f"{sum(r['seconds'] for r in records.values()):>10.1f}  "
+              f"{sum(r['cpu_seconds'] for r in records.values()):>10.1f}  {busiest(records):>16.1f}  "
+              f"{os.getloadavg()[0]:>8.1f}", flush=True)
         if agree != cases or len(counts) != 1:
             print("a case disagrees (run `meshsim campaign` to save it), or the runs checked different cases",
                   file=sys.stderr)

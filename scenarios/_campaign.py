@@ -16,6 +16,7 @@ still differs. Hypothesis is imported here only, when a job runs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -71,9 +72,10 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
     """Check `count` generated cases of `op` (Hypothesis seed `seed`) and return the job's record.
 
     Returns:
-        `{"op", "seed", "cases", "agree", "findings", "seconds", "worker"}`: `cases` checked before the
-        first disagreement (included), `agree` how many agreed, `findings` the shrunk disagreement (at most
-        one) as `{"name", "scenario", "differences", "replay"}`.
+        `{"op", "seed", "cases", "agree", "findings", "seconds", "cpu_seconds", "worker"}`: `cases` checked
+        before the first disagreement (included), `agree` how many agreed, `findings` the shrunk
+        disagreement (at most one) as `{"name", "scenario", "differences", "replay"}`, `seconds` the job's
+        wall time and `cpu_seconds` the processor time it took in the worker and its JAX process.
     """
     start = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -81,6 +83,7 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
         raise WorkerSetupError(f"Dask worker {worker} ({sys.executable}) cannot import jax; every worker needs "
                                "meshsim with the jax and dask extras: pip install -e '.[jax,dask]'")
     oracle = oracles.shared_oracle()
+    cpu_start = cpu_seconds(oracle)
     tally = {"cases": 0, "agree": 0}
     failing: list[tuple[Case, list[str]]] = []
 
@@ -100,7 +103,19 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
             raise
     findings = [finding(op, seed, *failing[-1], oracle)] if failing else []
     return {"op": op, "seed": seed, **tally, "findings": findings,
-            "seconds": round(time.perf_counter() - start, 3), "worker": worker}
+            "seconds": round(time.perf_counter() - start, 3),
+            "cpu_seconds": round(cpu_seconds(oracle) - cpu_start, 3), "worker": worker}
+
+
+def cpu_seconds(oracle: Any) -> float:
+    """The processor time used so far by this process and by `oracle`'s JAX process (0 before it starts)."""
+    import psutil  # comes with distributed
+
+    used = time.process_time()
+    with contextlib.suppress(psutil.Error, TypeError):  # no JAX process yet, or it just ended
+        times = psutil.Process(oracle.pid).cpu_times()
+        used += times.user + times.system
+    return used
 
 
 def search(op: str, count: int, seed: int, check: Callable[[Case], None]) -> None:
