@@ -11,7 +11,7 @@ agrees when the simulator's answer equals the spec's and then JAX's, bit for bit
 exception from any of them is a disagreement too. The first disagreement ends the chunk: Hypothesis
 shrinks it to a minimal case, which comes back as the text of a `[collective]` scenario file, replayed
 once through the scenario loader and `oracles.check` (as `meshsim check` replays it) to confirm it
-still differs. Hypothesis is imported here only, when a job runs.
+still differs. Hypothesis (with `scenarios._cases`) is imported when a job runs, not before.
 """
 
 from __future__ import annotations
