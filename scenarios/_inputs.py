@@ -18,12 +18,15 @@ def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, 
     """The arrays of each device of `mesh` for the collective `spec` called with `params`, typed and checked.
 
     Data arrays take `[inputs] dtype`, else float32 when any literal is a float, int32 when they are
-    integers, bool when booleans (JAX's defaults). Offsets and sizes are int32. A collective without
-    arrays (axis_index) needs no inputs.
+    integers, bool when booleans (JAX's defaults). Offsets and sizes take `[inputs] index_dtype`, int32
+    (JAX's default) or int64. A literal array may also be `{fill = v, shape = [...]}` or, to give every
+    bit (NaN payloads), `{bits = ["0x7fc1", ...]}` in `[inputs] dtype`. A collective without arrays
+    (axis_index) needs no inputs.
 
     Raises:
         ScenarioError: missing or extra arguments, a table count that is not the device count, values that
-            are not rectangular numeric arrays or do not fit the dtype, shapes that differ between devices,
+            are not rectangular numeric arrays or do not fit the dtype, bits without a dtype or wider than
+            it, an index dtype other than int32 or int64, shapes that differ between devices,
             an operand that must be invariant along the axes (pbroadcast, pscatter) but differs along them.
     """
     count = mesh.size
