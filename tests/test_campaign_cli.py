@@ -237,3 +237,13 @@ def test_a_worker_without_jax_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))
     with pytest.raises(WorkerSetupError, match=r"Dask worker .*:\d+ \(.*\) cannot import jax; .*'\.\[jax,dask\]'"):
         run_chunk("psum", 1, 0)
+
+
+def test_an_index_dtype_other_than_int32_or_int64_is_refused(tmp_path):
+    """`[inputs] index_dtype` takes the two dtypes JAX's offsets and sizes come in, and names the rule."""
+    path = tmp_path / "index.toml"
+    path.write_text('[mesh]\naxes = {x = 1}\n[collective]\nop = "psum"\naxis_name = "x"\n[inputs]\n'
+                    'index_dtype = "int16"\n[[device]]\nx = [1]\n', encoding="utf-8")
+    with pytest.raises(scenarios.ScenarioError, match=r"index.toml:\d+: \[inputs\] index_dtype='int16' must be "
+                                                      r"'int32' or 'int64'"):
+        scenarios.load(path)
