@@ -61,8 +61,11 @@ def fleet(workers: int | None = None, scheduler: str | None = None) -> Iterator[
     count = (os.cpu_count() or 1) if workers is None else workers
     if count < 1:
         raise FleetError(f"workers={count}: a local cluster needs at least 1 worker")
+    # No dashboard; the scheduler's small HTTP server (health, metrics) takes any free port, not 8787,
+    # which another cluster on the machine may hold (Dask would warn and move).
     with LocalCluster(n_workers=count, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
+                      scheduler_kwargs={"dashboard_address": ":0"}, silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster) as client:
         yield client
 
 

@@ -11,8 +11,6 @@ import sim
 from collectives import Definition
 from scenarios._errors import Source
 
-_INDEX_DTYPE = np.dtype(np.int32)  # JAX's offsets and sizes (x64 off)
-
 Inputs = tuple[dict[str, np.ndarray], ...]
 
 
@@ -20,18 +18,22 @@ def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, 
     """The arrays of each device of `mesh` for the collective `spec` called with `params`, typed and checked.
 
     Data arrays take `[inputs] dtype`, else float32 when any literal is a float, int32 when they are
-    integers, bool when booleans (JAX's defaults). Offsets and sizes are int32. A collective without
-    arrays (axis_index) needs no inputs.
+    integers, bool when booleans (JAX's defaults). Offsets and sizes take `[inputs] index_dtype`, int32
+    (JAX's default) or int64. A literal array may also be `{fill = v, shape = [...]}` or, to give every
+    bit (NaN payloads), `{bits = ["0x7fc1", ...]}` in `[inputs] dtype`. A collective without arrays
+    (axis_index) needs no inputs.
 
     Raises:
         ScenarioError: missing or extra arguments, a table count that is not the device count, values that
-            are not rectangular numeric arrays or do not fit the dtype, shapes that differ between devices,
+            are not rectangular numeric arrays or do not fit the dtype, bits without a dtype or wider than
+            it, an index dtype other than int32 or int64, shapes that differ between devices,
             an operand that must be invariant along the axes (pbroadcast, pscatter) but differs along them.
     """
     count = mesh.size
     settings = source.table(data, "inputs", required=False) or {}
-    source.check_keys("inputs", settings, (), ("seed", "shape", "dtype"))
+    source.check_keys("inputs", settings, (), ("seed", "shape", "dtype", "index_dtype"))
     dtype = _dtype(source, settings.get("dtype"))
+    index_dtype = _index_dtype(source, settings.get("index_dtype", "int32"))
     devices = data.get("device")
     if "seed" in settings or "shape" in settings:
         if devices is not None:
@@ -42,7 +44,7 @@ def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, 
     if devices is None:
         raise source.error("", None, f"the inputs are missing: give {count} [[device]] tables (one per device, "
                                      f"in device order) or [inputs] seed and shape")
-    inputs = _literal(source, devices, count, spec, dtype)
+    inputs = _literal(source, devices, count, spec, dtype, index_dtype)
     _check_shapes(source, inputs)
     if spec.invariant_operand:
         _check_invariant(source, inputs, mesh, spec, params["axis_name"])
@@ -94,8 +96,16 @@ def _draw(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.nda
     return rng.integers(max(-9, np.iinfo(dtype).min), 10, shape).astype(dtype)
 
 
-def _literal(source: Source, devices: Any, count: int, spec: Definition, dtype: np.dtype | None) -> Inputs:
-    """The `[[device]]` tables as arrays, data in one dtype, offsets and sizes int32."""
+def _index_dtype(source: Source, name: Any) -> np.dtype:
+    """`[inputs] index_dtype`, the dtype of offsets and sizes: int32 (JAX's default) or int64."""
+    if name not in ("int32", "int64"):
+        raise source.error("inputs", "index_dtype", f"[inputs] index_dtype={name!r} must be 'int32' or 'int64'")
+    return np.dtype(name)
+
+
+def _literal(source: Source, devices: Any, count: int, spec: Definition, dtype: np.dtype | None,
+             index_dtype: np.dtype) -> Inputs:
+    """The `[[device]]` tables as arrays, data in one dtype, offsets and sizes in `index_dtype`."""
     if not isinstance(devices, list) or not all(isinstance(table, dict) for table in devices):
         raise source.error("", "device", "device must be an array of tables: write [[device]] once per device")
     if len(devices) != count:
@@ -104,22 +114,26 @@ def _literal(source: Source, devices: Any, count: int, spec: Definition, dtype: 
     raw = []
     for d, table in enumerate(devices):
         source.check_keys("device", table, spec.arrays, (), index=d)
-        raw.append({name: _array(source, d, name, table[name]) for name in spec.arrays})
+        raw.append({name: _array(source, d, name, table[name], dtype) for name in spec.arrays})
     dtype = dtype or _infer([arrays[name] for arrays in raw for name in spec.data_arrays])
     return tuple(
-        {name: _typed(source, d, name, array, dtype, name in spec.index_arrays) for name, array in arrays.items()}
+        {name: _typed(source, d, name, array, index_dtype if name in spec.index_arrays else dtype,
+                      name in spec.index_arrays) for name, array in arrays.items()}
         for d, arrays in enumerate(raw)
     )
 
 
-def _array(source: Source, d: int, name: str, value: Any) -> np.ndarray:
-    """A literal array, or `{fill = v, shape = [...]}` for a constant one."""
+def _array(source: Source, d: int, name: str, value: Any, dtype: np.dtype | None) -> np.ndarray:
+    """A literal array, `{fill = v, shape = [...]}` for a constant one, or `{bits = [...]}` for one given
+    bit for bit (hex strings of `[inputs] dtype`'s width: NaN payloads kept)."""
     where = f"[[device]] for device {d}: {name}"
+    if isinstance(value, dict) and set(value) == {"bits"}:
+        return _bits(source, where, name, value["bits"], dtype, d)
     if isinstance(value, dict):
         fill, shape = value.get("fill"), value.get("shape")
         if set(value) != {"fill", "shape"} or type(fill) not in (int, float, bool) or not _is_shape(shape):
             raise source.error("device", name, f"{where}={value!r} must be an array or a table "
-                                               f"{{fill = <number>, shape = [<sizes>]}}", d)
+                                               f"{{fill = <number>, shape = [<sizes>]}} or {{bits = [<hex>]}}", d)
         return np.full(shape, fill)
     try:
         array = np.array(value)
@@ -131,6 +145,25 @@ def _array(source: Source, d: int, name: str, value: Any) -> np.ndarray:
     return array
 
 
+def _bits(source: Source, where: str, name: str, value: Any, dtype: np.dtype | None, d: int) -> np.ndarray:
+    """`{bits = [...]}`: a rectangular array of hex strings, each one element's bits in `dtype`."""
+    if dtype is None:
+        raise source.error("device", name, f"{where}: {{bits = [...]}} needs [inputs] dtype, the dtype whose "
+                                           f"bits the strings give", d)
+    try:
+        text = np.array(value, dtype=str)
+        words = np.vectorize(lambda s: int(s, 16) if s.lower().startswith("0x") else -1, otypes=[object])(text)
+    except ValueError:
+        words = None
+    limit = 1 << (8 * dtype.itemsize)
+    if words is None or not text.size or not all(0 <= w < limit for w in words.ravel()):
+        raise source.error("device", name, f"{where}: bits must be a rectangular array of hex strings of at most "
+                                           f"{dtype.itemsize} bytes each (dtype={dtype.name}), e.g. "
+                                           f"[\"0x{'7f' * dtype.itemsize}\"]", d)
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    return words.astype(unsigned).view(dtype)
+
+
 def _infer(arrays: list[np.ndarray]) -> np.dtype:
     """JAX's default dtype for the literals: float32 if any is a float, else int32, else bool."""
     kinds = {array.dtype.kind for array in arrays if array.size}
@@ -140,11 +173,11 @@ def _infer(arrays: list[np.ndarray]) -> np.dtype:
 
 
 def _typed(source: Source, d: int, name: str, array: np.ndarray, dtype: np.dtype, index: bool) -> np.ndarray:
-    """`array` cast to `dtype` (int32 for offsets and sizes), refusing casts that change a value."""
+    """`array` cast to `dtype` (the index dtype for offsets and sizes), refusing casts that change a value."""
     where = f"[[device]] for device {d}: {name}"
     if index and array.size and array.dtype.kind not in "iu":
         raise source.error("device", name, f"{where}={array.tolist()} must hold integers (offsets and sizes)", d)
-    target = _INDEX_DTYPE if index else dtype
+    target = dtype
     with np.errstate(all="ignore"):  # a value the dtype cannot hold is reported just below
         cast = array.astype(target)
     if target.kind in "biu" and not np.array_equal(cast, array):

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Sequence
 
 from layouts import MeshError
-from scenarios.cli import check, draw, explain, run, sweep, trace
+from scenarios.cli import campaign, check, draw, explain, run, sweep, trace
 from scenarios.cli._limits import time_limit
 
-_COMMANDS = (run, explain, check, trace, draw, sweep)
+_COMMANDS = (run, explain, check, trace, draw, sweep, campaign)
 
 __all__ = ["main", "parser"]
 

@@ -8,7 +8,6 @@ import json
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +89,8 @@ def _run(args: argparse.Namespace, todo: list[Point], directory: Path) -> None:
     except ImportError:
         raise ScenarioError("meshsim sweep needs Dask: pip install 'meshsim[dask]'") from None
     console = Console()
-    with warnings.catch_warnings():
-        # Another local cluster on this machine holds the HTTP port; Dask takes a free one, which is all we need.
-        warnings.filterwarnings("ignore", message="Port .* is already in use")
-        with fleet(args.workers, args.scheduler) as client:
-            _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json)
+    with fleet(args.workers, args.scheduler) as client:
+        _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json)
 
 
 def _progress(client: Any, todo: list[Point], directory: Path, console: Console, enabled: bool) -> None:

@@ -1,0 +1,166 @@
+"""`meshsim campaign`: generated cases of every collective, simulator against spec against real JAX, on Dask.
+
+The jobs (`scenarios._campaign`) run on a local cluster (one worker per core by default) or on the running
+scheduler of `--scheduler`; each result is appended to DIR/results.jsonl as it arrives, a shrunk
+disagreement is saved as DIR/findings/NAME.toml (a `[collective]` scenario `meshsim check` replays), and
+the report counts cases, agreements and findings per collective. `--resume` skips the jobs whose keys
+the results file already holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import collectives
+from scenarios import ScenarioError
+from scenarios.cli._campaign_files import Results
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add the `campaign` subparser to `commands`, with `execute` as what it runs."""
+    campaign = commands.add_parser("campaign", help="check generated cases of every collective against the "
+                                                    "executable spec and real JAX, spread over Dask workers")
+    campaign.add_argument("--cases", metavar="N", default="100", help="generated cases per collective (default 100)")
+    campaign.add_argument("--ops", metavar="NAME", nargs="+", default=None,
+                          help="the collectives to check (default: every registered collective)")
+    campaign.add_argument("--workers", metavar="N", default=None,
+                          help="workers of the local cluster (default: one per core)")
+    campaign.add_argument("--scheduler", metavar="tcp://HOST:PORT", default=None,
+                          help="use the running Dask scheduler at this address instead of a local cluster")
+    campaign.add_argument("-o", "--output", metavar="DIR", default="campaign",
+                          help="where results.jsonl and findings/ go (default ./campaign)")
+    campaign.add_argument("--resume", action="store_true", help="continue the campaign in DIR: skip the jobs "
+                                                                "results.jsonl already holds")
+    campaign.add_argument("--seed", metavar="S", default="0", help="the campaign's seed (default 0): the same "
+                                                                   "seed checks the same cases")
+    campaign.add_argument("--json", action="store_true", help="print the report as JSON")
+    campaign.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run the campaign `args` describes, print its report, and return the exit code.
+
+    Returns:
+        0 when every case agrees; 1 when a disagreement was found (and saved); 130 when interrupted (the
+        jobs done are saved); 2 (through `main`) on bad input: an unknown collective, a count that is not a
+        positive integer, an unreachable scheduler, a results file that exists without `--resume`, a worker
+        without jax.
+    """
+    from scenarios._campaign import plan
+
+    ops, cases, seed, workers = _checked(args)
+    jobs = plan(ops, cases, seed)
+    results = Results(Path(args.output), resume=args.resume)
+    pending = [job for job in jobs if job.key not in results.done]
+    console = Console(stderr=True, highlight=False)
+    start = time.perf_counter()
+    try:
+        if pending:
+            _run(pending, results, workers, args.scheduler, console)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: {len(results.added)} job(s) saved in {results.path}; add --resume to continue")
+        return 130
+    report = _report(ops, jobs, results, len(jobs) - len(pending), time.perf_counter() - start)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _show(Console(highlight=False), report)
+    return 1 if report["findings"] else 0
+
+
+def _run(jobs: list[Any], results: Results, workers: int | None, scheduler: str | None, console: Console) -> None:
+    """Run `jobs` on the cluster under a progress bar, saving each job's record as it arrives."""
+    from scenarios._fleet import fleet, run_jobs
+
+    with fleet(workers=workers, scheduler=scheduler) as client, _progress(console) as progress:
+        task = progress.add_task("cases", total=sum(job.args[1] for job in jobs))
+
+        def done(job: Any, record: dict[str, Any]) -> None:
+            results.add(job.key, record)
+            progress.advance(task, job.args[1])
+
+        run_jobs(client, jobs, done)
+
+
+def _checked(args: argparse.Namespace) -> tuple[list[str], int, int, int | None]:
+    """The collectives, cases per collective, seed and local workers asked for, each checked."""
+    ops = list(args.ops) if args.ops else list(collectives.REGISTRY)
+    unknown = [op for op in ops if op not in collectives.REGISTRY]
+    if unknown:
+        raise ScenarioError(f"--ops {unknown[0]!r} is not a registered collective; it must be one of "
+                            + ", ".join(collectives.REGISTRY))
+    cases = _integer("--cases", args.cases, minimum=1)
+    seed = _integer("--seed", args.seed, minimum=0)
+    workers = None if args.workers is None else _integer("--workers", args.workers, minimum=1)
+    if workers is not None and args.scheduler is not None:
+        raise ScenarioError(f"--workers={workers} applies to a local cluster; with --scheduler the cluster's own "
+                            "workers run the jobs: give one of them")
+    return list(dict.fromkeys(ops)), cases, seed, workers
+
+
+def _integer(option: str, text: str, minimum: int) -> int:
+    """`text` as an integer of at least `minimum`, else a ScenarioError naming `option` and the rule."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ScenarioError(f"{option}={text!r} must be {rule}, e.g. {option} {max(minimum, 1) * 10}")
+    return value
+
+
+def _progress(console: Console) -> Progress:
+    """A progress bar of cases checked, on stderr, shown on a terminal only."""
+    return Progress(TextColumn("[bold]campaign"), BarColumn(), MofNCompleteColumn(), TextColumn("cases"),
+                    TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
+
+
+def _report(ops: list[str], jobs: list[Any], results: Results, resumed: int, wall_s: float) -> dict[str, Any]:
+    """Counts per collective over the campaign's jobs, the findings' files, and the run's timing."""
+    rows = {op: {"op": op, "cases": 0, "agree": 0, "findings": 0, "jobs": 0} for op in ops}
+    findings: dict[str, str] = {}
+    checked = 0
+    for job in jobs:
+        record = results.done[job.key]
+        row = rows[record["op"]]
+        row["jobs"] += 1
+        row["cases"] += record["cases"]
+        row["agree"] += record["agree"]
+        for found in record["findings"]:  # jobs that shrink to the same case save one file: counted once
+            path = str(results.findings / found["name"])
+            row["findings"] += path not in findings
+            findings[path] = found["replay"]
+        checked += record["cases"] if job.key in results.added else 0
+    return {"rows": list(rows.values()), "findings": findings, "jobs": len(jobs), "resumed_jobs": resumed,
+            "results": str(results.path), "wall_seconds": round(wall_s, 3),
+            "cases_per_second": round(checked / wall_s, 2) if checked and wall_s > 0 else None}
+
+
+def _show(console: Console, report: dict[str, Any]) -> None:
+    """The report as a table, then the findings and how to replay them."""
+    table = Table(title="campaign: simulator == spec == JAX", title_justify="left")
+    for column in ("collective", "cases", "agree", "findings"):
+        table.add_column(column, justify="left" if column == "collective" else "right")
+    for row in report["rows"]:
+        style = "bold red" if row["findings"] else None
+        table.add_row(row["op"], str(row["cases"]), str(row["agree"]), str(row["findings"]), style=style)
+    totals = [sum(row[k] for row in report["rows"]) for k in ("cases", "agree", "findings")]
+    table.add_row("total", *map(str, totals), style="bold")
+    console.print(table)
+    resumed = f"; {report['resumed_jobs']} job(s) were already in the results file" if report["resumed_jobs"] else ""
+    rate = f", {report['cases_per_second']} cases/s" if report["cases_per_second"] else ""
+    console.print(f"{report['jobs']} jobs in {report['wall_seconds']} s{rate}{resumed}; results in "
+                  f"{report['results']}")
+    for path, replay in report["findings"].items():
+        console.print(f"[bold red]finding[/] {path} (replayed: {replay}); replay it with: meshsim check {path}")
+    if not report["findings"]:
+        console.print("[bold green]all agree[/]")
