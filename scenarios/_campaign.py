@@ -32,12 +32,14 @@ from typing import Any
 
 import numpy as np
 
+import collectives
 import oracles
 import scenarios
 from layouts import MeshError
 from scenarios._answers import Case, differences, run_jax, run_simulator, run_spec
 from scenarios._errors import ScenarioError
 from scenarios._fleet import Job
+from scenarios._rules_jobs import run_rules_chunk
 
 CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a resume redoes little
 
@@ -50,22 +52,33 @@ class WorkerSetupError(ScenarioError):
     """A Dask worker cannot run campaign jobs: its Python lacks jax (the `jax` extra)."""
 
 
-def plan(ops: Sequence[str], cases: int, seed: int, chunk: int = CHUNK_CASES) -> list[Job]:
-    """The jobs of a campaign of `cases` per collective of `ops`, round-robin over the collectives so that
-    slow and quick ones are spread over the run."""
+LINEAR = tuple(n for n, d in collectives.REGISTRY.items() if not isinstance(d.transpose, collectives.NotLinear))
+BATCHED = tuple(n for n, d in collectives.REGISTRY.items() if d.arrays)
+# What each kind checks, and on which collectives: "forward" the simulator against the spec and JAX; the
+# rules kinds JAX's own transposes (linear collectives) and batching rules (collectives with arrays).
+KINDS = {"forward": tuple(collectives.REGISTRY), "transpose": LINEAR, "vmap": BATCHED}
+
+
+def plan(ops: Sequence[str], cases: int, seed: int, chunk: int = CHUNK_CASES,
+         kinds: Sequence[str] = ("forward",)) -> list[Job]:
+    """The jobs of a campaign of `cases` per collective of `ops` and kind of `kinds` (a kind skips the
+    collectives it does not apply to), round-robin over the collectives so that slow and quick ones are
+    spread over the run."""
     counts = [min(chunk, cases - start) for start in range(0, cases, chunk)]
-    return [Job(chunk_key(op, seed, k, count), run_chunk, (op, count, chunk_seed(op, seed, k)))
-            for k, count in enumerate(counts) for op in ops]
+    return [Job(chunk_key(op, seed, k, count, kind), run_chunk if kind == "forward" else run_rules_chunk,
+                (op, count, chunk_seed(op, seed, k, kind)) + (() if kind == "forward" else (kind,)))
+            for kind in kinds for k, count in enumerate(counts) for op in ops if op in KINDS[kind]]
 
 
-def chunk_key(op: str, seed: int, index: int, count: int) -> str:
-    """The key of chunk `index` of `op` in the campaign of `seed`: the same cases every run."""
-    return f"{op}-seed{seed}-chunk{index}-{count}cases"
+def chunk_key(op: str, seed: int, index: int, count: int, kind: str = "forward") -> str:
+    """The key of chunk `index` of `op` (and `kind`) in the campaign of `seed`: the same cases every run."""
+    return f"{op}{'' if kind == 'forward' else '-' + kind}-seed{seed}-chunk{index}-{count}cases"
 
 
-def chunk_seed(op: str, seed: int, index: int) -> int:
+def chunk_seed(op: str, seed: int, index: int, kind: str = "forward") -> int:
     """Hypothesis's seed for chunk `index` of `op` in the campaign of `seed` (stable across processes)."""
-    return int(np.random.SeedSequence([seed, zlib.crc32(op.encode()), index]).generate_state(1)[0])
+    salt = [] if kind == "forward" else [zlib.crc32(kind.encode())]
+    return int(np.random.SeedSequence([seed, zlib.crc32(op.encode()), index, *salt]).generate_state(1)[0])
 
 
 def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
@@ -102,7 +115,7 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
         if not failing:
             raise
     findings = [finding(op, seed, *failing[-1], oracle)] if failing else []
-    return {"op": op, "seed": seed, **tally, "findings": findings,
+    return {"op": op, "kind": "forward", "seed": seed, **tally, "known": {}, "findings": findings,
             "seconds": round(time.perf_counter() - start, 3),
             "cpu_seconds": round(cpu_seconds(oracle) - cpu_start, 3), "worker": worker}
 

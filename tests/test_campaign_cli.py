@@ -163,6 +163,73 @@ def test_a_wrong_simulator_is_found_shrunk_saved_and_replayed(capsys, monkeypatc
     assert main(["check", path]) == 0
 
 
+KNOWN_IDS = set(re.findall(r'^    "([a-z0-9-]+)":', (ROOT / "oracles" / "_rules.py").read_text(), flags=re.M))
+
+
+@pytest.mark.differential
+def test_jax_rules_kinds_run_on_the_workers(capsys, tmp_path, cluster):
+    """`--kinds transpose vmap` on 2 workers: each collective's rows of both kinds count every program as
+    agreeing or as a known disagreement of FINDINGS.md (by its id), nothing new, exit 0; each worker's
+    records come from its own long-lived rules worker."""
+    _, address = cluster
+    code, report, _ = campaign(capsys, "--ops", "psum_scatter", "ragged_all_to_all", "pmax", "--kinds", "transpose",
+                               "vmap", "--cases", "6", "--scheduler", address, "-o", str(tmp_path))
+    assert code == 0, report
+    # pmax is not linear: it has no transpose row
+    assert [(row["op"], row["kind"]) for row in report["rows"]] == [
+        ("psum_scatter", "transpose"), ("ragged_all_to_all", "transpose"),
+        ("psum_scatter", "vmap"), ("ragged_all_to_all", "vmap"), ("pmax", "vmap")]
+    for row in report["rows"]:
+        assert row["cases"] == 6 and row["agree"] + row["known"] == 6 and row["findings"] == 0, row
+        assert set(row["known_ids"]) <= KNOWN_IDS
+    assert {r["kind"] for r in records(tmp_path)} == {"transpose", "vmap"}
+
+
+class NewRuleDisagreement(WorkerPlugin):
+    """Stands in for the rules worker on every Dask worker: every search reports one known disagreement
+    and one new one, so the test sees how the campaign records and saves them (no JAX needed)."""
+
+    name = "new-rule-disagreement"
+
+    class Fake:
+        pid = None
+
+        def ask(self, request: dict) -> dict:
+            return {"op": request["op"], "kind": request["kind"], "examples": request["examples"] + 5,
+                    "known": {"untiled-psum-scatter-vmap-axis": 1}, "shown": {},
+                    "new": [f"Disagreement: {request['op']} {request['kind']}: the program\nand its answers"],
+                    "seconds": 0.1}
+
+    def setup(self, worker) -> None:
+        import scenarios._rules_jobs as jobs
+
+        self.kept, jobs.WORKER = jobs.WORKER, self.Fake()
+
+    def teardown(self, worker) -> None:
+        import scenarios._rules_jobs as jobs
+
+        jobs.WORKER = self.kept
+
+
+def test_a_new_rule_disagreement_is_saved_and_exits_1(capsys, tmp_path, cluster):
+    """A new disagreement of JAX's rule (from a stand-in rules worker) is saved as findings/OP-KIND-HASH.txt
+    with the shrunk program, counted once per collective next to the known one, and the campaign exits 1;
+    the cases counted stop at the job's size (Hypothesis's shrinking runs are not cases)."""
+    client, address = cluster
+    client.register_plugin(NewRuleDisagreement())
+    try:
+        code, report, _ = campaign(capsys, "--ops", "psum", "--kinds", "transpose", "--cases", "4", "--scheduler",
+                                   address, "-o", str(tmp_path))
+    finally:
+        client.unregister_worker_plugin(NewRuleDisagreement.name)
+    assert code == 1
+    [row] = report["rows"]
+    assert (row["kind"], row["cases"], row["agree"], row["known"], row["findings"]) == ("transpose", 4, 2, 1, 1)
+    (path, _), = report["findings"].items()
+    assert re.fullmatch(r"psum-transpose-[0-9a-f]{12}\.txt", Path(path).name)
+    assert "Disagreement: psum transpose: the program\nand its answers" in Path(path).read_text()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--ops", "psum", "pfoo"], r"--ops 'pfoo' is not a registered collective; it must be one of all_gather, "),
     (["--cases", "0"], r"--cases='0' must be a positive integer"),

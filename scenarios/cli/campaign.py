@@ -4,7 +4,9 @@ The jobs (`scenarios._campaign`) run on a local cluster (one worker per core by 
 scheduler of `--scheduler`; each result is appended to DIR/results.jsonl as it arrives, a shrunk
 disagreement is saved as DIR/findings/NAME.toml (a `[collective]` scenario `meshsim check` replays), and
 the report counts cases, agreements and findings per collective. `--resume` skips the jobs whose keys
-the results file already holds.
+the results file already holds. `--kinds transpose vmap` adds JAX's own rules (`scenarios._rules_jobs`):
+JAX's transposes against meshsim's and `jax.vmap` against a per-batch loop, disagreements that
+FINDINGS.md explains counted as known, a new one shrunk and saved as DIR/findings/NAME.txt.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.table import Table
 
 import collectives
 from scenarios import ScenarioError
+from scenarios._campaign import KINDS
 from scenarios.cli._campaign_files import Results
 
 
@@ -31,6 +34,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     campaign.add_argument("--cases", metavar="N", default="100", help="generated cases per collective (default 100)")
     campaign.add_argument("--ops", metavar="NAME", nargs="+", default=None,
                           help="the collectives to check (default: every registered collective)")
+    campaign.add_argument("--kinds", metavar="KIND", nargs="+", default=["forward"], choices=list(KINDS),
+                          help="what to check: forward (simulator == spec == JAX; the default), transpose "
+                               "(JAX's vjp/grad/linear_transpose == meshsim's transposes, linear collectives), "
+                               "vmap (jax.vmap == a per-batch loop); see FINDINGS.md for what JAX gets wrong")
     campaign.add_argument("--workers", metavar="N", default=None,
                           help="workers of the local cluster (default: one per core)")
     campaign.add_argument("--scheduler", metavar="tcp://HOST:PORT", default=None,
@@ -57,7 +64,8 @@ def execute(args: argparse.Namespace) -> int:
     from scenarios._campaign import plan
 
     ops, cases, seed, workers = _checked(args)
-    jobs = plan(ops, cases, seed)
+    kinds = list(dict.fromkeys(args.kinds))
+    jobs = plan(ops, cases, seed, kinds=kinds)
     results = Results(Path(args.output), resume=args.resume)
     pending = [job for job in jobs if job.key not in results.done]
     console = Console(stderr=True, highlight=False)
@@ -68,7 +76,7 @@ def execute(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         console.print(f"interrupted: {len(results.added)} job(s) saved in {results.path}; add --resume to continue")
         return 130
-    report = _report(ops, jobs, results, len(jobs) - len(pending), time.perf_counter() - start)
+    report = _report(ops, kinds, jobs, results, len(jobs) - len(pending), time.perf_counter() - start)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -124,17 +132,22 @@ def _progress(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
 
 
-def _report(ops: list[str], jobs: list[Any], results: Results, resumed: int, wall_s: float) -> dict[str, Any]:
-    """Counts per collective over the campaign's jobs, the findings' files, and the run's timing."""
-    rows = {op: {"op": op, "cases": 0, "agree": 0, "findings": 0, "jobs": 0} for op in ops}
+def _report(ops: list[str], kinds: list[str], jobs: list[Any], results: Results, resumed: int,
+            wall_s: float) -> dict[str, Any]:
+    """Counts per collective and kind over the campaign's jobs, the findings' files, and the run's timing."""
+    rows = {(op, kind): {"op": op, "kind": kind, "cases": 0, "agree": 0, "known": 0, "findings": 0, "jobs": 0,
+                         "known_ids": {}} for kind in kinds for op in ops if op in KINDS[kind]}
     findings: dict[str, str] = {}
     checked = 0
     for job in jobs:
         record = results.done[job.key]
-        row = rows[record["op"]]
+        row = rows[record["op"], record.get("kind", "forward")]
         row["jobs"] += 1
         row["cases"] += record["cases"]
         row["agree"] += record["agree"]
+        for name, n in record.get("known", {}).items():
+            row["known"] += n
+            row["known_ids"][name] = row["known_ids"].get(name, 0) + n
         for found in record["findings"]:  # jobs that shrink to the same case save one file: counted once
             path = str(results.findings / found["name"])
             row["findings"] += path not in findings
@@ -147,20 +160,32 @@ def _report(ops: list[str], jobs: list[Any], results: Results, resumed: int, wal
 
 def _show(console: Console, report: dict[str, Any]) -> None:
     """The report as a table, then the findings and how to replay them."""
-    table = Table(title="campaign: simulator == spec == JAX", title_justify="left")
-    for column in ("collective", "cases", "agree", "findings"):
-        table.add_column(column, justify="left" if column == "collective" else "right")
+    table = Table(title="campaign: simulator == spec == JAX (forward); JAX's rules == meshsim's (transpose, vmap)",
+                  title_justify="left")
+    for column in ("collective", "kind", "cases", "agree", "known", "findings"):
+        table.add_column(column, justify="left" if column in ("collective", "kind") else "right")
     for row in report["rows"]:
         style = "bold red" if row["findings"] else None
-        table.add_row(row["op"], str(row["cases"]), str(row["agree"]), str(row["findings"]), style=style)
-    totals = [sum(row[k] for row in report["rows"]) for k in ("cases", "agree", "findings")]
-    table.add_row("total", *map(str, totals), style="bold")
+        table.add_row(row["op"], row["kind"], *(str(row[k]) for k in ("cases", "agree", "known", "findings")),
+                      style=style)
+    totals = [sum(row[k] for row in report["rows"]) for k in ("cases", "agree", "known", "findings")]
+    table.add_row("total", "", *map(str, totals), style="bold")
     console.print(table)
     resumed = f"; {report['resumed_jobs']} job(s) were already in the results file" if report["resumed_jobs"] else ""
     rate = f", {report['cases_per_second']} cases/s" if report["cases_per_second"] else ""
     console.print(f"{report['jobs']} jobs in {report['wall_seconds']} s{rate}{resumed}; results in "
                   f"{report['results']}")
     for path, replay in report["findings"].items():
-        console.print(f"[bold red]finding[/] {path} (replayed: {replay}); replay it with: meshsim check {path}")
+        if path.endswith(".toml"):
+            console.print(f"[bold red]finding[/] {path} (replayed: {replay}); replay it with: meshsim check {path}")
+        else:
+            console.print(f"[bold red]finding[/] {path}: a new disagreement with JAX's rule, shrunk; read it")
+    met: dict[str, int] = {}
+    for row in report["rows"]:
+        for name, n in row["known_ids"].items():
+            met[name] = met.get(name, 0) + n
+    if met:
+        console.print("known: disagreements FINDINGS.md explains (JAX's rules), by id: "
+                      + ", ".join(f"{name} x{n}" for name, n in met.items()))
     if not report["findings"]:
-        console.print("[bold green]all agree[/]")
+        console.print("[bold green]all agree[/]" if not met else "[bold green]nothing new[/]")

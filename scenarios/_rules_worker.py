@@ -1,0 +1,41 @@
+"""`python -m scenarios._rules_worker`: a long-lived process that runs the rules campaign's searches.
+
+JAX's transpose and batching rules need a process of their own: 8 CPU devices and the CPU lowering of
+`ragged_all_to_all` (`oracles.install_cpu_ragged_all_to_all()`) must be set up before jax is imported. A
+Dask worker of `meshsim campaign --kinds transpose vmap` starts one of these and keeps it: each request
+is one JSON line on stdin, `{"op", "kind", "examples", "seed"}`, and each answer one JSON line on stdout,
+the row `scenarios._rules_search.search` returns (or `{"error": text}` when the search itself failed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def main() -> None:
+    """Answer requests until stdin closes."""
+    import oracles
+
+    oracles.install_cpu_ragged_all_to_all()
+    from scenarios._rules_search import search
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything else printed must not break the protocol
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            answer = search(request["op"], request["kind"], request["examples"], request["seed"])
+        except Exception:
+            answer = {"error": traceback.format_exc(limit=8)}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
