@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as seeded
 from hypothesis import strategies as st
 
+from layouts import MeshError
 from oracles._rules import classify, small_ints, transpose_problem, vmap_problem
 from scenarios._answers import Case
 from scenarios._cases import DTYPES, cases
@@ -26,7 +27,7 @@ from scenarios._cases import DTYPES, cases
 FLOATS = ("bfloat16", "float16", "float32", "float64")
 
 
-class Disagreement(AssertionError):
+class Disagreement(MeshError, AssertionError):
     """JAX's rule and meshsim's answer differ in a way no known finding explains."""
 
 
