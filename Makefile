@@ -20,11 +20,13 @@ install: $(BIN)/meshsim
 run: install
 	$(BIN)/meshsim run $(SCENARIO)
 
+# Two pytest workers (pytest-xdist), each taking whole files: while one waits on a JAX worker process or
+# a Dask cluster, the other runs, so both cores stay busy.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not differential"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not differential"
 
 bench: install
 	$(BIN)/python benchmarks/run.py

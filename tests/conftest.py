@@ -13,6 +13,7 @@ Profiles, chosen with the environment variable HYPOTHESIS_PROFILE:
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import os
 
@@ -41,12 +42,31 @@ def jax_oracle():
     return shared_oracle()
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Report how many cases each collective was checked on, so a run shows its real coverage."""
+def _checked_here() -> dict[tuple[str, str], int]:
+    """The cases this process checked, by (collective, against), as `strategies.check_agreement` counted them."""
     import sys
 
-    strategies = sys.modules.get("strategies")
-    checked = getattr(strategies, "CHECKED", None)
+    return dict(getattr(sys.modules.get("strategies"), "CHECKED", None) or {})
+
+
+_FROM_WORKERS: collections.Counter = collections.Counter()  # under pytest-xdist: what each worker checked
+
+
+def pytest_sessionfinish(session):
+    """An xdist worker hands its counts to the controller, which prints the summary."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["checked"] = [[op, against, n] for (op, against), n in _checked_here().items()]
+
+
+def pytest_testnodedown(node, error):
+    """The controller adds up what each xdist worker checked (the hook exists only with pytest-xdist)."""
+    for op, against, n in getattr(node, "workeroutput", {}).get("checked", []):
+        _FROM_WORKERS[op, against] += n
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Report how many cases each collective was checked on, so a run shows its real coverage."""
+    checked = _FROM_WORKERS + collections.Counter(_checked_here())
     for against in ("jax", "spec"):
         counts = {op: n for (op, other), n in sorted((checked or {}).items()) if other == against}
         if counts:
