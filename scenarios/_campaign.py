@@ -16,7 +16,6 @@ still differs. Hypothesis (with `scenarios._cases`) is imported when a job runs,
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import os
@@ -38,7 +37,7 @@ import scenarios
 from layouts import MeshError
 from scenarios._answers import Case, differences, run_jax, run_simulator, run_spec
 from scenarios._errors import ScenarioError
-from scenarios._fleet import Job
+from scenarios._fleet import Job, cpu_seconds
 from scenarios._rules_jobs import run_rules_chunk
 
 CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a resume redoes little
@@ -96,7 +95,7 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
         raise WorkerSetupError(f"Dask worker {worker} ({sys.executable}) cannot import jax; every worker needs "
                                "meshsim with the jax and dask extras: pip install -e '.[jax,dask]'")
     oracle = oracles.shared_oracle()
-    cpu_start = cpu_seconds(oracle)
+    cpu_start = cpu_seconds(oracle.pid)
     tally = {"cases": 0, "agree": 0}
     failing: list[tuple[Case, list[str]]] = []
 
@@ -117,18 +116,7 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
     findings = [finding(op, seed, *failing[-1], oracle)] if failing else []
     return {"op": op, "kind": "forward", "seed": seed, **tally, "known": {}, "findings": findings,
             "seconds": round(time.perf_counter() - start, 3),
-            "cpu_seconds": round(cpu_seconds(oracle) - cpu_start, 3), "worker": worker}
-
-
-def cpu_seconds(oracle: Any) -> float:
-    """The processor time used so far by this process and by `oracle`'s JAX process (0 before it starts)."""
-    import psutil  # comes with distributed
-
-    used = time.process_time()
-    with contextlib.suppress(psutil.Error, TypeError):  # no JAX process yet, or it just ended
-        times = psutil.Process(oracle.pid).cpu_times()
-        used += times.user + times.system
-    return used
+            "cpu_seconds": round(cpu_seconds(oracle.pid) - cpu_start, 3), "worker": worker}
 
 
 def search(op: str, count: int, seed: int, check: Callable[[Case], None]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import tomllib
+from pathlib import Path
 
 import sim
 
@@ -84,3 +86,21 @@ class Source:
         for key in required:
             if key not in values:
                 raise self.error(table, None, f"{where}{key} is missing; it is required", index)
+
+
+def parse_toml(path: str, kind: str, source: type[Source] = Source, deep: str = "") -> tuple[Source, dict]:
+    """The text (as a `source`) and TOML tables of the `kind` file at `path` ("scenario", "sweep");
+    an unreadable file and a syntax error become a ScenarioError naming the file (and line); `deep` is said
+    after the message for tables nested too deeply."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise ScenarioError(f"{path}: cannot read the {kind} file: {reason}") from None
+    try:
+        return source(path, text), tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        line = re.search(r"at line (\d+)", str(error))
+        raise ScenarioError(f"{path}{':' + line.group(1) if line else ''}: invalid TOML: {error}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ScenarioError(f"{path}: invalid TOML: arrays or tables nested too deeply{deep}") from None

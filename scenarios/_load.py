@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +15,7 @@ import sim
 from collectives import Definition
 from scenarios._args import check_args
 from scenarios._budget import Budget
-from scenarios._errors import ScenarioError, Source
+from scenarios._errors import Source, parse_toml
 from scenarios._inputs import device_inputs
 from scenarios._program import ProgramScenario, load_program
 
@@ -90,19 +88,8 @@ def load(path: str | os.PathLike, *, allow_code: bool = True,
 
 def _parse(path: str) -> tuple[Source, dict]:
     """The file's text and its TOML tables; unreadable files and syntax errors become ScenarioError."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or error
-        raise ScenarioError(f"{path}: cannot read the scenario file: {reason}") from None
-    try:
-        return Source(path, text), tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        line = re.search(r"at line (\d+)", str(error))
-        raise ScenarioError(f"{path}{':' + line.group(1) if line else ''}: invalid TOML: {error}") from None
-    except RecursionError:  # tomllib parses nested arrays and tables recursively
-        raise ScenarioError(f"{path}: invalid TOML: arrays or tables nested too deeply (more than a few "
-                            f"hundred levels); a scenario's arrays have at most 64 dimensions") from None
+    return parse_toml(path, "scenario", deep=" (more than a few hundred levels); a scenario's arrays have at "
+                                              "most 64 dimensions")
 
 
 def _mesh(source: Source, data: dict, budget: Budget) -> sim.Mesh:

@@ -1,5 +1,5 @@
-"""A sweep's results on disk: `results.jsonl` (one row a line, appended as each point completes) and
-`results.csv` (the same columns, written at the end).
+"""Results on disk: `results.jsonl` (one row a line, appended as each sweep point or campaign job
+completes) and, for a sweep, `results.csv` (the same columns, written at the end).
 
 A row is written whole and flushed as soon as it arrives, so a sweep stopped at any moment keeps every
 finished point; a line cut short by the stop is dropped when the file is read back (`read_rows`) and
@@ -37,8 +37,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                 raise ValueError("not a row")
         except ValueError:
             if number == len(lines):
-                break  # the last line of a sweep that was stopped while writing it
-            raise ScenarioError(f"{path}:{number}: not a sweep result (a JSON object with a \"key\"): "
+                break  # the last line of a run that was stopped while writing it
+            raise ScenarioError(f"{path}:{number}: not a result (a JSON object with a \"key\"): "
                                 f"{line[:80]!r}; write to another -o DIR or repair the file") from None
         rows.append(row)
     return rows

@@ -11,7 +11,6 @@ disagreement is in JAX's transpose or batching rule, not in a collective's forwa
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -23,6 +22,7 @@ import time
 from typing import IO, Any
 
 from scenarios._errors import ScenarioError
+from scenarios._fleet import cpu_seconds
 
 
 class RulesWorkerError(ScenarioError):
@@ -78,14 +78,14 @@ def run_rules_chunk(op: str, count: int, seed: int, kind: str) -> dict[str, Any]
     """Check `count` generated programs of `op` for property `kind` ("transpose" or "vmap") under Hypothesis
     seed `seed`, in this Dask worker's rules worker; return the job's record (as `run_chunk`'s, with
     `known`: disagreements explained by FINDINGS.md, by finding id)."""
-    start, cpu = time.perf_counter(), _cpu_seconds()
+    start, cpu = time.perf_counter(), cpu_seconds(WORKER.pid)
     row = WORKER.ask({"op": op, "kind": kind, "examples": count, "seed": seed})
     cases = min(row["examples"], count)  # with a new disagreement, Hypothesis's shrinking runs more
     known = {name: int(n) for name, n in row["known"].items()}
     findings = [_finding(op, kind, seed, text) for text in row["new"][:1]]
     return {"op": op, "kind": kind, "seed": seed, "cases": cases,
             "agree": max(0, cases - sum(known.values()) - len(findings)), "known": known, "findings": findings,
-            "seconds": round(time.perf_counter() - start, 3), "cpu_seconds": round(_cpu_seconds() - cpu, 3),
+            "seconds": round(time.perf_counter() - start, 3), "cpu_seconds": round(cpu_seconds(WORKER.pid) - cpu, 3),
             "worker": f"{socket.gethostname()}:{os.getpid()}"}
 
 
@@ -97,15 +97,3 @@ def _finding(op: str, kind: str, seed: int, text: str) -> dict[str, Any]:
     name = f"{op}-{kind}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.txt"
     return {"name": name, "scenario": body, "differences": [text.splitlines()[0]],
             "replay": "JAX's rule: not a scenario file; see the text"}
-
-
-def _cpu_seconds() -> float:
-    """Processor time so far of this process and its rules worker."""
-    import psutil  # comes with distributed
-
-    used = time.process_time()
-    if WORKER.pid is not None:
-        with contextlib.suppress(psutil.Error):  # it just ended
-            times = psutil.Process(WORKER.pid).cpu_times()
-            used += times.user + times.system
-    return used

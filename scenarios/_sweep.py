@@ -23,8 +23,6 @@ import itertools
 import json
 import math
 import os
-import re
-import tomllib
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +30,7 @@ import numpy as np
 
 import layouts
 import sim
-from scenarios._errors import ScenarioError, Source
+from scenarios._errors import ScenarioError, Source, parse_toml
 from scenarios._sweep_values import NETWORK_RULE, check_network, network_label, parse_size
 
 # The collectives a sweep times, each with the nccl-tests operation its columns follow (see _measure).
@@ -132,19 +130,7 @@ class _SweepSource(Source):
 
 def _parse(path: str) -> tuple[Source, dict]:
     """The sweep file's text and its TOML tables; unreadable files and syntax errors become ScenarioError."""
-    try:
-        with open(path, encoding="utf-8") as stream:
-            text = stream.read()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ScenarioError(f"{path}: cannot read the sweep file: {getattr(error, 'strerror', None) or error}") \
-            from None
-    try:
-        return _SweepSource(path, text), tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        line = re.search(r"at line (\d+)", str(error))
-        raise ScenarioError(f"{path}{':' + line.group(1) if line else ''}: invalid TOML: {error}") from None
-    except RecursionError:  # tomllib parses nested arrays and tables recursively
-        raise ScenarioError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
+    return parse_toml(path, "sweep", _SweepSource)
 
 
 def _point_tables(source: Source, data: dict) -> list[dict | None]:

@@ -23,6 +23,7 @@ import pytest
 from distributed.diagnostics.plugin import WorkerPlugin
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cli_check import _rotated  # all_gather's chunks one place along
 
 import collectives
 import collectives._all_gather
@@ -34,14 +35,6 @@ from scenarios.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = list(collectives.REGISTRY)
-
-
-def _rotated(protocol):
-    """all_gather's protocol, but every received chunk lands one place further along the gather axis."""
-    def mutant(port, args):
-        result = yield from protocol(port, args)
-        return np.roll(result, result.shape[args.axis] // port.group.size, axis=args.axis)
-    return mutant
 
 
 class WrongAllGather(WorkerPlugin):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from scenarios import ScenarioError
+from scenarios._results import append_row, open_for_append, read_rows
 
 
 class Results:
@@ -14,8 +14,9 @@ class Results:
 
     `done` maps each job key in the file to its record; `added` holds the keys written by this run.
     Without `resume`, a results file that already exists is refused (a campaign never overwrites
-    another's results); with it, its records count as done. A line cut short (a run killed while writing
-    it) is ignored, so its job runs again.
+    another's results); with it, its records count as done. The file is read and written as a sweep's
+    (`scenarios._results`): a line cut short (a run killed while writing it) is dropped, so its job runs
+    again.
     """
 
     def __init__(self, folder: Path, resume: bool) -> None:
@@ -28,32 +29,18 @@ class Results:
             self.findings.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise ScenarioError(f"-o {folder}: cannot create {self.findings}: {error.strerror or error}") from None
-        self.done: dict[str, dict[str, Any]] = _read(self.path) if self.path.exists() else {}
-        if self.path.exists() and not self.path.read_bytes().endswith(b"\n") and self.path.stat().st_size:
-            with self.path.open("a", encoding="utf-8") as stream:  # end a line cut short before appending
-                stream.write("\n")
+        self.done: dict[str, dict[str, Any]] = {record["key"]: record for record in read_rows(self.path)}
+        if self.path.exists():
+            open_for_append(self.path).close()  # drops a line cut short, so its job runs again
         self.added: set[str] = set()
 
     def add(self, key: str, record: dict[str, Any]) -> None:
-        """Save `record` of job `key`: each finding's scenario file in findings/, then one line in the file."""
+        """Save `record` of job `key`: each finding's file in findings/, then one line in the file."""
         kept = dict(record, key=key, findings=[])
         for found in record["findings"]:
             (self.findings / found["name"]).write_text(found["scenario"], encoding="utf-8")
             kept["findings"].append({k: v for k, v in found.items() if k != "scenario"})
         with self.path.open("a", encoding="utf-8") as stream:
-            stream.write(json.dumps(kept) + "\n")
+            append_row(stream, kept)
         self.done[key] = kept
         self.added.add(key)
-
-
-def _read(path: Path) -> dict[str, dict[str, Any]]:
-    """The records of a results file by key, skipping a line cut short."""
-    records = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "key" in record:
-            records[record["key"]] = record
-    return records
