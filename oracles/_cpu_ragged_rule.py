@@ -1,22 +1,31 @@
-"""The CPU lowering of JAX's `ragged_all_to_all`: the docs' SEND and RECEIVE loops in rounds of dense all_to_alls.
+"""The CPU lowering of JAX's `ragged_all_to_all`: the docs' SEND and RECEIVE loops as dense all_to_alls.
 
 XLA:CPU cannot compile the op, so this rule lowers it to what XLA:CPU runs. A dense collective needs a
-static size, so the slices travel in rounds of a fixed `chunk` = ceil(M / S) rows per slot (M the output's
-rows, S the index arrays' length): in round r every slot sends the next `chunk` rows of its slice (the
-rows its receiver writes inside its output, zeros past its size), one tiled `all_to_all` of the (S * chunk,
-...) buffer moves them, and each receiver copies them in place to `output_offsets + r * chunk` (the last
-window moved back to end at the output's end), segment by segment: the slices cut the output into
-segments, each written by the slot the docs' RECEIVE loop writes there last. An
-`all_to_all` of `output_offsets` tells every receiver where its slices land, and one of each receiver's
-round count makes every device of the group run as many rounds as the busiest one needs (a `while_loop`).
-A balanced exchange (no slice over `chunk` rows) takes one round and moves about M rows per device; a
-slice of n rows takes ceil(n / chunk) rounds, at most S, and every round moves S * chunk rows.
+static size; `decomposition` picks one of two forms at lowering, by size (S the index arrays' length, M
+the output's rows):
 
-Inputs the docs leave undefined, row by row: a row read from outside `operand` arrives as zeros; a row
-written outside `output` is dropped; a negative size writes nothing; offsets and sizes past a quarter of
-the working index type's largest value (int32, or int64 for 64-bit indices) saturate there; where writes
-overlap, the later slot of the docs' RECEIVE loop wins, row by row; a receiver writes `recv_sizes[i]` rows
-of slot i, taking zeros past the `send_sizes` its sender sent.
+- **One shot** (`one_shot`), when S x M rows and their row numbers take at most `ONE_SHOT_BYTES` per
+  device: every slot sends its slice already placed at its rows of the receiver's output, M rows a slot
+  with zeros around the slice, in one tiled `all_to_all`, and each receiver takes every output row from
+  the last slot of the docs' RECEIVE loop that writes it. No loop, so a small exchange compiles in about
+  a third of the time the rounds take.
+- **Rounds** (`rounds`), otherwise: about M rows per device move instead of S x M. The slices travel in
+  rounds of a fixed `chunk` = ceil(M / S) rows per slot: in round r every slot sends the next `chunk` rows
+  of its slice (the rows its receiver writes inside its output, zeros past its size), one tiled
+  `all_to_all` of the (S * chunk, ...) buffer moves them, and each receiver copies them in place to
+  `output_offsets + r * chunk` (the last window moved back to end at the output's end), segment by
+  segment: the slices cut the output into segments, each written by the slot the docs' RECEIVE loop
+  writes there last. An `all_to_all` of `output_offsets` tells every receiver where its slices land, and
+  one of each receiver's round count makes every device of the group run as many rounds as the busiest
+  one needs (a `while_loop`). A balanced exchange (no slice over `chunk` rows) takes one round and moves
+  about M rows per device; a slice of n rows takes ceil(n / chunk) rounds, at most S, and every round
+  moves S * chunk rows.
+
+Inputs the docs leave undefined, row by row, the same in both forms: a row read from outside `operand`
+arrives as zeros; a row written outside `output` is dropped; a negative size writes nothing; offsets and
+sizes past a quarter of the working index type's largest value (int32, or int64 for 64-bit indices)
+saturate there; where writes overlap, the later slot of the docs' RECEIVE loop wins, row by row; a
+receiver writes `recv_sizes[i]` rows of slot i, taking zeros past the `send_sizes` its sender sent.
 Inputs XLA's verifier rejects (index arrays of different dtypes, operand and output of different dtypes
 or trailing shapes) are handed to JAX's own lowering of the op, so the user sees XLA's own error.
 """
@@ -35,11 +44,13 @@ from jax.interpreters import mlir
 
 Rule = Callable[..., Sequence[Any]]
 
+ONE_SHOT_BYTES = 1 << 20  # per device: the largest S x M rows, with their row numbers, sent in one all_to_all
+
 
 def decomposition(operand: jax.Array, output: jax.Array, input_offsets: jax.Array, send_sizes: jax.Array,
                   output_offsets: jax.Array, recv_sizes: jax.Array, *, axis_name: tuple[Any, ...],
                   axis_index_groups: Sequence[Sequence[int]] | None) -> jax.Array:
-    """`ragged_all_to_all(...)` of one device, computed in rounds of one tiled all_to_all each.
+    """`ragged_all_to_all(...)` of one device, in one shot or in rounds (see the module's docstring).
 
     Raises:
         ValueError: the index arrays' length is not a multiple of the group size.
@@ -57,19 +68,55 @@ def decomposition(operand: jax.Array, output: jax.Array, input_offsets: jax.Arra
     def exchange(x: jax.Array) -> jax.Array:
         return lax.all_to_all(x, axis_name, 0, 0, axis_index_groups=axis_index_groups, tiled=True)
 
+    row_bytes = int(np.prod(output.shape[1:], dtype=np.int64)) * output.dtype.itemsize + work.itemsize
+    if slots * output.shape[0] * row_bytes <= ONE_SHOT_BYTES:
+        return one_shot(operand, output, io, ss, oo, rs, exchange)
+    return rounds(operand, output, io, ss, oo, rs, exchange, group_size)
+
+
+def rounds(operand: jax.Array, output: jax.Array, io: jax.Array, ss: jax.Array, oo: jax.Array, rs: jax.Array,
+           exchange: Callable[[jax.Array], jax.Array], group_size: int) -> jax.Array:
+    """`ragged_all_to_all` of one device in rounds of one tiled all_to_all each (index arrays in the
+    working dtype)."""
+    slots, work = io.shape[0], io.dtype
     rows, chunk = output.shape[0], max(1, -(-output.shape[0] // slots))
     send = _Sender(_padded(operand, chunk), io, ss, oo, chunk, operand.shape[0], rows)
     receive = _Receiver.make(exchange(oo), rs, chunk, rows)
     # every device of the group runs as many rounds as the busiest receiver needs
-    rounds = jnp.max(exchange(jnp.broadcast_to(receive.rounds(), (group_size,))))
+    count = jnp.max(exchange(jnp.broadcast_to(receive.rounds(), (group_size,))))
 
     def one_round(r: jax.Array, carry: jax.Array) -> jax.Array:
         return receive.write(r, exchange(send.buffer(r)), carry)
 
     # round 0 runs before the loop, so the carry starts with the variance every round's result has
     first = one_round(jnp.zeros((), work), output)
-    return lax.while_loop(lambda c: c[0] < rounds, lambda c: (c[0] + 1, one_round(*c)),
+    return lax.while_loop(lambda c: c[0] < count, lambda c: (c[0] + 1, one_round(*c)),
                           (jnp.ones((), work), first))[1]
+
+
+def one_shot(operand: jax.Array, output: jax.Array, io: jax.Array, ss: jax.Array, oo: jax.Array, rs: jax.Array,
+             exchange: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    """`ragged_all_to_all` of one device in one all_to_all of S x M rows (index arrays in the working dtype).
+
+    Slot s sends, as row i of its M rows, its slice's row i - oo[s] (operand row io[s] + i - oo[s]), zeros
+    where that is past its size or outside the operand; the receiver writes output row i from the last
+    slot whose `recv_sizes` rows at its exchanged offset cover i.
+    """
+    slots, rows, operand_rows = io.shape[0], output.shape[0], operand.shape[0]
+    i = lax.iota(io.dtype, rows)[None, :]
+    k = i - oo[:, None]  # (S, M): the row of slot s's slice that lands on output row i
+    source = io[:, None] + k
+    sent = (k >= 0) & (k < ss[:, None]) & (source >= 0) & (source < operand_rows)
+    if operand_rows:
+        picked = jnp.take(operand, jnp.clip(source, 0, operand_rows - 1).reshape(-1), axis=0, mode="clip")
+    else:
+        picked = jnp.zeros((slots * rows, *operand.shape[1:]), operand.dtype)
+    received = exchange(lax.select(_rows_mask(sent.reshape(-1), picked), picked, jnp.zeros_like(picked)))
+    k = i - exchange(oo)[:, None]
+    writes = (k >= 0) & (k < rs[:, None])
+    last = jnp.max(jnp.where(writes, lax.iota(io.dtype, slots)[:, None], -1), axis=0)  # the RECEIVE loop's last
+    new = jnp.take(received, jnp.maximum(last, 0) * rows + i[0], axis=0, mode="clip")
+    return lax.select(_rows_mask(last >= 0, new), new, output)
 
 
 def _padded(x: jax.Array, chunk: int) -> jax.Array:

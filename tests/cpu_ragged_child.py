@@ -13,6 +13,8 @@ them), with `check_vma` as given; each call applies `body` to its own arguments,
 - "vmap": `jax.vmap` of it over a leading batch axis of every argument;
 - "vmap_data": `jax.vmap` of it over a leading batch axis of operand and output, the index arrays shared.
 
+A job may carry "one_shot_bytes", run with `_cpu_ragged_rule.ONE_SHOT_BYTES` set to it (0: every call in
+rounds), and "lowered": true, answered with the program's StableHLO text instead of running it.
 A job {"kind": "mutant", "name": ...} swaps the lowering for a deliberately wrong one (and clears JAX's
 caches), so the tests can watch the comparison catch it.
 """
@@ -44,6 +46,7 @@ from oracles import _cpu_ragged_rule  # noqa: E402
 from oracles._protocol import read_message, write_message  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+DEFAULT_ONE_SHOT_BYTES = _cpu_ragged_rule.ONE_SHOT_BYTES
 
 
 def _ragged(params: dict[str, Any]) -> Callable[..., jax.Array]:
@@ -90,8 +93,18 @@ def run_job(job: dict[str, Any]) -> tuple[Any, ...]:
 
     mapped = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec,
                                    check_vma=job["check_vma"]))
-    result = mapped(*(np.stack(per_device) for args in job["args"] for per_device in args))
-    return ("ok", jax.tree.map(lambda y: list(np.asarray(y)), result))
+    stacked = [np.stack(per_device) for args in job["args"] for per_device in args]
+    if job.get("lowered"):
+        return ("ok", mapped.lower(*stacked).as_text())
+    return ("ok", jax.tree.map(lambda y: list(np.asarray(y)), mapped(*stacked)))
+
+
+def one_shot_bytes(value: int) -> None:
+    """Set the lowering's one-shot limit; JAX's caches are cleared when it changes, so the next call lowers
+    again under it."""
+    if value != _cpu_ragged_rule.ONE_SHOT_BYTES:
+        _cpu_ragged_rule.ONE_SHOT_BYTES = value
+        jax.clear_caches()
 
 
 MUTANTS: dict[str, Callable[..., jax.Array]] = {
@@ -111,6 +124,7 @@ def answer(job: dict[str, Any]) -> tuple[Any, ...]:
                                platform="cpu")
         jax.clear_caches()
         return ("ok", job["name"])
+    one_shot_bytes(job.get("one_shot_bytes", DEFAULT_ONE_SHOT_BYTES))
     try:
         return run_job(job)
     except Exception as error:

@@ -69,25 +69,31 @@ fresh_child = pytest.fixture(started)
 Call = tuple[Case, tuple[Any, ...]]  # a case and its arguments as sent: per argument, per device
 
 
+# The lowering's two forms: one shot under its default limit (every case here is small), rounds with the
+# limit at 0 bytes.
+FORMS = {"one shot": {}, "rounds": {"one_shot_bytes": 0}}
+
+
 def job(kind: str, case: Case, check_vma: bool = True, extra: tuple[list[np.ndarray], ...] = (),
-        args: tuple[Any, ...] | None = None) -> dict[str, Any]:
-    """A job of one call of `body(kind)` on `case` (its own arguments, or `args`, then `extra`)."""
-    return merged(kind, [(case, (*(case.args if args is None else args), *extra))], check_vma)
+        args: tuple[Any, ...] | None = None, form: str = "one shot") -> dict[str, Any]:
+    """A job of one call of `body(kind)` on `case` (its own arguments, or `args`, then `extra`), lowered in
+    `form`."""
+    return merged(kind, [(case, (*(case.args if args is None else args), *extra))], check_vma, form)
 
 
-def merged(kind: str, calls: list[Call], check_vma: bool) -> dict[str, Any]:
+def merged(kind: str, calls: list[Call], check_vma: bool, form: str = "one shot") -> dict[str, Any]:
     """One job of several calls on the same mesh: one compile in the child for all of them."""
-    return {"kind": kind, "mesh_shape": calls[0][0].mesh_shape, "check_vma": check_vma,
+    return {"kind": kind, "mesh_shape": calls[0][0].mesh_shape, "check_vma": check_vma, **FORMS[form],
             "args": [[list(a) for a in args] for _, args in calls], "params": [case.params for case, _ in calls]}
 
 
-def ask_grouped(child: Child, kind: str, calls: list[tuple[Call, bool]]) -> list[Any]:
+def ask_grouped(child: Child, kind: str, calls: list[tuple[Call, bool]], form: str = "one shot") -> list[Any]:
     """Run every call, grouped by (mesh, check_vma) into one job each, in one round trip; per-call results
     in the order given (a failed job fails the test, naming its cases)."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, ((case, _), vma) in enumerate(calls):
         groups.setdefault((tuple(case.mesh_shape.items()), vma), []).append(i)
-    jobs = [merged(kind, [calls[i][0] for i in members], key[1]) for key, members in groups.items()]
+    jobs = [merged(kind, [calls[i][0] for i in members], key[1], form) for key, members in groups.items()]
     found: list[Any] = [None] * len(calls)
     for members, reply in zip(groups.values(), child.ask(jobs)):
         for i, result in zip(members, outputs(reply, *(calls[i][0][0] for i in members))):
@@ -142,12 +148,14 @@ def test_docs_example_under_jit_shard_map(child):
         assert disagreements(DOCS_RAGGED, got) == []
 
 
-def test_generated_cases_agree_with_simulator(child):
+@pytest.mark.parametrize("form", list(FORMS))
+def test_generated_cases_agree_with_simulator(child, form):
     """220 generated valid cases (meshes of 1-8 devices, axis_index_groups, ranks 1-3, seven dtypes, check_vma
-    on and off) in one round trip: JAX's primitive through the CPU lowering == simulator == spec, bit for bit."""
+    on and off) in one round trip: JAX's primitive through the CPU lowering == simulator == spec, bit for bit,
+    in either form of the lowering."""
     batch = generated(st.tuples(cases("ragged_all_to_all"), st.booleans()), CASES)
     assert len(batch) == CASES
-    results = ask_grouped(child, "run", [((case, case.args), vma) for case, vma in batch])
+    results = ask_grouped(child, "run", [((case, case.args), vma) for case, vma in batch], form)
     found = [text for (case, _), got in zip(batch, results) for text in disagreements(case, got)]
     assert found == []
 
@@ -160,13 +168,27 @@ ROUNDS = [  # one receiver's slice much longer than the rounds' chunk of ceil(M 
 ]
 
 
+@pytest.mark.parametrize("form", list(FORMS))
 @pytest.mark.parametrize("vma", [True, False])
-def test_slices_longer_than_a_round_agree(child, vma):
+def test_slices_longer_than_a_round_agree(child, vma, form):
     """Slices that need several rounds (up to one per slot) while other devices need none, with and
     without groups and several slots per peer: every device runs the group's rounds and the result equals
-    the simulator's and the spec's."""
-    for reply, case in zip(child.ask([job("run", case, vma) for case in ROUNDS]), ROUNDS):
+    the simulator's and the spec's (and so does the one-shot form)."""
+    for reply, case in zip(child.ask([job("run", case, vma, form=form) for case in ROUNDS]), ROUNDS):
         assert disagreements(case, one(reply, case)) == []
+
+
+@pytest.mark.parametrize("limit, form", [(128, "one shot"), (127, "rounds")])
+def test_form_follows_the_one_shot_limit(child, limit, form):
+    """The one-shot form (no loop) is chosen exactly when S x M rows with their row numbers fit the limit:
+    on {'x': 2} with S = 2 slots and M = 8 output rows of one float32 (4 bytes, and 4 for an int32 row
+    number), 2 x 8 x 8 = 128 bytes."""
+    case = ragged_case({"x": 2}, "x", [[2, 4], [1, 2]], dtype="float32")
+    assert case.args[1][0].shape == (8,)
+    [reply] = child.ask([{**job("run", case), "one_shot_bytes": limit, "lowered": True}])
+    assert ("stablehlo.while" in outputs(reply, case)) == (form == "rounds")
+    [reply] = child.ask([{**job("run", case), "one_shot_bytes": limit}])
+    assert disagreements(case, one(reply, case)) == []
 
 
 @pytest.mark.parametrize("dtype", ["bool", "bfloat16", "complex64", "uint16"])
@@ -391,11 +413,13 @@ UNDEFINED = {  # what the lowering does where the docs give no meaning, as its m
 }
 
 
+@pytest.mark.parametrize("form", list(FORMS))
 @pytest.mark.parametrize("name", list(UNDEFINED))
-def test_undefined_inputs_are_treated_as_documented(child, name):
-    """Inputs the docs leave undefined get the treatment the lowering documents (not a meaning of the op)."""
+def test_undefined_inputs_are_treated_as_documented(child, name, form):
+    """Inputs the docs leave undefined get the treatment the lowering documents (not a meaning of the op),
+    the same in both forms."""
     case, want = UNDEFINED[name]
-    [reply] = child.ask([job("run", case)])
+    [reply] = child.ask([job("run", case, form=form)])
     assert [list(x) for x in one(reply, case)] == want
 
 
