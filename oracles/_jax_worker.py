@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import jax
 
-from oracles import _jax_layouts, _jax_programs
+from oracles import _compile_pool, _jax_layouts, _jax_programs
 from oracles._jax_dispatch import run_case
 from oracles._jax_setup import mesh
 from oracles._protocol import read_message, write_message
@@ -85,6 +85,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
 def main() -> None:
     """Serve on the real stdout; anything else printing to stdout (JAX, XLA) is sent to stderr."""
     faulthandler.enable()  # a segfault inside XLA then leaves a stack in the log the parent reports
+    _compile_pool.from_environment()  # JAX is configured (`_jax_setup`), its backend not yet started
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve(sys.stdin.buffer, replies)

@@ -30,6 +30,7 @@ import numpy as np
 
 from collectives import REGISTRY
 from layouts import InvalidArgumentError, MeshError
+from oracles._compile_pool import COMPILE_THREADS_ENV
 from oracles._protocol import read_message, write_message
 
 MAX_DEVICES = 8
@@ -87,12 +88,17 @@ class JaxOracle:
 
     Args:
         timeout_s: how long one case (including a worker start) may take before the worker is killed.
+        compile_threads: the threads XLA:CPU compiles on in the worker (`oracles._compile_pool`); None,
+            the default, for one per core.
     """
 
-    def __init__(self, *, timeout_s: float = 120.0) -> None:
+    def __init__(self, *, timeout_s: float = 120.0, compile_threads: int | None = None) -> None:
         if not timeout_s > 0:
             raise InvalidArgumentError(f"timeout_s={timeout_s!r} must be positive")
+        if compile_threads is not None and not (isinstance(compile_threads, int) and compile_threads >= 1):
+            raise InvalidArgumentError(f"compile_threads={compile_threads!r} must be a positive integer or None")
         self.timeout_s = timeout_s
+        self.compile_threads = compile_threads
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._lock = threading.Lock()
@@ -184,6 +190,9 @@ class JaxOracle:
         env = dict(os.environ, JAX_PLATFORMS="cpu",
                    PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
                    XLA_FLAGS=_xla_flags(os.environ.get("XLA_FLAGS", "")))
+        env.pop(COMPILE_THREADS_ENV, None)
+        if self.compile_threads is not None:
+            env[COMPILE_THREADS_ENV] = str(self.compile_threads)
         self._proc = subprocess.Popen([sys.executable, "-m", "oracles._jax_worker"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._log, env=env)
         ready = self._receive(deadline)

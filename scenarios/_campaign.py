@@ -6,7 +6,8 @@ collective and the chunk's index, so a campaign is reproducible from its seed an
 exactly the cases it runs (a resumed or larger campaign reuses the keys it shares with an earlier one).
 
 `run_chunk` is what a Dask worker runs. It asks the worker process's own long-lived JAX worker
-(`oracles.shared_oracle()`, started by the first job on that process and reused by the next). A case
+(`worker_oracle()`, started by the first job on that process and reused by the next), which compiles on
+one thread, as the Dask worker computes on one (`COMPILE_THREADS`). A case
 agrees when the simulator's answer equals the spec's and then JAX's, bit for bit on every device; an
 exception from any of them is a disagreement too. The first disagreement ends the chunk: Hypothesis
 shrinks it to a minimal case, which comes back as the text of a `[collective]` scenario file, replayed
@@ -16,6 +17,7 @@ still differs. Hypothesis (with `scenarios._cases`) is imported when a job runs,
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import os
@@ -37,10 +39,11 @@ import scenarios
 from layouts import MeshError
 from scenarios._answers import Case, differences, run_jax, run_simulator, run_spec
 from scenarios._errors import ScenarioError
-from scenarios._fleet import Job, cpu_seconds
+from scenarios._fleet import COMPILE_THREADS, Job, cpu_seconds
 from scenarios._rules_jobs import run_rules_chunk
 
 CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a resume redoes little
+_oracle: oracles.JaxOracle | None = None
 
 
 class Disagreement(MeshError):
@@ -94,7 +97,7 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
     if importlib.util.find_spec("jax") is None:
         raise WorkerSetupError(f"Dask worker {worker} ({sys.executable}) cannot import jax; every worker needs "
                                "meshsim with the jax and dask extras: pip install -e '.[jax,dask]'")
-    oracle = oracles.shared_oracle()
+    oracle = worker_oracle()
     cpu_start = cpu_seconds(oracle.pid)
     tally = {"cases": 0, "agree": 0}
     failing: list[tuple[Case, list[str]]] = []
@@ -117,6 +120,16 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
     return {"op": op, "kind": "forward", "seed": seed, **tally, "known": {}, "findings": findings,
             "seconds": round(time.perf_counter() - start, 3),
             "cpu_seconds": round(cpu_seconds(oracle.pid) - cpu_start, 3), "worker": worker}
+
+
+def worker_oracle() -> oracles.JaxOracle:
+    """This Dask worker process's JAX worker, compiling on `COMPILE_THREADS` threads; started on first use,
+    closed when the process exits."""
+    global _oracle
+    if _oracle is None:
+        _oracle = oracles.JaxOracle(compile_threads=COMPILE_THREADS)
+        atexit.register(_oracle.close)
+    return _oracle
 
 
 def search(op: str, count: int, seed: int, check: Callable[[Case], None]) -> None:

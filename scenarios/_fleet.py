@@ -25,6 +25,9 @@ from typing import Any
 from scenarios._errors import ScenarioError
 
 CONNECT_TIMEOUT_S = 10
+# A worker is one core: one Dask thread, and a JAX process of its own compiles on one thread too
+# (`oracles.size_compile_pool`), so one worker per core does not oversubscribe the machine.
+COMPILE_THREADS = 1
 
 
 class FleetError(ScenarioError):

@@ -22,7 +22,7 @@ import time
 from typing import IO, Any
 
 from scenarios._errors import ScenarioError
-from scenarios._fleet import cpu_seconds
+from scenarios._fleet import COMPILE_THREADS, cpu_seconds
 
 
 class RulesWorkerError(ScenarioError):
@@ -61,8 +61,9 @@ class RulesWorker:
 
     def _start(self) -> None:
         self._log = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process it logs)
-        self._proc = subprocess.Popen([sys.executable, "-m", "scenarios._rules_worker"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._log, text=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "scenarios._rules_worker", "--compile-threads", str(COMPILE_THREADS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
 
     def _tail(self) -> str:
         if self._log is None:

@@ -236,3 +236,88 @@ def test_bad_requests_are_rejected_before_sending(op, mesh_shape, args, match):
 def test_shared_oracle_is_one_instance():
     """shared_oracle() hands every caller the same lazily started oracle."""
     assert shared_oracle() is shared_oracle()
+
+
+# --- the compile pool -----------------------------------------------------------------------------------
+
+_POOL = r"""
+import json, os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+sys.path.insert(0, sys.argv[1])
+import oracles
+import jax, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+
+def times():
+    found = {}
+    for tid in os.listdir("/proc/self/task"):
+        fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        found[tid] = int(fields[11]) + int(fields[12])
+    return found
+
+threads = None if sys.argv[2] == "none" else int(sys.argv[2])
+sized = oracles.size_compile_pool(threads)
+mesh = Mesh(np.array(jax.devices()), ("x",))
+before = times()
+for rows in range(8, 8 * 12, 8):  # a new program each time: every compile runs whole
+    body = lambda x: jax.lax.all_to_all(x * 2 + 1, "x", 0, 0, tiled=True)
+    jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))).lower(
+        np.zeros((8 * rows, 3), np.float32)).compile()
+after = times()
+main = str(os.getpid())
+try:
+    oracles.size_compile_pool(1)
+    late = "no error"
+except RuntimeError as error:
+    late = str(error)
+print(json.dumps({"sized": sized, "late": late,
+                  "compiling": sum(1 for t, v in after.items() if t != main and v - before.get(t, 0) >= 2),
+                  "affinities": sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in after})}))
+"""
+
+
+def _pool(threads: str) -> dict[str, Any]:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run([sys.executable, "-c", _POOL, root, threads], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 cores to see the pool shrink")
+def test_size_compile_pool_compiles_on_one_thread_and_gives_the_cores_back():
+    """`oracles.size_compile_pool(1)` before JAX starts: the same compiles of 8-device programs keep fewer
+    threads busy than XLA's default pool (one per core) does, every thread may again run on every core
+    afterwards, and a second call once the backend runs is refused (the pool exists by then)."""
+    import os
+
+    everywhere = [sorted(os.sched_getaffinity(0))]
+    one, default = _pool("1"), _pool("none")
+    assert one["sized"] is True and default["sized"] is False
+    assert one["compiling"] < default["compiling"], (one, default)
+    assert [list(a) for a in one["affinities"]] == everywhere
+    assert "must run before JAX starts its backend" in one["late"]
+
+
+def test_oracle_compile_threads_reach_the_worker_and_answers_are_unchanged():
+    """`JaxOracle(compile_threads=1)` starts its worker with the count in its environment and answers as
+    the default oracle does; a count that is not a positive integer is refused before any worker starts."""
+    import psutil
+
+    from layouts import InvalidArgumentError
+    from oracles._compile_pool import COMPILE_THREADS_ENV
+    from scenarios._campaign import worker_oracle
+
+    args = ([np.arange(3, dtype=np.float32) + d for d in range(4)],)
+    with JaxOracle(compile_threads=1) as oracle:
+        got = oracle.run("all_gather", {"x": 4}, args, {"axis_name": "x"}).outputs
+        assert psutil.Process(oracle.pid).environ()[COMPILE_THREADS_ENV] == "1"
+    assert_bitwise_equal(got, spec.all_gather(*args, {"x": 4}, axis_name="x"))
+    assert worker_oracle().compile_threads == 1
+    for bad in (0, -1, 1.5, "1"):
+        with pytest.raises(InvalidArgumentError, match=r"compile_threads=.* must be a positive integer"):
+            JaxOracle(compile_threads=bad)
