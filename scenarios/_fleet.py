@@ -5,6 +5,12 @@ the function, so it must live in an installed module) under a key that stays the
 `fleet(...)` yields a connected `distributed.Client`; `run_jobs` submits the jobs and hands each result
 to the caller as it completes, which writes it down at once: a rerun skips the keys already written.
 
+A worker is one core: one Dask thread, and a JAX process of its own (the campaign's) compiles on one
+thread (`COMPILE_THREADS`, `oracles.size_compile_pool`). On a local cluster of no more workers than the
+machine gives this process cores, worker k is also bound to core k, with the processes it starts: each
+worker and its JAX process pass the turn between them many times a second, and pairs left to migrate
+share the cores less well than pairs that stay put (BENCHMARKS.md, "Differential campaign on Dask").
+
 Dask does the hard parts: a worker that dies (killed, out of memory) takes no job with it, because the
 scheduler reruns the jobs it held on the other workers, and the nanny of a local cluster starts a new
 worker in its place. A job that raises is not retried: the exception reaches the caller.
@@ -25,9 +31,7 @@ from typing import Any
 from scenarios._errors import ScenarioError
 
 CONNECT_TIMEOUT_S = 10
-# A worker is one core: one Dask thread, and a JAX process of its own compiles on one thread too
-# (`oracles.size_compile_pool`), so one worker per core does not oversubscribe the machine.
-COMPILE_THREADS = 1
+COMPILE_THREADS = 1  # the threads XLA:CPU compiles on in a worker's JAX process: a worker is one core
 
 
 class FleetError(ScenarioError):
@@ -71,7 +75,13 @@ def fleet(workers: int | None = None, scheduler: str | None = None) -> Iterator[
     with LocalCluster(n_workers=count, threads_per_worker=1, processes=True, dashboard_address=None,
                       scheduler_kwargs={"dashboard_address": ":0"}, silence_logs=logging.CRITICAL) as cluster, \
             Client(cluster) as client:
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+        if cores and count <= len(cores):
+            from scenarios._one_core import OneCore
+
+            client.register_plugin(OneCore(cores))
         yield client
+
 
 
 def run_jobs(client: Any, jobs: Sequence[Job], done: Callable[[Job, Any], None]) -> None:

@@ -1,5 +1,6 @@
 """The Dask engine under sweeps and campaigns (`scenarios._fleet`): jobs on a local cluster of 2 workers,
-a worker killed mid-run losing nothing, a failing job and an unreachable scheduler reported clearly."""
+a worker killed mid-run losing nothing, each worker bound to a core of its own, a failing job and an
+unreachable scheduler reported clearly."""
 
 from __future__ import annotations
 
@@ -49,6 +50,30 @@ def test_a_killed_worker_loses_no_job(client):
     run_jobs(client, [Job(f"k{n}", slow_square, (n,)) for n in range(30)], done)
     assert got == {f"k{n}": n * n for n in range(30)}
     assert pids[0] not in client.run(os.getpid).values()
+
+
+def bindings() -> dict[str, list[list[int]]]:
+    """The cores each thread of this process may run on, and those of a process it starts."""
+    import json
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           capture_output=True, text=True, check=True).stdout
+    threads = {tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir("/proc/self/task")}
+    return {"threads": sorted(map(list, threads)), "child": [json.loads(child)]}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binds 2 workers to 2 cores")
+def test_each_local_worker_is_bound_to_a_core_of_its_own(client):
+    """On a local cluster of no more workers than cores, worker k (the nanny's restart of a killed one
+    too: this runs after the kill above) and every process it starts run on core k only; with more
+    workers than cores nothing is bound."""
+    cores = sorted(os.sched_getaffinity(0))
+    bound = sorted(client.run(bindings).values(), key=str)
+    assert bound == [{"threads": [[core]], "child": [[core]]} for core in cores[:2]]
+    with fleet(workers=len(cores) + 1) as crowded:
+        assert all(b == {"threads": [cores], "child": [cores]} for b in crowded.run(bindings).values())
 
 
 def test_a_failing_job_raises_its_error(client):

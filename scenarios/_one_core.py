@@ -1,0 +1,30 @@
+"""`OneCore`: the Dask worker plugin that binds each worker of a local cluster to a core of its own.
+
+Imported by `scenarios._fleet` when it starts a local cluster (it needs `distributed`, the dask extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+
+class OneCore(WorkerPlugin):
+    """Binds worker k of a local cluster (its name, 0, 1, ...) to `cores[k]`: every thread it has, and so
+    every thread and process it starts from then on (they inherit the binding)."""
+
+    idempotent = True  # one registration per cluster; a worker the nanny restarts gets it again
+    name = "meshsim-one-core"
+
+    def __init__(self, cores: Sequence[int]) -> None:
+        self.cores = list(cores)
+
+    def setup(self, worker: Any) -> None:
+        core = self.cores[int(worker.name) % len(self.cores)]
+        for thread in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(thread), {core})
