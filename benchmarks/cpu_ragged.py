@@ -9,8 +9,10 @@ as one compiled `jax.jit(jax.shard_map(...))` on arguments already on the device
 - numpy: `numpy_ragged_all_to_all` on the global arrays (the reference the others are checked against);
 - ragged, cpu lowering: the real `jax.lax.ragged_all_to_all` through the installed lowering;
 - all_to_all, payload bytes: a tiled `jax.lax.all_to_all` of each device's operand (rows x columns);
-- all_to_all, lowering's bytes: a tiled `jax.lax.all_to_all` of the rows the lowering moves per device:
-  its rounds x 8 slots x its chunk of ceil(rows / 8) rows (`lowering_rows`), in one collective.
+- all_to_all, lowering's bytes: a tiled `jax.lax.all_to_all` of the rows the lowering moves per device
+  (`lowering_rows`), in one collective: in its one-shot form (8 slots x rows, up to the lowering's
+  `ONE_SHOT_BYTES` with their row numbers), 8 x rows; in rounds, its rounds x 8 slots x its chunk of
+  ceil(rows / 8) rows. The table names the form.
 
 The lowering's result digest must equal numpy's. Lower + compile seconds are measured apart, once. Sets
 XLA_FLAGS itself, so run it in a fresh process.
@@ -32,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from _ragged import RaggedWorkload, numpy_ragged_all_to_all
+from _ragged import INDEX_DTYPE, RaggedWorkload, numpy_ragged_all_to_all
 from _workload import AXIS_NAME, DEVICES, Workload, digest
 
 import oracles
@@ -95,8 +97,8 @@ def measure(rows: int, columns: int, repeat: int) -> list[tuple[str, float | Non
     lowered, compile_s = _compiled(lambda *a: jax.lax.ragged_all_to_all(*a, axis_name=AXIS_NAME), *args)
     if digest(np.asarray(lowered(*args))) != digest(want):
         raise AssertionError("the cpu lowering's result differs from numpy's")
-    moved = lowering_rows(ragged.sizes, rows)
-    found.append(("ragged, cpu lowering", compile_s, _best(lambda: lowered(*args).block_until_ready(), repeat),
+    moved, form = lowering_rows(ragged.sizes, rows, row_bytes + np.dtype(INDEX_DTYPE).itemsize)
+    found.append((f"ragged, cpu lowering ({form})", compile_s, _best(lambda: lowered(*args).block_until_ready(), repeat),
                   moved * row_bytes))
 
     def exchange(block: Any) -> Any:
@@ -108,12 +110,18 @@ def measure(rows: int, columns: int, repeat: int) -> list[tuple[str, float | Non
     return found
 
 
-def lowering_rows(sizes: np.ndarray, rows: int) -> int:
-    """Rows the lowering sends per device on slices of `sizes[i, j]` rows into outputs of `rows` rows: one
-    chunk of ceil(rows / slots) rows per slot and round, for as many rounds as the longest slice needs."""
+def lowering_rows(sizes: np.ndarray, rows: int, row_bytes: int) -> tuple[int, str]:
+    """Rows the lowering sends per device, and its form, on slices of `sizes[i, j]` rows into outputs of `rows` rows of
+    `row_bytes` with a row number each: `rows` per slot in one shot when they fit the lowering's
+    `ONE_SHOT_BYTES`, else one chunk of ceil(rows / slots) rows per slot and round, for as many rounds as
+    the longest slice needs."""
+    from oracles._cpu_ragged_rule import ONE_SHOT_BYTES
+
     slots = sizes.shape[1]
+    if slots * rows * row_bytes <= ONE_SHOT_BYTES:
+        return slots * rows, "one shot"
     chunk = max(1, -(-rows // slots))
-    return int(max(1, -(-int(sizes.max()) // chunk))) * slots * chunk
+    return int(max(1, -(-int(sizes.max()) // chunk))) * slots * chunk, "rounds"
 
 
 def _dense(exchange: Callable[..., Any], shape: tuple[int, int], repeat: int) -> tuple[float, float]:
@@ -126,7 +134,7 @@ def _dense(exchange: Callable[..., Any], shape: tuple[int, int], repeat: int) ->
 def table(found: list[tuple[str, float | None, float, int]]) -> str:
     """A Markdown table of the stages with their ratios to the lowering and to each all_to_all."""
     runs = {stage: run for stage, _, run, _ in found}
-    lowering = runs["ragged, cpu lowering"]
+    lowering = next(run for stage, run in runs.items() if stage.startswith("ragged"))
     lines = ["| stage | lower + compile s | best run s | bytes sent per device | lowering / this |",
              "| --- | ---: | ---: | ---: | ---: |"]
     for stage, compile_s, run, sent in found:
