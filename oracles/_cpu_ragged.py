@@ -3,7 +3,8 @@
 XLA:CPU (jax 0.10.x) traces and lowers the op but cannot compile it ("UNIMPLEMENTED: HLO opcode
 ragged-all-to-all is not supported by XLA:CPU ThunkEmitter"). Installing registers, through JAX's public
 `jax.interpreters.mlir.register_lowering`, a CPU-only lowering of the same primitive that XLA:CPU runs
-(`oracles._cpu_ragged_rule`): the slices in rounds of a fixed chunk, one tiled all_to_all per round.
+(`oracles._cpu_ragged_rule`): a small exchange in one tiled all_to_all, a larger one in rounds of a fixed
+chunk, one tiled all_to_all per round.
 The primitive, its abstract evaluation and its JVP, transpose and batching rules stay JAX's own, so
 `jax.grad`, `jax.vjp` and `jax.vmap` through it run JAX's rules; GPU and TPU lowerings are untouched.
 
@@ -35,8 +36,8 @@ def install_cpu_ragged_all_to_all() -> bool:
     True
 
     See README.md, "ragged_all_to_all on CPU for JAX users", for an example, the cost and the limits: the
-    lowering sends the slices in rounds of a fixed chunk per slot, and how it treats inputs the docs leave
-    undefined is stated in `oracles._cpu_ragged_rule`.
+    lowering sends a small exchange in one all_to_all and a larger one in rounds of a fixed chunk per slot,
+    and how it treats inputs the docs leave undefined is stated in `oracles._cpu_ragged_rule`.
     """
     global _installed
     with _lock:
