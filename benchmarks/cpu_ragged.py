@@ -98,8 +98,8 @@ def measure(rows: int, columns: int, repeat: int) -> list[tuple[str, float | Non
     if digest(np.asarray(lowered(*args))) != digest(want):
         raise AssertionError("the cpu lowering's result differs from numpy's")
     moved, form = lowering_rows(ragged.sizes, rows, row_bytes + np.dtype(INDEX_DTYPE).itemsize)
-    found.append((f"ragged, cpu lowering ({form})", compile_s, _best(lambda: lowered(*args).block_until_ready(), repeat),
-                  moved * row_bytes))
+    run_s = _best(lambda: lowered(*args).block_until_ready(), repeat)
+    found.append((f"ragged, cpu lowering ({form})", compile_s, run_s, moved * row_bytes))
 
     def exchange(block: Any) -> Any:
         return jax.lax.all_to_all(block, AXIS_NAME, 0, 0, tiled=True)
