@@ -365,9 +365,10 @@ BAD = [
     ("size-and-sizes", GRID + "sizes = 8\n", [], r"give size or sizes, not both"),
     ("not-toml", "collective = \n", [], r"s\.toml:1: invalid TOML"),
     ("plot-suffix", GRID, ["--plot", "x.pdf"], r"--plot x\.pdf: unknown extension '\.pdf'; the plot must end"),
-    ("workers-0", GRID, ["--workers", "0"], r"--workers 0: must be at least 1"),
+    ("workers-0", GRID, ["--workers", "0"], r"--workers='0' must be a positive integer"),
+    ("workers-not-a-number", GRID, ["--workers", "two"], r"--workers='two' must be a positive integer"),
     ("workers-and-scheduler", GRID, ["--workers", "2", "--scheduler", "tcp://127.0.0.1:9"],
-     r"--workers 2: it sizes the local cluster"),
+     r"--workers=2 applies to a local cluster; with --scheduler the cluster's own workers run the points"),
     ("unreachable-scheduler", GRID, ["--scheduler", "tcp://127.0.0.1:9"],
      r"cannot reach the Dask scheduler scheduler='tcp://127.0.0.1:9'"),
 ]

@@ -25,6 +25,7 @@ import collectives
 from scenarios import ScenarioError
 from scenarios._campaign import KINDS
 from scenarios.cli._campaign_files import Results
+from scenarios.cli._cluster import add_cluster, integer, local_workers
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -38,10 +39,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                           help="what to check: forward (simulator == spec == JAX; the default), transpose "
                                "(JAX's vjp/grad/linear_transpose == meshsim's transposes, linear collectives), "
                                "vmap (jax.vmap == a per-batch loop); see FINDINGS.md for what JAX gets wrong")
-    campaign.add_argument("--workers", metavar="N", default=None,
-                          help="workers of the local cluster (default: one per core)")
-    campaign.add_argument("--scheduler", metavar="tcp://HOST:PORT", default=None,
-                          help="use the running Dask scheduler at this address instead of a local cluster")
+    add_cluster(campaign)
     campaign.add_argument("-o", "--output", metavar="DIR", default="campaign",
                           help="where results.jsonl and findings/ go (default ./campaign)")
     campaign.add_argument("--resume", action="store_true", help="continue the campaign in DIR: skip the jobs "
@@ -105,25 +103,10 @@ def _checked(args: argparse.Namespace) -> tuple[list[str], int, int, int | None]
     if unknown:
         raise ScenarioError(f"--ops {unknown[0]!r} is not a registered collective; it must be one of "
                             + ", ".join(collectives.REGISTRY))
-    cases = _integer("--cases", args.cases, minimum=1)
-    seed = _integer("--seed", args.seed, minimum=0)
-    workers = None if args.workers is None else _integer("--workers", args.workers, minimum=1)
-    if workers is not None and args.scheduler is not None:
-        raise ScenarioError(f"--workers={workers} applies to a local cluster; with --scheduler the cluster's own "
-                            "workers run the jobs: give one of them")
+    cases = integer("--cases", args.cases, minimum=1)
+    seed = integer("--seed", args.seed, minimum=0)
+    workers = local_workers(args, "jobs")
     return list(dict.fromkeys(ops)), cases, seed, workers
-
-
-def _integer(option: str, text: str, minimum: int) -> int:
-    """`text` as an integer of at least `minimum`, else a ScenarioError naming `option` and the rule."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ScenarioError(f"{option}={text!r} must be {rule}, e.g. {option} {max(minimum, 1) * 10}")
-    return value
 
 
 def _progress(console: Console) -> Progress:

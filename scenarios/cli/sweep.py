@@ -20,6 +20,7 @@ from scenarios._plot import check_output, plot
 from scenarios._results import read_rows
 from scenarios._sweep import Point, Sweep, load_sweep
 from scenarios._sweep_run import RESULTS, TABLE, finish, pending, run_points
+from scenarios.cli._cluster import add_cluster, local_workers
 from scenarios.cli._nccl import nccl_table
 
 
@@ -31,10 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                                       "psum_ring_vs_switch.toml")
     sweep.add_argument("-o", "--output", metavar="DIR",
                        help="where results.jsonl and results.csv go (default: sweep-<file name> here)")
-    sweep.add_argument("--workers", type=int, metavar="N",
-                       help="worker processes of the local cluster (default: one per core)")
-    sweep.add_argument("--scheduler", metavar="tcp://HOST:PORT",
-                       help="run on the Dask cluster of this scheduler instead of a local one")
+    add_cluster(sweep)
     sweep.add_argument("--resume", action="store_true",
                        help="keep the points already in DIR/results.jsonl and run only the others")
     sweep.add_argument("--plot", metavar="FILE", help="draw time and busbw against size to FILE.svg or FILE.png")
@@ -55,16 +53,14 @@ def execute(args: argparse.Namespace) -> int:
         FleetError: the scheduler cannot be reached, or a point was lost with every worker that ran it.
     """
     output = check_output(args.plot) if args.plot else None
-    if args.workers is not None and (args.scheduler or args.workers < 1):
-        raise ScenarioError(f"--workers {args.workers}: " + ("it sizes the local cluster; with --scheduler the "
-                            "cluster's own workers run the points" if args.scheduler else "must be at least 1"))
+    workers = local_workers(args, "points")
     sweep = load_sweep(args.sweep)
     directory = Path(args.output or f"sweep-{Path(args.sweep).stem}")
     _, todo = pending(sweep, directory, args.resume)
     start = time.perf_counter()
     if todo:
         try:
-            _run(args, todo, directory)
+            _run(args, todo, directory, workers)
         except KeyboardInterrupt:
             kept = len(read_rows(directory / RESULTS))
             print(f"meshsim: interrupted; {directory / RESULTS} keeps {kept} finished points: run the same command "
@@ -82,14 +78,14 @@ def execute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace, todo: list[Point], directory: Path) -> None:
+def _run(args: argparse.Namespace, todo: list[Point], directory: Path, workers: int | None) -> None:
     """Run the points on the cluster the arguments ask for, with a transient progress bar in a terminal."""
     try:
         import distributed  # noqa: F401  (checked here, so a missing extra is one clear message)
     except ImportError:
         raise ScenarioError("meshsim sweep needs Dask: pip install 'meshsim[dask]'") from None
     console = Console()
-    with fleet(args.workers, args.scheduler) as client:
+    with fleet(workers, args.scheduler) as client:
         _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json)
 
 
