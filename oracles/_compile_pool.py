@@ -47,10 +47,16 @@ def size_compile_pool(threads: int | None) -> bool:
     try:
         jax.jit(lambda x: x + 1).lower(np.zeros(1, np.float32)).compile()
     finally:
-        for thread in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                os.sched_setaffinity(int(thread), everywhere)
+        bind_threads(everywhere)
     return True
+
+
+def bind_threads(cores: set[int]) -> None:
+    """Let every thread of this process run on `cores` only (threads and processes it starts later inherit
+    the binding of the thread that starts them). Linux only."""
+    for thread in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(thread), cores)
 
 
 def from_environment() -> bool:

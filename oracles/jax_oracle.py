@@ -275,18 +275,18 @@ def describe_case(op: str, mesh_shape: Mapping[Hashable, int], args: Sequence[Se
     return f"{op} on mesh {dict(mesh_shape)} with per-device args ({avals}) and params {dict(params)}"
 
 
-_shared: JaxOracle | None = None
+_shared: dict[int | None, JaxOracle] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_oracle() -> JaxOracle:
-    """Return the process-wide `JaxOracle`, created on first use and closed when the process exits."""
-    global _shared
+def shared_oracle(*, compile_threads: int | None = None) -> JaxOracle:
+    """Return the process-wide `JaxOracle` whose worker compiles on `compile_threads` threads (None: one
+    per core), created on first use and closed when the process exits."""
     with _shared_lock:
-        if _shared is None:
-            _shared = JaxOracle()
-            atexit.register(_shared.close)
-        return _shared
+        if compile_threads not in _shared:
+            oracle = _shared[compile_threads] = JaxOracle(compile_threads=compile_threads)
+            atexit.register(oracle.close)
+        return _shared[compile_threads]
 
 
 # ---------------------------------------------------------------------------------------------- layouts

@@ -17,7 +17,6 @@ still differs. Hypothesis (with `scenarios._cases`) is imported when a job runs,
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import importlib.util
 import os
@@ -43,7 +42,6 @@ from scenarios._fleet import COMPILE_THREADS, Job, cpu_seconds
 from scenarios._rules_jobs import run_rules_chunk
 
 CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a resume redoes little
-_oracle: oracles.JaxOracle | None = None
 
 
 class Disagreement(MeshError):
@@ -123,13 +121,9 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
 
 
 def worker_oracle() -> oracles.JaxOracle:
-    """This Dask worker process's JAX worker, compiling on `COMPILE_THREADS` threads; started on first use,
-    closed when the process exits."""
-    global _oracle
-    if _oracle is None:
-        _oracle = oracles.JaxOracle(compile_threads=COMPILE_THREADS)
-        atexit.register(_oracle.close)
-    return _oracle
+    """This Dask worker process's JAX worker, compiling on `COMPILE_THREADS` threads (`oracles.shared_oracle`:
+    started on first use, closed when the process exits)."""
+    return oracles.shared_oracle(compile_threads=COMPILE_THREADS)
 
 
 def search(op: str, count: int, seed: int, check: Callable[[Case], None]) -> None:

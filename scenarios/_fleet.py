@@ -83,7 +83,6 @@ def fleet(workers: int | None = None, scheduler: str | None = None) -> Iterator[
         yield client
 
 
-
 def run_jobs(client: Any, jobs: Sequence[Job], done: Callable[[Job, Any], None]) -> None:
     """Run `jobs` on `client`'s workers and call `done(job, result)` for each, in the order they finish.
 

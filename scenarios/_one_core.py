@@ -5,12 +5,12 @@ Imported by `scenarios._fleet` when it starts a local cluster (it needs `distrib
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
+
+from oracles._compile_pool import bind_threads
 
 
 class OneCore(WorkerPlugin):
@@ -24,7 +24,4 @@ class OneCore(WorkerPlugin):
         self.cores = list(cores)
 
     def setup(self, worker: Any) -> None:
-        core = self.cores[int(worker.name) % len(self.cores)]
-        for thread in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                os.sched_setaffinity(int(thread), {core})
+        bind_threads({self.cores[int(worker.name) % len(self.cores)]})
