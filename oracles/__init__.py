@@ -4,7 +4,8 @@
 (the only place jax is imported). Both read `collectives.REGISTRY` to know the collectives (spec functions
 are registered per definition, the worker binds each by its definition's `JaxBinding`), but neither calls
 the simulator's implementation: they are second opinions. `install_cpu_ragged_all_to_all` lets JAX users
-(and the worker) run `jax.lax.ragged_all_to_all` on CPU; `size_compile_pool` sets how many threads
+(and the worker) run `jax.lax.ragged_all_to_all` on CPU, `install_cpu_lowerings` every collective XLA:CPU
+lacks (ragged_all_to_all and pbroadcast); `size_compile_pool` sets how many threads
 XLA:CPU compiles on in a process that has not started JAX yet. `check` compares the simulator's answer to a call
 with both, bit for bit (`compare` is the one comparator of answers), or, for a float reduction whose
 algorithm adds in another order, within that order's rounding bound (`oracles._reordered`).
@@ -21,12 +22,13 @@ from oracles import spec
 from oracles._check import PATHS, Call, Comparison, Report, bit_for_bit, check, jax_unavailable
 from oracles._compare import Difference, compare, describe
 from oracles._compile_pool import size_compile_pool
+from oracles._cpu_lowerings import install_cpu_lowerings
 from oracles._cpu_ragged import install_cpu_ragged_all_to_all
 from oracles.jax_oracle import JaxOracle, OracleError, OracleFailure, OracleResult, shared_oracle
 
 __all__ = ["PATHS", "Call", "Comparison", "Difference", "JaxOracle", "OracleError", "OracleFailure", "OracleResult",
-           "Report", "bit_for_bit", "check", "compare", "describe", "install_cpu_ragged_all_to_all", "jax_unavailable",
-           "shared_oracle", "size_compile_pool", "spec"]
+           "Report", "bit_for_bit", "check", "compare", "describe", "install_cpu_lowerings",
+           "install_cpu_ragged_all_to_all", "jax_unavailable", "shared_oracle", "size_compile_pool", "spec"]
 
 # The bridge's names, loaded (with jax) on first use, by the module that defines each.
 _BRIDGE = {
