@@ -13,7 +13,9 @@ A job {"kind", "mesh_shape", "check_vma", "calls"} runs every call (a dict with 
 - "documented": the docs' `psum(where(axis_index(axis_name) == source, x, 0), axis_name)`;
 - "vjp": the cotangent `jax.vjp` of pbroadcast returns for `args[1]`, for scalar blocks;
 - "grad": `jax.grad` of `pbroadcast(x) * weight` (weight `args[1]`), for scalar blocks;
-- "vmap": `jax.vmap` of pbroadcast over the leading axis of each device's block.
+- "vmap": `jax.vmap` of pbroadcast over the leading axis of each device's block;
+- "tree": pbroadcast of the list of the call's arguments (a pytree), the list of results;
+- "typeof": pbroadcast, answered with the type JAX gives its result (`str(jax.typeof(...))`) per call.
 
 Other jobs: {"kind": "mutant"} installs a lowering with the source off by one (and clears JAX's caches);
 {"kind": "survey"} runs every collective of `jax.lax` (and the async and unreduced forms JAX keeps in
@@ -73,7 +75,14 @@ def body(kind: str, axis_name: Any, source: int) -> Any:
         return lambda x, weight: jax.grad(lambda y: pbroadcast(y) * weight)(x)
     if kind == "vmap":
         return jax.vmap(pbroadcast)
-    raise ValueError(f"kind={kind!r} must be run, documented, vjp, grad or vmap")
+    if kind == "tree":
+        return lambda *xs: lax.pbroadcast(list(xs), axis_name, source)
+    if kind == "typeof":
+        return lambda x: TYPES.append(str(jax.typeof(pbroadcast(x)))) or x
+    raise ValueError(f"kind={kind!r} must be run, documented, vjp, grad, vmap, tree or typeof")
+
+
+TYPES: list[str] = []  # the result types "typeof" calls saw while tracing
 
 
 def run_job(job: dict[str, Any]) -> tuple[Any, ...]:
@@ -90,12 +99,14 @@ def run_job(job: dict[str, Any]) -> tuple[Any, ...]:
         blocks, results = [x[0] for x in stacked], []
         for fun, start, count in zip(bodies, np.cumsum([0, *counts]), counts):
             results.append(fun(*blocks[start:start + count]))
-        return [y[None] for y in results]
+        return jax.tree.map(lambda y: y[None], results)
 
     mapped = jax.jit(jax.shard_map(per_device, mesh=Mesh(devices, tuple(shape)), in_specs=spec, out_specs=spec,
                                    check_vma=job["check_vma"]))
     stacked = [np.stack(arg) for call in calls for arg in call["args"]]
-    return ("ok", [list(np.asarray(y)) for y in mapped(*stacked)])
+    TYPES.clear()
+    got = jax.tree.map(lambda y: list(np.asarray(y)), mapped(*stacked))
+    return ("ok", list(TYPES) if job["kind"] == "typeof" else got)
 
 
 def mutant() -> tuple[Any, ...]:
