@@ -16,8 +16,9 @@ supported by XLA:CPU ThunkEmitter"), and psend's result is a token, which carrie
 that takes it, so a lowering of the pair out of collectives XLA:CPU runs would have to pass the bytes
 outside the program.
 
-Caching: a function jitted and run (or lowered) before the install keeps the lowering it got, the failing
-one; install before the first call, or call `jax.clear_caches()` after it. Importing this module does not
+Caching: ragged_all_to_all lowers and then fails to compile, so a function run before the install keeps
+its failing lowering until `jax.clear_caches()`; pbroadcast fails while lowering, so nothing is cached and
+the same function runs once installed. Install before the first call to be safe. Importing this module does not
 import jax; installing does, and only registers lowerings, so `XLA_FLAGS` set afterwards still counts.
 """
 

@@ -15,6 +15,7 @@ A job {"kind", "mesh_shape", "check_vma", "calls"} runs every call (a dict with 
 - "grad": `jax.grad` of `pbroadcast(x) * weight` (weight `args[1]`), for scalar blocks;
 - "vmap": `jax.vmap` of pbroadcast over the leading axis of each device's block;
 - "tree": pbroadcast of the list of the call's arguments (a pytree), the list of results;
+- "invariant": pbroadcast of an operand invariant along the mesh (ones), plus x;
 - "typeof": pbroadcast, answered with the type JAX gives its result (`str(jax.typeof(...))`) per call.
 
 Other jobs: {"kind": "mutant"} installs a lowering with the source off by one (and clears JAX's caches);
@@ -77,9 +78,11 @@ def body(kind: str, axis_name: Any, source: int) -> Any:
         return jax.vmap(pbroadcast)
     if kind == "tree":
         return lambda *xs: lax.pbroadcast(list(xs), axis_name, source)
+    if kind == "invariant":
+        return lambda x: pbroadcast(jnp.ones(x.shape, x.dtype)) + x
     if kind == "typeof":
         return lambda x: TYPES.append(str(jax.typeof(pbroadcast(x)))) or x
-    raise ValueError(f"kind={kind!r} must be run, documented, vjp, grad, vmap, tree or typeof")
+    raise ValueError(f"kind={kind!r} must be run, documented, vjp, grad, vmap, tree, invariant or typeof")
 
 
 TYPES: list[str] = []  # the result types "typeof" calls saw while tracing

@@ -213,6 +213,19 @@ def test_result_type_under_check_vma(child):
     assert reply == ("ok", ["float32[3]{V:(x,y)}"] * 2)
 
 
+@pytest.mark.parametrize("vma", [True, False])
+def test_invariant_operand_is_refused_with_check_vma_only(child, vma):
+    """An operand invariant along the axis is refused by JAX's type rule with check_vma on (in ppermute's
+    words: JAX checks pbroadcast with ppermute's rule) and broadcast (to itself) with check_vma off."""
+    call = {"axis_name": "i", "source": 2, "args": [[np.full(2, d, np.float32) for d in range(4)]]}
+    [reply] = child.ask(jobs_of("invariant", [({"i": 4}, call)], vma))
+    if vma:
+        assert reply[:2] == ("error", "ValueError")
+        assert reply[2].startswith("Collective ppermute must be applied to a device-varying")
+    else:
+        assert [list(x) for x in reply[1][0]] == [[1.0 + d] * 2 for d in range(4)]
+
+
 def test_out_of_range_source_is_an_error_naming_it(child):
     """A source outside the group (JAX's pbroadcast does not check it) is a ValueError at lowering, with
     the value and the range."""
