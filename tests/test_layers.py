@@ -59,7 +59,7 @@ def test_contracts_cover_every_package():
     """The contracts see every package meshsim installs, and the layers contract orders all of them."""
     linter = CONFIG["tool"]["importlinter"]
     assert sorted(linter["root_packages"]) == PACKAGES
-    layers = [c for c in linter["contracts"] if c["type"] == "layers"]
+    layers = [c for c in linter["contracts"] if c["type"] == "layers" and "containers" not in c]
     assert len(layers) == 1 and sorted(layers[0]["layers"]) == PACKAGES
 
 

@@ -21,7 +21,7 @@ import scenarios
 import sim
 from scenarios import ProgramResult, ProgramScenario, ScenarioError, ScenarioResult
 from scenarios._program import Pass
-from sim._violation import grouped, skipped_str
+from sim.record import grouped, skipped_str
 
 
 @dataclass(frozen=True)

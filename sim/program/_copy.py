@@ -16,14 +16,14 @@ import numpy as np
 
 import layouts
 from layouts import Layout
-from sim._driver import current_or_none
 from sim._errors import InvalidTypeError
-from sim._mesh import Group, Mesh
-from sim._network import CopyCost
-from sim._rendezvous import Collective
-from sim._trace import CopyRecord
-from sim._transport import Port
-from sim._varying import Varying
+from sim.engine._driver import current_or_none
+from sim.engine._rendezvous import Collective
+from sim.engine._transport import Port
+from sim.network._mesh import Group, Mesh
+from sim.network._network import CopyCost
+from sim.program._varying import Varying
+from sim.record._trace import CopyRecord
 
 
 def copy_cost(mesh: Mesh) -> CopyCost:

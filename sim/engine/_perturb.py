@@ -18,12 +18,11 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from heapq import heappush
 
 import simpy
-from simpy.core import NORMAL
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim._simpy import NORMAL, push
 
 
 @dataclass(frozen=True)
@@ -85,4 +84,4 @@ class _ShuffledEnvironment(simpy.Environment):
 
     def schedule(self, event: simpy.Event, priority: int = NORMAL, delay: float = 0) -> None:
         """Schedule `event` like SimPy does, ordered among events of the same time and priority at random."""
-        heappush(self._queue, (self._now + delay, priority, (self._rng.random(), next(self._eid)), event))
+        push(self, event, priority, delay, self._rng.random())

@@ -17,21 +17,21 @@ from typing import TYPE_CHECKING, Any
 
 import greenlet
 
-from sim._memory import LocalMemory
-from sim._mesh import Mesh
-from sim._program import Program
+from sim.memory._memory import LocalMemory
+from sim.network._mesh import Mesh
+from sim.record._equations import Program
 
 if TYPE_CHECKING:
-    from sim._engine import Simulation
-    from sim._rendezvous import Collective, Waiting
+    from sim.engine._engine import Simulation
+    from sim.engine._rendezvous import Collective, Waiting
 
 # Greenlets whose program swallowed the abort and asked for another collective: they are never resumed,
 # and kept here so that no later garbage collection runs their code again.
 _PARKED: list[greenlet.greenlet] = []
 
 # Source files of the package itself: an error's "user's file and line" is the innermost frame outside them.
-_PACKAGE_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
-                      for name in ("sim", "collectives", "layouts", "oracles"))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above sim/engine/
+_PACKAGE_DIRS = tuple(os.path.join(_ROOT, name) + os.sep for name in ("sim", "collectives", "layouts", "oracles"))
 
 
 def current_or_none() -> DeviceContext | None:

@@ -21,7 +21,7 @@ one latency.
 Integer link indices are laid out so that every route is a few *intervals* of consecutive indices: on a
 torus, the links of one ring (one dimension, one direction, the other coordinates fixed) are consecutive,
 in order of position along the ring, so a route's hops along one dimension are one interval (two, where
-it wraps past the ring's end). Flows over intervals let `sim._flows` count the flows on every link and find
+it wraps past the ring's end). Flows over intervals let `sim.network._flows` count the flows on every link and find
 the flows crossing a full link with prefix sums, in time linear in messages, not in hops.
 """
 
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from sim._network import Network
+    from sim.network._network import Network
 
 
 def route(network: Network, src: int, dst: int) -> tuple:

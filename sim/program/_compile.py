@@ -2,7 +2,7 @@
 
 `jit(fn, in_shardings=..., out_shardings=...).trace(*avals).lower().compile()` gives a `Compiled` whose
 `input_formats` and `output_formats` say which layout and sharding every argument and result has; entries
-given as `Format(Layout.AUTO)` are chosen by the rule in `sim._auto`. `fn` runs on each device of the
+given as `Format(Layout.AUTO)` are chosen by the rule in `sim.memory._auto`. `fn` runs on each device of the
 shardings on that device's blocks, like a `shard_map` body whose in_specs and out_specs are the
 shardings' specs; it may call collectives. Calling the `Compiled`:
 
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from layouts import AUTO, Format, Layout, layout_of
-from sim._array import Array, device_put
 from sim._errors import InvalidArgumentError, InvalidTypeError
-from sim._execute import Plan, execute, probe
-from sim._sharding import Sharding, SingleDeviceSharding, check_sharding
+from sim.memory._array import Array, device_put
+from sim.memory._sharding import Sharding, SingleDeviceSharding, check_sharding
+from sim.program._execute import Plan, execute, probe
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """`Simulation`: one run on a mesh, composed of a clock, a driver, a rendezvous and a transport.
 
 - the clock is SimPy's (`env`); its event order makes every run deterministic;
-- the driver (`sim._driver`) runs each device program as a greenlet switched by a SimPy process;
-- the rendezvous (`sim._rendezvous`) starts a collective when its whole group has reached it;
-- the transport (`sim._transport`) carries messages between mailboxes over the network's links
-  (`sim._flows.LinkState`: flows sharing links max-min fairly), and records them in the `Trace`.
+- the driver (`sim.engine._driver`) runs each device program as a greenlet switched by a SimPy process;
+- the rendezvous (`sim.engine._rendezvous`) starts a collective when its whole group has reached it;
+- the transport (`sim.engine._transport`) carries messages between mailboxes over the network's links
+  (`sim.network._flows.LinkState`: flows sharing links max-min fairly), and records them in the `Trace`.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from typing import Any
 
 import simpy
 
-from sim._driver import DeviceProgram
 from sim._errors import InvalidArgumentError, MeshError, ProtocolError
-from sim._flows import LinkState
-from sim._memory import LocalMemory
-from sim._mesh import Mesh
-from sim._perturb import Perturbation
-from sim._program import Program
-from sim._rendezvous import Collective, Rendezvous, Waiting
-from sim._trace import CallRecord, Trace
-from sim._transport import Port, Transport
-from sim._violation import Violation
+from sim.engine._driver import DeviceProgram
+from sim.engine._perturb import Perturbation
+from sim.engine._rendezvous import Collective, Rendezvous, Waiting
+from sim.engine._transport import Port, Transport
+from sim.memory._memory import LocalMemory
+from sim.network._flows import LinkState
+from sim.network._mesh import Mesh
+from sim.record._equations import Program
+from sim.record._trace import CallRecord, Trace
+from sim.record._violation import Violation
 
 
 class Simulation:

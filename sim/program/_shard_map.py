@@ -9,19 +9,20 @@ from typing import Any
 
 import numpy as np
 
-from sim import _explore, _perfetto
-from sim._array import Array
-from sim._blocks import Aval, assemble, avals_of, block_index, prepare, settle
-from sim._driver import current
-from sim._engine import Simulation
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError
-from sim._mesh import Mesh
-from sim._program import Program
-from sim._spec import PartitionSpec
-from sim._trace import CallRecord, Trace
-from sim._tree import broadcast_prefix, leaves, tree_map
-from sim._varying import Varying, _ref, promote, vma_of
-from sim._violation import Violation, report
+from sim.engine._driver import current
+from sim.engine._engine import Simulation
+from sim.memory._array import Array
+from sim.memory._spec import PartitionSpec
+from sim.network._mesh import Mesh
+from sim.program import _explore
+from sim.program._blocks import Aval, assemble, avals_of, block_index, prepare, settle
+from sim.program._tree import broadcast_prefix, leaves, tree_map
+from sim.program._varying import Varying, _ref, promote, vma_of
+from sim.record import _perfetto
+from sim.record._equations import Program
+from sim.record._trace import CallRecord, Trace
+from sim.record._violation import Violation, report
 
 
 def _is_spec(value: Any) -> bool:
@@ -73,7 +74,7 @@ class Run:
     def trace_events(self) -> dict:
         """The run as Chrome / Perfetto trace-event JSON (a dict): a track per device and per link, spans for
         calls, waits, sends, transfers, receives and local copies, a flow from each send to its receive.
-        See `sim._perfetto` for the tracks; the same run gives the same dict."""
+        See `sim.record._perfetto` for the tracks; the same run gives the same dict."""
         return _perfetto.trace_events(self.trace, self.simulation.calls, self.simulation.mesh.size)
 
     def to_perfetto(self, path: str | Path) -> dict:
@@ -95,7 +96,7 @@ class ShardMapped:
     (rows under `P('x')`) copies nothing: the device memory adopts the caller's bytes. Other blocks are
     copied.
     Each call's global outputs are allocated once: from the second call with the same input shapes and
-    dtypes on, collectives write the devices' blocks straight into them (see `sim._blocks`). So a run's
+    dtypes on, collectives write the devices' blocks straight into them (see `sim.program._blocks`). So a run's
     memories alias the caller's inputs and the outputs returned; write into either and `last_run`'s device
     bytes change with it.
     With `sanitize`, `run` returns a `Run` whose `violations` list every broken rule of every call (see

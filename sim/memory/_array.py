@@ -17,8 +17,8 @@ import numpy as np
 import layouts
 from layouts import AutoLayout, Format, Layout
 from sim._errors import InvalidArgumentError, InvalidTypeError
-from sim._memory import Buffer, LocalMemory
-from sim._sharding import Index, Sharding, SingleDeviceSharding, check_sharding
+from sim.memory._memory import Buffer, LocalMemory
+from sim.memory._sharding import Index, Sharding, SingleDeviceSharding, check_sharding
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
-from sim._mesh import Mesh
-from sim._spec import PartitionSpec
+from sim.memory._spec import PartitionSpec
+from sim.network._mesh import Mesh
 
 Index = tuple[slice, ...]
 

@@ -6,7 +6,7 @@ The model, precisely:
   after the mesh's placement). From the instant it is posted it crosses every link of its route at once at
   one rate x (cut-through: the message is pipelined through the hops, so it pays one bandwidth term, at its
   bottleneck), until all S bytes have been sent at time T; it arrives at T plus the latencies of its route's
-  links (one per hop; a switch's ingress ports have none, see `sim._topology`).
+  links (one per hop; a switch's ingress ports have none, see `sim.network._topology`).
 - The rates of all flows in flight are max-min fair (progressive filling, as SimGrid computes them): every
   flow's rate rises at the same pace until some link is full (the rates of its flows sum to its bandwidth);
   the flows crossing a full link keep that rate; the others keep rising, until every flow is held by a full
@@ -18,7 +18,7 @@ The model, precisely:
 - A device's message to itself takes no time and no link; an empty message takes its route's latencies.
 
 Progressive filling runs on all flows in flight at once, in numpy. A route is a few intervals of
-consecutive link indices (`sim._topology.segments`: on a torus, one run of links per dimension), so each
+consecutive link indices (`sim.network._topology.segments`: on a torus, one run of links per dimension), so each
 round counts the unfrozen flows on every link with a difference array and a prefix sum, finds the links of
 the smallest fair share (to within a relative 1e-9, so links equal up to rounding fill together), and
 freezes every flow with an interval over one of them (a prefix sum over the full links): the same rates
@@ -33,14 +33,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from simpy.core import NORMAL
 
-from sim import _topology
+from sim._simpy import NORMAL, fire
+from sim.network import _topology
 
 if TYPE_CHECKING:
     import simpy
 
-    from sim._network import Network
+    from sim.network._network import Network
 
 _LATE = NORMAL + 1  # a step runs after every other event of its instant: it sees every message posted then
 _TOLERANCE = 1e-9
@@ -165,8 +165,7 @@ class LinkState:
             self._due.add(when_s)
             event = self.env.event()
             event.callbacks.append(lambda _: self._step(when_s))
-            event._ok, event._value = True, None
-            self.env.schedule(event, _LATE, when_s - self.env.now)
+            fire(self.env, event, None, when_s - self.env.now, _LATE)
 
     def _step(self, now_s: float) -> None:
         """End the flows due by now, start the ones posted since, recompute rates, plan the next step."""
@@ -209,8 +208,7 @@ class LinkState:
         """Start a store-and-forward hop at `when_s`."""
         event = self.env.event()
         event.callbacks.append(lambda _: (self._hops.append(hop), self._schedule(when_s)))
-        event._ok, event._value = True, None
-        self.env.schedule(event, NORMAL, when_s - self.env.now)
+        fire(self.env, event, None, when_s - self.env.now, NORMAL)
 
     def _start(self, now_s: float) -> None:
         """Turn the messages posted since the last step into flows (or arrivals, for the instant ones)."""

@@ -14,17 +14,17 @@ import numpy as np
 
 import layouts
 from layouts import Format, Layout
-from sim._array import Array, Shard
-from sim._auto import Read, layout_from_reads, recorder
-from sim._blocks import same_bytes
-from sim._copy import relayout
-from sim._driver import current
-from sim._engine import Simulation
 from sim._errors import InvalidArgumentError
-from sim._memory import Buffer, LocalMemory
-from sim._mesh import Mesh
-from sim._shard_map import Run
-from sim._sharding import NamedSharding, SingleDeviceSharding
+from sim.engine._driver import current
+from sim.engine._engine import Simulation
+from sim.memory._array import Array, Shard
+from sim.memory._auto import Read, layout_from_reads, recorder
+from sim.memory._memory import Buffer, LocalMemory
+from sim.memory._sharding import NamedSharding, SingleDeviceSharding
+from sim.network._mesh import Mesh
+from sim.program._blocks import same_bytes
+from sim.program._copy import relayout
+from sim.program._shard_map import Run
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from sim._errors import InvalidArgumentError
-from sim._memory import LocalMemory
-from sim._mesh import Mesh
-from sim._spec import PartitionSpec
-from sim._tree import leaves
+from sim.memory._memory import LocalMemory
+from sim.memory._spec import PartitionSpec
+from sim.network._mesh import Mesh
+from sim.program._tree import leaves
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sim._errors import InvalidArgumentError
-from sim._network import Network, _check_shape
+from sim.network._network import Network, _check_shape
 
 _ICI_HOP_S = 1e-6  # "about 1 us per hop" on ICI: How to Scale Your Model (Austin et al., 2025), "Rooflines"/TPUs
 

@@ -66,7 +66,7 @@ class Mesh:
         check_memory(f"a mesh of {self.size} devices", {"devices": self.size * DEVICE_BYTES}, max_memory_bytes)
         self._grid = np.arange(self.size).reshape(tuple(self.shape.values()))
         self._groups: dict[tuple, list[Group]] = {}
-        from sim._network import DEFAULT_COPY_COST, Network
+        from sim.network._network import DEFAULT_COPY_COST, Network
 
         network = Network.fully_connected() if network is None else network
         if not isinstance(network, Network):

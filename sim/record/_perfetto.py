@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sim._trace import CallRecord, MessageRecord, Trace
+from sim.record._trace import CallRecord, MessageRecord, Trace
 
 _DEVICES_PID, _LINKS_PID = 1, 2
 _PS_PER_S = 10**12

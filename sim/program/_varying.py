@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from sim._driver import current_or_none
-from sim._program import Const, Var
+from sim.engine._driver import current_or_none
+from sim.record._equations import Const, Var
 
 
 class Varying(np.ndarray):

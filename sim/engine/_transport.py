@@ -1,6 +1,6 @@
 """The transport: messages, mailboxes and the `Port` a protocol sends and receives through.
 
-Posting a message records it in the trace and hands it to the network (`sim._flows.LinkState`), which
+Posting a message records it in the trace and hands it to the network (`sim.network._flows.LinkState`), which
 carries it as a flow sharing links with the others in flight; no clock event is made per message. When
 the network says it has arrived, it is stamped with its arrival, its trace record gets its arrival time,
 and it is handed to the receive waiting for it or left in the receiver's mailbox. A receive is one event
@@ -24,15 +24,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from sim._flows import LinkState
-from sim._memory import LocalMemory
-from sim._mesh import Group
-from sim._trace import Trace
+from sim._simpy import fire_after as _fire
+from sim.memory._memory import LocalMemory
+from sim.network._flows import LinkState
+from sim.network._mesh import Group
+from sim.record._trace import Trace
 
 if TYPE_CHECKING:
-    from sim._engine import Simulation
-    from sim._perturb import Order
-    from sim._rendezvous import Collective, _Meeting
+    from sim.engine._engine import Simulation
+    from sim.engine._perturb import Order
+    from sim.engine._rendezvous import Collective, _Meeting
 
 
 @dataclass(slots=True)
@@ -61,7 +62,7 @@ class Transport:
         self.env = env
         self.links = links
         self.trace = trace
-        self.order = order  # a perturbed run's random draws (`sim._perturb`); None in a default run
+        self.order = order  # a perturbed run's random draws (`sim.engine._perturb`); None in a default run
         self._posted = 0
         # one mailbox and one table of waiting receives per device, keyed by (src, exchange, tag)
         self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
@@ -239,13 +240,6 @@ class _Table:
         arrivals = self.arrivals[:, receiver].tolist()
         return [Message(members[s], me, 0, payloads[receiver], headers[receiver], arrivals[s], s)
                 for s, (payloads, headers) in enumerate(self.rows)]  # type: ignore[misc]
-
-
-def _fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float) -> None:
-    """Trigger `event` with `value` after `delay_s` (what a `Timeout` does, on an event already handed out)."""
-    event._ok = True
-    event._value = value
-    env.schedule(event, delay=delay_s if delay_s > 0 else 0)
 
 
 class Port:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from sim._errors import InvalidArgumentError, ProtocolError
-from sim._mesh import Group
-from sim._violation import Violation, as_violation
+from sim.network._mesh import Group
+from sim.record._violation import Violation, as_violation
 
 if TYPE_CHECKING:
-    from sim._transport import Port
+    from sim.engine._transport import Port
 
 
 @dataclass(frozen=True)

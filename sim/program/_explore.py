@@ -1,7 +1,7 @@
 """`explore`: run a program under seeded arrival orders and report every result that changes.
 
 The program runs once in the default order and once under each `Perturbation(seed)` (message flights
-stretched, simultaneous events shuffled; see `sim._perturb`). Every run lets two ragged slices land on the
+stretched, simultaneous events shuffled; see `sim.engine._perturb`). Every run lets two ragged slices land on the
 same rows, written in arrival order (the last arrival wins), where a normal run refuses the call: that
 race is the undefined behaviour whose outcome depends on the order. Outputs are compared byte for byte,
 per device block; orders that give the same result are reported together.
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sim._blocks import block_index
 from sim._errors import InvalidArgumentError, InvalidTypeError
-from sim._perturb import Perturbation
+from sim.engine._perturb import Perturbation
+from sim.program._blocks import block_index
 
 if TYPE_CHECKING:
-    from sim._shard_map import Run, ShardMapped
+    from sim.program._shard_map import Run, ShardMapped
 
 _SHOWN_ROWS = 4  # differing rows whose values a report keeps, per output and device
 

@@ -1,8 +1,8 @@
 """What moving bytes costs: `Network` (a topology of links, each with a latency and a bandwidth per direction,
 and the route a message takes) and `CopyCost` (a device's local copies).
 
-How messages share links over time is `sim._flows` (flow-level, max-min fair); where the links are and which
-ones a route crosses is `sim._topology`.
+How messages share links over time is `sim.network._flows` (flow-level, max-min fair); where the links are and which
+ones a route crosses is `sim.network._topology`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from sim import _topology
 from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim.network import _topology
 
 TOPOLOGIES = ("fully_connected", "switch", "ring", "torus", "hierarchical")
 
@@ -19,7 +19,7 @@ TOPOLOGIES = ("fully_connected", "switch", "ring", "torus", "hierarchical")
 @dataclass(frozen=True)
 class Network:
     """Links with a latency (alpha) and a bandwidth (1 / beta, bytes per second in each direction), in one of
-    five topologies (see `sim._topology` for link ids and routes):
+    five topologies (see `sim.network._topology` for link ids and routes):
 
     - `fully_connected`: a dedicated link per ordered pair of devices (the default);
     - `switch`: every device has one egress and one ingress port into a non-blocking switch; all of a
@@ -101,8 +101,8 @@ class Network:
 
     @classmethod
     def preset(cls, name: str, shape: tuple[int, ...] | None = None) -> Network:
-        """A real system's network (see `sim._presets` for each one's figures and sources)."""
-        from sim._presets import preset
+        """A real system's network (see `sim.network._presets` for each one's figures and sources)."""
+        from sim.network._presets import preset
 
         return preset(name, shape)
 
@@ -130,7 +130,7 @@ class Network:
         return self
 
     def route(self, src: int, dst: int) -> tuple:
-        """The links (hashable ids, see `sim._topology`) a message from topology device `src` to `dst`
+        """The links (hashable ids, see `sim.network._topology`) a message from topology device `src` to `dst`
         crosses, in order."""
         if self.topology in ("ring", "torus", "hierarchical") and self.shape is None and src != dst:
             raise InvalidArgumentError(f"a {self.topology} network without shape= has no routes until a mesh sizes "
