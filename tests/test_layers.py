@@ -63,6 +63,25 @@ def test_contracts_cover_every_package():
     assert len(layers) == 1 and sorted(layers[0]["layers"]) == PACKAGES
 
 
+def test_every_sub_package_has_a_public_surface_and_a_layer():
+    """Every sub-package meshsim installs re-exports its public names in `__all__` (each name defined), and
+    each sub-package of `sim` and `scenarios` (but the data folders) is a layer of its container's contract."""
+    import importlib
+
+    subpackages = [name for name in CONFIG["tool"]["setuptools"]["packages"] if "." in name]
+    data = {"scenarios.library", "scenarios.sweeps"}
+    for name in sorted(set(subpackages) - data):
+        module = importlib.import_module(name)
+        assert module.__all__ and all(hasattr(module, n) for n in module.__all__), name
+    inner = {c["containers"][0]: c["layers"] for c in CONFIG["tool"]["importlinter"]["contracts"]
+             if c["type"] == "layers" and "containers" in c}
+    for name in set(subpackages) - data:
+        container, _, part = name.rpartition(".")
+        if container in ("sim", "scenarios"):
+            layered = {tail.strip() for layer in inner[container] for tail in layer.replace(":", "|").split("|")}
+            assert part in layered, f"{name} is in no layer of the {container} contract"
+
+
 def test_every_error_class_is_a_mesh_error():
     """Every exception class any module of the packages defines derives from `MeshError`, so a caller
     catches all of meshsim's own errors with one clause. (Signals that derive from BaseException only,

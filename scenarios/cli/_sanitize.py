@@ -19,8 +19,7 @@ from rich.text import Text
 
 import scenarios
 import sim
-from scenarios import ProgramResult, ProgramScenario, ScenarioError, ScenarioResult
-from scenarios._program import Pass
+from scenarios import Pass, ProgramResult, ProgramScenario, ScenarioError, ScenarioResult
 from sim.record import grouped, skipped_str
 
 

@@ -11,7 +11,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from scenarios import ScenarioResult
-from scenarios.cli._svg import colour, document, picture, tag, text
+from scenarios.cli.render._svg import colour, document, picture, tag, text
 
 LABEL_W, PLOT_W, ROW_H = 150, 620, 20
 _CSS = """

@@ -1,11 +1,11 @@
 """The search of the rules campaign: Hypothesis draws calls and batch axes, `oracles._rules` judges them.
 
 `search(op, kind, examples, seed)` runs one property ("transpose" or "vmap") of one collective over
-`scenarios._cases.cases(op)` (for "transpose", float dtypes only: what `jax.grad` takes), with `check_vma`
+`scenarios.campaign._cases.cases(op)` (for "transpose", float dtypes only: what `jax.grad` takes), with `check_vma`
 drawn on or off and, for "vmap", a batch size of 1-3 and a batch axis per argument. A disagreement that a
 finding of FINDINGS.md explains is counted under its id; one that none explains is shrunk by Hypothesis to
 a minimal program and returned under "new". Like `oracles._rules`, this imports jax: only a process made
-for it imports it (`python -m scenarios._rules_worker`, `tests/campaign.py`).
+for it imports it (`python -m scenarios.campaign._rules_worker`, `tests/campaign.py`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from layouts import MeshError
 from oracles._rules import classify, small_ints, transpose_problem, vmap_problem
-from scenarios._answers import Case
-from scenarios._cases import DTYPES, cases
+from scenarios.campaign._answers import Case
+from scenarios.campaign._cases import DTYPES, cases
 
 FLOATS = ("bfloat16", "float16", "float32", "float64")
 

@@ -21,7 +21,7 @@ import numpy as np
 from rich.color import Color
 
 from scenarios import ScenarioResult
-from scenarios.cli._arrays import PALETTE
+from scenarios.cli.render._arrays import PALETTE
 
 # The terminal colours of `meshsim run`, as the hex its default theme gives them.
 PALETTE_HEX = tuple(Color.parse(name).get_truecolor().hex for name in PALETTE)

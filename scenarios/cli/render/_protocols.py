@@ -17,9 +17,9 @@ from rich.text import Text
 import collectives
 import sim
 from collectives import Definition, Vma
-from scenarios.cli._arrays import colour as _colour
-from scenarios.cli._units import seconds as _seconds
-from scenarios.cli._units import span as _span
+from scenarios.cli.render._arrays import colour as _colour
+from scenarios.cli.render._units import seconds as _seconds
+from scenarios.cli.render._units import span as _span
 
 _VMA = {
     Vma.REDUCE: "every member of a group ends with the same value: the result is invariant along the axis",

@@ -47,6 +47,18 @@ class Job:
     args: tuple = ()
 
 
+def check_dask(command: str) -> None:
+    """Raise a clear error when Dask (the dask extra) is not installed, before `command` starts any work.
+
+    Raises:
+        ScenarioError: `distributed` cannot be imported, naming `command` and the extra to install.
+    """
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ScenarioError(f"{command} needs Dask: pip install 'meshsim[dask]'") from None
+
+
 @contextmanager
 def fleet(workers: int | None = None, scheduler: str | None = None) -> Iterator[Any]:
     """A `distributed.Client` on a local cluster of `workers` processes (default: one per core, one thread
@@ -77,7 +89,7 @@ def fleet(workers: int | None = None, scheduler: str | None = None) -> Iterator[
             Client(cluster) as client:
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
         if cores and count <= len(cores):
-            from scenarios._one_core import OneCore
+            from scenarios.fleet._one_core import OneCore
 
             client.register_plugin(OneCore(cores))
         yield client

@@ -15,10 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from scenarios import Scenario, ScenarioResult
-from scenarios.cli._arrays import colour as _colour
-from scenarios.cli._protocols import array_text
-from scenarios.cli._units import seconds as _seconds
-from scenarios.cli._units import span as _span
+from scenarios.cli.render._arrays import colour as _colour
+from scenarios.cli.render._protocols import array_text
+from scenarios.cli.render._units import seconds as _seconds
+from scenarios.cli.render._units import span as _span
 
 Step = tuple[str, list[Any]]
 _INDEX = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from scenarios._errors import ScenarioError
-from scenarios._fleet import Job, run_jobs
-from scenarios._measure import COLUMNS, measure
 from scenarios._results import append_row, open_for_append, read_rows, write_csv
-from scenarios._sweep import Point, Sweep
+from scenarios.fleet import Job, run_jobs
+from scenarios.sweep._measure import COLUMNS, measure
+from scenarios.sweep._sweep import Point, Sweep
 
 RESULTS = "results.jsonl"
 TABLE = "results.csv"

@@ -6,7 +6,7 @@ values as defaults for the keys it leaves out, and a list inside it is a grid of
 `[[point]]`, only the point tables make points (an empty one stands for the top-level grid). Every value is
 checked here, on its own, with the file, the line and the key in the message; what only a combination can
 break (an algorithm another collective lacks, a network that does not fit a mesh, a power-of-two algorithm
-on 6 devices) is the simulator's to reject, point by point, when the point runs (see `scenarios._measure`).
+on 6 devices) is the simulator's to reject, point by point, when the point runs (see `scenarios.sweep._measure`).
 
     collective = ["psum", "all_gather"]       # any of SWEPT
     mesh = {x = 8}                            # axis name = size; a list of such tables for several meshes
@@ -31,7 +31,7 @@ import numpy as np
 import layouts
 import sim
 from scenarios._errors import ScenarioError, Source, parse_toml
-from scenarios._sweep_values import NETWORK_RULE, check_network, network_label, parse_size
+from scenarios.sweep._sweep_values import NETWORK_RULE, check_network, network_label, parse_size
 
 # The collectives a sweep times, each with the nccl-tests operation its columns follow (see _measure).
 SWEPT = ("all_gather", "all_to_all", "psum", "pmean", "pmax", "pmin", "psum_scatter", "ppermute",
@@ -50,7 +50,7 @@ class Point:
 
     `mesh` maps axis names to sizes in mesh order; `axis_name` is None for every axis of the mesh; `network`
     is a `[network]` table (the scenario files' vocabulary); `size_bytes` is the size asked for (nccl-tests'
-    meaning, per collective: see `scenarios._measure`).
+    meaning, per collective: see `scenarios.sweep._measure`).
     """
 
     collective: str

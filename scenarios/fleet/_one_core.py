@@ -1,6 +1,6 @@
 """`OneCore`: the Dask worker plugin that binds each worker of a local cluster to a core of its own.
 
-Imported by `scenarios._fleet` when it starts a local cluster (it needs `distributed`, the dask extra).
+Imported by `scenarios.fleet._fleet` when it starts a local cluster (it needs `distributed`, the dask extra).
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ import numpy as np
 import collectives
 import layouts
 import sim
-from scenarios._sweep import Point
-from scenarios._sweep_values import build_network
+from scenarios.sweep._sweep import Point
+from scenarios.sweep._sweep_values import build_network
 
 COLUMNS = ("key", "collective", "mesh", "axis_name", "devices", "network", "algorithm", "algorithm_run", "dtype",
            "seed", "size_bytes", "count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "messages", "bytes_sent",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from scenarios._measure import OPERATIONS
+from scenarios.sweep import OPERATIONS
 
 _TYPES = {"float32": "float", "float16": "half", "float64": "double"}  # nccl-tests' type names
 _HEADER = ("#{:>11}  {:>12}  {:>8}  {:>6}  {:>10}  {:>8}  {:>8}  {}")

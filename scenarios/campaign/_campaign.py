@@ -1,7 +1,7 @@
 """A differential campaign: generated cases of each collective, simulator against spec against real JAX, on Dask.
 
 `plan` splits N cases per collective into `Job`s of at most `CHUNK_CASES` cases. Each job is one
-Hypothesis run of `scenarios._cases.cases(op)` under its own seed, derived from the campaign's seed, the
+Hypothesis run of `scenarios.campaign._cases.cases(op)` under its own seed, derived from the campaign's seed, the
 collective and the chunk's index, so a campaign is reproducible from its seed and a chunk's key names
 exactly the cases it runs (a resumed or larger campaign reuses the keys it shares with an earlier one).
 
@@ -12,7 +12,7 @@ agrees when the simulator's answer equals the spec's and then JAX's, bit for bit
 exception from any of them is a disagreement too. The first disagreement ends the chunk: Hypothesis
 shrinks it to a minimal case, which comes back as the text of a `[collective]` scenario file, replayed
 once through the scenario loader and `oracles.check` (as `meshsim check` replays it) to confirm it
-still differs. Hypothesis (with `scenarios._cases`) is imported when a job runs, not before.
+still differs. Hypothesis (with `scenarios.campaign._cases`) is imported when a job runs, not before.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ import collectives
 import oracles
 import scenarios
 from layouts import MeshError
-from scenarios._answers import Case, differences, run_jax, run_simulator, run_spec
 from scenarios._errors import ScenarioError
-from scenarios._fleet import COMPILE_THREADS, Job, cpu_seconds
-from scenarios._rules_jobs import run_rules_chunk
+from scenarios.campaign._answers import Case, differences, run_jax, run_simulator, run_spec
+from scenarios.campaign._rules_jobs import run_rules_chunk
+from scenarios.fleet import COMPILE_THREADS, Job, cpu_seconds
 
 CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a resume redoes little
 
@@ -133,7 +133,7 @@ def search(op: str, count: int, seed: int, check: Callable[[Case], None]) -> Non
     from hypothesis import seed as seeded
     from hypothesis.errors import HypothesisDeprecationWarning
 
-    from scenarios._cases import cases
+    from scenarios.campaign._cases import cases
 
     chosen = settings(max_examples=count, database=None, deadline=None, derandomize=False, print_blob=False,
                       phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False,
@@ -171,7 +171,7 @@ def verdict(case: Case, oracle: Any) -> list[str]:
 def finding(op: str, seed: int, case: Case, found: list[str], oracle: Any) -> dict[str, Any]:
     """A shrunk disagreement as a record: its scenario file's name and text, the differences, and whether
     the file, replayed as `meshsim check` replays it, still disagrees."""
-    from scenarios._finding import scenario_text
+    from scenarios.campaign._finding import scenario_text
 
     shown = found[:8] + ([f"... and {len(found) - 8} more"] if len(found) > 8 else [])
     notes = [f"Found by `meshsim campaign`: {op}, Hypothesis seed {seed}, shrunk to this case.",

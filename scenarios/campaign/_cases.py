@@ -21,7 +21,7 @@ the simulator, the executable spec and real JAX is a finding. For the collective
   the all_to_all of `recv_sizes`.
 
 Hypothesis is a need of the test suite and of `meshsim campaign` only: this module imports it, so only
-they import this module (`scenarios._answers` runs a case without it).
+they import this module (`scenarios.campaign._answers` runs a case without it).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import collectives
 import layouts
 from collectives._strategy import Axes, algorithms
 from collectives._strategy import small_dims as _small_dims
-from scenarios._answers import Case
+from scenarios.campaign._answers import Case
 
 DTYPES = tuple(np.dtype(t) for t in ("int8", "uint8", "int32", "int64", "bfloat16", "float16", "float32",
                                      "float64"))

@@ -1,8 +1,8 @@
 """Campaign jobs of JAX's own rules: `meshsim campaign --kinds transpose vmap` on a Dask worker.
 
-Each Dask worker process keeps one long-lived `python -m scenarios._rules_worker` (8 CPU devices, the CPU
+Each Dask worker process keeps one long-lived `python -m scenarios.campaign._rules_worker` (8 CPU devices, the CPU
 ragged lowering installed before jax), started by its first rules job and reused by the next, as the
-forward kind keeps its JAX worker. A job asks it for one search (`scenarios._rules_search.search`) of
+forward kind keeps its JAX worker. A job asks it for one search (`scenarios.campaign._rules_search.search`) of
 `count` calls under the job's seed and turns the answer into the campaign's record: disagreements that a
 finding of FINDINGS.md explains are counted under `known` by id; a new one, shrunk, is a finding saved as
 a text file (the program, JAX's answer and meshsim's: there is no scenario file to replay, since the
@@ -22,7 +22,7 @@ import time
 from typing import IO, Any
 
 from scenarios._errors import ScenarioError
-from scenarios._fleet import COMPILE_THREADS, cpu_seconds
+from scenarios.fleet import COMPILE_THREADS, cpu_seconds
 
 
 class RulesWorkerError(ScenarioError):
@@ -62,7 +62,7 @@ class RulesWorker:
     def _start(self) -> None:
         self._log = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process it logs)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "scenarios._rules_worker", "--compile-threads", str(COMPILE_THREADS)],
+            [sys.executable, "-m", "scenarios.campaign._rules_worker", "--compile-threads", str(COMPILE_THREADS)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
 
     def _tail(self) -> str:

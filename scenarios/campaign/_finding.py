@@ -17,7 +17,7 @@ import numpy as np
 
 import collectives
 import layouts
-from scenarios._answers import Case
+from scenarios.campaign._answers import Case
 
 
 def scenario_text(case: Case, title: str, notes: list[str]) -> str:
