@@ -10,9 +10,11 @@ stacks, not a thousand threads.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import traceback
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import greenlet
@@ -22,7 +24,8 @@ from sim.network._mesh import Mesh
 from sim.record._equations import Program
 
 if TYPE_CHECKING:
-    from sim.engine._engine import Simulation
+    from sim.engine._call import Calls
+    from sim.engine._options import RunOptions
     from sim.engine._rendezvous import Collective, Waiting
 
 # Greenlets whose program swallowed the abort and asked for another collective: they are never resumed,
@@ -54,19 +57,22 @@ class DeviceContext:
 
     `program` records the typed equations the device executes; `check_vma` says whether device-variance
     types are inferred and checked; `shared` is one scratch dict for the whole run, where a check that
-    every device makes of the same argument (a permutation, say) can be done once.
+    every device makes of the same argument (a permutation, say) can be done once. `mesh`, `check_vma`
+    and `last_arrival_wins` are the run's `options` (`RunOptions`).
     """
 
-    def __init__(self, driven: DeviceProgram) -> None:
+    def __init__(self, driven: DeviceProgram, options: RunOptions, memory: LocalMemory, program: Program,
+                 shared: dict) -> None:
         self._driven = driven
         self.device: int = driven.device
-        self.mesh: Mesh = driven.simulation.mesh
-        self.memory: LocalMemory = driven.simulation.memories[driven.device]
-        self.program: Program = driven.simulation.programs[driven.device]
-        self.check_vma: bool = driven.simulation.check_vma
-        self.shared: dict = driven.simulation.shared
+        self.options = options
+        self.mesh: Mesh = options.mesh
+        self.memory = memory
+        self.program = program
+        self.check_vma: bool = options.check_vma
+        self.shared = shared
         # slices that land on the same rows are written in arrival order, not refused (arrival-order exploration)
-        self.last_arrival_wins: bool = driven.simulation.last_arrival_wins
+        self.last_arrival_wins: bool = options.last_arrival_wins
 
     def collective(self, collective: Collective) -> Any:
         """Run `collective` on this device and return this device's result."""
@@ -83,24 +89,55 @@ class _DeviceGreenlet(greenlet.greenlet):
     context: DeviceContext
 
 
+class Phase(enum.Enum):
+    """Where a device program is in its run."""
+
+    NOT_STARTED = "has not started"
+    COMPUTING = "is computing"
+    WAITING = "waits in"
+    FINISHED = "has finished"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a device is doing: its phase and, while it waits in a collective, that call (`Waiting`:
+    collective, call number, members). Deadlock reports and error notes read it.
+
+    >>> str(Activity(Phase.COMPUTING))
+    'is computing'
+    """
+
+    phase: Phase
+    call: Waiting | None = None
+
+    def __str__(self) -> str:
+        return str(self.call) if self.phase is Phase.WAITING and self.call is not None else self.phase.value
+
+
+NOT_STARTED, COMPUTING, FINISHED, FAILED = (Activity(phase) for phase in
+                                             (Phase.NOT_STARTED, Phase.COMPUTING, Phase.FINISHED, Phase.FAILED))
+
+
 class DeviceProgram:
     """One device's program, driven step by step by its SimPy process.
 
-    `waiting_on` says what the device is doing: None while it computes, the `Waiting` (collective, call,
-    members) it waits in, or a word ("has not started", "has finished", "failed").
+    `activity` says what the device is doing (`Activity`): not started, computing, waiting in a call,
+    finished or failed. Its collectives run through the run's `Calls`; a failure ends the run (`Calls.fail`).
     """
 
-    def __init__(self, simulation: Simulation, device: int, fn: Callable[[], Any]) -> None:
-        self.simulation = simulation
+    def __init__(self, device: int, fn: Callable[[], Any], calls: Calls, memory: LocalMemory, program: Program,
+                 shared: dict) -> None:
         self.device = device
         self.done = False
         self.aborted = False
         self.result: Any = None
-        self.waiting_on: Any = "has not started"
+        self.activity = NOT_STARTED
         self.calls: dict[tuple[int, ...], int] = {}
         self.last_call: Waiting | None = None  # the collective it called last
+        self._lifecycle = calls
         self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
-        self._greenlet.context = DeviceContext(self)
+        self._greenlet.context = DeviceContext(self, calls.options, memory, program, shared)
         self._home = self._greenlet.parent
 
     def call(self, collective: Collective) -> Any:
@@ -117,17 +154,17 @@ class DeviceProgram:
         """The SimPy process: resume the program, run the collective it asks for, repeat until it returns."""
         resume: tuple = ()  # the first switch starts the program with no arguments
         while True:
-            self.waiting_on = None
+            self.activity = COMPUTING
             try:
                 request = self._greenlet.switch(*resume)
             except BaseException as error:  # handed to the simulation, which ends the run with it
-                self.waiting_on = "failed"
-                self.simulation.fail(self._explained(error))
+                self.activity = FAILED
+                self._lifecycle.fail(self._explained(error))
                 return
             if self._greenlet.dead:
-                self.done, self.result, self.waiting_on = True, request, "has finished"
+                self.done, self.result, self.activity = True, request, FINISHED
                 return
-            resume = ((yield from self.simulation.run_collective(self, request)),)
+            resume = ((yield from self._lifecycle.run(self, request)),)
 
     def abort(self) -> None:
         """Unwind the program if it is suspended in a collective; a program never started is dropped."""

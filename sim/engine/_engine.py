@@ -2,6 +2,8 @@
 
 - the clock is SimPy's (`env`); its event order makes every run deterministic;
 - the driver (`sim.engine._driver`) runs each device program as a greenlet switched by a SimPy process;
+- the calls (`sim.engine._call`) take each collective call through its life: arrive, meet, run the
+  protocol through a `Port`, record;
 - the rendezvous (`sim.engine._rendezvous`) starts a collective when its whole group has reached it;
 - the transport (`sim.engine._transport`) carries messages between mailboxes over the network's links
   (`sim.network._flows.LinkState`: flows sharing links max-min fairly), and records them in the `Trace`.
@@ -10,16 +12,18 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
 
-from sim._errors import InvalidArgumentError, MeshError, ProtocolError
+from sim._errors import InvalidArgumentError, ProtocolError
+from sim.engine._call import Calls
 from sim.engine._driver import DeviceProgram
+from sim.engine._options import RunOptions
 from sim.engine._perturb import Perturbation
-from sim.engine._rendezvous import Collective, Rendezvous, Waiting
-from sim.engine._transport import Port, Transport
+from sim.engine._rendezvous import Rendezvous
+from sim.engine._transport import Transport
 from sim.memory._memory import LocalMemory
 from sim.network._flows import LinkState
 from sim.network._mesh import Mesh
@@ -46,10 +50,9 @@ class Simulation:
     def __init__(self, mesh: Mesh, check_vma: bool = True, memories: Sequence[LocalMemory] | None = None,
                  sanitize: bool = False, perturbation: Perturbation | None = None,
                  last_arrival_wins: bool = False) -> None:
+        self.options = RunOptions(mesh, check_vma, sanitize, last_arrival_wins)
         self.mesh = mesh
-        self.check_vma = check_vma
         self.perturbation = perturbation
-        self.last_arrival_wins = last_arrival_wins
         order = None if perturbation is None else perturbation.start()
         self.env = simpy.Environment(initial_time=0.0) if order is None else order.environment()
         self.memories = list(memories) if memories is not None else [LocalMemory(d) for d in mesh.devices]
@@ -59,8 +62,9 @@ class Simulation:
         self.transport = Transport(self.env, self.links, self.trace, mesh.size, order)
         self.rendezvous = Rendezvous(self.env, sanitize)
         self.shared: dict = {}
-        self.calls: list[CallRecord] = []  # each device's part in each call, in the order the parts ended
         self._error: BaseException | None = None
+        self._calls = Calls(self.env, self.options, self.memories, self.rendezvous, self.transport, self.fail)
+        self.calls: list[CallRecord] = self._calls.records  # each device's part in each call, in the order they ended
 
     @property
     def now_s(self) -> float:
@@ -80,7 +84,8 @@ class Simulation:
         """
         if len(programs) != self.mesh.size:
             raise InvalidArgumentError(f"need one program per device: got {len(programs)} for {self.mesh}")
-        running = [DeviceProgram(self, d, fn) for d, fn in enumerate(programs)]
+        running = [DeviceProgram(d, fn, self._calls, self.memories[d], self.programs[d], self.shared)
+                   for d, fn in enumerate(programs)]
         for program in running:
             self.env.process(program.process())
         step = self.env.step
@@ -101,45 +106,13 @@ class Simulation:
             raise self._error
         stuck = [p for p in running if not p.done]
         if stuck:
-            lines = [f"device {p.device} {_doing(p)}" for p in running]
-            raise ProtocolError("deadlock: the devices stopped waiting on each other\n  " + "\n  ".join(lines))
+            lines = [f"device {p.device} {p.activity}" for p in running]
+            error = ProtocolError("deadlock: the devices stopped waiting on each other\n  " + "\n  ".join(lines))
+            error.activities = [p.activity for p in running]  # type: ignore[attr-defined]  # by device
+            raise error
         return [p.result for p in running]
 
     def fail(self, error: BaseException) -> None:
         """End the run with `error` (the first failure wins)."""
         if self._error is None:
             self._error = error
-
-    def run_collective(self, program: DeviceProgram, collective: Collective) -> Generator:
-        """The device's part of `collective`, in simulated time; its result."""
-        members = collective.group.members
-        call = program.calls.get(members, 0)
-        program.calls[members] = call + 1
-        program.waiting_on = program.last_call = Waiting(collective.name, call, members)
-        enter_s = self.now_s
-        try:
-            meeting = self.rendezvous.arrive(program.device, call, collective)
-            yield meeting.event
-            met_s = self.now_s
-            port = Port(self, program.device, collective, call, meeting)
-            result = yield from collective.protocol(port, collective.args)
-            arrived = port.all_arrived()
-            if arrived is not None:
-                yield arrived
-            # the algorithm a protocol resolved once for the call ('auto' picks), else the one asked for
-            algorithm = meeting.shared.get("algorithm", dict(collective.params).get("algorithm"))
-            self.calls.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s, self.now_s,
-                                         algorithm))
-        except Exception as error:
-            if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened
-                error.add_note(f"raised on device {program.device} {program.waiting_on}")
-            program.waiting_on = "failed"
-            self.fail(error)
-            yield self.env.event()  # never fires: the run ends with the error
-        return result
-
-
-def _doing(program: DeviceProgram) -> str:
-    """What a device was doing when the run stopped, for a deadlock report."""
-    waiting = program.waiting_on
-    return "is computing" if waiting is None else str(waiting)

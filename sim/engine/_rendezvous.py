@@ -8,7 +8,7 @@ rules instead and lets the call run without the pieces they name, when the colle
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,10 +70,11 @@ class _Meeting:
 
     Once all have, `args` holds every member's arguments by group index and `shared` holds what the
     members' protocols worked out once about the call (`Port.once`; never a result). `skipped`
-    holds the pieces a sanitized run leaves out of the call (see `Violation.skip`).
+    holds the pieces a sanitized run leaves out of the call (see `Violation.skip`). `view` is what the
+    members' ports see of it.
     """
 
-    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "shared", "skipped")
+    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "shared", "skipped", "view")
 
     def __init__(self, collective: Collective, device: int, event: simpy.Event, exchange: int) -> None:
         self.first, self.first_device = collective, device
@@ -83,6 +84,37 @@ class _Meeting:
         self.exchange = exchange
         self.shared: dict = {}
         self.skipped: frozenset = frozenset()
+        self.view = MeetingView(self)
+
+
+class MeetingView:
+    """What a member's `Port` sees of its call's meeting: the exchange number that keeps the call's messages
+    apart, every member's arguments, the pieces a sanitized run skips, and the facts worked out once."""
+
+    __slots__ = ("_meeting",)
+
+    def __init__(self, meeting: _Meeting) -> None:
+        self._meeting = meeting
+
+    @property
+    def exchange(self) -> int:
+        return self._meeting.exchange
+
+    @property
+    def args(self) -> list[Any]:
+        """Every member's arguments, by group index (read them; the list is the meeting's own)."""
+        return self._meeting.args
+
+    @property
+    def skipped(self) -> frozenset:
+        return self._meeting.skipped
+
+    def once(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """`compute()` the first time a member asks for `key`, the same value afterwards."""
+        shared = self._meeting.shared
+        if key not in shared:
+            shared[key] = compute()
+        return shared[key]
 
 
 class Rendezvous:

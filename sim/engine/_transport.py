@@ -31,9 +31,10 @@ from sim.network._mesh import Group
 from sim.record._trace import Trace
 
 if TYPE_CHECKING:
-    from sim.engine._engine import Simulation
+    from sim.engine._options import RunOptions
     from sim.engine._perturb import Order
-    from sim.engine._rendezvous import Collective, _Meeting
+    from sim.engine._rendezvous import Collective, MeetingView
+    from sim.network._mesh import Mesh
 
 
 @dataclass(slots=True)
@@ -243,35 +244,34 @@ class _Table:
 
 
 class Port:
-    """One device's access to the network and its memory during one collective call."""
+    """One device's access to the network and its memory during one collective call: the transport, the
+    device's memory, a view of the call's meeting, and the run's options (the mesh among them)."""
 
-    def __init__(self, simulation: Simulation, device: int, collective: Collective, call: int,
-                 meeting: _Meeting) -> None:
-        self.simulation = simulation
-        self.transport: Transport = simulation.transport
-        self.memory: LocalMemory = simulation.memories[device]
+    def __init__(self, transport: Transport, memory: LocalMemory, device: int, collective: Collective, call: int,
+                 meeting: MeetingView, options: RunOptions) -> None:
+        self.transport = transport
+        self.memory = memory
         self.device = device
         self.collective = collective
         self.call = call
+        self.meeting = meeting
+        self.options = options
+        self.mesh: Mesh = options.mesh
         self.exchange = meeting.exchange
         self.last_arrival_s = 0.0  # the latest arrival of this port's messages known so far
         self.in_flight = 0  # messages sent through this port whose arrival is not known yet
-        self._meeting = meeting
         self._drained: simpy.Event | None = None
 
     @property
     def group_args(self) -> list[Any]:
         """Every member's arguments, by group index. A protocol may read what the call's members all know
         statically (shapes, dtypes, layouts), never their values: those travel in messages."""
-        return self._meeting.args
+        return self.meeting.args
 
     def once(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """`compute()` the first time a member of this call asks for `key`, the same value afterwards: a fact
         about the call (from what its members know statically) worked out once, not once per member."""
-        shared = self._meeting.shared
-        if key not in shared:
-            shared[key] = compute()
-        return shared[key]
+        return self.meeting.once(key, compute)
 
     @property
     def group(self) -> Group:
@@ -281,13 +281,13 @@ class Port:
     def skipped(self) -> frozenset:
         """The pieces of this call a sanitized run leaves out (each collective says what a piece is; see
         `sim.Violation.skip`); empty in any other run."""
-        return self._meeting.skipped
+        return self.meeting.skipped
 
     @property
     def last_arrival_wins(self) -> bool:
         """Whether slices that land on the same rows are allowed, written in arrival order (the last
         arrival wins), as arrival-order exploration asks; by default such a call is refused."""
-        return self.simulation.last_arrival_wins
+        return self.options.last_arrival_wins
 
     def send(self, dst: int, payload: np.ndarray, tag: Hashable = 0, header: dict | None = None, **detail) -> None:
         """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay."""

@@ -33,15 +33,15 @@ def copy_cost(mesh: Mesh) -> CopyCost:
 
 def copy_step(port: Port, kind: str, size_bytes: int, runs: int, **detail: Any) -> Generator:
     """Spend the time of one strided copy on `port`'s device and record it; nothing for a contiguous one."""
-    simulation = port.simulation
-    duration_s = copy_cost(simulation.mesh).time_s(size_bytes, runs)
+    duration_s = copy_cost(port.mesh).time_s(size_bytes, runs)
     if duration_s <= 0:
         return
-    start_s = simulation.now_s
+    env = port.transport.env
+    start_s = float(env.now)
     device = detail.pop("device", port.device)
-    simulation.trace.add(CopyRecord(device, device, size_bytes, start_s, start_s, start_s + duration_s,
+    port.transport.trace.add(CopyRecord(device, device, size_bytes, start_s, start_s, start_s + duration_s,
                                     port.collective.name, port.call, {"runs": runs, **detail}, kind=kind))
-    yield simulation.env.timeout(duration_s)
+    yield env.timeout(duration_s)
 
 
 def relayout_runs(source: np.ndarray, layout: Layout) -> int:
