@@ -3,7 +3,7 @@
     python benchmarks/campaign.py                  # 1,000 cases over every collective, seed 0
     python benchmarks/campaign.py --cases 300 --workers 1 2 4
 
-The campaign is the one `meshsim campaign` runs (`scenarios._campaign`): the cases are spread evenly over
+The campaign is the one `meshsim campaign` runs (`scenarios.campaign._campaign`): the cases are spread evenly over
 the registered collectives and cut into the same jobs for every worker count, so each run checks exactly
 the same cases (the table checks that the counts agree). A run's wall time counts from the start of its
 cluster to its last result: starting the workers and their JAX processes is part of what a user waits for.
@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import collectives
-from scenarios._campaign import plan
-from scenarios._fleet import Job, fleet, run_jobs
+from scenarios.campaign import plan
+from scenarios.fleet import Job, fleet, run_jobs
 
 
 def jobs_for(cases: int, seed: int) -> list[Job]:

@@ -73,7 +73,7 @@ def resolve(port: sim.Port, op: str, algorithm: str, allowed: Sequence[str], siz
         if algorithm != AUTO:
             return algorithm
         from collectives._cost import fastest  # the cost model reads the network only when asked
-        mesh, n = port.simulation.mesh, port.group.size
+        mesh, n = port.mesh, port.group.size
         candidates = tuple(a for a in allowed
                            if a != AUTO and algorithm_fits(a, n) and (a != "per_axis" or len(shape) > 1))
         if len(candidates) == 1:

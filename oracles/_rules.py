@@ -14,7 +14,7 @@ stacked per-device blocks, with `check_vma` on or off, and the same program in m
 
 `classify` names the finding of FINDINGS.md (its `KNOWN` table) that explains a disagreement. This module
 imports jax with 64-bit types on: import it only in a process made for it, with 8 CPU devices and
-`oracles.install_cpu_ragged_all_to_all()` installed before jax (`python -m scenarios._rules_worker`,
+`oracles.install_cpu_ragged_all_to_all()` installed before jax (`python -m scenarios.campaign._rules_worker`,
 `tests/campaign.py`).
 """
 

@@ -2,14 +2,20 @@
 
 A scenario's `[collective] op` is any collective of `collectives.REGISTRY`, with the parameters and rules
 its definition gives.
+
+Its rooms: this package loads, checks and runs scenario files (and reads and writes results files);
+`scenarios.sweep` measures timing sweeps, `scenarios.campaign` runs the differential campaign,
+`scenarios.fleet` spreads their jobs over Dask workers, and `scenarios.cli` is the `meshsim` command.
 """
 
-from scenarios._consent import CodeNotAllowedError, TimeLimitError
+from scenarios._consent import CodeNotAllowedError, TimeLimitError, refuse_script, user_code
 from scenarios._errors import ScenarioError
 from scenarios._explore import explore
 from scenarios._load import Scenario, load
-from scenarios._program import ProgramResult, ProgramScenario
+from scenarios._program import Pass, ProgramResult, ProgramScenario, run_forward
+from scenarios._results import append_row, open_for_append, read_rows, write_csv
 from scenarios._runner import Provenance, ScenarioResult, run
 
-__all__ = ["CodeNotAllowedError", "ProgramResult", "ProgramScenario", "Provenance", "Scenario", "ScenarioError",
-           "ScenarioResult", "TimeLimitError", "explore", "load", "run"]
+__all__ = ["CodeNotAllowedError", "Pass", "ProgramResult", "ProgramScenario", "Provenance", "Scenario",
+           "ScenarioError", "ScenarioResult", "TimeLimitError", "append_row", "explore", "load", "open_for_append",
+           "read_rows", "refuse_script", "run", "run_forward", "user_code", "write_csv"]

@@ -1,29 +1,70 @@
-"""The discrete-event mesh: devices with local memories exchanging messages over a network."""
+"""The discrete-event mesh: devices with local memories exchanging messages over a network.
 
-from sim._array import Array, Shard, device_put
+Its parts, each a sub-package, bottom up: `sim.record` (traces, equations, violations), `sim.network` (the
+mesh, topologies, links), `sim.memory` (memories, placed arrays, shardings), `sim.engine` (the clock, the
+driver, the rendezvous and the transport) and `sim.program` (`shard_map`, typed values, copies, `jit`).
+"""
+
 from sim._budget import DEVICE_BYTES, MAX_DEVICES, MESSAGE_BYTES, check_memory, default_max_memory_bytes, parse_bytes
-from sim._compile import Compiled, Jitted, Lowered, ShapeDtypeStruct, jit
-from sim._copy import copy_step, with_layout_constraint
-from sim._driver import DeviceContext, current, current_or_none
-from sim._engine import Simulation
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError, ProtocolError
-from sim._explore import OrderDifference, OrderReport, RowsDiffer, explore
-from sim._flows import LinkState, max_min_rates
-from sim._memory import Buffer, LocalMemory
-from sim._mesh import Group, Mesh, check_axis_index_groups
-from sim._network import DEFAULT_COPY_COST, TOPOLOGIES, CopyCost, Network
-from sim._perturb import Perturbation
-from sim._presets import PRESETS
-from sim._program import Const, Equation, Program, Var, vma_str
-from sim._rendezvous import Collective, Waiting
-from sim._shard_map import Run, ShardMapped, shard_map
-from sim._sharding import NamedSharding, SingleDeviceSharding
-from sim._spec import P, PartitionSpec
-from sim._trace import CallRecord, CopyRecord, MessageRecord, Trace
-from sim._transport import Message, Port
-from sim._tree import leaves, tree_map
-from sim._varying import Varying, apply, promote, vma_of, wrap
-from sim._violation import Violation
+from sim.engine import (
+    Collective,
+    DeviceContext,
+    Message,
+    Perturbation,
+    Port,
+    Simulation,
+    Waiting,
+    current,
+    current_or_none,
+)
+from sim.memory import (
+    Array,
+    Buffer,
+    LocalMemory,
+    NamedSharding,
+    P,
+    PartitionSpec,
+    Shard,
+    SingleDeviceSharding,
+    device_put,
+)
+from sim.network import (
+    DEFAULT_COPY_COST,
+    PRESETS,
+    TOPOLOGIES,
+    CopyCost,
+    Group,
+    LinkState,
+    Mesh,
+    Network,
+    check_axis_index_groups,
+    max_min_rates,
+)
+from sim.program import (
+    Compiled,
+    Jitted,
+    Lowered,
+    OrderDifference,
+    OrderReport,
+    RowsDiffer,
+    Run,
+    ShapeDtypeStruct,
+    ShardMapped,
+    Varying,
+    apply,
+    copy_step,
+    explore,
+    jit,
+    leaves,
+    promote,
+    shard_map,
+    tree_map,
+    vma_of,
+    with_layout_constraint,
+    wrap,
+)
+from sim.record import CallRecord, Const, CopyRecord, Equation, MessageRecord, Program, Trace, Var, Violation, vma_str
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network

@@ -2,7 +2,7 @@
 
 `python tests/campaign.py --profile default|large [--ops NAME ...] [--mutant NAME]` runs in its own process
 with 8 CPU devices and `oracles.install_cpu_ragged_all_to_all()` installed before jax is imported, and
-prints a JSON report: for every (collective, property) of the profile, `scenarios._rules_search.search`
+prints a JSON report: for every (collective, property) of the profile, `scenarios.campaign._rules_search.search`
 (the calls Hypothesis draws over the input space the docs allow, judged by `oracles._rules`: JAX's
 vjp/grad/linear_transpose against meshsim's transposes and the adjoint identity, `jax.vmap` against a
 per-batch loop). A disagreement is classified by `oracles._rules.KNOWN` (the findings of FINDINGS.md); one
@@ -32,8 +32,11 @@ oracles.install_cpu_ragged_all_to_all()
 import jax  # noqa: E402
 
 import collectives  # noqa: E402
-from scenarios._campaign import BATCHED, LINEAR  # noqa: E402
-from scenarios._rules_search import search  # noqa: E402
+from scenarios.campaign import (  # noqa: E402
+    BATCHED,
+    LINEAR,
+    search,
+)
 
 PROFILES = {"default": {"transpose": 10, "vmap": 8, "seed": None},
             "large": {"transpose": 150, "vmap": 100, "seed": "random"}}

@@ -1,8 +1,8 @@
 """Generated collective cases for the tests, hand-made cases, and the assertion of agreement.
 
 The generator lives in the package, beside `meshsim campaign`, which runs the same cases on Dask:
-`scenarios._cases` draws a `Case` of any registered collective (`cases(op)`; its docstring lists what it
-covers) and `scenarios._answers` runs one through the simulator, the spec and real JAX and compares the
+`scenarios.campaign._cases` draws a `Case` of any registered collective (`cases(op)`; its docstring lists what it
+covers) and `scenarios.campaign._answers` runs one through the simulator, the spec and real JAX and compares the
 answers. This module re-exports both and adds what only the tests use: hand-specified ragged and dense
 cases, the docs' ragged example, `features` (what a case covers) and `check_agreement`, which counts the
 cases checked per collective (the test summary reports it) and fails with every byte-level difference.
@@ -18,28 +18,26 @@ import numpy as np
 
 from collectives._ragged import sender_tables
 from oracles._compare import flatten as _flatten
-from scenarios._answers import (
-    Case,
-    differences,
-    disagreements,
-    run_jax,
-    run_simulator,
-    run_spec,
-)
-from scenarios._cases import (
+from scenarios.campaign import (
     DTYPES,
     INDEX_DTYPES,
     MAX_DEVICES,
+    Case,
     Fill,
     Filler,
     axis_names,
     cases,
     collective_axes,
     device_groups,
+    differences,
+    disagreements,
     dtypes,
     fills,
     index_groups,
     meshes,
+    run_jax,
+    run_simulator,
+    run_spec,
     small_dims,
 )
 

@@ -28,10 +28,9 @@ from test_cli_check import _rotated  # all_gather's chunks one place along
 import collectives
 import collectives._all_gather
 import scenarios
-from scenarios._cases import cases
-from scenarios._finding import scenario_text
-from scenarios._fleet import fleet
+from scenarios.campaign import cases, scenario_text
 from scenarios.cli import main
+from scenarios.fleet import fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = list(collectives.REGISTRY)
@@ -194,12 +193,12 @@ class NewRuleDisagreement(WorkerPlugin):
                     "seconds": 0.1}
 
     def setup(self, worker) -> None:
-        import scenarios._rules_jobs as jobs
+        import scenarios.campaign._rules_jobs as jobs
 
         self.kept, jobs.WORKER = jobs.WORKER, self.Fake()
 
     def teardown(self, worker) -> None:
-        import scenarios._rules_jobs as jobs
+        import scenarios.campaign._rules_jobs as jobs
 
         jobs.WORKER = self.kept
 
@@ -235,7 +234,7 @@ def test_a_new_rule_disagreement_is_saved_and_exits_1(capsys, tmp_path, cluster)
         "workers with a scheduler", "unreachable scheduler"])
 def test_bad_input_exits_2_with_one_message(args, message, capsys, tmp_path, monkeypatch):
     """Each bad argument exits 2 with one `meshsim: error:` line naming the argument and the rule."""
-    monkeypatch.setattr("scenarios._fleet.CONNECT_TIMEOUT_S", 2)  # the unreachable scheduler's wait
+    monkeypatch.setattr("scenarios.fleet._fleet.CONNECT_TIMEOUT_S", 2)  # the unreachable scheduler's wait
     assert main(["campaign", *args, "-o", str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("meshsim: error: ") and err.count("meshsim: error:") == 1
@@ -292,7 +291,7 @@ def test_a_worker_without_jax_is_a_clear_error(monkeypatch):
     extras to install, instead of counting every case as a disagreement (`main` turns it into exit 2)."""
     import importlib.util
 
-    from scenarios._campaign import WorkerSetupError, run_chunk
+    from scenarios.campaign import WorkerSetupError, run_chunk
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))

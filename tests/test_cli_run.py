@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import scenarios
-from scenarios.cli import _progress, main
+from scenarios.cli import main
+from scenarios.cli.render import _progress
 
 ROOT = Path(__file__).resolve().parents[1]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -231,7 +232,8 @@ def test_the_spinner_through_a_pseudo_terminal():
     """A process whose stdout is a real (pseudo-)terminal shows the status during a long run, hides the
     cursor only while it shows, and prints the results after it."""
     pty = pytest.importorskip("pty")
-    code = ("import time, scenarios; from scenarios.cli import _progress, main; _progress.AFTER_S = 0.05; "
+    code = ("import time, scenarios; from scenarios.cli import main; "
+            "from scenarios.cli.render import _progress; _progress.AFTER_S = 0.05; "
             "real = scenarios.run; scenarios.run = lambda s: (time.sleep(0.6), real(s))[1]; "
             "raise SystemExit(main(['run', 'scenarios/library/ragged_docs_example.toml']))")
     leader, follower = pty.openpty()

@@ -13,7 +13,7 @@ import pytest
 
 import scenarios
 from scenarios.cli import main
-from scenarios.cli._svg import PALETTE_HEX, picture
+from scenarios.cli.render import PALETTE_HEX, picture
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "scenarios" / "library"

@@ -3,6 +3,7 @@ aborts that cannot be swallowed, linear rendezvous, cached groups, byte-identica
 
 from __future__ import annotations
 
+import inspect
 import json
 import signal
 from contextlib import contextmanager
@@ -118,8 +119,38 @@ def test_deadlock_report_names_what_each_device_waits_on():
 
     f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
     with pytest.raises(sim.ProtocolError, match=r"device 0 has finished\n  device 1 waits in psum \(call #0 "
-                                                r"over devices \[0, 1\]\)"):
+                                                r"over devices \[0, 1\]\)") as caught:
         f(np.arange(2.0))
+    finished, waiting = caught.value.activities  # the report's structured form, by device
+    assert finished == sim.engine.Activity(sim.engine.Phase.FINISHED)
+    assert waiting == sim.engine.Activity(sim.engine.Phase.WAITING, sim.Waiting("psum", 0, (0, 1)))
+
+
+def test_a_port_sees_its_transport_memory_meeting_and_options():
+    """A protocol's port reaches the call's transport, its device's memory, a read-only view of the meeting
+    (every member's arguments, facts worked out once per call) and the run's options, not the simulation."""
+    seen = []
+
+    def protocol(port, args):
+        seen.append((port.device, port.group_args, port.once("fact", lambda: object()), port.mesh,
+                     port.options.check_vma, port.memory, port.transport, hasattr(port, "simulation")))
+        port.send(port.group.members[1 - port.group.index], np.array([args]))
+        message = yield port.recv(port.group.members[1 - port.group.index])
+        return message.payload[0]
+
+    def body(x):
+        context = sim.current()
+        group = context.mesh.group(context.device, "x", None)
+        return np.array([context.collective(sim.Collective("swap", group, (), float(x[0]), protocol))])
+
+    mesh = sim.Mesh({"x": 2})
+    out = sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)(np.array([3.0, 4.0]))
+    assert np.array_equal(np.asarray(out), [4.0, 3.0])
+    (d0, args0, fact0, mesh0, vma0, memory0, transport0, whole0), (d1, args1, fact1, _, _, memory1, transport1,
+                                                                     whole1) = seen
+    assert (d0, d1) == (0, 1) and args0 == args1 == [3.0, 4.0] and fact0 is fact1 and mesh0 is mesh
+    assert vma0 is False and memory0 is not memory1 and transport0 is transport1
+    assert not whole0 and not whole1
 
 
 def test_mismatched_calls_are_compared_with_the_first_arrival():
@@ -137,11 +168,10 @@ def test_mismatched_calls_are_compared_with_the_first_arrival():
 def test_groups_are_computed_once_per_mesh(monkeypatch):
     """Every device's group for one (axis_name, axis_index_groups) is built and checked once per mesh, and
     the members of a group share one tuple."""
-    import sim._mesh
-
+    defining = inspect.getmodule(sim.Mesh)  # the module whose Mesh.group calls the check
     checks = []
-    original = sim._mesh.check_axis_index_groups
-    monkeypatch.setattr(sim._mesh, "check_axis_index_groups", lambda *a: checks.append(a) or original(*a))
+    original = defining.check_axis_index_groups
+    monkeypatch.setattr(defining, "check_axis_index_groups", lambda *a: checks.append(a) or original(*a))
     mesh = sim.Mesh({"x": 4, "y": 2})
     groups = [mesh.group(d, "x", [[0, 2], [3, 1]]) for d in mesh.devices for _ in range(3)]
     assert len(checks) == 1

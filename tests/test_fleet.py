@@ -1,4 +1,4 @@
-"""The Dask engine under sweeps and campaigns (`scenarios._fleet`): jobs on a local cluster of 2 workers,
+"""The Dask engine under sweeps and campaigns (`scenarios.fleet._fleet`): jobs on a local cluster of 2 workers,
 a worker killed mid-run losing nothing, each worker bound to a core of its own, a failing job and an
 unreachable scheduler reported clearly."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from scenarios._fleet import FleetError, Job, fleet, run_jobs
+from scenarios.fleet import FleetError, Job, fleet, run_jobs
 
 
 def slow_square(n: int) -> tuple[int, int]:
@@ -84,7 +84,7 @@ def test_a_failing_job_raises_its_error(client):
 
 def test_unreachable_scheduler_is_a_clear_error(monkeypatch):
     """A scheduler address nobody listens on is a FleetError naming it and what to do, within the timeout."""
-    monkeypatch.setattr("scenarios._fleet.CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr("scenarios.fleet._fleet.CONNECT_TIMEOUT_S", 2)
     start = time.perf_counter()
     with pytest.raises(FleetError, match=r"cannot reach the Dask scheduler scheduler='tcp://127.0.0.1:9'.*"
                                          r"leave out --scheduler"), fleet(scheduler="tcp://127.0.0.1:9"):

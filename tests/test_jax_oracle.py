@@ -310,7 +310,7 @@ def test_oracle_compile_threads_reach_the_worker_and_answers_are_unchanged():
 
     from layouts import InvalidArgumentError
     from oracles._compile_pool import COMPILE_THREADS_ENV
-    from scenarios._campaign import worker_oracle
+    from scenarios.campaign import worker_oracle
 
     args = ([np.arange(3, dtype=np.float32) + d for d in range(4)],)
     with JaxOracle(compile_threads=1) as oracle:

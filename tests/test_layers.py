@@ -59,8 +59,27 @@ def test_contracts_cover_every_package():
     """The contracts see every package meshsim installs, and the layers contract orders all of them."""
     linter = CONFIG["tool"]["importlinter"]
     assert sorted(linter["root_packages"]) == PACKAGES
-    layers = [c for c in linter["contracts"] if c["type"] == "layers"]
+    layers = [c for c in linter["contracts"] if c["type"] == "layers" and "containers" not in c]
     assert len(layers) == 1 and sorted(layers[0]["layers"]) == PACKAGES
+
+
+def test_every_sub_package_has_a_public_surface_and_a_layer():
+    """Every sub-package meshsim installs re-exports its public names in `__all__` (each name defined), and
+    each sub-package of `sim` and `scenarios` (but the data folders) is a layer of its container's contract."""
+    import importlib
+
+    subpackages = [name for name in CONFIG["tool"]["setuptools"]["packages"] if "." in name]
+    data = {"scenarios.library", "scenarios.sweeps"}
+    for name in sorted(set(subpackages) - data):
+        module = importlib.import_module(name)
+        assert module.__all__ and all(hasattr(module, n) for n in module.__all__), name
+    inner = {c["containers"][0]: c["layers"] for c in CONFIG["tool"]["importlinter"]["contracts"]
+             if c["type"] == "layers" and "containers" in c}
+    for name in set(subpackages) - data:
+        container, _, part = name.rpartition(".")
+        if container in ("sim", "scenarios"):
+            layered = {tail.strip() for layer in inner[container] for tail in layer.replace(":", "|").split("|")}
+            assert part in layered, f"{name} is in no layer of the {container} contract"
 
 
 def test_every_error_class_is_a_mesh_error():

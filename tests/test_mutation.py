@@ -55,7 +55,7 @@ class _TamperedPort:
 
     def recv(self, src, tag=0):
         arrived = self._port.recv(src, tag)
-        altered = self._port.simulation.env.event()
+        altered = self._port.transport.env.event()
         arrived.callbacks.append(lambda event: altered.succeed(self._alter(event.value)))
         return altered
 

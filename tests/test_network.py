@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import collectives
 import sim
-from sim import P, _topology
+from sim import P
+from sim.network import _topology
 
 US = 1e-6
 

@@ -19,13 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from scenarios._fleet import fleet
-from scenarios._measure import COLUMNS, OPERATIONS, measure
-from scenarios._plot import plot, series
-from scenarios._sweep import load_sweep
-from scenarios._sweep_run import finish, pending, run_points
 from scenarios.cli import main
-from scenarios.cli._nccl import nccl_table
+from scenarios.cli.render import nccl_table
+from scenarios.fleet import fleet
+from scenarios.sweep import COLUMNS, OPERATIONS, finish, load_sweep, measure, pending, plot, run_points, series
 
 ROOT = Path(__file__).resolve().parents[1]
 README_SWEEP = ROOT / "scenarios" / "sweeps" / "psum_ring_vs_switch.toml"
@@ -378,7 +375,7 @@ BAD = [
 def test_bad_input_exits_2_with_its_message(tmp_path, capsys, monkeypatch, text, extra, message):
     """Each bad sweep file or option: exit 2 and one `meshsim: error:` line naming the file, line and key."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("scenarios._fleet.CONNECT_TIMEOUT_S", 2)  # the unreachable scheduler's wait
+    monkeypatch.setattr("scenarios.fleet._fleet.CONNECT_TIMEOUT_S", 2)  # the unreachable scheduler's wait
     (tmp_path / "s.toml").write_text(text)
     assert main(["sweep", "s.toml", *extra]) == 2
     err = capsys.readouterr().err

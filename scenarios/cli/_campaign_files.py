@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scenarios import ScenarioError
-from scenarios._results import append_row, open_for_append, read_rows
+from scenarios import ScenarioError, append_row, open_for_append, read_rows
 
 
 class Results:

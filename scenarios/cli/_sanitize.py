@@ -19,9 +19,8 @@ from rich.text import Text
 
 import scenarios
 import sim
-from scenarios import ProgramResult, ProgramScenario, ScenarioError, ScenarioResult
-from scenarios._program import Pass
-from sim._violation import grouped, skipped_str
+from scenarios import Pass, ProgramResult, ProgramScenario, ScenarioError, ScenarioResult
+from sim.record import grouped, skipped_str
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import scenarios
 from layouts import MeshError
-from scenarios import ScenarioError, TimeLimitError
-from scenarios._consent import refuse_script, user_code
+from scenarios import ScenarioError, TimeLimitError, refuse_script, user_code
 
 # meshsim's packages: their files are its code, never scenarios (but for the scenario library's scripts).
 _PACKAGES = ("layouts", "sim", "collectives", "oracles", "scenarios")

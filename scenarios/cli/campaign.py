@@ -1,10 +1,10 @@
 """`meshsim campaign`: generated cases of every collective, simulator against spec against real JAX, on Dask.
 
-The jobs (`scenarios._campaign`) run on a local cluster (one worker per core by default) or on the running
+The jobs (`scenarios.campaign._campaign`) run on a local cluster (one worker per core by default) or on the running
 scheduler of `--scheduler`; each result is appended to DIR/results.jsonl as it arrives, a shrunk
 disagreement is saved as DIR/findings/NAME.toml (a `[collective]` scenario `meshsim check` replays), and
 the report counts cases, agreements and findings per collective. `--resume` skips the jobs whose keys
-the results file already holds. `--kinds transpose vmap` adds JAX's own rules (`scenarios._rules_jobs`):
+the results file already holds. `--kinds transpose vmap` adds JAX's own rules (`scenarios.campaign._rules_jobs`):
 JAX's transposes against meshsim's and `jax.vmap` against a per-batch loop, disagreements that
 FINDINGS.md explains counted as known, a new one shrunk and saved as DIR/findings/NAME.txt.
 """
@@ -23,7 +23,7 @@ from rich.table import Table
 
 import collectives
 from scenarios import ScenarioError
-from scenarios._campaign import KINDS
+from scenarios.campaign import KINDS
 from scenarios.cli._campaign_files import Results
 from scenarios.cli._cluster import add_cluster, integer, local_workers
 
@@ -59,7 +59,7 @@ def execute(args: argparse.Namespace) -> int:
         positive integer, an unreachable scheduler, a results file that exists without `--resume`, a worker
         without jax.
     """
-    from scenarios._campaign import plan
+    from scenarios.campaign import plan
 
     ops, cases, seed, workers = _checked(args)
     kinds = list(dict.fromkeys(args.kinds))
@@ -84,7 +84,7 @@ def execute(args: argparse.Namespace) -> int:
 
 def _run(jobs: list[Any], results: Results, workers: int | None, scheduler: str | None, console: Console) -> None:
     """Run `jobs` on the cluster under a progress bar, saving each job's record as it arrives."""
-    from scenarios._fleet import fleet, run_jobs
+    from scenarios.fleet import fleet, run_jobs
 
     with fleet(workers=workers, scheduler=scheduler) as client, _progress(console) as progress:
         task = progress.add_task("cases", total=sum(job.args[1] for job in jobs))

@@ -8,8 +8,7 @@ from pathlib import Path
 import scenarios
 from scenarios import ScenarioError, ScenarioResult
 from scenarios.cli._limits import add_timeout, load_collective
-from scenarios.cli._page import page
-from scenarios.cli._svg import picture
+from scenarios.cli.render import page, picture
 
 _FORMATS = {".svg": picture, ".html": page}
 

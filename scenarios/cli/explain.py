@@ -20,14 +20,12 @@ from rich.text import Text
 import collectives
 import scenarios
 import sim
-from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult
-from scenarios._program import run_forward
-from scenarios.cli import _protocols, _ragged
-from scenarios.cli._arrays import colour as _colour
+from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult, run_forward
 from scenarios.cli._limits import add_allow_code, add_timeout
-from scenarios.cli._protocols import array_text, message_table, step_groups
-from scenarios.cli._units import seconds as _seconds
-from scenarios.cli._units import span as _span
+from scenarios.cli.render import _protocols, _ragged, array_text, message_table, step_groups
+from scenarios.cli.render import colour as _colour
+from scenarios.cli.render import seconds as _seconds
+from scenarios.cli.render import span as _span
 
 Step = tuple[str, list[Any]]
 

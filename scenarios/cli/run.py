@@ -19,13 +19,11 @@ import scenarios
 import sim
 from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli import _explore, _sanitize
-from scenarios.cli._arrays import KEPT, THRESHOLD, array_lines, colour, summarised
-from scenarios.cli._json import write_json
 from scenarios.cli._limits import add_allow_code, add_timeout
-from scenarios.cli._progress import LazyStatus
 from scenarios.cli._script import check_path, run_script
-from scenarios.cli._units import seconds as _seconds
-from scenarios.cli._units import span as _span
+from scenarios.cli.render import KEPT, THRESHOLD, LazyStatus, array_lines, colour, summarised, write_json
+from scenarios.cli.render import seconds as _seconds
+from scenarios.cli.render import span as _span
 
 _MESSAGE_EDGE = 50  # a table of more than twice this many messages shows this many at each end, unless --full
 

@@ -14,14 +14,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from scenarios import ScenarioError
-from scenarios._fleet import fleet
-from scenarios._plot import check_output, plot
-from scenarios._results import read_rows
-from scenarios._sweep import Point, Sweep, load_sweep
-from scenarios._sweep_run import RESULTS, TABLE, finish, pending, run_points
+from scenarios import read_rows
 from scenarios.cli._cluster import add_cluster, local_workers
-from scenarios.cli._nccl import nccl_table
+from scenarios.cli.render import nccl_table
+from scenarios.fleet import check_dask, fleet
+from scenarios.sweep import RESULTS, TABLE, Point, Sweep, check_output, finish, load_sweep, pending, plot, run_points
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -80,10 +77,7 @@ def execute(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, todo: list[Point], directory: Path, workers: int | None) -> None:
     """Run the points on the cluster the arguments ask for, with a transient progress bar in a terminal."""
-    try:
-        import distributed  # noqa: F401  (checked here, so a missing extra is one clear message)
-    except ImportError:
-        raise ScenarioError("meshsim sweep needs Dask: pip install 'meshsim[dask]'") from None
+    check_dask("meshsim sweep")
     console = Console()
     with fleet(workers, args.scheduler) as client:
         _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json)

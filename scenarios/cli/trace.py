@@ -8,8 +8,7 @@ from pathlib import Path
 
 import scenarios
 import sim
-from scenarios import ProgramScenario, ScenarioError
-from scenarios._program import run_forward
+from scenarios import ProgramScenario, ScenarioError, run_forward
 from scenarios.cli._limits import add_allow_code, add_timeout
 
 _VIEWERS = "open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing (Load)"

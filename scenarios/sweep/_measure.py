@@ -1,0 +1,178 @@
+"""`measure`: one sweep point run on the simulator as a user would run it, and its row of results.
+
+The collective runs under `sim.shard_map` on inputs drawn from `numpy.random.default_rng(seed)`, as real
+messages over the point's network; the simulated time is the run's end (`sim.Run.end_time_s`), so every
+figure of the row comes from the messages, none from a formula.
+
+Sizes and bandwidths follow nccl-tests (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md and src/*.cu):
+`size_bytes` is nccl-tests' "size" S and `count` its "count", per collective:
+
+| collective | nccl-tests op | S (size_bytes) | count | busbw factor |
+|---|---|---|---|---|
+| psum, pmean, pmax, pmin | AllReduce | each device's buffer | its elements | 2(n-1)/n |
+| all_gather | AllGather | the gathered buffer (n blocks) | elements of one device's block | (n-1)/n |
+| psum_scatter | ReduceScatter | each device's input (n blocks) | elements of one device's output | (n-1)/n |
+| all_to_all, ragged_all_to_all | AlltoAll | each device's buffer (n blocks) | elements of one block | (n-1)/n |
+| ppermute (shift by one) | SendRecv | each device's buffer | its elements | 1 |
+
+algbw = S / t and busbw = algbw x factor, in GB/s (1e9 bytes per second), n being the group size. As in
+nccl-tests, S is rounded down to a whole number of elements per block; the row gives the size that ran.
+ragged_all_to_all sends even splits: every device's operand is n blocks of `count` rows, block j to member j.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import collectives
+import layouts
+import sim
+from scenarios.sweep._sweep import Point
+from scenarios.sweep._sweep_values import build_network
+
+COLUMNS = ("key", "collective", "mesh", "axis_name", "devices", "network", "algorithm", "algorithm_run", "dtype",
+           "seed", "size_bytes", "count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "messages", "bytes_sent",
+           "wall_s", "error")
+
+
+@dataclass(frozen=True)
+class Operation:
+    """How a sweep times one collective: nccl-tests' name, the shape of the buffers, the bus factor."""
+
+    nccl: str
+    blocks: str  # "whole": S is one device's buffer; "gathered": S = n blocks out; "split": S = n blocks in
+    factor: str  # busbw / algbw, as nccl-tests writes it
+    redop: str = "none"
+
+    def busbw_factor(self, n: int) -> float:
+        """busbw / algbw on a group of `n` devices (doc/PERFORMANCE.md, "Summary")."""
+        return {"2(n-1)/n": 2 * (n - 1) / n, "(n-1)/n": (n - 1) / n, "1": 1.0}[self.factor]
+
+
+OPERATIONS = {
+    "psum": Operation("AllReduce", "whole", "2(n-1)/n", "sum"),
+    "pmean": Operation("AllReduce", "whole", "2(n-1)/n", "avg"),
+    "pmax": Operation("AllReduce", "whole", "2(n-1)/n", "max"),
+    "pmin": Operation("AllReduce", "whole", "2(n-1)/n", "min"),
+    "all_gather": Operation("AllGather", "gathered", "(n-1)/n"),
+    "psum_scatter": Operation("ReduceScatter", "split", "(n-1)/n", "sum"),
+    "all_to_all": Operation("AlltoAll", "split", "(n-1)/n"),
+    "ragged_all_to_all": Operation("AlltoAll", "split", "(n-1)/n"),
+    "ppermute": Operation("SendRecv", "whole", "1"),
+}
+
+
+def measure(point: Point) -> dict[str, Any]:
+    """Run `point` on the simulator and return its row (`COLUMNS`).
+
+    A point the simulator rejects (an algorithm the collective lacks, a power-of-two algorithm on 6 devices,
+    a network that does not hold the mesh, a size too small for one element per block) gives a row whose
+    `error` is the simulator's message and whose figures are None; it never raises for that.
+    """
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update(key=point.key, collective=point.collective, network=point.network_label, algorithm=point.algorithm,
+               dtype=point.dtype, seed=point.seed, size_bytes=point.size_bytes,
+               mesh=",".join(f"{name}={size}" for name, size in point.mesh.items()))
+    try:
+        mesh = sim.Mesh(dict(point.mesh), network=build_network(point.network, tuple(point.mesh.values())))
+        axis_name = _axis_name(point, mesh)
+        n = mesh.axis_size(axis_name)
+        row.update(axis_name=",".join(mesh.axis_names_of(axis_name)), devices=n)
+        row.update(_timed(point, mesh, axis_name, n))
+    except sim.MeshError as error:
+        row["error"] = str(error)
+    return row
+
+
+def _axis_name(point: Point, mesh: sim.Mesh) -> str | tuple[str, ...]:
+    """The point's axis_name as the collectives take it: every mesh axis when None; checked against the mesh."""
+    name = point.axis_name if point.axis_name is not None else list(point.mesh)
+    name = name if isinstance(name, str) else (name[0] if len(name) == 1 else tuple(name))
+    mesh.axis_size(name)  # raises for a name the mesh lacks
+    return name
+
+
+def _timed(point: Point, mesh: sim.Mesh, axis_name: str | tuple[str, ...], n: int) -> dict[str, Any]:
+    """Size, count and every figure of one simulated call of the point's collective."""
+    operation, dtype = OPERATIONS[point.collective], np.dtype(point.dtype)
+    count = _count(point, operation, dtype, n)
+    per_device = count if operation.blocks != "split" else count * n
+    size_bytes = count * dtype.itemsize * (1 if operation.blocks == "whole" else n)
+    _check_memory(point, len(mesh.devices), per_device * dtype.itemsize, size_bytes)
+    spec = sim.P(tuple(mesh.shape))
+    args = _inputs(point, mesh, axis_name, dtype, per_device, count)
+    f = sim.shard_map(_program(point, axis_name, n), mesh=mesh, in_specs=(spec,) * len(args), out_specs=spec,
+                      check_vma=False)
+    start = time.perf_counter()
+    run = f.run(*args)
+    wall_s = time.perf_counter() - start
+    columns = run.trace.columns()
+    sent = (columns["src"] != columns["dst"]) & (columns["kind"] == "message")
+    time_s = float(run.end_time_s)
+    algbw = size_bytes / time_s / 1e9 if time_s > 0 else None
+    return {"size_bytes": size_bytes, "count": count, "time_s": time_s, "algbw_GB_per_s": algbw,
+            "busbw_GB_per_s": None if algbw is None else algbw * operation.busbw_factor(n),
+            "messages": int(sent.sum()), "bytes_sent": int(columns["size_bytes"][sent].sum()),
+            "wall_s": wall_s, "algorithm_run": ",".join(sorted({c.algorithm or "" for c in run.calls}))}
+
+
+def _count(point: Point, operation: Operation, dtype: np.dtype, n: int) -> int:
+    """nccl-tests' count: elements per device ("whole") or per block, S rounded down to whole elements."""
+    blocks = 1 if operation.blocks == "whole" else n
+    count = point.size_bytes // (dtype.itemsize * blocks)
+    if count < 1:
+        raise sim.InvalidArgumentError(
+            f"size_bytes={point.size_bytes} holds no whole {dtype} element per block: {point.collective} over "
+            f"{n} devices needs at least {dtype.itemsize * blocks} bytes")
+    return count
+
+
+def _check_memory(point: Point, devices: int, in_bytes: int, size_bytes: int) -> None:
+    """Refuse, before drawing anything, a point whose buffers alone would take more than the simulator's memory
+    limit (half the machine's): every device's input, output and messages in flight."""
+    out_bytes = size_bytes if OPERATIONS[point.collective].blocks == "gathered" else in_bytes
+    sim.check_memory(f"{point.collective} of size_bytes={point.size_bytes} on {devices} devices",
+                     {"inputs": devices * in_bytes, "outputs": devices * out_bytes, "messages": devices * in_bytes},
+                     None)
+
+
+def _inputs(point: Point, mesh: sim.Mesh, axis_name: Any, dtype: np.dtype, per_device: int,
+            count: int) -> tuple[np.ndarray, ...]:
+    """Every device's operand, stacked (device d's block is rows d*per_device:+per_device), drawn from the seed;
+    for ragged_all_to_all also the output buffers and the even offsets and sizes."""
+    rng = np.random.default_rng(point.seed)
+    total = len(mesh.devices) * per_device
+    if layouts.is_float(dtype):
+        x = rng.standard_normal(total, dtype=np.float64 if dtype.itemsize > 4 else np.float32).astype(dtype)
+    else:
+        x = rng.integers(max(-9, np.iinfo(dtype).min), 10, total).astype(dtype)
+    if point.collective != "ragged_all_to_all":
+        return (x,)
+    n = per_device // count
+    index = np.array([mesh.axis_index(d, axis_name) for d in mesh.devices], dtype=np.int32)
+    starts = np.tile(np.arange(n, dtype=np.int32) * count, len(index))
+    sizes = np.full(len(index) * n, count, dtype=np.int32)
+    return x, np.zeros_like(x), starts, sizes, np.repeat(index * count, n).astype(np.int32), sizes
+
+
+def _program(point: Point, axis_name: Any, n: int) -> Callable[..., Any]:
+    """What every device runs: the point's collective on its block, with the sweep's algorithm."""
+    name, algorithm = point.collective, point.algorithm
+    if name == "all_gather":
+        return lambda x: collectives.all_gather(x, axis_name, tiled=True, algorithm=algorithm)
+    if name == "psum_scatter":
+        return lambda x: collectives.psum_scatter(x, axis_name, tiled=True, algorithm=algorithm)
+    if name == "all_to_all":
+        return lambda x: collectives.all_to_all(x, axis_name, 0, 0, tiled=True, algorithm=algorithm)
+    if name == "ppermute":
+        perm = [(i, (i + 1) % n) for i in range(n)]
+        return lambda x: collectives.ppermute(x, axis_name, perm, algorithm=algorithm)
+    if name == "ragged_all_to_all":
+        return lambda *args: collectives.ragged_all_to_all(*args, axis_name=axis_name, algorithm=algorithm)
+    reduce = getattr(collectives, name)
+    return lambda x: reduce(x, axis_name, algorithm=algorithm)

@@ -1,0 +1,16 @@
+"""The engine: a `Simulation` composed of SimPy's clock, the driver (device programs as greenlets), the
+rendezvous (a call starts when its group has met) and the transport (messages over the network's links).
+It is the only part of `sim` that touches SimPy's clock and greenlets."""
+
+from sim.engine._call import Calls
+from sim.engine._driver import Activity, DeviceContext, Phase, current, current_or_none
+from sim.engine._engine import Simulation
+from sim.engine._options import RunOptions
+from sim.engine._perturb import Perturbation
+from sim.engine._rendezvous import Collective, MeetingView, Waiting
+from sim.engine._transport import Message, Port
+
+__all__ = [
+    "Activity", "Calls", "Collective", "DeviceContext", "MeetingView", "Message", "Perturbation", "Phase", "Port",
+    "RunOptions", "Simulation", "Waiting", "current", "current_or_none",
+]

@@ -1,0 +1,70 @@
+"""`Calls`: the life of every collective call of one run, in one place.
+
+A device arrives at the rendezvous and waits until its group has met; its part of the protocol then runs
+through a `Port` (its transport, its memory, a view of the meeting); the engine waits until the device's
+messages have arrived (payloads are views of its memory) and records the call (`CallRecord`). A failure
+inside a protocol is noted with the device and the call, and ends the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING
+
+import simpy
+
+from sim._errors import MeshError
+from sim.engine._driver import FAILED, Activity, Phase
+from sim.engine._options import RunOptions
+from sim.engine._rendezvous import Collective, Rendezvous, Waiting
+from sim.engine._transport import Port, Transport
+from sim.memory._memory import LocalMemory
+from sim.record._trace import CallRecord
+
+if TYPE_CHECKING:
+    from sim.engine._driver import DeviceProgram
+
+
+class Calls:
+    """Runs each device's part of each collective call and records it in `records` (in the order the parts
+    ended); `fail(error)` ends the run."""
+
+    def __init__(self, env: simpy.Environment, options: RunOptions, memories: Sequence[LocalMemory],
+                 rendezvous: Rendezvous, transport: Transport, fail: Callable[[BaseException], None]) -> None:
+        self.env = env
+        self.options = options
+        self.memories = memories
+        self.rendezvous = rendezvous
+        self.transport = transport
+        self.fail = fail
+        self.records: list[CallRecord] = []
+
+    def run(self, program: DeviceProgram, collective: Collective) -> Generator:
+        """The device's part of `collective`, in simulated time; its result."""
+        members = collective.group.members
+        call = program.calls.get(members, 0)
+        program.calls[members] = call + 1
+        program.last_call = Waiting(collective.name, call, members)
+        program.activity = Activity(Phase.WAITING, program.last_call)
+        enter_s = float(self.env.now)
+        try:
+            meeting = self.rendezvous.arrive(program.device, call, collective)
+            yield meeting.event
+            met_s = float(self.env.now)
+            port = Port(self.transport, self.memories[program.device], program.device, collective, call,
+                        meeting.view, self.options)
+            result = yield from collective.protocol(port, collective.args)
+            arrived = port.all_arrived()
+            if arrived is not None:
+                yield arrived
+            # the algorithm a protocol resolved once for the call ('auto' picks), else the one asked for
+            algorithm = meeting.shared.get("algorithm", dict(collective.params).get("algorithm"))
+            self.records.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s,
+                                           float(self.env.now), algorithm))
+        except Exception as error:
+            if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened
+                error.add_note(f"raised on device {program.device} {program.activity}")
+            program.activity = FAILED
+            self.fail(error)
+            yield self.env.event()  # never fires: the run ends with the error
+        return result

@@ -1,0 +1,192 @@
+"""The driver: device programs as greenlets, each switched by its own SimPy process.
+
+A device program is an ordinary Python function. It runs in a greenlet (a coroutine with its own stack, no
+OS thread): the device's SimPy process switches into it, and it switches back when it finishes or asks for
+a collective, which the process then carries out in simulated time. Only one greenlet ever runs at a time
+and the order of events is SimPy's, so runs are deterministic, and a thousand devices cost a thousand small
+stacks, not a thousand threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import traceback
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import greenlet
+
+from sim.memory._memory import LocalMemory
+from sim.network._mesh import Mesh
+from sim.record._equations import Program
+
+if TYPE_CHECKING:
+    from sim.engine._call import Calls
+    from sim.engine._options import RunOptions
+    from sim.engine._rendezvous import Collective, Waiting
+
+# Greenlets whose program swallowed the abort and asked for another collective: they are never resumed,
+# and kept here so that no later garbage collection runs their code again.
+_PARKED: list[greenlet.greenlet] = []
+
+# Source files of the package itself: an error's "user's file and line" is the innermost frame outside them.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above sim/engine/
+_PACKAGE_DIRS = tuple(os.path.join(_ROOT, name) + os.sep for name in ("sim", "collectives", "layouts", "oracles"))
+
+
+def current_or_none() -> DeviceContext | None:
+    """The device whose program is running now, or None outside a simulated program."""
+    return getattr(greenlet.getcurrent(), "context", None)
+
+
+def current() -> DeviceContext:
+    """The device whose program is running now; raises outside a simulated program."""
+    context = getattr(greenlet.getcurrent(), "context", None)
+    if context is None:
+        from sim._errors import MeshError
+
+        raise MeshError("collectives must be called inside a program run by sim.shard_map")
+    return context
+
+
+class DeviceContext:
+    """What a device program may reach: its device id, the mesh, its memory, and collectives.
+
+    `program` records the typed equations the device executes; `check_vma` says whether device-variance
+    types are inferred and checked; `shared` is one scratch dict for the whole run, where a check that
+    every device makes of the same argument (a permutation, say) can be done once. `mesh`, `check_vma`
+    and `last_arrival_wins` are the run's `options` (`RunOptions`).
+    """
+
+    def __init__(self, driven: DeviceProgram, options: RunOptions, memory: LocalMemory, program: Program,
+                 shared: dict) -> None:
+        self._driven = driven
+        self.device: int = driven.device
+        self.options = options
+        self.mesh: Mesh = options.mesh
+        self.memory = memory
+        self.program = program
+        self.check_vma: bool = options.check_vma
+        self.shared = shared
+        # slices that land on the same rows are written in arrival order, not refused (arrival-order exploration)
+        self.last_arrival_wins: bool = options.last_arrival_wins
+
+    def collective(self, collective: Collective) -> Any:
+        """Run `collective` on this device and return this device's result."""
+        return self._driven.call(collective)
+
+
+class _Aborted(BaseException):
+    """Unwinds a device program whose simulation has ended in an error."""
+
+
+class _DeviceGreenlet(greenlet.greenlet):
+    """A greenlet that knows which device's program it runs (what `current()` reads)."""
+
+    context: DeviceContext
+
+
+class Phase(enum.Enum):
+    """Where a device program is in its run."""
+
+    NOT_STARTED = "has not started"
+    COMPUTING = "is computing"
+    WAITING = "waits in"
+    FINISHED = "has finished"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a device is doing: its phase and, while it waits in a collective, that call (`Waiting`:
+    collective, call number, members). Deadlock reports and error notes read it.
+
+    >>> str(Activity(Phase.COMPUTING))
+    'is computing'
+    """
+
+    phase: Phase
+    call: Waiting | None = None
+
+    def __str__(self) -> str:
+        return str(self.call) if self.phase is Phase.WAITING and self.call is not None else self.phase.value
+
+
+NOT_STARTED, COMPUTING, FINISHED, FAILED = (Activity(phase) for phase in
+                                             (Phase.NOT_STARTED, Phase.COMPUTING, Phase.FINISHED, Phase.FAILED))
+
+
+class DeviceProgram:
+    """One device's program, driven step by step by its SimPy process.
+
+    `activity` says what the device is doing (`Activity`): not started, computing, waiting in a call,
+    finished or failed. Its collectives run through the run's `Calls`; a failure ends the run (`Calls.fail`).
+    """
+
+    def __init__(self, device: int, fn: Callable[[], Any], calls: Calls, memory: LocalMemory, program: Program,
+                 shared: dict) -> None:
+        self.device = device
+        self.done = False
+        self.aborted = False
+        self.result: Any = None
+        self.activity = NOT_STARTED
+        self.calls: dict[tuple[int, ...], int] = {}
+        self.last_call: Waiting | None = None  # the collective it called last
+        self._lifecycle = calls
+        self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
+        self._greenlet.context = DeviceContext(self, calls.options, memory, program, shared)
+        self._home = self._greenlet.parent
+
+    def call(self, collective: Collective) -> Any:
+        """In the device's greenlet: hand `collective` to the process and return its result."""
+        if self.aborted:  # the program swallowed the abort: it never runs again
+            _PARKED.append(self._greenlet)
+            self._home.switch()
+        reply = self._home.switch(collective)
+        if self.aborted:
+            raise _Aborted
+        return reply
+
+    def process(self) -> Generator:
+        """The SimPy process: resume the program, run the collective it asks for, repeat until it returns."""
+        resume: tuple = ()  # the first switch starts the program with no arguments
+        while True:
+            self.activity = COMPUTING
+            try:
+                request = self._greenlet.switch(*resume)
+            except BaseException as error:  # handed to the simulation, which ends the run with it
+                self.activity = FAILED
+                self._lifecycle.fail(self._explained(error))
+                return
+            if self._greenlet.dead:
+                self.done, self.result, self.activity = True, request, FINISHED
+                return
+            resume = ((yield from self._lifecycle.run(self, request)),)
+
+    def abort(self) -> None:
+        """Unwind the program if it is suspended in a collective; a program never started is dropped."""
+        self.aborted = True
+        if self._greenlet and not self._greenlet.dead:
+            with contextlib.suppress(_Aborted):
+                self._greenlet.throw(_Aborted)
+
+    def _explained(self, error: BaseException) -> BaseException:
+        """`error` with a note saying which device raised it, in which call, at the user's file and line."""
+        if isinstance(error, Exception):
+            where = _user_frame(error)
+            call = ("before its first collective" if self.last_call is None
+                    else f"after {self.last_call.call_str()}")
+            error.add_note(f"raised on device {self.device} {call}" + (f", at {where}" if where else ""))
+        return error
+
+
+def _user_frame(error: BaseException) -> str:
+    """The innermost traceback frame outside the package, as `file:line (function)`."""
+    found = ""
+    for frame in traceback.extract_tb(error.__traceback__):
+        if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIRS):
+            found = f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return found

@@ -1,0 +1,341 @@
+"""The transport: messages, mailboxes and the `Port` a protocol sends and receives through.
+
+Posting a message records it in the trace and hands it to the network (`sim.network._flows.LinkState`), which
+carries it as a flow sharing links with the others in flight; no clock event is made per message. When
+the network says it has arrived, it is stamped with its arrival, its trace record gets its arrival time,
+and it is handed to the receive waiting for it or left in the receiver's mailbox. A receive is one event
+that fires at the message's arrival (at once if it is already there); a sender's port counts its messages
+not yet arrived, and the engine waits, once, until the last has. Of what the network reports in one step,
+receivers are woken first (row exchanges in the order their receivers began waiting), senders last: a
+payload is a view of its sender's memory, taken before the sender moves on.
+
+Collectives whose members all send one message to every member (all_to_all, all_gather, the direct
+all-reduce) may post whole rows instead (`send_each` / `recv_each`): one table per call holds every
+member's row and the arrival times of its messages, and each receiver takes its column with one event, so
+a call over n devices costs n events and n row postings, not n^2 mailbox entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from sim._simpy import fire_after as _fire
+from sim.memory._memory import LocalMemory
+from sim.network._flows import LinkState
+from sim.network._mesh import Group
+from sim.record._trace import Trace
+
+if TYPE_CHECKING:
+    from sim.engine._options import RunOptions
+    from sim.engine._perturb import Order
+    from sim.engine._rendezvous import Collective, MeetingView
+    from sim.network._mesh import Mesh
+
+
+@dataclass(slots=True)
+class Message:
+    """A payload in flight: a numpy array (the real bytes) and a small header.
+
+    The transport stamps `arrival_s` (when it arrives) and `rank` (posting order, or a random rank in a
+    perturbed run), which order messages by arrival for a receiver that writes them where they may overlap.
+    """
+
+    src: int
+    dst: int
+    tag: Hashable
+    payload: np.ndarray
+    header: dict = field(default_factory=dict)
+    arrival_s: float = 0.0
+    rank: float = 0.0
+
+
+class Transport:
+    """Mailboxes keyed by (receiver, sender, exchange, tag), the receives waiting on them, and the tables
+    of the calls exchanging whole rows."""
+
+    def __init__(self, env: simpy.Environment, links: LinkState, trace: Trace, devices: int,
+                 order: Order | None = None) -> None:
+        self.env = env
+        self.links = links
+        self.trace = trace
+        self.order = order  # a perturbed run's random draws (`sim.engine._perturb`); None in a default run
+        self._posted = 0
+        # one mailbox and one table of waiting receives per device, keyed by (src, exchange, tag)
+        self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
+        self._waiting: list[dict[tuple, Any]] = [{} for _ in range(devices)]
+        self._tables: dict[int, _Table] = {}
+        self._ready: dict[int, _Table] = {}  # tables with a waiting receiver's column complete, by id
+        self._drained: list[Port] = []  # ports whose messages have all arrived, a sender waiting
+        links.on_settled = self._wake
+
+    def _wake(self) -> None:
+        """After a network step: wake the receivers of completed row exchanges, then the senders."""
+        ready, self._ready = self._ready, {}
+        for table in ready.values():
+            table.serve()
+        drained, self._drained = self._drained, []
+        for port in drained:
+            port.drain()
+
+    def post(self, message: Message, exchange: int, collective: str, call: int, detail: dict,
+             port: Port | None = None) -> None:
+        """Send `message` now; it is delivered when the network has carried it, and `port` is told."""
+        now = self.env.now
+        size = message.payload.nbytes
+        if self.order is None:
+            message.rank = self._posted
+            self._posted += 1
+        else:
+            message.rank = self.order.rank()
+        index = self.trace.append(message.src, message.dst, size, now, now, now, collective, call, detail)
+        key = (message.src, exchange, message.tag)
+        self.links.send(message.src, [message.dst], [size], _Single(self, message, key, index, now, port))
+
+    def _arrive(self, sent_s: float, arrival_s: float) -> float:
+        """A message's arrival, its flight stretched in a perturbed run."""
+        return arrival_s if self.order is None else self.order.arrival(sent_s, arrival_s)
+
+    def _deliver(self, message: Message, key: tuple, arrival_s: float) -> None:
+        """Hand `message` to the receive waiting for it, or leave it in the receiver's mailbox."""
+        waiter = self._waiting[message.dst].pop(key, None)
+        if waiter is None:
+            self._inbox[message.dst][key] = (arrival_s, message)
+        else:
+            _fire(self.env, waiter, message, arrival_s - self.env.now)
+
+    def expect(self, dst: int, src: int, exchange: int, tag: Hashable) -> simpy.Event:
+        """An event that fires with the message from `src` to `dst` carrying `tag`, when it has arrived."""
+        key = (src, exchange, tag)
+        event = self.env.event()
+        posted = self._inbox[dst].pop(key, None)
+        if posted is None:
+            self._waiting[dst][key] = event
+        else:
+            arrival, message = posted
+            _fire(self.env, event, message, arrival - self.env.now)
+        return event
+
+    def post_each(self, src: int, group: Group, payloads: list[np.ndarray], headers: list[dict], exchange: int,
+                  collective: str, call: int, details: dict[str, list], port: Port | None = None) -> None:
+        """Send member `group.index`'s row of messages (one per member, in member order) now: record them,
+        leave the row in the call's table and hand the messages to the network."""
+        now = self.env.now
+        members = group.members
+        sizes = [payload.nbytes for payload in payloads]
+        first = self.trace.append_batch(src, members, sizes, now, [now] * len(members), None, collective, call,
+                                        details)
+        table = self._tables.get(exchange)
+        if table is None:
+            table = self._tables[exchange] = _Table(self, members)
+        table.post(group.index, payloads, headers)
+        self.links.send(src, members, sizes, _Row(self, table, group.index, first, now, port))
+
+    def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
+        """One event that fires once every member has posted its row and the last message to member
+        `receiver` has arrived; then `take_each` hands over the messages."""
+        table = self._tables.get(exchange)
+        if table is None:
+            table = self._tables[exchange] = _Table(self, members)
+        return table.expect(receiver)
+
+    def take_each(self, exchange: int, receiver: int) -> list[Message]:
+        """The message from every member to member `receiver`, in member order (after `expect_each` fired);
+        the call's table goes once every member has taken its column."""
+        table = self._tables[exchange]
+        messages = table.take(receiver)
+        if table.served == len(table.members):
+            del self._tables[exchange]
+        return messages
+
+
+class _Single:
+    """Where the network reports the arrival of one message posted with `Transport.post`."""
+
+    __slots__ = ("index", "key", "message", "port", "sent_s", "transport")
+
+    def __init__(self, transport: Transport, message: Message, key: tuple, index: int, sent_s: float,
+                 port: Port | None) -> None:
+        self.transport, self.message, self.key, self.index = transport, message, key, index
+        self.sent_s, self.port = sent_s, port
+
+    def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
+        transport = self.transport
+        arrival = transport._arrive(self.sent_s, float(arrivals_s[0]))
+        self.message.arrival_s = arrival
+        transport.trace.set_arrivals(self.index, arrival)
+        transport._deliver(self.message, self.key, arrival)
+        if self.port is not None:
+            self.port.arrived(1, arrival)
+
+
+class _Row:
+    """Where the network reports the arrivals of one member's row of a `send_each`."""
+
+    __slots__ = ("first", "port", "sender", "sent_s", "table", "transport")
+
+    def __init__(self, transport: Transport, table: _Table, sender: int, first: int, sent_s: float,
+                 port: Port | None) -> None:
+        self.transport, self.table, self.sender, self.first = transport, table, sender, first
+        self.sent_s, self.port = sent_s, port
+
+    def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
+        order = self.transport.order
+        if order is not None:
+            arrivals_s = np.array([order.arrival(self.sent_s, a) for a in arrivals_s.tolist()])
+        self.transport.trace.set_arrivals(self.first + slots, arrivals_s)
+        self.table.arrived(self.sender, slots, arrivals_s)
+        if self.port is not None:
+            self.port.arrived(len(slots), float(arrivals_s.max()))
+
+
+class _Table:
+    """One call's all-pairs exchange: row s holds member s's message to every member, `arrivals[s, r]` when
+    the one to member r arrived; a receiver is served when its column has fully arrived."""
+
+    __slots__ = ("arrivals", "env", "known", "last", "members", "rows", "served", "transport", "waiting")
+
+    def __init__(self, transport: Transport, members: tuple[int, ...]) -> None:
+        self.transport, self.env, self.members = transport, transport.env, members
+        n = len(members)
+        self.rows: list[tuple | None] = [None] * n
+        self.arrivals = np.zeros((n, n))
+        self.known = np.zeros(n, np.int64)  # arrivals known, per receiver
+        self.last = np.zeros(n)  # the latest of them
+        self.served = 0
+        self.waiting: dict[int, simpy.Event] = {}
+
+    def post(self, sender: int, payloads: list[np.ndarray], headers: list[dict]) -> None:
+        self.rows[sender] = (payloads, headers)
+
+    def arrived(self, sender: int, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
+        """Messages of `sender`'s row to receivers `slots` arrived at `arrivals_s`."""
+        self.arrivals[sender, slots] = arrivals_s
+        self.known[slots] += 1
+        self.last[slots] = np.maximum(self.last[slots], arrivals_s)
+        if self.waiting and np.any(self.known[slots] == len(self.members)):
+            self.transport._ready[id(self)] = self
+
+    def serve(self) -> None:
+        """Wake the waiting receivers whose columns have fully arrived, in the order they began waiting."""
+        done = [r for r in self.waiting if self.known[r] == len(self.members)]
+        for receiver in done:
+            _fire(self.env, self.waiting.pop(receiver), None, self.last[receiver] - self.env.now)
+
+    def expect(self, receiver: int) -> simpy.Event:
+        event = self.env.event()
+        if self.known[receiver] == len(self.members):
+            _fire(self.env, event, None, self.last[receiver] - self.env.now)
+        else:
+            self.waiting[receiver] = event
+        return event
+
+    def take(self, receiver: int) -> list[Message]:
+        """Messages are made on taking, so a call over n members never holds n^2 of them at once."""
+        members, me = self.members, self.members[receiver]
+        self.served += 1
+        arrivals = self.arrivals[:, receiver].tolist()
+        return [Message(members[s], me, 0, payloads[receiver], headers[receiver], arrivals[s], s)
+                for s, (payloads, headers) in enumerate(self.rows)]  # type: ignore[misc]
+
+
+class Port:
+    """One device's access to the network and its memory during one collective call: the transport, the
+    device's memory, a view of the call's meeting, and the run's options (the mesh among them)."""
+
+    def __init__(self, transport: Transport, memory: LocalMemory, device: int, collective: Collective, call: int,
+                 meeting: MeetingView, options: RunOptions) -> None:
+        self.transport = transport
+        self.memory = memory
+        self.device = device
+        self.collective = collective
+        self.call = call
+        self.meeting = meeting
+        self.options = options
+        self.mesh: Mesh = options.mesh
+        self.exchange = meeting.exchange
+        self.last_arrival_s = 0.0  # the latest arrival of this port's messages known so far
+        self.in_flight = 0  # messages sent through this port whose arrival is not known yet
+        self._drained: simpy.Event | None = None
+
+    @property
+    def group_args(self) -> list[Any]:
+        """Every member's arguments, by group index. A protocol may read what the call's members all know
+        statically (shapes, dtypes, layouts), never their values: those travel in messages."""
+        return self.meeting.args
+
+    def once(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """`compute()` the first time a member of this call asks for `key`, the same value afterwards: a fact
+        about the call (from what its members know statically) worked out once, not once per member."""
+        return self.meeting.once(key, compute)
+
+    @property
+    def group(self) -> Group:
+        return self.collective.group
+
+    @property
+    def skipped(self) -> frozenset:
+        """The pieces of this call a sanitized run leaves out (each collective says what a piece is; see
+        `sim.Violation.skip`); empty in any other run."""
+        return self.meeting.skipped
+
+    @property
+    def last_arrival_wins(self) -> bool:
+        """Whether slices that land on the same rows are allowed, written in arrival order (the last
+        arrival wins), as arrival-order exploration asks; by default such a call is refused."""
+        return self.options.last_arrival_wins
+
+    def send(self, dst: int, payload: np.ndarray, tag: Hashable = 0, header: dict | None = None, **detail) -> None:
+        """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay."""
+        if not payload.flags.c_contiguous:
+            raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        message = Message(self.device, dst, tag, payload, header or {})
+        self.in_flight += 1
+        self.transport.post(message, self.exchange, self.collective.name, self.call, detail, self)
+
+    def send_each(self, payloads: list[np.ndarray], headers: list[dict], **details: list) -> None:
+        """Send `payloads[j]` to member j of the group, for every member, all now: one row of the call's
+        all-pairs exchange, which members receive with `recv_each` (and only with it). Each `details`
+        keyword gives one detail value per message. The trace and the timing are those of the same sends
+        made one by one, in member order."""
+        for payload in payloads:
+            if not payload.flags.c_contiguous:
+                raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        self.in_flight += len(payloads)
+        self.transport.post_each(self.device, self.group, payloads, headers, self.exchange, self.collective.name,
+                                 self.call, details, self)
+
+    def recv_each(self) -> Generator:
+        """The `send_each` message of every member to this one, in member order, once the last has arrived:
+        `messages = yield from port.recv_each()`."""
+        yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
+        return self.transport.take_each(self.exchange, self.group.index)
+
+    def recv(self, src: int, tag: Hashable = 0) -> simpy.Event:
+        """An event that fires with the `Message` from `src` carrying `tag`."""
+        return self.transport.expect(self.device, src, self.exchange, tag)
+
+    def arrived(self, count: int, last_s: float) -> None:
+        """`count` of this port's messages arrived, the last at `last_s` (the network's report)."""
+        self.in_flight -= count
+        if last_s > self.last_arrival_s:
+            self.last_arrival_s = last_s
+        if self.in_flight == 0 and self._drained is not None:
+            self.transport._drained.append(self)
+
+    def drain(self) -> None:
+        """Wake the sender waiting in `all_arrived`, at its last message's arrival."""
+        _fire(self.transport.env, self._drained, None, self.last_arrival_s - self.transport.env.now)
+
+    def all_arrived(self) -> simpy.Event | None:
+        """An event that fires when every message sent through this port has arrived; None when all have
+        already (payloads are zero-copy views of the sender's memory: it may not move on while they travel)."""
+        env = self.transport.env
+        if self.in_flight == 0:
+            return env.timeout(self.last_arrival_s - env.now) if self.last_arrival_s > env.now else None
+        self._drained = env.event()
+        return self._drained

@@ -1,0 +1,330 @@
+"""`LinkState`: the network during one run, a flow-level model of messages sharing links.
+
+The model, precisely:
+
+- A message from device a to device b (a != b) of S > 0 bytes is a *flow* over its route (`Network.route`,
+  after the mesh's placement). From the instant it is posted it crosses every link of its route at once at
+  one rate x (cut-through: the message is pipelined through the hops, so it pays one bandwidth term, at its
+  bottleneck), until all S bytes have been sent at time T; it arrives at T plus the latencies of its route's
+  links (one per hop; a switch's ingress ports have none, see `sim.network._topology`).
+- The rates of all flows in flight are max-min fair (progressive filling, as SimGrid computes them): every
+  flow's rate rises at the same pace until some link is full (the rates of its flows sum to its bandwidth);
+  the flows crossing a full link keep that rate; the others keep rising, until every flow is held by a full
+  link. Rates are recomputed whenever a flow starts or ends, once per simulated instant however many do, and
+  a flow whose rate did not change keeps its projected end exactly (so a message alone on its links arrives
+  at post + S / bandwidth + latencies, the closed form, to the last bit).
+- With `Network(store_and_forward=True)` a message instead crosses its links one after another: on each, a
+  flow over that link alone, then that link's latency, then the next link.
+- A device's message to itself takes no time and no link; an empty message takes its route's latencies.
+
+Progressive filling runs on all flows in flight at once, in numpy. A route is a few intervals of
+consecutive link indices (`sim.network._topology.segments`: on a torus, one run of links per dimension), so each
+round counts the unfrozen flows on every link with a difference array and a prefix sum, finds the links of
+the smallest fair share (to within a relative 1e-9, so links equal up to rounding fill together), and
+freezes every flow with an interval over one of them (a prefix sum over the full links): the same rates
+as progressive filling over explicit link lists, in time linear in the number of messages, not of hops. A
+link's used capacity is kept as integer counts of frozen flows times the rounds' levels, so the rates do
+not depend on the order flows were posted in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from sim._simpy import NORMAL, fire
+from sim.network import _topology
+
+if TYPE_CHECKING:
+    import simpy
+
+    from sim.network._network import Network
+
+_LATE = NORMAL + 1  # a step runs after every other event of its instant: it sees every message posted then
+_TOLERANCE = 1e-9
+_DENSE_LINKS = 1 << 23  # above this many link indices (fully connected only), links in use are renumbered
+
+
+class Sink(Protocol):
+    """What is told when messages arrive: their slots (as given to `LinkState.send`) and arrival times."""
+
+    def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None: ...
+
+
+def max_min_rates(flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray, capacity: np.ndarray,
+                  flows: int) -> np.ndarray:
+    """Max-min fair rates (progressive filling) of `flows` flows; flow `flow_of[j]` crosses links
+    `start[j] .. stop[j] - 1` (0 <= link < len(capacity); every flow crosses at least one link), and link l
+    carries `capacity[l]` in all.
+
+    >>> max_min_rates(np.array([0, 1]), np.array([0, 0]), np.array([1, 2]), np.array([2.0, 0.5]), 2).tolist()
+    [1.5, 0.5]
+    """
+    links = len(capacity)
+    rate, used = np.zeros(flows), np.zeros(links)
+    while len(flow_of):
+        count = _on_links(start, stop, links)
+        busy = np.flatnonzero(count)
+        share = (capacity[busy] - used[busy]) / count[busy]
+        level = max(float(share.min()), 0.0)
+        full = np.zeros(links + 1, np.int64)
+        full[1:][busy[share <= level * (1 + _TOLERANCE)]] = 1
+        np.cumsum(full, out=full)
+        frozen = np.zeros(flows, bool)
+        frozen[flow_of[full[stop] > full[start]]] = True
+        drop = frozen[flow_of]
+        used += _on_links(start[drop], stop[drop], links) * level
+        rate[frozen] = level
+        keep = ~drop
+        flow_of, start, stop = flow_of[keep], start[keep], stop[keep]
+    return rate
+
+
+def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """How many intervals [start, stop) cover each link (each counted with its weight, if given)."""
+    edges = np.bincount(start, weights, links + 1) - np.bincount(stop, weights, links + 1)
+    return np.cumsum(edges[:links])
+
+
+class _Flows:
+    """The flows in flight, as columns, and the intervals of links their routes cross."""
+
+    NAMES = ("sink", "slot", "left", "t0", "rate", "finish", "latency")
+
+    def __init__(self) -> None:
+        self.sink = np.zeros(0, np.int64)
+        self.slot = np.zeros(0, np.int64)
+        for name in ("left", "t0", "rate", "finish", "latency"):
+            setattr(self, name, np.zeros(0))
+        self.flow_of = np.zeros(0, np.int64)
+        self.start = np.zeros(0, np.int64)
+        self.stop = np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.sink)
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the flows where `mask` is True."""
+        renumber = np.cumsum(mask) - 1
+        on = mask[self.flow_of]
+        self.flow_of, self.start, self.stop = renumber[self.flow_of[on]], self.start[on], self.stop[on]
+        for name in self.NAMES:
+            setattr(self, name, getattr(self, name)[mask])
+
+    def extend(self, columns: dict[str, np.ndarray], flow_of: np.ndarray, start: np.ndarray,
+               stop: np.ndarray) -> None:
+        """Append flows (`columns` by name) crossing the intervals [start, stop) of flow `flow_of` (numbered
+        from 0 among the new flows)."""
+        first = len(self)
+        if first == 0:
+            self.flow_of, self.start, self.stop = flow_of, start, stop
+        else:
+            self.flow_of = np.concatenate([self.flow_of, flow_of + first])
+            self.start, self.stop = np.concatenate([self.start, start]), np.concatenate([self.stop, stop])
+        for name in self.NAMES:
+            setattr(self, name, columns[name] if first == 0 else np.concatenate([getattr(self, name), columns[name]]))
+
+
+class LinkState:
+    """The network's state during one run: the flows on its links, their rates and when they end.
+
+    `send` posts messages; each message's `Sink` hears when it arrives (see the module docstring for the
+    model). `busy_s(trace)` says how long each link carried the messages of a trace at its full bandwidth.
+    """
+
+    def __init__(self, network: Network, devices: int, env: simpy.Environment | None = None,
+                 placement: np.ndarray | None = None) -> None:
+        self.network, self.devices, self.env = network, devices, env
+        self.placement = placement
+        self.links = _topology.link_count(network, devices)
+        self._dense = self.links <= _DENSE_LINKS or network.topology != "fully_connected"
+        self._capacity = _topology.capacities(network, np.arange(self.links), devices) if self._dense else None
+        self._flows = _Flows()
+        self._posted: list[tuple] = []  # (src, dsts, sizes, sink id, slots) posted since the last step
+        self._hops: list[tuple] = []  # store-and-forward: (sink id, slot, size, links, hop, latency) due now
+        self._ahead: dict[tuple, tuple] = {}  # store-and-forward: (sink id, slot) -> (size, links, latencies, hop)
+        self._sinks: dict[int, list] = {}  # sink id -> [sink, messages not yet arrived]
+        self._due: set[float] = set()  # times a step is scheduled for
+        self.on_settled: Callable[[], None] | None = None  # told after each step's reports (see `Transport`)
+        self._next_sink = 0
+
+    def send(self, src: int, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
+        """Post messages from mesh device `src` to each of mesh devices `dsts` (`sizes` bytes) now; `sink`
+        hears of message i as slot i."""
+        sink_id = self._next_sink
+        self._next_sink += 1
+        self._sinks[sink_id] = [sink, len(dsts)]
+        self._posted.append((src, dsts, sizes, sink_id))
+        self._schedule(self.env.now)
+
+    def _schedule(self, when_s: float) -> None:
+        """Have a step run at `when_s`, after that instant's other events (once per instant)."""
+        if when_s not in self._due:
+            self._due.add(when_s)
+            event = self.env.event()
+            event.callbacks.append(lambda _: self._step(when_s))
+            fire(self.env, event, None, when_s - self.env.now, _LATE)
+
+    def _step(self, now_s: float) -> None:
+        """End the flows due by now, start the ones posted since, recompute rates, plan the next step."""
+        self._due.discard(now_s)
+        flows = self._flows
+        ended = flows.finish <= now_s
+        if ended.any():
+            self._end(np.flatnonzero(ended))
+            flows.keep(~ended)
+        elif not self._posted and not self._hops:
+            return
+        self._start(now_s)
+        if len(flows):
+            self._rerate(now_s)
+            self._schedule(float(flows.finish.min()))
+        if self.on_settled is not None:
+            self.on_settled()
+
+    def _end(self, ended: np.ndarray) -> None:
+        """Report the ended flows (store-and-forward: start their next hop after this one's latency)."""
+        flows = self._flows
+        sinks, slots = flows.sink[ended], flows.slot[ended]
+        arrivals = flows.finish[ended] + flows.latency[ended]
+        if self.network.store_and_forward:
+            sinks, slots, arrivals = self._forward(sinks, slots, arrivals)
+        self._report(sinks, slots, arrivals)
+
+    def _forward(self, sinks: np.ndarray, slots: np.ndarray, arrivals: np.ndarray) -> tuple:
+        """Messages whose last hop ended; the others' next hops are due when this hop's latency is over."""
+        last = np.ones(len(sinks), bool)
+        for i, (sink, slot, at) in enumerate(zip(sinks.tolist(), slots.tolist(), arrivals.tolist())):
+            size, route, latency, hop = self._ahead.pop((sink, slot))
+            if hop + 1 < len(route):
+                last[i] = False
+                self._ahead[(sink, slot)] = (size, route, latency, hop + 1)
+                self._later(at, (sink, slot, size, route, hop + 1, latency[hop + 1]))
+        return sinks[last], slots[last], arrivals[last]
+
+    def _later(self, when_s: float, hop: tuple) -> None:
+        """Start a store-and-forward hop at `when_s`."""
+        event = self.env.event()
+        event.callbacks.append(lambda _: (self._hops.append(hop), self._schedule(when_s)))
+        fire(self.env, event, None, when_s - self.env.now, NORMAL)
+
+    def _start(self, now_s: float) -> None:
+        """Turn the messages posted since the last step into flows (or arrivals, for the instant ones)."""
+        if self._posted:
+            posted, self._posted = self._posted, []
+            self._start_messages(now_s, posted)
+        if self._hops:
+            hops, self._hops = self._hops, []
+            sink, slot, size = (np.array([h[k] for h in hops]) for k in range(3))
+            links = np.array([route[hop] for _, _, _, route, hop, _ in hops], np.int64)
+            latency = np.array([latency for _, _, _, _, _, latency in hops])
+            self._add(now_s, sink, slot, size.astype(np.float64), latency, np.arange(len(links)), links, links + 1)
+
+    def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
+        """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
+        counts = [len(dsts) for _, dsts, _, _ in posted]
+        src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
+        dst = np.concatenate([np.asarray(p[1], np.int64) for p in posted])
+        size = np.concatenate([np.asarray(p[2], np.float64) for p in posted])
+        sink = np.repeat(np.array([p[3] for p in posted], np.int64), counts)
+        slot = np.arange(len(dst)) - np.repeat(np.cumsum(counts) - counts, counts)
+        if self.placement is not None:
+            src, dst = self.placement[src], self.placement[dst]
+        instant = (src == dst) | (size == 0)
+        if instant.any():
+            now = np.full(int(instant.sum()), now_s)
+            remote = src[instant] != dst[instant]
+            if remote.any():
+                hops = _topology.segments(self.network, src[instant][remote], dst[instant][remote], self.devices)[3]
+                now[remote] += _topology.route_latency(self.network, src[instant][remote], dst[instant][remote], hops)
+            self._report(sink[instant], slot[instant], now)
+            src, dst, size, sink, slot = (c[~instant] for c in (src, dst, size, sink, slot))
+        if self.network.store_and_forward:
+            self._start_hops(now_s, src, dst, size, sink, slot)
+            return
+        flow_of, start, stop, hops = _topology.segments(self.network, src, dst, self.devices)
+        latency = _topology.route_latency(self.network, src, dst, hops)
+        self._add(now_s, sink, slot, size, latency, flow_of, start, stop)
+
+    def _start_hops(self, now_s: float, src: np.ndarray, dst: np.ndarray, size: np.ndarray, sink: np.ndarray,
+                    slot: np.ndarray) -> None:
+        """Store-and-forward: each message's first hop, one link; the rest wait in `_ahead`."""
+        network, firsts, latencies = self.network, [], []
+        for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
+            route = network.route(a, b)
+            links = [_topology.link_index(network, link, self.devices) for link in route]
+            hop_latency = [network.link_latency_s(link) for link in route]
+            self._ahead[(int(sink[i]), int(slot[i]))] = (float(size[i]), links, hop_latency, 0)
+            firsts.append(links[0])
+            latencies.append(hop_latency[0])
+        links = np.array(firsts, np.int64)
+        self._add(now_s, sink, slot, size, np.array(latencies), np.arange(len(links)), links, links + 1)
+
+    def _add(self, now_s: float, sink: np.ndarray, slot: np.ndarray, size: np.ndarray, latency: np.ndarray,
+             flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray) -> None:
+        """Put flows in flight from now (rates are set by `_rerate`)."""
+        if not len(size):
+            return
+        count = len(size)
+        columns = {"sink": sink, "slot": slot, "left": size, "t0": np.full(count, now_s),
+                   "rate": np.zeros(count), "finish": np.full(count, np.inf), "latency": latency}
+        self._flows.extend(columns, flow_of, start, stop)
+
+    def _rerate(self, now_s: float) -> None:
+        """Recompute every flow's rate; flows whose rate changed get their bytes left and a new end."""
+        flows = self._flows
+        single = len(flows.start) == len(flows) and bool(np.all(flows.stop - flows.start == 1))
+        if single:  # one link per flow: its fair share is the link's bandwidth over its flows
+            if self._dense:
+                count = np.bincount(flows.start, minlength=self.links)
+                rate = self._capacity[flows.start] / count[flows.start]
+            else:
+                _, link, count = np.unique(flows.start, return_inverse=True, return_counts=True)
+                rate = _topology.capacities(self.network, flows.start, self.devices) / count[link]
+        else:
+            rate = max_min_rates(flows.flow_of, flows.start, flows.stop, self._capacity, len(flows))
+        changed = np.flatnonzero(rate != flows.rate)
+        if len(changed):
+            old = flows.rate[changed]
+            left = np.maximum(flows.left[changed] - old * (now_s - flows.t0[changed]), 0.0)
+            flows.left[changed], flows.t0[changed], flows.rate[changed] = left, now_s, rate[changed]
+            flows.finish[changed] = now_s + left / rate[changed]
+
+    def _report(self, sinks: np.ndarray, slots: np.ndarray, arrivals: np.ndarray) -> None:
+        """Tell each sink which of its messages arrived, and when."""
+        if not len(sinks):
+            return
+        if len(sinks) > 1 and np.any(sinks[1:] < sinks[:-1]):
+            order = np.argsort(sinks, kind="stable")
+            sinks, slots, arrivals = sinks[order], slots[order], arrivals[order]
+        cuts = np.flatnonzero(sinks[1:] != sinks[:-1]) + 1
+        starts, stops = np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(sinks)]]).tolist()
+        for start, stop in zip(starts, stops):
+            entry = self._sinks[int(sinks[start])]
+            entry[1] -= stop - start
+            if entry[1] == 0:
+                del self._sinks[int(sinks[start])]
+            entry[0].arrived(slots[start:stop], arrivals[start:stop])
+
+    def busy_s(self, trace) -> dict[tuple, float]:
+        """Seconds each link would need to carry the messages of `trace` alone at its full bandwidth (the
+        bytes it carried over its bandwidth); links never used are left out."""
+        columns = trace.columns()
+        moved = (columns["kind"] == "message") & (columns["src"] != columns["dst"])
+        src, dst = columns["src"][moved], columns["dst"][moved]
+        if self.placement is not None:
+            src, dst = self.placement[src], self.placement[dst]
+        flow_of, start, stop, _ = _topology.segments(self.network, src, dst, self.devices)
+        carried = columns["size_bytes"][moved].astype(np.float64)[flow_of]
+        if self._dense:
+            on = _on_links(start, stop, self.links, carried)
+            used = np.flatnonzero(_on_links(start, stop, self.links))
+            carried_on = on[used]
+        else:  # fully connected on very many devices: each interval is one link
+            used, link = np.unique(start, return_inverse=True)
+            carried_on = np.bincount(link, carried, len(used))
+        seconds = carried_on / _topology.capacities(self.network, used, self.devices)
+        return {_topology.link_id(self.network, int(link), self.devices): float(t)
+                for link, t in zip(used.tolist(), seconds.tolist())}

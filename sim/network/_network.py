@@ -1,0 +1,247 @@
+"""What moving bytes costs: `Network` (a topology of links, each with a latency and a bandwidth per direction,
+and the route a message takes) and `CopyCost` (a device's local copies).
+
+How messages share links over time is `sim.network._flows` (flow-level, max-min fair); where the links are and which
+ones a route crosses is `sim.network._topology`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim.network import _topology
+
+TOPOLOGIES = ("fully_connected", "switch", "ring", "torus", "hierarchical")
+
+
+@dataclass(frozen=True)
+class Network:
+    """Links with a latency (alpha) and a bandwidth (1 / beta, bytes per second in each direction), in one of
+    five topologies (see `sim.network._topology` for link ids and routes):
+
+    - `fully_connected`: a dedicated link per ordered pair of devices (the default);
+    - `switch`: every device has one egress and one ingress port into a non-blocking switch; all of a
+      device's messages share its ports (an NVSwitch node);
+    - `ring` and `torus`: 1-, 2- or 3-D, a bidirectional link between neighbours, `wraparound` per dimension;
+      dimension-order routing, the shorter way round each ring;
+    - `hierarchical`: nodes of `node_size` devices on a fast switch (`latency_s`, `bandwidth_bytes_per_s`),
+      every device also with its own NIC port pair on a slower switch joining the nodes
+      (`inter_latency_s`, `inter_bandwidth_bytes_per_s`).
+
+    `shape` is the topology's device shape (a torus's dimensions; `(nodes, node_size)` for hierarchical);
+    None for fully_connected and switch (any number of devices) and, for ring and hierarchical, until a mesh
+    sizes it. A multi-hop message is pipelined (cut-through) unless `store_and_forward`.
+
+    >>> Network.torus((4, 4), wraparound=(True, False)).route(0, 7)
+    ((0, 4), (4, 5), (5, 6), (6, 7))
+    """
+
+    latency_s: float = 1e-6
+    bandwidth_bytes_per_s: float = 100e9
+    topology: str = "fully_connected"
+    shape: tuple[int, ...] | None = None
+    wraparound: tuple[bool, ...] | None = None
+    node_size: int | None = None
+    inter_latency_s: float | None = None
+    inter_bandwidth_bytes_per_s: float | None = None
+    store_and_forward: bool = False
+    preset_name: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_link("", self.latency_s, self.bandwidth_bytes_per_s)
+        if self.topology not in TOPOLOGIES:
+            raise InvalidArgumentError(f"topology={self.topology!r} must be one of {', '.join(TOPOLOGIES)}")
+        if self.shape is not None:
+            object.__setattr__(self, "shape", _check_shape(self.shape, self.topology))
+        if self.topology in ("ring", "torus"):
+            if self.topology == "torus" and self.shape is None:
+                raise InvalidArgumentError("topology='torus' needs shape=, e.g. shape=(4, 4)")
+            object.__setattr__(self, "wraparound", _check_wraparound(self.wraparound, self.shape))
+        if self.topology == "hierarchical":
+            _check_hierarchical(self)
+        if not isinstance(self.store_and_forward, bool):
+            raise InvalidTypeError(f"store_and_forward={self.store_and_forward!r} must be True or False")
+
+    @classmethod
+    def fully_connected(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9,
+                        store_and_forward: bool = False) -> Network:
+        """Every device has a direct link to every other."""
+        return cls(latency_s, bandwidth_bytes_per_s, "fully_connected", store_and_forward=store_and_forward)
+
+    @classmethod
+    def switch(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9,
+               store_and_forward: bool = False) -> Network:
+        """Every device has one egress and one ingress port of `bandwidth_bytes_per_s` on a non-blocking switch;
+        a message crosses its sender's egress port and its receiver's ingress port, for one latency."""
+        return cls(latency_s, bandwidth_bytes_per_s, "switch", store_and_forward=store_and_forward)
+
+    @classmethod
+    def ring(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9, devices: int | None = None,
+             wraparound: bool = True, store_and_forward: bool = False) -> Network:
+        """A bidirectional ring over `devices` devices (None: as many as the mesh has), in device id order."""
+        shape = None if devices is None else (devices,)
+        return cls(latency_s, bandwidth_bytes_per_s, "ring", shape, (wraparound,), store_and_forward=store_and_forward)
+
+    @classmethod
+    def torus(cls, shape: tuple[int, ...], wraparound: bool | tuple[bool, ...] = True, latency_s: float = 1e-6,
+              bandwidth_bytes_per_s: float = 100e9, store_and_forward: bool = False) -> Network:
+        """A 1-, 2- or 3-D torus of `shape`; `wraparound` for every dimension or one per dimension."""
+        return cls(latency_s, bandwidth_bytes_per_s, "torus", shape, wraparound, store_and_forward=store_and_forward)
+
+    @classmethod
+    def hierarchical(cls, node_size: int, nodes: int | None = None, latency_s: float = 1e-6,
+                     bandwidth_bytes_per_s: float = 450e9, inter_latency_s: float = 5e-6,
+                     inter_bandwidth_bytes_per_s: float = 50e9, store_and_forward: bool = False) -> Network:
+        """Nodes of `node_size` devices (consecutive ids) on a fast switch; each device's NIC on a slow one."""
+        shape = None if nodes is None else (nodes, node_size)
+        return cls(latency_s, bandwidth_bytes_per_s, "hierarchical", shape, None, node_size, inter_latency_s,
+                   inter_bandwidth_bytes_per_s, store_and_forward)
+
+    @classmethod
+    def preset(cls, name: str, shape: tuple[int, ...] | None = None) -> Network:
+        """A real system's network (see `sim.network._presets` for each one's figures and sources)."""
+        from sim.network._presets import preset
+
+        return preset(name, shape)
+
+    @property
+    def devices(self) -> int | None:
+        """How many devices the topology holds (None: any number)."""
+        return None if self.shape is None else math.prod(self.shape)
+
+    def sized(self, devices: int) -> Network:
+        """This network holding exactly `devices` devices: a ring or hierarchical network without a size gets
+        one; any other size mismatch is an error naming both and the rule."""
+        if self.topology in ("fully_connected", "switch") and self.shape is None:
+            return self
+        if self.shape is None and self.topology == "ring":
+            return replace(self, shape=(devices,))
+        if self.shape is None:  # hierarchical
+            if devices % self.node_size:
+                raise InvalidArgumentError(f"a mesh of {devices} devices does not fit hierarchical node_size="
+                                           f"{self.node_size}: the device count must be a multiple of node_size")
+            return replace(self, shape=(devices // self.node_size, self.node_size))
+        if self.devices != devices:
+            raise InvalidArgumentError(f"a mesh of {devices} devices does not fit {self.topology} shape={self.shape} "
+                                       f"({self.devices} devices): a mesh must have exactly as many devices as "
+                                       f"its topology")
+        return self
+
+    def route(self, src: int, dst: int) -> tuple:
+        """The links (hashable ids, see `sim.network._topology`) a message from topology device `src` to `dst`
+        crosses, in order."""
+        if self.topology in ("ring", "torus", "hierarchical") and self.shape is None and src != dst:
+            raise InvalidArgumentError(f"a {self.topology} network without shape= has no routes until a mesh sizes "
+                                       f"it: ask sim.Mesh(..., network=...).route(src, dst)")
+        return _topology.route(self, src, dst)
+
+    def link_latency_s(self, link: tuple) -> float:
+        """The latency of `link` (a link id from `route`); a switch's ingress ports have none."""
+        if self.topology == "switch":
+            return self.latency_s if link[0] == "out" else 0.0
+        if self.topology == "hierarchical":
+            return {"out": self.latency_s, "nic_out": self.inter_latency_s}.get(link[0], 0.0)
+        return self.latency_s
+
+    def link_bandwidth(self, link: tuple) -> float:
+        """The bandwidth of `link` in bytes per second, per direction."""
+        if self.topology == "hierarchical" and link[0] in ("nic_out", "nic_in"):
+            return self.inter_bandwidth_bytes_per_s
+        return self.bandwidth_bytes_per_s
+
+    def transfer_s(self, size_bytes: int) -> float:
+        """Time one link needs to push `size_bytes` onto the wire."""
+        return size_bytes / self.bandwidth_bytes_per_s
+
+    def describe(self) -> str:
+        """The topology in a few words, e.g. 'torus 4x4 (wraparound: no, no)' or 'preset tpu-v5e: torus 4x4'."""
+        text = self.topology
+        if self.shape is not None and self.topology != "hierarchical":
+            text += " " + "x".join(map(str, self.shape))
+        if self.wraparound is not None and self.shape is not None and len(self.shape) > 1:
+            text += " (wraparound: " + ", ".join("yes" if w else "no" for w in self.wraparound) + ")"
+        elif self.wraparound == (False,):
+            text += " (no wraparound)"
+        if self.topology == "hierarchical":
+            nodes = "" if self.shape is None else f"{self.shape[0]} nodes of "
+            text += (f" ({nodes}{self.node_size} devices; between nodes latency {self.inter_latency_s * 1e6:g} us, "
+                     f"bandwidth {self.inter_bandwidth_bytes_per_s / 1e9:g} GB/s)")
+        if self.store_and_forward:
+            text += ", store-and-forward"
+        return text if self.preset_name is None else f"preset {self.preset_name}: {text}"
+
+
+def _check_link(prefix: str, latency_s: object, bandwidth: object) -> None:
+    """A latency >= 0 and a bandwidth > 0, both finite numbers."""
+    for name, value, ok in ((f"{prefix}latency_s", latency_s, lambda v: v >= 0),
+                            (f"{prefix}bandwidth_bytes_per_s", bandwidth, lambda v: v > 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidTypeError(f"{name}={value!r} must be a number")
+        if not math.isfinite(value) or not ok(value):
+            raise InvalidArgumentError(f"{name}={value} must be {'>= 0' if 'latency' in name else '> 0'}")
+
+
+def _check_shape(shape: object, topology: str) -> tuple[int, ...]:
+    """A tuple of 1 to 3 positive ints (2 for hierarchical: nodes, node_size)."""
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    ok = isinstance(shape, (tuple, list)) and all(isinstance(s, int) and not isinstance(s, bool) for s in shape)
+    if not ok or not all(s >= 1 for s in shape):
+        raise InvalidArgumentError(f"shape={shape!r} must be a tuple of positive integers")
+    rank = {"ring": (1,), "torus": (1, 2, 3), "hierarchical": (2,)}.get(topology, (1,))
+    if len(shape) not in rank:
+        rule = "of 1 to 3 dimensions" if topology == "torus" else f"of {rank[0]} dimension(s)"
+        raise InvalidArgumentError(f"shape={tuple(shape)} must be {rule} for topology={topology!r}")
+    return tuple(shape)
+
+
+def _check_wraparound(wraparound: object, shape: tuple[int, ...] | None) -> tuple[bool, ...]:
+    """One bool per dimension (a single bool applies to all)."""
+    rank = 1 if shape is None else len(shape)
+    if wraparound is None or isinstance(wraparound, bool):
+        return (True if wraparound is None else wraparound,) * rank
+    if not isinstance(wraparound, (tuple, list)) or not all(isinstance(w, bool) for w in wraparound):
+        raise InvalidTypeError(f"wraparound={wraparound!r} must be a bool or a tuple of bools, one per dimension")
+    if len(wraparound) != rank:
+        raise InvalidArgumentError(f"wraparound={tuple(wraparound)} must have one entry per dimension of "
+                                   f"shape={shape} ({rank})")
+    return tuple(wraparound)
+
+
+def _check_hierarchical(network: Network) -> None:
+    """A positive node size matching the shape, and the between-node link figures."""
+    size = network.node_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidArgumentError(f"node_size={size!r} must be a positive integer")
+    if network.shape is not None and network.shape[1] != size:
+        raise InvalidArgumentError(f"shape={network.shape} must be (nodes, node_size={size})")
+    _check_link("inter_", network.inter_latency_s, network.inter_bandwidth_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class CopyCost:
+    """What a local copy costs: `run_overhead_s` per contiguous run touched plus bytes over bandwidth.
+
+    The defaults model an accelerator's copy engine: 200 GB/s and one 2 ns descriptor per run.
+
+    >>> round(CopyCost().time_s(size_bytes=4096, runs=64) * 1e9, 2)   # 64 runs * 2 ns + 4096 B / 200 GB/s
+    148.48
+    """
+
+    bandwidth_bytes_per_s: float = 200e9
+    run_overhead_s: float = 2e-9
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_bytes_per_s > 0:
+            raise InvalidArgumentError(f"bandwidth_bytes_per_s={self.bandwidth_bytes_per_s} must be > 0")
+        if not self.run_overhead_s >= 0:
+            raise InvalidArgumentError(f"run_overhead_s={self.run_overhead_s} must be >= 0")
+
+    def time_s(self, size_bytes: int, runs: int) -> float:
+        """Seconds to copy `size_bytes` spread over `runs` contiguous runs (0 when `runs` <= 1)."""
+        return 0.0 if runs <= 1 else runs * self.run_overhead_s + size_bytes / self.bandwidth_bytes_per_s
+
+
+DEFAULT_COPY_COST = CopyCost()

@@ -1,0 +1,94 @@
+"""`Network.preset(name, shape=None)`: the networks of real systems, from public figures.
+
+Every bandwidth is bytes per second in one direction of one link (or port). Latencies are per hop: about
+1 us on TPU ICI; NVLink and InfiniBand latencies are order-of-magnitude figures for a small message through
+the switch, not measured here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from sim._errors import InvalidArgumentError
+from sim.network._network import Network, _check_shape
+
+_ICI_HOP_S = 1e-6  # "about 1 us per hop" on ICI: How to Scale Your Model (Austin et al., 2025), "Rooflines"/TPUs
+
+
+def _tpu_v4p(shape: tuple[int, ...]) -> Network:
+    # TPU v4: 3-D torus, 4.5e10 B/s one way per ICI link; slices wrap around on axes that are multiples of 4
+    # (the optical circuit switches close a ring on each full 4-chip cube face). Sources: cloud.google.com/tpu/
+    # docs/v4 and How to Scale Your Model, "How to Think About TPUs" (ICI bandwidth table, wraparound rule).
+    return Network.torus(shape, tuple(s % 4 == 0 for s in shape), _ICI_HOP_S, 4.5e10)
+
+
+def _tpu_v5p(shape: tuple[int, ...]) -> Network:
+    # TPU v5p: 3-D torus, 9e10 B/s one way per ICI link (twice v4p); the same cube-and-OCS construction, so
+    # axes that are multiples of 4 wrap around. Sources: cloud.google.com/tpu/docs/v5p and How to Scale Your
+    # Model, "How to Think About TPUs".
+    return Network.torus(shape, tuple(s % 4 == 0 for s in shape), _ICI_HOP_S, 9e10)
+
+
+def _tpu_v5e(shape: tuple[int, ...]) -> Network:
+    # TPU v5e: 2-D torus (up to 16x16), 4.5e10 B/s one way per ICI link; only a full axis of 16 wraps around.
+    # Sources: cloud.google.com/tpu/docs/v5e and How to Scale Your Model, "How to Think About TPUs".
+    return Network.torus(shape, tuple(s == 16 for s in shape), _ICI_HOP_S, 4.5e10)
+
+
+def _tpu_v6e(shape: tuple[int, ...]) -> Network:
+    # TPU v6e (Trillium): 2-D torus (up to 16x16), 9e10 B/s one way per ICI link; a full axis of 16 wraps
+    # around, as on v5e. Sources: cloud.google.com/tpu/docs/v6e and How to Scale Your Model.
+    return Network.torus(shape, tuple(s == 16 for s in shape), _ICI_HOP_S, 9e10)
+
+
+def _h100_nvlink(shape: tuple[int, ...]) -> Network:
+    # H100 SXM: NVLink 4, 18 links of 25 GB/s per direction = 450 GB/s per direction per GPU, through
+    # NVSwitch (non-blocking): a switch topology. Source: NVIDIA H100 Tensor Core GPU Architecture whitepaper
+    # (2022), "NVLink"; nvidia.com/en-us/data-center/nvlink/.
+    return Network.switch(2e-6, 450e9)
+
+
+def _h100_ib(shape: tuple[int, ...]) -> Network:
+    # DGX H100: 8 GPUs per node on NVSwitch (450 GB/s per direction per GPU, as h100-nvlink), nodes joined by
+    # one 400 Gb/s (50 GB/s per direction) ConnectX-7 InfiniBand NIC per GPU. Source: NVIDIA DGX H100 user
+    # guide, "Hardware overview" (8x ConnectX-7, 400 Gb/s each); NDR InfiniBand switch latency ~ a few us.
+    return Network.hierarchical(shape[1], shape[0], 2e-6, 450e9, 5e-6, 50e9)
+
+
+def _gb200_nvl72(shape: tuple[int, ...]) -> Network:
+    # GB200 NVL72: 72 Blackwell GPUs in one NVLink 5 domain, 1.8 TB/s bidirectional = 900 GB/s per direction
+    # per GPU, through NVLink switch trays (non-blocking): a switch topology. Source: nvidia.com/en-us/
+    # data-center/gb200-nvl72/ ("130 TB/s" aggregate = 72 x 1.8 TB/s).
+    return Network.switch(2e-6, 900e9)
+
+
+# name: (builder, default shape, shape rank, what the shape means)
+PRESETS: dict[str, tuple[Callable[[tuple[int, ...]], Network], tuple[int, ...], int, str]] = {
+    "tpu-v4p": (_tpu_v4p, (4, 4, 4), 3, "a 3-D torus shape"),
+    "tpu-v5p": (_tpu_v5p, (4, 4, 4), 3, "a 3-D torus shape"),
+    "tpu-v5e": (_tpu_v5e, (16, 16), 2, "a 2-D torus shape"),
+    "tpu-v6e": (_tpu_v6e, (16, 16), 2, "a 2-D torus shape"),
+    "h100-nvlink": (_h100_nvlink, (8,), 1, "(GPUs,) in the node"),
+    "h100-ib": (_h100_ib, (2, 8), 2, "(nodes, GPUs per node)"),
+    "gb200-nvl72": (_gb200_nvl72, (72,), 1, "(GPUs,) in the NVLink domain"),
+}
+
+
+def preset(name: str, shape: tuple[int, ...] | None = None) -> Network:
+    """The network of preset `name` over `shape` (its default when None); see `PRESETS`.
+
+    Raises:
+        InvalidArgumentError: an unknown name (the known ones are listed) or a shape of the wrong rank.
+    """
+    if name not in PRESETS:
+        raise InvalidArgumentError(f"preset={name!r} is not a known preset; known presets: {', '.join(PRESETS)}")
+    build, default, rank, meaning = PRESETS[name]
+    shape = default if shape is None else _check_shape(shape, "torus")
+    if len(shape) != rank:
+        count = f"{rank} numbers" if rank > 1 else "one number"
+        raise InvalidArgumentError(f"preset={name!r}: shape={tuple(shape)} must be {meaning} ({count})")
+    network = build(tuple(shape))
+    if network.topology == "switch":  # a switch holds any number of devices; the preset fixes its node
+        network = replace(network, shape=tuple(shape))
+    return replace(network, preset_name=name)

@@ -1,0 +1,193 @@
+"""Global arrays cut into device blocks and put back together, with the global outputs allocated once.
+
+A device program's results are known only after it has run, so the first call of a `ShardMapped`
+assembles each global output by copying every device's block into a new array. It also keeps each
+output's global shape, dtype and spec for the inputs' signature, as `jax.jit` caches output avals per
+input signature. A later call with the same signature allocates each global output before the run
+(`prepare`) and reserves, in the memory of each device whose block is written, the region of the global
+array that is its block, when that region is one contiguous run (`P('x')` over rows; not
+`P(None, 'x')`). The collective that allocates a result of that dtype and shape in row-major order
+takes the region (`LocalMemory.alloc`), so the values its messages carry land in the global output.
+
+After the run (`assemble`), an output is the pre-allocated array when each device's block either is its
+region (nothing to copy) or lies elsewhere while no allocation took its region (the block is copied in,
+as on a first call). If an allocation took the region for another buffer (an intermediate of the output's
+shape, or a result computed after it), that buffer keeps its bytes and the output is assembled into a
+new array instead: nothing is ever written behind a device memory's back. A returned output whose blocks
+were written in place is those devices' memory: the run's memories alias the arrays it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sim._errors import InvalidArgumentError
+from sim.memory._memory import LocalMemory
+from sim.memory._spec import PartitionSpec
+from sim.network._mesh import Mesh
+from sim.program._tree import leaves
+
+
+@dataclass(frozen=True)
+class Aval:
+    """A global output's spec, shape and dtype, as a call produced it; `reserve` says whether its blocks
+    were fresh allocations in device memory then (a collective's result), worth a reserved region."""
+
+    spec: PartitionSpec
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    reserve: bool = field(default=True, compare=False)
+
+
+@dataclass
+class Prepared:
+    """A global output allocated before a run; `reserved[d]` is device d's region, offered to its memory,
+    and `taken` the devices whose region an allocation took."""
+
+    aval: Aval
+    array: np.ndarray
+    reserved: dict[int, np.ndarray]
+    taken: set[int] = field(default_factory=set)
+
+
+def block_index(mesh: Mesh, device: int, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> tuple[slice, ...]:
+    """The block of a global array of `shape` that `device` holds under `spec`."""
+    if len(spec) > len(shape):
+        raise InvalidArgumentError(f"{path}: spec {spec!r} has {len(spec)} entries but the array has rank {len(shape)}")
+    index = []
+    for dim, entry in enumerate(spec):
+        if entry is None:
+            index.append(slice(None))
+            continue
+        count = mesh.axis_size(entry)
+        if shape[dim] % count:
+            raise InvalidArgumentError(
+                f"{path}: dimension {dim} of size {shape[dim]} must be divisible by the {count} devices of {entry!r}"
+            )
+        block = shape[dim] // count
+        start = mesh.axis_index(device, entry) * block
+        index.append(slice(start, start + block))
+    return tuple(index)
+
+
+def prepare(mesh: Mesh, memories: list[LocalMemory], avals: dict[str, Aval]) -> dict[str, Prepared]:
+    """Allocate each global output in `avals` (by output path) whose blocks can be reserved, and reserve its
+    writers' regions; the others are assembled as on a first call."""
+    prepared = {}
+    for path, aval in avals.items():
+        array = np.zeros(aval.shape, aval.dtype)  # fresh zero pages: an allocation's zeros, never written twice
+        # `...` keeps a 0-d block an array view (indexing with `()` alone would give a read-only scalar)
+        regions = {d: array[(*block_index(mesh, d, aval.spec, aval.shape, path), ...)]
+                   for d in _writers(mesh, aval.spec)}
+        reserved = {d: r for d, r in regions.items() if r.size and r.flags.c_contiguous}
+        if aval.reserve and reserved:
+            for device, region in reserved.items():
+                memories[device].reserve(region)
+            prepared[path] = Prepared(aval, array, reserved)
+    return prepared
+
+
+def settle(memories: list[LocalMemory], prepared: dict[str, Prepared]) -> None:
+    """After a run: withdraw the reservations nothing took and note, per output, the regions that were taken."""
+    for device, memory in enumerate(memories):
+        untaken = memory.release()
+        for output in prepared.values():
+            region = output.reserved.get(device)
+            if region is not None and not any(r is region for r in untaken):
+                output.taken.add(device)
+
+
+def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
+             prepared: Prepared | None = None) -> np.ndarray:
+    """Put per-device blocks together (into `prepared` when it fits); blocks along axes `spec` leaves out must
+    all be equal."""
+    blocks = [np.asarray(b) for b in per_device]
+    first = blocks[0]
+    for d, block in enumerate(blocks):
+        if block.shape != first.shape or block.dtype != first.dtype:
+            raise InvalidArgumentError(
+                f"{path}: device {d} returned {block.dtype}{list(block.shape)} but device 0 returned "
+                f"{first.dtype}{list(first.shape)}; every device must return the same shape and dtype"
+            )
+    if len(spec) > first.ndim:
+        raise InvalidArgumentError(f"{path}: out_specs entry {spec!r} has more entries than rank {first.ndim}")
+    _check_replicas(mesh, spec, path, blocks)
+    global_shape = list(first.shape)
+    for dim, entry in enumerate(spec):
+        if entry is not None:
+            global_shape[dim] *= mesh.axis_size(entry)
+    aval = Aval(spec, tuple(global_shape), first.dtype)
+    regions = {d: block_index(mesh, d, spec, aval.shape, path) for d in _writers(mesh, spec)}
+    fits = prepared is not None and prepared.aval == aval and all(
+        d not in prepared.taken or _is_view(blocks[d], prepared.array[index]) for d, index in regions.items())
+    out = prepared.array if fits else np.empty(aval.shape, aval.dtype)  # every element is written below
+    for d, index in regions.items():
+        if not _is_view(blocks[d], out[index]):
+            out[index] = blocks[d]
+    return out
+
+
+def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, results: list[Any],
+             outputs: Any) -> dict[str, Aval]:
+    """Each output's aval by path, for `prepare` to allocate it again; the per-device `results` say which
+    outputs were fresh allocations (a region reserved for any other would only be taken by the wrong one)."""
+    per_device = [leaves(result) for result in results]
+    found = {}
+    for k, (path, spec, out) in enumerate(zip(leaves(paths), leaves(specs, _is_spec), leaves(outputs))):
+        fresh = all(per_device[d][k].flags.writeable and memories[d].find(per_device[d][k]) is not None
+                    for d in _writers(mesh, spec))
+        found[path] = Aval(spec, out.shape, out.dtype, fresh)
+    return found
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` and `b` (one shape and dtype) hold the same bytes, NaN payloads and signed zeros included,
+    compared in place (no copy of either)."""
+    if a.dtype.hasobject or a.dtype.itemsize not in (1, 2, 4, 8):
+        return a.tobytes() == b.tobytes()
+    unsigned = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(unsigned), b.view(unsigned)))
+
+
+def _check_replicas(mesh: Mesh, spec: PartitionSpec, path: str, blocks: list[np.ndarray]) -> None:
+    """Devices along mesh axes `spec` leaves out must hold the same block as their twin at index 0."""
+    unmapped = [a for a in mesh.axis_names if a not in spec.axes()]
+    for d, block in enumerate(blocks):
+        coords = mesh.coords(d)
+        if not any(coords[a] for a in unmapped):
+            continue
+        twin = _twin(mesh, d, unmapped)
+        if not same_bytes(block, blocks[twin]):
+            axis = next(a for a in unmapped if coords[a] != mesh.coords(twin)[a])
+            raise InvalidArgumentError(
+                f"{path}: out_specs entry {spec!r} claims the output is replicated along mesh axis {axis!r}, "
+                f"but device {d} and device {twin} hold different values"
+            )
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, PartitionSpec)
+
+
+def _writers(mesh: Mesh, spec: PartitionSpec) -> list[int]:
+    """The devices whose blocks make up the global array: index 0 along every axis `spec` leaves out."""
+    unmapped = [a for a in mesh.axis_names if a not in spec.axes()]
+    return [d for d in mesh.devices if not any(mesh.coords(d)[a] for a in unmapped)]
+
+
+def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:
+    """The device with the same coordinates as `device` except 0 along `axes`."""
+    coords = mesh.coords(device)
+    twin = 0
+    for name in mesh.axis_names:
+        twin = twin * mesh.shape[name] + (0 if name in axes else coords[name])
+    return twin
+
+
+def _is_view(block: np.ndarray, region: np.ndarray) -> bool:
+    """Whether `block` is exactly `region`: the same bytes seen the same way."""
+    return (block.__array_interface__["data"][0] == region.__array_interface__["data"][0]
+            and block.shape == region.shape and block.strides == region.strides and block.dtype == region.dtype)

@@ -1,0 +1,264 @@
+"""`shard_map` and `PartitionSpec`: global arrays in, one program per device, global arrays out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError
+from sim.engine._driver import current
+from sim.engine._engine import Simulation
+from sim.memory._array import Array
+from sim.memory._spec import PartitionSpec
+from sim.network._mesh import Mesh
+from sim.program import _explore
+from sim.program._blocks import Aval, assemble, avals_of, block_index, prepare, settle
+from sim.program._tree import broadcast_prefix, leaves, tree_map
+from sim.program._varying import Varying, _ref, promote, vma_of
+from sim.record import _perfetto
+from sim.record._equations import Program
+from sim.record._trace import CallRecord, Trace
+from sim.record._violation import Violation, report
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, PartitionSpec)
+
+
+@dataclass(frozen=True)
+class Run:
+    """The outcome of one simulated call: outputs, the message trace, the simulated end time and the typed
+    program each device executed.
+
+    A sanitized run also has `violations`; `stopped` says why it ended early (a call it could not run),
+    and then `outputs` is None."""
+
+    outputs: Any
+    trace: Trace
+    end_time_s: float
+    simulation: Simulation
+    stopped: str | None = None
+    order_report: _explore.OrderReport | None = None  # set by `shard_map(..., explore_orders=N)`
+
+    @property
+    def violations(self) -> list[Violation]:
+        """Every broken rule of every call a sanitized run met (`sim.Violation`: device, call, rule, rows)."""
+        return self.simulation.violations
+
+    def report(self) -> str:
+        """The violations grouped by device, call and rule, with their rows; where the run stopped."""
+        return report(self.violations, self.stopped)
+
+    @property
+    def programs(self) -> list[Program]:
+        return self.simulation.programs
+
+    def program(self, device: int = 0) -> Program:
+        """What `device` executed, as typed equations; `print` it to see `{V:...}` annotations."""
+        return self.simulation.programs[device]
+
+    @property
+    def calls(self) -> list[CallRecord]:
+        """Each device's part in each collective call: when it reached the call, met its group, finished."""
+        return self.simulation.calls
+
+    def link_busy_s(self) -> dict[tuple, float]:
+        """Seconds each link (by its id, see `sim.Mesh.route`) carried this run's messages at its full
+        bandwidth: the bytes that crossed it over its bandwidth. Links no message crossed are left out."""
+        return self.simulation.links.busy_s(self.trace)
+
+    def trace_events(self) -> dict:
+        """The run as Chrome / Perfetto trace-event JSON (a dict): a track per device and per link, spans for
+        calls, waits, sends, transfers, receives and local copies, a flow from each send to its receive.
+        See `sim.record._perfetto` for the tracks; the same run gives the same dict."""
+        return _perfetto.trace_events(self.trace, self.simulation.calls, self.simulation.mesh.size)
+
+    def to_perfetto(self, path: str | Path) -> dict:
+        """Write `trace_events()` to `path` (open it in ui.perfetto.dev or chrome://tracing); returns the dict.
+
+        Raises:
+            OSError: `path` cannot be written.
+        """
+        events = self.trace_events()
+        _perfetto.write(events, path)
+        return events
+
+
+class ShardMapped:
+    """A function mapped over a mesh; call it like the original, read `last_run` for the trace.
+
+    Inputs are immutable inside `f`, as JAX arrays are: writing into one raises numpy's "assignment
+    destination is read-only". Placing an input block that is one contiguous run of the caller's array
+    (rows under `P('x')`) copies nothing: the device memory adopts the caller's bytes. Other blocks are
+    copied.
+    Each call's global outputs are allocated once: from the second call with the same input shapes and
+    dtypes on, collectives write the devices' blocks straight into them (see `sim.program._blocks`). So a run's
+    memories alias the caller's inputs and the outputs returned; write into either and `last_run`'s device
+    bytes change with it.
+    With `sanitize`, `run` returns a `Run` whose `violations` list every broken rule of every call (see
+    `shard_map`) instead of raising at the first call with one.
+    """
+
+    def __init__(self, f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool,
+                 sanitize: bool = False, explore_orders: int = 0, seed: int = 0) -> None:
+        self.f, self.mesh, self.in_specs, self.out_specs, self.check_vma = f, mesh, in_specs, out_specs, check_vma
+        self.sanitize = sanitize
+        self.explore_orders, self.seed = explore_orders, seed
+        self.last_run: Run | None = None
+        self._avals: dict[str, dict[str, Aval]] = {}  # input signature -> each output's global aval, by path
+
+    def __call__(self, *args: Any) -> Any:
+        return self.run(*args).outputs
+
+    def run(self, *args: Any) -> Run:
+        """Run the program once and return outputs with the trace and simulated time; with `explore_orders`,
+        also run it under that many perturbed orders, the report in the returned run's `order_report`."""
+        if self.explore_orders:
+            report = _explore.explore(self, *args, orders=self.explore_orders, seed=self.seed)
+            self.last_run = replace(report.run, order_report=report)
+            return self.last_run
+        return self.run_with(args)
+
+    def run_with(self, args: tuple, **simulation: Any) -> Run:
+        """Run the program once on a `Simulation` made with the keywords `simulation` (a `perturbation`,
+        `last_arrival_wins`)."""
+        simulation = Simulation(self.mesh, self.check_vma, sanitize=self.sanitize, **simulation)
+        programs, signature = self._programs(simulation, args)
+        # after the inputs are placed, so that no input copy takes an output's region
+        prepared = prepare(self.mesh, simulation.memories, self._avals.get(signature, {}))
+        try:
+            results = simulation.run(programs)
+        except MeshError as error:
+            if not self.sanitize:
+                raise
+            self.last_run = Run(None, simulation.trace, simulation.now_s, simulation, stopped=str(error))
+            return self.last_run
+        finally:
+            settle(simulation.memories, prepared)
+        out_specs = _expand(self.out_specs, results[0], "out_specs")
+        results = [tree_map(lambda leaf: np.asarray(leaf), result) for result in results]
+        out_paths = _paths(results[0], "out")
+        outputs = tree_map(
+            lambda path, spec, *per_device: assemble(self.mesh, spec, path, per_device, prepared.get(path)),
+            out_paths, out_specs, *results,
+        )
+        self._avals[signature] = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs)
+        self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
+        return self.last_run
+
+    def _programs(self, simulation: Simulation, args: tuple) -> tuple[list[Callable[[], Any]], str]:
+        """One program per device, its inputs placed in its memory; and the inputs' signature."""
+        in_specs = _expand(self.in_specs, args, "in_specs")
+        paths = _paths(args, "args")
+        # an array placed with a Format keeps its layout in every device memory
+        layouts = tree_map(lambda x: x.layout if isinstance(x, Array) and x.layout.tiling == () else None, args)
+        values = tree_map(np.asarray, args)  # an Array's values are gathered once, not once per device
+
+        def program(device: int) -> Callable[[], Any]:
+            memory, record = simulation.memories[device], simulation.programs[device]
+
+            def place(path: str, x: np.ndarray, layout: Any, spec: PartitionSpec) -> Varying:
+                block = x[block_index(self.mesh, device, spec, x.shape, path)]
+                local = memory.view(memory.place(block, layout)).view(Varying)
+                local.flags.writeable = False  # an input is immutable, adopted or copied alike
+                local.vma = frozenset(spec.axes()) if self.check_vma else frozenset()
+                local.var = record.new_var(local.dtype, local.shape, local.vma)
+                record.inputs.append(local.var)
+                return local
+
+            mine = tree_map(place, paths, values, layouts, in_specs)
+            return lambda: self._finish(record, self.f(*mine))
+
+        return [program(d) for d in self.mesh.devices], _signature(paths, values, layouts)
+
+    def output_leaves(self, outputs: Any) -> list[tuple[str, PartitionSpec, np.ndarray]]:
+        """Each leaf of `outputs` (a run's global outputs) with its path and out_specs entry."""
+        specs = _expand(self.out_specs, outputs, "out_specs")
+        return list(zip(leaves(_paths(outputs, "out")), leaves(specs, _is_spec), leaves(outputs)))
+
+    def _finish(self, record: Program, result: Any) -> Any:
+        """In the device's own thread: check each output's type against its out_specs entry and raise it to
+        vary along every axis the entry splits over (a recorded pbroadcast, as JAX does), then record the
+        program's outputs."""
+        out_specs = _expand(self.out_specs, result, "out_specs")
+        if self.check_vma:
+            device = current().device
+            result = tree_map(lambda path, spec, leaf: promote(_check_type(path, spec, leaf, device),
+                                                               frozenset(spec.axes())),
+                              _paths(result, "out"), out_specs, result)
+        record.outputs = [_ref(leaf) for leaf in leaves(result)]
+        return result
+
+
+def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_vma: bool = True,
+              sanitize: bool = False, explore_orders: int = 0, seed: int = 0) -> ShardMapped:
+    """Map `f` over `mesh`: split inputs by `in_specs`, run `f` per device, assemble by `out_specs`.
+
+    `f` may branch on device-dependent values and calls collectives from the `collectives` package.
+    An output whose spec does not mention a mesh axis must hold the same value on every device along it.
+    With `explore_orders=N`, each call also runs `f` under N perturbed arrival orders (seeds `seed` to
+    `seed + N - 1`; see `sim.explore`) and puts the report in `last_run.order_report`.
+
+    With `sanitize=True` a call whose arguments break a rule does not raise: its violations are recorded
+    (`Run.violations`, `Run.report()`) and it runs without the broken pieces where the collective can (a
+    ragged_all_to_all skips the bad slices, and the receiver keeps `output`'s rows there). A call that
+    cannot run at all (mismatched shapes or dtypes) or any other simulator error ends the run there:
+    `Run.stopped` says why, `Run.outputs` is None, and the violations found so far stay in the report.
+
+    >>> f = shard_map(lambda x: x * 2, mesh=Mesh({'x': 2}), in_specs=P('x'), out_specs=P('x'))
+    >>> f(np.arange(4)).tolist()
+    [0, 2, 4, 6]
+    """
+    if not isinstance(mesh, Mesh):
+        raise InvalidTypeError(f"mesh={mesh!r} must be a sim.Mesh")
+    for spec in leaves(in_specs, _is_spec) + leaves(out_specs, _is_spec):
+        if not _is_spec(spec):
+            raise InvalidTypeError(f"spec {spec!r} must be a PartitionSpec (sim.P)")
+        for name in spec.axes():
+            mesh.axis_names_of(name)
+        if len(set(spec.axes())) != len(spec.axes()):
+            raise InvalidArgumentError(f"spec {spec!r} must not use a mesh axis twice")
+    _explore.check_orders(explore_orders, seed, allow_zero=True)
+    return ShardMapped(f, mesh, in_specs, out_specs, check_vma, sanitize, explore_orders, seed)
+
+
+def _expand(specs: Any, tree: Any, what: str) -> Any:
+    if isinstance(specs, list):
+        specs = tuple(specs)
+    try:
+        return broadcast_prefix(specs, tree, _is_spec)
+    except ValueError as error:
+        raise InvalidArgumentError(f"{what}={specs!r} does not match the values: {error}") from None
+
+
+def _paths(tree: Any, root: str) -> Any:
+    def walk(node: Any, path: str) -> Any:
+        if isinstance(node, (tuple, list)):
+            return type(node)(walk(c, f"{path}[{i}]") for i, c in enumerate(node))
+        if isinstance(node, dict):
+            return {k: walk(v, f"{path}[{k!r}]") for k, v in node.items()}
+        return None if node is None else path
+
+    return walk(tree, root)
+
+
+def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> Any:
+    """An output may vary only along the mesh axes its out_specs entry names."""
+    extra = sorted(vma_of(leaf) - set(spec.axes()))
+    if extra:
+        raise InvalidArgumentError(
+            f"{path}: out_specs entry {spec!r} claims the output is replicated along mesh axis {extra[0]!r}, but "
+            f"on device {device} its type varies along {extra} ({leaf.var.type_str() if leaf.var else ''}); "
+            f"reduce it over {extra[0]!r} (psum, all_gather_invariant) or name {extra[0]!r} in out_specs"
+        )
+    return leaf
+
+
+def _signature(paths: Any, values: Any, layouts: Any) -> str:
+    """What a call's outputs may depend on besides the program: the inputs' structure, shapes, dtypes and
+    layouts (the key of the output avals a later call pre-allocates)."""
+    return repr(paths) + repr(tree_map(lambda x, layout: (x.shape, x.dtype.str, layout), values, layouts))

@@ -1,0 +1,175 @@
+"""`Varying`: a device-local array that carries its device-variance set and records what made it.
+
+Inside `shard_map`, every input is a `Varying` whose `vma` holds the mesh axes its in_spec splits it
+over. Numpy operations on it go through `__array_ufunc__` / `__array_function__`, which apply the design
+note's rule for n-ary operations (the result varies along the union of the operands' axes; with
+`check_vma=True` each operand that varies along fewer axes is first promoted by a recorded `pbroadcast`,
+which moves no data) and record an equation in the device's `Program`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from sim.engine._driver import current_or_none
+from sim.record._equations import Const, Var
+
+
+class Varying(np.ndarray):
+    """A numpy array on one simulated device, with `vma` (the axes it may vary along) and its `var`."""
+
+    vma: frozenset
+    var: Var | None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.vma = getattr(obj, "vma", frozenset())
+        self.var = None
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out=None, **kwargs: Any):
+        name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+        if out is not None:
+            kwargs["out"] = tuple(np.asarray(o) for o in out)
+        result = apply(name, lambda *plain: getattr(ufunc, method)(*plain, **kwargs), list(inputs),
+                       {k: v for k, v in kwargs.items() if k != "out"})
+        if out is None:
+            return result
+        for target, fresh in zip(out, result if isinstance(result, tuple) else (result,)):
+            if isinstance(target, Varying):
+                target.vma, target.var = fresh.vma, fresh.var
+        return out[0] if len(out) == 1 else out
+
+    def __array_function__(self, func: Callable, types: tuple, args: tuple, kwargs: dict):
+        leaves, rebuild = _flatten(args)
+        params = dict(kwargs)
+        params.update({f"arg{i}": a for i, a in enumerate(args) if not _is_array_tree(a)})
+        return apply(func.__name__, lambda *plain: func(*rebuild(plain), **kwargs), leaves, params)
+
+    def __getitem__(self, index: Any):
+        indices = [i for i in (index if isinstance(index, tuple) else (index,)) if isinstance(i, Varying)]
+        fn = lambda x, *_: np.ndarray.__getitem__(x, _plain_index(index))
+        return apply("getitem", fn, [self, *indices], {"index": _plain_index(index)})
+
+    def reshape(self, *shape: Any, **kwargs: Any):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return apply("reshape", lambda x: np.reshape(x, shape, **kwargs), [self], {"shape": tuple(shape)})
+
+    def transpose(self, *axes: Any):
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        axes = tuple(axes) if axes else tuple(reversed(range(self.ndim)))
+        return apply("transpose", lambda x: np.transpose(x, axes), [self], {"axes": axes})
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    def astype(self, dtype: Any, *args: Any, **kwargs: Any):
+        return apply("astype", lambda x: x.astype(dtype), [self], {"dtype": np.dtype(dtype).name})
+
+    def ravel(self, *args: Any):
+        return self.reshape(-1)
+
+    flatten = ravel
+
+    def __repr__(self) -> str:
+        return f"{np.asarray(self)!r}{{V:{','.join(sorted(self.vma))}}}" if self.vma else repr(np.asarray(self))
+
+    def __str__(self) -> str:
+        return str(np.asarray(self))
+
+
+def vma_of(value: Any) -> frozenset:
+    """The axes `value` may vary along (empty for anything that is not a `Varying`)."""
+    return value.vma if isinstance(value, Varying) else frozenset()
+
+
+def wrap(value: Any, vma: frozenset, op: str = "", params: dict | None = None, inputs: list | None = None) -> Varying:
+    """`value` as a `Varying` with `vma`, recorded as the output of `op` when `op` is given."""
+    array = np.asarray(value).view(Varying)
+    array.vma = frozenset(vma)
+    context = current_or_none()
+    if op and context is not None:
+        array.var = context.program.new_var(array.dtype, array.shape, array.vma)
+        context.program.record(op, params or {}, [_ref(i) for i in inputs or []], [array.var])
+    return array
+
+
+def promote(value: Any, vma: frozenset) -> Any:
+    """`value` raised to vary along `vma` by a recorded `pbroadcast` (no data moves); constants stay."""
+    if not isinstance(value, Varying) or value.vma >= vma:
+        return value
+    extra = tuple(sorted(vma - value.vma))
+    return wrap(np.asarray(value), value.vma | vma, "pbroadcast", {"axes": extra}, [value])
+
+
+def apply(op: str, fn: Callable, operands: list, params: dict) -> Any:
+    """Run the local operation `fn` on `operands` and type and record its result(s)."""
+    context = current_or_none()
+    if context is None:
+        return fn(*[np.asarray(x) if isinstance(x, Varying) else x for x in operands])
+    vma = frozenset().union(*(vma_of(x) for x in operands))
+    if context.check_vma:
+        operands = [promote(x, vma) for x in operands]
+    else:
+        vma = frozenset()
+    result = fn(*[np.asarray(x) if isinstance(x, Varying) else x for x in operands])
+    if isinstance(result, tuple) and all(isinstance(r, np.ndarray) for r in result):
+        outs = [wrap(r, vma) for r in result]
+        for out in outs:
+            out.var = context.program.new_var(out.dtype, out.shape, vma)
+        context.program.record(op, params, [_ref(x) for x in operands], [o.var for o in outs])
+        return tuple(outs)
+    if not isinstance(result, (np.ndarray, np.generic)):
+        return result
+    return wrap(result, vma, op, params, operands)
+
+
+def _ref(value: Any) -> Var | Const:
+    if isinstance(value, Varying):
+        return value.var if value.var is not None else Const(np.asarray(value))
+    return Const(value)  # Python scalars stay weakly typed, as numpy treats them
+
+
+def _plain_index(index: Any) -> Any:
+    if isinstance(index, tuple):
+        return tuple(_plain_index(i) for i in index)
+    return np.asarray(index) if isinstance(index, Varying) else index
+
+
+def _is_array_tree(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_is_array_tree(v) for v in value)
+    return isinstance(value, np.ndarray)
+
+
+def _flatten(args: tuple) -> tuple[list, Callable[[list], tuple]]:
+    """The array leaves of `args` (through lists and tuples) and a function putting new leaves back."""
+    leaves: list = []
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, (list, tuple)) and _is_array_tree(node):
+            return type(node)(strip(n) for n in node)
+        if isinstance(node, np.ndarray):
+            leaves.append(node)
+            return _Slot(len(leaves) - 1)
+        return node
+
+    skeleton = strip(args)
+
+    def rebuild(plain: list) -> tuple:
+        def fill(node: Any) -> Any:
+            if isinstance(node, _Slot):
+                return plain[node.index]
+            if isinstance(node, (list, tuple)):
+                return type(node)(fill(n) for n in node)
+            return node
+        return fill(skeleton)
+
+    return leaves, rebuild
+
+
+class _Slot:
+    def __init__(self, index: int) -> None:
+        self.index = index

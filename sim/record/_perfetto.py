@@ -1,0 +1,245 @@
+"""A run as Chrome / Perfetto trace-event JSON: a timeline of every device and link, opened in a viewer.
+
+The file is the JSON object form of the trace-event format: `{"traceEvents": [...], "displayTimeUnit": "ns"}`.
+Two processes hold the tracks: "devices" (one thread per device) and "links" (one thread per link that
+carried a message: `a->b` for a link from device a to device b, else its id, e.g. `out 3` for device 3's
+switch egress port). Each span is a complete event (`"ph": "X"`, `ts` and `dur` in
+microseconds):
+
+- on a device: its part in each collective call (`cat` "collective", from reaching the call to the end of
+  its part), the wait for the rest of its group inside it (`cat` "wait"), each message it sent (`cat`
+  "send", from posting to arrival: the payload is a view of its memory until then), each message it
+  received (`cat` "receive", from the first byte on the wire to arrival), each local copy (`cat` "copy",
+  named by its kind: pack, unpack, relayout);
+- on a link: each message that crossed it (`cat` "transfer", from the first byte on the wire to arrival), on
+  every link of its route.
+
+A flow (`"ph": "s"` then `"f"`, `id` = the message's position in the run's trace plus one, `bp`: "e")
+joins each send to its receive. Viewers need the spans of one thread to nest, but messages overlap
+freely, so a track whose spans would cross is drawn on extra threads, its lanes ("device 3 (lane 2)"):
+a span goes to the first lane where it nests, and sends, receives, copies and transfers never nest in
+one another, so a flow's timestamp lies in its own span and no deeper one. Times are whole picoseconds
+(the simulator's messages can be shorter than a nanosecond), and the same run gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.record._trace import CallRecord, MessageRecord, Trace
+
+_DEVICES_PID, _LINKS_PID = 1, 2
+_PS_PER_S = 10**12
+_PS_PER_US = 10**6
+
+
+@dataclass
+class _Span:
+    """One complete event before it has a thread: its track, times in picoseconds, what it shows."""
+
+    track: tuple
+    start_ps: int
+    end_ps: int
+    name: str
+    cat: str
+    args: dict
+    container: bool = False
+    flow: tuple[str, int] | None = None  # ("s" or "f", flow id)
+    tid: int = 0
+
+
+@dataclass
+class _Lane:
+    """What one thread of a track holds at the point the spans placed so far reach."""
+
+    open_start_ps: int = -1
+    open_end_ps: int = -1  # the last container's end (-1: none)
+    leaf_end_ps: int = -1
+    leaf_empty: bool = False  # the last leaf lasted no time
+    spans: list[_Span] = field(default_factory=list)
+
+
+def trace_events(trace: Trace, calls: Sequence[CallRecord], devices: int) -> dict:
+    """The run's timeline as a trace-event JSON object (see the module's docstring for its tracks).
+
+    Args:
+        trace: the run's messages and local copies.
+        calls: each device's part in each collective call (`Simulation.calls`).
+        devices: how many devices the mesh has (every device gets a track, even an idle one).
+
+    Returns:
+        `{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}`, ready for `json.dump`.
+    """
+    records = trace.messages
+    spans = _call_spans(calls) + _record_spans(records)
+    threads = _place(spans, [("device", d) for d in range(devices)])
+    events = _metadata(threads) + _complete_events(spans) + _flow_events(spans)
+    end_ps = max([s.end_ps for s in spans], default=0)
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"generator": "meshsim", "devices": devices, "messages": len(trace.sent),
+                          "copies": len(records) - len(trace.sent), "end_time_s": end_ps / _PS_PER_S}}
+
+
+def write(events: dict, path: str | Path) -> None:
+    """Write `events` to `path` as JSON, one event per line (deterministic bytes).
+
+    Raises:
+        OSError: `path` cannot be written.
+    """
+    lines = ",\n".join(json.dumps(event, separators=(",", ":")) for event in events["traceEvents"])
+    rest = {k: v for k, v in events.items() if k != "traceEvents"}
+    text = '{"traceEvents":[\n' + lines + "\n]," + json.dumps(rest, separators=(",", ":"))[1:] + "\n"
+    Path(path).write_text(text)
+
+
+def _ps(seconds: float) -> int:
+    return round(seconds * _PS_PER_S)
+
+
+def _call_spans(calls: Sequence[CallRecord]) -> list[_Span]:
+    """Each device's part in each call, and inside it the wait for its group when there was one."""
+    spans = []
+    for c in calls:
+        track, label = ("device", c.device), f"{c.collective} #{c.call}"
+        args = {"collective": c.collective, "call": c.call, "members": list(c.members),
+                **({"algorithm": c.algorithm} if c.algorithm is not None else {})}
+        spans.append(_Span(track, _ps(c.enter_s), _ps(c.exit_s), label, "collective", args, container=True))
+        if c.met_s > c.enter_s:
+            spans.append(_Span(track, _ps(c.enter_s), _ps(c.met_s), f"wait for group ({label})", "wait", args))
+    return spans
+
+
+def _record_spans(records: Sequence[MessageRecord]) -> list[_Span]:
+    """A send, a transfer (when it crosses a link) and a receive per message; a span per local copy."""
+    spans = []
+    for k, m in enumerate(records):
+        start, posted, arrival = _ps(m.start_time_s), _ps(m.send_time_s), _ps(m.arrival_time_s)
+        args = {"message": k, "src": m.src, "dst": m.dst, "size_bytes": m.size_bytes, "collective": m.collective,
+                "call": m.call, "detail": _plain(m.detail)}
+        if m.kind != "message":
+            spans.append(_Span(("device", m.src), posted, arrival, m.kind, "copy", {**args, "kind": m.kind}))
+            continue
+        spans.append(_Span(("device", m.src), posted, arrival, f"send to {m.dst}", "send", args, flow=("s", k + 1)))
+        for link in m.route or ([(m.src, m.dst)] if m.src != m.dst else []):
+            spans.append(_Span(("link", link), start, arrival, f"{m.collective} #{m.call}: {m.size_bytes} B",
+                               "transfer", args))
+        spans.append(_Span(("device", m.dst), start, arrival, f"receive from {m.src}", "receive", args,
+                           flow=("f", k + 1)))
+    return spans
+
+
+def _place(spans: list[_Span], always: list[tuple]) -> dict[tuple, list[_Lane]]:
+    """Give every span a thread: per track, the first lane where it nests (see `_fits`); lanes become
+    threads numbered in track order (devices, then links). Returns each track's lanes in that order (a
+    track in `always` gets one even when empty)."""
+    tracks: dict[tuple, list[_Lane]] = {track: [] for track in always}
+    order = sorted(range(len(spans)), key=lambda i: (spans[i].start_ps, not spans[i].container, -spans[i].end_ps, i))
+    for i in order:
+        span = spans[i]
+        lanes = tracks.setdefault(span.track, [])
+        lane = next((lane for lane in lanes if _fits(lane, span)), None)
+        if lane is None:
+            lane = _Lane()
+            lanes.append(lane)
+        _take(lane, span)
+    tracks = {track: tracks[track] or [_Lane()] for track in sorted(tracks, key=lambda t: (t[0] != "device", t[1:]))}
+    tid = 0
+    for lanes in tracks.values():
+        for lane in lanes:
+            tid += 1
+            for span in lane.spans:
+                span.tid = tid
+    return tracks
+
+
+def _fits(lane: _Lane, span: _Span) -> bool:
+    """Whether `span` nests in `lane`: a container after everything in it; a leaf after the lane's last
+    leaf (strictly, if either lasted under 2 ps, so that a flow's timestamp, at a leaf's middle, is in one
+    leaf only), and either
+    inside the open container or after it."""
+    if span.container:
+        return lane.open_end_ps <= span.start_ps and lane.leaf_end_ps <= span.start_ps
+    after_leaf = lane.leaf_end_ps < span.start_ps or (
+        lane.leaf_end_ps == span.start_ps and not lane.leaf_empty and span.end_ps - span.start_ps >= 2)
+    inside = lane.open_start_ps <= span.start_ps and span.end_ps <= lane.open_end_ps
+    return after_leaf and (inside or lane.open_end_ps <= span.start_ps)
+
+
+def _take(lane: _Lane, span: _Span) -> None:
+    if span.container:
+        lane.open_start_ps, lane.open_end_ps = span.start_ps, span.end_ps
+    else:
+        lane.leaf_end_ps, lane.leaf_empty = span.end_ps, span.end_ps - span.start_ps < 2
+    lane.spans.append(span)
+
+
+def _metadata(threads: dict[tuple, list[_Lane]]) -> list[dict]:
+    """Names and sort order of the two processes and of every thread (every lane of every track)."""
+    events = []
+    for pid, name in ((_DEVICES_PID, "devices"), (_LINKS_PID, "links")):
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+    tid = 0
+    for track in threads:  # in thread order
+        pid = _DEVICES_PID if track[0] == "device" else _LINKS_PID
+        base = f"device {track[1]}" if track[0] == "device" else f"link {_link_name(track[1])}"
+        for lane in range(len(threads[track])):
+            tid += 1
+            name = base if lane == 0 else f"{base} (lane {lane + 1})"
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                           "args": {"sort_index": tid}})
+    return events
+
+
+def _link_name(link: tuple) -> str:
+    """`a->b` for a link between two devices, else the id's parts, e.g. `out 3`."""
+    if len(link) == 2 and all(isinstance(part, int) for part in link):
+        return f"{link[0]}->{link[1]}"
+    return " ".join(map(str, link))
+
+
+def _pid(span: _Span) -> int:
+    return _DEVICES_PID if span.track[0] == "device" else _LINKS_PID
+
+
+def _complete_events(spans: list[_Span]) -> list[dict]:
+    """One `X` event per span, by thread, then time, outer spans first."""
+    ordered = sorted(spans, key=lambda s: (s.tid, s.start_ps, -s.end_ps, not s.container))
+    return [{"ph": "X", "name": s.name, "cat": s.cat, "pid": _pid(s), "tid": s.tid, "ts": s.start_ps / _PS_PER_US,
+             "dur": (s.end_ps - s.start_ps) / _PS_PER_US, "args": s.args} for s in ordered]
+
+
+def _flow_events(spans: list[_Span]) -> list[dict]:
+    """A flow start in each send and a flow end in each receive, at the middle of the span (its start when
+    it lasted no time), bound to the enclosing slice."""
+    events = []
+    for s in spans:
+        if s.flow is None:
+            continue
+        phase, flow_id = s.flow
+        middle_ps = (s.start_ps + s.end_ps) // 2
+        events.append({"ph": phase, "name": "message", "cat": "message", "id": flow_id, "pid": _pid(s),
+                       "tid": s.tid, "ts": middle_ps / _PS_PER_US, "bp": "e"})
+    events.sort(key=lambda e: (e["id"], e["ph"] != "s"))
+    return events
+
+
+def _plain(value: Any) -> Any:
+    """`value` with tuples as lists and numpy scalars as Python numbers, for JSON."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
