@@ -8,12 +8,12 @@ choices of `definition(op).param('algorithm')`; 'auto' picks by the cost model `
 forms on a dedicated-link network are `closed_form`).
 """
 
-from collectives._algorithm import Algorithm
+from collectives._algorithm import Algorithm, Pattern
 from collectives._all_gather import all_gather
 from collectives._all_to_all import all_to_all
 from collectives._axis_index import axis_index
 from collectives._batching import batch, vmap
-from collectives._cost import closed_form, estimate_s
+from collectives._cost import closed_form, cost_s, estimate_s
 from collectives._definition import Definition, NotLinear, Param, Vma
 from collectives._facts import Drawing, Peers, Reduction, Sizes, Sweep
 from collectives._invariant import all_gather_invariant, pbroadcast, pscatter
@@ -25,9 +25,8 @@ from collectives._registry import REGISTRY, Registry, definition
 from collectives._transpose import linear_transpose
 
 __all__ = [
-    "REGISTRY", "Algorithm", "Definition", "Drawing", "NotLinear", "Param", "Peers", "Reduction", "Registry", "Sizes",
-    "Sweep", "Vma", "all_gather",
-    "all_gather_invariant", "all_to_all", "axis_index", "batch", "closed_form", "definition", "estimate_s",
-    "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin", "ppermute", "pscatter", "psum", "psum2",
-    "psum_scatter", "ragged_all_to_all", "vmap",
+    "REGISTRY", "Algorithm", "Definition", "Drawing", "NotLinear", "Param", "Pattern", "Peers", "Reduction",
+    "Registry", "Sizes", "Sweep", "Vma", "all_gather", "all_gather_invariant", "all_to_all", "axis_index", "batch",
+    "closed_form", "cost_s", "definition", "estimate_s", "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin",
+    "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all", "vmap",
 ]

@@ -80,7 +80,9 @@ def ragged(definition: Definition, arrays: list, dims: list[Dim], params: dict) 
     shift = np.arange(size, dtype=index[0].dtype)[None, :]
     index[0] = index[0] + shift * rows_in
     index[2] = index[2] + shift * rows_out
-    merged = [x.reshape(-1, *x.shape[2:]) for x in (operand, output)] + [x.reshape(-1) for x in index]
+    # the batch and the rows merged by their sizes, not -1: trailing dimensions may be empty
+    merged = [x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]) for x in (operand, output)]
+    merged += [x.reshape(-1) for x in index]
     result = definition.function(*merged, **params)
     return result.reshape(size, rows_out, *result.shape[1:]), 0
 

@@ -190,10 +190,12 @@ class Definition:
 
     def __post_init__(self) -> None:
         self._check_facts()
-        if any(p.name == "algorithm" for p in self.params):
+        appended = _algorithm_param(self.algorithms)
+        given = [p for p in self.params if p.name == "algorithm"]
+        if given and (given[0].choices != appended.choices or self.params[-1] is not given[0]):
             raise sim.InvalidArgumentError(f"{self.name}: params must leave out 'algorithm', which the definition "
                                            f"appends from algorithms={self.algorithms}")
-        object.__setattr__(self, "params", (*self.params, _algorithm_param(self.algorithms)))
+        object.__setattr__(self, "params", (*self.params[:len(self.params) - len(given)], appended))
         names = [p.name for p in self.params]
         if len(set(names)) != len(names) or set(names) & set(self.arrays):
             raise sim.InvalidArgumentError(
