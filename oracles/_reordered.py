@@ -34,8 +34,10 @@ def reorders(op: str, params: Mapping[str, Any], dtype: np.dtype) -> bool:
     """Whether `op` with `params` may round floats differently from the group-order fold: a reduction
     (`Definition.reduction`) by an algorithm whose record says it `reorders`."""
     definition = collectives.definition(op)
-    return (definition.reduction is not None and definition.algorithm(params.get("algorithm", "direct")).reorders
-            and (np.dtype(dtype).kind == "c" or layouts.is_float(dtype)))
+    if definition.reduction is None:
+        return False
+    algorithm = definition.algorithm(params.get("algorithm", definition.param("algorithm").default))
+    return algorithm.reorders and (np.dtype(dtype).kind == "c" or layouts.is_float(dtype))
 
 
 def compare_reordered(op: str, params: Mapping[str, Any], mesh_shape: dict, inputs: Sequence[np.ndarray],

@@ -97,7 +97,7 @@ def _input_bytes(data: dict, mesh: sim.Mesh) -> tuple[tuple, int, int]:
 
 def _messages(mesh: sim.Mesh, definition: Definition, params: dict[str, Any], group: int) -> int:
     """At most how many messages the call sends (`Sizes.messages`, by the algorithm it asks for)."""
-    algorithm = definition.algorithm(params.get("algorithm", "direct"))
+    algorithm = definition.algorithm(params.get("algorithm", definition.param("algorithm").default))
     return definition.sizes.messages(mesh.size, group, algorithm.messages_per_peer)
 
 
