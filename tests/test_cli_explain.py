@@ -103,6 +103,12 @@ def test_every_algorithm_is_told_in_its_own_collectives_words(op):
         assert folds <= (definition.reduction is not None and algorithm.name == "direct"), (op, algorithm.name)
 
 
+def test_every_collective_has_a_library_scenario():
+    """Every registered collective has a scenario in `scenarios/library/` for learners to run, explain and
+    draw (CONTRIBUTING.md, "Adding a collective")."""
+    assert set(collectives.REGISTRY) <= set(LIBRARY), sorted(set(collectives.REGISTRY) - set(LIBRARY))
+
+
 @pytest.mark.parametrize("op", WITH_FILES)
 def test_each_collectives_library_scenario_is_explained(op, capsys):
     """Every library scenario of a registered collective explains with exit 0: the call, its definition's
