@@ -20,6 +20,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import sim
+
 Shape = tuple[int, ...]
 
 
@@ -94,7 +96,8 @@ class Algorithm:
         """The cost model's steps over the grid `shape` (a grid algorithm over one axis: its inner one's)."""
         ran = self.over(shape)
         if ran.schedule is None:
-            raise ValueError(f"algorithm={self.name!r} has no schedule of its own; resolve it first")
+            raise sim.InvalidArgumentError(f"algorithm={self.name!r} has no schedule of its own: the cost model "
+                                           f"times the algorithm it picks")
         return ran.schedule(shape, float(size_bytes))
 
 
@@ -140,10 +143,11 @@ def direct_only(text: str, messages: Callable[[Shape], int] | None = None) -> tu
 
 
 def auto_of(candidates: tuple[Algorithm, ...], text: str = "") -> Algorithm:
-    """The 'auto' record over `candidates`: as many messages and reorderings as its costliest choice."""
+    """The 'auto' record over `candidates`: it reorders if any of them does, and the memory budget counts 4
+    messages per peer (a bidirectional ring's, the most any algorithm sends) when it has a choice."""
     reorders = any(a.reorders for a in candidates)
+    per_peer = max(4, *(a.messages_per_peer for a in candidates)) if len(candidates) > 1 else 1
     return Algorithm(
         "auto", text or "auto: the fastest algorithm for the call's bytes, group and network by the cost model "
                         "(collectives._cost); the run records its pick.",
-        None, None, max(4, *(a.messages_per_peer for a in candidates)) if len(candidates) > 1 else 1,
-        reorders=reorders, bound=SUM_BOUND if reorders else "", auto=True)
+        None, None, per_peer, reorders=reorders, bound=SUM_BOUND if reorders else "", auto=True)
