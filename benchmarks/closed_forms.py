@@ -25,6 +25,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import collectives
+
 LATENCY_S = 1e-6  # a: one hop
 BANDWIDTH = 10e9  # w: bytes per second, one direction of one link or port
 
@@ -63,6 +65,14 @@ def _add(*terms: tuple[float, float]) -> tuple[float, float]:
     return sum(t[0] for t in terms), sum(t[1] for t in terms)
 
 
+def _form(collective: str, algorithm: str, p: int) -> Callable[[int], float]:
+    """The bandwidth term of the algorithm record's alpha-beta closed form (`Algorithm.closed_form`, MPICH's
+    n: the gathered array for a gather, the operand otherwise), for operands of s bytes."""
+    definition = collectives.definition(collective)
+    form = definition.algorithm(algorithm).closed_form
+    return lambda s: form(p, definition.sizes.result_bytes(s, p), 0.0, 1 / BANDWIDTH)
+
+
 def _one_axis(p: int, switch: bool) -> list[Case]:
     """The algorithms on p devices of a fully connected network (dedicated links) or a switch (one egress
     and one ingress port per device, so a member's messages of one step share its egress)."""
@@ -74,41 +84,45 @@ def _one_axis(p: int, switch: bool) -> list[Case]:
     return [
         Case("all_gather", "direct", topology, axes, lambda s: _steps(1, 1, fan * s), ring_ag if switch else
              (lambda s: s / w), "nccl-tests (n-1)/n busbw" if switch else "one step, a + (n/p)b"),
-        Case("all_gather", "ring", topology, axes, lambda s: _steps(p - 1, 1, s), ring_ag,
+        Case("all_gather", "ring", topology, axes, lambda s: _steps(p - 1, 1, s), _form("all_gather", "ring", p),
              f"{thakur}: (p-1)a + ((p-1)/p)nb"),
         Case("all_gather", "bidirectional_ring", topology, axes,
              lambda s: _steps(p - 1, 1, s if switch else s / 2), ring_ag if switch else (lambda s: ring_ag(s) / 2),
              "V/W (N-1)/N (both directions share one port)" if switch else "V/W_bidi (N-1)/N"),
         Case("all_gather", "recursive_doubling", topology, axes, lambda s: (_lg(p) * LATENCY_S, (p - 1) * s / w),
-             ring_ag, f"{thakur}: lg(p)a + ((p-1)/p)nb"),
+             _form("all_gather", "recursive_doubling", p), f"{thakur}: lg(p)a + ((p-1)/p)nb"),
         Case("psum_scatter", "direct", topology, axes, lambda s: _steps(1, 1, fan * s / p),
              rs if switch else (lambda s: s / p / w), "nccl-tests (n-1)/n busbw" if switch else "a + (n/p)b"),
-        Case("psum_scatter", "ring", topology, axes, lambda s: _steps(p - 1, 1, s / p), rs,
+        Case("psum_scatter", "ring", topology, axes, lambda s: _steps(p - 1, 1, s / p),
+             _form("psum_scatter", "ring", p),
              f"{thakur}: (p-1)a + ((p-1)/p)nb"),
         Case("psum_scatter", "recursive_halving", topology, axes,
-             lambda s: (_lg(p) * LATENCY_S, (p - 1) / p * s / w), rs, f"{thakur}: lg(p)a + ((p-1)/p)nb"),
+             lambda s: (_lg(p) * LATENCY_S, (p - 1) / p * s / w), _form("psum_scatter", "recursive_halving", p),
+             f"{thakur}: lg(p)a + ((p-1)/p)nb"),
         Case("psum", "direct", topology, axes, lambda s: _steps(1, 1, fan * s),
              (lambda s: (p - 1) * s / w) if switch else (lambda s: s / w), "a + (p-1)nb (one port)" if switch
              else "a + nb"),
-        Case("psum", "ring", topology, axes, lambda s: _steps(2 * (p - 1), 1, s / p), lambda s: 2 * rs(s),
+        Case("psum", "ring", topology, axes, lambda s: _steps(2 * (p - 1), 1, s / p), _form("psum", "ring", p),
              f"{thakur}: 2(p-1)a + 2((p-1)/p)nb"),
         Case("psum", "bidirectional_ring", topology, axes,
              lambda s: _steps(2 * (p - 1), 1, s / p if switch else s / p / 2),
              (lambda s: 2 * rs(s)) if switch else rs, "2 ReduceScatter, both directions"),
         Case("psum", "recursive_doubling", topology, axes, lambda s: _steps(_lg(p), 1, s),
-             lambda s: _lg(p) * s / w, f"{thakur}: lg(p)(a + nb)"),
+             _form("psum", "recursive_doubling", p), f"{thakur}: lg(p)(a + nb)"),
         Case("psum", "rabenseifner", topology, axes,
-             lambda s: (2 * _lg(p) * LATENCY_S, 2 * (p - 1) / p * s / w), lambda s: 2 * rs(s),
+             lambda s: (2 * _lg(p) * LATENCY_S, 2 * (p - 1) / p * s / w), _form("psum", "rabenseifner", p),
              f"{thakur}: 2lg(p)a + 2((p-1)/p)nb"),
         Case("all_to_all", "direct", topology, axes, lambda s: _steps(1, 1, fan * s / p),
              rs if switch else (lambda s: s / p / w), "nccl-tests (n-1)/n busbw" if switch else "a + (n/p)b"),
-        Case("all_to_all", "pairwise", topology, axes, lambda s: _steps(p - 1, 1, s / p), rs,
+        Case("all_to_all", "pairwise", topology, axes, lambda s: _steps(p - 1, 1, s / p),
+             _form("all_to_all", "pairwise", p),
              f"{thakur}: (p-1)a + nb"),
         Case("all_to_all", "bruck", topology, axes, lambda s: _steps(_lg(p), 1, s / 2),
-             lambda s: _lg(p) * s / 2 / w, f"{thakur}: lg(p)a + (n/2)lg(p)b"),
+             _form("all_to_all", "bruck", p), f"{thakur}: lg(p)a + (n/2)lg(p)b"),
         Case("ragged_all_to_all", "direct", topology, axes, lambda s: _steps(1, 1, fan * s / p),
              rs if switch else (lambda s: s / p / w), "as all_to_all, equal slices"),
-        Case("ragged_all_to_all", "pairwise", topology, axes, lambda s: _steps(p - 1, 1, s / p), rs,
+        Case("ragged_all_to_all", "pairwise", topology, axes, lambda s: _steps(p - 1, 1, s / p),
+             _form("ragged_all_to_all", "pairwise", p),
              "as all_to_all pairwise, equal slices"),
     ]
 
@@ -156,11 +170,11 @@ def cases() -> list[Case]:
 
 
 def busbw_factor(collective: str, p: int) -> float:
-    """nccl-tests' bus bandwidth factor: busbw = algbw x factor."""
-    return 2 * (p - 1) / p if collective == "psum" else (p - 1) / p
+    """nccl-tests' bus bandwidth factor: busbw = algbw x factor (the collective's `Sweep` record)."""
+    return collectives.definition(collective).sweep.busbw_factor(p)
 
 
 def nccl_size(collective: str, s: int, p: int) -> int:
     """The `size` nccl-tests reports for a call where every member holds `s` bytes: the gathered buffer for
-    AllGather, the input buffer for ReduceScatter, AllReduce and AllToAll."""
-    return p * s if collective == "all_gather" else s
+    AllGather, the input buffer for ReduceScatter, AllReduce and AllToAll (the collective's `Sweep` record)."""
+    return p * s if collectives.definition(collective).sweep.blocks == "gathered" else s

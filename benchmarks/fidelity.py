@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,25 +43,6 @@ def network(topology: str, axes: tuple[tuple[str, int], ...]) -> sim.Network:
     if topology == "ring":
         return sim.Network.ring(LATENCY_S, BANDWIDTH)
     return sim.Network.torus(tuple(n for _, n in axes), topology == "torus", LATENCY_S, BANDWIDTH)
-
-
-def body(collective: str, algorithm: str, axis_name, p: int) -> Callable:
-    """The per-device program of one call; ragged slices are equal, in member order."""
-    if collective == "all_gather":
-        return lambda x: collectives.all_gather(x, axis_name, tiled=True, algorithm=algorithm)
-    if collective == "psum":
-        return lambda x: collectives.psum(x, axis_name, algorithm=algorithm)
-    if collective == "psum_scatter":
-        return lambda x: collectives.psum_scatter(x, axis_name, tiled=True, algorithm=algorithm)
-    if collective == "all_to_all":
-        return lambda x: collectives.all_to_all(x, axis_name, 0, 0, tiled=True, algorithm=algorithm)
-
-    def ragged(x, output_offsets):
-        chunk = x.shape[0] // p
-        sizes = np.full(p, chunk, np.int64)
-        return collectives.ragged_all_to_all(x, np.zeros_like(x), np.arange(p) * chunk, sizes, output_offsets,
-                                             sizes, axis_name=axis_name, algorithm=algorithm)
-    return ragged
 
 
 def expected(collective: str, x: np.ndarray, p: int) -> np.ndarray:
@@ -94,13 +74,10 @@ def _run(case: Case, size_bytes: int) -> sim.Run:
     # small integers in float32, so every order of addition is exact
     x = (np.arange(p * size_bytes // 4) % 7).astype(np.float32).reshape(p, -1)
     spec = sim.P(names)
-    args = [x.reshape(-1)]
-    in_specs: tuple = (spec,)
-    if case.collective == "ragged_all_to_all":
-        chunk = x.shape[1] // p
-        args.append(np.repeat(np.arange(p) * chunk, p))  # member j's slices land at row j * chunk
-        in_specs = (spec, spec)
-    f = sim.shard_map(body(case.collective, case.algorithm, axis_name, p), mesh=mesh, in_specs=in_specs,
+    # the call as a sweep makes it (`Sweep.call`, `Sweep.inputs`): ragged slices equal, in member order
+    sweep = collectives.definition(case.collective).sweep
+    args = sweep.inputs(x.reshape(-1), np.arange(p, dtype=np.int32), x.shape[1] // p, p)
+    f = sim.shard_map(sweep.call(axis_name, p, case.algorithm), mesh=mesh, in_specs=(spec,) * len(args),
                       out_specs=spec, check_vma=False)
     run = f.run(*args)
     if not np.array_equal(np.asarray(run.outputs), expected(case.collective, x, p)):

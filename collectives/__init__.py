@@ -3,17 +3,19 @@
 Each collective is defined once, by a `Definition` beside its protocol; `REGISTRY` holds them all and is
 what the transposer, the oracles, the scenario files and the tests read (see CONTRIBUTING.md, "Adding a
 collective").
-Every collective takes `algorithm=` (its choices: `definition(op).param('algorithm').choices`; 'auto' picks
-by the cost model `estimate_s`, whose alpha-beta forms on a dedicated-link network are `closed_form`).
+Every collective takes `algorithm=` (its `Algorithm` records: `definition(op).algorithms`, their names the
+choices of `definition(op).param('algorithm')`; 'auto' picks by the cost model `estimate_s`, whose alpha-beta
+forms on a dedicated-link network are `closed_form`).
 """
 
-from collectives._algorithms import algorithm_fits
+from collectives._algorithm import Algorithm, Pattern
 from collectives._all_gather import all_gather
 from collectives._all_to_all import all_to_all
 from collectives._axis_index import axis_index
 from collectives._batching import batch, vmap
-from collectives._cost import closed_form, estimate_s
+from collectives._cost import closed_form, cost_s, estimate_s
 from collectives._definition import Definition, NotLinear, Param, Vma
+from collectives._facts import Drawing, Peers, Reduction, Sizes, Sweep
 from collectives._invariant import all_gather_invariant, pbroadcast, pscatter
 from collectives._ppermute import ppermute
 from collectives._psum_scatter import psum_scatter
@@ -23,8 +25,8 @@ from collectives._registry import REGISTRY, Registry, definition
 from collectives._transpose import linear_transpose
 
 __all__ = [
-    "REGISTRY", "Definition", "NotLinear", "Param", "Registry", "Vma", "algorithm_fits", "all_gather",
-    "all_gather_invariant", "all_to_all", "axis_index", "batch", "closed_form", "definition", "estimate_s",
-    "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin", "ppermute", "pscatter", "psum", "psum2",
-    "psum_scatter", "ragged_all_to_all", "vmap",
+    "REGISTRY", "Algorithm", "Definition", "Drawing", "NotLinear", "Param", "Pattern", "Peers", "Reduction",
+    "Registry", "Sizes", "Sweep", "Vma", "all_gather", "all_gather_invariant", "all_to_all", "axis_index", "batch",
+    "closed_form", "cost_s", "definition", "estimate_s", "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin",
+    "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all", "vmap",
 ]

@@ -1,11 +1,11 @@
-"""Which message patterns each collective offers (`algorithm=`), their rules, and the teams they run over.
+"""How a call's `algorithm=` becomes one of its collective's `Algorithm` records, and the teams they run over.
 
 Every collective takes `algorithm=`: 'direct' (the default, XLA:CPU's order, bit for bit) and 'auto' (the
-fastest of the others for the call's bytes, group and network by `collectives._cost`), and some take more.
-'per_axis' runs the operation one mesh axis at a time when `axis_name` names several axes (group index
-row-major over the names, as `Mesh.group` orders it); over one axis, or with `axis_index_groups` (whose
-groups need not form a grid), it falls back to its inner algorithm over the whole group: 'ring' for
-all_gather and the all-reduces, 'direct' for all_to_all.
+fastest of the others for the call's bytes, group and network by `collectives._cost`), and some take more
+(each collective's `Definition.algorithms`). 'per_axis' runs the operation one mesh axis at a time when
+`axis_name` names several axes (group index row-major over the names, as `Mesh.group` orders it); over one
+axis, or with `axis_index_groups` (whose groups need not form a grid), it falls back to its inner algorithm
+over the whole group (`Algorithm.inner`: 'ring' for all_gather and the all-reduces, 'direct' for all_to_all).
 """
 
 from __future__ import annotations
@@ -17,33 +17,26 @@ from typing import Any
 import numpy as np
 
 import sim
-
-AUTO = "auto"
-GATHER = ("direct", "ring", "bidirectional_ring", "recursive_doubling", "per_axis", AUTO)
-REDUCE = ("direct", "ring", "recursive_doubling", "bidirectional_ring", "rabenseifner", "per_axis", AUTO)
-SCATTER = ("direct", "ring", "recursive_halving", AUTO)
-EXCHANGE = ("direct", "pairwise", "bruck", "per_axis", AUTO)
-RAGGED = ("direct", "pairwise", AUTO)
-DIRECT_ONLY = ("direct", AUTO)
-
-POWER_OF_TWO = frozenset({"recursive_doubling", "recursive_halving", "rabenseifner"})
-_INNER = {"all_gather": "ring", "all_gather_invariant": "ring", "all_to_all": "direct"}  # per_axis's fallback
+from collectives._algorithm import Algorithm
 
 
-def algorithm_fits(algorithm: str, group_size: int) -> bool:
-    """Whether `algorithm` runs on a group of `group_size` members (powers of two where it needs them)."""
-    return algorithm not in POWER_OF_TWO or group_size & (group_size - 1) == 0
+def named(algorithms: Sequence[Algorithm], name: Any) -> Algorithm | None:
+    """The record of `algorithms` called `name` (what a user passes as `algorithm=`), or None."""
+    return next((a for a in algorithms if a.name == name), None)
 
 
-def check_algorithm(op: str, device: int, algorithm: Any, group_size: int, allowed: Sequence[str]) -> None:
-    """Raise unless `algorithm` is one of `allowed` and fits a group of `group_size` members."""
-    if not isinstance(algorithm, str) or algorithm not in allowed:
+def check_algorithm(op: str, device: int, algorithm: Any, group_size: int,
+                    algorithms: Sequence[Algorithm]) -> Algorithm:
+    """The record of `algorithms` named `algorithm`; raise unless there is one and it fits the group size."""
+    found = named(algorithms, algorithm) if isinstance(algorithm, str) else None
+    if found is None:
         raise sim.InvalidArgumentError(
-            f"device {device}: {op}: algorithm={algorithm!r} must be one of {tuple(allowed)}")
-    if not algorithm_fits(algorithm, group_size):
+            f"device {device}: {op}: algorithm={algorithm!r} must be one of {tuple(a.name for a in algorithms)}")
+    if not found.fits(group_size):
         raise sim.InvalidArgumentError(
             f"device {device}: {op}: algorithm={algorithm!r} needs a group size that is a power of two, "
             f"got {group_size}; use algorithm='ring', 'direct' or 'auto'")
+    return found
 
 
 def axes_shape(mesh: sim.Mesh, axis_name: Any, axis_index_groups: Any) -> tuple[int, ...]:
@@ -54,32 +47,29 @@ def axes_shape(mesh: sim.Mesh, axis_name: Any, axis_index_groups: Any) -> tuple[
     return tuple(mesh.shape[name] for name in names)
 
 
-def inner(op: str, algorithm: str, shape: tuple[int, ...]) -> str:
-    """`algorithm`, or per_axis's inner algorithm when the grid has one axis (the documented fallback)."""
-    if algorithm == "per_axis" and len(shape) < 2:
-        return _INNER.get(op, "ring")
-    return algorithm
+def candidates(algorithms: Sequence[Algorithm], group_size: int, shape: tuple[int, ...]) -> tuple[Algorithm, ...]:
+    """What 'auto' chooses among: every other record that fits the group (grid ones over several axes only)."""
+    return tuple(a for a in algorithms if not a.auto and a.fits(group_size) and (not a.grid or len(shape) > 1))
 
 
-def resolve(port: sim.Port, op: str, algorithm: str, allowed: Sequence[str], size_bytes: int,
-            shape: tuple[int, ...]) -> str:
-    """The algorithm this call runs: `algorithm`, or for 'auto' the cost model's pick among `allowed`.
+def resolve(port: sim.Port, algorithms: Sequence[Algorithm], algorithm: str, size_bytes: int,
+            shape: tuple[int, ...]) -> Algorithm:
+    """The record this call runs: the one named `algorithm`, or for 'auto' the cost model's pick.
 
-    Worked out once per call (`Port.once` under the key 'algorithm', which the engine copies into the
+    Worked out once per call (`Port.once` under the key 'algorithm', whose name the engine copies into the
     call's `sim.CallRecord`), from what every member knows statically: the group, the bytes, the network.
-    'per_axis' over a one-axis grid comes back as its inner algorithm (see `inner`).
+    A grid algorithm over a one-axis grid comes back as its inner algorithm (`Algorithm.over`).
     """
     def pick() -> str:
-        if algorithm != AUTO:
-            return algorithm
+        asked = named(algorithms, algorithm)
+        if not asked.auto:
+            return asked.over(shape).name
         from collectives._cost import fastest  # the cost model reads the network only when asked
         mesh, n = port.mesh, port.group.size
-        candidates = tuple(a for a in allowed
-                           if a != AUTO and algorithm_fits(a, n) and (a != "per_axis" or len(shape) > 1))
-        if len(candidates) == 1:
-            return candidates[0]
-        return fastest(op, candidates, mesh, port.group.members, shape, size_bytes)
-    return port.once("algorithm", lambda: inner(op, pick(), shape))
+        choices = candidates(algorithms, n, shape)
+        chosen = choices[0] if len(choices) == 1 else fastest(choices, mesh, port.group.members, shape, size_bytes)
+        return chosen.over(shape).name
+    return named(algorithms, port.once("algorithm", pick))
 
 
 @dataclass(frozen=True)

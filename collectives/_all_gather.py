@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._algorithms import GATHER, axes_shape, check_algorithm, resolve
+from collectives import _batch_rules as batch_rules
+from collectives._algorithms import axes_shape, check_algorithm, named, resolve
 from collectives._common import (
     axis_index,
     canonical_axis,
@@ -30,11 +31,11 @@ from collectives._definition import (
     JaxBinding,
     Transposition,
     Vma,
-    algorithm,
     flag,
     integer,
 )
-from collectives._gathering import gather_blocks
+from collectives._facts import GATHERS, WHOLE, Sweep
+from collectives._gathering import ALGORITHMS, DIRECT, gather_blocks
 from collectives._strategy import Axes, Sample, dims
 from collectives._vma import typed
 
@@ -97,7 +98,7 @@ def gather_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, axis: i
         raise sim.InvalidArgumentError(f"device {context.device}: {op}: tiled=True needs x of rank >= 1")
     rank = x.ndim if tiled else x.ndim + 1
     axis = canonical_axis(op, context.device, "axis", axis, rank)
-    check_algorithm(op, context.device, algorithm, group.size, GATHER)
+    check_algorithm(op, context.device, algorithm, group.size, ALGORITHMS)
     args = _Args(context.memory.resident(x), axis, bool(tiled), out_layout_of(op, context.device, out_layout, rank),
                  algorithm, axes_shape(context.mesh, axis_name, axis_index_groups))
     params = (("axis_name", axis_name), ("axis", axis), ("tiled", bool(tiled)), ("algorithm", algorithm))
@@ -109,7 +110,7 @@ def _protocol(port: sim.Port, args: _Args):
     """Direct algorithm: send the whole operand to each member, write each arrival into its place (the
     others: `collectives._gathering`)."""
     source = port.memory.view(args.buffer)
-    algorithm = resolve(port, port.collective.name, args.algorithm, GATHER, source.nbytes, args.shape)
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, source.nbytes, args.shape)
     n = source.shape[args.axis] if args.tiled else 1
     g, me = port.group.size, port.group.index
     shape = list(source.shape)
@@ -118,7 +119,7 @@ def _protocol(port: sim.Port, args: _Args):
     else:
         shape.insert(args.axis, g)
     view = port.memory.view(port.memory.alloc(source.dtype, tuple(shape), args.out_layout))
-    if algorithm != "direct":
+    if algorithm is not DIRECT:
         return (yield from gather_blocks(port, source, view, args.axis, args.tiled, algorithm, args.shape))
     if _rows_in_place(port):
         # nothing to pack or unpack: one row of identical messages each, blocks land in member order
@@ -170,10 +171,26 @@ def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
     return sample()
 
 
+def teach(params: dict[str, Any], n: int) -> list[str]:
+    """Where each block lands, then the algorithm's messages (all_gather and all_gather_invariant)."""
+    axis, tiled = params.get("axis", 0), params.get("tiled", False)
+    where = (f"rows k*m:(k+1)*m of axis {axis} (tiled: the blocks are concatenated)" if tiled
+             else f"index k of a new axis {axis} (untiled: the blocks are stacked)")
+    algorithm = named(ALGORITHMS, params.get("algorithm", "direct"))
+    return [f"Protocol: every device sends its whole operand to each of the {n} members of its group "
+            f"(the copy to itself is local and takes no time). The block of group member k lands at {where}, "
+            f"so every member ends with the same gathered array.",
+            *([] if algorithm is DIRECT else [f"Algorithm {algorithm.text}"])]
+
+
 ALL_GATHER = Definition(
     name="all_gather", function=all_gather, arrays=("x",),
-    params=(AXIS_NAME, AXIS_INDEX_GROUPS, integer("axis", 0), flag("tiled", False), algorithm(GATHER)),
+    params=(AXIS_NAME, AXIS_INDEX_GROUPS, integer("axis", 0), flag("tiled", False)),
     vma=Vma.KEEP, transpose=_transpose,
     jax=JaxBinding("all_gather", ("all_gather",), lambda jax, p: lambda x: jax.lax.all_gather(x, **p)),
     strategy=_strategy,
+    batch=batch_rules.gather("axis", removes=False), algorithms=ALGORITHMS, reduction=None, sizes=GATHERS,
+    sweep=Sweep("AllGather", "gathered", "(n-1)/n", lambda axis_name, n, algorithm: lambda x: all_gather(
+        x, axis_name, tiled=True, algorithm=algorithm)),
+    drawing=WHOLE, teach=teach,
 )

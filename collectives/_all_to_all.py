@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._algorithms import EXCHANGE, axes_shape, blocks_of, check_algorithm, resolve
+from collectives import _batch_rules as batch_rules
+from collectives._algorithms import axes_shape, blocks_of, check_algorithm, named, resolve
 from collectives._common import (
     axis_index,
     canonical_axis,
@@ -30,11 +31,11 @@ from collectives._definition import (
     JaxBinding,
     Transposition,
     Vma,
-    algorithm,
     flag,
     integer,
 )
-from collectives._exchanging import exchange
+from collectives._exchanging import ALGORITHMS, DIRECT, exchange
+from collectives._facts import MOVES, Drawing, Sweep
 from collectives._strategy import Axes, Sample, dims
 from collectives._vma import typed
 
@@ -103,7 +104,7 @@ def _all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, axis_
             f"{group.size} when tiled=False"
         )
     out_layout = out_layout_of("all_to_all", device, out_layout, x.ndim)
-    check_algorithm("all_to_all", device, algorithm, group.size, EXCHANGE)
+    check_algorithm("all_to_all", device, algorithm, group.size, ALGORITHMS)
     args = _Args(context.memory.resident(x), split_axis, concat_axis, bool(tiled), out_layout, algorithm,
                  axes_shape(context.mesh, axis_name, axis_index_groups))
     params = (("axis_name", axis_name), ("split_axis", split_axis), ("concat_axis", concat_axis),
@@ -124,8 +125,8 @@ def _protocol(port: sim.Port, args: _Args):
     chunks = [source[axis_index(source.shape, args.split_axis, slice(j * step, (j + 1) * step))] for j in range(g)]
     rows = [_rows(args, chunk.shape, me) for chunk in chunks]
     view = port.memory.view(port.memory.alloc(source.dtype, _out_shape(args, source.shape, g), args.out_layout))
-    algorithm = resolve(port, "all_to_all", args.algorithm, EXCHANGE, source.nbytes, args.shape)
-    if algorithm != "direct":
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, source.nbytes, args.shape)
+    if algorithm is not DIRECT:
         blocks = blocks_of(view, args.concat_axis, g, args.tiled)
         yield from exchange(port, algorithm, chunks, args.buffer.layout, blocks, rows, args.shape)
         return view
@@ -202,11 +203,25 @@ def _strategy(st: Any, axes: Axes, *, negative_axes: bool = False, **options: An
     return sample()
 
 
+def _teach(params: dict[str, Any], n: int) -> list[str]:
+    """Which chunk goes where, then the algorithm's messages when it is not 'direct'."""
+    split, concat = params.get("split_axis"), params.get("concat_axis")
+    how = "concatenated" if params.get("tiled") else "stacked (untiled: axis split_axis of size n disappears)"
+    algorithm = named(ALGORITHMS, params.get("algorithm", "direct"))
+    return [f"Protocol: each device cuts its operand along split_axis={split} into {n} chunks; chunk j goes to "
+            f"group member j. The receiver puts the chunk from member k at block k along concat_axis={concat}, "
+            f"{how}. Device j ends with chunk j of every member: the mapped axis and axis {split} trade places.",
+            *([] if algorithm is DIRECT else [f"Algorithm {algorithm.text}"])]
+
+
 ALL_TO_ALL = Definition(
     name="all_to_all", function=all_to_all, arrays=("x",),
-    params=(AXIS_NAME, integer("split_axis"), integer("concat_axis"), AXIS_INDEX_GROUPS, flag("tiled", False),
-            algorithm(EXCHANGE)),
+    params=(AXIS_NAME, integer("split_axis"), integer("concat_axis"), AXIS_INDEX_GROUPS, flag("tiled", False)),
     vma=Vma.KEEP, transpose=_transpose,
     jax=JaxBinding("all_to_all", ("all_to_all",), lambda jax, p: lambda x: jax.lax.all_to_all(x, **p)),
     strategy=_strategy,
+    batch=batch_rules.all_to_all, algorithms=ALGORITHMS, reduction=None, sizes=MOVES,
+    sweep=Sweep("AlltoAll", "split", "(n-1)/n", lambda axis_name, n, algorithm: lambda x: all_to_all(
+        x, axis_name, 0, 0, tiled=True, algorithm=algorithm)),
+    drawing=Drawing(axis="split_axis", chunked=True), teach=_teach,
 )

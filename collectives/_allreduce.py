@@ -40,13 +40,13 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
-from collectives._algorithms import REDUCE, Team, axis_teams, resolve, whole
+from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step, auto_of, doubling, halving, lg, on_group, pairs
+from collectives._algorithm import whole as whole_operand
+from collectives._algorithms import Team, axis_teams, resolve, whole
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
 from collectives._halving import chunk_bounds, doubling_all_gather, halving_reduce_scatter
 from layouts import Layout
-
-ALGORITHMS = REDUCE
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def all_reduce_protocol(port: sim.Port, args: AllReduceArgs) -> Generator:
     """The member's part of the all-reduce with the chosen algorithm; returns its result (a memory view)."""
     shape = args.shape or (port.group.size,)
     size_bytes = math.prod(args.buffer.shape) * np.dtype(args.buffer.dtype).itemsize
-    algorithm = resolve(port, port.collective.name, args.algorithm, REDUCE, size_bytes, shape)
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, size_bytes, shape)
     return (yield from _PROTOCOLS[algorithm](port, args))
 
 
@@ -257,7 +257,58 @@ def _fresh(port: sim.Port, value: np.ndarray, layout: Layout) -> np.ndarray:
     return port.memory.view(port.memory.store(np.asarray(value), layout))
 
 
-_PROTOCOLS: dict[str, Callable[[sim.Port, AllReduceArgs], Generator]] = {
-    "direct": _direct, "ring": _ring, "recursive_doubling": _recursive_doubling,
-    "bidirectional_ring": _bidirectional_ring, "rabenseifner": _rabenseifner, "per_axis": _per_axis,
+# ---------------------------------------------------------------------------------------------- the records
+
+
+def _per_axis_steps(shape: tuple[int, ...], b: float) -> list[Step]:
+    """A ring all-reduce along each grid axis, the minor axis first: 2(s - 1) steps of b/s on an axis of s."""
+    return [(Pattern("shift", 1, axis), b / shape[axis], 2 * (shape[axis] - 1)) for axis in reversed(range(len(shape)))]
+
+
+def _share(p: int) -> float:
+    return (p - 1) / p
+
+
+DIRECT = Algorithm(
+    "direct", "direct: every member sends its whole operand to every member (itself included) in one step; each "
+              "member folds the arrivals in group order, so every member computes the same bits.",
+    pairs(whole_operand), lambda shape: math.prod(shape) - 1, 1, reorders=False)
+RING = Algorithm(
+    "ring", "ring: the operand is cut into n chunks. Reduce-scatter: in each of n - 1 steps every member passes one "
+            "partial chunk to the next member, which adds its own term, so member c ends with chunk c complete. "
+            "All-gather: in n - 1 more steps the complete chunks travel around the ring. Each message is 1/n of "
+            "the operand: 2(n - 1) small steps instead of one big one.",
+    on_group(lambda p, b: [(Pattern("shift", 1), b / p, 2 * (p - 1))]), lambda shape: 2 * (math.prod(shape) - 1), 2,
+    reorders=True, bound=SUM_BOUND,
+    closed_form=lambda p, n, a, b: 2 * (p - 1) * a + 2 * _share(p) * n * b)
+RECURSIVE_DOUBLING = Algorithm(
+    "recursive_doubling", "recursive doubling: in step s every member exchanges its partial result with the member "
+                          "whose group index differs in bit s (index XOR 2^s) and combines the two, lower index "
+                          "first; after log2(n) steps every member holds the whole reduction.",
+    on_group(lambda p, b: [(Pattern("xor", 1 << k), b, 1) for k in range(lg(p))]), lambda shape: lg(math.prod(shape)),
+    1, reorders=True, bound=SUM_BOUND, power_of_two=True, closed_form=lambda p, n, a, b: lg(p) * (a + n * b))
+BIDIRECTIONAL_RING = Algorithm(
+    "bidirectional_ring", "bidirectional ring: the ring algorithm on each half of the operand at once, the first "
+                          "half passed to the next member, the second half to the previous one, so both directions "
+                          "of every link carry half: 2(n - 1) steps of two messages of 1/(2n).",
+    on_group(lambda p, b: [(Pattern("bishift", 1), b / p, 2 * (p - 1))]), lambda shape: 4 * (math.prod(shape) - 1), 4,
+    reorders=True, bound=SUM_BOUND)
+RABENSEIFNER = Algorithm(
+    "rabenseifner", "Rabenseifner: a reduce-scatter by recursive halving (at distance n/2, n/4, ..., 1 each member "
+                    "keeps the half of its chunks that holds its own and sends the other half to index XOR "
+                    "distance), then an all-gather by recursive doubling: 2 log2(n) steps.",
+    on_group(lambda p, b: halving(p, b) + doubling(p, b / p)), lambda shape: 2 * lg(math.prod(shape)), 2,
+    reorders=True, bound=SUM_BOUND, power_of_two=True,
+    closed_form=lambda p, n, a, b: 2 * lg(p) * a + 2 * _share(p) * n * b)
+PER_AXIS = Algorithm(
+    "per_axis", "per axis: the ring algorithm along each named mesh axis in turn, the last named first (over one "
+                "axis: the ring algorithm).",
+    _per_axis_steps, lambda shape: sum(2 * (s - 1) for s in shape), 2, reorders=True, bound=SUM_BOUND, grid=True,
+    inner=RING)
+ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS)
+ALGORITHMS += (auto_of(ALGORITHMS),)
+
+_PROTOCOLS: dict[Algorithm, Callable[[sim.Port, AllReduceArgs], Generator]] = {
+    DIRECT: _direct, RING: _ring, RECURSIVE_DOUBLING: _recursive_doubling, BIDIRECTIONAL_RING: _bidirectional_ring,
+    RABENSEIFNER: _rabenseifner, PER_AXIS: _per_axis,
 }

@@ -6,9 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from collectives._algorithms import DIRECT_ONLY, check_algorithm
+from collectives import _batch_rules as batch_rules
+from collectives._algorithm import direct_only
+from collectives._algorithms import check_algorithm
 from collectives._common import group_of
-from collectives._definition import AXIS_NAME, Definition, JaxBinding, NotLinear, Vma, algorithm
+from collectives._definition import AXIS_NAME, Definition, JaxBinding, NotLinear, Vma
+from collectives._facts import LOCAL, WHOLE
 from collectives._strategy import Axes, Sample
 from collectives._vma import typed
 
@@ -31,7 +34,7 @@ def axis_index(axis_name: Any, *, algorithm: str = "direct") -> np.ndarray:
 
 def _axis_index(axis_name: Any, algorithm: str = "direct") -> np.ndarray:
     context, group = group_of("axis_index", axis_name, None)
-    check_algorithm("axis_index", context.device, algorithm, group.size, DIRECT_ONLY)
+    check_algorithm("axis_index", context.device, algorithm, group.size, ALGORITHMS)
     memory = context.memory
     return memory.view(memory.store(np.array(group.index, np.int32)))
 
@@ -41,8 +44,12 @@ def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
     return st.just(Sample({}, st.just({})))
 
 
+ALGORITHMS = direct_only("direct: no messages: each device reads its own position along the axis.",
+                         messages=lambda shape: 0)
+
 AXIS_INDEX = Definition(
-    name="axis_index", function=axis_index, arrays=(), params=(AXIS_NAME, algorithm(DIRECT_ONLY)), vma=Vma.INDEX,
+    name="axis_index", function=axis_index, arrays=(), params=(AXIS_NAME,), vma=Vma.INDEX,
+    batch=batch_rules.unbatched, algorithms=ALGORITHMS, reduction=None, sizes=LOCAL, sweep=None, drawing=WHOLE,
     transpose=NotLinear("axis_index takes no operand: its result is never linear in a program's inputs"),
     jax=JaxBinding("axis_index", ("axis_index",), lambda jax, p: lambda: jax.lax.axis_index(**p)),
     strategy=_strategy,

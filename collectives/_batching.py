@@ -1,4 +1,5 @@
-"""`vmap`: a collective under a batch dimension, by `jax.lax`'s batching rules, one rule per definition.
+"""`vmap`: a collective under a batch dimension, by `jax.lax`'s batching rules, one rule per definition
+(`Definition.batch`, the rules themselves in `collectives._batch_rules`).
 
 A batch axis is a positional axis of the collective's arrays (not a mesh axis): every batch entry runs the
 collective on its own, and the rule says how one call on the batched arrays does that. The rules are
@@ -28,19 +29,9 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._all_gather import ALL_GATHER
-from collectives._all_to_all import ALL_TO_ALL
-from collectives._axis_index import AXIS_INDEX
+from collectives._batch_rules import Dim, batch_size
 from collectives._definition import Definition
-from collectives._invariant import ALL_GATHER_INVARIANT, PBROADCAST, PSCATTER
-from collectives._ppermute import PPERMUTE
-from collectives._psum_scatter import PSUM_SCATTER
-from collectives._ragged import RAGGED_ALL_TO_ALL
-from collectives._reduce import PMAX, PMEAN, PMIN, PSUM, PSUM2
 from collectives._registry import REGISTRY
-
-Dim = int | None
-Rule = Callable[[Definition, list, list[Dim], dict], tuple[Any, Dim]]
 
 
 def vmap(function: Callable[..., Any], in_axes: Dim | Sequence[Dim] = 0, out_axes: Dim = 0) -> Callable[..., Any]:
@@ -69,7 +60,7 @@ def vmap(function: Callable[..., Any], in_axes: Dim | Sequence[Dim] = 0, out_axe
         if all(d is None for d in dims):
             raise sim.InvalidArgumentError(f"vmap: in_axes={in_axes!r} must batch at least one array of "
                                            f"{definition.name} {definition.arrays}, as in jax.vmap")
-        _size(definition, arrays, dims)
+        batch_size(definition, arrays, dims)
         result, dim = batch(definition, arrays, dims, params)
         return result if out_axes == dim else np.moveaxis(result, dim, out_axes)
 
@@ -80,7 +71,7 @@ def batch(definition: Definition, arrays: list, dims: list[Dim], params: dict) -
     """The collective on `arrays` batched along `dims`: (result, its batch axis or None)."""
     if all(d is None for d in dims):
         return definition.function(*arrays, **params), None
-    return RULES[definition](definition, arrays, dims, params)
+    return definition.batch(definition, arrays, dims, params)
 
 
 def _dims(definition: Definition, arrays: list, in_axes: Dim | Sequence[Dim]) -> list[Dim]:
@@ -96,84 +87,3 @@ def _dims(definition: Definition, arrays: list, in_axes: Dim | Sequence[Dim]) ->
                                            f"of its {ndim} dimensions")
         found.append(None if d is None else d % ndim)
     return found
-
-
-def _size(definition: Definition, arrays: list, dims: list[Dim]) -> int:
-    sizes = {np.shape(x)[d] for x, d in zip(arrays, dims) if d is not None}
-    if len(sizes) > 1:
-        raise sim.InvalidArgumentError(f"vmap: {definition.name}: the batch axes have sizes {sorted(sizes)}; "
-                                       f"they must all be equal")
-    return sizes.pop() if sizes else 1
-
-
-def _elementwise(definition: Definition, arrays: list, dims: list[Dim], params: dict) -> tuple[Any, Dim]:
-    """Each element is combined across devices with the same element: the batch axis stays where it is."""
-    return definition.function(*arrays, **params), dims[0]
-
-
-def _gather(key: str, removes: bool) -> Rule:
-    """all_gather and pscatter (`key` 'axis'), psum_scatter ('scatter_dimension'): the dimension the
-    collective works on shifts past the batch axis; untiled, it adds a dimension there (`removes=False`)
-    or takes one away (`removes=True`), which moves a batch axis after it."""
-    def rule(definition: Definition, arrays: list, dims: list[Dim], params: dict) -> tuple[Any, Dim]:
-        (x,), (d,) = arrays, dims
-        tiled = params.get("tiled", definition.param("tiled").default)
-        rank = np.ndim(x) - 1 + (0 if tiled or removes else 1)
-        at = params.get(key, definition.param(key).default) % max(rank, 1)
-        if d <= at:
-            at += 1
-        elif not tiled:
-            d += -1 if removes else 1
-        return definition.function(x, **{**params, key: at}), d
-    return rule
-
-
-def _all_to_all(definition: Definition, arrays: list, dims: list[Dim], params: dict) -> tuple[Any, Dim]:
-    """split_axis and concat_axis shift past the batch axis; untiled, the batch axis goes first so that the
-    axes the call removes and inserts never pass it."""
-    (x,), (d,) = arrays, dims
-    split, concat = params.pop("split_axis"), params.pop("concat_axis")
-    rank = np.ndim(x) - 1
-    split, concat = split % rank, concat % rank
-    if not params.get("tiled", False):
-        return definition.function(np.moveaxis(x, d, 0), split_axis=split + 1, concat_axis=concat + 1,
-                                   **params), 0
-    return definition.function(x, split_axis=split + (d <= split), concat_axis=concat + (d <= concat),
-                               **params), d
-
-
-def _ragged(definition: Definition, arrays: list, dims: list[Dim], params: dict) -> tuple[Any, Dim]:
-    """JAX's rule: batch entry b's operand rows and output rows follow entry b-1's in one ragged dimension
-    (B slices per peer, offsets moved by b times the rows of an entry), one call, then split again."""
-    if params.get("axis_index_groups") is not None:
-        raise sim.InvalidArgumentError(
-            "vmap: ragged_all_to_all with axis_index_groups has no batching rule (JAX raises NotImplementedError "
-            "'Please open a feature request!'); loop over the batch instead")
-    size = _size(definition, arrays, dims)
-    operand, output = (_front(x, d, size) for x, d in zip(arrays[:2], dims[:2]))
-    rows_in, rows_out = operand.shape[1], output.shape[1]
-    index = [_front(x, d, size).T for x, d in zip(arrays[2:], dims[2:])]  # [peers, batch]
-    shift = np.arange(size, dtype=index[0].dtype)[None, :]
-    index[0] = index[0] + shift * rows_in
-    index[2] = index[2] + shift * rows_out
-    merged = [x.reshape(-1, *x.shape[2:]) for x in (operand, output)] + [x.reshape(-1) for x in index]
-    result = definition.function(*merged, **params)
-    return result.reshape(size, rows_out, *result.shape[1:]), 0
-
-
-def _front(x: Any, d: Dim, size: int) -> np.ndarray:
-    """`x` with its batch axis first (broadcast to `size` entries when it has none)."""
-    return np.stack([x] * size) if d is None else np.moveaxis(x, d, 0)
-
-
-def _unbatched(definition: Definition, arrays: list, dims: list[Dim], params: dict) -> tuple[Any, Dim]:
-    return definition.function(*arrays, **params), None
-
-
-RULES: dict[Definition, Rule] = {
-    PSUM: _elementwise, PMEAN: _elementwise, PMAX: _elementwise, PMIN: _elementwise, PSUM2: _elementwise,
-    PBROADCAST: _elementwise, PPERMUTE: _elementwise,
-    ALL_GATHER: _gather("axis", removes=False), ALL_GATHER_INVARIANT: _gather("axis", removes=False),
-    PSUM_SCATTER: _gather("scatter_dimension", removes=True), PSCATTER: _gather("axis", removes=True),
-    ALL_TO_ALL: _all_to_all, RAGGED_ALL_TO_ALL: _ragged, AXIS_INDEX: _unbatched,
-}

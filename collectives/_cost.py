@@ -1,116 +1,31 @@
 """The cost model behind `algorithm='auto'`: each algorithm's steps, timed on the network's routes.
 
-An algorithm is a schedule of steps; in a step every member sends one message (or a few) of a known size
-by a known rule (`Pattern`: to the member `shift` positions on, to index XOR `xor`, to every member,
-within the whole group or along one axis of the grid). A step costs the longest route's latency (the sum
-of its links' latencies: messages are pipelined through their hops) plus the bytes of the most loaded link
-over its bandwidth (messages that share a link share its bandwidth); a schedule costs the sum of its
-steps. On the default fully connected network this is the alpha-beta model (`closed_form`, the forms of
-Thakur, Rabenseifner and Gropp 2005); on a ring, torus or switch the routes add hops and shared links.
+An algorithm's record holds its schedule of steps (`Algorithm.schedule`); in a step every member sends one
+message (or a few) of a known size by a known rule (`Pattern`: to the member `shift` positions on, to index
+XOR `xor`, to every member, within the whole group or along one axis of the grid). A step costs the longest
+route's latency (the sum of its links' latencies: messages are pipelined through their hops) plus the bytes
+of the most loaded link over its bandwidth (messages that share a link share its bandwidth); a schedule costs
+the sum of its steps. On the default fully connected network this is the alpha-beta model (`closed_form`, the
+forms of Thakur, Rabenseifner and Gropp 2005); on a ring, torus or switch the routes add hops and shared links.
 
 It is cheap at scale: a step over every pair of p members is timed from at most `_SAMPLED` of its p - 1
 shifts, their link loads scaled up, so 1024 devices cost a few thousand routes per algorithm; each answer
-is cached per (collective, members, grid, bytes, network).
+is cached per (candidates, members, grid, bytes, network).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 import sim
-from collectives._algorithms import inner
+from collectives._algorithm import Algorithm, Pattern
 
 _SAMPLED = 8  # shifts timed for an all-pairs step; the rest are assumed to load links alike
 _CACHE: dict[tuple, tuple[object, float]] = {}
 _CACHE_LIMIT = 4096
-
-
-@dataclass(frozen=True)
-class Pattern:
-    """Who sends to whom in one step: `kind` 'shift' (to index + k), 'xor' (to index ^ k), 'pairs' (to every
-    other member), 'bishift' (to index + k and index - k, half the bytes each way); along grid axis `axis`
-    (None: over the whole group). 'shifts' stands for p - 1 steps, one per shift k = 1 .. p - 1 (pairwise
-    exchange), timed from at most `_SAMPLED` of them."""
-
-    kind: str
-    k: int = 0
-    axis: int | None = None
-
-
-Step = tuple[Pattern, float, int]  # (pattern, bytes of each message, how many times the step repeats)
-
-
-def _lg(p: int) -> int:
-    return max(0, math.ceil(math.log2(p))) if p > 1 else 0
-
-
-def schedule(op: str, algorithm: str, shape: tuple[int, ...], size_bytes: int) -> list[Step]:
-    """The steps of `algorithm` for `op` on a group laid out as the grid `shape` whose members each hold
-    `size_bytes` (the operand; for all_gather the block each member contributes)."""
-    p, b = math.prod(shape), float(size_bytes)
-    family, algorithm = _FAMILY.get(op, "direct"), inner(op, algorithm, shape)
-    if family == "direct" or algorithm == "direct":
-        return [(Pattern("pairs"), _direct_bytes(family, b, p), 1)]
-    if algorithm == "per_axis" and len(shape) > 1:
-        return _per_axis(family, shape, b)
-    return _SCHEDULES[family, algorithm](p, b)
-
-
-def _direct_bytes(family: str, b: float, p: int) -> float:
-    """What one 'direct' message carries: a share of the operand (scatter, exchange) or all of it."""
-    return b / p if family in ("scatter", "exchange") else b
-
-
-def _per_axis(family: str, shape: tuple[int, ...], b: float) -> list[Step]:
-    """One axis at a time, the minor axis first: rings (gather, reduce) or all pairs (exchange)."""
-    steps, held = [], b
-    for axis in reversed(range(len(shape))):
-        s = shape[axis]
-        if family == "gather":
-            steps.append((Pattern("shift", 1, axis), held, s - 1))
-            held *= s
-        elif family == "reduce":
-            steps.append((Pattern("shift", 1, axis), b / s, 2 * (s - 1)))
-        else:
-            steps.append((Pattern("pairs", 0, axis), b / s, 1))
-    return steps
-
-
-def _halving(p: int, b: float) -> list[Step]:
-    """Recursive halving: distances p/2, p/4, ..., 1, each message half the last."""
-    return [(Pattern("xor", p >> (k + 1)), b / (2 ** (k + 1)), 1) for k in range(_lg(p))]
-
-
-def _doubling(p: int, b: float) -> list[Step]:
-    """Recursive doubling of held blocks: distances 1, 2, ..., p/2, each message twice the last."""
-    return [(Pattern("xor", 1 << k), b * (1 << k), 1) for k in range(_lg(p))]
-
-
-def _bruck(p: int, b: float) -> list[Step]:
-    """Bruck: step k sends the blocks whose index has bit k set, to index + 2^k."""
-    return [(Pattern("shift", 1 << k), b / p * sum(1 for j in range(p) if j >> k & 1), 1) for k in range(_lg(p))]
-
-
-_SCHEDULES = {
-    ("gather", "ring"): lambda p, b: [(Pattern("shift", 1), b, p - 1)],
-    ("gather", "bidirectional_ring"): lambda p, b: [(Pattern("bishift", 1), b, p - 1)],
-    ("gather", "recursive_doubling"): _doubling,
-    ("reduce", "ring"): lambda p, b: [(Pattern("shift", 1), b / p, 2 * (p - 1))],
-    ("reduce", "bidirectional_ring"): lambda p, b: [(Pattern("bishift", 1), b / p, 2 * (p - 1))],
-    ("reduce", "recursive_doubling"): lambda p, b: [(Pattern("xor", 1 << k), b, 1) for k in range(_lg(p))],
-    ("reduce", "rabenseifner"): lambda p, b: _halving(p, b) + _doubling(p, b / p),
-    ("scatter", "ring"): lambda p, b: [(Pattern("shift", 1), b / p, p - 1)],
-    ("scatter", "recursive_halving"): _halving,
-    ("exchange", "pairwise"): lambda p, b: [(Pattern("shifts"), b / p, 1)],
-    ("exchange", "bruck"): _bruck,
-}
-_FAMILY = {"all_gather": "gather", "all_gather_invariant": "gather", "psum": "reduce", "pmean": "reduce",
-           "pmax": "reduce", "pmin": "reduce", "psum2": "reduce", "psum_scatter": "scatter",
-           "all_to_all": "exchange", "ragged_all_to_all": "exchange"}
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -171,11 +86,11 @@ def _pairs(pattern: Pattern, shifts: list[int], shape: tuple[int, ...]) -> list[
     return [(s, d) for s, d in found if s != d]
 
 
-def estimate_s(op: str, algorithm: str, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
-               size_bytes: int) -> float:
-    """Seconds `algorithm` is expected to take for `op` on `members` (grid `shape`), `size_bytes` each."""
+def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
+           size_bytes: int) -> float:
+    """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each."""
     total = 0.0
-    for pattern, each, repeat in schedule(op, algorithm, shape, size_bytes):
+    for pattern, each, repeat in algorithm.steps(shape, size_bytes):
         each = each / 2 if pattern.kind == "bishift" else each
         if pattern.kind == "shifts":  # one step per shift: the sampled ones stand for all
             offsets = list(range(1, math.prod(shape)))
@@ -187,20 +102,33 @@ def estimate_s(op: str, algorithm: str, mesh: sim.Mesh, members: Sequence[int], 
     return total
 
 
-def fastest(op: str, candidates: Sequence[str], mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
-            size_bytes: int) -> str:
-    """The candidate with the smallest `estimate_s` (the earlier one on a tie), cached per call shape."""
+def fastest(candidates: Sequence[Algorithm], mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
+            size_bytes: int) -> Algorithm:
+    """The candidate with the smallest `cost_s` (the earlier one on a tie), cached per call shape."""
     network = mesh.network
-    key = (op, tuple(candidates), tuple(members), shape, size_bytes, id(network))
+    key = (tuple(candidates), tuple(members), shape, size_bytes, id(network))
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is network:
         return hit[1]
-    times = [estimate_s(op, a, mesh, members, shape, size_bytes) for a in candidates]
+    times = [cost_s(a, mesh, members, shape, size_bytes) for a in candidates]
     pick = candidates[int(np.argmin(times))]
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.clear()
     _CACHE[key] = (network, pick)
     return pick
+
+
+def _record(op: str, algorithm: str) -> Algorithm:
+    """The record of `op`'s algorithm called `algorithm` (names as a user gives them)."""
+    from collectives._registry import definition  # the registry imports every collective, which import this
+    return definition(op).algorithm(algorithm)
+
+
+def estimate_s(op: str, algorithm: str, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
+               size_bytes: int) -> float:
+    """Seconds `algorithm` is expected to take for `op` on `members` (grid `shape`), `size_bytes` each (the
+    operand; for all_gather the block each member contributes)."""
+    return cost_s(_record(op, algorithm), mesh, members, shape, size_bytes)
 
 
 def closed_form(op: str, algorithm: str, p: int, size_bytes: float, alpha_s: float, beta_s: float) -> float:
@@ -210,22 +138,13 @@ def closed_form(op: str, algorithm: str, p: int, size_bytes: float, alpha_s: flo
     reduce-scatter, all_to_all). AllGather ring (p-1)a + ((p-1)/p)nb, recursive doubling lg(p)a +
     ((p-1)/p)nb; ReduceScatter ring and recursive halving the same with p-1 or lg(p) steps; AllReduce ring
     2(p-1)a + 2((p-1)/p)nb, recursive doubling lg(p)(a + nb), Rabenseifner 2lg(p)a + 2((p-1)/p)nb;
-    AllToAll pairwise (p-1)a + ((p-1)/p)nb, Bruck lg(p)a + (n/2)lg(p)b (p a power of two).
+    AllToAll pairwise (p-1)a + ((p-1)/p)nb, Bruck lg(p)a + (n/2)lg(p)b (p a power of two). Each form is its
+    `Algorithm` record's `closed_form`.
     """
-    n, lg, share = size_bytes, _lg(p), (p - 1) / p
-    family = _FAMILY.get(op, "direct")
-    forms = {
-        ("gather", "ring"): (p - 1) * alpha_s + share * n * beta_s,
-        ("gather", "recursive_doubling"): lg * alpha_s + share * n * beta_s,
-        ("scatter", "ring"): (p - 1) * alpha_s + share * n * beta_s,
-        ("scatter", "recursive_halving"): lg * alpha_s + share * n * beta_s,
-        ("reduce", "ring"): 2 * (p - 1) * alpha_s + 2 * share * n * beta_s,
-        ("reduce", "recursive_doubling"): lg * (alpha_s + n * beta_s),
-        ("reduce", "rabenseifner"): 2 * lg * alpha_s + 2 * share * n * beta_s,
-        ("exchange", "pairwise"): (p - 1) * alpha_s + share * n * beta_s,
-        ("exchange", "bruck"): lg * alpha_s + n / 2 * lg * beta_s,
-    }
-    if (family, algorithm) not in forms:
+    record = _record(op, algorithm)
+    if record.closed_form is None:
+        from collectives._registry import definition
+        stated = [a.name for a in definition(op).algorithms if a.closed_form is not None]
         raise sim.InvalidArgumentError(f"closed_form: op={op!r} with algorithm={algorithm!r} has no closed form; "
-                                       f"those with one: {sorted(forms)}")
-    return forms[family, algorithm]
+                                       f"those of {op} with one: {stated}")
+    return record.closed_form(p, size_bytes, alpha_s, beta_s)

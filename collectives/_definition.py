@@ -2,9 +2,10 @@
 
 A collective is defined once, in its own module: its public function, the arrays it takes, its other
 parameters (defaults, and the rule a scenario file's value must follow), its device-variance rule, its
-transpose rule, how the JAX worker binds the real op, and the strategy the generated tests draw calls
-from. This package imports neither jax nor hypothesis: the JAX binding and the strategy are functions
-that are handed those modules.
+transpose rule, its batching rule, how the JAX worker binds the real op, the strategy the generated tests
+draw calls from, its algorithms (`Algorithm` records), what it reduces, how its bytes scale, how a sweep
+times it, how a drawing lays it out, and what `meshsim explain` says about it. This package imports neither
+jax nor hypothesis: the JAX binding and the strategy are functions that are handed those modules.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sim
+from collectives._algorithm import Algorithm
+from collectives._facts import Drawing, Reduction, Sizes, Sweep
 
 
 class Vma(enum.Enum):
@@ -114,6 +117,15 @@ class Transposition:
 
 
 TransposeRule = Callable[[Transposition], list]
+BatchRule = Callable[["Definition", list, list, dict], tuple[Any, Any]]
+Teach = Callable[[dict[str, Any], int], list[str]]
+
+# Fields every definition must give, with the type each must have (None allowed where the tuple says so):
+# a definition that leaves one out is refused by name when its module is imported.
+_REQUIRED_FACTS: dict[str, tuple[type, ...] | None] = {  # None: any callable
+    "batch": None, "algorithms": (tuple,), "reduction": (Reduction, type(None)), "sizes": (Sizes,),
+    "sweep": (Sweep, type(None)), "drawing": (Drawing,),
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,6 +151,21 @@ class Definition:
         keeps: the array whose rows the result keeps where no message writes (ragged's `output`).
         from_recorded: the keyword arguments that call `function` again from an equation's recorded
             params (sim's automatic pbroadcast records `axes`, not `axis_name`).
+        batch: the batching rule, `batch(definition, arrays, dims, params) -> (result, batch axis or None)`
+            (JAX's batcher for the primitive; see `collectives._batching`).
+        algorithms: its `Algorithm` records, 'direct' first (the default) and 'auto' among them, in the
+            order 'auto' considers them; the `algorithm` parameter (appended to `params`) takes their names.
+        reduction: what it reduces element by element (`Reduction`), or None for a collective that moves
+            values unchanged.
+        sizes: how its result and messages scale with the group (`Sizes`), for memory budgets.
+        sweep: how `meshsim sweep` times it (`Sweep`), or None for a collective sweeps do not offer.
+        drawing: how `meshsim draw` lays out its arrays (`Drawing`).
+        teach: `teach(params, n)`, the paragraphs `meshsim explain` prints about its protocol for a call with
+            `params` on groups of n; None for the generic text (the algorithm's own paragraph), which is
+            true for every collective.
+
+    Every field from `batch` on must be given (keywords; `reduction` and `sweep` may be None): a definition
+    that leaves one out is refused with its name and the field's.
     """
 
     name: str
@@ -153,8 +180,22 @@ class Definition:
     sums: bool = False
     keeps: str | None = None
     from_recorded: Callable[[dict[str, Any]], dict[str, Any]] = dict
+    batch: BatchRule = REQUIRED
+    algorithms: tuple[Algorithm, ...] = REQUIRED
+    reduction: Reduction | None = REQUIRED
+    sizes: Sizes = REQUIRED
+    sweep: Sweep | None = REQUIRED
+    drawing: Drawing = REQUIRED
+    teach: Teach | None = None
 
     def __post_init__(self) -> None:
+        self._check_facts()
+        appended = _algorithm_param(self.algorithms)
+        given = [p for p in self.params if p.name == "algorithm"]
+        if given and (given[0].choices != appended.choices or self.params[-1] is not given[0]):
+            raise sim.InvalidArgumentError(f"{self.name}: params must leave out 'algorithm', which the definition "
+                                           f"appends from algorithms={self.algorithms}")
+        object.__setattr__(self, "params", (*self.params[:len(self.params) - len(given)], appended))
         names = [p.name for p in self.params]
         if len(set(names)) != len(names) or set(names) & set(self.arrays):
             raise sim.InvalidArgumentError(
@@ -166,8 +207,41 @@ class Definition:
                 f"arrays among {self.arrays}"
             )
 
+    def _check_facts(self) -> None:
+        """Refuse a definition that leaves out a required fact, or gives one of the wrong type, by name."""
+        for field, types in _REQUIRED_FACTS.items():
+            value = getattr(self, field)
+            if value is REQUIRED:
+                raise sim.InvalidArgumentError(f"Definition {self.name!r} must give {field}=...: every collective "
+                                               f"states it (see CONTRIBUTING.md, 'Adding a collective')")
+            if not (callable(value) if types is None else isinstance(value, types)):
+                wanted = "callable" if types is None else " or ".join(t.__name__ for t in types)
+                raise sim.InvalidArgumentError(f"Definition {self.name!r}: {field}={value!r} must be {wanted}")
+        algorithms = self.algorithms
+        if not algorithms or not all(isinstance(a, Algorithm) for a in algorithms) \
+                or algorithms[0].name != "direct" or sum(a.auto for a in algorithms) != 1 \
+                or len({a.name for a in algorithms}) != len(algorithms):
+            raise sim.InvalidArgumentError(
+                f"Definition {self.name!r}: algorithms={algorithms} must be Algorithm records with distinct names, "
+                f"'direct' first and one 'auto'")
+
     def __repr__(self) -> str:
         return f"Definition({self.name!r})"
+
+    def algorithm(self, name: Any) -> Algorithm:
+        """The record of the algorithm called `name`; InvalidArgumentError if the collective has none."""
+        for a in self.algorithms:
+            if a.name == name:
+                return a
+        raise sim.InvalidArgumentError(f"{self.name}: algorithm={name!r} must be one of "
+                                       f"{tuple(a.name for a in self.algorithms)}")
+
+    def explain(self, params: dict[str, Any], group_size: int) -> list[str]:
+        """What `meshsim explain` says about the protocol of a call with `params` on groups of `group_size`:
+        the collective's own text, or else the paragraph of the algorithm the call asks for."""
+        if self.teach is not None:
+            return self.teach(params, group_size)
+        return [f"Algorithm {self.algorithm(params.get('algorithm', 'direct')).text}"]
 
     @property
     def data_arrays(self) -> tuple[str, ...]:
@@ -256,8 +330,10 @@ def flag(name: str, default: bool) -> Param:
     return Param(name, lambda value: isinstance(value, bool), "true or false", default)
 
 
-def algorithm(options: tuple[str, ...]) -> Param:
-    """The simulator's choice of message pattern (JAX has none), 'direct' by default."""
+def _algorithm_param(algorithms: tuple[Algorithm, ...]) -> Param:
+    """The simulator's choice of message pattern (JAX has none), 'direct' by default: one of the names of
+    `algorithms`."""
+    options = tuple(a.name for a in algorithms)
     shown = ", ".join(repr(o) for o in options)
     return Param("algorithm", lambda value: value in options, f"one of {shown}", "direct", jax=False,
                  choices=options)

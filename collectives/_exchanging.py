@@ -16,32 +16,34 @@ unchanged, so every algorithm gives 'direct''s bytes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 
 import numpy as np
 
 import sim
+from collectives._algorithm import Algorithm, Pattern, Step, auto_of, lg, on_group, pairs, part
 from collectives._algorithms import axis_teams
 from collectives._common import pack_slice, unpack_into, unpack_values
 from layouts import Layout
 
 
-def exchange(port: sim.Port, algorithm: str, chunks: list[np.ndarray], layout: Layout, blocks: np.ndarray,
+def exchange(port: sim.Port, algorithm: Algorithm, chunks: list[np.ndarray], layout: Layout, blocks: np.ndarray,
              rows: list[tuple[int, int]], shape: tuple[int, ...]) -> Generator:
     """Fill `blocks[s]` with member s's chunk for this member by `algorithm` ('pairwise', 'bruck', 'per_axis').
 
     `layout` is the operand's (chunks are views of it); `rows[j]` is where the caller's chunk lands at
     member j along `concat_axis` (recorded on pairwise messages, which go straight to their receivers)."""
-    if algorithm == "pairwise":
+    if algorithm is PAIRWISE:
         yield from _pairwise(port, chunks, layout, blocks, rows)
         return
     slots = _alloc(port, blocks.shape, blocks.dtype)
     me, n = port.group.index, port.group.size
-    order = [(me + k) % n for k in range(n)] if algorithm == "bruck" else list(range(n))
+    order = [(me + k) % n for k in range(n)] if algorithm is BRUCK else list(range(n))
     for slot, j in enumerate(order):
         values, _ = yield from pack_slice(port, chunks[j], Layout.row_major(chunks[j].ndim), chunk=j)
         slots[slot, ...] = values.reshape(blocks.shape[1:])
-    if algorithm == "bruck":
+    if algorithm is BRUCK:
         slots = yield from _bruck(port, slots)
         slots = slots[[(me - s) % n for s in range(n)]]
     else:
@@ -108,3 +110,55 @@ def _per_axis(port: sim.Port, slots: np.ndarray, shape: tuple[int, ...]) -> Gene
                 yield from unpack_into(port, message, fresh[_at(k, t)], grid_axis=k)
         grid = fresh
     return grid.reshape(slots.shape)
+
+
+# ---------------------------------------------------------------------------------------------- the records
+
+
+def _bruck_steps(p: int, b: float) -> list[Step]:
+    """Bruck: step k sends the blocks whose index has bit k set, to index + 2^k."""
+    return [(Pattern("shift", 1 << k), b / p * sum(1 for j in range(p) if j >> k & 1), 1) for k in range(lg(p))]
+
+
+def _per_axis_steps(shape: tuple[int, ...], b: float) -> list[Step]:
+    """One direct exchange along each grid axis, the minor axis first, 1/s of the operand to each member."""
+    return [(Pattern("pairs", 0, axis), b / shape[axis], 1) for axis in reversed(range(len(shape)))]
+
+
+def _pairwise_form(p: int, n: float, a: float, b: float) -> float:
+    return (p - 1) * a + (p - 1) / p * n * b
+
+
+def _fixed(messages: bool, count):
+    """`count` as the messages a member sends, or None where the call's arguments decide (ragged's sizes)."""
+    return count if messages else None
+
+
+def direct(text: str, messages: bool = True) -> Algorithm:
+    """'direct' for an exchange: every member sends each member its share at once (`text` says how); a member
+    sends n - 1 messages, or (`messages=False`) as many as the call's arguments say."""
+    return Algorithm("direct", text, pairs(part), _fixed(messages, lambda shape: math.prod(shape) - 1), 1,
+                     reorders=False)
+
+
+def pairwise(text: str, messages: bool = True) -> Algorithm:
+    """'pairwise' for an exchange: p - 1 steps, to i + k and from i - k (`text` says what travels; `messages`
+    as for `direct`)."""
+    return Algorithm("pairwise", text, lambda shape, b: [(Pattern("shifts"), b / math.prod(shape), 1)],
+                     _fixed(messages, lambda shape: math.prod(shape) - 1), 1, reorders=False,
+                     closed_form=_pairwise_form)
+
+
+DIRECT = direct("direct: every member sends chunk j of its operand to member j, all at once: one step.")
+PAIRWISE = pairwise("pairwise: in step k member i sends its chunk for member i + k and receives member i - k's.")
+BRUCK = Algorithm(
+    "bruck", "Bruck: the chunks are rotated, then in step k every slot whose index has bit k set travels, packed "
+             "into one message, to member i + 2^k; a last rotation puts them in place: ceil(log2(n)) steps.",
+    on_group(_bruck_steps), lambda shape: lg(math.prod(shape)), 1, reorders=False,
+    closed_form=lambda p, n, a, b: lg(p) * a + n / 2 * lg(p) * b)
+PER_AXIS = Algorithm(
+    "per_axis", "per axis: the exchange runs along each named mesh axis in turn, the last named first (over one "
+                "axis: the direct algorithm).",
+    _per_axis_steps, lambda shape: sum(s - 1 for s in shape), 2, reorders=False, grid=True, inner=DIRECT)
+ALGORITHMS = (DIRECT, PAIRWISE, BRUCK, PER_AXIS)
+ALGORITHMS += (auto_of(ALGORITHMS),)

@@ -18,29 +18,32 @@ Every block travels unchanged, so every algorithm gives 'direct''s bytes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 
 import numpy as np
 
 import sim
+from collectives._algorithm import Algorithm, Pattern, Step, auto_of, doubling, lg, on_group, pairs
+from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, blocks_of, whole
 from collectives._common import pack_slice, unpack_into, unpack_values
 from layouts import Layout
 
 
-def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: int, tiled: bool, algorithm: str,
-                  shape: tuple[int, ...]) -> Generator:
+def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: int, tiled: bool,
+                  algorithm: Algorithm, shape: tuple[int, ...]) -> Generator:
     """Fill `result` (this member's output view) with every member's `source` by `algorithm`."""
     n = port.group.size
     target = blocks_of(result, axis, n, tiled)
     work = target if target.flags.c_contiguous else _alloc(port, (n, *source.shape), source.dtype)
     own, _ = yield from pack_slice(port, source, Layout.row_major(source.ndim), phase="operand")
     work[port.group.index, ...] = own
-    if algorithm == "ring":
+    if algorithm is RING:
         yield from ring(port, whole(port), [work[i, ...] for i in range(n)], "ring")
-    elif algorithm == "bidirectional_ring":
+    elif algorithm is BIDIRECTIONAL_RING:
         yield from _bidirectional(port, work)
-    elif algorithm == "recursive_doubling":
+    elif algorithm is RECURSIVE_DOUBLING:
         yield from _doubling(port, work)
     else:
         grid = work.reshape((*shape, *source.shape))
@@ -96,3 +99,44 @@ def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
         yield from unpack_into(port, message, work[theirs:theirs + distance], step=step)
         distance *= 2
 
+
+# ---------------------------------------------------------------------------------------------- the records
+
+
+def _per_axis_steps(shape: tuple[int, ...], b: float) -> list[Step]:
+    """A ring along each grid axis, the minor axis first, passing the blocks gathered so far."""
+    steps, held = [], b
+    for axis in reversed(range(len(shape))):
+        steps.append((Pattern("shift", 1, axis), held, shape[axis] - 1))
+        held *= shape[axis]
+    return steps
+
+
+def _ring_form(p: int, n: float, a: float, b: float) -> float:
+    return (p - 1) * a + (p - 1) / p * n * b
+
+
+DIRECT = Algorithm(
+    "direct", "direct: every member sends its whole operand to every member (itself included) in one step; the "
+              "block of member k lands at position k of every member's result.",
+    pairs(whole_operand), lambda shape: math.prod(shape) - 1, 1, reorders=False)
+RING = Algorithm(
+    "ring", "ring: in each of n - 1 steps every member passes one block to the next member.",
+    on_group(lambda p, b: [(Pattern("shift", 1), b, p - 1)]), lambda shape: math.prod(shape) - 1, 2,
+    reorders=False, closed_form=_ring_form)
+BIDIRECTIONAL_RING = Algorithm(
+    "bidirectional_ring", "bidirectional ring: in each of n - 1 steps every member passes the first half of a "
+                          "block to the next member and the second half of another to the previous one.",
+    on_group(lambda p, b: [(Pattern("bishift", 1), b, p - 1)]), lambda shape: 2 * (math.prod(shape) - 1), 4,
+    reorders=False)
+RECURSIVE_DOUBLING = Algorithm(
+    "recursive_doubling", "recursive doubling: in step s every member swaps all the blocks it holds with the "
+                          "member whose group index differs in bit s; log2(n) steps.",
+    on_group(doubling), lambda shape: lg(math.prod(shape)), 1, reorders=False, power_of_two=True,
+    closed_form=lambda p, n, a, b: lg(p) * a + (p - 1) / p * n * b)
+PER_AXIS = Algorithm(
+    "per_axis", "per axis: the blocks travel round a ring along each named mesh axis in turn, the last named "
+                "first (over one axis: the ring algorithm).",
+    _per_axis_steps, lambda shape: sum(s - 1 for s in shape), 2, reorders=False, grid=True, inner=RING)
+ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_DOUBLING, PER_AXIS)
+ALGORITHMS += (auto_of(ALGORITHMS),)

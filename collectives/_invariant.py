@@ -16,10 +16,14 @@ import numpy as np
 
 import sim
 from collectives import _all_gather
-from collectives._algorithms import DIRECT_ONLY, GATHER, check_algorithm
+from collectives import _batch_rules as batch_rules
+from collectives._algorithm import direct_only
+from collectives._algorithms import check_algorithm
 from collectives._common import axis_index as index_along
 from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of
-from collectives._definition import AXIS_NAME, Definition, JaxBinding, Transposition, Vma, algorithm, flag, integer
+from collectives._definition import AXIS_NAME, Definition, JaxBinding, Transposition, Vma, flag, integer
+from collectives._facts import GATHERS, LOCAL, WHOLE
+from collectives._gathering import ALGORITHMS as GATHER
 from collectives._strategy import Axes, Sample, any_shape, dims, split_shape
 from collectives._vma import typed
 
@@ -88,7 +92,7 @@ def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, algo
 def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None, algorithm: str = "direct") -> Any:
     def leaf(value: Any) -> np.ndarray:
         context, group = group_of("pbroadcast", axis_name, None)
-        check_algorithm("pbroadcast", context.device, algorithm, group.size, DIRECT_ONLY)
+        check_algorithm("pbroadcast", context.device, algorithm, group.size, _PBROADCAST)
         array = operand("pbroadcast", context.device, "x", value)
         layout = out_layout_of("pbroadcast", context.device, out_layout, array.ndim)
         memory = context.memory
@@ -122,7 +126,7 @@ def _scatter_leaf(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: An
     op = "pscatter"
     context, group = group_of(op, axis_name, None)
     device = context.device
-    check_algorithm(op, device, algorithm, group.size, DIRECT_ONLY)
+    check_algorithm(op, device, algorithm, group.size, _PSCATTER)
     x = operand(op, device, "x", x)
     if x.ndim == 0:
         raise sim.InvalidArgumentError(f"device {device}: {op}: x must have rank >= 1, got a scalar")
@@ -229,9 +233,15 @@ def _gather_invariant_strategy(st: Any, axes: Axes, **options: Any) -> Any:
     return sample()
 
 
+_PBROADCAST = direct_only("direct: no messages: each device keeps its own operand, now typed as varying.",
+                          messages=lambda shape: 0)
+_PSCATTER = direct_only("direct: no messages: each device keeps chunk k of its (invariant) operand, k its position "
+                        "along the axis.", messages=lambda shape: 0)
+
 PBROADCAST = Definition(
-    name="pbroadcast", function=pbroadcast, arrays=("x",), params=(AXIS_NAME, algorithm(DIRECT_ONLY)),
+    name="pbroadcast", function=pbroadcast, arrays=("x",), params=(AXIS_NAME,),
     vma=Vma.INTRODUCE,
+    batch=batch_rules.elementwise, algorithms=_PBROADCAST, reduction=None, sizes=LOCAL, sweep=None, drawing=WHOLE,
     transpose=_pbroadcast_transpose,
     jax=JaxBinding("pvary", ("pvary",), _bind_pvary),
     strategy=any_shape,
@@ -240,15 +250,19 @@ PBROADCAST = Definition(
 )
 ALL_GATHER_INVARIANT = Definition(
     name="all_gather_invariant", function=all_gather_invariant, arrays=("x",),
-    params=(AXIS_NAME, integer("axis", 0), flag("tiled", False), algorithm(GATHER)), vma=Vma.REDUCE,
+    params=(AXIS_NAME, integer("axis", 0), flag("tiled", False)), vma=Vma.REDUCE,
+    batch=batch_rules.gather("axis", removes=False), algorithms=GATHER, reduction=None, sizes=GATHERS, sweep=None,
+    drawing=WHOLE, teach=_all_gather.teach,
     transpose=_gather_invariant_transpose,
     jax=JaxBinding("all_gather_invariant", ("all_gather_invariant",), _bind_all_gather_invariant),
     strategy=_gather_invariant_strategy,
 )
 PSCATTER = Definition(
     name="pscatter", function=pscatter, arrays=("x",),
-    params=(AXIS_NAME, integer("axis", 0), flag("tiled", False), algorithm(DIRECT_ONLY)),
+    params=(AXIS_NAME, integer("axis", 0), flag("tiled", False)),
     vma=Vma.INTRODUCE,
+    batch=batch_rules.gather("axis", removes=True), algorithms=_PSCATTER, reduction=None, sizes=LOCAL, sweep=None,
+    drawing=WHOLE,
     transpose=_pscatter_transpose,
     jax=JaxBinding("transpose(all_gather_invariant)", (), _bind_pscatter),
     strategy=lambda st, axes, **options: split_shape(st, axes, "axis", negative=True),

@@ -9,9 +9,12 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._algorithms import DIRECT_ONLY, check_algorithm, resolve
+from collectives import _batch_rules as batch_rules
+from collectives._algorithm import direct_only
+from collectives._algorithms import check_algorithm, resolve
 from collectives._common import group_of, map_tree, operand, out_layout_of, pack_slice, same_operands, unpack_into
-from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Transposition, Vma, algorithm
+from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Transposition, Vma
+from collectives._facts import WHOLE, Peers, Sizes, Sweep
 from collectives._strategy import Axes, Sample, any_shape
 from collectives._vma import typed
 
@@ -63,7 +66,7 @@ def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorit
 def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
     context, group = group_of(_OP, axis_name, None)
     x = operand(_OP, context.device, "x", x)
-    check_algorithm(_OP, context.device, algorithm, group.size, DIRECT_ONLY)
+    check_algorithm(_OP, context.device, algorithm, group.size, ALGORITHMS)
     pairs = _checked_perm(context, perm, group.size, axis_name)
     args = _Args(context.memory.resident(x), pairs, out_layout_of(_OP, context.device, out_layout, x.ndim))
     params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
@@ -114,7 +117,7 @@ def _pairs(device: int, perm: Any) -> tuple[tuple[int, int], ...]:
 def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Sources send; the destination unpacks the arrival into zeroed memory; everyone else keeps the zeros."""
     source = port.memory.view(args.buffer)
-    resolve(port, _OP, dict(port.collective.params)["algorithm"], DIRECT_ONLY, source.nbytes, ())
+    resolve(port, ALGORITHMS, dict(port.collective.params)["algorithm"], source.nbytes, ())
     me, members = port.group.index, port.group.members
     sends, receives = _pairs_of(port, args.perm)
     for src, dst in sends.get(me, ()):
@@ -166,9 +169,27 @@ def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
     return sample()
 
 
+def _teach(params: dict[str, Any], n: int) -> list[str]:
+    pairs = ", ".join(f"{s} -> {d}" for s, d in params.get("perm", ()))
+    return [f"Protocol: each (source, destination) pair of perm ({pairs}) is one message along the axis: the "
+            f"device at axis index source sends its whole operand to the device at axis index destination. "
+            f"A device that is no pair's destination gets zeros. Every message goes at once: one step."]
+
+
+def _shift_by_one(axis_name: Any, n: int, algorithm: str) -> Any:
+    """nccl-tests' SendRecv: every device sends to the next along the axis, round the ring."""
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    return lambda x: ppermute(x, axis_name, perm, algorithm=algorithm)
+
+
+ALGORITHMS = direct_only("direct: every (source, destination) pair is one message, all sent at once: one step.")
+
 PPERMUTE = Definition(
-    name="ppermute", function=ppermute, arrays=("x",), params=(AXIS_NAME, PERM, algorithm(DIRECT_ONLY)), vma=Vma.KEEP,
+    name="ppermute", function=ppermute, arrays=("x",), params=(AXIS_NAME, PERM), vma=Vma.KEEP,
     transpose=_transpose,
     jax=JaxBinding("ppermute", ("ppermute",), lambda jax, p: lambda x: jax.lax.ppermute(x, **p)),
     strategy=_strategy,
+    batch=batch_rules.elementwise, algorithms=ALGORITHMS, reduction=None,
+    sizes=Sizes(gathered=False, peers=Peers.ONE), sweep=Sweep("SendRecv", "whole", "1", _shift_by_one),
+    drawing=WHOLE, teach=_teach,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -9,7 +10,10 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._algorithms import SCATTER, check_algorithm, resolve
+from collectives import _batch_rules as batch_rules
+from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, auto_of, halving, lg, on_group, pairs
+from collectives._algorithm import part as share
+from collectives._algorithms import check_algorithm, named, resolve
 from collectives._allreduce import fold_arrivals, laid_out, ring_reduce_scatter
 from collectives._common import (
     axis_index,
@@ -28,17 +32,16 @@ from collectives._definition import (
     JaxBinding,
     Transposition,
     Vma,
-    algorithm,
     flag,
     integer,
 )
+from collectives._facts import MOVES, WHOLE, Reduction, Sweep
 from collectives._halving import chunk_bounds, halving_reduce_scatter
 from collectives._strategy import split_shape
 from collectives._vma import typed
 from layouts import Layout
 
 _OP = "psum_scatter"
-_ALGORITHMS = SCATTER
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any
         raise sim.InvalidArgumentError(f"device {device}: {_OP}: x must have rank >= 1, got a scalar")
     dim = canonical_axis(_OP, device, "scatter_dimension", scatter_dimension, x.ndim, negative=False)
     _check_fits(device, x.shape[dim], dim, group.size, bool(tiled))
-    check_algorithm(_OP, device, algorithm, group.size, _ALGORITHMS)
+    check_algorithm(_OP, device, algorithm, group.size, ALGORITHMS)
     rank = x.ndim if tiled else x.ndim - 1
     layout = out_layout_of(_OP, device, out_layout, rank) or Layout.row_major(rank)
     args = _Args(context.memory.resident(x), dim, bool(tiled), algorithm, layout)
@@ -134,11 +137,11 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     parts = _chunks(port.memory.view(args.buffer), args, port.group.size)
     shape = _out_shape(parts[0].shape, args)
     n = port.group.size
-    algorithm = resolve(port, _OP, args.algorithm, _ALGORITHMS, sum(p.nbytes for p in parts), (n,))
-    if algorithm == "ring":
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, sum(p.nbytes for p in parts), (n,))
+    if algorithm is RING:
         mine = yield from ring_reduce_scatter(port, parts, "sum")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
-    if algorithm == "recursive_halving":
+    if algorithm is RECURSIVE_HALVING:
         return (yield from _halving(port, parts, shape, args.out_layout))
     for j, dst in enumerate(port.group.members):
         payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)
@@ -169,11 +172,58 @@ def _transpose(t: Transposition) -> list:
                              axis_index_groups=p["axis_index_groups"], tiled=p["tiled"])]
 
 
+# ---------------------------------------------------------------------------------------------- the records
+
+
+def _scatter_form(steps: Any):
+    """(steps(p)) alpha + ((p-1)/p) n beta: ring with p - 1 steps, recursive halving with lg(p)."""
+    return lambda p, n, a, b: steps(p) * a + (p - 1) / p * n * b
+
+
+DIRECT = Algorithm(
+    "direct", "direct: every member sends chunk j of its operand to member j (itself included) in one step; member "
+              "j folds the arrivals in group order, so its chunk of the sum is XLA:CPU's bit for bit.",
+    pairs(share), lambda shape: math.prod(shape) - 1, 1, reorders=False)
+RING = Algorithm(
+    "ring", "ring: in each of n - 1 steps every member passes one partial chunk to the next member, which adds its "
+            "own term, so member c ends with chunk c complete: the reduce-scatter half of the ring all-reduce, "
+            "each message 1/n of the operand.",
+    on_group(lambda p, b: [(Pattern("shift", 1), b / p, p - 1)]), lambda shape: math.prod(shape) - 1, 2,
+    reorders=True, bound=SUM_BOUND, closed_form=_scatter_form(lambda p: p - 1))
+RECURSIVE_HALVING = Algorithm(
+    "recursive_halving", "recursive halving: at distance n/2, n/4, ..., 1 each member keeps the half of its chunks "
+                         "that holds its own and sends the other half to index XOR distance, which adds it: "
+                         "log2(n) steps of halving messages.",
+    on_group(halving), lambda shape: lg(math.prod(shape)), 1, reorders=True, bound=SUM_BOUND, power_of_two=True,
+    closed_form=_scatter_form(lg))
+ALGORITHMS = (DIRECT, RING, RECURSIVE_HALVING)
+ALGORITHMS += (auto_of(ALGORITHMS),)
+
+
+def _chunk(params: dict[str, Any], x: np.ndarray, j: int, n: int) -> np.ndarray:
+    """The part of a member's operand that member j's result sums: chunk j along `scatter_dimension`."""
+    dim = params.get("scatter_dimension", 0)
+    if not params.get("tiled", False):
+        return np.take(x, j, axis=dim)
+    step = x.shape[dim] // n
+    return np.take(x, np.arange(j * step, (j + 1) * step), axis=dim)
+
+
+def _teach(params: dict[str, Any], n: int) -> list[str]:
+    algorithm = named(ALGORITHMS, params.get("algorithm", "direct"))
+    return [f"Element-wise, it adds the operands of the {n} members of each group, and keeps only chunk j of "
+            f"the sum (along scatter_dimension) on member j.", f"Algorithm {algorithm.text}"]
+
+
 PSUM_SCATTER = Definition(
     name="psum_scatter", function=psum_scatter, arrays=("x",),
-    params=(AXIS_NAME, integer("scatter_dimension", 0), AXIS_INDEX_GROUPS, flag("tiled", False),
-            algorithm(_ALGORITHMS)),
+    params=(AXIS_NAME, integer("scatter_dimension", 0), AXIS_INDEX_GROUPS, flag("tiled", False)),
     vma=Vma.KEEP, sums=True, transpose=_transpose,
     jax=JaxBinding("psum_scatter", ("reduce_scatter",), lambda jax, p: lambda x: jax.lax.psum_scatter(x, **p)),
     strategy=lambda st, axes, **options: split_shape(st, axes, "scatter_dimension", negative=False),
+    batch=batch_rules.gather("scatter_dimension", removes=True), algorithms=ALGORITHMS,
+    reduction=Reduction("sum", "adds", chunk=_chunk), sizes=MOVES,
+    sweep=Sweep("ReduceScatter", "split", "(n-1)/n", lambda axis_name, n, algorithm: lambda x: psum_scatter(
+        x, axis_name, tiled=True, algorithm=algorithm), redop="sum"),
+    drawing=WHOLE, teach=_teach,
 )

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._algorithms import RAGGED, check_algorithm, resolve
+from collectives import _batch_rules as batch_rules
+from collectives._algorithms import check_algorithm, resolve
 from collectives._common import group_of, operand, out_layout_of, pack_slice, received, same_across_group, unpack_into
 from collectives._definition import (
     AXIS_INDEX_GROUPS,
@@ -19,8 +20,9 @@ from collectives._definition import (
     JaxBinding,
     Transposition,
     Vma,
-    algorithm,
 )
+from collectives._facts import MOVES, Drawing, Sweep
+from collectives._ragged_facts import ALGORITHMS, PAIRWISE, sweep_inputs, teach
 from collectives._strategy import Axes, Sample, small_dims
 from collectives._vma import typed
 
@@ -95,7 +97,7 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
         )
     memory = context.memory
     out_layout = out_layout_of(_OP, device, out_layout, out.ndim)
-    check_algorithm(_OP, device, algorithm, group.size, RAGGED)
+    check_algorithm(_OP, device, algorithm, group.size, ALGORITHMS)
     args = _Args(device, memory.resident(data), memory.resident(out), *indices, out_layout=out_layout,
                  algorithm=algorithm)
     params = (("axis_name", axis_name), ("slices", len(indices[0])), ("algorithm", algorithm))
@@ -220,8 +222,8 @@ def _protocol(port: sim.Port, args: _Args):
     source = port.memory.view(args.operand)
     members, n = port.group.members, port.group.size
     per = len(args.send_sizes) // n
-    algorithm = resolve(port, _OP, args.algorithm, RAGGED, source.nbytes, (n,))
-    if algorithm == "pairwise" and not port.last_arrival_wins:
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, source.nbytes, (n,))
+    if algorithm is PAIRWISE and not port.last_arrival_wins:
         view = port.memory.view(port.memory.store(port.memory.view(args.output), args.out_layout or args.output.layout))
         for k in range(n):
             yield from _send_slices(port, args, source, per, (port.group.index + k) % n, step=k)
@@ -379,9 +381,13 @@ def _strategy(st: Any, axes: Axes, *, transposable: bool = False, **options: Any
 
 RAGGED_ALL_TO_ALL = Definition(
     name="ragged_all_to_all", function=ragged_all_to_all, arrays=("operand", "output", *_INDEX_ARGS),
-    index_arrays=_INDEX_ARGS, params=(AXIS_NAME, AXIS_INDEX_GROUPS, algorithm(RAGGED)), vma=Vma.KEEP, keeps="output",
+    index_arrays=_INDEX_ARGS, params=(AXIS_NAME, AXIS_INDEX_GROUPS), vma=Vma.KEEP, keeps="output",
     transpose=_transpose,
     jax=JaxBinding("ragged_all_to_all", ("ragged_all_to_all",),
                    lambda jax, p: lambda *arrays: jax.lax.ragged_all_to_all(*arrays, **p)),
     strategy=_strategy,
+    batch=batch_rules.ragged, algorithms=ALGORITHMS, reduction=None, sizes=MOVES,
+    sweep=Sweep("AlltoAll", "split", "(n-1)/n", lambda axis_name, n, algorithm: lambda *arrays: ragged_all_to_all(
+        *arrays, axis_name=axis_name, algorithm=algorithm), inputs=sweep_inputs),
+    drawing=Drawing(slices=True), teach=teach,
 )

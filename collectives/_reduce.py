@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._algorithms import axes_shape, check_algorithm
+from collectives import _batch_rules as batch_rules
+from collectives._algorithms import axes_shape, check_algorithm, named
 from collectives._allreduce import ALGORITHMS, AllReduceArgs, all_reduce_protocol
 from collectives._arithmetic import convert, mean_dtype, scale_to_mean, widen
 from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group, same_operands
@@ -25,13 +26,11 @@ from collectives._definition import (
     NotLinear,
     Transposition,
     Vma,
-    algorithm,
 )
+from collectives._facts import MAX, MEAN, MIN, MOVES, SUM, WHOLE, Reduction, Sweep
 from collectives._strategy import any_shape
 from collectives._vma import typed
 from layouts import Layout
-
-_REDUCTION = {"psum": "sum", "pmean": "sum", "psum2": "sum", "pmax": "max", "pmin": "min"}
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: str = "direct",
@@ -139,62 +138,64 @@ def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any 
     Raises:
         InvalidArgumentError, InvalidTypeError: as `psum`.
     """
-    return _typed_reduce(PSUM2, "psum2", x, axis_name, None, algorithm, out_layout)
+    return _typed_reduce(PSUM2, PSUM2, x, axis_name, None, algorithm, out_layout)
 
 
 def _psum(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
     # Without groups, psum is the design note's psum2 (after pbroadcast of an invariant operand), as in JAX.
     recorded = PSUM2 if axis_index_groups is None and sim.current().check_vma else PSUM
-    return _typed_reduce(recorded, "psum", x, axis_name, axis_index_groups, algorithm, out_layout)
+    return _typed_reduce(recorded, PSUM, x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
 def _pmean(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
-    return _typed_reduce(PMEAN, "pmean", x, axis_name, axis_index_groups, algorithm, out_layout)
+    return _typed_reduce(PMEAN, PMEAN, x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
 def _pmax(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
-    return _typed_reduce(PMAX, "pmax", x, axis_name, axis_index_groups, algorithm, out_layout)
+    return _typed_reduce(PMAX, PMAX, x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
 def _pmin(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
-    return _typed_reduce(PMIN, "pmin", x, axis_name, axis_index_groups, algorithm, out_layout)
+    return _typed_reduce(PMIN, PMIN, x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def _typed_reduce(recorded: Definition, op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,
-                  out_layout: Any) -> Any:
-    """Each leaf reduced by `op` and typed as `recorded`: invariant along the axes unless groups split them."""
+def _typed_reduce(recorded: Definition, called: Definition, x: Any, axis_name: Any, axis_index_groups: Any,
+                  algorithm: str, out_layout: Any) -> Any:
+    """Each leaf reduced as `called` and typed as `recorded`: invariant along the axes unless groups split them."""
     params = {"axis_name": axis_name} if recorded is PSUM2 else {"axis_name": axis_name,
                                                                 "axis_index_groups": axis_index_groups}
     return map_tree(lambda leaf: typed(
         recorded, axis_name, [leaf],
-        lambda: all_reduce_leaf(op, leaf, axis_name, axis_index_groups, algorithm, out_layout),
-        params, grouped=axis_index_groups is not None, called=op), x)
+        lambda: all_reduce_leaf(called, leaf, axis_name, axis_index_groups, algorithm, out_layout),
+        params, grouped=axis_index_groups is not None, called=called.name), x)
 
 
-def all_reduce_leaf(op: str, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,
+def all_reduce_leaf(called: Definition, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,
                     out_layout: Any = None) -> Any:
-    """One array (or Python scalar) through the all-reduce `op` ('psum', 'pmean', 'psum2', 'pmax', 'pmin').
+    """One array (or Python scalar) through the all-reduce `called` (psum, pmean, psum2, pmax, pmin), by its
+    `Reduction`.
 
     The result is written in `out_layout` (None: row-major). On a mesh of one device XLA compiles the
     all-reduce away, so the value comes back unchanged (only pmean's dtype rule applies): -0.0,
     subnormals and NaN payloads survive there and nowhere else (bfloat16 NaNs become canonical: the
     conversions to float32 and back around the removed all-reduce stay).
     """
+    op, reduction = called.name, called.reduction
     context, group = group_of(op, axis_name, axis_index_groups)
     layout = out_layout_of(op, context.device, out_layout, np.ndim(x)) or Layout.row_major(np.ndim(x))
     if is_python_scalar(x):
-        return _constant(op, context, group, x, axis_name)
-    x = _reducible(op, context.device, x)
+        return _constant(called, context, group, x, axis_name)
+    x = _reducible(called, context.device, x)
     check_algorithm(op, context.device, algorithm, group.size, ALGORITHMS)
     memory = context.memory
     if context.mesh.size == 1:  # bfloat16 still passes through float32 and back: NaNs come back canonical
         x = convert(widen(x), x.dtype)
-        return memory.view(memory.store(x.astype(mean_dtype(x.dtype)) if op == "pmean" else x, layout))
-    args = AllReduceArgs(memory.resident(x), _REDUCTION[op], algorithm, layout,
+        return memory.view(memory.store(x.astype(mean_dtype(x.dtype)) if reduction.mean else x, layout))
+    args = AllReduceArgs(memory.resident(x), reduction.element, algorithm, layout,
                          axes_shape(context.mesh, axis_name, axis_index_groups))
     params = (("axis_name", axis_name), ("algorithm", algorithm))
     total = context.collective(sim.Collective(op, group, params, args, all_reduce_protocol, same_operands(op, group)))
-    return memory.view(memory.store(scale_to_mean(total, group.size), layout)) if op == "pmean" else total
+    return memory.view(memory.store(scale_to_mean(total, group.size), layout)) if reduction.mean else total
 
 
 def is_python_scalar(x: Any) -> bool:
@@ -202,25 +203,27 @@ def is_python_scalar(x: Any) -> bool:
     return isinstance(x, (int, float, complex)) and not isinstance(x, (bool, np.generic))
 
 
-def _reducible(op: str, device: int, value: Any) -> np.ndarray:
+def _reducible(called: Definition, device: int, value: Any) -> np.ndarray:
+    op = called.name
     x = operand(op, device, "x", value)
-    if x.dtype.kind == "c" and _REDUCTION[op] != "sum":
+    if x.dtype.kind == "c" and called.reduction.extreme:
         raise sim.InvalidTypeError(
             f"device {device}: {op}: x has dtype {x.dtype}; complex numbers have no max or min "
             f"(XLA:CPU rejects the reduction)")
-    if x.dtype.kind == "b" and _REDUCTION[op] == "sum":
+    if x.dtype.kind == "b" and not called.reduction.extreme:
         return x.astype(np.int32)  # as jax.lax.psum does
     return x
 
 
-def _constant(op: str, context: sim.DeviceContext, group: sim.Group, x: Any, axis_name: Any) -> Any:
+def _constant(called: Definition, context: sim.DeviceContext, group: sim.Group, x: Any, axis_name: Any) -> Any:
     """A Python scalar: after checking every member passed the same one, n * x (psum), x (pmean, pmax, pmin)."""
+    op, reduction = called.name, called.reduction
     params = (("axis_name", axis_name), ("constant", True))
     context.collective(sim.Collective(op, group, params, x, _no_messages, _same_constant(op, group)))
     n = group.size
-    if op in ("psum", "psum2"):
-        return n * x
-    return n * x / n if op == "pmean" else x
+    if reduction.extreme:
+        return x
+    return n * x / n if reduction.mean else n * x
 
 
 def _no_messages(port: sim.Port, args: Any) -> Generator:
@@ -273,35 +276,51 @@ def _bind_psum_invariant(jax: Any, p: dict[str, Any]) -> Any:
                                                       is_async=False)
 
 
-_GROUPED = (AXIS_NAME, AXIS_INDEX_GROUPS, algorithm(ALGORITHMS))
+def _teach(reduction: Reduction):
+    """What `meshsim explain` says about an all-reduce: what it does to each element, then its algorithm."""
+    def teach(params: dict[str, Any], n: int) -> list[str]:
+        algorithm = named(ALGORITHMS, params.get("algorithm", "direct"))
+        return [f"Element-wise, it {reduction.verb} the operands of the {n} members of each group.",
+                f"Algorithm {algorithm.text}"]
+    return teach
+
+
+def _sweep(function: Any, redop: str) -> Sweep:
+    """nccl-tests' AllReduce: S is each device's buffer, busbw 2(n-1)/n of algbw."""
+    return Sweep("AllReduce", "whole", "2(n-1)/n", lambda axis_name, n, algorithm: lambda x: function(
+        x, axis_name, algorithm=algorithm), redop)
+
+
+_GROUPED = (AXIS_NAME, AXIS_INDEX_GROUPS)
+_FACTS = dict(batch=batch_rules.elementwise, algorithms=ALGORITHMS, sizes=MOVES, drawing=WHOLE)
 
 PSUM = Definition(
     name="psum", function=psum, arrays=("x",), params=_GROUPED, vma=Vma.REDUCE, sums=True,
     transpose=_psum_transpose,
     jax=JaxBinding("psum", ("psum",), lambda jax, p: lambda x: jax.lax.psum(x, **p), grouped_unchecked=True),
-    strategy=any_shape,
+    strategy=any_shape, reduction=SUM, sweep=_sweep(psum, "sum"), teach=_teach(SUM), **_FACTS,
 )
 PMEAN = Definition(
     name="pmean", function=pmean, arrays=("x",), params=_GROUPED, vma=Vma.REDUCE, sums=True,
     transpose=_pmean_transpose,
     jax=JaxBinding("pmean", (), lambda jax, p: lambda x: jax.lax.pmean(x, **p), grouped_unchecked=True),
-    strategy=any_shape,
+    strategy=any_shape, reduction=MEAN, sweep=_sweep(pmean, "avg"), teach=_teach(MEAN), **_FACTS,
 )
 PMAX = Definition(
     name="pmax", function=pmax, arrays=("x",), params=_GROUPED, vma=Vma.REDUCE,
     transpose=NotLinear("the maximum of the operands is not linear in them"),
     jax=JaxBinding("pmax", ("pmax",), lambda jax, p: lambda x: jax.lax.pmax(x, **p)),
-    strategy=any_shape,
+    strategy=any_shape, reduction=MAX, sweep=_sweep(pmax, "max"), teach=_teach(MAX), **_FACTS,
 )
 PMIN = Definition(
     name="pmin", function=pmin, arrays=("x",), params=_GROUPED, vma=Vma.REDUCE,
     transpose=NotLinear("the minimum of the operands is not linear in them"),
     jax=JaxBinding("pmin", ("pmin",), lambda jax, p: lambda x: jax.lax.pmin(x, **p)),
-    strategy=any_shape,
+    strategy=any_shape, reduction=MIN, sweep=_sweep(pmin, "min"), teach=_teach(MIN), **_FACTS,
 )
 PSUM2 = Definition(
-    name="psum2", function=psum2, arrays=("x",), params=(AXIS_NAME, algorithm(ALGORITHMS)), vma=Vma.REDUCE,
+    name="psum2", function=psum2, arrays=("x",), params=(AXIS_NAME,), vma=Vma.REDUCE,
     sums=True, transpose=_psum2_transpose,
     jax=JaxBinding("psum_invariant", ("psum_invariant",), _bind_psum_invariant),
-    strategy=any_shape,
+    strategy=any_shape, reduction=SUM, sweep=None, teach=_teach(SUM), **_FACTS,
 )

@@ -10,9 +10,11 @@ the executable spec and real JAX alike; every sample is a call the docs define a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from collectives._algorithms import algorithm_fits
+if TYPE_CHECKING:
+    from collectives._algorithm import Algorithm
+
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def split_shape(st: Any, axes: Axes, key: str, negative: bool) -> Any:
     return sample()
 
 
-def algorithms(st: Any, axes: Axes, choices: tuple[str, ...]) -> Any:
-    """One of a collective's `choices` of `algorithm` that runs on the drawn group (powers of two where an
-    algorithm needs them), 'auto' included: the generated tests run every algorithm on the same calls."""
-    return st.sampled_from([a for a in choices if algorithm_fits(a, axes.group_size)])
+def algorithms(st: Any, axes: Axes, records: tuple[Algorithm, ...]) -> Any:
+    """The name of one of a collective's algorithm `records` that runs on the drawn group (powers of two where
+    an algorithm needs them), 'auto' included: the generated tests run every algorithm on the same calls."""
+    return st.sampled_from([a.name for a in records if a.fits(axes.group_size)])

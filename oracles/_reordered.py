@@ -11,7 +11,8 @@ that of the exact sum are within twice it of each other. eps is the result dtype
 2^-10 for float16, whose reordering algorithms round every partial sum back to that dtype (the group-order
 fold rounds a bfloat16 sum once, which is within the same bound). pmean scales the sum by 1/n and rounds
 once more. pmax and pmin pick the same value in any order, except the sign of a zero (a tie of -0.0 and +0.0
-keeps whichever came first). psum_scatter's terms for member j are the members' chunks j. The bound holds
+keeps whichever came first). psum_scatter's terms for member j are the members' chunks j (each collective's
+`Reduction` says what it reduces, and each `Algorithm` record whether it reorders). The bound holds
 while no partial sum overflows: where finite terms' magnitudes add up past the dtype's largest finite value,
 one order may overflow (to inf, or inf - inf = nan) where another does not, and any answer agrees.
 """
@@ -23,34 +24,36 @@ from typing import Any
 
 import numpy as np
 
+import collectives
 import layouts
 from oracles import spec
 from oracles._compare import Difference
 
-_SUMS = {"psum", "psum2", "pmean", "psum_scatter"}
-_EXTREMES = {"pmax", "pmin"}
-
 
 def reorders(op: str, params: Mapping[str, Any], dtype: np.dtype) -> bool:
-    """Whether `op` with `params` may round floats differently from the group-order fold."""
-    return (op in _SUMS | _EXTREMES and params.get("algorithm", "direct") != "direct"
-            and (np.dtype(dtype).kind == "c" or layouts.is_float(dtype)))
+    """Whether `op` with `params` may round floats differently from the group-order fold: a reduction
+    (`Definition.reduction`) by an algorithm whose record says it `reorders`."""
+    definition = collectives.definition(op)
+    if definition.reduction is None:
+        return False
+    algorithm = definition.algorithm(params.get("algorithm", definition.param("algorithm").default))
+    return algorithm.reorders and (np.dtype(dtype).kind == "c" or layouts.is_float(dtype))
 
 
 def compare_reordered(op: str, params: Mapping[str, Any], mesh_shape: dict, inputs: Sequence[np.ndarray],
                       expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> list[Difference]:
     """The devices whose `actual` result is not within the bound of `expected` (see the module docstring);
     same shape and dtype are still required."""
-    found = []
+    found, reduction = [], collectives.definition(op).reduction
     for d, group in _groups_by_device(mesh_shape, params, len(inputs)).items():
         want, got = np.asarray(expected[d]), np.asarray(actual[d])
         if (want.dtype, want.shape) != (got.dtype, got.shape):
             found.append(Difference("aval", d, "", want, got))
             continue
-        parts = [_chunk(op, params, np.asarray(inputs[m]), group.index(d), len(group)) for m in group]
+        parts = [reduction.chunk(params, np.asarray(inputs[m]), group.index(d), len(group)) for m in group]
         with np.errstate(invalid="ignore", over="ignore"):  # NaN, inf - inf and overflow are judged, not warned of
             terms = np.stack(parts).astype(np.complex128 if want.dtype.kind == "c" else np.float64)
-            bad = ~_within(op, want, got, terms)
+            bad = ~_within(reduction, want, got, terms)
         if bad.any():
             flat = np.flatnonzero(bad.reshape(-1))
             indices = tuple(tuple(int(i) for i in np.unravel_index(f, want.shape)) for f in flat[:6])
@@ -58,28 +61,17 @@ def compare_reordered(op: str, params: Mapping[str, Any], mesh_shape: dict, inpu
     return found
 
 
-def _chunk(op: str, params: Mapping[str, Any], x: np.ndarray, j: int, n: int) -> np.ndarray:
-    """The part of a member's operand that member j's result sums: all of it, or psum_scatter's chunk j."""
-    if op != "psum_scatter":
-        return x
-    dim = params.get("scatter_dimension", 0)
-    if not params.get("tiled", False):
-        return np.take(x, j, axis=dim)
-    step = x.shape[dim] // n
-    return np.take(x, np.arange(j * step, (j + 1) * step), axis=dim)
-
-
-def _within(op: str, want: np.ndarray, got: np.ndarray, terms: np.ndarray) -> np.ndarray:
+def _within(reduction: collectives.Reduction, want: np.ndarray, got: np.ndarray, terms: np.ndarray) -> np.ndarray:
     """Elementwise: does `got` agree with `want` as the module docstring says?"""
     w, g = want.astype(terms.dtype), got.astype(terms.dtype)
     same_class = (np.isnan(w) == np.isnan(g)) & (np.isinf(w) == np.isinf(g))
-    if op in _EXTREMES:
+    if reduction.extreme:
         return same_class & ((w == g) | (np.isnan(w) & np.isnan(g)))
     info, n = layouts.finfo(want.dtype), len(terms)
     bound = (n - 1) * float(info.eps) * np.abs(terms).sum(axis=0)
     if layouts.is_float(want.dtype) and want.dtype != np.float16:
         bound = bound + 2 * n * float(info.smallest_normal)
-    if op == "pmean":
+    if reduction.mean:
         bound = bound / n + 2 * float(info.eps) * np.abs(w)
     finite = np.isfinite(w) & np.isfinite(g)
     close = np.abs(w - g) <= 2 * bound

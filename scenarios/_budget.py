@@ -8,10 +8,11 @@ estimate, what it is made of, and the knob. The estimate counts, in bytes:
 - inputs: each device's arrays as the file describes them (`[inputs] seed`/`shape`, `{fill, shape}` tables,
   `[[args]]` shapes), the loader's float64 or int64 intermediates, and the global arrays a run stacks them
   into; literal values are as large as the file and are not counted;
-- outputs: each device's result, at most its inputs, or the group size times them for the gathers;
-- trace: `sim.MESSAGE_BYTES` per message, the messages counted from the collective's pattern (every device
-  to every member of its group, twice for a ring). A program's messages are known only when it runs, and
-  are not counted.
+- outputs: each device's result, at most its inputs, or the group size times them for the gathers
+  (`Definition.sizes`);
+- trace: `sim.MESSAGE_BYTES` per message, the messages counted from the collective's pattern (`Sizes.messages`:
+  every device to every member of its group, as many times as the algorithm's `messages_per_peer`). A
+  program's messages are known only when it runs, and are not counted.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-import collectives
 import sim
 from collectives import Definition
 from scenarios._errors import Source
@@ -29,8 +29,6 @@ from scenarios._errors import Source
 _KNOB = "; raise the limit with `meshsim run --max-memory SIZE` (e.g. --max-memory {}) or " \
         "scenarios.load(path, max_memory_bytes=N)"
 _LOADER_BYTES = 8  # numpy draws floats as float64 and fills with int64 before casting to the file's dtype
-_GATHERS = ("all_gather", "all_gather_invariant")  # a result the group size times the operand
-_SILENT = (collectives.Vma.INTRODUCE, collectives.Vma.INDEX)  # computed on each device: no messages
 
 
 class Budget:
@@ -64,7 +62,7 @@ class Budget:
         devices, trace = mesh.size * sim.DEVICE_BYTES, _messages(mesh, definition, params, group) * sim.MESSAGE_BYTES
         if max(devices, trace) > inputs:  # the mesh, not the arrays, is what makes the scenario large
             where = ("mesh", "axes")
-        outputs = inputs * (group if definition.name in _GATHERS else 1)
+        outputs = definition.sizes.result_bytes(inputs, group)
         self.check({"devices": devices, "inputs": inputs, "the loader's intermediates": staging,
                     "the run's global inputs": inputs, "outputs": outputs, "trace": trace}, *where)
 
@@ -97,18 +95,10 @@ def _input_bytes(data: dict, mesh: sim.Mesh) -> tuple[tuple, int, int]:
     return where, total * itemsize, total * _LOADER_BYTES
 
 
-# messages per member per group member, at most: a ring all-reduce sends 2(n - 1), its bidirectional form
-# 4(n - 1), and 'auto' may pick either
-_PER_PEER = {"ring": 2, "per_axis": 2, "rabenseifner": 2, "bidirectional_ring": 4, "auto": 4}
-
-
 def _messages(mesh: sim.Mesh, definition: Definition, params: dict[str, Any], group: int) -> int:
-    """At most how many messages the call sends: none, one per device (ppermute), or a pattern over groups."""
-    if definition.vma in _SILENT:
-        return 0
-    if definition.name == "ppermute":
-        return mesh.size
-    return mesh.size * group * _PER_PEER.get(params.get("algorithm"), 1)
+    """At most how many messages the call sends (`Sizes.messages`, by the algorithm it asks for)."""
+    algorithm = definition.algorithm(params.get("algorithm", definition.param("algorithm").default))
+    return definition.sizes.messages(mesh.size, group, algorithm.messages_per_peer)
 
 
 

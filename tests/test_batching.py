@@ -8,7 +8,6 @@ import pytest
 
 import collectives as C
 import sim
-from collectives._batching import RULES
 from sim import P
 
 MESH = {"i": 4}
@@ -125,8 +124,8 @@ def test_batched_ragged_all_to_all_refuses_axis_index_groups():
 
 
 def test_every_registered_collective_has_a_batching_rule():
-    """The rules table covers the registry: a new collective needs its rule."""
-    assert set(RULES) == set(C.REGISTRY.values())
+    """Every definition carries its batching rule (`Definition.batch`): a new collective needs its rule."""
+    assert all(callable(d.batch) for d in C.REGISTRY.values())
 
 
 def test_out_axes_moves_the_batch_axis():

@@ -143,10 +143,10 @@ def test_every_algorithm_is_within_the_reordered_bound(dtype, n):
     rng = np.random.default_rng(n)
     xs = [(rng.standard_normal(64) * np.exp2(rng.integers(-8, 8, 64))).astype(dtype) for _ in range(n)]
     for op in ("psum", "pmean"):
-        choices = next(p.choices for p in collectives.definition(op).params if p.name == "algorithm")
-        for algorithm in choices:
-            if not collectives.algorithm_fits(algorithm, n):
+        for record in collectives.definition(op).algorithms:
+            if not record.fits(n):
                 continue
+            algorithm = record.name
             fn = getattr(collectives, op)
             got = per_device({"x": n}, lambda x, f=fn, a=algorithm: f(x, "x", algorithm=a), xs)
             want = getattr(spec, op)(xs, {"x": n}, "x")

@@ -128,13 +128,13 @@ def test_a_reduction_off_by_more_than_its_bound_is_reported(capsys, monkeypatch,
     """A ring psum whose result is off by one part in a thousand breaks the bound: exit 1 on every device."""
     import collectives._allreduce
 
-    ring = collectives._allreduce._PROTOCOLS["ring"]
+    ring = collectives._allreduce._PROTOCOLS[collectives._allreduce.RING]
 
     def off(port, args):
         result = yield from ring(port, args)
         return result * np.float32(1.001)
 
-    monkeypatch.setitem(collectives._allreduce._PROTOCOLS, "ring", off)
+    monkeypatch.setitem(collectives._allreduce._PROTOCOLS, collectives._allreduce.RING, off)
     code, out, _ = check(capsys, _scenario(tmp_path, _RING.format(op="psum", algorithm="ring")))
     assert code == 1 and out.rstrip().endswith("16 disagreements"), out
 

@@ -80,6 +80,35 @@ def test_the_docs_ragged_example_walks_through_rows_and_numbers(capsys):
     assert [int(n) for n, _ in titles] == list(range(1, len(titles) + 1)) and titles[-1][0] == titles[-1][1]
 
 
+def test_the_ragged_protocol_is_told_as_ragged_slices_not_an_all_reduce(capsys):
+    """Under "The protocol", ragged_all_to_all's own text: its slices, where they come from and land, and its
+    'direct' algorithm as one message per slice (not the all-reduce's whole operand folded in group order)."""
+    code, out, _ = explain(capsys, DOCS)
+    told = words(out.split("The protocol")[1].split("step 4 of")[0])
+    assert code == 0 and "folds the arrivals in group order" not in told and "whole operand" not in told
+    assert "input_offsets[j] : input_offsets[j] + send_sizes[j]" in told and "output_offsets[j]" in told
+    assert "Algorithm direct: every member sends each of its non-empty slices" in told
+
+
+@pytest.mark.parametrize("op", sorted(collectives.REGISTRY))
+def test_every_algorithm_is_told_in_its_own_collectives_words(op):
+    """`Definition.explain` for each algorithm a collective offers: non-empty paragraphs, and an algorithm
+    other than 'direct' and 'auto' named in them; a fold of the arrivals in group order only for a reduction."""
+    definition = collectives.definition(op)
+    for algorithm in definition.algorithms:
+        told = " ".join(definition.explain({"algorithm": algorithm.name}, 4))
+        assert told, (op, algorithm.name)
+        assert algorithm.name in ("direct", "auto") or algorithm.text in told, (op, algorithm.name)
+        folds = "folds the arrivals in group order" in told
+        assert folds <= (definition.reduction is not None and algorithm.name == "direct"), (op, algorithm.name)
+
+
+def test_every_collective_has_a_library_scenario():
+    """Every registered collective has a scenario in `scenarios/library/` for learners to run, explain and
+    draw (CONTRIBUTING.md, "Adding a collective")."""
+    assert set(collectives.REGISTRY) <= set(LIBRARY), sorted(set(collectives.REGISTRY) - set(LIBRARY))
+
+
 @pytest.mark.parametrize("op", WITH_FILES)
 def test_each_collectives_library_scenario_is_explained(op, capsys):
     """Every library scenario of a registered collective explains with exit 0: the call, its definition's

@@ -4,11 +4,15 @@ Nothing here lists the collectives by hand. For each registered one: its definit
 public function's signature; it has a scenario schema, an executable spec, a JAX binding the worker
 runs, a transpose rule that satisfies the adjoint identity (or a `NotLinear` marker that
 `linear_transpose` reports), a device-variance rule its results follow, and a strategy the generated
-tests draw from; and a scenario file written from a drawn case loads, runs and equals the spec.
+tests draw from; and a scenario file written from a drawn case loads, runs and equals the spec. Every other
+fact of the record is checked too, so a forgotten one fails a test that names it: the batching rule
+against a loop, each `Algorithm` record (its schedule, closed form, message count, reordering bound, text),
+the reduction, sizes, sweep and drawing facts, and a definition missing a fact is refused by name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import subprocess
@@ -20,7 +24,7 @@ import numpy as np
 import pytest
 import strategies
 import test_reductions
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import Case, Fill, check_agreement, differences, run_spec
 
@@ -262,6 +266,138 @@ def test_readme_lists_every_collective_with_its_arrays_and_keys():
         keys = ", ".join(f"`{k}`" for k in d.required) + ("; " + ", ".join(f"`{k}`" for k in d.optional)
                                                             if d.optional else "")
         assert rows.get(op) == (arrays, keys), f"README row for {op}: want | `{op}` | {arrays} | {keys} |"
+
+
+# ---------------------------------------------------------------------------------------------- the facts
+
+_FACTS = ("batch", "algorithms", "reduction", "sizes", "sweep", "drawing")
+ALGORITHMS = [(op, a.name) for op in OPS for a in _definition(op).algorithms]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_every_definition_states_every_fact(op):
+    """Every fact a definition carries has its type and agrees with the rest of the record: the batching rule,
+    the algorithms ('direct' first, one 'auto', their names the `algorithm` parameter's choices), what it
+    reduces (a collective that adds its operands reduces by a sum), how its bytes scale, its sweep facts,
+    its drawing (an axis parameter it has) and its explain text (paragraphs for every algorithm)."""
+    d = _definition(op)
+    assert callable(d.batch)
+    names = tuple(a.name for a in d.algorithms)
+    assert all(isinstance(a, collectives.Algorithm) for a in d.algorithms) and names[0] == "direct"
+    assert [a.name for a in d.algorithms if a.auto] == ["auto"] and d.param("algorithm").choices == names
+    assert d.reduction is None or isinstance(d.reduction, collectives.Reduction)
+    assert not d.sums or (d.reduction is not None and not d.reduction.extreme), "a sum must say what it reduces"
+    assert isinstance(d.sizes, collectives.Sizes) and isinstance(d.drawing, collectives.Drawing)
+    assert (d.sizes.peers is collectives.Peers.NONE) == (d.vma in (Vma.INTRODUCE, Vma.INDEX))
+    assert d.drawing.axis is None or d.takes(d.drawing.axis)
+    if d.sweep is not None:
+        assert isinstance(d.sweep, collectives.Sweep) and d.sweep.busbw_factor(4) > 0
+        assert d.sweep.blocks != "gathered" or d.sizes.gathered
+    for a in d.algorithms:
+        told = d.explain({"algorithm": a.name}, 4)
+        assert told and all(isinstance(t, str) and t for t in told), (op, a.name)
+
+
+@pytest.mark.parametrize("op, name", ALGORITHMS, ids=[f"{op}-{name}" for op, name in ALGORITHMS])
+def test_every_algorithm_states_its_facts(op, name):
+    """Each algorithm record: a paragraph naming it, the group sizes it fits, a schedule (except 'auto', which
+    runs another's), a message bound, a stated bound exactly when it reorders a float reduction, an inner
+    algorithm when it works one mesh axis at a time."""
+    a = _definition(op).algorithm(name)
+    assert a.text.lower().replace(" ", "_").startswith(name.lower()), a.text
+    assert a.fits(4) and a.fits(8) and a.fits(6) != a.power_of_two
+    assert (a.schedule is None) == a.auto and a.messages_per_peer >= 1
+    assert bool(a.bound) == a.reorders and (a.closed_form is None or callable(a.closed_form))
+    assert not a.grid or a.inner in _definition(op).algorithms
+    if a.schedule is not None:
+        steps = a.steps((2, 2) if a.grid else (4,), 4096)
+        assert steps and all(isinstance(p, collectives.Pattern) and size > 0 and repeat >= 1
+                             for p, size, repeat in steps)
+
+
+_FORMS = [(op, name) for op, name in ALGORITHMS if _definition(op).algorithm(name).closed_form is not None]
+
+
+@pytest.mark.parametrize("op, name", _FORMS, ids=[f"{op}-{name}" for op, name in _FORMS])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_every_closed_form_is_the_cost_model_on_dedicated_links(op, name, p):
+    """On the fully connected network the cost model's estimate of the algorithm's schedule is its record's
+    alpha-beta closed form (MPICH's n: the gathered array for a gather, the operand otherwise)."""
+    d, b = _definition(op), 4096 * p
+    mesh = sim.Mesh({"x": p}, network=sim.Network.fully_connected(latency_s=2e-6, bandwidth_bytes_per_s=1e10))
+    record = d.algorithm(name)
+    got = collectives.cost_s(record, mesh, tuple(range(p)), (p,), b)
+    assert got == pytest.approx(record.closed_form(p, d.sizes.result_bytes(b, p), 2e-6, 1e-10))
+
+
+_COUNTED = [(op, name) for op, name in ALGORITHMS
+            if _definition(op).sweep is not None and _definition(op).algorithm(name).messages is not None]
+
+
+@pytest.mark.parametrize("op, name", _COUNTED, ids=[f"{op}-{name}" for op, name in _COUNTED])
+def test_every_algorithm_sends_the_messages_its_record_says(op, name):
+    """Run as a sweep point (the definition's own `Sweep` call) on 4 devices, or a 2 x 2 grid for an algorithm
+    that works one axis at a time, each member sends `messages(shape)` messages to other members."""
+    from scenarios.sweep import Point, measure
+
+    record = _definition(op).algorithm(name)
+    mesh = {"x": 2, "y": 2} if record.grid else {"x": 4}
+    shape = tuple(mesh.values())
+    point = Point(op, mesh, None, 4096, {"topology": "fully_connected"}, name, "float32", 0)
+    row = measure(point)
+    assert row["error"] is None, row["error"]
+    assert row["messages"] == 4 * record.over(shape).messages(shape)
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if _definition(op).arrays])
+@settings(max_examples=_FEW)
+@given(data=st.data())
+def test_every_batching_rule_equals_a_loop_over_the_batch(op, data):
+    """`Definition.batch` under `collectives.vmap` on a drawn call, batched with a second entry (every data
+    array flipped), gives on every device the two entries' results of one call each, stacked."""
+    case = data.draw(strategies.cases(op), label="case")
+    d = _definition(op)
+    assume(all(isinstance(x, np.ndarray) for per_device in case.args for x in per_device))
+    assume(not (d.index_arrays and case.params.get("axis_index_groups") is not None))  # JAX has no rule there
+    flip = [name in d.data_arrays for name in d.arrays]
+    stacked = [np.stack([np.stack([x, np.flip(x) if f else x]) for x in per_device])
+               for per_device, f in zip(case.args, flip)]
+
+    def body(*blocks):
+        xs = [b[0] for b in blocks]
+        batched = collectives.vmap(d.function)(*xs, **case.params)
+        looped = np.stack([np.asarray(d.function(*(x[k] for x in xs), **case.params)) for k in range(2)])
+        return np.asarray(batched)[None], looped[None]
+
+    spec_ = P(tuple(case.mesh_shape))
+    f = sim.shard_map(body, mesh=sim.Mesh(dict(case.mesh_shape)), in_specs=(spec_,) * len(stacked),
+                      out_specs=(spec_, spec_), check_vma=False)
+    batched, looped = f(*stacked)
+    assert (batched.dtype, batched.shape) == (looped.dtype, looped.shape)
+    assert batched.tobytes() == looped.tobytes()  # bit for bit: NaN payloads and signed zeros included
+
+
+@pytest.mark.parametrize("field", _FACTS)
+def test_a_definition_missing_a_fact_is_refused_naming_it(field):
+    """A definition that leaves out a required fact is refused when it is made, with the collective's name and
+    the field's (the checklist of CONTRIBUTING.md, "Adding a collective")."""
+    model = _definition("ppermute")
+    given_ = {f.name: getattr(model, f.name) for f in dataclasses.fields(collectives.Definition)}
+    given_.update(name="pfoo", params=model.params[:-1])
+    del given_[field]
+    with pytest.raises(sim.InvalidArgumentError, match=rf"Definition 'pfoo' must give {field}="):
+        collectives.Definition(**given_)
+
+
+def test_a_definition_with_a_fact_of_the_wrong_kind_is_refused_naming_it():
+    """A fact of the wrong type, or algorithms without 'direct' first and one 'auto', is refused by name."""
+    model = _definition("ppermute")
+    given_ = {f.name: getattr(model, f.name) for f in dataclasses.fields(collectives.Definition)}
+    given_.update(name="pfoo", params=model.params[:-1])
+    with pytest.raises(sim.InvalidArgumentError, match=r"Definition 'pfoo': sizes='many' must be Sizes"):
+        collectives.Definition(**{**given_, "sizes": "many"})
+    with pytest.raises(sim.InvalidArgumentError, match=r"Definition 'pfoo': algorithms=.* 'direct' first"):
+        collectives.Definition(**{**given_, "algorithms": model.algorithms[::-1]})
 
 
 # ---------------------------------------------------------------------------------------------- JAX

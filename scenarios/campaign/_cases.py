@@ -172,7 +172,7 @@ def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[n
     params = {"axis_name": axes.axis_name, **({"axis_index_groups": axes.axis_index_groups} if grouped else {}),
               **sample.params}
     if options.get("algorithms") and definition.takes("algorithm"):
-        params["algorithm"] = draw(algorithms(st, axes, definition.param("algorithm").choices))
+        params["algorithm"] = draw(algorithms(st, axes, definition.algorithms))
     fill = draw(fillers if fillers is not None else fills.map(lambda f: f.array))
     n = int(np.prod(list(axes.mesh_shape.values())))
     per_leaf = []

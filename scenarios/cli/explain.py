@@ -101,13 +101,14 @@ def _collective_steps(scenario: Scenario) -> tuple[list[Step], ScenarioError | N
     group = scenario.mesh.group(0, scenario.params["axis_name"], scenario.params.get("axis_index_groups"))
     walkthrough.append(("The protocol", [Text(p) for p in _protocols.protocol(scenario.definition, scenario.params,
                                                                               group.size)]))
-    if scenario.op == "ragged_all_to_all":
+    slices = scenario.definition.drawing.slices
+    if slices:
         walkthrough += _ragged.steps(scenario, result, violations)
     elif result is None:
         walkthrough.append(("The rules this input breaks", _broken(violations)))
     if result is not None:
         # ragged's own SEND -> RECEIVE step already lists every message
-        walkthrough += [] if scenario.op == "ragged_all_to_all" else _message_steps(result.trace)
+        walkthrough += [] if slices else _message_steps(result.trace)
         walkthrough += [("The result", [_results(result)]), ("The timeline", _timeline(result))]
     return walkthrough, refusal
 

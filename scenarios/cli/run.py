@@ -144,8 +144,9 @@ def _header(console: Console, result: ScenarioResult) -> None:
                   markup=False, soft_wrap=True)
     console.print(Text(f"{scenario.op}({params})", style="bold"))
     if result.algorithm is not None:
-        asked = scenario.params.get("algorithm", "direct")
-        console.print(Text(f"algorithm: {result.algorithm}" + (" (picked by 'auto')" if asked == "auto" else ""),
+        definition = scenario.definition
+        asked = definition.algorithm(scenario.params.get("algorithm", definition.param("algorithm").default))
+        console.print(Text(f"algorithm: {result.algorithm}" + (" (picked by 'auto')" if asked.auto else ""),
                            style="bold"))
     if scenario.description:
         console.print(Text(" ".join(scenario.description.split()), style="italic"))

@@ -5,7 +5,7 @@ messages over the point's network; the simulated time is the run's end (`sim.Run
 figure of the row comes from the messages, none from a formula.
 
 Sizes and bandwidths follow nccl-tests (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md and src/*.cu):
-`size_bytes` is nccl-tests' "size" S and `count` its "count", per collective:
+`size_bytes` is nccl-tests' "size" S and `count` its "count", per collective (each definition's `Sweep`):
 
 | collective | nccl-tests op | S (size_bytes) | count | busbw factor |
 |---|---|---|---|---|
@@ -23,8 +23,6 @@ ragged_all_to_all sends even splits: every device's operand is n blocks of `coun
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +30,7 @@ import numpy as np
 import collectives
 import layouts
 import sim
-from scenarios.sweep._sweep import Point
+from scenarios.sweep._sweep import SWEPT, Point
 from scenarios.sweep._sweep_values import build_network
 
 COLUMNS = ("key", "collective", "mesh", "axis_name", "devices", "network", "algorithm", "algorithm_run", "dtype",
@@ -40,31 +38,9 @@ COLUMNS = ("key", "collective", "mesh", "axis_name", "devices", "network", "algo
            "wall_s", "error")
 
 
-@dataclass(frozen=True)
-class Operation:
-    """How a sweep times one collective: nccl-tests' name, the shape of the buffers, the bus factor."""
-
-    nccl: str
-    blocks: str  # "whole": S is one device's buffer; "gathered": S = n blocks out; "split": S = n blocks in
-    factor: str  # busbw / algbw, as nccl-tests writes it
-    redop: str = "none"
-
-    def busbw_factor(self, n: int) -> float:
-        """busbw / algbw on a group of `n` devices (doc/PERFORMANCE.md, "Summary")."""
-        return {"2(n-1)/n": 2 * (n - 1) / n, "(n-1)/n": (n - 1) / n, "1": 1.0}[self.factor]
-
-
-OPERATIONS = {
-    "psum": Operation("AllReduce", "whole", "2(n-1)/n", "sum"),
-    "pmean": Operation("AllReduce", "whole", "2(n-1)/n", "avg"),
-    "pmax": Operation("AllReduce", "whole", "2(n-1)/n", "max"),
-    "pmin": Operation("AllReduce", "whole", "2(n-1)/n", "min"),
-    "all_gather": Operation("AllGather", "gathered", "(n-1)/n"),
-    "psum_scatter": Operation("ReduceScatter", "split", "(n-1)/n", "sum"),
-    "all_to_all": Operation("AlltoAll", "split", "(n-1)/n"),
-    "ragged_all_to_all": Operation("AlltoAll", "split", "(n-1)/n"),
-    "ppermute": Operation("SendRecv", "whole", "1"),
-}
+# How a sweep times each collective it offers: its definition's `Sweep` record, by name.
+Operation = collectives.Sweep
+OPERATIONS: dict[str, Operation] = {name: collectives.definition(name).sweep for name in SWEPT}
 
 
 def measure(point: Point) -> dict[str, Any]:
@@ -106,7 +82,8 @@ def _timed(point: Point, mesh: sim.Mesh, axis_name: str | tuple[str, ...], n: in
     _check_memory(point, len(mesh.devices), per_device * dtype.itemsize, size_bytes)
     spec = sim.P(tuple(mesh.shape))
     args = _inputs(point, mesh, axis_name, dtype, per_device, count)
-    f = sim.shard_map(_program(point, axis_name, n), mesh=mesh, in_specs=(spec,) * len(args), out_specs=spec,
+    program = operation.call(axis_name, n, point.algorithm)
+    f = sim.shard_map(program, mesh=mesh, in_specs=(spec,) * len(args), out_specs=spec,
                       check_vma=False)
     start = time.perf_counter()
     run = f.run(*args)
@@ -143,36 +120,13 @@ def _check_memory(point: Point, devices: int, in_bytes: int, size_bytes: int) ->
 
 def _inputs(point: Point, mesh: sim.Mesh, axis_name: Any, dtype: np.dtype, per_device: int,
             count: int) -> tuple[np.ndarray, ...]:
-    """Every device's operand, stacked (device d's block is rows d*per_device:+per_device), drawn from the seed;
-    for ragged_all_to_all also the output buffers and the even offsets and sizes."""
+    """Every device's operand, stacked (device d's block is rows d*per_device:+per_device), drawn from the seed,
+    and whatever else the collective's `Sweep.inputs` makes of it (ragged's output buffers, offsets, sizes)."""
     rng = np.random.default_rng(point.seed)
     total = len(mesh.devices) * per_device
     if layouts.is_float(dtype):
         x = rng.standard_normal(total, dtype=np.float64 if dtype.itemsize > 4 else np.float32).astype(dtype)
     else:
         x = rng.integers(max(-9, np.iinfo(dtype).min), 10, total).astype(dtype)
-    if point.collective != "ragged_all_to_all":
-        return (x,)
-    n = per_device // count
     index = np.array([mesh.axis_index(d, axis_name) for d in mesh.devices], dtype=np.int32)
-    starts = np.tile(np.arange(n, dtype=np.int32) * count, len(index))
-    sizes = np.full(len(index) * n, count, dtype=np.int32)
-    return x, np.zeros_like(x), starts, sizes, np.repeat(index * count, n).astype(np.int32), sizes
-
-
-def _program(point: Point, axis_name: Any, n: int) -> Callable[..., Any]:
-    """What every device runs: the point's collective on its block, with the sweep's algorithm."""
-    name, algorithm = point.collective, point.algorithm
-    if name == "all_gather":
-        return lambda x: collectives.all_gather(x, axis_name, tiled=True, algorithm=algorithm)
-    if name == "psum_scatter":
-        return lambda x: collectives.psum_scatter(x, axis_name, tiled=True, algorithm=algorithm)
-    if name == "all_to_all":
-        return lambda x: collectives.all_to_all(x, axis_name, 0, 0, tiled=True, algorithm=algorithm)
-    if name == "ppermute":
-        perm = [(i, (i + 1) % n) for i in range(n)]
-        return lambda x: collectives.ppermute(x, axis_name, perm, algorithm=algorithm)
-    if name == "ragged_all_to_all":
-        return lambda *args: collectives.ragged_all_to_all(*args, axis_name=axis_name, algorithm=algorithm)
-    reduce = getattr(collectives, name)
-    return lambda x: reduce(x, axis_name, algorithm=algorithm)
+    return OPERATIONS[point.collective].inputs(x, index, count, per_device // count)

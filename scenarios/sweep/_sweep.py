@@ -8,7 +8,7 @@ checked here, on its own, with the file, the line and the key in the message; wh
 break (an algorithm another collective lacks, a network that does not fit a mesh, a power-of-two algorithm
 on 6 devices) is the simulator's to reject, point by point, when the point runs (see `scenarios.sweep._measure`).
 
-    collective = ["psum", "all_gather"]       # any of SWEPT
+    collective = ["psum", "all_gather"]       # any of SWEPT (the collectives whose definition has sweep facts)
     mesh = {x = 8}                            # axis name = size; a list of such tables for several meshes
     size = {from = "1KiB", to = "64MiB", factor = 2}   # or one size, or a list: 4096, "1KiB", "1.5 MiB"
     network = ["ring", "switch", {preset = "tpu-v5e"}] # a topology, a preset, or a [network] table
@@ -28,14 +28,15 @@ from typing import Any
 
 import numpy as np
 
+import collectives
 import layouts
 import sim
 from scenarios._errors import ScenarioError, Source, parse_toml
 from scenarios.sweep._sweep_values import NETWORK_RULE, check_network, network_label, parse_size
 
-# The collectives a sweep times, each with the nccl-tests operation its columns follow (see _measure).
-SWEPT = ("all_gather", "all_to_all", "psum", "pmean", "pmax", "pmin", "psum_scatter", "ppermute",
-         "ragged_all_to_all")
+# The collectives a sweep times: those whose definition says how (`Definition.sweep`, the nccl-tests operation
+# its columns follow; see _measure).
+SWEPT = tuple(name for name, definition in collectives.REGISTRY.items() if definition.sweep is not None)
 PARAMETERS = ("collective", "mesh", "axis_name", "size", "network", "algorithm", "dtype", "seed")
 _DEFAULTS: dict[str, Any] = {"axis_name": None, "network": {"topology": "fully_connected"}, "algorithm": "direct",
                              "dtype": "float32", "seed": 0}
@@ -253,8 +254,6 @@ def _network(where: _Where, value: Any) -> dict[str, Any]:
 
 
 def _algorithm(where: _Where, value: Any) -> str:
-    import collectives
-
     known = sorted({a for op in SWEPT for a in collectives.definition(op).param("algorithm").choices})
     if value not in known:
         raise where.error(f"algorithm={value!r} must be one of {', '.join(known)} (each collective takes some of "

@@ -1,13 +1,14 @@
 """What `meshsim explain` says about each collective's protocol, and the messages of a trace grouped by step.
 
-A collective without a text of its own here is explained from its `Definition`: the summary line of its
-docstring, its parameters, and its device-variance rule; its messages from the trace, grouped by the
-`phase` and `step` their detail carries (or by the time they were sent).
+A collective is explained from its `Definition`: the summary line of its docstring, its device-variance rule,
+its own text about the protocol (`Definition.explain`: the collective's `teach`, or the paragraph of the
+algorithm the call asks for), and its parameters; its messages from the trace, grouped by the `phase` and
+`step` their detail carries (or by the time they were sent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,35 +29,6 @@ _VMA = {
                    "(varying)",
     Vma.INDEX: "the result depends only on the device's position along the axis",
 }
-_ELEMENT = {"psum": "adds", "psum2": "adds", "pmean": "adds, then divides by the group size",
-            "pmax": "takes the element-wise maximum of", "pmin": "takes the element-wise minimum of",
-            "psum_scatter": "adds"}
-_ALGORITHMS = {
-    "direct": "direct: every member sends its whole operand to every member (itself included) in one step; "
-              "each member folds the arrivals in group order, so every member computes the same bits.",
-    "ring": "ring: the operand is cut into n chunks. Reduce-scatter: in each of n - 1 steps every member "
-            "passes one partial chunk to the next member, which adds its own term, so member c ends with "
-            "chunk c complete. All-gather: in n - 1 more steps the complete chunks travel around the ring. "
-            "Each message is 1/n of the operand: 2(n - 1) small steps instead of one big one.",
-    "recursive_doubling": "recursive doubling: in step s every member exchanges its partial result with the "
-                          "member whose group index differs in bit s (index XOR 2^s) and combines the two, "
-                          "lower index first; after log2(n) steps every member holds the whole reduction.",
-    "bidirectional_ring": "bidirectional ring: the ring algorithm on each half of the operand at once, the first "
-                          "half passed to the next member, the second half to the previous one, so both "
-                          "directions of every link carry half: 2(n - 1) steps of two messages of 1/(2n).",
-    "rabenseifner": "Rabenseifner: a reduce-scatter by recursive halving (at distance n/2, n/4, ..., 1 each member "
-                    "keeps the half of its chunks that holds its own and sends the other half to index XOR "
-                    "distance), then an all-gather by recursive doubling: 2 log2(n) steps.",
-    "per_axis": "per axis: the ring algorithm along each named mesh axis in turn, the last named first (over one "
-                "axis: the ring algorithm).",
-    "recursive_halving": "recursive halving: at distance n/2, n/4, ..., 1 each member keeps the half of its chunks "
-                         "that holds its own and sends the other half to index XOR distance, which adds it: "
-                         "log2(n) steps of halving messages.",
-    "auto": "auto: the fastest algorithm for the call's bytes, group and network by the cost model "
-            "(collectives._cost); the run records its pick.",
-}
-
-
 def call_text(op: str, params: dict[str, Any]) -> str:
     """The call as it reads in Python, e.g. `psum(x, axis_name='i', algorithm='ring')`."""
     arrays = collectives.definition(op).arrays
@@ -66,78 +38,12 @@ def call_text(op: str, params: dict[str, Any]) -> str:
 def protocol(definition: Definition, params: dict[str, Any], group_size: int) -> list[str]:
     """Paragraphs on what the collective computes and which messages it sends, for one call."""
     summary = " ".join((definition.function.__doc__ or definition.name).split("\n\n")[0].split())
-    told = [f"{definition.name}: {summary}", f"Result: {_VMA[definition.vma]}."]
-    special = _SPECIAL.get(definition.name)
-    if special is not None:
-        told += special(params, group_size)
-    elif "algorithm" in params or any(p.name == "algorithm" for p in definition.params):
-        told.append(f"Algorithm {_ALGORITHMS.get(params.get('algorithm', 'direct'), '')}")
+    told = [f"{definition.name}: {summary}", f"Result: {_VMA[definition.vma]}.",
+            *definition.explain(params, group_size)]
     unset = [f"{p.name}={p.default!r}" for p in definition.params if not p.required and p.name not in params]
     if unset:
         told.append(f"Defaults in effect: {', '.join(unset)}.")
     return told
-
-
-_MOVES = {  # the message patterns of the collectives that move data unchanged, by algorithm
-    "ring": "ring: in each of n - 1 steps every member passes one block to the next member.",
-    "bidirectional_ring": "bidirectional ring: in each of n - 1 steps every member passes the first half of a "
-                          "block to the next member and the second half of another to the previous one.",
-    "recursive_doubling": "recursive doubling: in step s every member swaps all the blocks it holds with the "
-                          "member whose group index differs in bit s; log2(n) steps.",
-    "per_axis": "per axis: the exchange runs along each named mesh axis in turn, the last named first.",
-    "pairwise": "pairwise: in step k member i sends its chunk for member i + k and receives member i - k's.",
-    "bruck": "Bruck: the chunks are rotated, then in step k every slot whose index has bit k set travels, "
-             "packed into one message, to member i + 2^k; a last rotation puts them in place: ceil(log2(n)) "
-             "steps.",
-    "auto": "auto: the fastest algorithm by the cost model (collectives._cost); the run records its pick.",
-}
-
-
-def _moves(params: dict[str, Any]) -> list[str]:
-    """The algorithm's paragraph when it is not 'direct' (whose protocol the collective's text describes)."""
-    algorithm = params.get("algorithm", "direct")
-    return [] if algorithm == "direct" else [f"Algorithm {_MOVES.get(algorithm, algorithm)}"]
-
-
-def _all_gather(params: dict[str, Any], n: int) -> list[str]:
-    axis, tiled = params.get("axis", 0), params.get("tiled", False)
-    where = (f"rows k*m:(k+1)*m of axis {axis} (tiled: the blocks are concatenated)" if tiled
-             else f"index k of a new axis {axis} (untiled: the blocks are stacked)")
-    return [f"Protocol: every device sends its whole operand to each of the {n} members of its group "
-            f"(the copy to itself is local and takes no time). The block of group member k lands at {where}, "
-            f"so every member ends with the same gathered array.", *_moves(params)]
-
-
-def _all_to_all(params: dict[str, Any], n: int) -> list[str]:
-    split, concat = params.get("split_axis"), params.get("concat_axis")
-    how = "concatenated" if params.get("tiled") else "stacked (untiled: axis split_axis of size n disappears)"
-    return [f"Protocol: each device cuts its operand along split_axis={split} into {n} chunks; chunk j goes to "
-            f"group member j. The receiver puts the chunk from member k at block k along concat_axis={concat}, "
-            f"{how}. Device j ends with chunk j of every member: the mapped axis and axis {split} trade places.",
-            *_moves(params)]
-
-
-def _reduction(params: dict[str, Any], n: int, op: str) -> list[str]:
-    algorithm = params.get("algorithm", "direct")
-    told = [f"Element-wise, it {_ELEMENT[op]} the operands of the {n} members of each group.",
-            f"Algorithm {_ALGORITHMS[algorithm]}"]
-    if op == "psum_scatter":
-        told.append("psum_scatter keeps only chunk j of the sum on member j: direct sends chunk j of every "
-                    "operand to member j, which folds them; ring runs only the reduce-scatter half.")
-    return told
-
-
-def _ppermute(params: dict[str, Any], n: int) -> list[str]:
-    pairs = ", ".join(f"{s} -> {d}" for s, d in params.get("perm", ()))
-    return [f"Protocol: each (source, destination) pair of perm ({pairs}) is one message along the axis: the "
-            f"device at axis index source sends its whole operand to the device at axis index destination. "
-            f"A device that is no pair's destination gets zeros. Every message goes at once: one step."]
-
-
-_SPECIAL: dict[str, Callable[[dict[str, Any], int], list[str]]] = {
-    "all_gather": _all_gather, "all_to_all": _all_to_all, "ppermute": _ppermute,
-    **{op: (lambda params, n, op=op: _reduction(params, n, op)) for op in _ELEMENT},
-}
 
 
 def step_groups(trace: Sequence[sim.MessageRecord]) -> list[tuple[str, list[tuple[int, sim.MessageRecord]]]]:

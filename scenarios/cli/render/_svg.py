@@ -279,7 +279,7 @@ def _legend(result: ScenarioResult, top: float, kept: bool) -> tuple[list[str], 
 
 def _source_spans(result: ScenarioResult) -> dict[int, tuple[int, int]]:
     """For each message that says where it lands, the rows of the sender's operand it carries."""
-    op, spans = result.scenario.op, {}
+    drawing, spans = result.scenario.definition.drawing, {}
     counts: dict[tuple[int, int], int] = {}
     for message in result.trace:
         if "rows" in message.detail:
@@ -291,7 +291,7 @@ def _source_spans(result: ScenarioResult) -> dict[int, tuple[int, int]]:
         rows = array.shape[axis] if array.ndim else 1
         if "src_rows" in message.detail:
             spans[k] = tuple(message.detail["src_rows"])
-        elif op == "all_to_all":  # slice i is the i-th of equal chunks along split_axis
+        elif drawing.chunked:  # slice i is the i-th of equal chunks along the strip's axis (all_to_all's split_axis)
             chunk = rows // counts[message.src, message.call]
             spans[k] = (message.detail["slice"] * chunk, (message.detail["slice"] + 1) * chunk)
         else:  # a gather sends the whole operand
@@ -300,10 +300,11 @@ def _source_spans(result: ScenarioResult) -> dict[int, tuple[int, int]]:
 
 
 def _operand(result: ScenarioResult, device: int) -> tuple[np.ndarray, int]:
-    """The device's first array argument and the axis its strip runs along (all_to_all's `split_axis`)."""
+    """The device's first array argument and the axis its strip runs along (`Drawing.strip_axis`: all_to_all's
+    `split_axis`)."""
     scenario = result.scenario
     array = np.asarray(result.inputs[device][scenario.definition.arrays[0]])
-    return array, int(scenario.params.get("split_axis", 0)) if scenario.op == "all_to_all" else 0
+    return array, scenario.definition.drawing.strip_axis(scenario.params)
 
 
 def _empty_offsets(result: ScenarioResult, device: int) -> dict[int, int]:
