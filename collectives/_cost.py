@@ -109,7 +109,7 @@ _SCHEDULES = {
     ("exchange", "bruck"): _bruck,
 }
 _FAMILY = {"all_gather": "gather", "all_gather_invariant": "gather", "psum": "reduce", "pmean": "reduce",
-           "pmax": "reduce", "pmin": "reduce", "psum2": "reduce", "psum_scatter": "scatter",
+           "pmax": "reduce", "pmin": "reduce", "psum_invariant": "reduce", "psum_scatter": "scatter",
            "all_to_all": "exchange", "ragged_all_to_all": "exchange"}
 
 

@@ -27,7 +27,7 @@ import layouts
 from oracles import spec
 from oracles._compare import Difference
 
-_SUMS = {"psum", "psum2", "pmean", "psum_scatter"}
+_SUMS = {"psum", "psum_invariant", "pmean", "psum_scatter"}
 _EXTREMES = {"pmax", "pmin"}
 
 

@@ -330,16 +330,23 @@ def axis_index(mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.
     return out
 
 
-@specifies(collectives.psum2)
-def psum2(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
-    """The design note's psum2 (JAX: psum_invariant): psum's value."""
+@specifies(collectives.psum_invariant)
+def psum_invariant(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
+    """JAX's psum_invariant (the design note's psum2): psum's value."""
     return psum(xs, mesh_shape, axis_name)
 
 
-@specifies(collectives.pbroadcast)
-def pbroadcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
-    """The design note's pbroadcast (JAX: pvary): every device keeps its value."""
+@specifies(collectives.pvary)
+def pvary(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
+    """JAX's pvary (the design note's pbroadcast): every device keeps its value."""
     return [np.array(x, copy=True) for x in xs]
+
+
+@specifies(collectives.pcast)
+def pcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+          to: str) -> list[np.ndarray]:
+    """JAX's pcast to 'varying' is pvary: every device keeps its value."""
+    return pvary(xs, mesh_shape, axis_name)
 
 
 @specifies(collectives.all_gather_invariant)

@@ -47,7 +47,7 @@ def _result(results: dict, name: str):
 def test_readme_example_runs_in_a_jax_process(results):
     """The README's bridge example runs as written: grad of a psum program, its program and its messages."""
     (printed,) = _result(results, "readme")
-    assert "psum2[axis_name='i']" in printed and "{V:i}" in printed
+    assert "psum_invariant[axis_name='i']" in printed and "{V:i}" in printed
     assert "16 messages" in printed
 
 

@@ -181,9 +181,9 @@ BAD_INPUTS = [
     ("pscatter(varying operand)", shard(lambda x: collectives.pscatter(x, "i"), {"i": 2}, P("i"), P("i"), np.zeros(4)),
      sim.InvalidTypeError, r"device 0: pscatter: the operand already varies along \['i'\]; pscatter takes a value "
      r"invariant along \['i'\]"),
-    ("pbroadcast(varying operand)",
-     shard(lambda x: collectives.pbroadcast(x, "i"), {"i": 2}, P("i"), P("i"), np.zeros(4)),
-     sim.InvalidTypeError, r"device 0: pbroadcast: the operand already varies along \['i'\]"),
+    ("pvary(varying operand)",
+     shard(lambda x: collectives.pvary(x, "i"), {"i": 2}, P("i"), P("i"), np.zeros(4)),
+     sim.InvalidTypeError, r"device 0: pvary: the operand already varies along \['i'\]"),
     ("all_gather to P() (check_vma)",
      shard(lambda x: collectives.all_gather(x, "i"), {"i": 2}, P("i"), P(), np.zeros(4)),
      sim.InvalidArgumentError, r"out: out_specs entry P\(\) claims the output is replicated along mesh axis 'i', but "
@@ -249,13 +249,24 @@ BAD_INPUTS = [
     ("all_gather_invariant(axis=3)",
      lambda: per_device({"i": 4}, lambda x: collectives.all_gather_invariant(x, "i", axis=3), FOUR),
      sim.InvalidArgumentError, r"device 0: all_gather_invariant: axis=3 must be in \[-2, 2\) for rank 2"),
-    ("pbroadcast(axis_name=('i','i'))",
-     lambda: per_device({"i": 2}, lambda x: collectives.pbroadcast(x, ("i", "i")), [[0], [0]]),
-     sim.InvalidArgumentError, r"device 0: pbroadcast: axis_name=\('i', 'i'\) must not repeat an axis"),
-    ("psum2(mismatched algorithm)",
-     lambda: per_device({"i": 2}, lambda x: collectives.psum2(x, "i", algorithm="ring" if x[0] else "direct"),
+    ("pvary(axis_name=('i','i'))",
+     lambda: per_device({"i": 2}, lambda x: collectives.pvary(x, ("i", "i")), [[0], [0]]),
+     sim.InvalidArgumentError, r"device 0: pvary: axis_name=\('i', 'i'\) must not repeat an axis"),
+    ("psum_invariant(mismatched algorithm)",
+     lambda: per_device({"i": 2}, lambda x: collectives.psum_invariant(x, "i", algorithm="ring" if x[0] else "direct"),
                         [[0], [1]]),
-     sim.ProtocolError, r"mismatched collectives: call #0 over devices \[0, 1\]: device \d called psum2.*'ring'"),
+     sim.ProtocolError,
+     r"mismatched collectives: call #0 over devices \[0, 1\]: device \d called psum_invariant.*'ring'"),
+    ("pcast(to='unreduced')",
+     shard(lambda x: collectives.pcast(x, "i", to="unreduced"), {"i": 2}, P(), P("i"), np.zeros(2)),
+     sim.InvalidArgumentError, r"device 0: pcast: to='unreduced' must be 'varying': meshsim models no reduced or "
+     r"unreduced types"),
+    ("pcast(to='replicated')",
+     shard(lambda x: collectives.pcast(x, "i", to="replicated"), {"i": 2}, P(), P("i"), np.zeros(2)),
+     sim.InvalidArgumentError, r"pcast: to='replicated' must be 'varying': one of \('varying', 'reduced'"),
+    ("pcast(varying operand)",
+     shard(lambda x: collectives.pcast(x, "i", to="varying"), {"i": 2}, P("i"), P("i"), np.zeros(4)),
+     sim.InvalidTypeError, r"device 0: pcast: the operand already varies along \['i'\]"),
 ]
 
 

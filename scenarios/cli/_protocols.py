@@ -28,7 +28,7 @@ _VMA = {
                    "(varying)",
     Vma.INDEX: "the result depends only on the device's position along the axis",
 }
-_ELEMENT = {"psum": "adds", "psum2": "adds", "pmean": "adds, then divides by the group size",
+_ELEMENT = {"psum": "adds", "psum_invariant": "adds", "pmean": "adds, then divides by the group size",
             "pmax": "takes the element-wise maximum of", "pmin": "takes the element-wise minimum of",
             "psum_scatter": "adds"}
 _ALGORITHMS = {
