@@ -4,8 +4,8 @@ A batch axis is a positional axis of the collective's arrays (not a mesh axis): 
 collective on its own, and the rule says how one call on the batched arrays does that. The rules are
 JAX's (`jax/_src/lax/parallel.py`, the batchers for an axis that is not one of the collective's axes):
 
-- psum, pmean, pmax, pmin, psum_invariant, pvary, pcast, ppermute combine equal elements across devices: the batch
-  axis stays where it is.
+- psum, pmean, pmax, pmin, psum_invariant, pvary, pcast, ppermute, pbroadcast combine equal elements across
+  devices: the batch axis stays where it is.
 - all_gather, all_gather_invariant: `axis` shifts past a batch axis before it; untiled, the new dimension
   moves a batch axis after `axis` one on.
 - psum_scatter (`scatter_dimension`), pscatter (`axis`): the same shift; untiled, the dimension they take
@@ -33,6 +33,7 @@ from collectives._all_to_all import ALL_TO_ALL
 from collectives._axis_index import AXIS_INDEX
 from collectives._definition import Definition
 from collectives._invariant import ALL_GATHER_INVARIANT, PCAST, PSCATTER, PVARY
+from collectives._pbroadcast import PBROADCAST
 from collectives._ppermute import PPERMUTE
 from collectives._psum_scatter import PSUM_SCATTER
 from collectives._ragged import RAGGED_ALL_TO_ALL
@@ -172,7 +173,7 @@ def _unbatched(definition: Definition, arrays: list, dims: list[Dim], params: di
 
 RULES: dict[Definition, Rule] = {
     PSUM: _elementwise, PMEAN: _elementwise, PMAX: _elementwise, PMIN: _elementwise, PSUM_INVARIANT: _elementwise,
-    PVARY: _elementwise, PCAST: _elementwise, PPERMUTE: _elementwise,
+    PVARY: _elementwise, PCAST: _elementwise, PPERMUTE: _elementwise, PBROADCAST: _elementwise,
     ALL_GATHER: _gather("axis", removes=False), ALL_GATHER_INVARIANT: _gather("axis", removes=False),
     PSUM_SCATTER: _gather("scatter_dimension", removes=True), PSCATTER: _gather("axis", removes=True),
     ALL_TO_ALL: _all_to_all, RAGGED_ALL_TO_ALL: _ragged, AXIS_INDEX: _unbatched,

@@ -342,6 +342,18 @@ def pvary(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: 
     return [np.array(x, copy=True) for x in xs]
 
 
+@specifies(collectives.pbroadcast)
+def pbroadcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
+               source: int) -> list[np.ndarray]:
+    """Every member gets "x being copied from the source index slice of axis_name" (JAX's docs; their
+    equivalent, psum(where(axis_index == source, x, 0)), is this copy for every value but -0.0 and bool)."""
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name):
+        for d in group:
+            out[d] = np.array(xs[group[source]], copy=True)
+    return out
+
+
 @specifies(collectives.pcast)
 def pcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
           to: str) -> list[np.ndarray]:

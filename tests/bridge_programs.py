@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from bridge_generated import batch
 from jax import lax
+from jax._src.lax import parallel
 from jax.sharding import PartitionSpec as P
 
 import oracles
@@ -280,7 +281,7 @@ def errors() -> dict[str, tuple[str, str]]:
         "no shard_map": _error(lambda: oracles.simulate_jax(jax.jit(lambda v: v * 2), x)),
         "collective outside shard_map": _error(lambda: oracles.simulate_jax(lambda v: lax.psum(v, "i"), x)),
         "unsupported primitive": _error(lambda: oracles.simulate_jax(jax.shard_map(
-            lambda v: lax.pbroadcast(v, "i", source=1), mesh=mesh, in_specs=P("i"), out_specs=P("i")), x)),
+            lambda v: parallel.psum_start(v, "i").done(), mesh=mesh, in_specs=P("i"), out_specs=P()), x)),
         "some mesh axes": _error(lambda: oracles.simulate_jax(jax.shard_map(
             lambda v: lax.psum(v, "i"), mesh=oracles.cpu_mesh({"i": 2, "j": 2}), in_specs=P("i"), out_specs=P(),
             axis_names={"i"}), x)),
