@@ -17,6 +17,7 @@ from collectives._definition import Definition, NotLinear, Param, Vma
 from collectives._invariant import all_gather_invariant, pcast, pscatter, pvary
 from collectives._pbroadcast import pbroadcast
 from collectives._ppermute import ppermute
+from collectives._pshuffle import pshuffle, pswapaxes
 from collectives._psum_scatter import psum_scatter
 from collectives._ragged import ragged_all_to_all
 from collectives._reduce import pmax, pmean, pmin, psum, psum2, psum_invariant
@@ -24,8 +25,36 @@ from collectives._registry import REGISTRY, Registry, definition
 from collectives._transpose import linear_transpose
 
 __all__ = [
-    "REGISTRY", "Definition", "NotLinear", "Param", "Registry", "Vma", "algorithm_fits", "all_gather",
-    "all_gather_invariant", "all_to_all", "axis_index", "batch", "closed_form", "definition", "estimate_s",
-    "linear_transpose", "pbroadcast", "pcast", "pmax", "pmean", "pmin", "ppermute", "pscatter", "psum", "psum2",
-    "psum_invariant", "psum_scatter", "pvary", "ragged_all_to_all", "vmap",
+    "REGISTRY",
+    "Definition",
+    "NotLinear",
+    "Param",
+    "Registry",
+    "Vma",
+    "algorithm_fits",
+    "all_gather",
+    "all_gather_invariant",
+    "all_to_all",
+    "axis_index",
+    "batch",
+    "closed_form",
+    "definition",
+    "estimate_s",
+    "linear_transpose",
+    "pbroadcast",
+    "pcast",
+    "pmax",
+    "pmean",
+    "pmin",
+    "ppermute",
+    "pscatter",
+    "pshuffle",
+    "psum",
+    "psum2",
+    "psum_invariant",
+    "psum_scatter",
+    "pswapaxes",
+    "pvary",
+    "ragged_all_to_all",
+    "vmap",
 ]

@@ -35,6 +35,7 @@ from collectives._definition import Definition
 from collectives._invariant import ALL_GATHER_INVARIANT, PCAST, PSCATTER, PVARY
 from collectives._pbroadcast import PBROADCAST
 from collectives._ppermute import PPERMUTE
+from collectives._pshuffle import PSHUFFLE, PSWAPAXES
 from collectives._psum_scatter import PSUM_SCATTER
 from collectives._ragged import RAGGED_ALL_TO_ALL
 from collectives._reduce import PMAX, PMEAN, PMIN, PSUM, PSUM_INVARIANT
@@ -143,6 +144,13 @@ def _all_to_all(definition: Definition, arrays: list, dims: list[Dim], params: d
                                **params), d
 
 
+def _swapaxes(definition: Definition, arrays: list, dims: list[Dim], params: dict) -> tuple[Any, Dim]:
+    """JAX's all_to_all rule with split_axis == concat_axis: `axis` shifts past a batch axis before it."""
+    (x,), (d,) = arrays, dims
+    axis = params.pop("axis")
+    return definition.function(x, axis=axis + (d <= axis), **params), d
+
+
 def _ragged(definition: Definition, arrays: list, dims: list[Dim], params: dict) -> tuple[Any, Dim]:
     """JAX's rule: batch entry b's operand rows and output rows follow entry b-1's in one ragged dimension
     (B slices per peer, offsets moved by b times the rows of an entry), one call, then split again."""
@@ -176,5 +184,6 @@ RULES: dict[Definition, Rule] = {
     PVARY: _elementwise, PCAST: _elementwise, PPERMUTE: _elementwise, PBROADCAST: _elementwise,
     ALL_GATHER: _gather("axis", removes=False), ALL_GATHER_INVARIANT: _gather("axis", removes=False),
     PSUM_SCATTER: _gather("scatter_dimension", removes=True), PSCATTER: _gather("axis", removes=True),
+    PSHUFFLE: _elementwise, PSWAPAXES: _swapaxes,
     ALL_TO_ALL: _all_to_all, RAGGED_ALL_TO_ALL: _ragged, AXIS_INDEX: _unbatched,
 }

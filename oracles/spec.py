@@ -354,6 +354,29 @@ def pbroadcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_n
     return out
 
 
+@specifies(collectives.pshuffle)
+def pshuffle(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
+             perm: Sequence[int]) -> list[np.ndarray]:
+    """JAX's docs: "the result at index i is x at index perm[i]" along the axis."""
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name):
+        for i, d in enumerate(group):
+            out[d] = np.array(xs[group[perm[i]]], copy=True)
+    return out
+
+
+@specifies(collectives.pswapaxes)
+def pswapaxes(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, axis: int, *,
+              axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+    """JAX's docs: the mapped axis and `axis` swap; member j gets index j along `axis` of every member's x,
+    stacked in member order along `axis`."""
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name, axis_index_groups):
+        for j, d in enumerate(group):
+            out[d] = np.stack([np.take(np.asarray(xs[k]), j, axis=axis) for k in group], axis=axis)
+    return out
+
+
 @specifies(collectives.pcast)
 def pcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
           to: str) -> list[np.ndarray]:
