@@ -21,7 +21,7 @@ pytestmark = pytest.mark.differential
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
 # "errors" runs before "moe_ragged", which installs the CPU ragged lowering in the worker
 BATCHES = ("readme", "control_flow", "transforms", "batching", "moe", "errors", "moe_ragged", "mutation", "reductions",
-           "gathers", "exchanges", "laid_out")
+           "gathers", "exchanges", "laid_out", "newops")
 PER_COLLECTIVE = 100
 
 
@@ -49,6 +49,16 @@ def test_readme_example_runs_in_a_jax_process(results):
     (printed,) = _result(results, "readme")
     assert "psum_invariant[axis_name='i']" in printed and "{V:i}" in printed
     assert "16 messages" in printed
+
+
+def test_jax_0_10_2_collectives_run_through_the_bridge(results):
+    """pshuffle, pswapaxes (with groups), pcast and axis_size equal real JAX bit for bit through
+    `simulate_jax`; pbroadcast runs simulated and equals JAX's all_gather of the source's block (XLA:CPU
+    has no lowering for it); JAX's own gradient of a non-scalar pbroadcast fails to trace (pinned)."""
+    rows = _result(results, "newops")
+    assert [label for label, _, _ in rows] == ["pshuffle", "pswapaxes", "pcast", "pbroadcast", "jax: grad of pbroadcast"]
+    for label, agrees, report in rows:
+        assert agrees, f"{label}: {report}"
 
 
 def test_control_flow_with_collectives_equals_jax(results):
