@@ -56,7 +56,8 @@ def test_jax_0_10_2_collectives_run_through_the_bridge(results):
     `simulate_jax`; pbroadcast runs simulated and equals JAX's all_gather of the source's block (XLA:CPU
     has no lowering for it); JAX's own gradient of a non-scalar pbroadcast fails to trace (pinned)."""
     rows = _result(results, "newops")
-    assert [label for label, _, _ in rows] == ["pshuffle", "pswapaxes", "pcast", "pbroadcast", "jax: grad of pbroadcast"]
+    assert [label for label, _, _ in rows] == ["pshuffle", "pswapaxes", "pcast", "pbroadcast",
+                                               "jax: grad of pbroadcast"]
     for label, agrees, report in rows:
         assert agrees, f"{label}: {report}"
 
