@@ -127,7 +127,8 @@ def test_ragged_moe_with_grad_runs_through_the_bridge(results):
 ERRORS = [
     ("no shard_map", "BridgeError", "has no jax.shard_map.*wrap the per-device body in jax.shard_map"),
     ("collective outside shard_map", "BridgeError", "unbound axis name.*wrap the body in jax.shard_map"),
-    ("unsupported primitive", "UnsupportedPrimitiveError", r"primitive 'psum_start' \(in `.*psum_start\["),
+    ("unsupported primitive", "UnsupportedPrimitiveError",
+     r"primitive 'psum_invariant_start' \(in `.*psum_invariant_start\["),
     ("some mesh axes", "BridgeError", r"axis_names=\['i'\] of a mesh with axes \['i', 'j'\]"),
     ("cpu_mesh too large", "DeviceCountError",
      r"\{'i': 16\} has 16 devices but JAX has 8.*xla_force_host_platform_device_count=16"),

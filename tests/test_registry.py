@@ -93,8 +93,8 @@ def test_the_design_note_names_map_to_jax_names():
 
 def test_unknown_names_are_refused_naming_the_collectives():
     """A name no collective has is an InvalidArgumentError that lists the registered ones."""
-    with pytest.raises(sim.InvalidArgumentError, match=r"op='pshuffle' must name a collective: one of 'all_gather'"):
-        collectives.definition("pshuffle")
+    with pytest.raises(sim.InvalidArgumentError, match=r"op='pfoo' must name a collective: one of 'all_gather'"):
+        collectives.definition("pfoo")
 
 
 def test_collectives_import_neither_jax_nor_hypothesis():
