@@ -16,17 +16,20 @@ from collectives._batching import batch, vmap
 from collectives._cost import closed_form, cost_s, estimate_s
 from collectives._definition import Definition, NotLinear, Param, Vma
 from collectives._facts import Drawing, Peers, Reduction, Sizes, Sweep
-from collectives._invariant import all_gather_invariant, pbroadcast, pscatter
+from collectives._invariant import all_gather_invariant, pcast, pscatter, pvary
+from collectives._pbroadcast import pbroadcast
 from collectives._ppermute import ppermute
+from collectives._pshuffle import pshuffle, pswapaxes
 from collectives._psum_scatter import psum_scatter
 from collectives._ragged import ragged_all_to_all
-from collectives._reduce import pmax, pmean, pmin, psum, psum2
+from collectives._reduce import pmax, pmean, pmin, psum, psum2, psum_invariant
 from collectives._registry import REGISTRY, Registry, definition
 from collectives._transpose import linear_transpose
 
 __all__ = [
     "REGISTRY", "Algorithm", "Definition", "Drawing", "NotLinear", "Param", "Pattern", "Peers", "Reduction",
     "Registry", "Sizes", "Sweep", "Vma", "all_gather", "all_gather_invariant", "all_to_all", "axis_index", "batch",
-    "closed_form", "cost_s", "definition", "estimate_s", "linear_transpose", "pbroadcast", "pmax", "pmean", "pmin",
-    "ppermute", "pscatter", "psum", "psum2", "psum_scatter", "ragged_all_to_all", "vmap",
+    "closed_form", "cost_s", "definition", "estimate_s", "linear_transpose", "pbroadcast", "pcast", "pmax", "pmean",
+    "pmin", "ppermute", "pscatter", "pshuffle", "psum", "psum2", "psum_invariant", "psum_scatter", "pswapaxes",
+    "pvary", "ragged_all_to_all", "vmap",
 ]

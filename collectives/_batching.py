@@ -5,13 +5,14 @@ A batch axis is a positional axis of the collective's arrays (not a mesh axis): 
 collective on its own, and the rule says how one call on the batched arrays does that. The rules are
 JAX's (`jax/_src/lax/parallel.py`, the batchers for an axis that is not one of the collective's axes):
 
-- psum, pmean, pmax, pmin, psum2, pbroadcast, ppermute combine equal elements across devices: the batch
-  axis stays where it is.
+- psum, pmean, pmax, pmin, psum_invariant, pvary, pcast, ppermute, pshuffle, pbroadcast combine equal
+  elements across devices: the batch axis stays where it is.
 - all_gather, all_gather_invariant: `axis` shifts past a batch axis before it; untiled, the new dimension
   moves a batch axis after `axis` one on.
 - psum_scatter (`scatter_dimension`), pscatter (`axis`): the same shift; untiled, the dimension they take
   away moves a batch axis after it one back.
-- all_to_all: `split_axis` and `concat_axis` shift past the batch axis (untiled: the batch axis goes first).
+- all_to_all: `split_axis` and `concat_axis` shift past the batch axis (untiled: the batch axis goes first);
+  pswapaxes (all_to_all with both at `axis`): `axis` shifts past a batch axis before it.
 - ragged_all_to_all: the batch merges into the ragged dimension (B slices per peer, entry b's offsets moved
   by b times an entry's rows), one call, split again; `axis_index_groups` are refused, as JAX refuses them.
 - axis_index has no operand: unbatched.

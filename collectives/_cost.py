@@ -69,6 +69,8 @@ def _sample(offsets: list[int]) -> list[int]:
 def _pairs(pattern: Pattern, shifts: list[int], shape: tuple[int, ...]) -> list[tuple[int, int]]:
     """(source, destination) group indices of a step's messages."""
     p = math.prod(shape)
+    if pattern.kind in _ROOTED:
+        return _ROOTED[pattern.kind](p, pattern.k)
     index = np.arange(p).reshape(shape)
     if pattern.axis is None:
         index, axis = index.reshape(-1), 0
@@ -84,6 +86,15 @@ def _pairs(pattern: Pattern, shifts: list[int], shape: tuple[int, ...]) -> list[
         if pattern.kind == "bishift":
             found += zip(index.reshape(-1).tolist(), np.roll(index, k, axis=axis).reshape(-1).tolist())
     return [(s, d) for s, d in found if s != d]
+
+
+# Steps of a collective rooted at group index 0 (a broadcast from its source): 'fan' (index 0 to every other),
+# 'tree' (every index below k to index + k), 'chain' (index r to r + 1).
+_ROOTED = {
+    "fan": lambda p, k: [(0, d) for d in range(1, p)],
+    "tree": lambda p, k: [(r, r + k) for r in range(k) if r + k < p],
+    "chain": lambda p, k: [(r, r + 1) for r in range(p - 1)],
+}
 
 
 def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],

@@ -74,7 +74,7 @@ class JaxBinding:
     `bind(jax, params)` returns the per-device function of the collective's arrays. `jax` is the worker's
     namespace of JAX modules (`jax.lax`, `jax.parallel` for `jax._src.lax.parallel`, `jax.linear_transpose`),
     handed in so this package never imports jax; `params` are the keyword parameters JAX takes.
-    `name` is JAX's name for the op (the design note's psum2 is JAX's `psum_invariant`, pbroadcast is
+    `name` is JAX's name for the op (the design note's psum2 is JAX's `psum_invariant`, its pbroadcast is
     `pvary`); `primitives` the jaxpr primitives that are this collective (none for pmean, which JAX builds
     as psum / n, nor for pscatter, a slice at axis_index). `grouped_unchecked`: JAX runs the op with
     axis_index_groups only under `check_vma=False` (it raises NotImplementedError otherwise).
@@ -150,7 +150,7 @@ class Definition:
         sums: the collective adds its operands: an operand must vary along all of its axes or none.
         keeps: the array whose rows the result keeps where no message writes (ragged's `output`).
         from_recorded: the keyword arguments that call `function` again from an equation's recorded
-            params (sim's automatic pbroadcast records `axes`, not `axis_name`).
+            params (sim's automatic pvary records `axes`, not `axis_name`).
         batch: the batching rule, `batch(definition, arrays, dims, params) -> (result, batch axis or None)`
             (JAX's batcher for the primitive; see `collectives._batching`).
         algorithms: its `Algorithm` records, 'direct' first (the default) and 'auto' among them, in the
@@ -265,7 +265,7 @@ class Definition:
 
     @property
     def invariant_operand(self) -> bool:
-        """Whether the operand must be invariant along the axes (pbroadcast, pscatter)."""
+        """Whether the operand must be invariant along the axes (pvary, pscatter)."""
         return self.vma is Vma.INTRODUCE
 
     def param(self, name: str) -> Param:

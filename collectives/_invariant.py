@@ -1,11 +1,13 @@
-"""The design note's collectives for device-variance types: `pbroadcast`, `all_gather_invariant`, `pscatter`.
+"""The design note's collectives for device-variance types: `pvary` (and `pcast`), `all_gather_invariant`,
+`pscatter`.
 
-(The fourth, `psum2`, lives with the other all-reduces in `_reduce.py`.) Each public function computes the
-value half of its row in the note's table; the device-variance rule (varying -> invariant and back) is
-attached on top. In jax 0.10.2 the names map as each definition's `JaxBinding` records: pbroadcast is
-`pvary` (`jax.lax.pcast(x, axis, to='varying')`; JAX's own `jax.lax.pbroadcast` is a different
-collective), all_gather_invariant keeps its name (`jax._src.lax.parallel.all_gather_invariant`), and
-pscatter has no primitive: it is JAX's transpose of all_gather_invariant, a dynamic slice at `axis_index`.
+(The fourth, `psum_invariant`, lives with the other all-reduces in `_reduce.py`.) Each public function
+computes the value half of its row in the note's table; the device-variance rule (varying -> invariant and
+back) is attached on top. The note calls pvary "pbroadcast" (JAX's own `jax.lax.pbroadcast` is a broadcast
+from one device, `collectives.pbroadcast`). In jax 0.10.2 the names map as each definition's `JaxBinding`
+records: pvary is the `pvary` primitive (`jax.lax.pcast(x, axis, to='varying')`, `pcast` here too),
+all_gather_invariant keeps its name (`jax._src.lax.parallel.all_gather_invariant`), and pscatter has no
+primitive: it is JAX's transpose of all_gather_invariant, a dynamic slice at `axis_index`.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ from collectives._algorithm import direct_only
 from collectives._algorithms import check_algorithm
 from collectives._common import axis_index as index_along
 from collectives._common import canonical_axis, group_of, map_tree, operand, out_layout_of
-from collectives._definition import AXIS_NAME, Definition, JaxBinding, Transposition, Vma, flag, integer
+from collectives._definition import AXIS_NAME, Definition, JaxBinding, Param, Transposition, Vma, flag, integer
 from collectives._facts import GATHERS, LOCAL, WHOLE
 from collectives._gathering import ALGORITHMS as GATHER
 from collectives._strategy import Axes, Sample, any_shape, dims, split_shape
 from collectives._vma import typed
 
 
-def pbroadcast(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
+def pvary(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
     """`x` itself (invariant -> varying along `axis_name`); no communication and no arithmetic.
 
     The result stays where the operand is, in its layout; given an `out_layout` (a `layouts.Layout`)
@@ -36,7 +38,7 @@ def pbroadcast(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout:
     program's own array operations. `algorithm` ('direct' or 'auto') is checked and changes nothing:
     there are no messages.
 
-    Example on a 2-device mesh {'i': 2}: both devices hold [1, 2]; `pbroadcast(x, 'i')` gives [1, 2] on
+    Example on a 2-device mesh {'i': 2}: both devices hold [1, 2]; `pvary(x, 'i')` gives [1, 2] on
     both, now typed as varying along 'i'.
 
     Raises:
@@ -44,7 +46,33 @@ def pbroadcast(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout:
             unknown algorithm.
         InvalidTypeError: a non-numeric x, an `out_layout` that is not a `layouts.Layout` or None.
     """
-    return _pbroadcast(x, axis_name, out_layout, algorithm)
+    return _pvary(x, axis_name, out_layout, algorithm)
+
+
+CASTS = ("varying", "reduced", "unreduced")  # the `to` values JAX 0.10.2 takes
+
+
+def pcast(x: Any, axis_name: Any, *, to: str, algorithm: str = "direct", out_layout: Any = None) -> Any:
+    """`jax.lax.pcast`: `x` retyped along `axis_name`; `to='varying'` is `pvary` (invariant -> varying).
+
+    JAX 0.10.2 also takes `to='reduced'` and `to='unreduced'`, its types for arrays whose sum over devices
+    is still pending; meshsim models no such types, so those are refused rather than treated as the
+    identity. `algorithm` and `out_layout` as in `pvary`; the call is recorded as `pvary`, the primitive
+    JAX binds.
+
+    Example on a 2-device mesh {'i': 2}: both devices hold [1, 2]; `pcast(x, 'i', to='varying')` gives
+    [1, 2] on both, typed as varying along 'i'.
+
+    Raises:
+        InvalidArgumentError: `to` other than 'varying' (naming the rule), and as `pvary`.
+        InvalidTypeError: as `pvary`.
+    """
+    if to != "varying":
+        context = sim.current()
+        rule = ("meshsim models no reduced or unreduced types (JAX's pending sums), so only to='varying' "
+                "(pvary) is simulated") if to in CASTS else f"one of {CASTS}"
+        raise sim.InvalidArgumentError(f"device {context.device}: pcast: to={to!r} must be 'varying': {rule}")
+    return _pvary(x, axis_name, out_layout, algorithm, "pcast")
 
 
 def all_gather_invariant(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, algorithm: str = "direct",
@@ -89,19 +117,19 @@ def pscatter(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, algo
     return _pscatter(x, axis_name, axis, tiled, out_layout, algorithm)
 
 
-def _pbroadcast(x: Any, axis_name: Any, out_layout: Any = None, algorithm: str = "direct") -> Any:
+def _pvary(x: Any, axis_name: Any, out_layout: Any = None, algorithm: str = "direct", op: str = "pvary") -> Any:
     def leaf(value: Any) -> np.ndarray:
-        context, group = group_of("pbroadcast", axis_name, None)
-        check_algorithm("pbroadcast", context.device, algorithm, group.size, _PBROADCAST)
-        array = operand("pbroadcast", context.device, "x", value)
-        layout = out_layout_of("pbroadcast", context.device, out_layout, array.ndim)
+        context, group = group_of(op, axis_name, None)
+        check_algorithm(op, context.device, algorithm, group.size, _PVARY)
+        array = operand(op, context.device, "x", value)
+        layout = out_layout_of(op, context.device, out_layout, array.ndim)
         memory = context.memory
         buffer = memory.resident(array)
         if layout is not None and buffer.layout != layout:
             buffer = memory.store(memory.view(buffer), layout)
         return memory.view(buffer)
-    return map_tree(lambda value: typed(PBROADCAST, axis_name, [value], lambda: leaf(value),
-                                        {"axis_name": axis_name}), x)
+    return map_tree(lambda value: typed(PVARY, axis_name, [value], lambda: leaf(value),
+                                        {"axis_name": axis_name}, called=op), x)
 
 
 def _all_gather_invariant(x: Any, axis_name: Any, axis: int, tiled: bool, out_layout: Any = None,
@@ -153,6 +181,10 @@ def _bind_pvary(jax: Any, p: dict[str, Any]) -> Any:
     return lambda x: jax.lax.pcast(x, _axes(p["axis_name"]), to="varying")
 
 
+def _bind_pcast(jax: Any, p: dict[str, Any]) -> Any:
+    return lambda x: jax.lax.pcast(x, _axes(p["axis_name"]), to=p["to"])
+
+
 def _bind_all_gather_invariant(jax: Any, p: dict[str, Any]) -> Any:
     return lambda x: jax.parallel.all_gather_invariant(x, _axes(p["axis_name"]), axis=p.get("axis", 0),
                                                        tiled=p.get("tiled", False))
@@ -173,14 +205,14 @@ def _bind_pscatter(jax: Any, p: dict[str, Any]) -> Any:
     return scatter
 
 
-def _pbroadcast_transpose(t: Transposition) -> list:
-    """The design note's pair: the transpose of pbroadcast is psum2.
+def _pvary_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of pvary is psum_invariant.
 
-    Untyped (`check_vma=False`), pbroadcast is the identity (JAX binds nothing for it) and the transposed
-    shard_map sums the cotangent of an unmapped input itself: a psum2 here would sum it twice."""
+    Untyped (`check_vma=False`), pvary is the identity (JAX binds nothing for it) and the transposed
+    shard_map sums the cotangent of an unmapped input itself: a psum_invariant here would sum it twice."""
     if not sim.current().check_vma:
         return [t.ct]
-    return [t.ops.psum2(t.ct, t.params["axis_name"])]
+    return [t.ops.psum_invariant(t.ct, t.params["axis_name"])]
 
 
 def _gather_invariant_transpose(t: Transposition) -> list:
@@ -233,20 +265,31 @@ def _gather_invariant_strategy(st: Any, axes: Axes, **options: Any) -> Any:
     return sample()
 
 
-_PBROADCAST = direct_only("direct: no messages: each device keeps its own operand, now typed as varying.",
-                          messages=lambda shape: 0)
+_PVARY = direct_only("direct: no messages: each device keeps its own operand, now typed as varying.",
+                     messages=lambda shape: 0)
 _PSCATTER = direct_only("direct: no messages: each device keeps chunk k of its (invariant) operand, k its position "
                         "along the axis.", messages=lambda shape: 0)
 
-PBROADCAST = Definition(
-    name="pbroadcast", function=pbroadcast, arrays=("x",), params=(AXIS_NAME,),
+PVARY = Definition(
+    name="pvary", function=pvary, arrays=("x",), params=(AXIS_NAME,),
     vma=Vma.INTRODUCE,
-    batch=batch_rules.elementwise, algorithms=_PBROADCAST, reduction=None, sizes=LOCAL, sweep=None, drawing=WHOLE,
-    transpose=_pbroadcast_transpose,
+    batch=batch_rules.elementwise, algorithms=_PVARY, reduction=None, sizes=LOCAL, sweep=None, drawing=WHOLE,
+    transpose=_pvary_transpose,
     jax=JaxBinding("pvary", ("pvary",), _bind_pvary),
     strategy=any_shape,
-    # sim.promote records the pbroadcast it inserts with the axes it adds as `axes`
+    # sim.promote records the pvary it inserts with the axes it adds as `axes`
     from_recorded=lambda p: {"axis_name": p["axes"] if "axes" in p else p["axis_name"]},
+)
+PCAST = Definition(
+    name="pcast", function=pcast, arrays=("x",),
+    params=(AXIS_NAME, Param("to", lambda value: value == "varying", "'varying' (meshsim models no reduced or "
+                             "unreduced types)", choices=("varying",))),
+    vma=Vma.INTRODUCE,
+    batch=batch_rules.elementwise, algorithms=_PVARY, reduction=None, sizes=LOCAL, sweep=None, drawing=WHOLE,
+    transpose=_pvary_transpose,
+    # JAX binds pvary for pcast(to='varying'), and so does meshsim: a jaxpr's pvary is PVARY's
+    jax=JaxBinding("pcast", (), _bind_pcast),
+    strategy=lambda st, axes, **options: any_shape(st, axes).map(lambda s: Sample({"to": "varying"}, s.shapes)),
 )
 ALL_GATHER_INVARIANT = Definition(
     name="all_gather_invariant", function=all_gather_invariant, arrays=("x",),

@@ -1,8 +1,9 @@
-"""`psum`, `pmean`, `pmax`, `pmin`, `psum2`: all-reduce over a mesh axis, with JAX's dtypes and XLA:CPU's arithmetic.
+"""`psum`, `pmean`, `pmax`, `pmin`, `psum_invariant`: all-reduce over a mesh axis, with JAX's dtypes and XLA:CPU's
+arithmetic.
 
 Every public function is a thin wrapper over one internal helper per collective (`_psum`, ...), which maps
-`all_reduce_leaf` over the pytree and gives each leaf its device-variance type. psum2 is the design note's
-name for psum without axis_index_groups (JAX: `psum_invariant`), what psum records under `check_vma=True`.
+`all_reduce_leaf` over the pytree and gives each leaf its device-variance type. psum_invariant (the design note's
+psum2) is psum without axis_index_groups, what psum records under `check_vma=True`.
 """
 
 from __future__ import annotations
@@ -127,23 +128,28 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
     return _pmin(x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
-def psum2(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
+def psum_invariant(x: Any, axis_name: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
     """The sum of `x` over `axis_name` (varying -> invariant): psum's value, without axis_index_groups.
 
     `algorithm` and `out_layout` (the result's `layouts.Layout`, default row-major) as in `psum`.
 
     Example on a 2-device mesh {'i': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
-    `psum2(x, 'i')` gives [4, 6] on both.
+    `psum_invariant(x, 'i')` gives [4, 6] on both.
+
+    The design note calls this operation psum2; `psum2` is this same function under that name.
 
     Raises:
         InvalidArgumentError, InvalidTypeError: as `psum`.
     """
-    return _typed_reduce(PSUM2, PSUM2, x, axis_name, None, algorithm, out_layout)
+    return _typed_reduce(PSUM_INVARIANT, PSUM_INVARIANT, x, axis_name, None, algorithm, out_layout)
+
+
+psum2 = psum_invariant  # the design note's name; no JAX operation is called psum2
 
 
 def _psum(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_layout: Any) -> Any:
-    # Without groups, psum is the design note's psum2 (after pbroadcast of an invariant operand), as in JAX.
-    recorded = PSUM2 if axis_index_groups is None and sim.current().check_vma else PSUM
+    # Without groups, psum is the design note's psum_invariant (after pvary of an invariant operand), as in JAX.
+    recorded = PSUM_INVARIANT if axis_index_groups is None and sim.current().check_vma else PSUM
     return _typed_reduce(recorded, PSUM, x, axis_name, axis_index_groups, algorithm, out_layout)
 
 
@@ -162,7 +168,7 @@ def _pmin(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_la
 def _typed_reduce(recorded: Definition, called: Definition, x: Any, axis_name: Any, axis_index_groups: Any,
                   algorithm: str, out_layout: Any) -> Any:
     """Each leaf reduced as `called` and typed as `recorded`: invariant along the axes unless groups split them."""
-    params = {"axis_name": axis_name} if recorded is PSUM2 else {"axis_name": axis_name,
+    params = {"axis_name": axis_name} if recorded is PSUM_INVARIANT else {"axis_name": axis_name,
                                                                 "axis_index_groups": axis_index_groups}
     return map_tree(lambda leaf: typed(
         recorded, axis_name, [leaf],
@@ -172,7 +178,7 @@ def _typed_reduce(recorded: Definition, called: Definition, x: Any, axis_name: A
 
 def all_reduce_leaf(called: Definition, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,
                     out_layout: Any = None) -> Any:
-    """One array (or Python scalar) through the all-reduce `called` (psum, pmean, psum2, pmax, pmin), by its
+    """One array (or Python scalar) through the all-reduce `called` (psum, pmean, psum_invariant, pmax, pmin), by its
     `Reduction`.
 
     The result is written in `out_layout` (None: row-major). On a mesh of one device XLA compiles the
@@ -244,7 +250,7 @@ def _same_constant(op: str, group: sim.Group):
 
 def _psum_transpose(t: Transposition) -> list:
     """Summing within each group is symmetric, so grouped psum (which keeps its result varying) is its own
-    transpose. Ungrouped psum is recorded only under check_vma=False (typed programs record psum2), whose
+    transpose. Ungrouped psum is recorded only under check_vma=False (typed programs record psum_invariant), whose
     transposes follow JAX's pre-vma rule: psum to psum (`linear_transpose` divides the unmapped outputs'
     cotangents)."""
     p = t.params
@@ -254,17 +260,17 @@ def _psum_transpose(t: Transposition) -> list:
 
 
 def _pmean_transpose(t: Transposition) -> list:
-    """Grouped pmean is its own transpose, as grouped psum; over the whole axis pmean is psum2 scaled by 1/n,
-    whose transpose is pbroadcast scaled by 1/n. Under check_vma=False pmean is its own transpose, as psum."""
+    """Grouped pmean is its own transpose, as grouped psum; over the whole axis pmean is psum_invariant scaled by 1/n,
+    whose transpose is pvary scaled by 1/n. Under check_vma=False pmean is its own transpose, as psum."""
     p = t.params
     if p.get("axis_index_groups") is not None or not sim.current().check_vma:
         return [t.ops.pmean(t.ct, p["axis_name"], axis_index_groups=p["axis_index_groups"])]
-    return [t.ops.pbroadcast(t.ct, p["axis_name"]) / sim.current().mesh.axis_size(p["axis_name"])]
+    return [t.ops.pvary(t.ct, p["axis_name"]) / sim.current().mesh.axis_size(p["axis_name"])]
 
 
-def _psum2_transpose(t: Transposition) -> list:
-    """The design note's pair: the transpose of psum2 is pbroadcast (no communication)."""
-    return [t.ops.pbroadcast(t.ct, t.params["axis_name"])]
+def _psum_invariant_transpose(t: Transposition) -> list:
+    """The design note's pair: the transpose of psum_invariant is pvary (no communication)."""
+    return [t.ops.pvary(t.ct, t.params["axis_name"])]
 
 
 def _axes(axis_name: Any) -> tuple[Any, ...]:
@@ -318,9 +324,9 @@ PMIN = Definition(
     jax=JaxBinding("pmin", ("pmin",), lambda jax, p: lambda x: jax.lax.pmin(x, **p)),
     strategy=any_shape, reduction=MIN, sweep=_sweep(pmin, "min"), teach=_teach(MIN), **_FACTS,
 )
-PSUM2 = Definition(
-    name="psum2", function=psum2, arrays=("x",), params=(AXIS_NAME,), vma=Vma.REDUCE,
-    sums=True, transpose=_psum2_transpose,
+PSUM_INVARIANT = Definition(
+    name="psum_invariant", function=psum_invariant, arrays=("x",), params=(AXIS_NAME,), vma=Vma.REDUCE,
+    sums=True, transpose=_psum_invariant_transpose,
     jax=JaxBinding("psum_invariant", ("psum_invariant",), _bind_psum_invariant),
     strategy=any_shape, reduction=SUM, sweep=None, teach=_teach(SUM), **_FACTS,
 )

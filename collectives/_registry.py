@@ -17,11 +17,13 @@ from collectives._all_gather import ALL_GATHER
 from collectives._all_to_all import ALL_TO_ALL
 from collectives._axis_index import AXIS_INDEX
 from collectives._definition import Definition
-from collectives._invariant import ALL_GATHER_INVARIANT, PBROADCAST, PSCATTER
+from collectives._invariant import ALL_GATHER_INVARIANT, PCAST, PSCATTER, PVARY
+from collectives._pbroadcast import PBROADCAST
 from collectives._ppermute import PPERMUTE
+from collectives._pshuffle import PSHUFFLE, PSWAPAXES
 from collectives._psum_scatter import PSUM_SCATTER
 from collectives._ragged import RAGGED_ALL_TO_ALL
-from collectives._reduce import PMAX, PMEAN, PMIN, PSUM, PSUM2
+from collectives._reduce import PMAX, PMEAN, PMIN, PSUM, PSUM_INVARIANT
 
 
 class Registry(Mapping[str, Definition]):
@@ -58,15 +60,17 @@ class Registry(Mapping[str, Definition]):
         return self._by_function[function]
 
     def by_primitive(self, primitive: str) -> Definition:
-        """The collective a JAX primitive is, e.g. 'psum_invariant' -> psum2, 'pvary' -> pbroadcast."""
+        """The collective a JAX primitive is, e.g. 'psum_invariant' -> psum_invariant, 'pvary' -> pvary."""
         return self._by_primitive[primitive]
 
 
 _DEFINITIONS = (
     ALL_GATHER, ALL_TO_ALL, RAGGED_ALL_TO_ALL, PSUM, PMEAN, PMAX, PMIN, PSUM_SCATTER, PPERMUTE, AXIS_INDEX,
-    PSUM2, PBROADCAST, ALL_GATHER_INVARIANT, PSCATTER,
+    PSUM_INVARIANT, PVARY, PCAST, ALL_GATHER_INVARIANT, PSCATTER, PBROADCAST,
+    PSHUFFLE, PSWAPAXES,
 )
 REGISTRY = Registry(_DEFINITIONS)
+_ALIASES = {"psum2": "psum_invariant"}  # the design note's name, the same function (`collectives.psum2`)
 
 
 def definition(name: Any) -> Definition:
@@ -75,7 +79,7 @@ def definition(name: Any) -> Definition:
     Raises:
         InvalidArgumentError: no collective has that name.
     """
-    found = REGISTRY.get(name) if isinstance(name, str) else None
+    found = REGISTRY.get(_ALIASES.get(name, name)) if isinstance(name, str) else None
     if found is None:
         raise sim.InvalidArgumentError(f"op={name!r} must name a collective: one of "
                                        + ", ".join(repr(n) for n in REGISTRY))

@@ -2,7 +2,7 @@
 
 The forward program is run once on example inputs; each device's recorded `Program` is then walked
 backwards, every equation replaced by its transpose (the design note's table for collectives:
-psum2 <-> pbroadcast, all_gather <-> psum_scatter, all_to_all <-> all_to_all, all_gather_invariant <->
+psum_invariant <-> pvary, all_gather <-> psum_scatter, all_to_all <-> all_to_all, all_gather_invariant <->
 pscatter, ppermute <-> the inverse permutation, ragged_all_to_all <-> ragged_all_to_all with offsets
 exchanged). The result is itself a `shard_map` program, with in_specs and out_specs swapped, that runs on
 the simulator and records its own program, so it can be transposed again.
@@ -35,11 +35,11 @@ def linear_transpose(f: sim.ShardMapped, *primals: Any, linear_argnums: tuple[in
     `(*other_args, *output_cotangents)` and returns the cotangents of the linear arguments.
 
     Example on a 2-device mesh {'i': 2}: `f = shard_map(lambda x: psum(x, 'i'), in_specs=P('i'),
-    out_specs=P())` transposes to a program that maps `ybar` to `pbroadcast(ybar, 'i')` on each device:
+    out_specs=P())` transposes to a program that maps `ybar` to `pvary(ybar, 'i')` on each device:
     no data moves.
 
     Raises:
-    A program with `check_vma=False` has no types to tell psum2 from psum, so it is transposed the way
+    A program with `check_vma=False` has no types to tell psum_invariant from psum, so it is transposed the way
     JAX transposes it (the pre-vma rules): each output cotangent is divided by the number of devices its
     out_specs entry replicates it over, psum transposes to psum (pmean to pmean), the other collectives by
     their rules above, and each input cotangent is summed (psum) over the mesh axes its in_specs entry

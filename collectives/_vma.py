@@ -1,19 +1,19 @@
 """The collectives' device-variance rules (the design note's table) and their place in the program record.
 
 Every collective names mesh axes. Under `check_vma=True`, as in JAX, an operand that is invariant along
-those axes is first promoted by a recorded `pbroadcast` (no data moves), except for the two collectives
-that take invariant operands (`pbroadcast`, `pscatter`), which reject varying ones. The result then:
+those axes is first promoted by a recorded `pvary` (no data moves), except for the two collectives
+that take invariant operands (`pvary`, `pscatter`), which reject varying ones. The result then:
 
 | rule       | collectives                                                   | result varies along   |
 |------------|---------------------------------------------------------------|-----------------------|
-| reduce     | psum2 (= psum), pmean, pmax, pmin, all_gather_invariant        | operand's axes - axes |
+| reduce     | psum_invariant (= psum), pmean, pmax, pmin, all_gather_invariant        | operand's axes - axes |
 | keep       | all_gather, all_to_all, psum_scatter, ppermute, ragged         | operand's axes + axes |
-| introduce  | pbroadcast, pscatter (operand must be invariant along axes)   | operand's axes + axes |
+| introduce  | pvary, pscatter (operand must be invariant along axes)   | operand's axes + axes |
 | index      | axis_index                                                    | axes                  |
 
 Each collective's rule is the `vma` of its `Definition`. A reduction over `axis_index_groups` smaller than
 the axis still differs between groups, so its result keeps the axes. The summing collectives (psum, pmean,
-psum2, psum_scatter: `Definition.sums`) need an operand that varies along all of their axes or along none,
+psum_invariant, psum_scatter: `Definition.sums`) need an operand that varies along all of their axes or along none,
 as JAX requires: promoting only some of them would change the sum.
 With `check_vma=False` nothing is promoted, checked or typed.
 """
@@ -34,7 +34,7 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
     """Run `compute` (the collective on plain arrays) and give its result the type `definition.vma` prescribes.
 
     The collective is recorded in the device's program as `definition.name[params]` applied to `operands`;
-    errors name it as the caller `called` it (psum is recorded as psum2).
+    errors name it as the caller `called` it (psum is recorded as psum_invariant).
     """
     context = sim.current()
     recorded, op, rule = definition.name, called or definition.name, definition.vma
@@ -58,7 +58,7 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
                 raise sim.InvalidTypeError(
                     f"device {context.device}: {op}: the operand varies along {sorted(varying)} but not along "
                     f"{sorted(axes - varying)}; over axis_name={axis_name!r} it must vary along all of them or "
-                    f"none (pbroadcast it first)"
+                    f"none (pvary it first)"
                 )
         operands = [sim.promote(x, sim.vma_of(x) | axes) for x in operands]
     vma = frozenset().union(*(sim.vma_of(x) for x in operands)) | axes

@@ -1,7 +1,7 @@
 """The JAX worker's dispatch table: for every registered collective, how the worker runs the real op.
 
 Built from `collectives.REGISTRY`: each collective's `JaxBinding` gives the per-device call; operands
-that JAX takes invariant (pbroadcast, pscatter) enter through in_specs that leave out their axes, as a
+that JAX takes invariant (pvary, pscatter) enter through in_specs that leave out their axes, as a
 user would pass them, so per-device inputs must agree along those axes; grouped psum and pmean run under
 `check_vma=False`, the only way JAX runs them; ragged_all_to_all runs JAX's own primitive, on CPU
 through the lowering `oracles.install_cpu_ragged_all_to_all` registers. Results are mapped over every

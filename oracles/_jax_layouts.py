@@ -7,7 +7,7 @@ collective runs by its route in `oracles._jax_dispatch`. Two ops:
   index, the bytes holding its values, `on_device_size_in_bytes()` and the layout JAX reports.
 - "layout_collective": a collective under `jax.shard_map` compiled with input and output `Format`s
   (per-device layouts); per device: the result's values and the bytes of its buffer. Every collective
-  runs as it runs without layouts: an operand JAX takes invariant (pbroadcast, pscatter) enters over the
+  runs as it runs without layouts: an operand JAX takes invariant (pvary, pscatter) enters over the
   other mesh axes only, grouped psum/pmean run under `check_vma=False`, ragged_all_to_all runs through
   the CPU lowering `oracles.install_cpu_ragged_all_to_all` registers.
 

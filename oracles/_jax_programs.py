@@ -35,7 +35,7 @@ def _step(mesh: Mesh, op: str, args: list, params: dict) -> Any:
         "pmax": lambda: lax.pmax(a, axis),
         "ppermute": lambda: lax.ppermute(a, axis, _perm(mesh, axis, params["shift"])),
         "all_to_all": lambda: lax.all_to_all(a, axis, 0, 0, tiled=True),
-        "pbroadcast": lambda: lax.pcast(a, axis, to="varying"),
+        "pvary": lambda: lax.pcast(a, axis, to="varying"),
         "all_gather": lambda: lax.all_gather(a, axis, tiled=True)[: a.shape[0]],
         "psum_scatter": lambda: lax.all_gather(lax.psum_scatter(a, axis, tiled=True), axis, tiled=True),
         "axis_index": lambda: a + lax.axis_index(axis).astype(a.dtype),

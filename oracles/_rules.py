@@ -55,7 +55,7 @@ class Program:
         # JAX runs grouped psum and pmean only unchecked (NotImplementedError otherwise)
         grouped = self.definition.jax.grouped_unchecked and case.params.get("axis_index_groups") is not None
         # psum_invariant exists only in typed programs (JAX refuses an untyped operand)
-        self.case, self.check_vma = case, (check_vma and not grouped) or case.op == "psum2"
+        self.case, self.check_vma = case, (check_vma and not grouped) or case.op == "psum_invariant"
         on = jax_mesh(case.mesh_shape)
         found = route(case.op).operands(on, case.args, case.params)
         # whole: device d's block is rows d*m..(d+1)*m of its argument, no leading device axis to index away

@@ -35,7 +35,7 @@ from oracles._protocol import read_message, write_message
 
 MAX_DEVICES = 8
 # How many per-device argument lists each collective takes, and JAX's name for it (the design note's psum2
-# is JAX's psum_invariant, pbroadcast is pvary, pscatter is JAX's transpose of all_gather_invariant).
+# is JAX's psum_invariant, its pbroadcast is pvary, pscatter is JAX's transpose of all_gather_invariant).
 ARITY = {name: len(d.arrays) for name, d in REGISTRY.items()}
 JAX_NAMES = {name: d.jax.name for name, d in REGISTRY.items()}
 _TEST_OPS = ("crash", "sleep")  # understood by the worker; used by the tests only
@@ -113,7 +113,7 @@ class JaxOracle:
         """Run `jax.lax.<op>(*args, **params)` on each device of `mesh_shape` and return its results.
 
         Args:
-            op: a registered collective's name (`collectives.REGISTRY`), e.g. "all_gather" or "psum2".
+            op: a registered collective's name (`collectives.REGISTRY`), e.g. "all_gather" or "psum_invariant".
             mesh_shape: axis name -> size, at most 8 devices; device ids run row-major over the axes.
             args: one per-device list per positional argument of the op, e.g. `(xs,)` for all_gather.
             params: the op's keyword arguments (axis_name, axis_index_groups, axis, tiled, ...).

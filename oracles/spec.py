@@ -330,16 +330,58 @@ def axis_index(mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.
     return out
 
 
-@specifies(collectives.psum2)
-def psum2(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
-    """The design note's psum2 (JAX: psum_invariant): psum's value."""
+@specifies(collectives.psum_invariant)
+def psum_invariant(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
+    """JAX's psum_invariant (the design note's psum2): psum's value."""
     return psum(xs, mesh_shape, axis_name)
 
 
-@specifies(collectives.pbroadcast)
-def pbroadcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
-    """The design note's pbroadcast (JAX: pvary): every device keeps its value."""
+@specifies(collectives.pvary)
+def pvary(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
+    """JAX's pvary (the design note's pbroadcast): every device keeps its value."""
     return [np.array(x, copy=True) for x in xs]
+
+
+@specifies(collectives.pbroadcast)
+def pbroadcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
+               source: int) -> list[np.ndarray]:
+    """Every member gets "x being copied from the source index slice of axis_name" (JAX's docs; their
+    equivalent, psum(where(axis_index == source, x, 0)), is this copy for every value but -0.0 and bool)."""
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name):
+        for d in group:
+            out[d] = np.array(xs[group[source]], copy=True)
+    return out
+
+
+@specifies(collectives.pshuffle)
+def pshuffle(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
+             perm: Sequence[int]) -> list[np.ndarray]:
+    """JAX's docs: "the result at index i is x at index perm[i]" along the axis."""
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name):
+        for i, d in enumerate(group):
+            out[d] = np.array(xs[group[perm[i]]], copy=True)
+    return out
+
+
+@specifies(collectives.pswapaxes)
+def pswapaxes(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, axis: int, *,
+              axis_index_groups: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+    """JAX's docs: the mapped axis and `axis` swap; member j gets index j along `axis` of every member's x,
+    stacked in member order along `axis`."""
+    out: list[np.ndarray] = [np.empty(0)] * len(xs)
+    for group in groups(mesh_shape, axis_name, axis_index_groups):
+        for j, d in enumerate(group):
+            out[d] = np.stack([np.take(np.asarray(xs[k]), j, axis=axis) for k in group], axis=axis)
+    return out
+
+
+@specifies(collectives.pcast)
+def pcast(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName, *,
+          to: str) -> list[np.ndarray]:
+    """JAX's pcast to 'varying' is pvary: every device keeps its value."""
+    return pvary(xs, mesh_shape, axis_name)
 
 
 @specifies(collectives.all_gather_invariant)

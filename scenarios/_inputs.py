@@ -27,7 +27,7 @@ def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, 
         ScenarioError: missing or extra arguments, a table count that is not the device count, values that
             are not rectangular numeric arrays or do not fit the dtype, bits without a dtype or wider than
             it, an index dtype other than int32 or int64, shapes that differ between devices,
-            an operand that must be invariant along the axes (pbroadcast, pscatter) but differs along them.
+            an operand that must be invariant along the axes (pvary, pscatter) but differs along them.
     """
     count = mesh.size
     settings = source.table(data, "inputs", required=False) or {}
@@ -69,7 +69,7 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
                dtype: np.dtype) -> Inputs:
     """One draw of `x` per device from `numpy.random.default_rng(seed)`, in device order.
 
-    For an operand that must be invariant along the axes (pbroadcast, pscatter), the devices that differ
+    For an operand that must be invariant along the axes (pvary, pscatter), the devices that differ
     only along them share the draw of the first of them."""
     if spec.arrays != ("x",):
         raise source.error("inputs", "seed", f"[inputs] seed draws the one array x of a collective that takes "

@@ -201,7 +201,8 @@ def _collective(source: Source, table: dict, mesh: sim.Mesh) -> tuple[Definition
     definition = collectives.REGISTRY.get(op) if isinstance(op, str) else None
     if definition is None:
         raise source.error("collective", "op", f"[collective] op={op!r} must be one of {_names()}")
-    source.check_keys("collective", table, ("op",) + definition.required, definition.optional)
+    source.check_keys("collective", table, ("op",) + definition.required + _missing(source, table, definition),
+                      definition.optional)
     params = {}
     for key, value in table.items():
         if key == "op":
@@ -212,6 +213,17 @@ def _collective(source: Source, table: dict, mesh: sim.Mesh) -> tuple[Definition
         params[key] = param.from_toml(value)
     _check_axes(source, params, mesh)
     return definition, params
+
+
+def _missing(source: Source, table: dict, definition: Definition) -> tuple[str, ...]:
+    """Raise for the first required key `table` lacks, with the key's rule (which may say what the file more
+    likely meant), once every key it has is known; () otherwise."""
+    known = ("op",) + definition.required + definition.optional
+    for param in definition.params:
+        if param.required and param.name not in table and all(key in known for key in table):
+            raise source.error("collective", None, f"[collective] {param.name} is missing; it is required: "
+                                                   f"{param.name} must be {param.rule}")
+    return ()
 
 
 def _check_axes(source: Source, params: dict[str, Any], mesh: sim.Mesh) -> None:

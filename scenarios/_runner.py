@@ -40,7 +40,7 @@ class ScenarioResult:
 
     `outputs[d]` and `provenance[d]` belong to device d; `provenance[d]` is None for a collective whose
     messages do not say where they land (the reductions, ppermute) or that sends none (axis_index,
-    pbroadcast, pscatter). `trace` lists every message in the order it was sent. `run` is the simulator's
+    pvary, pscatter). `trace` lists every message in the order it was sent. `run` is the simulator's
     own record of the call (`sim.Run`: the trace with each device's calls, `to_perfetto`).
     """
 
@@ -107,7 +107,7 @@ def run(scenario: Scenario | ProgramScenario, sanitize: bool = False) -> Scenari
 
     Each argument's per-device arrays are stacked along a new leading axis split over all mesh axes, so
     device d's program sees row d; it calls the collective on that row and returns its result as a row.
-    An operand that must be invariant along the axes (pbroadcast, pscatter) is split over the other axes
+    An operand that must be invariant along the axes (pvary, pscatter) is split over the other axes
     only, as a JAX user passes it.
 
     Returns:

@@ -16,7 +16,7 @@ MESH_SHAPE = {"x": 2, "y": 2}
 LOCAL = 4
 AXES = ["x", "y", ("x", "y")]
 SPECS = [(), ("x",), ("y",), (("x", "y"),)]
-LINEAR_OPS = ["add", "neg", "scale", "psum", "ppermute", "all_to_all", "pbroadcast", "all_gather", "psum_scatter"]
+LINEAR_OPS = ["add", "neg", "scale", "psum", "ppermute", "all_to_all", "pvary", "all_gather", "psum_scatter"]
 ALL_OPS = LINEAR_OPS + ["mul", "pmax", "axis_index"]
 
 
@@ -38,7 +38,7 @@ def step(op: str, args: list, params: dict) -> Any:
         "pmax": lambda: C.pmax(a, axis),
         "ppermute": lambda: C.ppermute(a, axis, _perm(axis, params.get("shift", 1))),
         "all_to_all": lambda: C.all_to_all(a, axis, 0, 0, tiled=True),
-        "pbroadcast": lambda: C.pbroadcast(a, axis),
+        "pvary": lambda: C.pvary(a, axis),
         "all_gather": lambda: C.all_gather(a, axis, tiled=True)[: a.shape[0]],
         "psum_scatter": lambda: C.all_gather(C.psum_scatter(a, axis, tiled=True), axis, tiled=True),
         "axis_index": lambda: a + C.axis_index(axis).astype(a.dtype),

@@ -34,7 +34,7 @@ from sim import P
 BF16 = layouts.BFLOAT16
 FLOATS = (BF16, np.dtype(np.float16), np.dtype(np.float32))
 # The collectives that compute values (the reductions); the others only move them.
-REDUCING = ("psum", "pmean", "pmax", "pmin", "psum_scatter", "psum2")
+REDUCING = ("psum", "pmean", "pmax", "pmin", "psum_scatter", "psum_invariant")
 assert set(REDUCING) <= set(collectives.REGISTRY)
 MOVING = tuple(op for op in collectives.REGISTRY if op not in REDUCING and collectives.definition(op).arrays)
 _EXAMPLES = max(10, settings().max_examples // 6)
@@ -109,7 +109,7 @@ def test_direct_rounds_a_bfloat16_sum_once_and_the_ring_every_step():
     assert float(spec.psum(TIE, {"x": 4}, "x")[0][0]) == 1.0
 
 
-@pytest.mark.parametrize("op", ["psum", "pmean", "pmax", "pmin", "psum2"])
+@pytest.mark.parametrize("op", ["psum", "pmean", "pmax", "pmin", "psum_invariant"])
 def test_one_device_reductions_canonicalise_bfloat16_nans_only(op):
     """On one device the all-reduce goes but its float32 conversions stay: NaNs come back as 0x7fc0 with their
     sign; subnormals, -0.0 and the rest keep their bits (measured on JAX CPU)."""

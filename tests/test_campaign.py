@@ -62,8 +62,8 @@ def test_default_campaign_finds_nothing_new(default):
     new = [f"{r['op']} {r['kind']}: {text}" for r in rows for text in r["new"]]
     assert new == [], "\n\n".join(new)
     kinds = {(r["op"], r["kind"]) for r in rows if r["examples"] >= 6}
-    linear = {"all_gather", "all_to_all", "ragged_all_to_all", "psum", "pmean", "psum_scatter", "ppermute", "psum2",
-              "pbroadcast", "all_gather_invariant", "pscatter"}
+    linear = {"all_gather", "all_to_all", "ragged_all_to_all", "psum", "pmean", "psum_scatter", "ppermute",
+              "psum_invariant", "pvary", "all_gather_invariant", "pscatter"}
     assert {(op, "transpose") for op in linear} <= kinds
     assert {(op, "vmap") for op in linear | {"pmax", "pmin"}} <= kinds
     assert {name for r in rows for name in r["known"]} <= known_ids()

@@ -253,7 +253,8 @@ def test_a_finding_file_reads_back_bit_for_bit(data, tmp_path_factory):
     scenario = scenarios.load(path)
     assert dict(scenario.mesh.shape) == case.mesh_shape
     assert dict(scenario.params) == {
-        k: [tuple(p) for p in v] if k == "perm" else v for k, v in case.params.items() if v is not None}
+        k: collectives.definition(case.op).param(k).from_toml(v) if k == "perm" else v
+        for k, v in case.params.items() if v is not None}
     for k, name in enumerate(collectives.definition(case.op).arrays):
         for d in range(case.devices):
             want, got = np.asarray(case.args[k][d]), scenario.inputs[d][name]

@@ -113,7 +113,7 @@ ODD_BUT_VALID = [
     ("one_device", f'[mesh]\naxes = {{x = 1}}\n{_PSUM}[inputs]\nseed = 0\nshape = [3]\n'),
     ("many_axes_of_size_1", '[mesh]\naxes = {a = 1, b = 1, c = 1, x = 2}\n' + _PSUM
      + "[inputs]\nseed = 0\nshape = [3]\n"),
-    ("pbroadcast_on_4096", '[mesh]\naxes = {x = 4096}\n[collective]\nop = "pbroadcast"\naxis_name = "x"\n'
+    ("pvary_on_4096", '[mesh]\naxes = {x = 4096}\n[collective]\nop = "pvary"\naxis_name = "x"\n'
      "[inputs]\nseed = 0\nshape = [2]\n"),
     ("args_scalar_and_seedless", _PROGRAM + "[[args]]\nshape = [2]\n"),
     ("args_value_int_dtype", _PROGRAM + '[[args]]\nvalue = [1, 2]\ndtype = "int32"\n'),

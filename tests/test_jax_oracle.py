@@ -218,7 +218,7 @@ def test_worker_hang_is_oracle_failure_and_worker_restarts():
 
 
 @pytest.mark.parametrize("op, mesh_shape, args, match", [
-    ("pshuffle", {"i": 2}, ([np.zeros(1)] * 2,), "op=.pshuffle. must be one of"),
+    ("pfoo", {"i": 2}, ([np.zeros(1)] * 2,), "op=.pfoo. must be one of"),
     ("all_gather", {"i": 16}, ([np.zeros(1)] * 16,), "has 16 devices; the JAX oracle runs at most 8"),
     ("all_gather", {"i": 0}, ((),), "must map axis names to positive sizes"),
     ("all_gather", {"i": 2}, ([np.zeros(1)] * 2, [np.zeros(1)] * 2), "takes 1 per-device argument"),

@@ -202,7 +202,7 @@ COPY_CASES = [  # (id, body run on a row of float32[4, 4] blocks on {'x': 2}, op
     ("pmax-recursive_doubling-operand-column-major", lambda x: _C.pmax(x, "x", algorithm="recursive_doubling"), C,
      ["unpack"] * 2),
     ("pmean-result-column-major", lambda x: _C.pmean(x, "x", out_layout=Layout(C)), R, ["unpack"] * 4),
-    ("psum2-both-column-major", lambda x: _C.psum2(x, "x", out_layout=Layout(C)), C, []),
+    ("psum_invariant-both-column-major", lambda x: _C.psum_invariant(x, "x", out_layout=Layout(C)), C, []),
     ("psum_scatter-strided-chunks", lambda x: _C.psum_scatter(x, "x", scatter_dimension=1, tiled=True), R,
      ["pack"] * 4),
     ("psum_scatter-contiguous-chunks", lambda x: _C.psum_scatter(x, "x", scatter_dimension=1, tiled=True,
@@ -213,7 +213,7 @@ COPY_CASES = [  # (id, body run on a row of float32[4, 4] blocks on {'x': 2}, op
     ("ppermute-both-column-major", lambda x: _C.ppermute(x, "x", [(0, 1), (1, 0)], out_layout=Layout(C)), C, []),
     ("all_gather_invariant-strided-result", lambda x: _C.all_gather_invariant(x, "x", axis=1, tiled=True), R,
      ["unpack"] * 4),
-    ("pbroadcast-relaid-out", lambda x: _C.pbroadcast(x, "x", out_layout=Layout(R)), C, []),
+    ("pvary-relaid-out", lambda x: _C.pvary(x, "x", out_layout=Layout(R)), C, []),
     ("pscatter-strided-slice", lambda x: _C.pscatter(x, "x", axis=1, tiled=True), R, []),
 ]
 
@@ -229,7 +229,7 @@ def copy_run(body: Any, operand: tuple[int, int], network: Any = None) -> sim.Ru
 def test_reductions_pack_strided_payloads_and_unpack_reordered_arrivals(body, operand, want):
     """A payload that is not one contiguous run of the sender's memory is packed ("pack"), an arrival in
     another order than its destination is unpacked ("unpack"), one timed step each; whole operands go
-    straight from memory; 'ring' works in row-major order; pbroadcast and pscatter never take time."""
+    straight from memory; 'ring' works in row-major order; pvary and pscatter never take time."""
     kinds = [m.kind for m in copy_run(body, operand).trace if isinstance(m, sim.CopyRecord) and m.kind != "relayout"]
     assert sorted(kinds) == want
 

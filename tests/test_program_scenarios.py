@@ -12,8 +12,8 @@ from scenarios.cli import main
 
 ROOT = Path(__file__).resolve().parents[1] / "scenarios" / "library"
 EXAMPLES = {  # file: (ops of the transposed program, network bytes it sends)
-    "transpose_1_psum_unmapped.toml": (["pbroadcast", "multiply"], 0),
-    "transpose_2_psum_mapped.toml": (["multiply", "psum2", "pbroadcast", "multiply"], 4 * 3 * 2 * 4),
+    "transpose_1_psum_unmapped.toml": (["pvary", "multiply"], 0),
+    "transpose_2_psum_mapped.toml": (["multiply", "psum_invariant", "pvary", "multiply"], 4 * 3 * 2 * 4),
     "transpose_3_cursed_identity.toml": ([], 0),
     "transpose_4_all_gather_invariant.toml": (["pscatter"], 0),
     "transpose_5_all_gather_mapped.toml": (["multiply", "psum_scatter"], 4 * 3 * 1 * 4),
@@ -42,7 +42,7 @@ def test_cli_prints_the_typed_programs(capsys):
     """`meshsim run` shows the typed forward and transposed programs and the round trip."""
     assert main(["run", "--allow-code", str(ROOT / "transpose_1_psum_unmapped.toml")]) == 0
     out = capsys.readouterr().out
-    assert "psum2[axis_name='i']" in out and "pbroadcast[axis_name='i']" in out
+    assert "psum_invariant[axis_name='i']" in out and "pvary[axis_name='i']" in out
     assert "transposing twice gives the original program, op for op" in out
 
 

@@ -1,4 +1,4 @@
-"""psum, pmean, pmax, pmin, psum_scatter, ppermute, axis_index, psum2, pbroadcast, all_gather_invariant, pscatter.
+"""psum, pmean, pmax, pmin, psum_scatter, ppermute, axis_index, psum_invariant, pvary, all_gather_invariant, pscatter.
 
 No JAX here: the docstrings' examples, XLA:CPU's arithmetic rules on literal bits, the algorithms agreeing
 (integers exactly, floats within the bound their summation order allows), their timings against closed
@@ -124,7 +124,7 @@ def per_device(mesh_axes: dict, body, *args_per_device, run: bool = False):
     mesh = sim.Mesh(mesh_axes)
     stacked = [np.stack([np.asarray(a) for a in arg]) for arg in args_per_device]
     spec_ = P(mesh.axis_names)
-    # Inputs split over every axis are varying, which pbroadcast and pscatter reject: values only here.
+    # Inputs split over every axis are varying, which pvary and pscatter reject: values only here.
     f = sim.shard_map(lambda *xs: body(*(x[0] for x in xs))[None], mesh=mesh,
                       in_specs=(spec_,) * len(stacked), out_specs=spec_, check_vma=False)
     return f.run(*stacked) if run else f(*stacked)
@@ -154,8 +154,8 @@ DOC_EXAMPLES = [  # (id, mesh, body, per-device inputs, result stacked over devi
     ("ppermute-one-pair", {"x": 4}, lambda x: _C.ppermute(x, "x", [(0, 2)]), _ONES, [[0], [0], [1], [0]]),
     ("axis_index-y", {"x": 2, "y": 2}, lambda x: _C.axis_index("y") + 0 * x, [0] * 4, [0, 1, 0, 1]),
     ("axis_index-(y,x)", {"x": 2, "y": 2}, lambda x: _C.axis_index(("y", "x")) + 0 * x, [0] * 4, [0, 2, 1, 3]),
-    ("psum2", {"i": 2}, lambda x: _C.psum2(x, "i"), [[1, 2], [3, 4]], [[4, 6]] * 2),
-    ("pbroadcast", {"i": 2}, lambda x: _C.pbroadcast(x, "i"), [[1, 2]] * 2, [[1, 2]] * 2),
+    ("psum_invariant", {"i": 2}, lambda x: _C.psum_invariant(x, "i"), [[1, 2], [3, 4]], [[4, 6]] * 2),
+    ("pvary", {"i": 2}, lambda x: _C.pvary(x, "i"), [[1, 2]] * 2, [[1, 2]] * 2),
     ("all_gather_invariant", {"i": 2}, lambda x: _C.all_gather_invariant(x, "i"), [[1], [2]], [[[1], [2]]] * 2),
     ("all_gather_invariant-tiled", {"i": 2}, lambda x: _C.all_gather_invariant(x, "i", tiled=True), [[1], [2]],
      [[1, 2]] * 2),
@@ -215,7 +215,7 @@ def test_pmean_dtypes_and_reciprocal():
 def test_one_device_mesh_returns_the_value_untouched():
     """On a one-device mesh XLA compiles the all-reduce away: -0.0 and subnormals come back as they went in."""
     x = np.float32([-0.0, np.finfo(np.float32).smallest_subnormal])
-    for op in ("psum", "pmean", "pmax", "pmin", "psum2"):
+    for op in ("psum", "pmean", "pmax", "pmin", "psum_invariant"):
         # per_device runs the lambda before the loop moves on, so it sees this iteration's op.
         out = per_device({"x": 1}, lambda v: getattr(collectives, op)(v, "x"), [x])[0]  # noqa: B023
         assert bits(out) == bits(x), op
@@ -371,7 +371,7 @@ def test_ppermute_leaves_zeros_where_nothing_arrives_and_counts_negative_indices
 
 
 def test_invariant_collectives_relate_as_the_design_note_says():
-    """all_gather_invariant sends what all_gather sends; pscatter undoes it with no messages; pbroadcast too."""
+    """all_gather_invariant sends what all_gather sends; pscatter undoes it with no messages; pvary too."""
     xs = [np.arange(3) + 10 * d for d in range(4)]
     plain = per_device({"i": 4}, lambda x: collectives.all_gather(x, "i", axis=1), xs, run=True)
     invariant = per_device({"i": 4}, lambda x: collectives.all_gather_invariant(x, "i", axis=1), xs, run=True)
@@ -382,7 +382,7 @@ def test_invariant_collectives_relate_as_the_design_note_says():
                                                                axis=1), xs, run=True)
     assert back.outputs.tolist() == np.stack(xs).tolist()
     assert len(back.trace) == len(plain.trace)  # only the gather's messages
-    quiet = per_device({"i": 4}, lambda x: collectives.pbroadcast(x, "i") + collectives.axis_index("i"), [xs[0]] * 4,
+    quiet = per_device({"i": 4}, lambda x: collectives.pvary(x, "i") + collectives.axis_index("i"), [xs[0]] * 4,
                        run=True)
     assert len(quiet.trace) == 0 and quiet.outputs[:, 0].tolist() == [0, 1, 2, 3]
 
@@ -393,3 +393,16 @@ def test_invariant_collectives_relate_as_the_design_note_says():
 def test_simulator_agrees_with_the_spec(op, data):
     """Simulator == executable spec, bit for bit, on generated cases of every op (no JAX needed)."""
     check_against_spec(data.draw(reduction_cases(op), label="case"))
+
+
+def test_the_design_note_names_are_jax_names_here():
+    """The note's psum2 is `psum_invariant` itself (one function, one definition), reachable by either name;
+    the note's pbroadcast is `pvary`, and `pcast(to='varying')` records the same `pvary` equation."""
+    assert collectives.psum2 is collectives.psum_invariant
+    assert collectives.definition("psum2") is collectives.definition("psum_invariant")
+    assert "psum2" not in collectives.REGISTRY
+    f = sim.shard_map(lambda x: collectives.pcast(x, "i", to="varying"), mesh=sim.Mesh({"i": 2}), in_specs=P(),
+                      out_specs=P("i"))
+    run = f.run(np.arange(3.0))
+    assert run.program(0).ops() == ["pvary"] and run.trace.total_bytes == 0
+    assert np.array_equal(f(np.arange(3.0)), np.tile(np.arange(3.0), 2))

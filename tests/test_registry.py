@@ -89,16 +89,16 @@ def test_every_collective_has_a_spec_and_a_jax_binding(op):
 
 
 def test_the_design_note_names_map_to_jax_names():
-    """psum2 is JAX's psum_invariant and pbroadcast JAX's pvary, in both directions."""
-    assert jax_oracle.JAX_NAMES["psum2"] == "psum_invariant" and jax_oracle.JAX_NAMES["pbroadcast"] == "pvary"
-    assert collectives.REGISTRY.by_primitive("psum_invariant") is _definition("psum2")
-    assert collectives.REGISTRY.by_primitive("pvary") is _definition("pbroadcast")
+    """psum_invariant is JAX's psum_invariant and pvary JAX's pvary, in both directions."""
+    assert jax_oracle.JAX_NAMES["psum_invariant"] == "psum_invariant" and jax_oracle.JAX_NAMES["pvary"] == "pvary"
+    assert collectives.REGISTRY.by_primitive("psum_invariant") is _definition("psum_invariant")
+    assert collectives.REGISTRY.by_primitive("pvary") is _definition("pvary")
 
 
 def test_unknown_names_are_refused_naming_the_collectives():
     """A name no collective has is an InvalidArgumentError that lists the registered ones."""
-    with pytest.raises(sim.InvalidArgumentError, match=r"op='pshuffle' must name a collective: one of 'all_gather'"):
-        collectives.definition("pshuffle")
+    with pytest.raises(sim.InvalidArgumentError, match=r"op='pfoo' must name a collective: one of 'all_gather'"):
+        collectives.definition("pfoo")
 
 
 def test_collectives_import_neither_jax_nor_hypothesis():
@@ -163,7 +163,7 @@ def test_results_vary_as_the_vma_rule_says(op, data):
     grouped = case.params.get("axis_index_groups") is not None
     want = {Vma.REDUCE: everything if grouped else everything - along, Vma.KEEP: everything,
             Vma.INTRODUCE: everything, Vma.INDEX: along}[d.vma]
-    # the pbroadcasts sim inserts to meet out_specs record `axes`; the collective's own equation does not
+    # the pvarys sim inserts to meet out_specs record `axes`; the collective's own equation does not
     recorded = [eq for eq in run.program(0).equations
                 if eq.op in collectives.REGISTRY and "axes" not in dict(eq.params)]
     assert recorded[-1].outputs[0].vma == want, str(run.program(0))

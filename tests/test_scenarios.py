@@ -360,12 +360,12 @@ def test_parameters_follow_their_definition_rules(tmp_path, name, edits, message
     _load_edited(tmp_path, (ROOT / "scenarios" / "library" / f"{name}.toml").read_text(), edits, message)
 
 
-PBROADCAST = """
+PVARY = """
 [mesh]
 axes = {x = 2, y = 2}
 
 [collective]
-op = "pbroadcast"
+op = "pvary"
 axis_name = "x"
 
 [[device]]
@@ -383,16 +383,16 @@ x = [3, 4]
 
 
 def test_invariant_operands_are_passed_once_and_checked(tmp_path):
-    """pbroadcast takes an operand invariant along its axis: devices that differ only along it must agree
+    """pvary takes an operand invariant along its axis: devices that differ only along it must agree
     (else the file is refused naming both devices); the result keeps each device's value and sends nothing."""
-    path = tmp_path / "pbroadcast.toml"
-    path.write_text(PBROADCAST)
+    path = tmp_path / "pvary.toml"
+    path.write_text(PVARY)
     result = scenarios.run(scenarios.load(path))
     assert [o.tolist() for o in result.outputs] == [[1, 2], [3, 4], [1, 2], [3, 4]]
     assert result.trace == () and result.provenance == (None,) * 4
-    path.write_text(PBROADCAST.replace("x = [3, 4]", "x = [3, 5]", 1))
-    with pytest.raises(ScenarioError, match=r"pbroadcast.toml:\d+: \[\[device\]\] for device 3: x differs from "
-                                            r"device 1's, but pbroadcast takes an operand invariant along "
+    path.write_text(PVARY.replace("x = [3, 4]", "x = [3, 5]", 1))
+    with pytest.raises(ScenarioError, match=r"pvary.toml:\d+: \[\[device\]\] for device 3: x differs from "
+                                            r"device 1's, but pvary takes an operand invariant along "
                                             r"axis_name='x'"):
         scenarios.load(path)
 
@@ -400,7 +400,7 @@ def test_invariant_operands_are_passed_once_and_checked(tmp_path):
 def test_seeded_invariant_operands_share_their_draw(tmp_path):
     """Drawn from a seed, pscatter's operand is one draw per row of devices along the other axes."""
     path = tmp_path / "pscatter.toml"
-    path.write_text(PBROADCAST.split("[[device]]")[0].replace("pbroadcast", "pscatter")
+    path.write_text(PVARY.split("[[device]]")[0].replace("pvary", "pscatter")
                     + "[inputs]\nseed = 3\nshape = [2, 3]\n")
     scenario = scenarios.load(path)
     x = [a["x"] for a in scenario.inputs]

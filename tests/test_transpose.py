@@ -39,8 +39,8 @@ def ints(seed: int, shape) -> np.ndarray:
 
 ADJOINT_CASES = [  # (id, program, global input shapes)
     ("psum", mapped(lambda x: C.psum(x, "i"), P("i"), P()), [(8, 3)]),
-    ("psum2", mapped(lambda x: C.psum2(x, "i"), P("i"), P()), [(8,)]),
-    ("pbroadcast", mapped(lambda x: C.pbroadcast(x, "i"), P(), P("i")), [(2, 3)]),
+    ("psum_invariant", mapped(lambda x: C.psum_invariant(x, "i"), P("i"), P()), [(8,)]),
+    ("pvary", mapped(lambda x: C.pvary(x, "i"), P(), P("i")), [(2, 3)]),
     ("all_gather", mapped(lambda x: C.all_gather(x, "i"), P("i"), P("i")), [(8, 3)]),
     ("all_gather(axis=1, tiled)", mapped(lambda x: C.all_gather(x, "i", axis=1, tiled=True), P("i"), P("i")),
      [(8, 3)]),
@@ -143,14 +143,14 @@ def test_note_example_transposes_twice_without_growth(name):
 
 
 @pytest.mark.parametrize("name, ops, sent_bytes", [
-    ("1: psum to an unmapped output", ["pbroadcast", "multiply"], 0),
-    ("2: psum to a mapped output", ["multiply", "psum2", "pbroadcast", "multiply"], 4 * 3 * 2 * 8),
+    ("1: psum to an unmapped output", ["pvary", "multiply"], 0),
+    ("2: psum to a mapped output", ["multiply", "psum_invariant", "pvary", "multiply"], 4 * 3 * 2 * 8),
     ("3: the cursed identity", [], 0),
     ("4: all_gather_invariant to an unmapped output", ["pscatter"], 0),
     ("5: all_gather to a mapped output", ["multiply", "psum_scatter"], 4 * 3 * 1 * 8),
 ])
 def test_note_example_transposes_as_the_note_says(name, ops, sent_bytes):
-    """Each transposed example is the note's efficient program: psum -> pbroadcast (no communication),
+    """Each transposed example is the note's efficient program: psum -> pvary (no communication),
     all_gather_invariant -> pscatter (none), all_gather -> psum_scatter, the cursed identity -> nothing."""
     _, back, _ = run_both_ways(name)
     assert back.program().ops() == ops
@@ -167,13 +167,13 @@ def test_cursed_identity_transposes_to_zero_bytes():
         assert run.trace.total_bytes == 0 and len(run.trace) == 0 and run.program().equations == []
 
 
-def test_pmean_transposes_to_a_scaled_pbroadcast():
-    """<pmean(x), y> == <x, pbroadcast(y) / n> in floats (pmean rounds 1/n, so not in integers)."""
+def test_pmean_transposes_to_a_scaled_pvary():
+    """<pmean(x), y> == <x, pvary(y) / n> in floats (pmean rounds 1/n, so not in integers)."""
     f = mapped(lambda x: C.pmean(x, "i"), P("i"), P())
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal(8), rng.standard_normal(2)
     back = C.linear_transpose(f, x).run(y)
-    assert back.program().ops() == ["pbroadcast", "divide"] and back.trace.total_bytes == 0
+    assert back.program().ops() == ["pvary", "divide"] and back.trace.total_bytes == 0
     np.testing.assert_allclose(np.vdot(f(x), y), np.vdot(x, back.outputs), rtol=1e-12)
 
 
@@ -239,10 +239,10 @@ def test_unchecked_cursed_identity_grows_as_in_jax():
 
 
 def test_checked_programs_keep_the_typed_transposes():
-    """With check_vma=True the same psum transposes to pbroadcast: no division, no messages."""
+    """With check_vma=True the same psum transposes to pvary: no division, no messages."""
     f = mapped(lambda x: C.psum(x, "i"), P("i"), P())
     back = C.linear_transpose(f, np.ones(8)).run(np.array([4.0, 8.0]))
-    assert back.program().ops() == ["pbroadcast"] and back.trace.total_bytes == 0
+    assert back.program().ops() == ["pvary"] and back.trace.total_bytes == 0
 
 
 @pytest.mark.parametrize("f, shapes", [c[1:] for c in ADJOINT_CASES], ids=[c[0] for c in ADJOINT_CASES])
@@ -264,11 +264,11 @@ def test_adjoint_identity_in_floats(f, shapes):
     assert abs(lhs_terms.sum() - sum(t.sum() for t in rhs_terms)) <= bound
 
 
-def test_non_linear_inputs_promoted_by_pbroadcast_are_replayed():
-    """A non-linear invariant input that meets a varying value is promoted by a recorded pbroadcast (sim
-    writes its axes as `axes`); replaying it calls pbroadcast again, and the transpose scales by it."""
+def test_non_linear_inputs_promoted_by_pvary_are_replayed():
+    """A non-linear invariant input that meets a varying value is promoted by a recorded pvary (sim
+    writes its axes as `axes`); replaying it calls pvary again, and the transpose scales by it."""
     f = mapped(lambda x, y: x * y, (P("i"), P()), P("i"), {"i": 2})
     x, y = np.arange(4.0), np.array([2.0, 3.0])
-    assert "pbroadcast" in f.run(x, y).program().ops()
+    assert "pvary" in f.run(x, y).program().ops()
     back = C.linear_transpose(f, x, y, linear_argnums=(0,))(y, np.ones(4))
     np.testing.assert_array_equal(back, np.array([2.0, 3.0, 2.0, 3.0]))

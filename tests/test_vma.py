@@ -32,21 +32,21 @@ def test_inputs_vary_along_the_axes_their_spec_names(spec, vma):
 
 def test_outputs_are_raised_to_their_out_specs():
     """As in JAX, an output invariant along an axis its out_spec splits over is raised to vary along it by a
-    recorded pbroadcast (its transpose then sums the copies)."""
+    recorded pvary (its transpose then sums the copies)."""
     types, program = output_types(lambda a: a * 2.0, P("x"), P("x", "y"), A)
-    assert types == [{"x", "y"}] and program.ops() == ["multiply", "pbroadcast"]
+    assert types == [{"x", "y"}] and program.ops() == ["multiply", "pvary"]
 
 
-def test_nary_ops_promote_with_recorded_pbroadcast():
-    """Mixing {x} and {y} gives {x, y}; each operand is first raised by a pbroadcast that moves no data."""
+def test_nary_ops_promote_with_recorded_pvary():
+    """Mixing {x} and {y} gives {x, y}; each operand is first raised by a pvary that moves no data."""
     types, program = output_types(lambda a, b: a * b + 1.0, (P("x"), P("y")), P("x", "y"), A, A)
     assert types == [{"x", "y"}]
-    assert program.ops() == ["pbroadcast", "pbroadcast", "multiply", "add"]
+    assert program.ops() == ["pvary", "pvary", "multiply", "add"]
     assert "{V:x,y}" in str(program)
 
 
 def test_check_vma_false_inserts_nothing_and_checks_nothing():
-    """With check_vma=False no pbroadcast is recorded, types stay empty and all_gather may feed P()."""
+    """With check_vma=False no pvary is recorded, types stay empty and all_gather may feed P()."""
     types, program = output_types(lambda a: C.all_gather(a, "x", tiled=True), P("x"), P(), np.zeros(4),
                                   check_vma=False)
     assert types == [set()] and program.ops() == ["all_gather"]
@@ -54,13 +54,13 @@ def test_check_vma_false_inserts_nothing_and_checks_nothing():
 
 COLLECTIVE_TYPES = [  # (id, body, in_spec, out_spec, expected output vma) on mesh {x: 2, y: 2}
     ("psum: varying -> invariant", lambda a: C.psum(a, "x"), P("x", "y"), P(None, "y"), {"y"}),
-    ("psum of invariant: pbroadcast first", lambda a: C.psum(a, "x"), P(None, "y"), P(None, "y"), {"y"}),
+    ("psum of invariant: pvary first", lambda a: C.psum(a, "x"), P(None, "y"), P(None, "y"), {"y"}),
     ("psum over groups stays varying", lambda a: C.psum(a, ("x", "y"), axis_index_groups=[[0, 1], [2, 3]]),
      P(("x", "y")), P(("x", "y")), {"x", "y"}),
     ("pmax", lambda a: C.pmax(a, ("x", "y")), P(("x", "y")), P(), set()),
     ("pmean", lambda a: C.pmean(a, "y"), P(("x", "y")), P("x"), {"x"}),
-    ("psum2", lambda a: C.psum2(a, "y"), P("y"), P(), set()),
-    ("pbroadcast: invariant -> varying", lambda a: C.pbroadcast(a, "y"), P("x"), P("x", "y"), {"x", "y"}),
+    ("psum_invariant", lambda a: C.psum_invariant(a, "y"), P("y"), P(), set()),
+    ("pvary: invariant -> varying", lambda a: C.pvary(a, "y"), P("x"), P("x", "y"), {"x", "y"}),
     ("all_gather: varying -> varying", lambda a: C.all_gather(a, "x", tiled=True), P("x"), P("x"), {"x"}),
     ("all_gather of invariant", lambda a: C.all_gather(a, "x", tiled=True), P(), P("x"), {"x"}),
     ("all_gather_invariant", lambda a: C.all_gather_invariant(a, "x", tiled=True), P("x"), P(), set()),
@@ -98,7 +98,7 @@ def test_program_prints_like_a_jaxpr():
     assert str(program) == (
         "{ lambda ; a:f32[2]{V:x}. let\n"
         "    b:f32[2]{V:x} = multiply a 2.0\n"
-        "    c:f32[2] = psum2[axis_name='x'] b\n"
+        "    c:f32[2] = psum_invariant[axis_name='x'] b\n"
         "  in (c,) }")
 
 

@@ -85,7 +85,7 @@ def run_simulator(case: Case) -> list[Any]:
         result = fn(*(sim.tree_map(lambda x: x[0], b) for b in blocks), **case.params)
         return sim.tree_map(lambda x: x[None], result)
 
-    # Inputs split over every axis are typed varying; pbroadcast and pscatter take invariant operands, so
+    # Inputs split over every axis are typed varying; pvary and pscatter take invariant operands, so
     # their values are checked untyped (their types are checked in test_vma.py).
     mapped = sim.shard_map(body, mesh=mesh, in_specs=(spec,) * len(stacked), out_specs=spec,
                            check_vma=not definition.invariant_operand)

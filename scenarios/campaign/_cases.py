@@ -162,7 +162,7 @@ def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[n
     from `fillers` (default: `fills`) in one of `dtypes` per leaf.
 
     With `leaves` > 0 every device holds a pytree `{'a': leaf, 'b': (leaf, ...)}` of that many arrays that
-    share the parameters but not shape or dtype. An operand the collective takes invariant (pbroadcast,
+    share the parameters but not shape or dtype. An operand the collective takes invariant (pvary,
     pscatter) holds the same values on the devices that differ only along the axes.
     """
     definition = collectives.definition(op)

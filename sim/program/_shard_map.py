@@ -182,7 +182,7 @@ class ShardMapped:
 
     def _finish(self, record: Program, result: Any) -> Any:
         """In the device's own thread: check each output's type against its out_specs entry and raise it to
-        vary along every axis the entry splits over (a recorded pbroadcast, as JAX does), then record the
+        vary along every axis the entry splits over (a recorded pvary, as JAX does), then record the
         program's outputs."""
         out_specs = _expand(self.out_specs, result, "out_specs")
         if self.check_vma:

@@ -3,7 +3,7 @@
 Inside `shard_map`, every input is a `Varying` whose `vma` holds the mesh axes its in_spec splits it
 over. Numpy operations on it go through `__array_ufunc__` / `__array_function__`, which apply the design
 note's rule for n-ary operations (the result varies along the union of the operands' axes; with
-`check_vma=True` each operand that varies along fewer axes is first promoted by a recorded `pbroadcast`,
+`check_vma=True` each operand that varies along fewer axes is first promoted by a recorded `pvary`,
 which moves no data) and record an equation in the device's `Program`.
 """
 
@@ -97,11 +97,11 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | None = None, i
 
 
 def promote(value: Any, vma: frozenset) -> Any:
-    """`value` raised to vary along `vma` by a recorded `pbroadcast` (no data moves); constants stay."""
+    """`value` raised to vary along `vma` by a recorded `pvary` (no data moves); constants stay."""
     if not isinstance(value, Varying) or value.vma >= vma:
         return value
     extra = tuple(sorted(vma - value.vma))
-    return wrap(np.asarray(value), value.vma | vma, "pbroadcast", {"axes": extra}, [value])
+    return wrap(np.asarray(value), value.vma | vma, "pvary", {"axes": extra}, [value])
 
 
 def apply(op: str, fn: Callable, operands: list, params: dict) -> Any:
