@@ -55,7 +55,8 @@ class Program:
         # JAX runs grouped psum and pmean only unchecked (NotImplementedError otherwise)
         grouped = self.definition.jax.grouped_unchecked and case.params.get("axis_index_groups") is not None
         # psum_invariant exists only in typed programs (JAX refuses an untyped operand)
-        self.case, self.check_vma = case, (check_vma and not grouped) or case.op == "psum_invariant"
+        typed_only = self.definition is collectives.REGISTRY.of(collectives.psum_invariant)
+        self.case, self.check_vma = case, (check_vma and not grouped) or typed_only
         on = jax_mesh(case.mesh_shape)
         found = route(case.op).operands(on, case.args, case.params)
         # whole: device d's block is rows d*m..(d+1)*m of its argument, no leading device axis to index away
@@ -177,8 +178,13 @@ def vmap_problem(case: Case, check_vma: bool, size: int, axes: list[int | None])
 # ---------------------------------------------------------------------------------------------- what is known
 
 
+def _is(case: Case, function: Callable[..., Any]) -> bool:
+    """Whether `case` calls the collective whose public function is `function`."""
+    return collectives.definition(case.op) is collectives.REGISTRY.of(function)
+
+
 def _ragged(case: Case) -> bool:
-    return case.op == "ragged_all_to_all"
+    return _is(case, collectives.ragged_all_to_all)
 
 
 def shared_starts(case: Case) -> bool:
@@ -203,14 +209,15 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
                                         and c.params["axis_index_groups"] is not None),
     "ragged-transpose-shared-start": ("transpose", lambda c, *_: _ragged(c) and shared_starts(c)),
     "ragged-transpose-overlapping-reads": ("transpose", lambda c, *_: _ragged(c) and overlapping_reads(c)),
-    "untiled-all-to-all-transpose": ("transpose", lambda c, *_: c.op == "all_to_all" and not c.params["tiled"]
+    "untiled-all-to-all-transpose": ("transpose", lambda c, *_: _is(c, collectives.all_to_all) and not c.params["tiled"]
                                      and c.params["split_axis"] % c.args[0][0].ndim
                                      != c.params["concat_axis"] % c.args[0][0].ndim),
-    "unchecked-all-gather-invariant-transpose": ("transpose", lambda c, vma: c.op == "all_gather_invariant"
+    "unchecked-all-gather-invariant-transpose": ("transpose", lambda c, vma: _is(c, collectives.all_gather_invariant)
                                                  and not vma),
     "ragged-vmap-empty-rows": ("vmap", lambda c, *_: _ragged(c) and 0 in c.args[0][0].shape[1:]),
     "ragged-vmap-unbatched-index": ("vmap", lambda c, axes: _ragged(c) and any(a is None for a in axes[2:])),
-    "untiled-psum-scatter-vmap-axis": ("vmap", lambda c, axes: c.op == "psum_scatter" and not c.params["tiled"]
+    "untiled-psum-scatter-vmap-axis": ("vmap", lambda c, axes: _is(c, collectives.psum_scatter)
+                                       and not c.params["tiled"]
                                        and axes[0] is not None
                                        and axes[0] > c.params["scatter_dimension"] % c.args[0][0].ndim),
 }
