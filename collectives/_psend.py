@@ -233,19 +233,31 @@ def _check_pairs(device: int, sender: int, sent: dict, wanted: _Wanted) -> None:
 # ---------------------------------------------------------------------------------------------- definitions
 
 
-def _pair(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", out_layout: Any = None) -> Any:
-    """A call alone, as a program runs it: the psend and the precv that takes its messages."""
+def _pair(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", out_layout: Any = None,
+          out_shape: Any = None) -> Any:
+    """A call alone, as a program runs it: the psend and the precv that takes its messages (expecting
+    `out_shape`, by default the shape and dtype sent)."""
     def leaf(value: Any) -> Any:
         array = np.asarray(value)
         token = psend(value, axis_name, perm, algorithm=algorithm)
-        return precv(token, sim.ShapeDtypeStruct(array.shape, array.dtype), axis_name, perm, algorithm=algorithm,
-                     out_layout=out_layout)
+        wanted = out_shape if out_shape is not None else sim.ShapeDtypeStruct(array.shape, array.dtype)
+        return precv(token, wanted, axis_name, perm, algorithm=algorithm, out_layout=out_layout)
     return map_tree(leaf, x)
 
 
-def _recv_alone(token: Any, out_shape: Any, axis_name: Any, perm: Any, **options: Any) -> Any:
-    """precv alone: the drawn `token` array stands for what the partner psend sends (the pair runs)."""
-    return _pair(token, axis_name, perm, **options)
+def _teach(params: dict[str, Any], n: int) -> list[str]:
+    pairs = ", ".join(f"{s} -> {d}" for s, d in params.get("perm", ()))
+    return [f"Protocol: one-sided. psend is not a meeting of the group: the device at axis index source of each "
+            f"pair of perm ({pairs}) posts its whole x to the device at axis index destination and goes on. The "
+            f"destination's precv (same perm and axis_name) waits for that message, checks it pairs (the shape "
+            f"and dtype sent are out_shape), and writes it; a device that is no pair's destination gets zeros "
+            f"without waiting. The k-th message from one device to another is the k-th precv there takes from it."]
+
+
+def _recv_alone(token: Any, out_shape: Any = None, axis_name: Any = None, perm: Any = (), **options: Any) -> Any:
+    """precv alone: the drawn `token` array stands for what the partner psend sends, and the pair runs (its
+    out_shape, when given, is checked against what arrives by the precv as ever)."""
+    return _pair(token, axis_name, perm, out_shape=out_shape, **options)
 
 
 def _is_out_shape(value: Any) -> bool:
@@ -267,7 +279,7 @@ PSEND = Definition(
     transpose=NotLinear(_REASON.format("psend")),
     # XLA:CPU cannot run psend; the worker runs JAX's equivalent, a ppermute, against the pair
     jax=JaxBinding("psend", ("psend",), _JAX_EQUIVALENT.bind),
-    strategy=ppermute_strategy, alone=_pair,
+    strategy=ppermute_strategy, alone=_pair, teach=_teach,
     batch=batch_rules.elementwise, algorithms=ALGORITHMS, reduction=None,
     sizes=Sizes(gathered=False, peers=Peers.ONE), sweep=None, drawing=WHOLE,
 )
@@ -275,7 +287,7 @@ PRECV = Definition(
     name="precv", function=precv, arrays=("token",), params=(OUT_SHAPE, AXIS_NAME, PERM), vma=Vma.INVARIANT,
     transpose=NotLinear(_REASON.format("precv")),
     jax=JaxBinding("precv", ("precv",), _JAX_EQUIVALENT.bind),
-    strategy=ppermute_strategy, alone=_recv_alone, partner="psend",
+    strategy=ppermute_strategy, alone=_recv_alone, partner="psend", teach=_teach,
     batch=batch_rules.elementwise, algorithms=ALGORITHMS, reduction=None,
     sizes=Sizes(gathered=False, peers=Peers.ONE), sweep=None, drawing=WHOLE,
 )

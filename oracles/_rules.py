@@ -74,7 +74,7 @@ class Program:
 
     def meshsim(self) -> sim.ShardMapped:
         """The same program with meshsim's collective (the specs JAX's got, as sim.P)."""
-        fn, params = self.definition.function, self.case.params
+        fn, params = self.definition.call, self.case.params
         return sim.shard_map(lambda *b: fn(*(x[0] for x in b), **params)[None],
                              mesh=sim.Mesh(dict(self.case.mesh_shape)),
                              in_specs=tuple(sim.P(*tuple(s)) for s in self.jax_specs),

@@ -146,7 +146,7 @@ def mapped_call(scenario: Scenario, sanitize: bool = False) -> tuple[sim.ShardMa
     devices, in_spec = _holders(scenario)
 
     def body(*blocks: np.ndarray) -> np.ndarray:
-        return definition.function(*(block[0] for block in blocks), **params)[None]
+        return definition.call(*(block[0] for block in blocks), **params)[None]
 
     mapped = sim.shard_map(body, mesh=mesh, in_specs=(in_spec,) * len(names), out_specs=sim.P(mesh.axis_names),
                            sanitize=sanitize)
