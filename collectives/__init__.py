@@ -29,8 +29,8 @@ from collectives._transpose import linear_transpose
 
 __all__ = [
     "REGISTRY", "Algorithm", "Definition", "Drawing", "NotLinear", "Param", "Pattern", "Peers", "Reduction",
-    "Registry", "Sizes", "Sweep", "Token", "Vma", "all_gather", "all_gather_invariant", "all_to_all", "axis_index", "batch",
-    "closed_form", "cost_s", "create_token", "definition", "estimate_s", "linear_transpose", "pbroadcast", "pcast", "pmax", "pmean",
-    "pmin", "ppermute", "precv", "pscatter", "psend", "pshuffle", "psum", "psum2", "psum_invariant", "psum_scatter", "pswapaxes",
-    "pvary", "ragged_all_to_all", "vmap",
+    "Registry", "Sizes", "Sweep", "Token", "Vma", "all_gather", "all_gather_invariant", "all_to_all", "axis_index",
+    "batch", "closed_form", "cost_s", "create_token", "definition", "estimate_s", "linear_transpose", "pbroadcast",
+    "pcast", "pmax", "pmean", "pmin", "ppermute", "precv", "pscatter", "psend", "pshuffle", "psum", "psum2",
+    "psum_invariant", "psum_scatter", "pswapaxes", "pvary", "ragged_all_to_all", "vmap",
 ]

@@ -4,7 +4,8 @@ Every module of the worker imports this one, so JAX is configured before any of 
 8 CPU devices (the backend reads the count when it starts, at the first device query; the parent also
 passes `--xla_force_host_platform_device_count` in XLA_FLAGS), x64, without which JAX silently narrows
 int64/float64 inputs to 32 bits, and the CPU lowerings of pbroadcast and ragged_all_to_all
-(`oracles.install_cpu_lowerings`), so the worker runs JAX's own primitives there too. Only the worker process imports jax.
+(`oracles.install_cpu_lowerings`), so the worker runs JAX's own primitives there too. Only the worker
+process imports jax.
 """
 
 from __future__ import annotations
