@@ -33,6 +33,7 @@ from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Not
 from collectives._facts import WHOLE, Peers, Sizes
 from collectives._ppermute import _strategy as ppermute_strategy
 from collectives._ppermute import check_perm
+from collectives._strategy import Sample
 from collectives._vma import typed
 
 Perm = tuple[tuple[int, int], ...]
@@ -260,6 +261,12 @@ def _recv_alone(token: Any, out_shape: Any = None, axis_name: Any = None, perm: 
     return _pair(token, axis_name, perm, out_shape=out_shape, **options)
 
 
+def _recv_strategy(st: Any, axes: Any, **options: Any) -> Any:
+    """psend's calls (ppermute's), the drawn array named `token`: what the partner psend sends."""
+    return ppermute_strategy(st, axes, **options).map(
+        lambda sample: Sample(sample.params, sample.shapes.map(lambda shapes: {"token": shapes["x"]})))
+
+
 def _is_out_shape(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"shape", "dtype"} and isinstance(value["shape"], list)
 
@@ -287,7 +294,7 @@ PRECV = Definition(
     name="precv", function=precv, arrays=("token",), params=(OUT_SHAPE, AXIS_NAME, PERM), vma=Vma.INVARIANT,
     transpose=NotLinear(_REASON.format("precv")),
     jax=JaxBinding("precv", ("precv",), _JAX_EQUIVALENT.bind),
-    strategy=ppermute_strategy, alone=_recv_alone, partner="psend", teach=_teach,
+    strategy=_recv_strategy, alone=_recv_alone, partner="psend", teach=_teach,
     batch=batch_rules.elementwise, algorithms=ALGORITHMS, reduction=None,
     sizes=Sizes(gathered=False, peers=Peers.ONE), sweep=None, drawing=WHOLE,
 )
