@@ -19,6 +19,7 @@ from collectives._facts import Drawing, Peers, Reduction, Sizes, Sweep
 from collectives._invariant import all_gather_invariant, pcast, pscatter, pvary
 from collectives._pbroadcast import pbroadcast
 from collectives._ppermute import ppermute
+from collectives._psend import Token, create_token, precv, psend
 from collectives._pshuffle import pshuffle, pswapaxes
 from collectives._psum_scatter import psum_scatter
 from collectives._ragged import ragged_all_to_all
@@ -28,8 +29,8 @@ from collectives._transpose import linear_transpose
 
 __all__ = [
     "REGISTRY", "Algorithm", "Definition", "Drawing", "NotLinear", "Param", "Pattern", "Peers", "Reduction",
-    "Registry", "Sizes", "Sweep", "Vma", "all_gather", "all_gather_invariant", "all_to_all", "axis_index", "batch",
-    "closed_form", "cost_s", "definition", "estimate_s", "linear_transpose", "pbroadcast", "pcast", "pmax", "pmean",
-    "pmin", "ppermute", "pscatter", "pshuffle", "psum", "psum2", "psum_invariant", "psum_scatter", "pswapaxes",
-    "pvary", "ragged_all_to_all", "vmap",
+    "Registry", "Sizes", "Sweep", "Token", "Vma", "all_gather", "all_gather_invariant", "all_to_all", "axis_index",
+    "batch", "closed_form", "cost_s", "create_token", "definition", "estimate_s", "linear_transpose", "pbroadcast",
+    "pcast", "pmax", "pmean", "pmin", "ppermute", "precv", "pscatter", "psend", "pshuffle", "psum", "psum2",
+    "psum_invariant", "psum_scatter", "pswapaxes", "pvary", "ragged_all_to_all", "vmap",
 ]

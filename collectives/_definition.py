@@ -27,6 +27,7 @@ class Vma(enum.Enum):
     KEEP = "keep"
     INTRODUCE = "introduce"
     INDEX = "index"
+    INVARIANT = "invariant"
 
 
 class _Required:
@@ -151,6 +152,11 @@ class Definition:
         keeps: the array whose rows the result keeps where no message writes (ragged's `output`).
         from_recorded: the keyword arguments that call `function` again from an equation's recorded
             params (sim's automatic pvary records `axes`, not `axis_name`).
+        alone: for a one-sided collective, what a call alone runs as in a program (a scenario's
+            `[collective]`, the generated tests, the campaign): `alone(*arrays, **params)`, the call with its
+            partner (psend with the precv that takes its messages); None: `function` itself (see `call`).
+        partner: the collective a one-sided one runs beside (precv's is 'psend'): its generated calls are
+            its partner's, which run both.
         batch: the batching rule, `batch(definition, arrays, dims, params) -> (result, batch axis or None)`
             (JAX's batcher for the primitive; see `collectives._batching`).
         algorithms: its `Algorithm` records, 'direct' first (the default) and 'auto' among them, in the
@@ -180,6 +186,8 @@ class Definition:
     sums: bool = False
     keeps: str | None = None
     from_recorded: Callable[[dict[str, Any]], dict[str, Any]] = dict
+    alone: Callable[..., Any] | None = None
+    partner: str | None = None
     batch: BatchRule = REQUIRED
     algorithms: tuple[Algorithm, ...] = REQUIRED
     reduction: Reduction | None = REQUIRED
@@ -227,6 +235,11 @@ class Definition:
 
     def __repr__(self) -> str:
         return f"Definition({self.name!r})"
+
+    def call(self, *arrays: Any, **params: Any) -> Any:
+        """The collective called alone in a device's program on `arrays`: `function`, or for a one-sided
+        collective the call with its partner (`alone`), whose result is what arrives."""
+        return (self.alone or self.function)(*arrays, **params)
 
     def algorithm(self, name: Any) -> Algorithm:
         """The record of the algorithm called `name`; InvalidArgumentError if the collective has none."""

@@ -195,9 +195,9 @@ def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
 
 
 def _bind(jax: Any, p: dict[str, Any]) -> Any:
-    """The source's block of an all_gather: XLA:CPU has no lowering for `jax.lax.pbroadcast` in jax 0.10.2,
-    and this equivalent keeps the bytes (the docs' psum of a masked x turns -0.0 into 0.0)."""
-    return lambda x: jax.lax.index_in_dim(jax.lax.all_gather(x, p["axis_name"]), p["source"], 0, keepdims=False)
+    """`jax.lax.pbroadcast` itself: XLA:CPU has no lowering for it in jax 0.10.2, and the worker runs it under
+    `oracles.install_cpu_lowerings()`."""
+    return lambda x: jax.lax.pbroadcast(x, p["axis_name"], p["source"])
 
 
 _SOURCE_RULE = ("an integer, the axis index of the device that broadcasts (pbroadcast without a source is the "

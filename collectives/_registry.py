@@ -20,6 +20,7 @@ from collectives._definition import Definition
 from collectives._invariant import ALL_GATHER_INVARIANT, PCAST, PSCATTER, PVARY
 from collectives._pbroadcast import PBROADCAST
 from collectives._ppermute import PPERMUTE
+from collectives._psend import PRECV, PSEND
 from collectives._pshuffle import PSHUFFLE, PSWAPAXES
 from collectives._psum_scatter import PSUM_SCATTER
 from collectives._ragged import RAGGED_ALL_TO_ALL
@@ -67,7 +68,7 @@ class Registry(Mapping[str, Definition]):
 _DEFINITIONS = (
     ALL_GATHER, ALL_TO_ALL, RAGGED_ALL_TO_ALL, PSUM, PMEAN, PMAX, PMIN, PSUM_SCATTER, PPERMUTE, AXIS_INDEX,
     PSUM_INVARIANT, PVARY, PCAST, ALL_GATHER_INVARIANT, PSCATTER, PBROADCAST,
-    PSHUFFLE, PSWAPAXES,
+    PSHUFFLE, PSWAPAXES, PSEND, PRECV,
 )
 REGISTRY = Registry(_DEFINITIONS)
 _ALIASES = {"psum2": "psum_invariant"}  # the design note's name, the same function (`collectives.psum2`)

@@ -10,6 +10,7 @@ that take invariant operands (`pvary`, `pscatter`), which reject varying ones. T
 | keep       | all_gather, all_to_all, psum_scatter, ppermute, ragged         | operand's axes + axes |
 | introduce  | pvary, pscatter (operand must be invariant along axes)   | operand's axes + axes |
 | index      | axis_index                                                    | axes                  |
+| invariant  | psend (its token), precv, as JAX types them                    | nothing               |
 
 Each collective's rule is the `vma` of its `Definition`. A reduction over `axis_index_groups` smaller than
 the axis still differs between groups, so its result keeps the axes. The summing collectives (psum, pmean,
@@ -26,7 +27,7 @@ from typing import Any
 import sim
 from collectives._definition import Definition, Vma
 
-REDUCE, KEEP, INTRODUCE, INDEX = Vma.REDUCE, Vma.KEEP, Vma.INTRODUCE, Vma.INDEX
+REDUCE, KEEP, INTRODUCE, INDEX, INVARIANT = Vma.REDUCE, Vma.KEEP, Vma.INTRODUCE, Vma.INDEX, Vma.INVARIANT
 
 
 def typed(definition: Definition, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict,
@@ -39,6 +40,8 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
     context = sim.current()
     recorded, op, rule = definition.name, called or definition.name, definition.vma
     if not context.check_vma:
+        return sim.wrap(compute(), frozenset(), recorded, params, operands)
+    if rule == INVARIANT:  # JAX's abstract evaluation gives the result no varying axes, whatever it reads
         return sim.wrap(compute(), frozenset(), recorded, params, operands)
     try:
         axes = frozenset(context.mesh.axis_names_of(axis_name))

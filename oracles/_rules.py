@@ -14,7 +14,7 @@ stacked per-device blocks, with `check_vma` on or off, and the same program in m
 
 `classify` names the finding of FINDINGS.md (its `KNOWN` table) that explains a disagreement. This module
 imports jax with 64-bit types on: import it only in a process made for it, with 8 CPU devices and
-`oracles.install_cpu_ragged_all_to_all()` installed before jax (`python -m scenarios.campaign._rules_worker`,
+`oracles.install_cpu_lowerings()` installed before jax (`python -m scenarios.campaign._rules_worker`,
 `tests/campaign.py`).
 """
 
@@ -75,7 +75,7 @@ class Program:
 
     def meshsim(self) -> sim.ShardMapped:
         """The same program with meshsim's collective (the specs JAX's got, as sim.P)."""
-        fn, params = self.definition.function, self.case.params
+        fn, params = self.definition.call, self.case.params
         return sim.shard_map(lambda *b: fn(*(x[0] for x in b), **params)[None],
                              mesh=sim.Mesh(dict(self.case.mesh_shape)),
                              in_specs=tuple(sim.P(*tuple(s)) for s in self.jax_specs),
@@ -214,6 +214,8 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
                                      != c.params["concat_axis"] % c.args[0][0].ndim),
     "unchecked-all-gather-invariant-transpose": ("transpose", lambda c, vma: _is(c, collectives.all_gather_invariant)
                                                  and not vma),
+    "pbroadcast-transpose-non-scalar": ("transpose", lambda c, *_: c.op == "pbroadcast"
+                                        and any(np.ndim(x) > 0 for x in c.args[0])),
     "ragged-vmap-empty-rows": ("vmap", lambda c, *_: _ragged(c) and 0 in c.args[0][0].shape[1:]),
     "ragged-vmap-unbatched-index": ("vmap", lambda c, axes: _ragged(c) and any(a is None for a in axes[2:])),
     "untiled-psum-scatter-vmap-axis": ("vmap", lambda c, axes: _is(c, collectives.psum_scatter)

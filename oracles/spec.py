@@ -316,6 +316,23 @@ def ppermute(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_nam
     return out
 
 
+@specifies(collectives.psend)
+def psend(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
+          perm: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+    """What a psend's precv of the same perm receives (JAX's docs: an analog of the Send HLO; "for each index
+    of the axis that does not correspond to a destination index in perm, the corresponding values in the
+    result are filled with zeros"): group index `dst` gets the x of group index `src`, as `ppermute`."""
+    return ppermute(xs, mesh_shape, axis_name, perm)
+
+
+@specifies(collectives.precv)
+def precv(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
+          perm: Sequence[tuple[int, int]], out_shape: object = None) -> list[np.ndarray]:
+    """JAX's docs: an analog of the Recv HLO, "returns array(s) with the same shape as out_shape", zeros where
+    no pair's destination is; `xs` are what the partner psend sends (a token carries no data)."""
+    return ppermute(xs, mesh_shape, axis_name, perm)
+
+
 @specifies(collectives.axis_index)
 def axis_index(mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
     """Each device's position in its group along `axis_name`, as an int32 scalar.

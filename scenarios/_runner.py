@@ -79,7 +79,7 @@ class ScenarioResult:
             "title": scenario.title,
             "mesh": dict(mesh.shape),
             "network": network_facts(network),
-            "collective": {"op": scenario.op, **scenario.params},
+            "collective": {"op": scenario.op, **{k: _plain(v) for k, v in scenario.params.items()}},
             "devices": [self._device_dict(d, array) for d in mesh.devices],
             "algorithm": self.algorithm,
             "messages": [message.to_dict() for message in self.trace],
@@ -146,7 +146,7 @@ def mapped_call(scenario: Scenario, sanitize: bool = False) -> tuple[sim.ShardMa
     devices, in_spec = _holders(scenario)
 
     def body(*blocks: np.ndarray) -> np.ndarray:
-        return definition.function(*(block[0] for block in blocks), **params)[None]
+        return definition.call(*(block[0] for block in blocks), **params)[None]
 
     mapped = sim.shard_map(body, mesh=mesh, in_specs=(in_spec,) * len(names), out_specs=sim.P(mesh.axis_names),
                            sanitize=sanitize)
@@ -208,3 +208,10 @@ def network_facts(network: sim.Network) -> dict:
         facts["preset"] = network.preset_name
     facts["store_and_forward"] = network.store_and_forward
     return facts
+
+
+def _plain(value: Any) -> Any:
+    """A parameter as JSON takes it: a shape-and-dtype (precv's `out_shape`) as its TOML table."""
+    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.ndarray):
+        return {"shape": list(value.shape), "dtype": str(np.dtype(value.dtype))}
+    return value

@@ -256,8 +256,11 @@ def control_flow() -> list[tuple[str, bool, str]]:
 
 def newops() -> list[tuple[str, bool, str]]:
     """JAX 0.10.2's pshuffle, pswapaxes (with groups), pcast and axis_size reach the bridge as the primitives
-    they bind and equal real JAX bit for bit; pbroadcast, which XLA:CPU cannot lower, runs simulated and
-    equals JAX's all_gather of the source's block; JAX's own gradient of it fails (pinned)."""
+    they bind and equal real JAX bit for bit; so does pbroadcast, run in JAX under
+    `oracles.install_cpu_lowerings()`; a psend/precv pipeline (no CPU lowering: XLA:CPU has no Send/Recv)
+    traces with JAX's types (a token, an invariant precv) and equals JAX's documented equivalent, the same
+    program with a ppermute; JAX's own gradient of pbroadcast fails (pinned)."""
+    oracles.install_cpu_lowerings()
     mesh = oracles.cpu_mesh({"i": 4})
     x = np.arange(16.0, dtype=np.float32).reshape(8, 2) - 5.0
     w = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(8, 2)
@@ -273,15 +276,32 @@ def newops() -> list[tuple[str, bool, str]]:
         report = oracles.compare_jax(f, x)
         rows.append((label, report.agrees, str(report)))
     f = jax.shard_map(lambda v: lax.pbroadcast(v, "i", 2), mesh=mesh, in_specs=P("i"), out_specs=P("i"))
-    equivalent = jax.jit(jax.shard_map(lambda v: lax.all_gather(v, "i")[2], mesh=mesh, in_specs=P("i"),
-                                       out_specs=P("i")))
-    simulated = np.asarray(oracles.simulate_jax(f, x).outputs)
-    rows.append(("pbroadcast", np.array_equal(simulated, np.asarray(equivalent(x))), str(simulated)))
+    report = oracles.compare_jax(jax.jit(f), x)
+    rows.append(("pbroadcast", report.agrees, str(report)))
+    rows.append(_pipeline(mesh, x))
     # JAX 0.10.2's transpose rule of pbroadcast fills with the psum through lax.full_like, which takes only a
     # scalar: the gradient of any non-scalar pbroadcast fails to trace (FINDINGS.md); pinned so a fix is noticed
     kind, text = _error(lambda: jax.make_jaxpr(jax.grad(lambda v: jnp.sum(f(v) * w)))(x))
     rows.append(("jax: grad of pbroadcast", kind == "TypeError" and "scalar fill_value" in text, f"{kind}: {text}"))
     return rows
+
+
+def _pipeline(mesh: Any, x: np.ndarray) -> tuple[str, bool, str]:
+    """Each stage psends to the next and precvs from the previous: simulated, it equals the same program with
+    a ppermute run in JAX, and JAX traces it with a token and an invariant precv (then a pvary)."""
+    perm = [(0, 1), (1, 2), (2, 3)]
+
+    def stage(v: Any) -> Any:
+        token = lax.psend(v * 2, "i", perm)
+        return lax.precv(token, jax.ShapeDtypeStruct(v.shape, v.dtype), "i", perm) + v
+
+    f = jax.shard_map(stage, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    jaxpr = str(jax.make_jaxpr(f)(x))
+    typed = "Tok = psend" in jaxpr and "f32[2,2] = precv" in jaxpr
+    equivalent = jax.jit(jax.shard_map(lambda v: lax.ppermute(v * 2, "i", perm) + v, mesh=mesh, in_specs=P("i"),
+                                       out_specs=P("i")))
+    simulated = np.asarray(oracles.simulate_jax(f, x).outputs)
+    return "psend/precv", typed and np.array_equal(simulated, np.asarray(equivalent(x))), f"{simulated}\n{jaxpr}"
 
 
 def _error(call: Callable[[], Any]) -> tuple[str, str]:

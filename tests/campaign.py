@@ -1,7 +1,7 @@
 """The differential campaign against JAX's own transpose and batching rules, as one process and one report.
 
 `python tests/campaign.py --profile default|large [--ops NAME ...] [--mutant NAME]` runs in its own process
-with 8 CPU devices and `oracles.install_cpu_ragged_all_to_all()` installed before jax is imported, and
+with 8 CPU devices and `oracles.install_cpu_lowerings()` installed before jax is imported, and
 prints a JSON report: for every (collective, property) of the profile, `scenarios.campaign._rules_search.search`
 (the calls Hypothesis draws over the input space the docs allow, judged by `oracles._rules`: JAX's
 vjp/grad/linear_transpose against meshsim's transposes and the adjoint identity, `jax.vmap` against a
@@ -27,7 +27,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import oracles  # noqa: E402
 
-oracles.install_cpu_ragged_all_to_all()
+oracles.install_cpu_lowerings()
 
 import jax  # noqa: E402
 

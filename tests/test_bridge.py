@@ -53,10 +53,12 @@ def test_readme_example_runs_in_a_jax_process(results):
 
 def test_jax_0_10_2_collectives_run_through_the_bridge(results):
     """pshuffle, pswapaxes (with groups), pcast and axis_size equal real JAX bit for bit through
-    `simulate_jax`; pbroadcast runs simulated and equals JAX's all_gather of the source's block (XLA:CPU
-    has no lowering for it); JAX's own gradient of a non-scalar pbroadcast fails to trace (pinned)."""
+    `simulate_jax`, and so does pbroadcast, run in JAX under `oracles.install_cpu_lowerings()`; a psend/precv
+    pipeline traces with JAX's types and equals the same program with a ppermute run in JAX (XLA:CPU has no
+    Send/Recv: ppermute is JAX's documented equivalent); JAX's own gradient of a non-scalar pbroadcast fails
+    to trace (pinned)."""
     rows = _result(results, "newops")
-    assert [label for label, _, _ in rows] == ["pshuffle", "pswapaxes", "pcast", "pbroadcast",
+    assert [label for label, _, _ in rows] == ["pshuffle", "pswapaxes", "pcast", "pbroadcast", "psend/precv",
                                                "jax: grad of pbroadcast"]
     for label, agrees, report in rows:
         assert agrees, f"{label}: {report}"

@@ -247,7 +247,9 @@ def test_a_finding_file_reads_back_bit_for_bit(data, tmp_path_factory):
     """Any generated case of any collective, written as a scenario file, loads back with the same mesh,
     parameters, dtypes, shapes and bytes on every device (bfloat16, NaN payloads, -0.0 and empty arrays
     included)."""
-    case = data.draw(cases(data.draw(st.sampled_from(OPS), label="op")), label="case")
+    # precv's drawn calls leave out its out_shape (what its partner psend sends decides it): psend's stand
+    alone = [op for op in OPS if collectives.definition(op).partner is None]
+    case = data.draw(cases(data.draw(st.sampled_from(alone), label="op")), label="case")
     path = tmp_path_factory.mktemp("finding") / "case.toml"
     path.write_text(scenario_text(case, "round trip", ["a note"]), encoding="utf-8")
     scenario = scenarios.load(path)

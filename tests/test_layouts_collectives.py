@@ -58,7 +58,7 @@ def run_simulator(case: Case | ReductionCase, in_layouts: list[Any],
     (None: no layouts given, the collective's defaults)."""
     mesh = sim.Mesh(dict(case.mesh_shape))
     spec = P(tuple(case.mesh_shape))
-    fn = collectives.definition(case.op).function
+    fn = collectives.definition(case.op).call
     raws: dict[int, bytes] = {}
 
     def body(*blocks: Any) -> Any:

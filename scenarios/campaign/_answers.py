@@ -76,7 +76,7 @@ def run_simulator(case: Case) -> list[Any]:
     definition = collectives.definition(case.op)
     mesh = sim.Mesh(dict(case.mesh_shape))
     spec = sim.P(tuple(case.mesh_shape))
-    fn = definition.function
+    fn = definition.call
     stacked = [_unflatten(per_device[0], [np.stack([leaf for _, leaf in leaves])
                                           for leaves in zip(*(_flatten(v) for v in per_device))])
                for per_device in case.args]

@@ -1,7 +1,7 @@
 """`python -m scenarios.campaign._rules_worker`: a long-lived process that runs the rules campaign's searches.
 
-JAX's transpose and batching rules need a process of their own: 8 CPU devices and the CPU lowering of
-`ragged_all_to_all` (`oracles.install_cpu_ragged_all_to_all()`) must be set up before jax is imported. A
+JAX's transpose and batching rules need a process of their own: 8 CPU devices and the CPU lowerings of
+pbroadcast and `ragged_all_to_all` (`oracles.install_cpu_lowerings()`) must be set up before jax is imported. A
 Dask worker of `meshsim campaign --kinds transpose vmap` starts one of these, compiling on as many threads
 as the worker has (`--compile-threads`, `oracles.size_compile_pool`), and keeps it: each request
 is one JSON line on stdin, `{"op", "kind", "examples", "seed"}`, and each answer one JSON line on stdout,
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> None:
     threads = parser.parse_args(argv).compile_threads
     import oracles
 
-    oracles.install_cpu_ragged_all_to_all()
+    oracles.install_cpu_lowerings()
     from scenarios.campaign._rules_search import search  # configures jax (x64) without starting its backend
 
     oracles.size_compile_pool(threads)

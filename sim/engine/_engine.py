@@ -105,10 +105,17 @@ class Simulation:
         if self._error is not None:
             raise self._error
         stuck = [p for p in running if not p.done]
+        unmatched = self.transport.unmatched()
         if stuck:
-            lines = [f"device {p.device} {p.activity}" for p in running]
+            lines = [f"device {p.device} {p.activity}" for p in running] + unmatched
             error = ProtocolError("deadlock: the devices stopped waiting on each other\n  " + "\n  ".join(lines))
             error.activities = [p.activity for p in running]  # type: ignore[attr-defined]  # by device
+            error.unmatched = unmatched  # type: ignore[attr-defined]
+            raise error
+        if unmatched:
+            error = ProtocolError("unmatched one-sided messages at the end of the run: a send and a receive must "
+                                  "pair up\n  " + "\n  ".join(unmatched))
+            error.unmatched = unmatched  # type: ignore[attr-defined]
             raise error
         return [p.result for p in running]
 

@@ -120,6 +120,17 @@ class Transport:
             _fire(self.env, event, message, arrival - self.env.now)
         return event
 
+    def unmatched(self) -> list[str]:
+        """The one-sided messages no receive took and the one-sided receives no message reached, each naming
+        its sender and its receiver: what a run that ended is left with (empty when every pair met)."""
+        found = [f"device {m.src} sent a message to device {m.dst} in {m.header.get('call', 'a one-sided call')} "
+                 f"that no receive on device {m.dst} took"
+                 for inbox in self._inbox for key, (_, m) in inbox.items() if isinstance(key[1], _Channel)]
+        found += [f"device {dst} waits for a message from device {key[0]} on {key[1].name!r} that device "
+                  f"{key[0]} never sent"
+                  for dst, waiting in enumerate(self._waiting) for key in waiting if isinstance(key[1], _Channel)]
+        return found
+
     def post_each(self, src: int, group: Group, payloads: list[np.ndarray], headers: list[dict], exchange: int,
                   collective: str, call: int, details: dict[str, list], port: Port | None = None) -> None:
         """Send member `group.index`'s row of messages (one per member, in member order) now: record them,
@@ -151,6 +162,14 @@ class Transport:
         if table.served == len(table.members):
             del self._tables[exchange]
         return messages
+
+
+@dataclass(frozen=True)
+class _Channel:
+    """The key one-sided messages travel under in place of a call's exchange number, so that a send and a
+    receive made in different calls meet."""
+
+    name: Hashable
 
 
 class _Single:
@@ -289,13 +308,19 @@ class Port:
         arrival wins), as arrival-order exploration asks; by default such a call is refused."""
         return self.options.last_arrival_wins
 
-    def send(self, dst: int, payload: np.ndarray, tag: Hashable = 0, header: dict | None = None, **detail) -> None:
-        """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay."""
+    def send(self, dst: int, payload: np.ndarray, tag: Hashable = 0, header: dict | None = None,
+             channel: Hashable | None = None, **detail) -> None:
+        """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay.
+
+        A one-sided call (psend) names a `channel` both ends agree on instead of the call's exchange: the
+        message is then received by a later call of the receiver (`recv(src, channel=...)`), and a run that
+        ends with it unreceived is a ProtocolError naming both devices (`Transport.unmatched`)."""
         if not payload.flags.c_contiguous:
             raise AssertionError("payloads must be packed (C-contiguous) before sending")
         message = Message(self.device, dst, tag, payload, header or {})
         self.in_flight += 1
-        self.transport.post(message, self.exchange, self.collective.name, self.call, detail, self)
+        exchange = self.exchange if channel is None else _Channel(channel)
+        self.transport.post(message, exchange, self.collective.name, self.call, detail, self)
 
     def send_each(self, payloads: list[np.ndarray], headers: list[dict], **details: list) -> None:
         """Send `payloads[j]` to member j of the group, for every member, all now: one row of the call's
@@ -315,9 +340,10 @@ class Port:
         yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
         return self.transport.take_each(self.exchange, self.group.index)
 
-    def recv(self, src: int, tag: Hashable = 0) -> simpy.Event:
-        """An event that fires with the `Message` from `src` carrying `tag`."""
-        return self.transport.expect(self.device, src, self.exchange, tag)
+    def recv(self, src: int, tag: Hashable = 0, channel: Hashable | None = None) -> simpy.Event:
+        """An event that fires with the `Message` from `src` carrying `tag` (on `channel`, for a one-sided
+        call: see `send`)."""
+        return self.transport.expect(self.device, src, self.exchange if channel is None else _Channel(channel), tag)
 
     def arrived(self, count: int, last_s: float) -> None:
         """`count` of this port's messages arrived, the last at `last_s` (the network's report)."""
