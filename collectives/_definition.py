@@ -79,12 +79,23 @@ class JaxBinding:
     `pvary`); `primitives` the jaxpr primitives that are this collective (none for pmean, which JAX builds
     as psum / n, nor for pscatter, a slice at axis_index). `grouped_unchecked`: JAX runs the op with
     axis_index_groups only under `check_vma=False` (it raises NotImplementedError otherwise).
+    `on_cpu` says how XLA:CPU runs it: 'real' (the op itself), 'cpu lowering' (JAX's own primitive through
+    the lowering `oracles.install_cpu_lowerings()` registers) or 'equivalent' (XLA:CPU cannot run the op and
+    no lowering can be registered: `bind` runs the equivalent JAX's docs give); `cpu_note` says how, for the
+    oracle's reports.
     """
 
     name: str
     primitives: tuple[str, ...]
     bind: Callable[[Any, dict[str, Any]], Callable[..., Any]]
     grouped_unchecked: bool = False
+    on_cpu: str = "real"
+    cpu_note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.on_cpu not in ("real", "cpu lowering", "equivalent") or (self.on_cpu == "real") != (not self.cpu_note):
+            raise ValueError(f"JaxBinding {self.name!r}: on_cpu={self.on_cpu!r} must be 'real', 'cpu lowering' or "
+                             f"'equivalent', with a cpu_note exactly when it is not 'real'")
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,7 @@ PBROADCAST = Definition(
     vma=Vma.KEEP,
     batch=batch_rules.elementwise, algorithms=ALGORITHMS, reduction=None, sizes=MOVES, sweep=None, drawing=WHOLE,
     transpose=_transpose,
-    jax=JaxBinding("pbroadcast", ("pbroadcast",), _bind),
+    jax=JaxBinding("pbroadcast", ("pbroadcast",), _bind, on_cpu="cpu lowering",
+                   cpu_note="a tree of ppermutes copying the source's bytes"),
     strategy=_strategy,
 )

@@ -278,14 +278,19 @@ ALGORITHMS = direct_only("direct: the source of each pair sends its whole operan
                          "message, without waiting for it; the destination takes it when it calls precv.")
 _REASON = ("{}: JAX registers no transpose for it (a token carries no cotangent, and the send and the receive "
            "are separate calls)")
-_JAX_EQUIVALENT = JaxBinding("ppermute", (), lambda jax, p: lambda x: jax.lax.ppermute(x, p["axis_name"],
-                                                                                       p["perm"]))
+_EQUIVALENT = ("a ppermute with the same perm, since a psend followed by its precv moves exactly ppermute's "
+               "values; XLA:CPU has no Send/Recv")
+
+
+def _bind_equivalent(jax: Any, p: dict[str, Any]) -> Any:
+    return lambda x: jax.lax.ppermute(x, p["axis_name"], p["perm"])
+
 
 PSEND = Definition(
     name="psend", function=psend, arrays=("x",), params=(AXIS_NAME, PERM), vma=Vma.INVARIANT,
     transpose=NotLinear(_REASON.format("psend")),
     # XLA:CPU cannot run psend; the worker runs JAX's equivalent, a ppermute, against the pair
-    jax=JaxBinding("psend", ("psend",), _JAX_EQUIVALENT.bind),
+    jax=JaxBinding("psend", ("psend",), _bind_equivalent, on_cpu="equivalent", cpu_note=_EQUIVALENT),
     strategy=ppermute_strategy, alone=_pair, teach=_teach,
     batch=batch_rules.elementwise, algorithms=ALGORITHMS, reduction=None,
     sizes=Sizes(gathered=False, peers=Peers.ONE), sweep=None, drawing=WHOLE,
@@ -293,7 +298,7 @@ PSEND = Definition(
 PRECV = Definition(
     name="precv", function=precv, arrays=("token",), params=(OUT_SHAPE, AXIS_NAME, PERM), vma=Vma.INVARIANT,
     transpose=NotLinear(_REASON.format("precv")),
-    jax=JaxBinding("precv", ("precv",), _JAX_EQUIVALENT.bind),
+    jax=JaxBinding("precv", ("precv",), _bind_equivalent, on_cpu="equivalent", cpu_note=_EQUIVALENT),
     strategy=_recv_strategy, alone=_recv_alone, partner="psend", teach=_teach,
     batch=batch_rules.elementwise, algorithms=ALGORITHMS, reduction=None,
     sizes=Sizes(gathered=False, peers=Peers.ONE), sweep=None, drawing=WHOLE,

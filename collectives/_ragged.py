@@ -384,7 +384,8 @@ RAGGED_ALL_TO_ALL = Definition(
     index_arrays=_INDEX_ARGS, params=(AXIS_NAME, AXIS_INDEX_GROUPS), vma=Vma.KEEP, keeps="output",
     transpose=_transpose,
     jax=JaxBinding("ragged_all_to_all", ("ragged_all_to_all",),
-                   lambda jax, p: lambda *arrays: jax.lax.ragged_all_to_all(*arrays, **p)),
+                   lambda jax, p: lambda *arrays: jax.lax.ragged_all_to_all(*arrays, **p),
+                   on_cpu="cpu lowering", cpu_note="dense all_to_alls"),
     strategy=_strategy,
     batch=batch_rules.ragged, algorithms=ALGORITHMS, reduction=None, sizes=MOVES,
     sweep=Sweep("AlltoAll", "split", "(n-1)/n", lambda axis_name, n, algorithm: lambda *arrays: ragged_all_to_all(

@@ -19,7 +19,7 @@ import importlib
 from typing import Any
 
 from oracles import spec
-from oracles._check import PATHS, Call, Comparison, Report, bit_for_bit, check, jax_unavailable
+from oracles._check import PATHS, Call, Comparison, Report, bit_for_bit, check, jax_unavailable, path_text
 from oracles._compare import Difference, compare, describe
 from oracles._compile_pool import size_compile_pool
 from oracles._cpu_lowerings import install_cpu_lowerings
@@ -28,7 +28,8 @@ from oracles.jax_oracle import JaxOracle, OracleError, OracleFailure, OracleResu
 
 __all__ = ["PATHS", "Call", "Comparison", "Difference", "JaxOracle", "OracleError", "OracleFailure", "OracleResult",
            "Report", "bit_for_bit", "check", "compare", "describe", "install_cpu_lowerings",
-           "install_cpu_ragged_all_to_all", "jax_unavailable", "shared_oracle", "size_compile_pool", "spec"]
+           "install_cpu_ragged_all_to_all", "jax_unavailable", "path_text", "shared_oracle", "size_compile_pool",
+           "spec"]
 
 # The bridge's names, loaded (with jax) on first use, by the module that defines each.
 _BRIDGE = {

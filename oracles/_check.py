@@ -29,9 +29,18 @@ from oracles.jax_oracle import MAX_DEVICES, JaxOracle, OracleError
 # Why JAX may answer by another route than the op itself, by the path the oracle reports.
 PATHS = {
     "real": "JAX ran the op itself",
-    "cpu lowering": "XLA:CPU cannot compile ragged_all_to_all: JAX ran its own primitive, with its own checks, "
-                    "through the lowering oracles.install_cpu_ragged_all_to_all() registers (dense all_to_alls)",
+    "cpu lowering": "XLA:CPU cannot compile {op}: JAX ran its own primitive, with its own checks, through the "
+                    "lowering oracles.install_cpu_lowerings() registers",
+    "equivalent": "XLA:CPU cannot run {op} and no lowering can be registered for it: JAX ran the equivalent its "
+                  "docs give",
 }
+
+
+def path_text(op: str, path: str) -> str:
+    """What the oracle's `path` means for the collective `op`, with its binding's note on how."""
+    binding = collectives.definition(op).jax
+    text = PATHS.get(path, path).format(op=op)
+    return f"{text}: {binding.cpu_note}" if path == binding.on_cpu and binding.cpu_note else text
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,9 +23,6 @@ import collectives
 from collectives import Definition
 from oracles._jax_setup import API, Compiled, axes, by_device, cached, freeze, lower, mesh
 
-# Collectives XLA:CPU cannot compile, run through the lowering `_jax_setup` installs for them on CPU.
-_CPU_LOWERED = frozenset({collectives.REGISTRY.of(collectives.ragged_all_to_all)})
-
 
 @dataclass(frozen=True)
 class Route:
@@ -49,10 +46,11 @@ class Route:
     def compile(self, on: Mesh, params: dict[str, Any],
                 lower_: Callable[[Callable[..., Any], bool], Any]) -> tuple[Compiled, str]:
         """Compile the real op with `lower_(body, check_vma)`; return it and the path taken ("real",
-        "real, check_vma=False" for grouped psum and pmean, "cpu lowering" for an op XLA:CPU runs only
-        through the lowering `oracles.install_cpu_ragged_all_to_all` registers)."""
+        "real, check_vma=False" for grouped psum and pmean, or on CPU the binding's `on_cpu`: "cpu lowering"
+        for an op XLA:CPU runs only through the lowering `oracles.install_cpu_lowerings` registers,
+        "equivalent" for one it cannot run at all)."""
         body = self.body(params)
-        path = "cpu lowering" if self.definition in _CPU_LOWERED and jax.default_backend() == "cpu" else "real"
+        path = self.definition.jax.on_cpu if jax.default_backend() == "cpu" else "real"
         try:
             return lower_(body, True).compile(), path
         except NotImplementedError:

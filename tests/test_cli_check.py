@@ -92,6 +92,19 @@ def test_ragged_names_the_path_jax_took(capsys, jax_oracle):
     assert "JAX path: cpu lowering (XLA:CPU cannot compile ragged_all_to_all: JAX ran its own primitive" in out
 
 
+@pytest.mark.differential
+@pytest.mark.parametrize(("name", "line"), [
+    ("pbroadcast_tree", "JAX path: cpu lowering (XLA:CPU cannot compile pbroadcast: JAX ran its own primitive"),
+    ("psend_pipeline", "JAX path: equivalent (XLA:CPU cannot run psend and no lowering can be registered for it: "
+                       "JAX ran the equivalent its docs give: a ppermute with the same perm"),
+    ("psum_ring", "JAX path: real (JAX ran the op itself)"),
+])
+def test_the_report_names_how_xla_cpu_ran_each_op(capsys, jax_oracle, name, line):
+    """The JAX path follows the collective's binding: its own lowering, its documented equivalent, or the op."""
+    code, out, _ = check(capsys, f"scenarios/library/{name}.toml")
+    assert code == 0 and line in " ".join(out.split())
+
+
 def test_no_jax_checks_against_the_spec_and_says_so(capsys):
     """`--no-jax` compares with the spec only; the JAX column reads 'skipped' with the reason."""
     code, out, _ = check(capsys, "--no-jax", GROUPS)

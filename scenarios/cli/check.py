@@ -96,7 +96,7 @@ def _jax_line(report: Report) -> Text:
     if report.jax.skipped:
         return Text(f"JAX skipped: {report.jax.skipped}", style="yellow")
     path = report.jax_path or "real"
-    return Text(f"JAX path: {path} ({oracles.PATHS.get(path, path)})")
+    return Text(f"JAX path: {path} ({oracles.path_text(report.call.op, path)})")
 
 
 def _table(report: Report) -> Table:
