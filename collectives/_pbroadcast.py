@@ -3,8 +3,9 @@
 Not the design note's "pbroadcast" (invariant -> varying, no data moves): that is `pvary` (see `_invariant.py`).
 Here the member at axis index `source` sends its array and every member ends with it, by one of three
 message patterns: 'direct' (the source sends to every member), 'tree' (a binomial tree: ceil(log2 n)
-steps, every member that holds the array sends it on), 'ring' (a pipeline along the group from the source,
-the array cut into n - 1 chunks that follow each other), or 'auto' (the fastest for the bytes and network).
+steps, every member that holds the array sends it on), 'ring' (a chain round the group from the source: each
+member passes the array to the next, n - 1 steps, each link used once), or 'auto' (the fastest for the bytes
+and network).
 """
 
 from __future__ import annotations
@@ -32,17 +33,18 @@ _OP = "pbroadcast"
 DIRECT = Algorithm(
     "direct", "direct: the source sends its whole array to every other member of its group, all at once: one step "
               "of n - 1 messages, all leaving the source.",
-    lambda shape, b: [(Pattern("fan"), b, 1)], None, 1, reorders=False)
+    lambda shape, b: [(Pattern("fan"), b, 1)] if math.prod(shape) > 1 else [], None, 1, reorders=False,
+    closed_form=lambda p, n, alpha_s, beta_s: alpha_s + n * beta_s if p > 1 else 0.0)
 TREE = Algorithm(
     "tree", "tree: a binomial tree rooted at the source: in step k every member that already holds the array "
             "(broadcast order below 2^k) sends it 2^k positions on, so ceil(log2 n) steps of n - 1 messages in all.",
     lambda shape, b: [(Pattern("tree", 1 << k), b, 1) for k in range(lg(math.prod(shape)))], None, 1,
-    reorders=False)
+    reorders=False, closed_form=lambda p, n, alpha_s, beta_s: lg(p) * (alpha_s + n * beta_s))
 RING = Algorithm(
-    "ring", "ring: a pipeline from the source round the group: the array is cut into n - 1 chunks that follow "
-            "each other, each member passing a chunk on as soon as it has it: 2n - 3 steps of small messages.",
-    lambda shape, b: [(Pattern("chain"), b / max(1, math.prod(shape) - 1), max(0, 2 * math.prod(shape) - 3))],
-    None, 1, reorders=False)
+    "ring", "ring: a chain round the group from the source: each member passes the whole array on to the next "
+            "once it has it, so n - 1 steps of one message each, every link of the ring used once.",
+    lambda shape, b: [(Pattern("chain"), b, max(0, math.prod(shape) - 1))], None, 1, reorders=False,
+    closed_form=lambda p, n, alpha_s, beta_s: (p - 1) * (alpha_s + n * beta_s))
 ALGORITHMS = (DIRECT, TREE, RING, auto_of((DIRECT, TREE, RING)))
 
 
@@ -62,7 +64,7 @@ def pbroadcast(x: Any, axis_name: Any, source: int, *, algorithm: str = "direct"
     written in `out_layout` (a `layouts.Layout`, default row-major). `algorithm` chooses the messages:
     'direct' (the source sends to each other member, one step), 'tree' (a binomial tree rooted at the
     source: in step k every member that holds the array sends it 2^k positions on, ceil(log2 n) steps),
-    'ring' (a pipeline from the source round the group, the array in n - 1 chunks, 2n - 3 steps), 'auto'
+    'ring' (a chain from the source round the group, each member passing the array on: n - 1 steps), 'auto'
     (the fastest for the bytes and the network; the pick is recorded in the call's record).
 
     The result is typed as JAX types it: varying along `axis_name`, like ppermute's (the values are equal
@@ -135,7 +137,7 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         message = yield port.recv(member(0))
         payload, header = message.payload, message.header
     order = header.get("major_to_minor", tuple(range(view.ndim)))
-    physical = payload.reshape([view.shape[k] for k in order])  # the ring's chunks arrive flat
+    physical = payload.reshape([view.shape[k] for k in order])
     yield from unpack_values(port, physical.transpose(np.argsort(order)), order, out)
     return out
 
@@ -146,22 +148,13 @@ def _tree_gaps(n: int) -> list[int]:
 
 
 def _ring(port: sim.Port, rank: int, n: int, payload: Any, header: Any, member: Any) -> Generator:
-    """The pipeline: chunk j goes from rank r to r + 1 as soon as r has it; the last rank keeps it."""
-    count = max(1, n - 1)
-    if rank == 0:
-        chunks = np.array_split(payload.reshape(-1), count)
-        for j, chunk in enumerate(chunks):
-            if n > 1:
-                port.send(member(1), np.ascontiguousarray(chunk), tag=j, header=header, step=j, chunk=j)
-        return payload, header
-    parts = []
-    for j in range(count):
-        message = yield port.recv(member(rank - 1), tag=j)
-        parts.append(message.payload)
-        header = message.header
-        if rank + 1 < n:
-            port.send(member(rank + 1), message.payload, tag=j, header=header, step=rank + j, chunk=j)
-    return np.concatenate(parts) if parts else payload, header
+    """The chain: rank r takes the array from r - 1 and passes it to r + 1; the last rank keeps it."""
+    if rank > 0:
+        message = yield port.recv(member(rank - 1))
+        payload, header = message.payload, message.header
+    if rank + 1 < n:
+        port.send(member(rank + 1), payload, header=header, step=rank)
+    return payload, header
 
 
 def _resolve(port: sim.Port, name: str, size_bytes: int, source: int) -> Algorithm:

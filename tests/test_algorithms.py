@@ -371,3 +371,52 @@ def test_the_new_algorithms_agree_with_jax(op, data, jax_oracle):
     case = data.draw(cases_.cases(op, algorithms=True), label="case")
     found = agreeing(case, run_jax(case, jax_oracle), cases_.run_simulator(case))
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("algorithm, senders, hops", [
+    ("direct", {0: 5}, 1), ("tree", {0: 3, 1: 2}, 2), ("ring", dict.fromkeys(range(5), 1), 5),
+])
+@pytest.mark.parametrize("source", [0, 4])
+def test_pbroadcast_algorithms_send_as_their_records_say(algorithm, senders, hops, source):
+    """pbroadcast over 6 members: 'direct' sends 5 messages from the source, 'tree' 5 in all (ranks below 2^k
+    send in step k: the source 3, rank 1 two), 'ring' one per member but the last, each member receiving exactly
+    once. On dedicated links a message takes a + nb and a member sends as soon as it holds the array, so the
+    simulated time is `hops` of them: the longest chain of messages (the tree's deepest rank, 3 or 5, is two
+    hops from the source). The records' closed forms and the cost model count one port per device, as the
+    literature does: lg(p) steps for the tree, the same as the chain and the direct send otherwise."""
+    p, latency_s, bandwidth = 6, 3e-6, 1e9
+    network = sim.Network.fully_connected(latency_s=latency_s, bandwidth_bytes_per_s=bandwidth)
+    xs = [np.full(256, d, np.float32) for d in range(p)]
+    outcome = run({"x": p}, lambda x: _C.pbroadcast(x, "x", source, algorithm=algorithm), xs, network)
+    sent = [m for m in outcome.trace.sent if m.src != m.dst]
+    rank = lambda device: (device - source) % p
+    assert {rank(d): n for d, n in _counts(m.src for m in sent).items()} == senders
+    assert sorted(rank(m.dst) for m in sent) == list(range(1, p))
+    record = collectives.definition("pbroadcast").algorithm(algorithm)
+    form = record.closed_form(p, xs[0].nbytes, latency_s, 1 / bandwidth)
+    step_s = latency_s + xs[0].nbytes / bandwidth
+    assert outcome.end_time_s == pytest.approx(hops * step_s, rel=1e-9)
+    assert form == pytest.approx({"direct": 1, "tree": math.ceil(math.log2(p)), "ring": p - 1}[algorithm] * step_s)
+    members = tuple(range(source, p)) + tuple(range(source))
+    mesh = sim.Mesh({"x": p}, network=network)
+    assert _cost.cost_s(record, mesh, members, (p,), xs[0].nbytes) == pytest.approx(form, rel=1e-9)
+
+
+def _counts(items: Any) -> dict:
+    found: dict = {}
+    for item in items:
+        found[item] = found.get(item, 0) + 1
+    return found
+
+
+def test_pbroadcast_auto_picks_direct_for_latency_and_the_tree_for_bandwidth():
+    """On dedicated links 'auto' takes 'direct' (one step, whatever the size); behind a switch, where the
+    source's 15 messages share its one port, it takes 'direct' for a few bytes (one latency) and the tree for a
+    large array (4 steps of one message per port beat 15 messages through one), and records the pick."""
+    def pick(network: Any, floats: int) -> str:
+        xs = [np.zeros(floats, np.float32) for _ in range(16)]
+        return run({"x": 16}, lambda x: _C.pbroadcast(x, "x", 3, algorithm="auto"), xs, network).calls[0].algorithm
+    assert pick(None, 1 << 16) == "direct"
+    switch = sim.Network.switch(latency_s=1e-6, bandwidth_bytes_per_s=1e10)
+    assert pick(switch, 2) == "direct"
+    assert pick(switch, 1 << 16) == "tree"
