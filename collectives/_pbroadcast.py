@@ -109,7 +109,7 @@ def check_source(op: str, device: int, source: Any, size: int, axis_name: Any) -
 
 
 def _protocol(port: sim.Port, args: _Args) -> Generator:
-    """The source packs its array; members receive it (whole or in chunks), pass it on as the algorithm says,
+    """The source packs its array; members receive it, pass it on as the algorithm says,
     and write it into their result."""
     n, me = port.group.size, port.group.index
     rank = (me - args.source) % n  # position in the broadcast order, the source first
