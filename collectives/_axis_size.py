@@ -25,7 +25,9 @@ def axis_size(axis_name: Any, *, algorithm: str = "direct") -> int:
     `axis_size(('x', 'y'))` gives 4.
 
     Raises:
-        InvalidArgumentError: an unknown or repeated axis name, an unknown algorithm.
+        InvalidArgumentError: an unknown or repeated axis name (JAX 0.10.2 multiplies a repeated name in: its
+            `axis_size(('x', 'x'))` is the square), an unknown algorithm.
+        MeshError: called outside a program run by `sim.shard_map`.
     """
     context, group = group_of("axis_size", axis_name, None)
     check_algorithm("axis_size", context.device, algorithm, group.size, ALGORITHMS)
