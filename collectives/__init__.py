@@ -12,6 +12,7 @@ from collectives._algorithm import Algorithm, Pattern
 from collectives._all_gather import all_gather
 from collectives._all_to_all import all_to_all
 from collectives._axis_index import axis_index
+from collectives._axis_size import axis_size
 from collectives._batching import batch, vmap
 from collectives._cost import closed_form, cost_s, estimate_s
 from collectives._definition import Definition, NotLinear, Param, Vma
@@ -30,7 +31,7 @@ from collectives._transpose import linear_transpose
 __all__ = [
     "REGISTRY", "Algorithm", "Definition", "Drawing", "NotLinear", "Param", "Pattern", "Peers", "Reduction",
     "Registry", "Sizes", "Sweep", "Token", "Vma", "all_gather", "all_gather_invariant", "all_to_all", "axis_index",
-    "batch", "closed_form", "cost_s", "create_token", "definition", "estimate_s", "linear_transpose", "pbroadcast",
-    "pcast", "pmax", "pmean", "pmin", "ppermute", "precv", "pscatter", "psend", "pshuffle", "psum", "psum2",
-    "psum_invariant", "psum_scatter", "pswapaxes", "pvary", "ragged_all_to_all", "vmap",
+    "axis_size", "batch", "closed_form", "cost_s", "create_token", "definition", "estimate_s", "linear_transpose",
+    "pbroadcast", "pcast", "pmax", "pmean", "pmin", "ppermute", "precv", "pscatter", "psend", "pshuffle", "psum",
+    "psum2", "psum_invariant", "psum_scatter", "pswapaxes", "pvary", "ragged_all_to_all", "vmap",
 ]

@@ -249,8 +249,10 @@ class Definition:
 
     def call(self, *arrays: Any, **params: Any) -> Any:
         """The collective called alone in a device's program on `arrays`: `function`, or for a one-sided
-        collective the call with its partner (`alone`), whose result is what arrives."""
-        return (self.alone or self.function)(*arrays, **params)
+        collective the call with its partner (`alone`), whose result is what arrives. The result is arrays:
+        a Python scalar (axis_size's int, a constant) is the 0-d array JAX's shard_map returns for it
+        (`sim.as_array`: an int32)."""
+        return sim.tree_map(sim.as_array, (self.alone or self.function)(*arrays, **params))
 
     def algorithm(self, name: Any) -> Algorithm:
         """The record of the algorithm called `name`; InvalidArgumentError if the collective has none."""

@@ -16,6 +16,7 @@ import sim
 from collectives._all_gather import ALL_GATHER
 from collectives._all_to_all import ALL_TO_ALL
 from collectives._axis_index import AXIS_INDEX
+from collectives._axis_size import AXIS_SIZE
 from collectives._definition import Definition
 from collectives._invariant import ALL_GATHER_INVARIANT, PCAST, PSCATTER, PVARY
 from collectives._pbroadcast import PBROADCAST
@@ -68,7 +69,7 @@ class Registry(Mapping[str, Definition]):
 _DEFINITIONS = (
     ALL_GATHER, ALL_TO_ALL, RAGGED_ALL_TO_ALL, PSUM, PMEAN, PMAX, PMIN, PSUM_SCATTER, PPERMUTE, AXIS_INDEX,
     PSUM_INVARIANT, PVARY, PCAST, ALL_GATHER_INVARIANT, PSCATTER, PBROADCAST,
-    PSHUFFLE, PSWAPAXES, PSEND, PRECV,
+    PSHUFFLE, PSWAPAXES, PSEND, PRECV, AXIS_SIZE,
 )
 REGISTRY = Registry(_DEFINITIONS)
 _ALIASES = {"psum2": "psum_invariant"}  # the design note's name, the same function (`collectives.psum2`)

@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import collectives
+import sim
 from collectives import Definition
 from oracles._jax_setup import API, Compiled, axes, by_device, cached, freeze, lower, mesh
 
@@ -31,8 +32,13 @@ class Route:
     definition: Definition
 
     def body(self, params: dict[str, Any]) -> Callable[..., Any]:
-        """The per-device call of the real op with `params` (the simulator's own parameters dropped)."""
-        return self.definition.jax.bind(API, self.definition.jax_params(params))
+        """The per-device call of the real op with `params` (the simulator's own parameters dropped).
+
+        A Python scalar the op returns (`lax.axis_size`'s int, a constant JAX folds) leaves as the 0-d array
+        JAX's shard_map gives it in JAX's default configuration, an int32 (`sim.as_array`), as meshsim's
+        does: the worker runs with x64 on, under which the shard_map would widen it to an int64."""
+        call = self.definition.jax.bind(API, self.definition.jax_params(params))
+        return lambda *arrays: jax.tree.map(sim.as_array, call(*arrays))
 
     def operands(self, on: Mesh, args: Sequence[Sequence[np.ndarray]],
                  params: dict[str, Any]) -> list[tuple[np.ndarray, PartitionSpec]]:

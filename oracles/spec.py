@@ -347,6 +347,19 @@ def axis_index(mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.
     return out
 
 
+@specifies(collectives.axis_size)
+def axis_size(mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
+    """JAX's docs: "the size of the mapped axis `axis_name`", an integer; for a tuple of names the product of
+    their sizes, the same on every device. A shard_map returns it as the docs' `Array(8, dtype=int32)`.
+
+    >>> [int(n) for n in axis_size({'x': 2, 'y': 4}, ('x', 'y'))]
+    [8, 8, 8, 8, 8, 8, 8, 8]
+    """
+    names = axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    size = int(np.prod([mesh_shape[name] for name in names]))
+    return [np.array(size, np.int32) for _ in range(int(np.prod(list(mesh_shape.values()))))]
+
+
 @specifies(collectives.psum_invariant)
 def psum_invariant(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName) -> list[np.ndarray]:
     """JAX's psum_invariant (the design note's psum2): psum's value."""

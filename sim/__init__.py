@@ -53,6 +53,7 @@ from sim.program import (
     ShardMapped,
     Varying,
     apply,
+    as_array,
     copy_step,
     explore,
     jit,
@@ -88,7 +89,7 @@ __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map
 __all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records
 __all__ += ["OrderDifference", "OrderReport", "Perturbation", "RowsDiffer", "explore"]  # arrival orders
 __all__ += [  # typed values and programs
-    "Const", "Equation", "Program", "Var", "Varying", "apply", "promote", "vma_of", "vma_str", "wrap",
+    "Const", "Equation", "Program", "Var", "Varying", "apply", "as_array", "promote", "vma_of", "vma_str", "wrap",
 ]
 __all__ += [  # layouts on the devices: placed arrays, shardings, the compile model
     "Array", "Compiled", "Jitted", "Lowered", "NamedSharding", "ShapeDtypeStruct", "Shard",

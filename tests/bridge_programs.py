@@ -259,7 +259,8 @@ def newops() -> list[tuple[str, bool, str]]:
     they bind and equal real JAX bit for bit; so does pbroadcast, run in JAX under
     `oracles.install_cpu_lowerings()`; a psend/precv pipeline (no CPU lowering: XLA:CPU has no Send/Recv)
     traces with JAX's types (a token, an invariant precv) and equals JAX's documented equivalent, the same
-    program with a ppermute; JAX's own gradient of pbroadcast fails (pinned)."""
+    program with a ppermute; axis_size, which binds nothing, returns JAX's int32[] constant; JAX's own gradient
+    of pbroadcast fails (pinned)."""
     oracles.install_cpu_lowerings()
     mesh = oracles.cpu_mesh({"i": 4})
     x = np.arange(16.0, dtype=np.float32).reshape(8, 2) - 5.0
@@ -279,11 +280,27 @@ def newops() -> list[tuple[str, bool, str]]:
     report = oracles.compare_jax(jax.jit(f), x)
     rows.append(("pbroadcast", report.agrees, str(report)))
     rows.append(_pipeline(mesh, x))
+    rows.append(_axis_size())
     # JAX 0.10.2's transpose rule of pbroadcast fills with the psum through lax.full_like, which takes only a
     # scalar: the gradient of any non-scalar pbroadcast fails to trace (FINDINGS.md); pinned so a fix is noticed
     kind, text = _error(lambda: jax.make_jaxpr(jax.grad(lambda v: jnp.sum(f(v) * w)))(x))
     rows.append(("jax: grad of pbroadcast", kind == "TypeError" and "scalar fill_value" in text, f"{kind}: {text}"))
     return rows
+
+
+def _axis_size() -> tuple[str, bool, str]:
+    """`lax.axis_size` over a tuple of axes and over one, on a 2 x 2 mesh: JAX folds both to constants (no
+    primitive); the one a shard_map returns is JAX's int32[], and the simulated program gives the same."""
+    mesh = oracles.cpu_mesh({"i": 2, "j": 2})
+    x = np.arange(8.0, dtype=np.float32).reshape(4, 2)
+
+    def body(v: Any) -> tuple[Any, int]:
+        return v * lax.axis_size(("i", "j")), lax.axis_size("j")
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(("i", "j")), out_specs=(P(("i", "j")), P())))
+    report = oracles.compare_jax(f, x)
+    size = report.outputs[1]
+    return "axis_size", report.agrees and "int32[]" in str(size) and "bit-identical" in str(size), str(report)
 
 
 def _pipeline(mesh: Any, x: np.ndarray) -> tuple[str, bool, str]:

@@ -6,11 +6,13 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+import collectives
 import scenarios
 from scenarios.cli import main
 from scenarios.cli.render import PALETTE_HEX, picture
@@ -85,6 +87,32 @@ def test_other_collectives_get_device_boxes_and_an_arrow_per_pair(name, tmp_path
     assert len(arrows) == len(pairs)
     assert sorted(int(k) for a in arrows for k in a.get("data-messages").split()) == \
         [k for k, m in enumerate(result.trace) if m.src != m.dst]
+
+
+def _first_library_file_of_each_collective() -> dict[str, str]:
+    """One `[collective]` library file (its stem) for each collective that has one."""
+    found: dict[str, str] = {}
+    for path in sorted(LIBRARY.glob("*.toml")):
+        found.setdefault(tomllib.loads(path.read_text()).get("collective", {}).get("op"), path.stem)
+    found.pop(None, None)
+    return found
+
+
+_EACH = _first_library_file_of_each_collective()
+
+
+@pytest.mark.parametrize("op", sorted(collectives.REGISTRY))
+def test_every_collectives_library_scenario_draws(op, tmp_path):
+    """`meshsim draw` draws a library scenario of every registered collective, those without arrays too:
+    rows of its arrays, or a box per device labelled with its first array (or 'no arrays')."""
+    assert op in _EACH, f"no scenario file in scenarios/library/ calls {op}"
+    svg = drawn(_EACH[op], tmp_path)
+    result = scenarios.run(scenarios.load(str(LIBRARY / f"{_EACH[op]}.toml")))
+    boxes = elements(svg, "g", "device-box")
+    assert boxes or elements(svg, "rect", "row")
+    if not collectives.definition(op).arrays:
+        assert len(boxes) == result.scenario.mesh.size
+        assert all("no arrays" in "".join(box.itertext()) for box in boxes)
 
 
 def test_long_arrays_are_drawn_as_runs(tmp_path):

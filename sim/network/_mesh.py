@@ -106,7 +106,8 @@ class Mesh:
                     f"axis_name={axis_name!r}: unknown axis {name!r}; the mesh has axes {self.axis_names}"
                 )
         if len(set(names)) != len(names):
-            raise InvalidArgumentError(f"axis_name={axis_name!r} must not repeat an axis")
+            raise InvalidArgumentError(f"axis_name={axis_name!r} must not repeat an axis; the mesh has axes "
+                                       f"{self.axis_names}")
         return tuple(names)
 
     def axis_size(self, axis_name: AxisName) -> int:

@@ -6,10 +6,10 @@ from sim.program._copy import copy_step, with_layout_constraint
 from sim.program._explore import OrderDifference, OrderReport, RowsDiffer, explore
 from sim.program._shard_map import Run, ShardMapped, shard_map
 from sim.program._tree import leaves, tree_map
-from sim.program._varying import Varying, apply, promote, vma_of, wrap
+from sim.program._varying import Varying, apply, as_array, promote, vma_of, wrap
 
 __all__ = [
     "Compiled", "Jitted", "Lowered", "OrderDifference", "OrderReport", "RowsDiffer", "Run", "ShapeDtypeStruct",
-    "ShardMapped", "Varying", "apply", "copy_step", "explore", "jit", "leaves", "promote", "shard_map",
+    "ShardMapped", "Varying", "apply", "as_array", "copy_step", "explore", "jit", "leaves", "promote", "shard_map",
     "tree_map", "vma_of", "with_layout_constraint", "wrap",
 ]

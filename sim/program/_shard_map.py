@@ -18,7 +18,7 @@ from sim.network._mesh import Mesh
 from sim.program import _explore
 from sim.program._blocks import Aval, assemble, avals_of, block_index, prepare, settle
 from sim.program._tree import broadcast_prefix, leaves, tree_map
-from sim.program._varying import Varying, _ref, promote, vma_of
+from sim.program._varying import Varying, _ref, as_array, promote, vma_of
 from sim.record import _perfetto
 from sim.record._equations import Program
 from sim.record._trace import CallRecord, Trace
@@ -183,7 +183,9 @@ class ShardMapped:
     def _finish(self, record: Program, result: Any) -> Any:
         """In the device's own thread: check each output's type against its out_specs entry and raise it to
         vary along every axis the entry splits over (a recorded pvary, as JAX does), then record the
-        program's outputs."""
+        program's outputs. A Python scalar (a constant, as `axis_size` gives) leaves as JAX's shard_map returns
+        it: a 0-d array of its weak type's default dtype."""
+        result = tree_map(as_array, result)
         out_specs = _expand(self.out_specs, result, "out_specs")
         if self.check_vma:
             device = current().device

@@ -96,6 +96,23 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | None = None, i
     return array
 
 
+# The dtype JAX gives a weakly typed Python scalar in its default configuration (x64 off).
+_WEAK_DTYPES = ((bool, np.bool_), (int, np.int32), (float, np.float32), (complex, np.complex64))
+
+
+def as_array(value: Any) -> Any:
+    """A program's value as an array: arrays unchanged; a Python scalar, a constant (as `axis_size` gives),
+    as the 0-d array JAX's shard_map returns for it, of the weak type's default dtype (int -> int32).
+
+    >>> as_array(4).dtype, as_array(np.arange(2)).tolist()
+    (dtype('int32'), [0, 1])
+    """
+    for kind, dtype in _WEAK_DTYPES:
+        if type(value) is kind:
+            return np.asarray(value, dtype)
+    return value
+
+
 def promote(value: Any, vma: frozenset) -> Any:
     """`value` raised to vary along `vma` by a recorded `pvary` (no data moves); constants stay."""
     if not isinstance(value, Varying) or value.vma >= vma:

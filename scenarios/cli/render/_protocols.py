@@ -28,8 +28,8 @@ _VMA = {
     Vma.INTRODUCE: "the operand is the same on every member (invariant); each device's result is its own "
                    "(varying)",
     Vma.INDEX: "the result depends only on the device's position along the axis",
-    Vma.INVARIANT: "typed invariant, as JAX types it (no varying axes), although each device's values are its "
-                   "own",
+    Vma.INVARIANT: "typed invariant, as JAX types it (no varying axes), whether or not the devices' values "
+                   "agree",
 }
 
 def call_text(op: str, params: dict[str, Any]) -> str:

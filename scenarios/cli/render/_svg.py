@@ -223,13 +223,14 @@ def _boxes(result: ScenarioResult) -> tuple[list[str], float]:
     body = [_pair_arrow(result, pair, ks, at) for pair, ks in sorted(pairs.items())]
     for d in devices:
         x, y = at[d]
-        name = result.scenario.definition.arrays[0]
-        shape = "x".join(map(str, result.inputs[d][name].shape)) or "scalar"
+        arrays = result.scenario.definition.arrays
+        label = (f"{arrays[0]}: shape {'x'.join(map(str, result.inputs[d][arrays[0]].shape)) or 'scalar'}"
+                 if arrays else "no arrays")
         box = tag("rect", {"x": _n(x - 55), "y": _n(y - 24), "width": 110, "height": 48, "rx": 6,
                            "fill": colour(d), "fill_opacity": "0.35", "stroke": colour(d), "stroke_width": 2})
         body.append(tag("g", {"class_": "device-box", "data_device": d},
                         box + text(x, y - 5, f"device {d}", text_anchor="middle", font_weight="bold")
-                        + text(x, y + 12, f"{name}: shape {shape}", text_anchor="middle", font_size=10)))
+                        + text(x, y + 12, label, text_anchor="middle", font_size=10)))
     if not pairs:
         body.append(text(cx, cy + 4, "no messages between devices", text_anchor="middle", fill="#666"))
     legend, height = _legend(result, cy + radius + 50, kept=False)
