@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +48,9 @@ from cpu_lowerings_survey import SURVEY_MESH, survey  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.interpreters import mlir  # noqa: E402
 from jax.sharding import Mesh, PartitionSpec  # noqa: E402
+from jax_child import guarded, serve  # noqa: E402
 
 from oracles import _cpu_pbroadcast_rule  # noqa: E402
-from oracles._protocol import read_message, write_message  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -133,29 +132,25 @@ def install() -> tuple[Any, ...]:
 
 def answer(job: dict[str, Any]) -> tuple[Any, ...]:
     """The reply to one job; JAX's exceptions become ("error", kind, message)."""
-    try:
-        if job["kind"] == "mutant":
-            return mutant()
-        if job["kind"] == "install":
-            return install()
-        if job["kind"] == "survey":
-            return ("ok", survey(Mesh(np.array(jax.devices()[:SURVEY_MESH]), ("i",))))
-        if job["kind"] == "send_recv":
-            from cpu_lowerings_survey import send_recv
-            return ("ok", send_recv(Mesh(np.array(jax.devices()[:SURVEY_MESH]), ("i",))))
-        return run_job(job)
-    except Exception as error:
-        traceback.print_exc()  # to the test's captured stderr
-        return ("error", type(error).__name__, str(error))
+    return guarded(_answer, job)
+
+
+def _answer(job: dict[str, Any]) -> tuple[Any, ...]:
+    if job["kind"] == "mutant":
+        return mutant()
+    if job["kind"] == "install":
+        return install()
+    if job["kind"] == "survey":
+        return ("ok", survey(Mesh(np.array(jax.devices()[:SURVEY_MESH]), ("i",))))
+    if job["kind"] == "send_recv":
+        from cpu_lowerings_survey import send_recv
+        return ("ok", send_recv(Mesh(np.array(jax.devices()[:SURVEY_MESH]), ("i",))))
+    return run_job(job)
 
 
 def main() -> None:
     """Announce readiness, then answer batches until stdin closes."""
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    write_message(replies, ("ready", {"installed": INSTALLED, "devices": len(jax.devices())}))
-    while (request := read_message(sys.stdin.buffer)) is not None:
-        write_message(replies, [answer(job) for job in request])
+    serve(answer, {"installed": INSTALLED, "devices": len(jax.devices())})
 
 
 if __name__ == "__main__":

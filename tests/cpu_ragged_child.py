@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,9 +40,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.interpreters import mlir  # noqa: E402
 from jax.sharding import Mesh, PartitionSpec  # noqa: E402
+from jax_child import guarded, serve  # noqa: E402
 
 from oracles import _cpu_ragged_rule  # noqa: E402
-from oracles._protocol import read_message, write_message  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 DEFAULT_ONE_SHOT_BYTES = _cpu_ragged_rule.ONE_SHOT_BYTES
@@ -125,20 +124,12 @@ def answer(job: dict[str, Any]) -> tuple[Any, ...]:
         jax.clear_caches()
         return ("ok", job["name"])
     one_shot_bytes(job.get("one_shot_bytes", DEFAULT_ONE_SHOT_BYTES))
-    try:
-        return run_job(job)
-    except Exception as error:
-        traceback.print_exc()  # to the test's captured stderr
-        return ("error", type(error).__name__, str(error))
+    return guarded(run_job, job)
 
 
 def main() -> None:
     """Announce readiness, then answer batches until stdin closes."""
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    write_message(replies, ("ready", {"installed": INSTALLED, "devices": len(jax.devices())}))
-    while (request := read_message(sys.stdin.buffer)) is not None:
-        write_message(replies, [answer(job) for job in request])
+    serve(answer, {"installed": INSTALLED, "devices": len(jax.devices())})
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jax_child
 import numpy as np
 import pytest
+from jax_child import Child
 
 import oracles
-from oracles._protocol import read_message, write_message
 
 pytestmark = [
     pytest.mark.differential,
@@ -33,29 +34,8 @@ CHILD = Path(__file__).resolve().parent / "cpu_lowerings_child.py"
 ROOT = CHILD.parent.parent
 
 
-class Child:
-    """A running `cpu_lowerings_child.py`: send a batch of jobs, get one reply per job."""
-
-    def __init__(self, *flags: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(CHILD), *flags], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
-        self.ready = read_message(self.proc.stdout)
-
-    def ask(self, jobs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        write_message(self.proc.stdin, jobs)
-        return read_message(self.proc.stdout)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-
-
 def started(*flags: str) -> Iterator[Child]:
-    child = Child(*flags)
-    try:
-        yield child
-    finally:
-        child.close()
+    yield from jax_child.started(CHILD, *flags)
 
 
 child = pytest.fixture(scope="module")(started)

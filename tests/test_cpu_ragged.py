@@ -17,16 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jax_child
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jax_child import Child
 from strategies import DOCS_RAGGED, Case, Fill, cases, differences, features, ragged_case, run_simulator, run_spec
 
 import collectives as C
 import sim
 from oracles import spec
-from oracles._protocol import read_message, write_message
 
 pytestmark = [
     pytest.mark.differential,
@@ -38,28 +39,8 @@ CASES = 220  # generated forward cases, sent in one round trip
 FLOATS = st.sampled_from([np.dtype(t) for t in ("float16", "float32", "float64")])
 
 
-class Child:
-    """A running `cpu_ragged_child.py`: send a batch of jobs, get one reply per job."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.ready = read_message(self.proc.stdout)
-
-    def ask(self, jobs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        write_message(self.proc.stdin, jobs)
-        return read_message(self.proc.stdout)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-
-
 def started() -> Iterator[Child]:
-    child = Child()
-    try:
-        yield child
-    finally:
-        child.close()
+    yield from jax_child.started(CHILD)
 
 
 child = pytest.fixture(scope="module")(started)
