@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 import layouts
+from collectives import REGISTRY
 from oracles._bridge import Simulated, check_devices, meshes_of, run_traced, trace
 from oracles._bridge_eval import BridgeError, contains
 from oracles._device_bytes import raw_bytes
@@ -85,8 +86,8 @@ def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: floa
 
     Raises:
         DeviceCountError: the program's mesh has more devices than JAX here.
-        LoweringMissingError: JAX cannot run `ragged_all_to_all` on CPU until
-            `oracles.install_cpu_ragged_all_to_all()` registers its lowering.
+        LoweringMissingError: JAX cannot run a collective XLA:CPU has no lowering for (ragged_all_to_all,
+            pbroadcast) until `oracles.install_cpu_lowerings()` registers one.
         BridgeError, MeshError: as `simulate_jax`.
     """
     closed, tree = trace(f, args)
@@ -127,11 +128,16 @@ def _run_jax(f: Callable[..., Any], args: tuple, closed: Any) -> Any:
     try:
         return jax.block_until_ready(f(*args))
     except Exception as error:  # XLA's runtime error class is not public; its message names the opcode
-        if "UNIMPLEMENTED" in str(error) and contains(closed, "ragged_all_to_all"):
+        text = str(error)
+        lacking = [] if "UNIMPLEMENTED" not in text and "not found for platform" not in text else [
+            d.jax.name for d in REGISTRY.values() if d.jax.on_cpu == "cpu lowering"
+            and any(contains(closed, primitive) for primitive in d.jax.primitives)]
+        if lacking:
             raise LoweringMissingError(
-                "JAX cannot run ragged_all_to_all on this backend (XLA:CPU has no ragged-all-to-all); call "
-                "oracles.install_cpu_ragged_all_to_all() before the program is first lowered, then compare "
-                "again (simulate_jax alone runs it without the lowering)") from error
+                f"JAX cannot run {', '.join(lacking)} on this backend (XLA:CPU has no lowering of its own); call "
+                "oracles.install_cpu_lowerings() (or, for ragged_all_to_all alone, "
+                "oracles.install_cpu_ragged_all_to_all()) before the program is first lowered, then compare again "
+                "(simulate_jax alone runs it without the lowering)") from error
         raise
 
 
