@@ -136,7 +136,8 @@ ERRORS = [
      r"\{'i': 16\} has 16 devices but JAX has 8.*xla_force_host_platform_device_count=16"),
     ("compare on a mesh too large", "DeviceCountError", "has 16 devices but JAX has 8"),
     ("simulate on a mesh too large", "no error", r"\[240\. 256\.\]"),
-    ("ragged without the lowering", "LoweringMissingError", r"JAX cannot run ragged_all_to_all .*oracles.install_cpu_lowerings\(\)"),
+    ("ragged without the lowering", "LoweringMissingError",
+     r"JAX cannot run ragged_all_to_all .*oracles.install_cpu_lowerings\(\)"),
     ("ragged simulated", "no error", r"\[0\.0, 4\.0, 8\.0, 12\.0, 1\.0"),
     # JAX 0.10.2's own rules, wrong today: the transpose of an untiled all_to_all adds the untiled axis
     # again, and the batching rule of an untiled psum_scatter indexes past the operand's rank
