@@ -17,6 +17,7 @@ import numpy as np
 
 import collectives
 from collectives import Definition
+from oracles._spec_arithmetic import WIDER, flushed, fold, narrowed
 
 AxisName = Hashable | tuple[Hashable, ...]
 Spec = Callable[..., list[np.ndarray]]
@@ -134,75 +135,7 @@ def ragged_all_to_all(operands: Sequence[np.ndarray], outputs: Sequence[np.ndarr
 
 
 # ---------------------------------------------------------------------------------------------- reductions
-#
-# XLA:CPU (jax 0.10.2, x86-64) starts each element of an all-reduce or reduce-scatter at the identity and
-# folds the members in group order. float32/float64 flush subnormal operands and results to signed zeros;
-# float16 is computed in float32 and rounded back, NaN results becoming the canonical 0x7e00 with their
-# sign. When both addends are NaN a float32/float64 sum keeps the later one and a float16 sum the earlier
-# one. max/min are std::max/std::min, which never pick a NaN. On a one-device mesh the all-reduce is
-# compiled away (the value is returned as is); psum_scatter is not.
-#
-# XLA promotes the all-reduce and reduce-scatter of bfloat16 to float32: the terms are widened exactly,
-# folded in float32 as above, and the result is rounded back once (to nearest even; a NaN to 0x7fc0 with
-# its sign). pmean divides that bfloat16 sum in float32, by the float32 reciprocal of the group size. On a
-# one-device mesh the conversions stay where the all-reduce goes: the value comes back, NaNs canonical.
-
-_WIDER = {"bfloat16": np.float32}
-
-_IDENTITY = {"sum": lambda dt: 0, "max": lambda dt: _lowest(dt), "min": lambda dt: -_lowest(dt) if dt.kind == "f"
-             else (np.iinfo(dt).max if dt.kind in "iu" else True)}
-
-
-def _lowest(dtype: np.dtype):
-    return -np.inf if dtype.kind == "f" else (np.iinfo(dtype).min if dtype.kind in "iu" else False)
-
-
-def _flushed(a: np.ndarray) -> np.ndarray:
-    """Subnormal float32/float64 values as zeros of their sign."""
-    if a.dtype not in (np.float32, np.float64):
-        return a
-    return np.where(np.abs(a) < np.finfo(a.dtype).smallest_normal, np.copysign(np.zeros_like(a), a), a)
-
-
-def _quieted(a: np.ndarray) -> np.ndarray:
-    bits = {4: (np.uint32, 1 << 22), 8: (np.uint64, 1 << 51)}[a.dtype.itemsize]
-    return (a.view(bits[0]) | bits[0](bits[1])).view(a.dtype)
-
-
-def _op(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """One step of the fold, `reduction(acc, x)`, with XLA:CPU's rules for floats."""
-    if acc.dtype.kind == "c":
-        parts = np.float32 if acc.dtype == np.complex64 else np.float64
-        return _op(reduction, acc.view(parts), x.view(parts)).view(acc.dtype)
-    a, b = _flushed(acc), _flushed(x)
-    if reduction != "sum":
-        return np.where(a < b, b, a) if reduction == "max" else np.where(b < a, b, a)
-    if a.dtype.kind in "iu":
-        return (a + b).astype(a.dtype)
-    with np.errstate(all="ignore"):
-        if a.dtype == np.float16:
-            a32, b32 = a.astype(np.float32), b.astype(np.float32)
-            total = np.where(np.isnan(a32), a32, np.where(np.isnan(b32), b32, a32 + b32)).astype(np.float16)
-            canonical = np.where(np.signbit(total), np.uint16(0xFE00), np.uint16(0x7E00)).view(np.float16)
-            return np.where(np.isnan(total), canonical, total)
-        return np.where(np.isnan(b), _quieted(b), np.where(np.isnan(a), _quieted(a), _flushed(a + b)))
-
-
-def _narrowed(wide: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """A wide fold's result rounded back to the narrow `dtype` it was promoted from."""
-    with np.errstate(all="ignore"):
-        return wide.astype(dtype)
-
-
-def _fold(xs: Sequence[np.ndarray], group: list[int], reduction: str) -> np.ndarray:
-    dtype = np.asarray(xs[group[0]]).dtype
-    if dtype.name in _WIDER:
-        return _narrowed(_fold([np.asarray(x).astype(_WIDER[dtype.name]) for x in xs], group, reduction), dtype)
-    acc = np.full(np.shape(xs[group[0]]), _IDENTITY[reduction](dtype), dtype)
-    for d in group:
-        flat = [np.ascontiguousarray(v).reshape(-1) for v in (acc, xs[d])]
-        acc = _op(reduction, *flat).reshape(acc.shape)
-    return acc
+# (XLA:CPU's arithmetic, which the folds below follow, is stated in `oracles._spec_arithmetic`.)
 
 
 def _all_reduce(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: AxisName,
@@ -210,11 +143,11 @@ def _all_reduce(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_
     xs = [np.asarray(x).astype(np.int32) if np.asarray(x).dtype == bool and reduction == "sum" else np.asarray(x)
           for x in xs]
     if len(xs) == 1:  # compiled away, but bfloat16's conversions to float32 and back stay (NaNs canonical)
-        return [_narrowed(xs[0].astype(_WIDER[xs[0].dtype.name]), xs[0].dtype) if xs[0].dtype.name in _WIDER
+        return [narrowed(xs[0].astype(WIDER[xs[0].dtype.name]), xs[0].dtype) if xs[0].dtype.name in WIDER
                 else xs[0].copy()]
     out: list[np.ndarray] = [np.empty(0)] * len(xs)
     for group in groups(mesh_shape, axis_name, axis_index_groups):
-        total = _fold(xs, group, reduction)
+        total = fold(xs, group, reduction)
         for d in group:
             out[d] = total.copy()
     return out
@@ -258,12 +191,12 @@ def pmean(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: 
     n = len(xs) // len(groups(mesh_shape, axis_name, axis_index_groups))
     out = []
     for total in sums:
-        dtype = total.dtype if total.dtype.kind in "fc" or total.dtype.name in _WIDER \
+        dtype = total.dtype if total.dtype.kind in "fc" or total.dtype.name in WIDER \
             else np.dtype("float64" if total.itemsize == 8 else "float32")
         value = total.astype(dtype)
         if len(xs) == 1:
             out.append(value)
-        elif dtype.name in _WIDER:
+        elif dtype.name in WIDER:
             out.append(_narrow_mean(value, n))
         elif dtype.kind == "c":
             out.append(value / dtype.type(n))
@@ -272,15 +205,15 @@ def pmean(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_name: 
                 out.append((value.astype(np.float32) * np.float32(np.float16(1) / np.float16(n))).astype(np.float16))
         else:
             with np.errstate(all="ignore"):
-                out.append(_flushed(_flushed(value) * (dtype.type(1) / dtype.type(n))))
+                out.append(flushed(flushed(value) * (dtype.type(1) / dtype.type(n))))
     return out
 
 
 def _narrow_mean(total: np.ndarray, n: int) -> np.ndarray:
     """pmean of a promoted dtype: the rounded sum widened, times the wide reciprocal, flushed, rounded back."""
-    wide = _WIDER[total.dtype.name]
+    wide = WIDER[total.dtype.name]
     with np.errstate(all="ignore"):
-        return _narrowed(_flushed(total.astype(wide) * (wide(1) / wide(n))), total.dtype)
+        return narrowed(flushed(total.astype(wide) * (wide(1) / wide(n))), total.dtype)
 
 
 @specifies(collectives.psum_scatter)
@@ -294,7 +227,7 @@ def psum_scatter(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis
     """
     out: list[np.ndarray] = [np.empty(0)] * len(xs)
     for group in groups(mesh_shape, axis_name, axis_index_groups):
-        total = _fold(xs, group, "sum")
+        total = fold(xs, group, "sum")
         for j, d in enumerate(group):
             out[d] = np.array(np.split(total, len(group), scatter_dimension)[j] if tiled
                               else np.take(total, j, scatter_dimension))
