@@ -12,7 +12,7 @@ from collectives._algorithms import check_algorithm
 from collectives._common import group_of
 from collectives._definition import AXIS_NAME, Definition, JaxBinding, NotLinear, Vma
 from collectives._facts import LOCAL, WHOLE
-from collectives._strategy import Axes, Sample
+from collectives._strategy import axes_only
 from collectives._vma import typed
 
 
@@ -39,11 +39,6 @@ def _axis_index(axis_name: Any, algorithm: str = "direct") -> np.ndarray:
     return memory.view(memory.store(np.array(group.index, np.int32)))
 
 
-def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
-    """No arrays and no parameters of its own: only the axes vary."""
-    return st.just(Sample({}, st.just({})))
-
-
 ALGORITHMS = direct_only("direct: no messages: each device reads its own position along the axis.",
                          messages=lambda shape: 0)
 
@@ -52,5 +47,5 @@ AXIS_INDEX = Definition(
     batch=batch_rules.unbatched, algorithms=ALGORITHMS, reduction=None, sizes=LOCAL, sweep=None, drawing=WHOLE,
     transpose=NotLinear("axis_index takes no operand: its result is never linear in a program's inputs"),
     jax=JaxBinding("axis_index", ("axis_index",), lambda jax, p: lambda: jax.lax.axis_index(**p)),
-    strategy=_strategy,
+    strategy=axes_only,
 )

@@ -10,7 +10,7 @@ from collectives._algorithms import check_algorithm
 from collectives._common import group_of
 from collectives._definition import AXIS_NAME, Definition, JaxBinding, NotLinear, Vma
 from collectives._facts import LOCAL, WHOLE
-from collectives._strategy import Axes, Sample
+from collectives._strategy import axes_only
 
 
 def axis_size(axis_name: Any, *, algorithm: str = "direct") -> int:
@@ -34,11 +34,6 @@ def axis_size(axis_name: Any, *, algorithm: str = "direct") -> int:
     return group.size
 
 
-def _strategy(st: Any, axes: Axes, **options: Any) -> Any:
-    """No arrays and no parameters of its own: only the axes vary."""
-    return st.just(Sample({}, st.just({})))
-
-
 ALGORITHMS = direct_only("direct: no messages: each device reads the axis's size from the mesh it runs on.",
                          messages=lambda shape: 0)
 
@@ -48,5 +43,5 @@ AXIS_SIZE = Definition(
     transpose=NotLinear("axis_size takes no operand: its result is a constant, never linear in a program's inputs"),
     # JAX binds no primitive: `lax.axis_size` is psum(1, axis_name) on a constant, folded to a Python int
     jax=JaxBinding("axis_size", (), lambda jax, p: lambda: jax.lax.axis_size(**p)),
-    strategy=_strategy,
+    strategy=axes_only,
 )

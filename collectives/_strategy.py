@@ -80,3 +80,8 @@ def algorithms(st: Any, axes: Axes, records: tuple[Algorithm, ...]) -> Any:
     """The name of one of a collective's algorithm `records` that runs on the drawn group (powers of two where
     an algorithm needs them), 'auto' included: the generated tests run every algorithm on the same calls."""
     return st.sampled_from([a.name for a in records if a.fits(axes.group_size)])
+
+
+def axes_only(st: Any, axes: Axes, **options: Any) -> Any:
+    """The strategy of a collective with no arrays and no parameters of its own: only the axes vary."""
+    return st.just(Sample({}, st.just({})))
