@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 
-import layouts
 import sim
+from scenarios import _fields as fields
 from scenarios._budget import Budget, arg_bytes
 from scenarios._errors import Source
+from scenarios._fields import InFile
 
 _ARG_KEYS = ("value", "shape", "seed", "dtype")
 
@@ -38,14 +39,12 @@ def check_args(source: Source, data: dict, mesh: sim.Mesh, budget: Budget) -> No
 
 def _dtype(source: Source, index: int, name: Any) -> np.dtype:
     """`dtype` as a numeric numpy dtype."""
-    try:
-        dtype = np.dtype(name) if isinstance(name, str) else None
-    except TypeError:
-        dtype = None
-    if dtype is None or not (dtype.kind in "biuf" or layouts.is_float(dtype)):
-        raise source.error("args", "dtype", f"[[args]] number {index}: dtype={name!r} must name a numeric numpy "
-                                            f"dtype, e.g. 'float32' or 'int32'", index)
-    return dtype
+    return fields.dtype(_where(source, index, "dtype"), name)
+
+
+def _where(source: Source, index: int, key: str) -> InFile:
+    """Field `key` of `[[args]]` table number `index`."""
+    return InFile(source, "args", key, f"[[args]] number {index}: ", index)
 
 
 def _check_value(source: Source, index: int, value: Any, dtype: np.dtype) -> None:
@@ -66,10 +65,5 @@ def _check_drawn(source: Source, index: int, table: dict) -> None:
     """A drawn argument has a `shape` of non-negative integers and, if given, a non-negative integer `seed`."""
     if "shape" not in table:
         raise source.error("args", None, f"[[args]] number {index} needs `value` or `shape`", index)
-    shape, seed = table["shape"], table.get("seed", 0)
-    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
-        raise source.error("args", "shape", f"[[args]] number {index}: shape={shape!r} must be a list of "
-                                            f"non-negative integers, e.g. shape = [8]", index)
-    if type(seed) is not int or seed < 0:
-        raise source.error("args", "seed", f"[[args]] number {index}: seed={seed!r} must be a non-negative "
-                                           f"integer", index)
+    fields.shape(_where(source, index, "shape"), table["shape"], example="[8]")
+    fields.integer(_where(source, index, "seed"), table.get("seed", 0), minimum=0)

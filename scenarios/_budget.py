@@ -25,6 +25,7 @@ import numpy as np
 import sim
 from collectives import Definition
 from scenarios._errors import Source
+from scenarios._fields import DTYPE_NAMES
 
 _KNOB = "; raise the limit with `meshsim run --max-memory SIZE` (e.g. --max-memory {}) or " \
         "scenarios.load(path, max_memory_bytes=N)"
@@ -111,11 +112,9 @@ def _group_size(mesh: sim.Mesh, params: dict[str, Any]) -> int:
 
 
 def _itemsize(name: Any) -> int:
-    """The bytes of one element of `[inputs] dtype` (4, float32's or int32's, when it is absent or invalid)."""
-    try:
-        return np.dtype(name).itemsize if isinstance(name, str) else 4
-    except TypeError:
-        return 4
+    """The bytes of one element of `[inputs] dtype` (4, float32's or int32's, when it is absent or invalid:
+    the loader refuses an invalid name after this estimate)."""
+    return np.dtype(name).itemsize if isinstance(name, str) and name in DTYPE_NAMES else 4
 
 
 def arg_bytes(spec: dict) -> int:

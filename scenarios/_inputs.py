@@ -9,7 +9,9 @@ import numpy as np
 import layouts
 import sim
 from collectives import Definition
-from scenarios._errors import Source
+from scenarios import _fields as fields
+from scenarios._errors import ScenarioError, Source
+from scenarios._fields import InFile, InText
 
 Inputs = tuple[dict[str, np.ndarray], ...]
 
@@ -55,14 +57,8 @@ def _dtype(source: Source, name: Any) -> np.dtype | None:
     """`[inputs] dtype` as a numpy dtype, None when absent."""
     if name is None:
         return None
-    try:
-        dtype = np.dtype(name) if isinstance(name, str) else None
-    except TypeError:
-        dtype = None
-    if dtype is None or not (dtype.kind in "biuf" or layouts.is_float(dtype)):
-        raise source.error("inputs", "dtype", f"[inputs] dtype={name!r} must name a numeric numpy dtype, "
-                                              f"e.g. 'float32', 'bfloat16' or 'int32'")
-    return dtype
+    return fields.dtype(InFile(source, "inputs", "dtype", "[inputs] "), name,
+                        example="'float32', 'bfloat16' or 'int32'")
 
 
 def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition, params: dict[str, Any],
@@ -74,12 +70,8 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
     if spec.arrays != ("x",):
         raise source.error("inputs", "seed", f"[inputs] seed draws the one array x of a collective that takes "
                                              f"only x; {spec.name} needs literal [[device]] tables")
-    seed, shape = settings.get("seed"), settings.get("shape")
-    if type(seed) is not int or seed < 0:
-        raise source.error("inputs", "seed", f"[inputs] seed={seed!r} must be a non-negative integer")
-    if not _is_shape(shape):
-        raise source.error("inputs", "shape", f"[inputs] shape={shape!r} must be a list of non-negative "
-                                              f"integers, e.g. shape = [2, 3]")
+    seed = fields.integer(InFile(source, "inputs", "seed", "[inputs] "), settings.get("seed"), minimum=0)
+    shape = fields.shape(InFile(source, "inputs", "shape", "[inputs] "), settings.get("shape"))
     rng = np.random.default_rng(seed)
     drawn = [_frozen(_draw(rng, shape, dtype)) for _ in mesh.devices]
     if spec.invariant_operand:
@@ -87,7 +79,7 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
     return tuple({"x": x} for x in drawn)
 
 
-def _draw(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.ndarray:
+def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Floats from a standard normal, integers from [-9, 9] (unsigned [0, 9]), booleans by fair coin."""
     if layouts.is_float(dtype):
         return rng.standard_normal(shape).astype(dtype)
@@ -221,8 +213,12 @@ def _first_peer(mesh: sim.Mesh, device: int, axis_name: Any) -> int:
 
 
 def _is_shape(value: Any) -> bool:
-    """Whether `value` is a list of non-negative ints."""
-    return isinstance(value, list) and all(type(n) is int and n >= 0 for n in value)
+    """Whether `value` is a shape `fields.shape` accepts."""
+    try:
+        fields.shape(InText("", "", "shape"), value)
+    except ScenarioError:
+        return False
+    return True
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:

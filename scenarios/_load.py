@@ -13,9 +13,11 @@ import numpy as np
 import collectives
 import sim
 from collectives import Definition
+from scenarios import _fields as fields
 from scenarios._args import check_args
 from scenarios._budget import Budget
 from scenarios._errors import Source, parse_toml
+from scenarios._fields import InFile
 from scenarios._inputs import device_inputs
 from scenarios._program import ProgramScenario, load_program
 
@@ -72,8 +74,7 @@ def load(path: str | os.PathLike, *, allow_code: bool = True,
     budget = Budget(source, max_memory_bytes)
     source.check_keys("", data, (), _TOP_KEYS)
     for key in ("title", "description"):
-        if not isinstance(data.get(key, ""), str):
-            raise source.error("", key, f"{key}={data[key]!r} must be a string")
+        fields.string(InFile(source, "", key), data.get(key, ""))
     mesh = _mesh(source, data, budget)
     if "program" in data:
         check_args(source, data, mesh, budget)
@@ -96,11 +97,7 @@ def _mesh(source: Source, data: dict, budget: Budget) -> sim.Mesh:
     """The `[mesh]` axes with the `[network]`, as a `sim.Mesh`, refused when its devices alone are too many."""
     table = source.table(data, "mesh")
     source.check_keys("mesh", table, ("axes",), ())
-    axes = table["axes"]
-    sizes_ok = isinstance(axes, dict) and all(type(size) is int and size >= 1 for size in axes.values())
-    if not axes or not sizes_ok:
-        raise source.error("mesh", "axes", f"[mesh] axes={axes!r} must be a non-empty table of axis name = "
-                                           f"positive size, e.g. axes = {{x = 2, y = 2}}")
+    axes = fields.mesh_axes(InFile(source, "mesh", "axes", "[mesh] "), table["axes"])
     budget.check_mesh(axes)
     network, key = _network(source, data, tuple(axes.values()))
     try:

@@ -26,12 +26,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 import collectives
-import layouts
 import sim
-from scenarios._errors import ScenarioError, Source, parse_toml
+from scenarios import _fields as fields
+from scenarios._errors import Source, parse_toml
+from scenarios._fields import InFile
 from scenarios.sweep._sweep_values import NETWORK_RULE, check_network, network_label, parse_size
 
 # The collectives a sweep times: those whose definition says how (`Definition.sweep`, the nccl-tests operation
@@ -41,6 +40,7 @@ PARAMETERS = ("collective", "mesh", "axis_name", "size", "network", "algorithm",
 _DEFAULTS: dict[str, Any] = {"axis_name": None, "network": {"topology": "fully_connected"}, "algorithm": "direct",
                              "dtype": "float32", "seed": 0}
 _TOP_KEYS = PARAMETERS + ("sizes", "title", "description", "point")
+DTYPES = tuple(name for name in fields.DTYPE_NAMES if name != "bool")  # a sweep moves numbers
 MAX_POINTS = 1_000_000
 MAX_SIZE_BYTES = 1 << 50  # beyond any machine's memory, so a typo such as 1e300 is caught here
 
@@ -104,8 +104,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     source, data = _parse(str(path))
     source.check_keys("", data, (), _TOP_KEYS)
     for key in ("title", "description"):
-        if not isinstance(data.get(key, ""), str):
-            raise source.error("", key, f"{key}={data[key]!r} must be a string")
+        fields.string(InFile(source, "", key), data.get(key, ""))
     top = _values(source, "", {k: v for k, v in data.items() if k not in ("title", "description", "point")}, 0)
     tables = _point_tables(source, data)
     points: dict[str, Point] = {}
@@ -154,27 +153,17 @@ def _values(source: Source, table: str, given: dict, index: int) -> dict[str, tu
     found = {}
     for key, value in given.items():
         name = "size" if key == "sizes" else key
-        where = _Where(source, table, key, index)
+        where = _where(source, table, key, index)
         found[name] = (_checked(where, name, value), where)
     return found
 
 
-@dataclass(frozen=True)
-class _Where:
-    """Where a value was written, for its error messages."""
-
-    source: Source
-    table: str
-    key: str
-    index: int
-
-    def error(self, message: str) -> ScenarioError:
-        """A `ScenarioError` at the value's line, `message` after the table's label."""
-        return self.source.error(self.table, self.key, f"{self.source.label(self.table, self.index)}{message}",
-                                 self.index)
+def _where(source: Source, table: str, key: str, index: int) -> InFile:
+    """Where `key` of `table` (number `index`) was written, for its error messages."""
+    return InFile(source, table, key, source.label(table, index), index)
 
 
-def _checked(where: _Where, name: str, value: Any) -> list:
+def _checked(where: InFile, name: str, value: Any) -> list:
     """The values `value` stands for (a list is several choices), each checked by `name`'s rule."""
     if name == "size" and isinstance(value, dict):
         return parse_size_range(where, value)
@@ -186,7 +175,7 @@ def _checked(where: _Where, name: str, value: Any) -> list:
     return [_CHECKS[name](where, choice) for choice in choices]
 
 
-def parse_size_range(where: _Where, table: dict) -> list[int]:
+def parse_size_range(where: InFile, table: dict) -> list[int]:
     """`{from, to, factor}` or `{from, to, step}`: from, then times factor (or plus step), up to to."""
     unknown = [k for k in table if k not in ("from", "to", "factor", "step")]
     if unknown or "from" not in table or "to" not in table or ("factor" in table) == ("step" in table):
@@ -210,7 +199,7 @@ def parse_size_range(where: _Where, table: dict) -> list[int]:
 # Each check below returns one value as a `Point` holds it, or raises `where.error` with `key=value` and the rule.
 
 
-def _size(where: _Where, value: Any) -> int:
+def _size(where: InFile, value: Any) -> int:
     try:
         size = parse_size(value)
     except sim.InvalidArgumentError:
@@ -221,23 +210,22 @@ def _size(where: _Where, value: Any) -> int:
     return size
 
 
-def _collective(where: _Where, value: Any) -> str:
+def _collective(where: InFile, value: Any) -> str:
     if value not in SWEPT:
         raise where.error(f"collective={value!r} must be one of {', '.join(SWEPT)}")
     return value
 
 
-def _mesh(where: _Where, value: Any) -> dict[str, int]:
-    if not (isinstance(value, dict) and value and all(type(s) is int and s >= 1 for s in value.values())):
-        raise where.error(f"mesh={value!r} must be a table of axis name = positive size, e.g. {{x = 8}} or "
-                          "{x = 4, y = 2} (a list of them for several meshes)")
+def _mesh(where: InFile, value: Any) -> dict[str, int]:
+    value = fields.mesh_axes(where.at("mesh"), value, example="{x = 8} or {x = 4, y = 2} (a list of them for "
+                                                              "several meshes)")
     if math.prod(value.values()) > sim.MAX_DEVICES:
         raise where.error(f"mesh={value!r} has {math.prod(value.values())} devices, more than the simulator's "
                           f"limit of {sim.MAX_DEVICES}")
     return dict(value)
 
 
-def _axis_name(where: _Where, value: Any) -> str | list[str]:
+def _axis_name(where: InFile, value: Any) -> str | list[str]:
     if isinstance(value, str) and value:
         return value
     if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
@@ -246,14 +234,14 @@ def _axis_name(where: _Where, value: Any) -> str | list[str]:
                       "names: axis_name = \"x\", [\"x\", \"y\"] (two choices) or [[\"x\", \"y\"]] (both axes)")
 
 
-def _network(where: _Where, value: Any) -> dict[str, Any]:
+def _network(where: InFile, value: Any) -> dict[str, Any]:
     try:
         return check_network(value)
     except sim.MeshError as error:
         raise where.error(f"network={value!r}: {error}; {NETWORK_RULE}") from None
 
 
-def _algorithm(where: _Where, value: Any) -> str:
+def _algorithm(where: InFile, value: Any) -> str:
     known = sorted({a for op in SWEPT for a in collectives.definition(op).param("algorithm").choices})
     if value not in known:
         raise where.error(f"algorithm={value!r} must be one of {', '.join(known)} (each collective takes some of "
@@ -261,20 +249,12 @@ def _algorithm(where: _Where, value: Any) -> str:
     return value
 
 
-def _dtype(where: _Where, value: Any) -> str:
-    try:
-        dtype = np.dtype(value) if isinstance(value, str) else None
-    except TypeError:
-        dtype = None
-    if dtype is None or not (dtype.kind in "iuf" or layouts.is_float(dtype)):
-        raise where.error(f"dtype={value!r} must name a numeric numpy dtype, e.g. 'float32', 'bfloat16' or 'int32'")
-    return str(dtype)
+def _dtype(where: InFile, value: Any) -> str:
+    return str(fields.dtype(where.at("dtype"), value, DTYPES, "'float32', 'bfloat16' or 'int32'"))
 
 
-def _seed(where: _Where, value: Any) -> int:
-    if type(value) is not int or value < 0:
-        raise where.error(f"seed={value!r} must be a non-negative integer")
-    return value
+def _seed(where: InFile, value: Any) -> int:
+    return fields.integer(where.at("seed"), value, minimum=0)
 
 
 _CHECKS = {"collective": _collective, "mesh": _mesh, "axis_name": _axis_name, "size": _size,
