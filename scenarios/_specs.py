@@ -15,10 +15,12 @@ from typing import Any
 
 import sim
 from scenarios._errors import Source
+from scenarios._fields import shown
 
 RULE = ("must be P(...) or a tuple of them, each P entry None, an axis name in quotes or a tuple of names, "
         "e.g. \"(P('i'), P(None, 'j'), P(('i', 'j')))\"")
 
+MAX_DEPTH = 32
 _TOKEN = re.compile(r"""\s*(?:(?P<name>'[^'\\\n]*'|"[^"\\\n]*")|(?P<word>[A-Za-z_]\w*)|(?P<mark>[(),])|(?P<bad>\S))""")
 
 
@@ -28,6 +30,13 @@ class _Unexpected(sim.MeshError):
     def __init__(self, found: str, column: int) -> None:
         super().__init__(f"unexpected {found!r} at column {column}" if found else
                          f"the text ends early, at column {column}")
+
+
+class _TooDeep(_Unexpected):
+    """Tuples of specs nested more than `MAX_DEPTH` deep (a program's arguments are never nested so far)."""
+
+    def __init__(self, column: int) -> None:
+        sim.MeshError.__init__(self, f"tuples nested more than {MAX_DEPTH} deep at column {column}")
 
 
 class _Tokens:
@@ -71,7 +80,7 @@ def parse_specs(source: Source, key: str, text: Any) -> Any:
             field's line, `key=text`, the rule and where the text went wrong.
     """
     if not isinstance(text, str):
-        raise source.error("program", key, f"[program] {key}={text!r} {RULE}")
+        raise source.error("program", key, f"[program] {key}={shown(text)} {RULE}")
     tokens = _Tokens(text)
     try:
         value = _specs(tokens)
@@ -79,15 +88,17 @@ def parse_specs(source: Source, key: str, text: Any) -> Any:
         if kind != "end":
             raise _Unexpected(found, column)
     except _Unexpected as error:
-        raise source.error("program", key, f"[program] {key}={text!r} {RULE}: {error}") from None
+        raise source.error("program", key, f"[program] {key}={shown(text)} {RULE}: {error}") from None
     return value
 
 
-def _specs(tokens: _Tokens) -> Any:
+def _specs(tokens: _Tokens, depth: int = 0) -> Any:
     if tokens.peek()[1] != "(":
         return _spec(tokens)
+    if depth == MAX_DEPTH:
+        raise _TooDeep(tokens.peek()[2])
     tokens.take("(")
-    items, comma = tokens.comma_list(lambda: _specs(tokens))
+    items, comma = tokens.comma_list(lambda: _specs(tokens, depth + 1))
     return items[0] if len(items) == 1 and not comma else tuple(items)
 
 

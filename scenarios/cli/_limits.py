@@ -12,6 +12,7 @@ from types import FrameType
 import scenarios
 from scenarios import CodeNotAllowedError, Scenario, ScenarioError, TimeLimitError
 
+MAX_TIMEOUT_S = 100_000_000  # about three years: the most the system's interval timer takes with room to spare
 _REFIRE_S = 1.0  # after the first alarm, one a second: code that catches the first is stopped by the next
 
 
@@ -39,17 +40,19 @@ def load_collective(path: str, script: str, program: str) -> Scenario:
 def add_timeout(parser: argparse.ArgumentParser) -> None:
     """Add `--timeout SECONDS`: the longest the command may run before it is stopped with exit 2."""
     parser.add_argument("--timeout", metavar="SECONDS", type=_seconds, default=None,
-                        help="stop the run after SECONDS of wall-clock time with exit 2 (default: no limit)")
+                        help="stop the run after SECONDS of wall-clock time with exit 2 (default: no limit; at "
+                             "most 1e8, about three years)")
 
 
 def _seconds(text: str) -> float:
-    """A positive number of seconds, for argparse."""
+    """A positive number of seconds up to `MAX_TIMEOUT_S`, for argparse."""
     try:
         seconds = float(text)
     except ValueError:
         seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"--timeout={text!r} must be a positive number of seconds, e.g. 10")
+    if not 0 < seconds <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"--timeout={text!r} must be a positive number of seconds up to "
+                                         f"{MAX_TIMEOUT_S:g} (about three years), e.g. 10")
     return seconds
 
 
