@@ -1,85 +1,181 @@
 """Results on disk: `results.jsonl` (one row a line, appended as each sweep point or campaign job
 completes) and, for a sweep, `results.csv` (the same columns, written at the end).
 
-A row is written whole and flushed as soon as it arrives, so a sweep stopped at any moment keeps every
-finished point; a line cut short by the stop is dropped when the file is read back (`read_rows`) and
-removed before anything more is appended (`open_for_append`).
+A row is written as one whole line in one write, then synced to the disk (`append_row`), so a run stopped at
+any moment keeps every finished row. Read back (`read_rows`), every line must be a row: a JSON object with a
+"key", each field of the type its reader declares; a line that is not is refused with its line number. The
+one exception is the last line when it lacks its newline: a run stopped while writing it left it cut short,
+so it is left out when it does not parse and kept when it does (a whole row missing only its newline), and
+`open_for_append` does the same to the file before anything more is appended: it cuts the first and ends
+the second with its newline. Whole files (`results.csv`, a campaign's findings) are written to a temporary
+file beside their place, synced, then renamed over it (`write_atomic`), so a reader sees the old file or
+the new one, never half of one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+import os
+import stat
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 from scenarios._errors import ScenarioError
+from scenarios._fields import InText
+
+MAX_RESULTS_BYTES = 1 << 30  # a million sweep rows of about 500 bytes fit twice over
+Check = Callable[[InText, dict[str, Any]], dict[str, Any]]
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of the JSON-lines file at `path` (none when it does not exist), a cut-off last line left out.
+def read_rows(path: Path, check: Check | None = None) -> list[dict[str, Any]]:
+    """The rows of the JSON-lines file at `path` (none when it does not exist), each passed through `check`.
+
+    Args:
+        path: the results file.
+        check: the row's fields parsed by their declared types (see `scenarios._fields`), given where the row
+            was read; it returns the row (or raises the `InText`'s error). None checks only the "key".
 
     Raises:
-        ScenarioError: the file cannot be read, or a line before the last is not a JSON object with a "key".
+        ScenarioError: the file is not a regular file, is larger than `MAX_RESULTS_BYTES` or cannot be read;
+            a line (but a last one cut short) is not a JSON object with a string "key"; a field breaks
+            `check`'s rule. The message gives the file, the line number and the rule.
     """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    except (OSError, UnicodeDecodeError) as error:
-        raise ScenarioError(f"{path}: cannot read the results file: {getattr(error, 'strerror', None) or error}") \
-            from None
+    lines = _read(path).split(b"\n")
+    whole, tail = lines[:-1], lines[-1]
     rows = []
-    for number, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict) or "key" not in row:
-                raise ValueError("not a row")
-        except ValueError:
-            if number == len(lines):
-                break  # the last line of a run that was stopped while writing it
-            raise ScenarioError(f"{path}:{number}: not a result (a JSON object with a \"key\"): "
-                                f"{line[:80]!r}; write to another -o DIR or repair the file") from None
-        rows.append(row)
+    for number, line in enumerate(whole, 1):
+        row = _row(line)
+        if row is None:
+            raise ScenarioError(f"{path}:{number}: not a result (a JSON object with a string \"key\"): "
+                                f"{line[:80]!r}; repair or delete the line, or write to another -o DIR")
+        rows.append(_checked(path, number, row, check))
+    row = _row(tail) if tail else None
+    if row is not None:  # a whole row that lacks only its newline; open_for_append adds it
+        rows.append(_checked(path, len(whole) + 1, row, check))
     return rows
 
 
-def open_for_append(path: Path) -> TextIO:
-    """`path` opened for appending rows, after cutting off a last line left unfinished (no newline).
+def open_for_append(path: Path) -> BinaryIO:
+    """`path` opened for appending rows (created with its directory when missing), after ending a last line
+    without its newline: a whole row gets its newline, a line cut short is cut off (the rule `read_rows` reads by).
 
     Raises:
-        ScenarioError: the directory or file cannot be created or written.
+        ScenarioError: the file is not a regular file, or the directory or file cannot be created or written.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                path.write_bytes(data[:data.rfind(b"\n") + 1])
-        return path.open("a", encoding="utf-8")
+        data = _read(path)
+        if data and not data.endswith(b"\n"):
+            start = data.rfind(b"\n") + 1
+            if _row(data[start:]) is None:
+                os.truncate(path, start)
+            else:
+                with path.open("ab") as stream:
+                    stream.write(b"\n")
+        return path.open("ab", buffering=0)
     except OSError as error:
-        raise ScenarioError(f"{path}: cannot write the results file: {error.strerror}") from None
+        raise ScenarioError(f"{path}: cannot write the results file: {error.strerror or error}") from None
 
 
-def append_row(stream: TextIO, row: dict[str, Any]) -> None:
-    """Write `row` as one JSON line and flush it to the file at once."""
-    stream.write(json.dumps(_finite(row), separators=(", ", ": ")) + "\n")
-    stream.flush()
+def append_row(stream: BinaryIO, row: dict[str, Any]) -> None:
+    """Write `row` as one JSON line in one write to `stream` (from `open_for_append`), then sync it to disk.
+
+    Raises:
+        ScenarioError: the line cannot be written (a full disk, a closed file).
+    """
+    line = memoryview((json.dumps(_finite(row), separators=(", ", ": ")) + "\n").encode("utf-8"))
+    try:
+        while line:
+            written = stream.write(line)
+            if not written:
+                raise OSError("the file took no bytes")
+            line = line[written:]
+        stream.flush()
+        os.fsync(stream.fileno())
+    except (OSError, ValueError) as error:
+        raise ScenarioError(f"{getattr(stream, 'name', 'results file')}: cannot write the results file: "
+                            f"{getattr(error, 'strerror', None) or error}") from None
 
 
 def write_csv(path: Path, rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> None:
-    """`rows` as CSV at `path`: a header of `columns`, then one line a row (None as an empty field).
+    """`rows` as CSV at `path` (`write_atomic`): a header of `columns`, then one line a row (None as empty).
 
     Raises:
         ScenarioError: the file cannot be written.
     """
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(columns), extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path, text.getvalue())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """`text` (UTF-8) as the whole of `path`: written to a new file beside it, synced, then renamed over it.
+
+    Raises:
+        ScenarioError: the file cannot be written (the temporary file is removed).
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with path.open("w", encoding="utf-8", newline="") as stream:
-            writer = csv.DictWriter(stream, fieldnames=list(columns), extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(text.encode("utf-8"))
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
     except OSError as error:
-        raise ScenarioError(f"{path}: cannot write the results file: {error.strerror}") from None
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise ScenarioError(f"{path}: cannot write the file: {error.strerror or error}") from None
+
+
+def _read(path: Path) -> bytes:
+    """The bytes of the regular file at `path` (b'' when nothing is there), at most `MAX_RESULTS_BYTES`."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return b""
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read the results file: {error.strerror or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ScenarioError(f"{path}: the results file must be a regular file (this is a device, a pipe, a "
+                            f"directory or a socket); give another -o DIR")
+    if info.st_size > MAX_RESULTS_BYTES:
+        raise ScenarioError(f"{path}: the results file holds {info.st_size} bytes, more than a results file may "
+                            f"({MAX_RESULTS_BYTES}); give another -o DIR")
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(MAX_RESULTS_BYTES + 1)
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read the results file: {error.strerror or error}") from None
+    if len(data) > MAX_RESULTS_BYTES:
+        raise ScenarioError(f"{path}: the results file grew past {MAX_RESULTS_BYTES} bytes while being read")
+    return data
+
+
+def _row(line: bytes) -> dict[str, Any] | None:
+    """The JSON object `line` holds when it has a string "key", else None (bad UTF-8, bad JSON, too deep)."""
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("key"), str) else None
+
+
+def _checked(path: Path, number: int, row: dict[str, Any], check: Check | None) -> dict[str, Any]:
+    """`row` passed through `check`, its error saying which line to repair."""
+    if check is None:
+        return row
+    try:
+        return check(InText(str(path), "", "key", "results row: ", number), row)
+    except ScenarioError as error:
+        raise ScenarioError(f"{error}; repair or delete the line, or write to another -o DIR") from None
 
 
 def _finite(row: dict[str, Any]) -> dict[str, Any]:

@@ -27,12 +27,15 @@ from scenarios.campaign import KINDS
 from scenarios.cli._campaign_files import Results
 from scenarios.cli._cluster import add_cluster, integer, local_workers
 
+MAX_CASES = 100_000  # per collective: 10,000 jobs each, a plan of about 150 MB over every collective and kind
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add the `campaign` subparser to `commands`, with `execute` as what it runs."""
     campaign = commands.add_parser("campaign", help="check generated cases of every collective against the "
                                                     "executable spec and real JAX, spread over Dask workers")
-    campaign.add_argument("--cases", metavar="N", default="100", help="generated cases per collective (default 100)")
+    campaign.add_argument("--cases", metavar="N", default="100",
+                          help=f"generated cases per collective (default 100, at most {MAX_CASES:,})")
     campaign.add_argument("--ops", metavar="NAME", nargs="+", default=None,
                           help="the collectives to check (default: every registered collective)")
     campaign.add_argument("--kinds", metavar="KIND", nargs="+", default=["forward"], choices=list(KINDS),
@@ -104,6 +107,9 @@ def _checked(args: argparse.Namespace) -> tuple[list[str], int, int, int | None]
         raise ScenarioError(f"--ops {unknown[0]!r} is not a registered collective; it must be one of "
                             + ", ".join(collectives.REGISTRY))
     cases = integer("--cases", args.cases, minimum=1)
+    if cases > MAX_CASES:
+        raise ScenarioError(f"--cases={args.cases!r} must be at most {MAX_CASES} cases per collective (the plan of "
+                            f"jobs alone grows with it); run several campaigns with other --seed values instead")
     seed = integer("--seed", args.seed, minimum=0)
     workers = local_workers(args, "jobs")
     return list(dict.fromkeys(ops)), cases, seed, workers

@@ -19,6 +19,7 @@ from scenarios._results import append_row, open_for_append, read_rows, write_csv
 from scenarios.fleet import Job, run_jobs
 from scenarios.sweep._measure import COLUMNS, measure
 from scenarios.sweep._sweep import Point, Sweep
+from scenarios.sweep._sweep_values import check_row
 
 RESULTS = "results.jsonl"
 TABLE = "results.csv"
@@ -32,7 +33,7 @@ def pending(sweep: Sweep, directory: Path, resume: bool) -> tuple[dict[str, dict
             cannot be read.
     """
     path = directory / RESULTS
-    rows = read_rows(path)
+    rows = read_rows(path, check_row)
     if rows and not resume:
         raise ScenarioError(f"{path} already holds {len(rows)} results; pass --resume to keep them and run the "
                             f"rest, or choose another -o DIR")
@@ -66,7 +67,7 @@ def finish(sweep: Sweep, directory: Path) -> list[dict[str, Any]]:
     Raises:
         ScenarioError: a point has no row (the sweep did not finish), or a file cannot be read or written.
     """
-    found = {row["key"]: row for row in read_rows(directory / RESULTS)}
+    found = {row["key"]: row for row in read_rows(directory / RESULTS, check_row)}
     missing = [point.key for point in sweep.points if point.key not in found]
     if missing:
         raise ScenarioError(f"{directory / RESULTS}: {len(missing)} of {len(sweep.points)} points have no result "

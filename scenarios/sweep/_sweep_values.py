@@ -3,10 +3,14 @@ files' `[network]` vocabulary (checked here without a mesh; built for one by `bu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import collectives
 import sim
+from scenarios import _fields as fields
 from scenarios._errors import Source
+from scenarios._fields import Where
 from scenarios._load import _COMMON_KEYS, _NETWORK_KEYS, _NETWORK_RULES, _TOPOLOGY_KEYS, _build_network
 
 NETWORK_RULE = (f"a network is a topology ({', '.join(sim.TOPOLOGIES)}), a preset ({', '.join(sim.PRESETS)}) or "
@@ -101,3 +105,45 @@ def _compact(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(_compact(v) for v in value) + "]"
     return str(value)
+
+
+def _at_least(parse: Callable[..., Any], minimum: int) -> Callable[[Where, Any], Any]:
+    """`parse` (optional) with a lower bound."""
+    return lambda where, value: fields.optional(parse)(where, value, minimum)
+
+
+# The columns of a sweep's results row (`scenarios.sweep._measure.COLUMNS`), each with its parser; a row of a
+# rejected point has figures None and its message in `error`, any other row has every figure.
+ROW_FIELDS: dict[str, Callable[[Where, Any], Any]] = {
+    "key": fields.string, "collective": lambda where, value: fields.string(where, value, _swept()),
+    "mesh": fields.string, "axis_name": fields.optional(fields.string), "devices": _at_least(fields.integer, 1),
+    "network": fields.string, "algorithm": fields.string, "algorithm_run": fields.optional(fields.string),
+    "dtype": fields.string, "seed": lambda where, value: fields.integer(where, value, 0),
+    "size_bytes": lambda where, value: fields.integer(where, value, 1), "count": _at_least(fields.integer, 0),
+    "time_s": _at_least(fields.number, 0), "algbw_GB_per_s": _at_least(fields.number, 0),
+    "busbw_GB_per_s": _at_least(fields.number, 0), "messages": _at_least(fields.integer, 0),
+    "bytes_sent": _at_least(fields.integer, 0), "wall_s": _at_least(fields.number, 0),
+    "error": fields.optional(fields.string),
+}
+_FIGURES = ("count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "algorithm_run")
+
+
+def check_row(where: Where, row: dict[str, Any]) -> dict[str, Any]:
+    """A sweep's results row read back: every column of `ROW_FIELDS` by its parser (a missing one is None),
+    and the figures present unless the row holds the simulator's error.
+
+    Raises:
+        ScenarioError: the first column that breaks its rule, as `column=value must be ...` at `where`.
+    """
+    checked = {key: parse(where.at(key), row.get(key)) if key != "error" or row.get(key) else None
+               for key, parse in ROW_FIELDS.items()}
+    if not checked["error"]:
+        missing = next((key for key in _FIGURES if checked[key] is None), None)
+        if missing is not None:
+            raise where.error(f"{missing}=None must be given in a row without an error")
+    return {**row, **checked}
+
+
+def _swept() -> tuple[str, ...]:
+    """The collectives a sweep times."""
+    return tuple(name for name, definition in collectives.REGISTRY.items() if definition.sweep is not None)
