@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from layouts import MeshError
-from scenarios.cli import campaign, check, draw, explain, run, sweep, trace
+from scenarios.cli import _crash, campaign, check, draw, explain, run, sweep, trace
 from scenarios.cli._limits import time_limit
 
 _COMMANDS = (run, explain, check, trace, draw, sweep, campaign)
@@ -26,13 +26,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default: the process arguments), run the command and return the exit code.
 
     Returns:
-        0 on success; 2 when the scenario file is unreadable, breaks the format, carries code and
-        `--allow-code` was not given, outlasts `--timeout`, or the simulator rejects its inputs (the
-        message, naming file, field and line, goes to stderr). Bad command-line arguments exit with 2
+        0 on success; 1 when a check or campaign found a disagreement; 2 when the scenario file is
+        unreadable, breaks the format, carries code and `--allow-code` was not given, outlasts `--timeout`,
+        or the simulator rejects its inputs (the message, naming file, field and line, goes to stderr); 3
+        for an error meshsim did not expect (one line on stderr with the path of a report holding the
+        traceback, `_crash.save_report`); 130 when interrupted. Bad command-line arguments exit with 2
         through argparse.
     """
-    args = parser().parse_args(argv)
     try:
+        args = parser().parse_args(argv)
         with time_limit(getattr(args, "timeout", None), getattr(args, "scenario", "meshsim")):
             return args.execute(args)
     except MeshError as error:
@@ -42,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as error:  # a bug: one line here, the traceback in a report, never on the terminal
+        print(f"meshsim: internal error: {_crash.one_line(error)}; {_crash.save_report(error, argv)}",
+              file=sys.stderr)
+        return 3
 
 
 def parser() -> argparse.ArgumentParser:
