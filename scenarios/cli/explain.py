@@ -101,7 +101,9 @@ def _collective_steps(scenario: Scenario) -> tuple[list[Step], ScenarioError | N
     group = scenario.mesh.group(0, scenario.params["axis_name"], scenario.params.get("axis_index_groups"))
     walkthrough.append(("The protocol", [Text(p) for p in _protocols.protocol(scenario.definition, scenario.params,
                                                                               group.size)]))
-    slices = scenario.definition.drawing.slices
+    # The slice walkthrough reads offsets and sizes as one number per slice: a vector on each device.
+    slices = scenario.definition.drawing.slices and all(
+        arrays[name].ndim == 1 for arrays in scenario.inputs for name in scenario.definition.index_arrays)
     if slices:
         walkthrough += _ragged.steps(scenario, result, violations)
     elif result is None:

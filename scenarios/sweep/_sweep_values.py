@@ -3,6 +3,7 @@ files' `[network]` vocabulary (checked here without a mesh; built for one by `bu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ def parse_size(value: Any) -> int:
     if isinstance(value, bool):
         raise sim.InvalidArgumentError(f"size={value!r} is not a size")
     if isinstance(value, (int, float)):
-        if value >= 1 and value == int(value):
+        if value >= 1 and math.isfinite(value) and value == int(value):
             return int(value)
         raise sim.InvalidArgumentError(f"size={value!r} is not a positive whole number of bytes")
     if isinstance(value, str):
