@@ -18,12 +18,14 @@ equivalent, a `ppermute` with the same perm: a psend followed by its precv moves
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+import layouts
 import sim
 from collectives import _batch_rules as batch_rules
 from collectives._algorithm import direct_only
@@ -268,7 +270,17 @@ def _recv_strategy(st: Any, axes: Any, **options: Any) -> Any:
 
 
 def _is_out_shape(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"shape", "dtype"} and isinstance(value["shape"], list)
+    """A table of a shape (at most 64 non-negative sizes, fewer than 2**48 elements) and a numeric dtype's name
+    (an identifier: numpy's parser of dtype strings is never handed field lists or comma formats)."""
+    if not (isinstance(value, dict) and set(value) == {"shape", "dtype"} and isinstance(value["shape"], list)):
+        return False
+    shape, name = value["shape"], value["dtype"]
+    if len(shape) > 64 or not all(type(n) is int and 0 <= n < 1 << 48 for n in shape) or math.prod(shape) >= 1 << 48:
+        return False
+    try:
+        return isinstance(name, str) and name.isidentifier() and layouts.is_numeric(np.dtype(name))
+    except (TypeError, ValueError):
+        return False
 
 
 OUT_SHAPE = Param("out_shape", _is_out_shape, "a table {shape = [...], dtype = \"...\"}: what arrives",
