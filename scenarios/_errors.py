@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
-from pathlib import Path
 
 import sim
 
 # A table header starts with a letter or a quote, so a one-line array such as `[0.5]` inside a multi-line
 # value is not mistaken for one.
+MAX_FILE_BYTES = 256 << 20  # a scenario or sweep file; inputs larger than this are drawn from a seed
 _HEADER = re.compile(r'^\s*\[\[?\s*([A-Za-z_"][^\]]*?)\s*\]\]?\s*(#.*)?$')
 
 
@@ -92,11 +94,7 @@ def parse_toml(path: str, kind: str, source: type[Source] = Source, deep: str = 
     """The text (as a `source`) and TOML tables of the `kind` file at `path` ("scenario", "sweep");
     an unreadable file and a syntax error become a ScenarioError naming the file (and line); `deep` is said
     after the message for tables nested too deeply."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or error
-        raise ScenarioError(f"{path}: cannot read the {kind} file: {reason}") from None
+    text = read_text(path, kind)
     try:
         return source(path, text), tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -104,3 +102,21 @@ def parse_toml(path: str, kind: str, source: type[Source] = Source, deep: str = 
         raise ScenarioError(f"{path}{':' + line.group(1) if line else ''}: invalid TOML: {error}") from None
     except RecursionError:  # tomllib parses nested arrays and tables recursively
         raise ScenarioError(f"{path}: invalid TOML: arrays or tables nested too deeply{deep}") from None
+
+
+def read_text(path: str, kind: str) -> str:
+    """The UTF-8 text of the `kind` file at `path`: a regular file of at most `MAX_FILE_BYTES` (a device such
+    as /dev/zero or a pipe would be read forever), else a ScenarioError naming the file and why."""
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a device, a pipe or a socket)"
+            raise ScenarioError(f"{path}: cannot read the {kind} file: it is {what}")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ScenarioError(f"{path}: cannot read the {kind} file: it holds {info.st_size} bytes, more than a "
+                                f"{kind} file may ({MAX_FILE_BYTES}); draw large inputs from a seed instead")
+        with open(path, "rb") as stream:
+            return stream.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES].decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise ScenarioError(f"{path}: cannot read the {kind} file: {reason}") from None

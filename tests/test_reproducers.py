@@ -107,6 +107,17 @@ def test_sweep_file_reproducers_are_one_line_and_exit_2(capsys: pytest.CaptureFi
     assert fragment in _one_line(capsys)
 
 
+@pytest.mark.parametrize("command", [["run"], ["explain"], ["sweep"]], ids=["run", "explain", "sweep"])
+def test_a_scenario_or_sweep_file_that_is_a_pipe_is_refused(capsys: pytest.CaptureFixture, tmp_path: Path,
+                                                            command: list[str], bounded: None) -> None:
+    """A FIFO (nobody writes to it) or /dev/zero given as the file is refused at once, not read forever."""
+    fifo = tmp_path / "s.toml"
+    os.mkfifo(fifo)
+    for path in [str(fifo)] + (["/dev/zero"] if os.path.exists("/dev/zero") else []):
+        assert main([*command, path, *(["-o", str(tmp_path / "out")] if command == ["sweep"] else [])]) == 2
+        assert "is not a regular file" in _one_line(capsys)
+
+
 @pytest.mark.parametrize("suffix", ["svg", "html"])
 def test_drawing_a_collective_without_arrays_draws_its_devices(capsys: pytest.CaptureFixture, tmp_path: Path,
                                                                suffix: str) -> None:
