@@ -118,6 +118,15 @@ def test_a_scenario_or_sweep_file_that_is_a_pipe_is_refused(capsys: pytest.Captu
         assert "is not a regular file" in _one_line(capsys)
 
 
+def test_a_python_scenario_that_is_a_pipe_is_refused(capsys: pytest.CaptureFixture, tmp_path: Path,
+                                                     bounded: None) -> None:
+    """A FIFO named like a Python scenario is refused before the refusal for want of --allow-code reads it."""
+    fifo = tmp_path / "s.py"
+    os.mkfifo(fifo)
+    assert main(["run", str(fifo)]) == 2
+    assert "is not a regular file" in _one_line(capsys)
+
+
 @pytest.mark.parametrize("suffix", ["svg", "html"])
 def test_drawing_a_collective_without_arrays_draws_its_devices(capsys: pytest.CaptureFixture, tmp_path: Path,
                                                                suffix: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import scenarios
 from layouts import MeshError
 from scenarios import ScenarioError, TimeLimitError, refuse_script, user_code
+from scenarios._errors import read_text
 
 # meshsim's packages: their files are its code, never scenarios (but for the scenario library's scripts).
 _PACKAGES = ("layouts", "sim", "collectives", "oracles", "scenarios")
@@ -45,10 +46,7 @@ def run_script(path: str, json_output: bool, allow_code: bool) -> int:
     if json_output:
         raise ScenarioError(f"{path}: --json needs a TOML scenario; a Python scenario prints its own output "
                             f"(run it without --json)")
-    try:
-        Path(path).open("rb").close()
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read the scenario file: {error.strerror or error}") from None
+    read_text(path, "scenario")  # a regular, readable file (a pipe would block the refusal's reading)
     if not allow_code:
         raise refuse_script(path)
     with user_code(path):
