@@ -142,11 +142,16 @@ def optional(parse: Callable[..., T]) -> Callable[..., T | None]:
 def shape(where: Where, value: Any, example: str = "[2, 3]") -> tuple[int, ...]:
     """`value`, a list of at most `MAX_RANK` non-negative integers whose non-zero sizes multiply to at most
     `MAX_ELEMENTS` (numpy refuses a larger product even when another size is 0)."""
-    ok = isinstance(value, list) and len(value) <= MAX_RANK and all(type(n) is int and n >= 0 for n in value)
-    if not ok or math.prod(n for n in value if n) > MAX_ELEMENTS:
+    if not is_shape(value):
         raise where.refuse(value, f"a list of non-negative integers (at most {MAX_RANK} of them, the non-zero ones "
                                   f"multiplying to at most 2**48), e.g. {where.key} = {example}")
     return tuple(value)
+
+
+def is_shape(value: Any) -> bool:
+    """Whether `shape` takes `value`."""
+    ok = isinstance(value, list) and len(value) <= MAX_RANK and all(type(n) is int and n >= 0 for n in value)
+    return ok and math.prod(n for n in value if n) <= MAX_ELEMENTS
 
 
 def mesh_axes(where: Where, value: Any, example: str = "{x = 2, y = 2}") -> dict[str, int]:

@@ -10,8 +10,8 @@ import layouts
 import sim
 from collectives import Definition
 from scenarios import _fields as fields
-from scenarios._errors import ScenarioError, Source
-from scenarios._fields import InFile, InText
+from scenarios._errors import Source
+from scenarios._fields import InFile
 
 Inputs = tuple[dict[str, np.ndarray], ...]
 
@@ -123,7 +123,7 @@ def _array(source: Source, d: int, name: str, value: Any, dtype: np.dtype | None
         return _bits(source, where, name, value["bits"], dtype, d)
     if isinstance(value, dict):
         fill, shape = value.get("fill"), value.get("shape")
-        if set(value) != {"fill", "shape"} or type(fill) not in (int, float, bool) or not _is_shape(shape):
+        if set(value) != {"fill", "shape"} or type(fill) not in (int, float, bool) or not fields.is_shape(shape):
             raise source.error("device", name, f"{where}={value!r} must be an array or a table "
                                                f"{{fill = <number>, shape = [<sizes>]}} or {{bits = [<hex>]}}", d)
         return np.full(shape, fill)
@@ -210,15 +210,6 @@ def _first_peer(mesh: sim.Mesh, device: int, axis_name: Any) -> int:
     for name in mesh.axis_names:
         first = first * mesh.shape[name] + coords[name]
     return first
-
-
-def _is_shape(value: Any) -> bool:
-    """Whether `value` is a shape `fields.shape` accepts."""
-    try:
-        fields.shape(InText("", "", "shape"), value)
-    except ScenarioError:
-        return False
-    return True
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:

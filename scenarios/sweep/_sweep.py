@@ -217,7 +217,7 @@ def _collective(where: InFile, value: Any) -> str:
 
 
 def _mesh(where: InFile, value: Any) -> dict[str, int]:
-    value = fields.mesh_axes(where.at("mesh"), value, example="{x = 8} or {x = 4, y = 2} (a list of them for "
+    value = fields.mesh_axes(where, value, example="{x = 8} or {x = 4, y = 2} (a list of them for "
                                                               "several meshes)")
     if math.prod(value.values()) > sim.MAX_DEVICES:
         raise where.error(f"mesh={value!r} has {math.prod(value.values())} devices, more than the simulator's "
@@ -250,11 +250,11 @@ def _algorithm(where: InFile, value: Any) -> str:
 
 
 def _dtype(where: InFile, value: Any) -> str:
-    return str(fields.dtype(where.at("dtype"), value, DTYPES, "'float32', 'bfloat16' or 'int32'"))
+    return str(fields.dtype(where, value, DTYPES, "'float32', 'bfloat16' or 'int32'"))
 
 
 def _seed(where: InFile, value: Any) -> int:
-    return fields.integer(where.at("seed"), value, minimum=0)
+    return fields.integer(where, value, minimum=0)
 
 
 _CHECKS = {"collective": _collective, "mesh": _mesh, "axis_name": _axis_name, "size": _size,
