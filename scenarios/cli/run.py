@@ -43,8 +43,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_allow_code(run)
     add_timeout(run)
     run.add_argument("--max-memory", metavar="SIZE",
-                     help="refuse a scenario whose estimated memory exceeds SIZE, e.g. 4GiB or 500MB (default: "
-                          "half the machine's memory)")
+                     help="the most memory the run may use, e.g. 4GiB or 500MB: a scenario whose estimate "
+                          "exceeds SIZE is refused before it runs, a run whose device memories would pass it is "
+                          "stopped, and a scenario's code (--allow-code) may grow the process by at most SIZE "
+                          "(default: half the machine's memory)")
     run.set_defaults(execute=execute)
 
 
@@ -63,15 +65,15 @@ def execute(args: argparse.Namespace) -> int:
     """
     path = args.scenario
     check_path(path)
+    limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
     if args.explore_orders:  # arrival-order exploration prints its own report and exit code
         return _explore.execute(args)
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
         if args.sanitize:
             _sanitize.refuse_script(path)
-        return run_script(path, args.json, args.allow_code)
+        return run_script(path, args.json, args.allow_code, limit)
     console = Console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
-        limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
         scenario = scenarios.load(path, allow_code=args.allow_code, max_memory_bytes=limit)
         status.update(f"simulating {path} on {scenario.mesh.size} devices")
         result = _sanitize.run(scenario) if args.sanitize else scenarios.run(scenario)
