@@ -6,10 +6,12 @@ driver, the rendezvous and the transport) and `sim.program` (`shard_map`, typed 
 """
 
 from sim._budget import (
+    DEFAULT_MAX_MESSAGES,
     DEVICE_BYTES,
     MAX_DEVICES,
     MESSAGE_BYTES,
     check_memory,
+    check_messages,
     default_max_memory_bytes,
     format_bytes,
     parse_bytes,
@@ -91,9 +93,9 @@ __all__ = [  # the mesh, its devices and the network
     "check_axis_index_groups",
     "max_min_rates",
 ]
-__all__ += [  # memory guards
-    "DEVICE_BYTES", "MAX_DEVICES", "MESSAGE_BYTES", "MemoryLimitError", "MemoryMeter", "check_memory",
-    "default_max_memory_bytes", "format_bytes", "parse_bytes",
+__all__ += [  # memory and work guards
+    "DEFAULT_MAX_MESSAGES", "DEVICE_BYTES", "MAX_DEVICES", "MESSAGE_BYTES", "MemoryLimitError", "MemoryMeter",
+    "check_memory", "check_messages", "default_max_memory_bytes", "format_bytes", "parse_bytes",
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
 __all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records

@@ -26,6 +26,7 @@ from scenarios.cli.render import seconds as _seconds
 from scenarios.cli.render import span as _span
 
 _MESSAGE_EDGE = 50  # a table of more than twice this many messages shows this many at each end, unless --full
+_RUN_EDGE = 10  # a device's "rows ... from device ..." lines: beyond twice this many, this many at each end
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -172,9 +173,18 @@ def _device(console: Console, result: ScenarioResult, device: int, bounds: set[i
         return False
     runs = _runs(provenance, bounds)
     indent = Text(" " * (width + 4))
-    for line in _written_by(result, provenance.axis, runs):
+    for line in _edges(_written_by(result, provenance.axis, runs), full):
         console.print(indent + line, soft_wrap=True)
     return any(k is None for _, _, k in runs)
+
+
+def _edges(lines: list[Text], full: bool) -> list[Text]:
+    """`lines`, or (unless `full`) beyond `2 * _RUN_EDGE` of them only as many at each end: a device of a
+    1,000-device gather has 1,000 runs of rows, and every device printing all of them is a million lines."""
+    if full or len(lines) <= 2 * _RUN_EDGE:
+        return lines
+    left_out = Text(f"... {len(lines) - 2 * _RUN_EDGE} more runs of rows (--full shows every one)", style=KEPT)
+    return [*lines[:_RUN_EDGE], left_out, *lines[-_RUN_EDGE:]]
 
 
 def _print_array(console: Console, label: str, array: np.ndarray, provenance: Provenance | None, width: int,
