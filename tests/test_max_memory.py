@@ -3,6 +3,7 @@ scenario's code (`scenarios.address_space_limit`), from the API and from `meshsi
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import scenarios
 import sim
 from layouts import Layout
 from scenarios import ScenarioError
+from scenarios.fleet import fleet
+from scenarios.sweep import Point, _measure, finish, load_sweep, measure, run_points
 
 ROOT = Path(__file__).resolve().parents[1]
 _LIMIT_BYTES = 500_000_000
@@ -200,3 +203,59 @@ def _child_peak(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess
     done = subprocess.run([sys.executable, "-c", _LAUNCH, str(peak_file), *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, preexec_fn=_outer_limit)
     return done, int(peak_file.read_text()) * 1024
+
+
+def _point(size_bytes: int, algorithm: str = "direct") -> Point:
+    return Point("psum", {"x": 4}, None, size_bytes, {"topology": "fully_connected"}, algorithm, "float32", 0)
+
+
+@pytest.mark.parametrize(("raised", "match"), [
+    (MemoryError("Unable to allocate 1.00 GiB"), r"^out of memory on the worker \(MemoryError: Unable to allocate "
+                                                 r"1.00 GiB\); a smaller size or mesh, or a worker with more memory"),
+    (MemoryError(), r"^out of memory on the worker \(MemoryError\); "),
+    (RuntimeError("boom"), r"^the point failed: RuntimeError: boom$"),
+])
+def test_a_point_that_fails_is_its_own_error_row(monkeypatch, raised, match):
+    """Whatever a point's run raises (MemoryError, any other exception) becomes that point's error row, never
+    an exception out of `measure`; the figures stay None."""
+    def failing(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(_measure, "_inputs", failing)
+    row = measure(_point(1024))
+    assert re.match(match, row["error"]), row["error"]
+    assert row["time_s"] is None and row["devices"] == 4
+
+
+def test_a_point_past_the_device_memory_limit_is_an_error_row():
+    """A ring psum of 1 MiB on 4 devices: its estimate (12 MiB) fits 12.7 MB but its ring's staging buffers take
+    the device memories past it, so the run stops at that allocation (the simulator's count) with an error row
+    naming the device, the array and the limit; with room to spare it runs."""
+    row = measure(_point(1 << 20, "ring"), max_memory_bytes=12_700_000)
+    assert re.match(r"device \d: a new array float32\[\d+\] \(.*\) would bring the run's device memory from .* "
+                    r"more than max_memory_bytes=12700000", row["error"] or ""), row["error"]
+    assert measure(_point(1 << 20, "ring"), max_memory_bytes=100_000_000)["error"] is None
+
+
+def _cap_address_space(extra_bytes: int) -> int:
+    """In a worker: cap its address space at its size now plus `extra_bytes`; return the size."""
+    size = scenarios._address_space.address_space_bytes()
+    resource.setrlimit(resource.RLIMIT_AS, (size + extra_bytes, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    return size
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS holds on Linux")
+def test_a_sweep_goes_on_past_a_point_out_of_memory_on_its_worker(tmp_path):
+    """A sweep of three points on one worker whose memory is capped: the 256 MiB point runs out of memory
+    there and is an error row; the small points still have their rows, and the sweep finishes."""
+    path = tmp_path / "sweep.toml"
+    path.write_text('title = "one point too big for its worker"\ncollective = "psum"\nmesh = {x = 4}\n'
+                    'size = ["1KiB", "256MiB", "4KiB"]\n', encoding="utf-8")
+    sweep = load_sweep(str(path))
+    with fleet(workers=1) as client:
+        client.run(_cap_address_space, 300_000_000)
+        run_points(client, sweep.points, tmp_path)
+    rows = finish(sweep, tmp_path)
+    assert [row["error"] is None for row in rows] == [True, False, True]
+    assert rows[1]["error"].startswith("out of memory on the worker (MemoryError: Unable to allocate")
+    assert rows[0]["time_s"] > 0 and rows[2]["time_s"] > 0

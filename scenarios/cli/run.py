@@ -16,10 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 import scenarios
-import sim
 from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli import _explore, _sanitize
-from scenarios.cli._limits import add_allow_code, add_timeout
+from scenarios.cli._limits import add_allow_code, add_budget, add_timeout, budget_of
 from scenarios.cli._script import check_path, run_script
 from scenarios.cli.render import KEPT, THRESHOLD, LazyStatus, array_lines, colour, summarised, write_json
 from scenarios.cli.render import seconds as _seconds
@@ -43,11 +42,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _explore.add_arguments(run)
     add_allow_code(run)
     add_timeout(run)
-    run.add_argument("--max-memory", metavar="SIZE",
-                     help="the most memory the run may use, e.g. 4GiB or 500MB: a scenario whose estimate "
-                          "exceeds SIZE is refused before it runs, a run whose device memories would pass it is "
-                          "stopped, and a scenario's code (--allow-code) may grow the process by at most SIZE "
-                          "(default: half the machine's memory)")
+    add_budget(run)
     run.set_defaults(execute=execute)
 
 
@@ -66,7 +61,7 @@ def execute(args: argparse.Namespace) -> int:
     """
     path = args.scenario
     check_path(path)
-    limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
+    limit, max_messages = budget_of(args)
     if args.explore_orders:  # arrival-order exploration prints its own report and exit code
         return _explore.execute(args)
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
@@ -75,7 +70,8 @@ def execute(args: argparse.Namespace) -> int:
         return run_script(path, args.json, args.allow_code, limit)
     console = Console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
-        scenario = scenarios.load(path, allow_code=args.allow_code, max_memory_bytes=limit)
+        scenario = scenarios.load(path, allow_code=args.allow_code, max_memory_bytes=limit,
+                                  max_messages=max_messages)
         status.update(f"simulating {path} on {scenario.mesh.size} devices")
         result = _sanitize.run(scenario) if args.sanitize else scenarios.run(scenario)
     if args.sanitize:
