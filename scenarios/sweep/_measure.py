@@ -136,9 +136,13 @@ def _plan(point: Point, max_memory_bytes: int | None, max_messages: int | None, 
 
 
 def _messages(point: Point, devices: int, n: int) -> int:
-    """At most how many messages the point's call sends (`Sizes.messages`, by the algorithm it asks for)."""
+    """At most how many messages the point's call sends (`Sizes.messages`, by the algorithm it asks for); 0
+    for an algorithm the collective lacks, which its run rejects in the simulator's own words."""
     definition = collectives.definition(point.collective)
-    algorithm = definition.algorithm(point.algorithm)
+    try:
+        algorithm = definition.algorithm(point.algorithm)
+    except sim.MeshError:
+        return 0
     return definition.sizes.messages(devices, n, algorithm.messages_per_peer)
 
 
