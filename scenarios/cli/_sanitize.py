@@ -52,7 +52,10 @@ def run(scenario: Any) -> Sanitized:
         function = sim.shard_map(mapped.f, mesh=mapped.mesh, in_specs=mapped.in_specs, out_specs=mapped.out_specs,
                                  check_vma=mapped.check_vma, sanitize=True)
         try:
-            outcome = function.run(*scenario.args)
+            with scenarios.address_space_limit(mapped.mesh.max_memory_bytes, scenario.path):
+                outcome = function.run(*scenario.args)
+        except ScenarioError:  # out of memory, said in one line
+            raise
         except Exception as error:  # the program is the file's own code: its failures are the file's errors
             raise ScenarioError(f"{scenario.path}: [program] source failed: {type(error).__name__}: {error}") \
                 from error
