@@ -3,6 +3,7 @@ refused before it runs, with the estimate and the knob, so no command runs for l
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -110,3 +111,19 @@ def test_measure_checks_the_budget_too():
     row = measure(_point(64), max_messages=100)
     assert row["error"].startswith("psum (direct) of size_bytes=16384 on 64 devices sends about 4,096 messages")
     assert row["messages"] is None
+
+
+def test_meshsim_sweep_gives_a_point_over_max_messages_an_error_row(tmp_path, capsys):
+    """`meshsim sweep --max-messages 20`: the 8-device point (64 messages) is an error row naming the knob, the
+    4-device one (16) runs, and the sweep exits 0 with both rows."""
+    path = tmp_path / "sweep.toml"
+    path.write_text('title = "two meshes"\ncollective = "psum"\nmesh = [{x = 4}, {x = 8}]\nsize = "1KiB"\n',
+                    encoding="utf-8")
+    argv = ["sweep", str(path), "-o", str(tmp_path / "out"), "--workers", "1", "--json", "--max-messages", "20"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["devices"] for row in rows] == [4, 8]
+    assert rows[0]["error"] is None and rows[0]["messages"] == 12
+    assert rows[1]["error"].startswith("psum (direct) of size_bytes=1024 on 8 devices sends about 64 messages, "
+                                       "more than max_messages=20")
+    assert rows[1]["error"].endswith("--max-messages N")
