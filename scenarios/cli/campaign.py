@@ -25,7 +25,7 @@ import collectives
 from scenarios import ScenarioError
 from scenarios.campaign import KINDS
 from scenarios.cli._campaign_files import Results
-from scenarios.cli._cluster import add_cluster, integer, local_workers
+from scenarios.cli._cluster import add_cluster, announce_dashboard, dashboard_address, integer, local_workers
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -70,9 +70,10 @@ def execute(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         if pending:
-            _run(pending, results, workers, args.scheduler, console)
+            _run(pending, results, workers, args, console)
     except KeyboardInterrupt:
-        console.print(f"interrupted: {len(results.added)} job(s) saved in {results.path}; add --resume to continue")
+        console.print(f"meshsim: interrupted; {len(results.added)} job(s) saved in {results.path}: run the same "
+                      "command with --resume to continue", markup=False, highlight=False)
         return 130
     report = _report(ops, kinds, jobs, results, len(jobs) - len(pending), time.perf_counter() - start)
     if args.json:
@@ -82,11 +83,13 @@ def execute(args: argparse.Namespace) -> int:
     return 1 if report["findings"] else 0
 
 
-def _run(jobs: list[Any], results: Results, workers: int | None, scheduler: str | None, console: Console) -> None:
-    """Run `jobs` on the cluster under a progress bar, saving each job's record as it arrives."""
+def _run(jobs: list[Any], results: Results, workers: int | None, args: argparse.Namespace, console: Console) -> None:
+    """Run `jobs` on the cluster `args` name under a progress bar, saving each job's record as it arrives."""
     from scenarios.fleet import fleet, run_jobs
 
-    with fleet(workers=workers, scheduler=scheduler) as client, _progress(console) as progress:
+    dashboard = dashboard_address(args)
+    with fleet(workers, args.scheduler, dashboard) as client, _progress(console) as progress:
+        announce_dashboard(client, dashboard)
         task = progress.add_task("cases", total=sum(job.args[1] for job in jobs))
 
         def done(job: Any, record: dict[str, Any]) -> None:

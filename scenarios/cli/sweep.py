@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from scenarios import read_rows
-from scenarios.cli._cluster import add_cluster, local_workers
+from scenarios.cli._cluster import add_cluster, announce_dashboard, dashboard_address, local_workers
 from scenarios.cli.render import nccl_table
 from scenarios.fleet import check_dask, fleet
 from scenarios.sweep import RESULTS, TABLE, Point, Sweep, check_output, finish, load_sweep, pending, plot, run_points
@@ -79,7 +79,9 @@ def _run(args: argparse.Namespace, todo: list[Point], directory: Path, workers: 
     """Run the points on the cluster the arguments ask for, with a transient progress bar in a terminal."""
     check_dask("meshsim sweep")
     console = Console()
-    with fleet(workers, args.scheduler) as client:
+    dashboard = dashboard_address(args)
+    with fleet(workers, args.scheduler, dashboard) as client:
+        announce_dashboard(client, dashboard)
         _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json)
 
 
