@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MeshError as error:
         print(f"meshsim: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C in a command that keeps nothing to resume (sweep and campaign say how)
+        print(f"meshsim: interrupted; {args.command} stopped before it finished", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (`meshsim run ... | head`): nothing left to say
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
