@@ -24,6 +24,7 @@ import os
 import signal
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ def _local(count: int, dashboard: str | None) -> Iterator[Any]:
                                    "distributed.worker.http.routes": ["distributed.http.health"]}
     address = dashboard or f"{LOOPBACK}:0"
     with dask.config.set(routes), contextlib.ExitStack() as stack:
-        with _interrupts_blocked():
+        with _interrupts_blocked(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Port .* is already in use")  # it takes another, in dashboard_link
             cluster = stack.enter_context(LocalCluster(
                 n_workers=count, threads_per_worker=1, processes=True, host=LOOPBACK, dashboard_address=address,
                 scheduler_kwargs={"dashboard": dashboard is not None}, worker_dashboard_address=None,

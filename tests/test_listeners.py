@@ -1,0 +1,171 @@
+"""Nothing a command starts is reachable from another machine: the local Dask cluster of `meshsim sweep` and
+`meshsim campaign` (`scenarios.fleet`) listens on 127.0.0.1 only, scheduler, nannies, workers and their HTTP
+servers; its HTTP server answers health checks, not Dask's pages, unless `--dashboard` asks for them, and
+the dashboard too binds 127.0.0.1 unless the user names another address."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+
+from scenarios import ScenarioError
+from scenarios.cli import main
+from scenarios.cli._cluster import DASHBOARD, dashboard_address
+from scenarios.fleet import LOOPBACK, FleetError, Job, fleet, run_jobs
+
+
+def listening() -> set[tuple[int, str, int]]:
+    """(pid, address, port) of every listening TCP socket of this process and all its descendants."""
+    found = set()
+    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            connections = process.net_connections(kind="tcp")
+        except psutil.Error:  # a process that ended meanwhile listens no more
+            continue
+        found |= {(process.pid, c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN}
+    return found
+
+
+def other_addresses() -> list[str]:
+    """This machine's addresses other than 127.0.0.1, the ones another machine (or process) could try.
+
+    The interface a packet to the outside would leave by (a UDP socket's connect sends nothing), every
+    IPv4 address of every interface, and 127.0.0.2: on Linux the whole of 127.0.0.0/8 reaches this machine,
+    so a listener bound to every interface answers there, one bound to 127.0.0.1 alone does not. A machine
+    with no network interface at all still has that one.
+    """
+    found = {"127.0.0.2"}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routed like any outside address, never reached
+            found.add(probe.getsockname()[0])
+        except OSError:  # no route out: the interfaces below and 127.0.0.2 remain
+            pass
+    for addresses in psutil.net_if_addrs().values():
+        found |= {a.address for a in addresses if a.family == socket.AF_INET}
+    found.discard(LOOPBACK)
+    return sorted(found)
+
+
+def refused(host: str, port: int) -> bool:
+    """Whether a TCP connection to host:port fails (refused, unreachable, or no answer within 2 s)."""
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+def square(n: int) -> int:
+    return n * n
+
+
+@pytest.fixture(scope="module", params=[None, DASHBOARD], ids=["no dashboard", "dashboard"])
+def cluster(request):
+    """A local cluster of 2 workers started as sweep and campaign start it (with and without the dashboard),
+    after a few jobs ran, and the listeners it added to this process tree."""
+    before = listening()
+    with fleet(workers=2, dashboard=request.param) as client:
+        got: dict[str, int] = {}
+        run_jobs(client, [Job(f"j{n}", square, (n,)) for n in range(4)], lambda job, r: got.update({job.key: r}))
+        assert got == {f"j{n}": n * n for n in range(4)}
+        yield client, listening() - before, request.param
+
+
+def test_every_listener_binds_loopback_only(cluster):
+    """Scheduler, nannies, workers and HTTP servers: each listening socket is bound to 127.0.0.1, and there
+    is one in each of the two worker processes at least (the check sees the whole process tree)."""
+    _, sockets, _ = cluster
+    assert len(sockets) >= 6, sockets
+    assert {address for _, address, _ in sockets} == {LOOPBACK}, sockets
+    workers = {pid for pid, _, _ in sockets} - {os.getpid()}
+    assert len(workers) >= 2
+
+
+def test_no_listener_answers_on_another_address(cluster):
+    """A connection to each listening port through each of the machine's other addresses is refused, while
+    the same port answers on 127.0.0.1 (so the check can tell the two apart)."""
+    _, sockets, _ = cluster
+    others = other_addresses()
+    assert others
+    for _, _, port in sockets:
+        assert not refused(LOOPBACK, port)
+        for host in others:
+            assert refused(host, port), f"port {port} answers on {host}"
+
+
+def test_a_listener_on_every_interface_would_be_caught():
+    """The control: a socket bound to every interface answers on the other addresses, so the test above
+    would fail for a cluster that listened there."""
+    with socket.socket() as server:
+        server.bind(("0.0.0.0", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert not any(refused(host, port) for host in other_addresses())
+
+
+def _get(url: str) -> int:
+    """The HTTP status of a GET of `url`."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_without_dashboard_the_http_server_answers_health_only(cluster):
+    """Without --dashboard the scheduler's HTTP server answers /health and refuses Dask's pages (workers'
+    addresses, call stacks, logs, the event stream, the proxy); with it, those pages are served (locally)."""
+    client, _, dashboard = cluster
+    port = client.scheduler_info()["services"]["dashboard"]
+    base = f"http://{LOOPBACK}:{port}"
+    assert _get(f"{base}/health") == 200
+    pages = [_get(f"{base}{path}") for path in ("/info/main/workers.html", "/json/counts.json")]
+    if dashboard is None:
+        assert pages == [404, 404]
+    else:
+        assert pages == [200, 200]
+
+
+def test_the_dashboard_url_is_printed_and_local(tmp_path, capsys):
+    """`meshsim sweep --dashboard` prints the dashboard's URL, on 127.0.0.1, on stderr."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('title = "t"\ndescription = "d"\ncollective = "psum"\nmesh = {x = 2}\n'
+                     'size = {from = "1KiB", to = "1KiB", factor = 2}\ndtype = "float32"\n')
+    assert main(["sweep", str(sweep), "-o", str(tmp_path / "out"), "--workers", "1", "--dashboard"]) == 0
+    err = capsys.readouterr().err
+    assert f"meshsim: Dask dashboard at http://{LOOPBACK}:" in err
+
+
+@pytest.mark.parametrize(("given", "address"), [
+    (DASHBOARD, DASHBOARD), (":9000", f"{LOOPBACK}:9000"), ("localhost", "localhost:8787"),
+    ("0.0.0.0:8788", "0.0.0.0:8788"), ("[::1]:8789", "[::1]:8789"), (None, None),
+])
+def test_dashboard_addresses(given, address):
+    """--dashboard's address: 127.0.0.1 and port 8787 where not given; another host only when named."""
+    assert dashboard_address(argparse.Namespace(dashboard=given, scheduler=None)) == address
+
+
+@pytest.mark.parametrize(("given", "scheduler", "match"), [
+    ("sweep.toml", None, r"--dashboard='sweep\.toml' must be an address.*after the other arguments"),
+    ("host:99999", None, r"must be an address"),
+    ("a b", None, r"must be an address"),
+    (DASHBOARD, "tcp://10.0.0.1:8786", r"--dashboard applies to a local cluster.*--scheduler='tcp://10\.0\.0\.1"),
+])
+def test_bad_dashboard_addresses(given, scheduler, match):
+    """A --dashboard that is not an address, or one given with --scheduler, is refused by name."""
+    with pytest.raises(ScenarioError, match=match):
+        dashboard_address(argparse.Namespace(dashboard=given, scheduler=scheduler))
+
+
+def test_fleet_refuses_a_dashboard_for_a_remote_scheduler():
+    """The API says the same as the command line: a running scheduler's dashboard is its own."""
+    with pytest.raises(FleetError, match="applies to a local cluster"), \
+            fleet(scheduler="tcp://127.0.0.1:1", dashboard=DASHBOARD):
+        pass
