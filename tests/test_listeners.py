@@ -1,15 +1,25 @@
 """Nothing a command starts is reachable from another machine: the local Dask cluster of `meshsim sweep` and
 `meshsim campaign` (`scenarios.fleet`) listens on 127.0.0.1 only, scheduler, nannies, workers and their HTTP
 servers; its HTTP server answers health checks, not Dask's pages, unless `--dashboard` asks for them, and
-the dashboard too binds 127.0.0.1 unless the user names another address."""
+the dashboard too binds 127.0.0.1 unless the user names another address. A `--scheduler` that is not a Dask
+scheduler (an HTTP server, one that answers nothing) is one clear line and exit 2 within the promised time."""
 
 from __future__ import annotations
 
 import argparse
+import http.server
 import os
 import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
 import pytest
@@ -18,6 +28,9 @@ from scenarios import ScenarioError
 from scenarios.cli import main
 from scenarios.cli._cluster import DASHBOARD, dashboard_address
 from scenarios.fleet import LOOPBACK, FleetError, Job, fleet, run_jobs
+from scenarios.fleet._fleet import CONNECT_TIMEOUT_S
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def listening() -> set[tuple[int, str, int]]:
@@ -169,3 +182,68 @@ def test_fleet_refuses_a_dashboard_for_a_remote_scheduler():
     with pytest.raises(FleetError, match="applies to a local cluster"), \
             fleet(scheduler="tcp://127.0.0.1:1", dashboard=DASHBOARD):
         pass
+
+
+class _Text(socketserver.BaseRequestHandler):
+    """Answers every connection with a short HTTP response in text, then closes it."""
+
+    def handle(self) -> None:
+        self.request.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello, this is not Dask\n")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[str]:
+    """`server` answering on a thread while the block runs; yields its tcp:// address."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://{LOOPBACK}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _servers() -> dict[str, socketserver.BaseServer]:
+    return {"text": socketserver.ThreadingTCPServer((LOOPBACK, 0), _Text),
+            "http.server": http.server.ThreadingHTTPServer((LOOPBACK, 0), _Quiet)}
+
+
+@pytest.mark.parametrize(("kind", "command"), [("text", "sweep"), ("text", "campaign"), ("http.server", "sweep")])
+def test_a_scheduler_that_is_not_dask_is_one_line_and_exit_2(tmp_path, kind, command):
+    """`--scheduler` at a server that answers HTTP text (which Dask would read as a frame of exabytes), or at
+    `python -m http.server` (which waits for a request line and says nothing): one `meshsim: error:` line
+    naming the address and what was expected, exit 2, no traceback, within the promised 10 s (plus the
+    command's own start)."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('title = "t"\ndescription = "d"\ncollective = "psum"\nmesh = {x = 2}\n'
+                     'size = {from = "1KiB", to = "1KiB", factor = 2}\ndtype = "float32"\n')
+    with serving(_servers()[kind]) as address:
+        argv = [str(sweep)] if command == "sweep" else ["--cases", "1"]
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "scenarios.cli", command, *argv, "-o", str(tmp_path / "out"),
+                               "--scheduler", address], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        elapsed = time.monotonic() - start
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith(f"meshsim: error: cannot reach the Dask scheduler scheduler='{address}': ")
+    assert "expected the address a running Dask scheduler listens on" in lines[0]
+    assert ("another protocol than Dask's" if kind == "text" else "no Dask handshake within 10 s") in lines[0]
+    assert elapsed < CONNECT_TIMEOUT_S + 10
+
+
+def test_a_closed_port_is_refused_at_once(tmp_path):
+    """Nothing listening at the address: the error comes at once (no waiting out the timeout)."""
+    with socket.socket() as holder:
+        holder.bind((LOOPBACK, 0))  # bound, not listening: a connection there is refused
+        address = f"tcp://{LOOPBACK}:{holder.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(FleetError, match=r"cannot reach the Dask scheduler .*: no connection: "
+                                             r"ConnectionRefusedError"), fleet(scheduler=address):
+            pass
+        assert time.monotonic() - start < CONNECT_TIMEOUT_S / 2

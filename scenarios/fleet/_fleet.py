@@ -178,8 +178,8 @@ def check_scheduler(scheduler: str, timeout_s: float) -> None:
         raise FleetError(_not_dask(scheduler, f"a server accepted the connection but sent no Dask handshake "
                                               f"within {timeout_s:g} s")) from None
     except Exception as error:  # whatever a foreign server's bytes make Dask's reader raise
-        raise FleetError(_not_dask(scheduler, f"the server answered in another protocol than Dask's (reading it "
-                                              f"raised {type(error).__name__}); an HTTP server?")) from None
+        why = f"the server there answers in another protocol than Dask's (reading it raised {type(error).__name__})"
+        raise FleetError(_not_dask(scheduler, why)) from None
 
 
 def _check_listening(scheduler: str, timeout_s: float) -> None:
@@ -206,8 +206,9 @@ def _check_listening(scheduler: str, timeout_s: float) -> None:
 
 def _not_dask(scheduler: str, why: str) -> str:
     """The message for a `--scheduler` that does not answer as a Dask scheduler, and what to do."""
-    return (f"--scheduler={scheduler!r}: {why}; expected a running Dask scheduler's address (tcp://HOST:PORT, "
-            "or tls://, as `dask scheduler` prints), or leave out --scheduler for a local cluster")
+    return (f"cannot reach the Dask scheduler scheduler={scheduler!r}: {why}; expected the address a running Dask "
+            "scheduler listens on (tcp://HOST:PORT, or tls://, as `dask scheduler` prints), or leave out --scheduler "
+            "for a local cluster")
 
 
 def run_jobs(client: Any, jobs: Sequence[Job], done: Callable[[Job, Any], None]) -> None:
