@@ -75,7 +75,7 @@ def execute(args: argparse.Namespace) -> int:
             _run(pending, results, workers, args, console)
     except KeyboardInterrupt:
         console.print(f"meshsim: interrupted; {len(results.added)} job(s) saved in {results.path}: run the same "
-                      "command with --resume to continue", markup=False, highlight=False)
+                      "command with --resume to continue", markup=False, highlight=False, soft_wrap=True)
         return 130
     report = _report(ops, kinds, jobs, results, len(jobs) - len(pending), time.perf_counter() - start)
     if args.json:
