@@ -73,6 +73,7 @@ def execute(args: argparse.Namespace) -> int:
     try:
         _show(console, walkthrough, pause)
     except KeyboardInterrupt:
+        print("\nmeshsim: interrupted; explain stopped before its last step", file=sys.stderr)
         return 130
     if refusal is not None:
         print(f"meshsim: error: {printable(str(refusal).splitlines()[0])} (the broken rules are explained above)",
