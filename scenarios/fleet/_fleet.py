@@ -164,11 +164,13 @@ def check_scheduler(scheduler: str, timeout_s: float) -> None:
     from distributed.security import Security
 
     deadline = time.monotonic() + timeout_s
+    security = Security()  # Dask's configuration: distributed.comm.tls.*, e.g. DASK_DISTRIBUTED__COMM__TLS__CA_FILE
+    _check_tls(scheduler, security)
     _check_listening(scheduler, timeout_s)
 
     async def handshake() -> None:
         left = max(deadline - time.monotonic(), 0.1)
-        comm = await asyncio.wait_for(connect(scheduler, timeout=left, **Security().get_connection_args("client")),
+        comm = await asyncio.wait_for(connect(scheduler, timeout=left, **security.get_connection_args("client")),
                                       left)
         await comm.close()
 
@@ -179,7 +181,19 @@ def check_scheduler(scheduler: str, timeout_s: float) -> None:
                                               f"within {timeout_s:g} s")) from None
     except Exception as error:  # whatever a foreign server's bytes make Dask's reader raise
         why = f"the server there answers in another protocol than Dask's (reading it raised {type(error).__name__})"
+        if type(error).__name__ == "CommClosedError":
+            why = ("the server closed the connection before Dask's handshake (a tls:// scheduler reached with "
+                   "tcp://, one that refuses this client's certificate, or not Dask)")
         raise FleetError(_not_dask(scheduler, why)) from None
+
+
+def _check_tls(scheduler: str, security: Any) -> None:
+    """A tls:// `scheduler` needs the client's certificate and its CA in Dask's configuration (`security`)."""
+    if scheduler.startswith("tls://") and not (security.tls_ca_file and security.tls_client_cert):
+        raise FleetError(_not_dask(scheduler, "a tls:// scheduler needs this client's certificate in Dask's "
+                                              "configuration: set DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+                                              "..._TLS__CLIENT__CERT and ..._TLS__CLIENT__KEY (README, \"Clusters, "
+                                              "listeners and security\")"))
 
 
 def _check_listening(scheduler: str, timeout_s: float) -> None:
