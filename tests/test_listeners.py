@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import os
+import shutil
 import socket
 import socketserver
 import subprocess
@@ -247,3 +248,66 @@ def test_a_closed_port_is_refused_at_once(tmp_path):
                                              r"ConnectionRefusedError"), fleet(scheduler=address):
             pass
         assert time.monotonic() - start < CONNECT_TIMEOUT_S / 2
+
+
+def _certificates(folder: Path) -> dict[str, str]:
+    """A CA and one certificate signed by it, made with openssl as the README shows."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=meshsim-ca", "-keyout",
+            "ca.key", "-out", "ca.pem")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=meshsim", "-keyout", "node.key", "-out", "node.csr")
+    openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+            "-out", "node.pem")
+    return {name: str(folder / name) for name in ("ca.pem", "node.pem", "node.key")}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None or shutil.which("dask", path=str(Path(sys.executable).parent))
+                    is None, reason="needs openssl and Dask's `dask` command")
+def test_a_tls_cluster_as_the_readme_starts_it(tmp_path):
+    """The README's TLS recipe: a scheduler and a worker on tls:// with certificates from one CA; meshsim
+    with the client's certificate in Dask's configuration runs a sweep there; without it, or over tcp://,
+    it is one error line, exit 2."""
+    files = _certificates(tmp_path)
+    tls = ["--tls-ca-file", files["ca.pem"], "--tls-cert", files["node.pem"], "--tls-key", files["node.key"]]
+    dask = str(Path(sys.executable).parent / "dask")
+    port = _free_port()
+    address = f"tls://{LOOPBACK}:{port}"
+    started = [subprocess.Popen([dask, "scheduler", "--protocol", "tls", "--host", LOOPBACK, "--port", str(port),
+                                 "--no-dashboard", *tls], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        time.sleep(3)
+        started.append(subprocess.Popen([dask, "worker", address, "--host", LOOPBACK, "--nthreads", "1",
+                                         "--no-dashboard", *tls], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL))
+        sweep = tmp_path / "s.toml"
+        sweep.write_text('collective = "psum"\nmesh = {x = 2}\nsize = ["1KiB", "2KiB"]\n')
+        client = {"DASK_DISTRIBUTED__COMM__TLS__CA_FILE": files["ca.pem"],
+                  "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": files["node.pem"],
+                  "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": files["node.key"],
+                  "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+
+        def sweep_on(scheduler: str, env: dict[str, str], out: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "scenarios.cli", "sweep", str(sweep), "-o",
+                                   str(tmp_path / out), "--scheduler", scheduler], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=180, env={**os.environ, **env})
+
+        for scheduler, env, expected in ((address, {}, "needs this client's certificate"),
+                                         (address.replace("tls", "tcp"), {}, "closed the connection")):
+            done = sweep_on(scheduler, env, "refused")
+            assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+            assert expected in done.stderr
+        done = sweep_on(address, client, "out")
+        assert done.returncode == 0, done.stderr
+        assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 2
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            process.wait(timeout=30)
