@@ -102,3 +102,32 @@ def test_campaign_on_a_local_cluster(tmp_path, after_s):
     as the cluster starts and while jobs run: one line that says how to resume, no worker traceback."""
     argv = ["campaign", "--ops", "psum", "all_gather", "--cases", "20", "-o", str(tmp_path / "c"), "--workers", "2"]
     assert_one_line(*interrupted(argv, after_s, tmp_path), resume=True)
+
+
+SLEEPING_PROGRAM = """title = "a program that takes its time"
+
+[mesh]
+axes = {i = 2}
+
+[program]
+source = '''
+import time
+def f(x):
+    time.sleep(60)
+    return x
+'''
+in_specs = "P('i')"
+out_specs = "P('i')"
+transpose = false
+
+[[args]]
+shape = [4]
+"""
+
+
+def test_run_of_a_program_the_user_interrupts(tmp_path):
+    """Ctrl-C while a `[program]`'s own code runs is the user's interrupt (one line, exit 130), not an error
+    of the file (a KeyboardInterrupt the code raises itself still is: tests/test_consent.py)."""
+    path = tmp_path / "sleeping.toml"
+    path.write_text(SLEEPING_PROGRAM)
+    assert_one_line(*interrupted(["run", "--allow-code", str(path)], 3.0, tmp_path))
