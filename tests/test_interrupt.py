@@ -51,7 +51,9 @@ def assert_one_line(code: int, err: str, resume: bool = False) -> None:
     command was still loading (nothing was run)."""
     assert "Traceback" not in err, err
     lines = err.strip().splitlines()
-    assert code == 130, err
+    # 130, or ended by the SIGINT itself after its line (seen once under a loaded machine): a shell shows both
+    # as exit status 130
+    assert code in (130, -signal.SIGINT), err
     assert len(lines) == 1 and lines[0].startswith("meshsim: interrupted"), err
     if resume and "while starting" not in lines[0]:
         assert "--resume" in lines[0]
