@@ -160,3 +160,16 @@ def test_a_campaign_report_shows_results_file_text_escaped(tmp_path, capsys):
     code, printed = _printed(capsys, ["campaign", "--ops", "psum", "--cases", "1", "-o", str(folder), "--resume"])
     assert code in (1, 2)
     assert steering(printed) == [], printed
+
+
+def test_a_sweep_plot_of_that_title_is_well_formed_svg(tmp_path, capsys):
+    """The plot's title is the sweep file's too: the SVG holds it escaped and parses as XML (a raw ESC is
+    not a character XML allows)."""
+    import xml.etree.ElementTree as ElementTree
+
+    picture = tmp_path / "p.svg"
+    code, _ = _printed(capsys, ["sweep", str(sweep_file(tmp_path)), "-o", str(tmp_path / "out"), "--workers", "1",
+                                "--plot", str(picture)])
+    assert code == 0
+    ElementTree.parse(picture)
+    assert steering(picture.read_text(encoding="utf-8")) == []

@@ -69,7 +69,7 @@ def execute(args: argparse.Namespace) -> int:
     else:
         _report(sweep, rows, directory, len(todo), time.perf_counter() - start)
     if output is not None:
-        plot(rows, output, sweep.title)
+        plot(rows, output, printable(sweep.title))  # SVG and PNG text: no control characters either
         if not args.json:
             print(f"wrote {output}")
     return 0
