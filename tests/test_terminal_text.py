@@ -173,3 +173,19 @@ def test_a_sweep_plot_of_that_title_is_well_formed_svg(tmp_path, capsys):
     assert code == 0
     ElementTree.parse(picture)
     assert steering(picture.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".html"])
+def test_draw_writes_file_text_escaped_and_well_formed(tmp_path, capsys, suffix):
+    """`meshsim draw`'s SVG and HTML hold the file's text XML-escaped and without a control character (a raw
+    ESC is not a character XML allows): the SVG parses, markup and tags in the title stay text."""
+    import xml.etree.ElementTree as ElementTree
+
+    picture = tmp_path / f"d{suffix}"
+    code, _ = _printed(capsys, ["draw", "-o", str(picture), str(collective_file(tmp_path, "i" + EVIL))])
+    assert code == 0
+    written = picture.read_text(encoding="utf-8")
+    assert steering(written) == []
+    assert MARKUP in written
+    if suffix == ".svg":
+        ElementTree.parse(picture)

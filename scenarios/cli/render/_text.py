@@ -7,13 +7,15 @@ visible escape, so the text reads as what the file holds. `terminal_console` is 
 everything it prints through `printable` (its own colours are not text, so they stay); rich markup in file
 text is escaped where the text is put in a renderable, by printing it as a `Text`, never as markup.
 
-SVG and HTML output escape the text for their own formats (`_svg`, `_page`) and do not use this.
+SVG and HTML output (`_svg`, `_page`) put text through `xml_text`: `printable`, then XML's own escapes, so
+a file's text neither breaks the document (XML allows no ESC) nor adds markup to it.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+from xml.sax.saxutils import escape
 
 from rich.console import Console, ConsoleOptions, RenderHook, RenderResult
 from rich.segment import Segment
@@ -34,6 +36,15 @@ def printable(text: object, multiline: bool = False) -> str:
     """
     pattern = _BUT_LINES if multiline else _ANY
     return pattern.sub(_escape, str(text))
+
+
+def xml_text(text: object) -> str:
+    """`text` for an XML or HTML document: `printable` (lines kept), then `&`, `<` and `>` escaped.
+
+    >>> xml_text("<b>\\x1b[2J")
+    '&lt;b&gt;\\\\x1b[2J'
+    """
+    return escape(printable(text, multiline=True))
 
 
 def _escape(match: re.Match[str]) -> str:
