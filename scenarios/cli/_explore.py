@@ -18,6 +18,7 @@ import scenarios
 import sim
 from scenarios import ScenarioError
 from scenarios.cli._limits import budget_of
+from scenarios.cli.render import terminal_console
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +52,7 @@ def execute(args: argparse.Namespace) -> int:
         json.dump({"scenario": scenario.path, **report.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        _show(Console(highlight=False), scenario.path, report)
+        _show(terminal_console(highlight=False), scenario.path, report)
     return 0 if report.independent else 1
 
 

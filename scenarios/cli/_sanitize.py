@@ -96,7 +96,7 @@ def _report(console: Console, outcome: sim.Run) -> None:
             rows = "" if v.rows is None else f"{v.rows[0]}:{v.rows[1]}"
             call = f"{v.collective} #{v.call} on {list(v.members)}"
             where = ("group" if device is None else str(device), call, rule) if k == 0 else ("", "", "")
-            table.add_row(*where, rows, skipped_str(v), v.message)
+            table.add_row(*map(Text, where), rows, skipped_str(v), Text(v.message))
     console.print(table)
     if outcome.stopped is not None:
         console.print(Text.assemble(("the run stopped at this error, so later calls were not checked: ", "bold"),

@@ -20,7 +20,16 @@ from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli import _explore, _sanitize
 from scenarios.cli._limits import add_allow_code, add_budget, add_timeout, budget_of
 from scenarios.cli._script import check_path, run_script
-from scenarios.cli.render import KEPT, THRESHOLD, LazyStatus, array_lines, colour, summarised, write_json
+from scenarios.cli.render import (
+    KEPT,
+    THRESHOLD,
+    LazyStatus,
+    array_lines,
+    colour,
+    summarised,
+    terminal_console,
+    write_json,
+)
 from scenarios.cli.render import seconds as _seconds
 from scenarios.cli.render import span as _span
 
@@ -68,7 +77,7 @@ def execute(args: argparse.Namespace) -> int:
         if args.sanitize:
             _sanitize.refuse_script(path)
         return run_script(path, args.json, args.allow_code, limit)
-    console = Console(highlight=False)
+    console = terminal_console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
         scenario = scenarios.load(path, allow_code=args.allow_code, max_memory_bytes=limit,
                                   max_messages=max_messages)
@@ -96,10 +105,10 @@ def _shown_result(console: Console, result: ScenarioResult | ProgramResult, full
 def _show_program(console: Console, result: ProgramResult) -> None:
     """The program's source, its typed listing, and the transposed programs with their communication."""
     scenario = result.scenario
-    console.rule(f"[bold]{scenario.title}")
-    console.print(scenario.path, style="dim")
+    console.rule(Text(scenario.title, style="bold"))
+    console.print(Text(scenario.path, style="dim"))
     if scenario.description:
-        console.print(scenario.description)
+        console.print(Text(scenario.description))
     console.print(Text(scenario.source.strip(), style="bold"))
     passes = [("forward", result.forward), ("transposed", result.transposed), ("transposed twice", result.twice)]
     for name, one in passes:

@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from scenarios import read_rows
-from scenarios.cli._cluster import add_cluster, local_workers
+from scenarios.cli._cluster import add_cluster, announce_dashboard, dashboard_address, local_workers
 from scenarios.cli._limits import add_budget, budget_of
-from scenarios.cli.render import nccl_table
+from scenarios.cli.render import nccl_table, printable, terminal_console
 from scenarios.fleet import check_dask, fleet
 from scenarios.sweep import RESULTS, TABLE, Point, Sweep, check_output, finish, load_sweep, pending, plot, run_points
 
@@ -73,7 +73,7 @@ def execute(args: argparse.Namespace) -> int:
     else:
         _report(sweep, rows, directory, len(todo), time.perf_counter() - start)
     if output is not None:
-        plot(rows, output, sweep.title)
+        plot(rows, output, printable(sweep.title))  # SVG and PNG text: no control characters either
         if not args.json:
             print(f"wrote {output}")
     return 0
@@ -82,8 +82,10 @@ def execute(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, todo: list[Point], directory: Path, workers: int | None) -> None:
     """Run the points on the cluster the arguments ask for, with a transient progress bar in a terminal."""
     check_dask("meshsim sweep")
-    console = Console()
-    with fleet(workers, args.scheduler) as client:
+    console = terminal_console()
+    dashboard = dashboard_address(args)
+    with fleet(workers, args.scheduler, dashboard) as client:
+        announce_dashboard(client, dashboard)
         _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json,
                   budget=budget_of(args))
 
@@ -103,9 +105,9 @@ def _progress(client: Any, todo: list[Point], directory: Path, console: Console,
 
 def _report(sweep: Sweep, rows: list[dict[str, Any]], directory: Path, ran: int, wall_s: float) -> None:
     """The nccl-tests table, then one line of counts, time and where the files are."""
-    print(f"# {sweep.title}")
+    print(f"# {printable(sweep.title)}")
     for line in nccl_table(rows):
-        print(line)
+        print(printable(line))
     rejected = sum(1 for row in rows if row["error"])
     print(f"{len(rows)} points: {ran} run now, {len(rows) - ran} from {RESULTS}; {rejected} rejected by the "
           f"simulator; {wall_s:.1f} s. Results: {os.path.join(directory, RESULTS)}, "
