@@ -8,6 +8,7 @@ Its rooms: this package loads, checks and runs scenario files (and reads and wri
 `scenarios.fleet` spreads their jobs over Dask workers, and `scenarios.cli` is the `meshsim` command.
 """
 
+from scenarios._address_space import address_space_limit
 from scenarios._consent import CodeNotAllowedError, TimeLimitError, refuse_script, user_code
 from scenarios._errors import ScenarioError
 from scenarios._explore import explore
@@ -17,5 +18,5 @@ from scenarios._results import append_row, open_for_append, read_rows, write_csv
 from scenarios._runner import Provenance, ScenarioResult, run
 
 __all__ = ["CodeNotAllowedError", "Pass", "ProgramResult", "ProgramScenario", "Provenance", "Scenario",
-           "ScenarioError", "ScenarioResult", "TimeLimitError", "append_row", "explore", "load", "open_for_append",
-           "read_rows", "refuse_script", "run", "run_forward", "user_code", "write_csv"]
+           "ScenarioError", "ScenarioResult", "TimeLimitError", "address_space_limit", "append_row", "explore", "load",
+           "open_for_append", "read_rows", "refuse_script", "run", "run_forward", "user_code", "write_csv"]

@@ -13,6 +13,13 @@ estimate, what it is made of, and the knob. The estimate counts, in bytes:
 - trace: `sim.MESSAGE_BYTES` per message, the messages counted from the collective's pattern (`Sizes.messages`:
   every device to every member of its group, as many times as the algorithm's `messages_per_peer`). A
   program's messages are known only when it runs, and are not counted.
+
+The same count of messages is the run's work: a `[collective]` file that would send more than the work
+limit (`scenarios.load(path, max_messages=...)`, `meshsim run --max-messages N`; by default
+`sim.DEFAULT_MAX_MESSAGES`, a million) is refused before anything runs, with the estimate and the knob, so
+that no run goes on for minutes without saying so. While it runs, the memory limit holds too: the
+simulator counts every array its device memories hold (`sim.MemoryMeter`), and a program's code runs
+under an address-space limit (`scenarios._address_space`).
 """
 
 from __future__ import annotations
@@ -29,16 +36,21 @@ from scenarios._fields import DTYPE_NAMES
 
 _KNOB = "; raise the limit with `meshsim run --max-memory SIZE` (e.g. --max-memory {}) or " \
         "scenarios.load(path, max_memory_bytes=N)"
+_WORK_KNOB = "; a run that large takes long (seconds to minutes per million messages): raise the limit with " \
+             "`meshsim run --max-messages N` (e.g. --max-messages {}) or scenarios.load(path, max_messages=N), " \
+             "and bound the run's time with --timeout SECONDS"
 _LOADER_BYTES = 8  # numpy draws floats as float64 and fills with int64 before casting to the file's dtype
 
 
 class Budget:
-    """The memory limit of one scenario file, and the check that refuses an estimate beyond it."""
+    """The memory and work limits of one scenario file, and the checks that refuse estimates beyond them."""
 
-    def __init__(self, source: Source, max_memory_bytes: int | None) -> None:
+    def __init__(self, source: Source, max_memory_bytes: int | None, max_messages: int | None = None) -> None:
         sim.check_memory("", {}, max_memory_bytes)  # a bad limit is the caller's error, not the file's
+        sim.check_messages("", 0, max_messages)
         self.source = source
         self.max_memory_bytes = max_memory_bytes
+        self.max_messages = max_messages
 
     def check(self, parts: dict[str, int], table: str, key: str | None, index: int = 0) -> None:
         """Raise a `ScenarioError` at `[table] key` when the estimate `parts` exceeds the limit."""
@@ -60,12 +72,22 @@ class Budget:
         """Refuse a `[collective]` scenario whose inputs, outputs and trace would exceed the limit."""
         where, inputs, staging = _input_bytes(data, mesh)
         group = _group_size(mesh, params)
-        devices, trace = mesh.size * sim.DEVICE_BYTES, _messages(mesh, definition, params, group) * sim.MESSAGE_BYTES
+        messages = _messages(mesh, definition, params, group)
+        devices, trace = mesh.size * sim.DEVICE_BYTES, messages * sim.MESSAGE_BYTES
         if max(devices, trace) > inputs:  # the mesh, not the arrays, is what makes the scenario large
             where = ("mesh", "axes")
         outputs = definition.sizes.result_bytes(inputs, group)
         self.check({"devices": devices, "inputs": inputs, "the loader's intermediates": staging,
                     "the run's global inputs": inputs, "outputs": outputs, "trace": trace}, *where)
+        self.check_work(f"{definition.name} on {mesh.size} devices in groups of {group}", messages)
+
+    def check_work(self, what: str, messages: int) -> None:
+        """Raise a `ScenarioError` at `[mesh] axes` when `what` would send more than `max_messages` messages."""
+        try:
+            sim.check_messages(f"the scenario ({what})", messages, self.max_messages)
+        except sim.InvalidArgumentError as error:
+            suggested = 10 ** math.ceil(math.log10(messages + 1))
+            raise self.source.error("mesh", "axes", f"{error}{_WORK_KNOB.format(suggested)}") from None
 
     def check_program(self, sizes: list[int], mesh: sim.Mesh) -> None:
         """Refuse a `[program]` whose `[[args]]` (`sizes` bytes each) would exceed the limit.

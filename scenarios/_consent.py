@@ -2,12 +2,15 @@
 
 A `[program]` source and a Python scenario are code. `scenarios.load` called from Python runs it (calling
 it is the consent); the command line refuses it unless given `--allow-code`, and shows what would run.
-Inside code that runs, `sys.exit` and `KeyboardInterrupt` are reported as the file's errors, not obeyed.
+Inside code that runs, `sys.exit` and a `KeyboardInterrupt` it raises are reported as the file's errors, not
+obeyed; a Ctrl-C the user pressed meanwhile stays a KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,12 +57,37 @@ def user_code(path: str) -> Iterator[None]:
 
     Raises:
         ScenarioError: the code raised SystemExit (`sys.exit(...)`, `exit()`) or KeyboardInterrupt.
+        KeyboardInterrupt: the user pressed Ctrl-C (SIGINT came) while the code ran.
     """
+    pressed = []
+    with _noting_interrupts(pressed):
+        try:
+            yield
+        except SystemExit as error:
+            raise ScenarioError(f"{path}: the scenario's code called sys.exit({error.code!r}); a scenario must not "
+                                f"end meshsim: it finishes, or raises an error") from None
+        except KeyboardInterrupt:
+            if pressed:
+                raise
+            raise ScenarioError(f"{path}: the scenario's code was interrupted (KeyboardInterrupt) before it "
+                                f"finished") from None
+
+
+@contextlib.contextmanager
+def _noting_interrupts(pressed: list[int]) -> Iterator[None]:
+    """While the block runs (in the main thread, under Python's own Ctrl-C handler), a SIGINT appends to
+    `pressed` and raises KeyboardInterrupt as that handler does; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def note(signum: int, frame: object) -> None:
+        pressed.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, note)
     try:
         yield
-    except SystemExit as error:
-        raise ScenarioError(f"{path}: the scenario's code called sys.exit({error.code!r}); a scenario must not end "
-                            f"meshsim: it finishes, or raises an error") from None
-    except KeyboardInterrupt:
-        raise ScenarioError(f"{path}: the scenario's code was interrupted (KeyboardInterrupt) before it "
-                            f"finished") from None
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

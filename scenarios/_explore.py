@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sim
+from scenarios._address_space import address_space_limit
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario
 from scenarios._program import ProgramScenario
@@ -24,7 +25,11 @@ def explore(scenario: Scenario | ProgramScenario, orders: int, seed: int = 0) ->
     else:
         (function, args), what = mapped_call(scenario), f"[collective] op={scenario.op!r}"
     try:
-        return sim.explore(function, *args, orders=orders, seed=seed, stacked=not isinstance(scenario, ProgramScenario))
+        with address_space_limit(scenario.mesh.max_memory_bytes, scenario.path):
+            return sim.explore(function, *args, orders=orders, seed=seed,
+                               stacked=not isinstance(scenario, ProgramScenario))
+    except ScenarioError:  # out of memory, said in one line
+        raise
     except sim.MeshError as error:
         raise ScenarioError(f"{scenario.path}: the simulator rejected {what}: {error}") from error
     except Exception as error:  # a program's source is the file's own code: its failures are the file's errors

@@ -47,8 +47,8 @@ class Scenario:
         return collectives.definition(self.op)
 
 
-def load(path: str | os.PathLike, *, allow_code: bool = True,
-         max_memory_bytes: int | None = None) -> Scenario | ProgramScenario:
+def load(path: str | os.PathLike, *, allow_code: bool = True, max_memory_bytes: int | None = None,
+         max_messages: int | None = None) -> Scenario | ProgramScenario:
     """Read and validate the scenario file at `path`, refusing it before allocating when it needs too much memory.
 
     Args:
@@ -57,7 +57,11 @@ def load(path: str | os.PathLike, *, allow_code: bool = True,
         allow_code: whether a `[program]`'s source may run. Calling `load` from Python is consent; the
             command line passes False unless given `--allow-code`.
         max_memory_bytes: the most memory the scenario's estimate may reach (see `scenarios._budget`);
-            None for the default, half the machine's memory (`sim.default_max_memory_bytes()`).
+            None for the default, half the machine's memory (`sim.default_max_memory_bytes()`). The mesh
+            carries it, so every run of the scenario holds its device memories to it, and a program's code
+            runs under an address-space limit of that size (`scenarios._address_space`).
+        max_messages: the most messages a `[collective]` run may be estimated to send (its work); None for
+            `sim.DEFAULT_MAX_MESSAGES`.
 
     Returns:
         The scenario, ready for `run`.
@@ -67,11 +71,12 @@ def load(path: str | os.PathLike, *, allow_code: bool = True,
             the message shows the source).
         ScenarioError: the file is unreadable, is not TOML, or breaks a rule of the format. The message
             reads `path:line: [table] field=value must ...` (the line when it can be found). A file
-            whose estimate exceeds `max_memory_bytes` gets the estimate and how to raise the limit.
-        InvalidArgumentError: `max_memory_bytes` is not a positive int or None.
+            whose estimate exceeds `max_memory_bytes` or `max_messages` gets the estimate and how to raise
+            the limit.
+        InvalidArgumentError: `max_memory_bytes` or `max_messages` is not a positive int or None.
     """
     source, data = _parse(str(path))
-    budget = Budget(source, max_memory_bytes)
+    budget = Budget(source, max_memory_bytes, max_messages)
     source.check_keys("", data, (), _TOP_KEYS)
     for key in ("title", "description"):
         fields.string(InFile(source, "", key), data.get(key, ""))

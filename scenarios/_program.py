@@ -18,6 +18,7 @@ import numpy as np
 import collectives
 import layouts
 import sim
+from scenarios._address_space import address_space_limit
 from scenarios._consent import TimeLimitError, refuse_program, user_code
 from scenarios._errors import ScenarioError, Source
 from scenarios._specs import parse_specs
@@ -99,7 +100,7 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
     args = tuple(_arg(source, i, spec) for i, spec in enumerate(data.get("args", [])))
     if not allow_code:
         raise refuse_program(source, table["source"])
-    f = _defined_f(source, table["source"])
+    f = _defined_f(source, table["source"], mesh.max_memory_bytes)
     try:
         function = sim.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                  check_vma=table.get("check_vma", True))
@@ -113,14 +114,15 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
                            bool(table.get("transpose", True)), None if linear is None else tuple(linear))
 
 
-def _defined_f(source: Source, code: str) -> Any:
-    """The function `f` that the `[program]` source defines, once the source has run."""
+def _defined_f(source: Source, code: str, max_memory_bytes: int | None) -> Any:
+    """The function `f` that the `[program]` source defines, once the source has run (under the address-space
+    limit `max_memory_bytes` sets: `scenarios._address_space`)."""
     namespace = {"np": np, "P": sim.P, "sim": sim, "linear_transpose": collectives.linear_transpose,
                  **{name: d.function for name, d in collectives.REGISTRY.items()}}
-    with user_code(source.path):
+    with user_code(source.path), address_space_limit(max_memory_bytes, source.path):
         try:
             exec(compile(code, f"{source.path}:[program].source", "exec"), namespace)
-        except TimeLimitError:
+        except (TimeLimitError, MemoryError):
             raise
         except Exception as error:  # the file's code is the user's: report any failure as a scenario error
             message = f"[program] source does not run: {type(error).__name__}: {error}"
@@ -147,15 +149,17 @@ def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> 
 
 
 @contextlib.contextmanager
-def running(path: str) -> Iterator[None]:
+def running(path: str, max_memory_bytes: int | None = None) -> Iterator[None]:
     """Run the block as a program scenario's code: every failure becomes a ScenarioError naming the file.
 
-    A time limit running out passes through unchanged; `sys.exit` and interrupts are reported (`user_code`).
+    The block runs under the address-space limit `max_memory_bytes` sets (`scenarios._address_space`; None
+    for the default), and running out of it is one ScenarioError. A time limit running out passes through
+    unchanged; `sys.exit` and interrupts are reported (`user_code`).
     """
-    with user_code(path):
+    with user_code(path), address_space_limit(max_memory_bytes, path):
         try:
             yield
-        except TimeLimitError:
+        except (TimeLimitError, MemoryError):
             raise
         except sim.MeshError as error:
             raise ScenarioError(f"{path}: the simulator rejected the program: {error}") from error
@@ -165,13 +169,13 @@ def running(path: str) -> Iterator[None]:
 
 def run_forward(scenario: ProgramScenario) -> sim.Run:
     """The simulator's run of the program on its example arguments (no transposes)."""
-    with running(scenario.path):
+    with running(scenario.path, scenario.mesh.max_memory_bytes):
         return scenario.function.run(*scenario.args)
 
 
 def run_program(scenario: ProgramScenario) -> ProgramResult:
     """Run the program, then (if asked) its transpose on seeded cotangents and the transpose of that."""
-    with running(scenario.path):
+    with running(scenario.path, scenario.mesh.max_memory_bytes):
         run = scenario.function.run(*scenario.args)
         forward = Pass.of(run)
         if not scenario.transpose:

@@ -134,7 +134,9 @@ def run(scenario: Scenario | ProgramScenario, sanitize: bool = False) -> Scenari
     # No message wrote rows: for ragged_all_to_all every row kept `output` (all slices empty); for the
     # others the messages do not say where they land.
     axis = located[0].detail.get("axis", 0) if located else (0 if definition.keeps else None)
-    provenance = tuple(None if axis is None else _provenance(trace, d, outputs[d], axis) for d in mesh.devices)
+    landed = _landed(trace)
+    provenance = tuple(None if axis is None else _provenance(trace, landed.get(d, []), outputs[d], axis)
+                       for d in mesh.devices)
     return ScenarioResult(scenario, outputs, provenance, trace, outcome.end_time_s, outcome)
 
 
@@ -168,13 +170,26 @@ def _holders(scenario: Scenario) -> tuple[list[int], sim.PartitionSpec]:
     return devices, sim.P(others) if others else sim.P()
 
 
-def _provenance(trace: tuple[sim.MessageRecord, ...], device: int, output: np.ndarray, axis: int) -> Provenance:
-    """Replay where each message to `device` landed (its `rows` along `axis`); unwritten rows stay None."""
-    writers: list[int | None] = [None] * output.shape[axis]
+def _landed(trace: tuple[sim.MessageRecord, ...]) -> dict[int, list[tuple[int, int, int]]]:
+    """Per receiving device, where each message to it landed, in trace order: (message index, start, stop).
+
+    One pass over the trace, so a run's provenance costs as much as its messages, not devices times messages.
+    """
+    landed: dict[int, list[tuple[int, int, int]]] = {}
     for k, message in enumerate(trace):
-        if message.dst == device and "rows" in message.detail:
+        if "rows" in message.detail:
             start, stop = message.detail["rows"]
-            writers[start:stop] = [k] * (stop - start)
+            landed.setdefault(message.dst, []).append((k, start, stop))
+    return landed
+
+
+def _provenance(trace: tuple[sim.MessageRecord, ...], landed: list[tuple[int, int, int]], output: np.ndarray,
+                axis: int) -> Provenance:
+    """Replay where each message to a device landed (`landed`: its `rows` along `axis`, in trace order);
+    unwritten rows stay None."""
+    writers: list[int | None] = [None] * output.shape[axis]
+    for k, start, stop in landed:
+        writers[start:stop] = [k] * (stop - start)
     sources = tuple(None if k is None else trace[k].src for k in writers)
     return Provenance(axis, sources, tuple(writers))
 

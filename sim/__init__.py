@@ -5,8 +5,18 @@ mesh, topologies, links), `sim.memory` (memories, placed arrays, shardings), `si
 driver, the rendezvous and the transport) and `sim.program` (`shard_map`, typed values, copies, `jit`).
 """
 
-from sim._budget import DEVICE_BYTES, MAX_DEVICES, MESSAGE_BYTES, check_memory, default_max_memory_bytes, parse_bytes
-from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError, ProtocolError
+from sim._budget import (
+    DEFAULT_MAX_MESSAGES,
+    DEVICE_BYTES,
+    MAX_DEVICES,
+    MESSAGE_BYTES,
+    check_memory,
+    check_messages,
+    default_max_memory_bytes,
+    format_bytes,
+    parse_bytes,
+)
+from sim._errors import InvalidArgumentError, InvalidTypeError, MemoryLimitError, MeshError, ProtocolError
 from sim.engine import (
     Collective,
     DeviceContext,
@@ -22,6 +32,7 @@ from sim.memory import (
     Array,
     Buffer,
     LocalMemory,
+    MemoryMeter,
     NamedSharding,
     P,
     PartitionSpec,
@@ -82,8 +93,9 @@ __all__ = [  # the mesh, its devices and the network
     "check_axis_index_groups",
     "max_min_rates",
 ]
-__all__ += [  # memory guards
-    "DEVICE_BYTES", "MAX_DEVICES", "MESSAGE_BYTES", "check_memory", "default_max_memory_bytes", "parse_bytes",
+__all__ += [  # memory and work guards
+    "DEFAULT_MAX_MESSAGES", "DEVICE_BYTES", "MAX_DEVICES", "MESSAGE_BYTES", "MemoryLimitError", "MemoryMeter",
+    "check_memory", "check_messages", "default_max_memory_bytes", "format_bytes", "parse_bytes",
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
 __all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records

@@ -1,4 +1,5 @@
-"""Memory guards: how many devices a mesh may have, what a device and a message cost, and the limit.
+"""Memory and work guards: how many devices a mesh may have, what a device and a message cost, the memory
+limit, and the work limit (how many messages a run may send).
 
 A run's memory is its arrays plus, per device, a first memory page, a greenlet, a SimPy process and a
 program record, plus, per message, its trace record and its detail. The costs below are measured (a
@@ -16,6 +17,10 @@ MAX_DEVICES = 1 << 20
 DEVICE_BYTES = 16 << 10  # measured about 12 KiB: a memory page, a greenlet, a SimPy process, a program record
 MESSAGE_BYTES = 1 << 10  # measured about 800 B: a trace record with its detail, and the message in flight
 FALLBACK_MAX_MEMORY_BYTES = 8 << 30
+# The messages a run may send unless told otherwise: about a second of the fastest collectives' messages
+# (all_gather, all_to_all: ~700,000 a second) and under two minutes of the slowest (a reduction's 'direct'
+# messages: ~10,000 a second), so no run with the default budget goes on silently for long.
+DEFAULT_MAX_MESSAGES = 1_000_000
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
           "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
@@ -89,3 +94,24 @@ def check_device_count(axes: dict, size: int) -> None:
     if size > MAX_DEVICES:
         raise InvalidArgumentError(f"axes={axes!r} make {size} devices; a mesh may have at most "
                                    f"{MAX_DEVICES} (2**20)")
+
+
+def check_messages(what: str, messages: int, max_messages: int | None) -> int:
+    """Raise when `messages` (an estimate of what a run sends) exceeds `max_messages`; return the limit.
+
+    `max_messages` None is `DEFAULT_MAX_MESSAGES`.
+
+    Raises:
+        InvalidTypeError: `max_messages` is not an int or None.
+        InvalidArgumentError: `max_messages` is not positive, or reading `{what} sends about <messages>
+            messages, more than max_messages=<limit>`.
+    """
+    if max_messages is None:
+        max_messages = DEFAULT_MAX_MESSAGES
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+        raise InvalidTypeError(f"max_messages={max_messages!r} must be an int (messages) or None")
+    if max_messages < 1:
+        raise InvalidArgumentError(f"max_messages={max_messages!r} must be positive")
+    if messages > max_messages:
+        raise InvalidArgumentError(f"{what} sends about {messages:,} messages, more than max_messages={max_messages}")
+    return max_messages

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from layouts import MeshError
 from scenarios.cli import _crash, campaign, check, draw, explain, run, sweep, trace
 from scenarios.cli._limits import time_limit
+from scenarios.cli.render import printable
 
 _COMMANDS = (run, explain, check, trace, draw, sweep, campaign)
 
@@ -33,13 +34,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback, `_crash.save_report`); 130 when interrupted. Bad command-line arguments exit with 2
         through argparse.
     """
+    args = None
     try:
         args = parser().parse_args(argv)
         with time_limit(getattr(args, "timeout", None), getattr(args, "scenario", "meshsim")):
             return args.execute(args)
     except MeshError as error:
-        print(f"meshsim: error: {error}", file=sys.stderr)
+        print(f"meshsim: error: {printable(str(error), multiline=True)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C in a command that keeps nothing to resume (sweep and campaign say how)
+        print(f"meshsim: interrupted; {getattr(args, 'command', 'meshsim')} stopped before it finished",
+              file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (`meshsim run ... | head`): nothing left to say
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -17,6 +17,8 @@ from rich.text import Text
 import scenarios
 import sim
 from scenarios import ScenarioError
+from scenarios.cli._limits import budget_of
+from scenarios.cli.render import terminal_console
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,14 +44,15 @@ def execute(args: argparse.Namespace) -> int:
     if args.scenario.endswith(".py"):
         raise ScenarioError(f"{args.scenario}: --explore-orders needs a scenario file (TOML); a Python script "
                             "runs its own code and can call sim.explore itself")
-    limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
-    scenario = scenarios.load(args.scenario, allow_code=args.allow_code, max_memory_bytes=limit)
+    limit, max_messages = budget_of(args)
+    scenario = scenarios.load(args.scenario, allow_code=args.allow_code, max_memory_bytes=limit,
+                              max_messages=max_messages)
     report = scenarios.explore(scenario, args.explore_orders, args.explore_seed)
     if args.json:
         json.dump({"scenario": scenario.path, **report.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        _show(Console(highlight=False), scenario.path, report)
+        _show(terminal_console(highlight=False), scenario.path, report)
     return 0 if report.independent else 1
 
 

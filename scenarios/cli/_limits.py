@@ -1,4 +1,5 @@
-"""The options every command that runs a scenario shares: consent to run its code, and a time limit."""
+"""The options every command that runs a scenario shares: consent to run its code, a time limit, and the
+memory and work budget (`--max-memory`, `--max-messages`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from types import FrameType
 
 import scenarios
+import sim
 from scenarios import CodeNotAllowedError, Scenario, ScenarioError, TimeLimitError
 
 MAX_TIMEOUT_S = 100_000_000  # about three years: the most the system's interval timer takes with room to spare
@@ -35,6 +37,39 @@ def load_collective(path: str, script: str, program: str) -> Scenario:
     if not isinstance(scenario, Scenario):
         raise ScenarioError(f"{path}: {program}")
     return scenario
+
+
+def add_budget(parser: argparse.ArgumentParser, what: str = "the run") -> None:
+    """Add `--max-memory SIZE` and `--max-messages N`: the memory and the work `what` may take."""
+    parser.add_argument("--max-memory", metavar="SIZE",
+                        help=f"the most memory {what} may use, e.g. 4GiB or 500MB: a scenario or point whose "
+                             f"estimate exceeds SIZE is refused before it runs, a run whose device memories would "
+                             f"pass it is stopped, and a scenario's code (--allow-code) may grow the process by at "
+                             f"most SIZE (default: half the machine's memory)")
+    parser.add_argument("--max-messages", metavar="N", type=_messages, default=None,
+                        help=f"the most messages {what} may be estimated to send, its work: beyond N it is refused "
+                             f"before it runs, as it would take long (default: {sim.DEFAULT_MAX_MESSAGES:,})")
+
+
+def budget_of(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """`--max-memory` in bytes and `--max-messages` (None for the defaults).
+
+    Raises:
+        InvalidArgumentError: `--max-memory` is not a size.
+    """
+    limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
+    return limit, args.max_messages
+
+
+def _messages(text: str) -> int:
+    """A positive whole number of messages, for argparse (underscores and 1e7 allowed)."""
+    try:
+        number = float(text.replace("_", ""))
+    except ValueError:
+        number = float("nan")
+    if not (1 <= number < 1e18) or number != int(number):
+        raise argparse.ArgumentTypeError(f"--max-messages={text!r} must be a positive whole number, e.g. 10000000")
+    return int(number)
 
 
 def add_timeout(parser: argparse.ArgumentParser) -> None:

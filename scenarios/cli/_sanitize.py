@@ -52,7 +52,10 @@ def run(scenario: Any) -> Sanitized:
         function = sim.shard_map(mapped.f, mesh=mapped.mesh, in_specs=mapped.in_specs, out_specs=mapped.out_specs,
                                  check_vma=mapped.check_vma, sanitize=True)
         try:
-            outcome = function.run(*scenario.args)
+            with scenarios.address_space_limit(mapped.mesh.max_memory_bytes, scenario.path):
+                outcome = function.run(*scenario.args)
+        except ScenarioError:  # out of memory, said in one line
+            raise
         except Exception as error:  # the program is the file's own code: its failures are the file's errors
             raise ScenarioError(f"{scenario.path}: [program] source failed: {type(error).__name__}: {error}") \
                 from error
@@ -93,7 +96,7 @@ def _report(console: Console, outcome: sim.Run) -> None:
             rows = "" if v.rows is None else f"{v.rows[0]}:{v.rows[1]}"
             call = f"{v.collective} #{v.call} on {list(v.members)}"
             where = ("group" if device is None else str(device), call, rule) if k == 0 else ("", "", "")
-            table.add_row(*where, rows, skipped_str(v), v.message)
+            table.add_row(*map(Text, where), rows, skipped_str(v), Text(v.message))
     console.print(table)
     if outcome.stopped is not None:
         console.print(Text.assemble(("the run stopped at this error, so later calls were not checked: ", "bold"),

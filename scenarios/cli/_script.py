@@ -8,7 +8,7 @@ from pathlib import Path
 
 import scenarios
 from layouts import MeshError
-from scenarios import ScenarioError, TimeLimitError, refuse_script, user_code
+from scenarios import ScenarioError, TimeLimitError, address_space_limit, refuse_script, user_code
 from scenarios._errors import read_text
 
 # meshsim's packages: their files are its code, never scenarios (but for the scenario library's scripts).
@@ -34,12 +34,16 @@ def check_path(path: str) -> None:
                                     "e.g. scenarios/library/moe_dispatch.toml")
 
 
-def run_script(path: str, json_output: bool, allow_code: bool) -> int:
+def run_script(path: str, json_output: bool, allow_code: bool, max_memory_bytes: int | None = None) -> int:
     """Run the Python scenario at `path` as `__main__`; it prints its own results. Returns the exit code 0.
+
+    The script runs under the address-space limit `max_memory_bytes` sets (`scenarios.address_space_limit`;
+    None for the default, half the machine's memory).
 
     Raises:
         CodeNotAllowedError: `allow_code` is False (nothing ran; the message shows the script's first lines).
-        ScenarioError: `json_output` was asked for (a script's output is its own, not a result document);
+        ScenarioError: the script ran out of its memory limit; `json_output` was asked for (a script's output
+            is its own, not a result document);
             the file cannot be read; the script called `sys.exit` or was interrupted; or it raised a
             `MeshError` (the message carries the error and its notes, e.g. the device it was raised on).
     """
@@ -49,10 +53,10 @@ def run_script(path: str, json_output: bool, allow_code: bool) -> int:
     read_text(path, "scenario")  # a regular, readable file (a pipe would block the refusal's reading)
     if not allow_code:
         raise refuse_script(path)
-    with user_code(path):
+    with user_code(path), address_space_limit(max_memory_bytes, path):
         try:
             runpy.run_path(path, run_name="__main__")
-        except TimeLimitError:
+        except (TimeLimitError, MemoryError):
             raise
         except MeshError as error:
             notes = "".join(f"\n  {note}" for note in getattr(error, "__notes__", ()))

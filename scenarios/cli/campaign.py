@@ -20,12 +20,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 import collectives
 from scenarios import ScenarioError
 from scenarios.campaign import KINDS
 from scenarios.cli._campaign_files import Results
-from scenarios.cli._cluster import add_cluster, integer, local_workers
+from scenarios.cli._cluster import add_cluster, announce_dashboard, dashboard_address, integer, local_workers
+from scenarios.cli.render import terminal_console
 
 MAX_CASES = 100_000  # per collective: 10,000 jobs each, a plan of about 150 MB over every collective and kind
 
@@ -69,27 +71,30 @@ def execute(args: argparse.Namespace) -> int:
     jobs = plan(ops, cases, seed, kinds=kinds)
     results = Results(Path(args.output), resume=args.resume)
     pending = [job for job in jobs if job.key not in results.done]
-    console = Console(stderr=True, highlight=False)
+    console = terminal_console(stderr=True, highlight=False)
     start = time.perf_counter()
     try:
         if pending:
-            _run(pending, results, workers, args.scheduler, console)
+            _run(pending, results, workers, args, console)
     except KeyboardInterrupt:
-        console.print(f"interrupted: {len(results.added)} job(s) saved in {results.path}; add --resume to continue")
+        console.print(f"meshsim: interrupted; {len(results.added)} job(s) saved in {results.path}: run the same "
+                      "command with --resume to continue", markup=False, highlight=False, soft_wrap=True)
         return 130
     report = _report(ops, kinds, jobs, results, len(jobs) - len(pending), time.perf_counter() - start)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        _show(Console(highlight=False), report)
+        _show(terminal_console(highlight=False), report)
     return 1 if report["findings"] else 0
 
 
-def _run(jobs: list[Any], results: Results, workers: int | None, scheduler: str | None, console: Console) -> None:
-    """Run `jobs` on the cluster under a progress bar, saving each job's record as it arrives."""
+def _run(jobs: list[Any], results: Results, workers: int | None, args: argparse.Namespace, console: Console) -> None:
+    """Run `jobs` on the cluster `args` name under a progress bar, saving each job's record as it arrives."""
     from scenarios.fleet import fleet, run_jobs
 
-    with fleet(workers=workers, scheduler=scheduler) as client, _progress(console) as progress:
+    dashboard = dashboard_address(args)
+    with fleet(workers, args.scheduler, dashboard) as client, _progress(console) as progress:
+        announce_dashboard(client, dashboard)
         task = progress.add_task("cases", total=sum(job.args[1] for job in jobs))
 
         def done(job: Any, record: dict[str, Any]) -> None:
@@ -155,8 +160,8 @@ def _show(console: Console, report: dict[str, Any]) -> None:
         table.add_column(column, justify="left" if column in ("collective", "kind") else "right")
     for row in report["rows"]:
         style = "bold red" if row["findings"] else None
-        table.add_row(row["op"], row["kind"], *(str(row[k]) for k in ("cases", "agree", "known", "findings")),
-                      style=style)
+        table.add_row(Text(row["op"]), Text(row["kind"]),
+                      *(str(row[k]) for k in ("cases", "agree", "known", "findings")), style=style)
     totals = [sum(row[k] for row in report["rows"]) for k in ("cases", "agree", "known", "findings")]
     table.add_row("total", "", *map(str, totals), style="bold")
     console.print(table)
@@ -166,15 +171,17 @@ def _show(console: Console, report: dict[str, Any]) -> None:
                   f"{report['results']}")
     for path, replay in report["findings"].items():
         if path.endswith(".toml"):
-            console.print(f"[bold red]finding[/] {path} (replayed: {replay}); replay it with: meshsim check {path}")
+            console.print(Text.assemble(("finding", "bold red"), f" {path} (replayed: {replay}); replay it with: "
+                                        f"meshsim check {path}"))
         else:
-            console.print(f"[bold red]finding[/] {path}: a new disagreement with JAX's rule, shrunk; read it")
+            console.print(Text.assemble(("finding", "bold red"), f" {path}: a new disagreement with JAX's rule, "
+                                        "shrunk; read it"))
     met: dict[str, int] = {}
     for row in report["rows"]:
         for name, n in row["known_ids"].items():
             met[name] = met.get(name, 0) + n
     if met:
-        console.print("known: disagreements FINDINGS.md explains (JAX's rules), by id: "
-                      + ", ".join(f"{name} x{n}" for name, n in met.items()))
+        console.print(Text("known: disagreements FINDINGS.md explains (JAX's rules), by id: "
+                           + ", ".join(f"{name} x{n}" for name, n in met.items())))
     if not report["findings"]:
         console.print("[bold green]all agree[/]" if not met else "[bold green]nothing new[/]")

@@ -20,6 +20,7 @@ import scenarios
 from oracles import Call, Comparison, Difference, Report
 from scenarios import Scenario
 from scenarios.cli._limits import add_timeout, load_collective
+from scenarios.cli.render import terminal_console
 
 _AGREE, _DIFFER, _SKIPPED = ("agree", "green"), ("DIFFER", "bold red"), ("skipped", "dim")
 
@@ -48,7 +49,7 @@ def execute(args: argparse.Namespace) -> int:
     skipped = "--no-jax given; checked against the spec only" if args.no_jax else oracles.jax_unavailable(call)
     oracle = None if skipped else oracles.shared_oracle()
     report = oracles.check(call, list(result.outputs), oracle, jax_skipped=skipped)
-    show(Console(highlight=False), scenario, report)
+    show(terminal_console(highlight=False), scenario, report)
     return 0 if report.agree else 1
 
 

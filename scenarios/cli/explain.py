@@ -22,7 +22,15 @@ import scenarios
 import sim
 from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult, run_forward
 from scenarios.cli._limits import add_allow_code, add_timeout
-from scenarios.cli.render import _protocols, _ragged, array_text, message_table, step_groups
+from scenarios.cli.render import (
+    _protocols,
+    _ragged,
+    array_text,
+    message_table,
+    printable,
+    step_groups,
+    terminal_console,
+)
 from scenarios.cli.render import colour as _colour
 from scenarios.cli.render import seconds as _seconds
 from scenarios.cli.render import span as _span
@@ -54,7 +62,7 @@ def execute(args: argparse.Namespace) -> int:
         raise ScenarioError(f"{args.scenario}: explain takes TOML scenario files; run a Python scenario with "
                             f"`python {args.scenario}` or `meshsim run --allow-code {args.scenario}`")
     scenario = scenarios.load(args.scenario, allow_code=args.allow_code)
-    console = Console(highlight=False, markup=False)  # brackets are array text
+    console = terminal_console(highlight=False, markup=False)  # brackets are array text
     pause = args.step and sys.stdin.isatty()
     if args.step and not pause:
         print("meshsim: --step ignored: stdin is not a terminal", file=sys.stderr)
@@ -65,9 +73,10 @@ def execute(args: argparse.Namespace) -> int:
     try:
         _show(console, walkthrough, pause)
     except KeyboardInterrupt:
+        print("\nmeshsim: interrupted; explain stopped before its last step", file=sys.stderr)
         return 130
     if refusal is not None:
-        print(f"meshsim: error: {str(refusal).splitlines()[0]} (the broken rules are explained above)",
+        print(f"meshsim: error: {printable(str(refusal).splitlines()[0])} (the broken rules are explained above)",
               file=sys.stderr)
         return 2
     return 0

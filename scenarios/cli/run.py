@@ -16,16 +16,25 @@ from rich.table import Table
 from rich.text import Text
 
 import scenarios
-import sim
 from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli import _explore, _sanitize
-from scenarios.cli._limits import add_allow_code, add_timeout
+from scenarios.cli._limits import add_allow_code, add_budget, add_timeout, budget_of
 from scenarios.cli._script import check_path, run_script
-from scenarios.cli.render import KEPT, THRESHOLD, LazyStatus, array_lines, colour, summarised, write_json
+from scenarios.cli.render import (
+    KEPT,
+    THRESHOLD,
+    LazyStatus,
+    array_lines,
+    colour,
+    summarised,
+    terminal_console,
+    write_json,
+)
 from scenarios.cli.render import seconds as _seconds
 from scenarios.cli.render import span as _span
 
 _MESSAGE_EDGE = 50  # a table of more than twice this many messages shows this many at each end, unless --full
+_RUN_EDGE = 10  # a device's "rows ... from device ..." lines: beyond twice this many, this many at each end
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,9 +51,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _explore.add_arguments(run)
     add_allow_code(run)
     add_timeout(run)
-    run.add_argument("--max-memory", metavar="SIZE",
-                     help="refuse a scenario whose estimated memory exceeds SIZE, e.g. 4GiB or 500MB (default: "
-                          "half the machine's memory)")
+    add_budget(run)
     run.set_defaults(execute=execute)
 
 
@@ -63,16 +70,17 @@ def execute(args: argparse.Namespace) -> int:
     """
     path = args.scenario
     check_path(path)
+    limit, max_messages = budget_of(args)
     if args.explore_orders:  # arrival-order exploration prints its own report and exit code
         return _explore.execute(args)
     if path.endswith(".py"):  # a scenario that is a script (the layout guide's compile-then-call flow)
         if args.sanitize:
             _sanitize.refuse_script(path)
-        return run_script(path, args.json, args.allow_code)
-    console = Console(highlight=False)
+        return run_script(path, args.json, args.allow_code, limit)
+    console = terminal_console(highlight=False)
     with LazyStatus(console, f"loading {path}", enabled=not args.json and console.is_terminal) as status:
-        limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
-        scenario = scenarios.load(path, allow_code=args.allow_code, max_memory_bytes=limit)
+        scenario = scenarios.load(path, allow_code=args.allow_code, max_memory_bytes=limit,
+                                  max_messages=max_messages)
         status.update(f"simulating {path} on {scenario.mesh.size} devices")
         result = _sanitize.run(scenario) if args.sanitize else scenarios.run(scenario)
     if args.sanitize:
@@ -97,10 +105,10 @@ def _shown_result(console: Console, result: ScenarioResult | ProgramResult, full
 def _show_program(console: Console, result: ProgramResult) -> None:
     """The program's source, its typed listing, and the transposed programs with their communication."""
     scenario = result.scenario
-    console.rule(f"[bold]{scenario.title}")
-    console.print(scenario.path, style="dim")
+    console.rule(Text(scenario.title, style="bold"))
+    console.print(Text(scenario.path, style="dim"))
     if scenario.description:
-        console.print(scenario.description)
+        console.print(Text(scenario.description))
     console.print(Text(scenario.source.strip(), style="bold"))
     passes = [("forward", result.forward), ("transposed", result.transposed), ("transposed twice", result.twice)]
     for name, one in passes:
@@ -170,9 +178,18 @@ def _device(console: Console, result: ScenarioResult, device: int, bounds: set[i
         return False
     runs = _runs(provenance, bounds)
     indent = Text(" " * (width + 4))
-    for line in _written_by(result, provenance.axis, runs):
+    for line in _edges(_written_by(result, provenance.axis, runs), full):
         console.print(indent + line, soft_wrap=True)
     return any(k is None for _, _, k in runs)
+
+
+def _edges(lines: list[Text], full: bool) -> list[Text]:
+    """`lines`, or (unless `full`) beyond `2 * _RUN_EDGE` of them only as many at each end: a device of a
+    1,000-device gather has 1,000 runs of rows, and every device printing all of them is a million lines."""
+    if full or len(lines) <= 2 * _RUN_EDGE:
+        return lines
+    left_out = Text(f"... {len(lines) - 2 * _RUN_EDGE} more runs of rows (--full shows every one)", style=KEPT)
+    return [*lines[:_RUN_EDGE], left_out, *lines[-_RUN_EDGE:]]
 
 
 def _print_array(console: Console, label: str, array: np.ndarray, provenance: Provenance | None, width: int,

@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from scenarios import read_rows
-from scenarios.cli._cluster import add_cluster, local_workers
-from scenarios.cli.render import nccl_table
+from scenarios.cli._cluster import add_cluster, announce_dashboard, dashboard_address, local_workers
+from scenarios.cli._limits import add_budget, budget_of
+from scenarios.cli.render import nccl_table, printable, terminal_console
 from scenarios.fleet import check_dask, fleet
 from scenarios.sweep import RESULTS, TABLE, Point, Sweep, check_output, finish, load_sweep, pending, plot, run_points
 
@@ -34,6 +35,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                        help="keep the points already in DIR/results.jsonl and run only the others")
     sweep.add_argument("--plot", metavar="FILE", help="draw time and busbw against size to FILE.svg or FILE.png")
     sweep.add_argument("--json", action="store_true", help="print every row as JSON instead of the table")
+    add_budget(sweep, "each point")
     sweep.set_defaults(execute=execute)
 
 
@@ -41,7 +43,8 @@ def execute(args: argparse.Namespace) -> int:
     """Run the sweep at `args.sweep` and report it; see the README's "Sweeps".
 
     Returns:
-        0 once every point has a row (a point the simulator rejected has its message as its row); 130 when
+        0 once every point has a row (a point the simulator rejected, one over `--max-memory` or
+        `--max-messages`, and one that failed on its worker have their message as their row); 130 when
         interrupted (Ctrl-C), the finished points kept for --resume.
 
     Raises:
@@ -50,6 +53,7 @@ def execute(args: argparse.Namespace) -> int:
         FleetError: the scheduler cannot be reached, or a point was lost with every worker that ran it.
     """
     output = check_output(args.plot) if args.plot else None
+    budget_of(args)  # a bad --max-memory is refused before anything starts
     workers = local_workers(args, "points")
     sweep = load_sweep(args.sweep)
     directory = Path(args.output or f"sweep-{Path(args.sweep).stem}")
@@ -69,7 +73,7 @@ def execute(args: argparse.Namespace) -> int:
     else:
         _report(sweep, rows, directory, len(todo), time.perf_counter() - start)
     if output is not None:
-        plot(rows, output, sweep.title)
+        plot(rows, output, printable(sweep.title))  # SVG and PNG text: no control characters either
         if not args.json:
             print(f"wrote {output}")
     return 0
@@ -78,26 +82,32 @@ def execute(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, todo: list[Point], directory: Path, workers: int | None) -> None:
     """Run the points on the cluster the arguments ask for, with a transient progress bar in a terminal."""
     check_dask("meshsim sweep")
-    console = Console()
-    with fleet(workers, args.scheduler) as client:
-        _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json)
+    console = terminal_console()
+    dashboard = dashboard_address(args)
+    with fleet(workers, args.scheduler, dashboard) as client:
+        announce_dashboard(client, dashboard)
+        _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json,
+                  budget=budget_of(args))
 
 
-def _progress(client: Any, todo: list[Point], directory: Path, console: Console, enabled: bool) -> None:
-    """Run the points with a transient progress bar on `console` when `enabled`."""
+def _progress(client: Any, todo: list[Point], directory: Path, console: Console, enabled: bool,
+              budget: tuple[int | None, int | None] = (None, None)) -> None:
+    """Run the points with a transient progress bar on `console` when `enabled`, each point within `budget`
+    (`--max-memory` bytes, `--max-messages`; None for the defaults)."""
     workers = len(client.scheduler_info().get("workers", {})) or "?"
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True, disable=not enabled) as progress:
         task = progress.add_task(f"sweep on {workers} worker(s)", total=len(todo))
-        run_points(client, todo, directory, on_row=lambda row: progress.advance(task))
+        run_points(client, todo, directory, on_row=lambda row: progress.advance(task), max_memory_bytes=budget[0],
+                   max_messages=budget[1])
 
 
 def _report(sweep: Sweep, rows: list[dict[str, Any]], directory: Path, ran: int, wall_s: float) -> None:
     """The nccl-tests table, then one line of counts, time and where the files are."""
-    print(f"# {sweep.title}")
+    print(f"# {printable(sweep.title)}")
     for line in nccl_table(rows):
-        print(line)
+        print(printable(line))
     rejected = sum(1 for row in rows if row["error"])
     print(f"{len(rows)} points: {ran} run now, {len(rows) - ran} from {RESULTS}; {rejected} rejected by the "
           f"simulator; {wall_s:.1f} s. Results: {os.path.join(directory, RESULTS)}, "

@@ -23,6 +23,7 @@ ragged_all_to_all sends even splits: every device's operand is n blocks of `coun
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,26 +44,106 @@ Operation = collectives.Sweep
 OPERATIONS: dict[str, Operation] = {name: collectives.definition(name).sweep for name in SWEPT}
 
 
-def measure(point: Point) -> dict[str, Any]:
+def measure(point: Point, max_memory_bytes: int | None = None, max_messages: int | None = None) -> dict[str, Any]:
     """Run `point` on the simulator and return its row (`COLUMNS`).
 
     A point the simulator rejects (an algorithm the collective lacks, a power-of-two algorithm on 6 devices,
-    a network that does not hold the mesh, a size too small for one element per block) gives a row whose
-    `error` is the simulator's message and whose figures are None; it never raises for that.
+    a network that does not hold the mesh, a size too small for one element per block), one over budget
+    (`refused`), and one whose run fails in any other way (out of memory on the worker, say) gives a row
+    whose `error` is the message and whose figures are None; it never raises for that, so one point's
+    failure never ends a sweep.
     """
+    row = _row(point)
+    try:
+        plan = _plan(point, max_memory_bytes, max_messages, row)
+        row.update(_timed(point, plan))
+    except sim.MeshError as error:
+        row["error"] = str(error)
+    except MemoryError as error:  # the run is gone once the handler ends; the row is all that is kept
+        detail = f": {error}" if str(error) else ""
+        row["error"] = (f"out of memory on the worker (MemoryError{detail}); a smaller size or mesh, or a worker "
+                        f"with more memory, may run it")
+    except Exception as error:  # a point's failure is its own row's, never the whole sweep's
+        row["error"] = f"the point failed: {type(error).__name__}: {error}"
+    return row
+
+
+def refused(point: Point, max_memory_bytes: int | None = None, max_messages: int | None = None) -> dict | None:
+    """The row of a point over budget (its memory or messages estimate past the limits, or a combination the
+    simulator rejects), made without running it; None for a point that may run.
+
+    A sweep checks every point with this before submitting it, so a point too large to finish is an error
+    row at once instead of a worker busy for hours.
+    """
+    row = _row(point)
+    try:
+        _plan(point, max_memory_bytes, max_messages, row)
+    except sim.MeshError as error:
+        row["error"] = str(error)
+        return row
+    return None
+
+
+def _row(point: Point) -> dict[str, Any]:
+    """The point's row with its parameters filled in and every figure None."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(key=point.key, collective=point.collective, network=point.network_label, algorithm=point.algorithm,
                dtype=point.dtype, seed=point.seed, size_bytes=point.size_bytes,
                mesh=",".join(f"{name}={size}" for name, size in point.mesh.items()))
-    try:
-        mesh = sim.Mesh(dict(point.mesh), network=build_network(point.network, tuple(point.mesh.values())))
-        axis_name = _axis_name(point, mesh)
-        n = mesh.axis_size(axis_name)
-        row.update(axis_name=",".join(mesh.axis_names_of(axis_name)), devices=n)
-        row.update(_timed(point, mesh, axis_name, n))
-    except sim.MeshError as error:
-        row["error"] = str(error)
     return row
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A point checked against its budget: its mesh, axis, group size and the sizes of its buffers."""
+
+    mesh: sim.Mesh
+    axis_name: str | tuple[str, ...]
+    n: int
+    count: int
+    per_device: int
+    size_bytes: int
+
+
+def _plan(point: Point, max_memory_bytes: int | None, max_messages: int | None, row: dict[str, Any]) -> _Plan:
+    """The point's mesh and sizes, once its memory and messages estimates are within the limits (filling
+    `row`'s axis_name and devices on the way).
+
+    Raises:
+        MeshError: the simulator rejects the combination, or an estimate exceeds its limit.
+    """
+    mesh = sim.Mesh(dict(point.mesh), network=build_network(point.network, tuple(point.mesh.values())),
+                    max_memory_bytes=max_memory_bytes)
+    axis_name = _axis_name(point, mesh)
+    n = mesh.axis_size(axis_name)
+    row.update(axis_name=",".join(mesh.axis_names_of(axis_name)), devices=n)
+    operation, dtype = OPERATIONS[point.collective], np.dtype(point.dtype)
+    count = _count(point, operation, dtype, n)
+    per_device = count if operation.blocks != "split" else count * n
+    size_bytes = count * dtype.itemsize * (1 if operation.blocks == "whole" else n)
+    messages = _messages(point, mesh.size, n)
+    what = f"{point.collective} ({point.algorithm}) of size_bytes={point.size_bytes} on {mesh.size} devices"
+    try:
+        _check_memory(what, point, mesh.size, per_device * dtype.itemsize, size_bytes, messages, max_memory_bytes)
+    except sim.InvalidArgumentError as error:
+        raise sim.InvalidArgumentError(f"{error}; raise the limit with meshsim sweep --max-memory SIZE") from None
+    try:
+        sim.check_messages(what, messages, max_messages)
+    except sim.InvalidArgumentError as error:
+        raise sim.InvalidArgumentError(f"{error}; a point that large takes long: raise the limit with meshsim "
+                                       f"sweep --max-messages N") from None
+    return _Plan(mesh, axis_name, n, count, per_device, size_bytes)
+
+
+def _messages(point: Point, devices: int, n: int) -> int:
+    """At most how many messages the point's call sends (`Sizes.messages`, by the algorithm it asks for); 0
+    for an algorithm the collective lacks, which its run rejects in the simulator's own words."""
+    definition = collectives.definition(point.collective)
+    try:
+        algorithm = definition.algorithm(point.algorithm)
+    except sim.MeshError:
+        return 0
+    return definition.sizes.messages(devices, n, algorithm.messages_per_peer)
 
 
 def _axis_name(point: Point, mesh: sim.Mesh) -> str | tuple[str, ...]:
@@ -73,15 +154,12 @@ def _axis_name(point: Point, mesh: sim.Mesh) -> str | tuple[str, ...]:
     return name
 
 
-def _timed(point: Point, mesh: sim.Mesh, axis_name: str | tuple[str, ...], n: int) -> dict[str, Any]:
+def _timed(point: Point, plan: _Plan) -> dict[str, Any]:
     """Size, count and every figure of one simulated call of the point's collective."""
+    mesh, axis_name, n, count = plan.mesh, plan.axis_name, plan.n, plan.count
     operation, dtype = OPERATIONS[point.collective], np.dtype(point.dtype)
-    count = _count(point, operation, dtype, n)
-    per_device = count if operation.blocks != "split" else count * n
-    size_bytes = count * dtype.itemsize * (1 if operation.blocks == "whole" else n)
-    _check_memory(point, len(mesh.devices), per_device * dtype.itemsize, size_bytes)
     spec = sim.P(tuple(mesh.shape))
-    args = _inputs(point, mesh, axis_name, dtype, per_device, count)
+    args = _inputs(point, mesh, axis_name, dtype, plan.per_device, count)
     program = operation.call(axis_name, n, point.algorithm)
     f = sim.shard_map(program, mesh=mesh, in_specs=(spec,) * len(args), out_specs=spec,
                       check_vma=False)
@@ -91,8 +169,8 @@ def _timed(point: Point, mesh: sim.Mesh, axis_name: str | tuple[str, ...], n: in
     columns = run.trace.columns()
     sent = (columns["src"] != columns["dst"]) & (columns["kind"] == "message")
     time_s = float(run.end_time_s)
-    algbw = size_bytes / time_s / 1e9 if time_s > 0 else None
-    return {"size_bytes": size_bytes, "count": count, "time_s": time_s, "algbw_GB_per_s": algbw,
+    algbw = plan.size_bytes / time_s / 1e9 if time_s > 0 else None
+    return {"size_bytes": plan.size_bytes, "count": count, "time_s": time_s, "algbw_GB_per_s": algbw,
             "busbw_GB_per_s": None if algbw is None else algbw * operation.busbw_factor(n),
             "messages": int(sent.sum()), "bytes_sent": int(columns["size_bytes"][sent].sum()),
             "wall_s": wall_s, "algorithm_run": ",".join(sorted({c.algorithm or "" for c in run.calls}))}
@@ -109,13 +187,14 @@ def _count(point: Point, operation: Operation, dtype: np.dtype, n: int) -> int:
     return count
 
 
-def _check_memory(point: Point, devices: int, in_bytes: int, size_bytes: int) -> None:
-    """Refuse, before drawing anything, a point whose buffers alone would take more than the simulator's memory
-    limit (half the machine's): every device's input, output and messages in flight."""
+def _check_memory(what: str, point: Point, devices: int, in_bytes: int, size_bytes: int, messages: int,
+                  max_memory_bytes: int | None) -> None:
+    """Refuse, before drawing anything, a point whose buffers and trace would take more than the memory limit
+    (by default half the machine's): every device's input, output and messages in flight, and the trace's
+    `sim.MESSAGE_BYTES` per message."""
     out_bytes = size_bytes if OPERATIONS[point.collective].blocks == "gathered" else in_bytes
-    sim.check_memory(f"{point.collective} of size_bytes={point.size_bytes} on {devices} devices",
-                     {"inputs": devices * in_bytes, "outputs": devices * out_bytes, "messages": devices * in_bytes},
-                     None)
+    sim.check_memory(what, {"inputs": devices * in_bytes, "outputs": devices * out_bytes,
+                            "messages": devices * in_bytes, "trace": messages * sim.MESSAGE_BYTES}, max_memory_bytes)
 
 
 def _inputs(point: Point, mesh: sim.Mesh, axis_name: Any, dtype: np.dtype, per_device: int,

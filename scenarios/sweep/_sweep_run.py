@@ -17,7 +17,7 @@ from typing import Any
 from scenarios._errors import ScenarioError
 from scenarios._results import append_row, open_for_append, read_rows, write_csv
 from scenarios.fleet import Job, run_jobs
-from scenarios.sweep._measure import COLUMNS, measure
+from scenarios.sweep._measure import COLUMNS, measure, refused
 from scenarios.sweep._sweep import Point, Sweep
 from scenarios.sweep._sweep_values import check_row
 
@@ -43,21 +43,32 @@ def pending(sweep: Sweep, directory: Path, resume: bool) -> tuple[dict[str, dict
 
 
 def run_points(client: Any, points: Sequence[Point], directory: Path,
-               on_row: Callable[[dict[str, Any]], None] | None = None) -> None:
+               on_row: Callable[[dict[str, Any]], None] | None = None, max_memory_bytes: int | None = None,
+               max_messages: int | None = None) -> None:
     """Run every point as a job on `client`'s workers, appending each row to `directory/results.jsonl` (and
     calling `on_row` with it) as it completes, in completion order.
+
+    Each point is checked against the budget first (`max_memory_bytes`, `max_messages`: None for the
+    defaults, as for `meshsim run`): a point over it, or one the simulator rejects, gets its error row at
+    once and is not submitted. A point that fails on its worker (out of memory, say) is an error row too.
 
     Raises:
         FleetError: a point was lost with every worker that ran it.
         ScenarioError: the results file cannot be written.
     """
-    jobs = [Job(point.key, measure, (point,)) for point in points]
     with open_for_append(directory / RESULTS) as stream:
-        def done(job: Job, row: dict[str, Any]) -> None:
+        def done(job: Job | None, row: dict[str, Any]) -> None:
             append_row(stream, row)
             if on_row is not None:
                 on_row(row)
 
+        jobs = []
+        for point in points:
+            row = refused(point, max_memory_bytes, max_messages)
+            if row is not None:
+                done(None, row)
+            else:
+                jobs.append(Job(point.key, measure, (point, max_memory_bytes, max_messages)))
         run_jobs(client, jobs, done)
 
 

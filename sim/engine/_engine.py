@@ -25,6 +25,7 @@ from sim.engine._perturb import Perturbation
 from sim.engine._rendezvous import Rendezvous
 from sim.engine._transport import Transport
 from sim.memory._memory import LocalMemory
+from sim.memory._meter import MemoryMeter
 from sim.network._flows import LinkState
 from sim.network._mesh import Mesh
 from sim.record._equations import Program
@@ -45,17 +46,24 @@ class Simulation:
     random, for exploring arrival orders; `last_arrival_wins` lets a collective whose slices may land on
     the same rows (ragged_all_to_all) write them in arrival order instead of refusing the call. Both are
     off by default, and then the run takes none of their paths.
+
+    Every array the run's memories hold is counted (`meter`) against `max_memory_bytes` (by default the
+    mesh's limit, `Mesh(max_memory_bytes=...)`); the allocation that would pass it raises `MemoryLimitError`.
     """
 
     def __init__(self, mesh: Mesh, check_vma: bool = True, memories: Sequence[LocalMemory] | None = None,
                  sanitize: bool = False, perturbation: Perturbation | None = None,
-                 last_arrival_wins: bool = False) -> None:
-        self.options = RunOptions(mesh, check_vma, sanitize, last_arrival_wins)
+                 last_arrival_wins: bool = False, max_memory_bytes: int | None = None) -> None:
+        limit = mesh.max_memory_bytes if max_memory_bytes is None else max_memory_bytes
+        self.options = RunOptions(mesh, check_vma, sanitize, last_arrival_wins, limit)
+        self.meter = MemoryMeter(limit)
         self.mesh = mesh
         self.perturbation = perturbation
         order = None if perturbation is None else perturbation.start()
         self.env = simpy.Environment(initial_time=0.0) if order is None else order.environment()
-        self.memories = list(memories) if memories is not None else [LocalMemory(d) for d in mesh.devices]
+        self.memories = list(memories) if memories is not None else [LocalMemory(d, self.meter) for d in mesh.devices]
+        for memory in self.memories:
+            memory.count_in(self.meter)
         self.programs = [Program() for _ in mesh.devices]
         self.trace = Trace(route=mesh.route)
         self.links = LinkState(mesh.network, mesh.size, self.env, mesh.placement)

@@ -14,7 +14,9 @@ class RunOptions:
     `check_vma`: device-variance types are inferred and checked. `sanitize`: a call that breaks rules
     records them and runs without the broken pieces where its collective can (`sim.Violation`).
     `last_arrival_wins`: slices that land on the same rows are written in arrival order instead of refused
-    (arrival-order exploration).
+    (arrival-order exploration). `max_memory_bytes`: the most bytes the run's device memories may hold
+    together (every array: inputs, results, staging, received blocks); None for the default, half the
+    machine's memory (`sim.default_max_memory_bytes`).
 
     >>> RunOptions(Mesh({"x": 2})).check_vma
     True
@@ -24,3 +26,4 @@ class RunOptions:
     check_vma: bool = True
     sanitize: bool = False
     last_arrival_wins: bool = False
+    max_memory_bytes: int | None = None

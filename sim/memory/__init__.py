@@ -3,10 +3,11 @@ global `Array`, and the layout choices of the compile model (AUTO)."""
 
 from sim.memory._array import Array, Shard, device_put
 from sim.memory._memory import Buffer, LocalMemory
+from sim.memory._meter import MemoryMeter
 from sim.memory._sharding import NamedSharding, SingleDeviceSharding
 from sim.memory._spec import P, PartitionSpec
 
 __all__ = [
-    "Array", "Buffer", "LocalMemory", "NamedSharding", "P", "PartitionSpec", "Shard", "SingleDeviceSharding",
-    "device_put",
+    "Array", "Buffer", "LocalMemory", "MemoryMeter", "NamedSharding", "P", "PartitionSpec", "Shard",
+    "SingleDeviceSharding", "device_put",
 ]

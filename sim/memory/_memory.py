@@ -21,6 +21,7 @@ import numpy as np
 
 import layouts
 from layouts import InvalidArgumentError, Layout
+from sim.memory._meter import MemoryMeter
 
 _ALIGN_BYTES = 64
 _MIN_SEGMENT_BYTES = 1 << 12  # one page: a mesh of many devices holding little costs little
@@ -66,7 +67,9 @@ class LocalMemory:
     """A device's memory: a flat address space with a bump allocator.
 
     The address space grows in segments so that views handed out earlier stay valid; an offset names one
-    byte of the whole space. Reading an array always goes through `layouts.decode`.
+    byte of the whole space. Reading an array always goes through `layouts.decode`. With a `meter` (a run's
+    `MemoryMeter`), every array the memory comes to hold is charged to it first, and one that would pass the
+    run's limit raises `MemoryLimitError` instead of being held.
 
     >>> memory = LocalMemory(0)
     >>> buffer = memory.store(np.array([[1, 2], [3, 4]], np.int8), Layout((1, 0)))
@@ -74,8 +77,9 @@ class LocalMemory:
     ([1, 3, 2, 4], [[1, 2], [3, 4]])
     """
 
-    def __init__(self, device: int) -> None:
+    def __init__(self, device: int, meter: MemoryMeter | None = None) -> None:
         self.device = device
+        self.meter = meter  # counts every allocation against the run's limit; None counts nothing
         self._segments: list[tuple[int, np.ndarray]] = []
         self._open: tuple[int, np.ndarray] | None = None  # the segment the bump allocator fills
         self._top = 0
@@ -94,6 +98,7 @@ class LocalMemory:
 
         Raises:
             ValueError: `layout` does not fit the rank of `shape`.
+            MemoryLimitError: the run's memories would hold more than its limit (with a `meter`).
         """
         shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
         layout = layout or Layout.row_major(len(shape))
@@ -101,8 +106,10 @@ class LocalMemory:
         if layout == Layout.row_major(len(shape)):
             for k, region in enumerate(self._reserved):
                 if region.dtype == dtype and region.shape == shape:
+                    self._charge("a block of a global output", dtype, shape, size)
                     del self._reserved[k]
                     return self._attach(region.reshape(-1).view(np.uint8), dtype, shape, layout, writable=True)
+        self._charge("a new array", dtype, shape, size)
         start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
         base, segment = self._open or (0, np.empty(0, np.uint8))
         if self._open is None or start + size > base + segment.size:  # a 0-byte array needs a segment too
@@ -130,6 +137,8 @@ class LocalMemory:
                 f"device {self.device}: adopt: array {array.dtype}{list(array.shape)} with strides "
                 f"{array.strides} must be one non-empty contiguous run in layout {layout!r}"
             )
+        size = layout.size_in_bytes(array.dtype, array.shape)
+        self._charge("an input block held", array.dtype, array.shape, size)
         return self._attach(raw, array.dtype, array.shape, layout, writable=False)
 
     def place(self, array, layout: Layout | None = None) -> Buffer:
@@ -213,6 +222,16 @@ class LocalMemory:
         base = -(-end // _ALIGN_BYTES) * _ALIGN_BYTES
         self._segments.append((base, segment))
         return base
+
+    def count_in(self, meter: MemoryMeter) -> None:
+        """Charge every array held so far to `meter`, and every later one (a run taking this memory in)."""
+        if self.meter is not meter:
+            meter.charge(self.device, "the arrays held before the run", np.dtype(np.uint8), (self._top,), self._top)
+            self.meter = meter
+
+    def _charge(self, what: str, dtype: np.dtype, shape: tuple[int, ...], size: int) -> None:
+        if self.meter is not None:
+            self.meter.charge(self.device, what, dtype, shape, size)
 
     def _register(self, buffer: Buffer) -> Buffer:
         self._by_address[self.raw(buffer).__array_interface__["data"][0]] = buffer

@@ -51,7 +51,8 @@ class Mesh:
         Raises:
             InvalidArgumentError: a size is not a positive integer, the mesh has more than `sim.MAX_DEVICES`
                 (2**20) devices, or its devices alone (`sim.DEVICE_BYTES` each) need more than
-                `max_memory_bytes` (default: half the machine's memory, see `sim.default_max_memory_bytes`);
+                `max_memory_bytes` (default: half the machine's memory, see `sim.default_max_memory_bytes`),
+                which every run on the mesh then holds its device memories to (`sim.Simulation`);
                 the network cannot hold the mesh, or `placement` is not a placement of it.
         """
         if not isinstance(axes, dict) or not axes:
@@ -64,6 +65,7 @@ class Mesh:
         self.size = math.prod(self.shape.values())  # Python ints: no overflow before the check
         check_device_count(self.shape, self.size)
         check_memory(f"a mesh of {self.size} devices", {"devices": self.size * DEVICE_BYTES}, max_memory_bytes)
+        self.max_memory_bytes = max_memory_bytes  # every run on the mesh holds its memories to it (None: default)
         self._grid = np.arange(self.size).reshape(tuple(self.shape.values()))
         self._groups: dict[tuple, list[Group]] = {}
         from sim.network._network import DEFAULT_COPY_COST, Network

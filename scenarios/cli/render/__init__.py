@@ -1,6 +1,6 @@
 """What the command line shows: arrays coloured by the device that sent each row, protocol walkthroughs and
 message tables (rich), the SVG picture and the HTML page of a run, the nccl-tests table of a sweep, the
-JSON of a result, a spinner for long runs, and units."""
+JSON of a result, a spinner for long runs, units, and text from files made safe for a terminal."""
 
 from scenarios.cli.render._arrays import EDGEITEMS, KEPT, PALETTE, THRESHOLD, array_lines, colour, summarised
 from scenarios.cli.render._json import write_json
@@ -9,10 +9,11 @@ from scenarios.cli.render._page import page, timeline
 from scenarios.cli.render._progress import LazyStatus
 from scenarios.cli.render._protocols import array_text, call_text, message_table, protocol, step_groups
 from scenarios.cli.render._svg import PALETTE_HEX, picture
+from scenarios.cli.render._text import printable, terminal_console
 from scenarios.cli.render._units import seconds, span
 
 __all__ = [
     "EDGEITEMS", "KEPT", "PALETTE", "PALETTE_HEX", "THRESHOLD", "LazyStatus", "array_lines", "array_text",
-    "call_text", "colour", "message_table", "nccl_table", "page", "picture", "protocol", "seconds", "span",
-    "step_groups", "summarised", "timeline", "write_json",
+    "call_text", "colour", "message_table", "nccl_table", "page", "picture", "printable", "protocol", "seconds",
+    "span", "step_groups", "summarised", "terminal_console", "timeline", "write_json",
 ]

@@ -6,12 +6,11 @@ message anywhere (arrow, timeline bar, table row) highlights it everywhere.
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape
-
 import numpy as np
 
 from scenarios import ScenarioResult
 from scenarios.cli.render._svg import colour, document, picture, tag, text
+from scenarios.cli.render._text import xml_text
 
 LABEL_W, PLOT_W, ROW_H = 150, 620, 20
 _CSS = """
@@ -50,10 +49,10 @@ def page(result: ScenarioResult) -> str:
              f"simulated time {seconds(result.end_time_s)}")
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{escape(scenario.title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{escape(scenario.title)}</h1>", f"<p><code>{escape(scenario.path)}</code></p>",
-        f"<p>{escape(' '.join(scenario.description.split()))}</p>" if scenario.description else "",
-        f"<p>{escape(facts)}</p>",
+        f"<title>{xml_text(scenario.title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{xml_text(scenario.title)}</h1>", f"<p><code>{xml_text(scenario.path)}</code></p>",
+        f"<p>{xml_text(' '.join(scenario.description.split()))}</p>" if scenario.description else "",
+        f"<p>{xml_text(facts)}</p>",
         '<h2>Who sends which rows where</h2><div id="picture">', picture(result), "</div>",
         '<h2>Timeline</h2><div id="timeline">', timeline(result), "</div>",
         "<h2>Devices</h2>", _devices(result), f"<h2>Messages ({len(result.trace)})</h2>", _messages(result),
@@ -99,7 +98,7 @@ def _bar(x0: float, x1: float, y: float, h: float, fill: str, opacity: str, kind
              "fill": fill, "fill_opacity": opacity}
     if message is not None:
         attrs["data_message"] = message
-    return tag("rect", attrs, tag("title", {}, escape(about)))
+    return tag("rect", attrs, tag("title", {}, xml_text(about)))
 
 
 def _ticks(end: float, top: float, bottom: float) -> list[str]:
@@ -122,13 +121,13 @@ def _x(t: float, end: float) -> float:
 def _devices(result: ScenarioResult) -> str:
     """A table of each device's inputs and result, large arrays summarised by their edges."""
     names = list(result.inputs[0]) if result.inputs else []
-    head = "".join(f"<th>{escape(n)}</th>" for n in ["device", "coords", *names, "result"])
+    head = "".join(f"<th>{xml_text(n)}</th>" for n in ["device", "coords", *names, "result"])
     rows = []
     for d in result.scenario.mesh.devices:
         coords = ", ".join(f"{k}={v}" for k, v in result.scenario.mesh.coords(d).items())
         cells = [_array(result.inputs[d][n]) for n in names] + [_array(result.outputs[d])]
         swatch = f'<span class="swatch" style="background:{colour(d)}"></span>'
-        rows.append(f"<tr><td>{swatch}{d}</td><td>{escape(coords)}</td>"
+        rows.append(f"<tr><td>{swatch}{d}</td><td>{xml_text(coords)}</td>"
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f'<table id="devices"><tr>{head}</tr>' + "".join(rows) + "</table>"
 
@@ -137,7 +136,7 @@ def _array(array: np.ndarray) -> str:
     """An array's shape, dtype and values (edges only when large) as an HTML cell body."""
     array = np.asarray(array)
     values = np.array2string(array, threshold=24, edgeitems=3, max_line_width=60, separator=", ")
-    return f"<small>{array.shape} {array.dtype}</small><pre>{escape(values)}</pre>"
+    return f"<small>{array.shape} {array.dtype}</small><pre>{xml_text(values)}</pre>"
 
 
 def _messages(result: ScenarioResult) -> str:
@@ -150,7 +149,7 @@ def _messages(result: ScenarioResult) -> str:
         cells = [str(k), m.kind, str(m.src), str(m.dst), str(m.size_bytes), seconds(m.send_time_s),
                  seconds(m.start_time_s), seconds(m.arrival_time_s), detail]
         rows.append(f'<tr data-message="{k}" style="color:{_ink(m.src)}">'
-                    + "".join(f'<td{" class=num" if i in (0, 2, 3, 4) else ""}>{escape(c)}</td>'
+                    + "".join(f'<td{" class=num" if i in (0, 2, 3, 4) else ""}>{xml_text(c)}</td>'
                               for i, c in enumerate(cells)) + "</tr>")
     return f'<table id="messages"><tr>{head}</tr>' + "".join(rows) + "</table>"
 

@@ -15,13 +15,14 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import quoteattr
 
 import numpy as np
 from rich.color import Color
 
 from scenarios import ScenarioResult
 from scenarios.cli.render._arrays import PALETTE
+from scenarios.cli.render._text import xml_text
 
 # The terminal colours of `meshsim run`, as the hex its default theme gives them.
 PALETTE_HEX = tuple(Color.parse(name).get_truecolor().hex for name in PALETTE)
@@ -47,7 +48,7 @@ def tag(name: str, attrs: dict[str, object], body: str = "") -> str:
 
 def text(x: float, y: float, content: str, **attrs: object) -> str:
     """A `<text>` element at (x, y) holding `content`, escaped."""
-    return tag("text", {"x": _n(x), "y": _n(y), **attrs}, escape(content))
+    return tag("text", {"x": _n(x), "y": _n(y), **attrs}, xml_text(content))
 
 
 def document(width: float, height: float, body: Sequence[str], title: str) -> str:
@@ -55,7 +56,7 @@ def document(width: float, height: float, body: Sequence[str], title: str) -> st
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{_n(width)}" height="{_n(height)}" '
             f'viewBox="0 0 {_n(width)} {_n(height)}" font-family="sans-serif" font-size="12">')
     markers = "".join(_marker(d) for d in range(len(PALETTE_HEX)))
-    return "\n".join([head, tag("title", {}, escape(title)), f"<defs>{_DEFS}{markers}</defs>",
+    return "\n".join([head, tag("title", {}, xml_text(title)), f"<defs>{_DEFS}{markers}</defs>",
                       tag("rect", {"width": "100%", "height": "100%", "fill": "white"}), *body, "</svg>\n"])
 
 
@@ -206,7 +207,7 @@ def _arrow(k: int, message: object, source: tuple[int, int], placed: dict[int, t
     return tag("path", {"class_": "arrow", "d": path, "fill": "none", "stroke": colour(message.src),
                         "stroke_width": "1.6", "marker_end": f"url(#arrow-{message.src % len(PALETTE_HEX)})",
                         "data_message": k, "data_src": message.src, "data_dst": message.dst},
-               tag("title", {}, escape(about)))
+               tag("title", {}, xml_text(about)))
 
 
 def _boxes(result: ScenarioResult) -> tuple[list[str], float]:
@@ -254,7 +255,7 @@ def _pair_arrow(result: ScenarioResult, pair: tuple[int, int], ks: list[int],
                         "fill": "none", "stroke": colour(pair[0]), "stroke_width": "1.6",
                         "marker_end": f"url(#arrow-{pair[0] % len(PALETTE_HEX)})",
                         "data_messages": " ".join(map(str, ks))},
-               tag("title", {}, escape(f"device {pair[0]} -> device {pair[1]}: {label}")))
+               tag("title", {}, xml_text(f"device {pair[0]} -> device {pair[1]}: {label}")))
     lx, ly = (sx + ex) / 4 + mx / 2, (sy + ey) / 4 + my / 2
     return path + text(lx, ly, label, text_anchor="middle", font_size=10, fill="#333", class_="arrow-label")
 
