@@ -16,12 +16,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "scenarios" / "sweeps" / "psum_ring_vs_switch.toml"  # 60 points: some 8 s on 2 workers
-# A psum over 128 devices that the simulator takes some seconds over.
-LONG_RUN = """title = "a long psum"
+# An all_gather over 512 devices: `run` takes some 6 s on an idle machine, `draw` longer, `explain` and
+# `trace` minutes, so every interrupt below (at most 2.5 s in) arrives while the command still works.
+LONG_RUN = """title = "a long all_gather"
 description = "long enough to be interrupted"
 
 [mesh]
-axes = {i = 128}
+axes = {i = 512}
 
 [collective]
 op = "all_gather"
