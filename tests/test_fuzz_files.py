@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 from test_fuzz import _FUZZ, Hang, scaled, time_limit, to_toml
 
@@ -51,6 +53,10 @@ from scenarios.sweep import SWEPT, load_sweep
 ROOT = Path(__file__).resolve().parents[1]
 COUNTS = {"sweep": 250, "results": 200, "campaign": 150}  # cases per property under the default profile
 KNOWN_BUGS = "a parsing bug of issue 21 that the validation of files fixes"
+# No shrinking: a failing case is reported as drawn (its file or command line is small), and a run that
+# meets a bug does not spend minutes re-running it.
+_FILES = dict(_FUZZ, phases=tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain)),
+              report_multiple_bugs=False)
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -107,8 +113,9 @@ class Outcome:
     err: str
 
 
-def run(argv: list[str], seconds: float = 20.0) -> Outcome:
-    """`meshsim *argv` in this process under a time limit; an exception escaping `main` fails the case."""
+def run(argv: list[str], seconds: float = 20.0, shown: str = "") -> Outcome:
+    """`meshsim *argv` in this process under a time limit; an exception escaping `main` fails the case, and a
+    hang raises `Hang` naming the command line and `shown` (a file's text)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -116,8 +123,8 @@ def run(argv: list[str], seconds: float = 20.0) -> Outcome:
                 code = main(argv)
         except SystemExit as stop:  # argparse's own errors
             code = stop.code if isinstance(stop.code, int) else 2
-        except Hang:
-            raise
+        except Hang as hang:
+            raise Hang(f"meshsim {' '.join(argv)}: {hang}\n{shown}") from None
         except Exception:
             pytest.fail(f"meshsim {argv} raised:\n{traceback.format_exc()}")
     return Outcome(code, out.getvalue(), err.getvalue())
@@ -129,7 +136,7 @@ def check_error(outcome: Outcome) -> None:
     assert "Traceback" not in outcome.err, outcome.err
     assert outcome.code == 2, f"exit {outcome.code}\n{outcome.err}"
     if lines and lines[0].startswith("usage: "):
-        assert lines[-1].startswith("meshsim ") and ": error: " in lines[-1], outcome.err
+        assert re.match(r"meshsim( campaign| sweep)?: error: ", lines[-1]), outcome.err
         return
     assert lines and lines[0].startswith("meshsim: error: ") and len(lines[0]) > 25, outcome.err
 
@@ -169,15 +176,17 @@ def check_campaign(outcome: Outcome) -> None:
 # ---------------------------------------------------------------------------------------------- sweep files
 
 
-HUGE = st.sampled_from([0, -1, -2**63, 2**63 - 1, 2**31, 2**32 + 1, 2**20 + 1, 10**9, 2**40, 2**64])
+HUGE = st.sampled_from([0, -1, -2**63, 2**63 - 1, 2**20 + 1, 2**50 + 1, 10**12, 2**64])  # as sizes: refused, or quick
 SMALL = st.integers(-1, 5)
 TEXT = st.sampled_from(["", "x", "y", "abc", "1/0", "\x00", "💥", "\x1b]0;title\x07\x1b[2J", "é" * 3, "a" * 5000])
 ODD = st.one_of(HUGE, TEXT, st.booleans(), st.floats(allow_nan=True, allow_infinity=True), st.just([]),
                 st.just({}), st.lists(SMALL, max_size=3), st.dictionaries(st.sampled_from(["x", "y", "a"]), SMALL,
                                                                           max_size=2))
-SIZE_TEXT = st.sampled_from(["1KiB", "4 KiB", "1.5 MiB", "1GiB", "64MB", "1PiB", "1e30B", "-1KiB", "0B", "abc",
-                             "1 KiB B", "KiB", "1_000", "nan", "inf", "1e3"])
-SIZE = st.one_of(st.integers(-2, 5000), HUGE, SIZE_TEXT)
+# Sizes a sweep refuses (beyond 1 PiB, not a size) or times quickly (up to 64 KiB): sizes of megabytes and more
+# that fit in memory take as long as moving their bytes, which is the sweep's job, not the fuzz's.
+SIZE_TEXT = st.sampled_from(["1KiB", "4 KiB", "0.5 KiB", "64KB", "2PiB", "1e30B", "-1KiB", "0B", "abc", "1 KiB B",
+                             "KiB", "1_000", "nan", "inf", "1e3", "1.5"])
+SIZE = st.one_of(st.integers(-2, 5000), st.sampled_from([0, -1, -2**63, 2**50 + 1, 2**63 - 1, 2**64]), SIZE_TEXT)
 RANGE = st.fixed_dictionaries({"from": SIZE, "to": SIZE},
                               optional={"factor": st.sampled_from([2, 4, 1.5, 1, 0.5, 0, -2, "x", 10**6]),
                                         "step": st.sampled_from(["1KiB", 1024, 0, -1, "x"]),
@@ -189,7 +198,7 @@ MESH = st.one_of(st.fixed_dictionaries({"x": st.integers(1, 8)}),
 NETWORK = st.one_of(st.sampled_from(["fully_connected", "switch", "ring", "torus", "hierarchical", "tpu-v5e",
                                      "h100-nvlink", "nowhere", ""]),
                     st.fixed_dictionaries({"topology": st.sampled_from(["ring", "torus", "switch", "mesh"])},
-                                          optional={"latency_s": st.sampled_from([1e-6, 0, -1, "x", 1e300]),
+                                          optional={"latency_s": st.sampled_from([1e-6, 0, -1, "x", 1e300, 1e-300]),
                                                     "bandwidth_bytes_per_s": st.sampled_from([1e9, 0, -5, "fast"]),
                                                     "shape": st.lists(SMALL, max_size=3)}),
                     st.fixed_dictionaries({"preset": st.sampled_from(["tpu-v4p", "tpu-v5e", "gb200-nvl72", "none"])}))
@@ -211,20 +220,36 @@ KEYS = {
 }
 
 
+VALID = {
+    "collective": st.sampled_from(SWEPT),
+    "mesh": st.one_of(st.fixed_dictionaries({"x": st.integers(1, 8)}),
+                      st.fixed_dictionaries({"x": st.integers(1, 4), "y": st.integers(1, 2)})),
+    "size": st.one_of(st.integers(1, 1 << 16), st.sampled_from(["1KiB", "4 KiB", "64KiB", "10 KB"]),
+                      st.just({"from": "1KiB", "to": "16KiB", "factor": 4})),
+    "network": st.sampled_from(["fully_connected", "switch", "ring", "torus", "hierarchical", "tpu-v5e"]),
+    "algorithm": ALGORITHM,
+    "dtype": st.sampled_from(["float32", "bfloat16", "float16", "int8", "int64"]),
+    "seed": st.integers(0, 3),
+}
+
+
 @st.composite
 def sweep_files(draw: st.DrawFn) -> dict[str, Any]:
-    """A sweep file's data: each key absent, valid or odd; sometimes an unknown key or `[[point]]` tables."""
-    data: dict[str, Any] = {}
-    for key, values in KEYS.items():
-        required = key in ("collective", "mesh", "size")
-        if draw(st.integers(0, 9)) < (9 if required else 4):
-            data[key] = draw(st.one_of(values, values, values, ODD)) if draw(st.booleans()) else draw(values)
-    if draw(st.integers(0, 9)) == 0:
-        data[draw(st.sampled_from(["sizes", "point", "extra", "meshes"]))] = draw(ODD)
-    if draw(st.integers(0, 4)) == 0:
-        keys = st.sampled_from(sorted(set(KEYS) - {"title", "description"}))
-        data["point"] = draw(st.lists(st.dictionaries(keys, st.deferred(lambda: st.one_of(*KEYS.values())),
-                                                      max_size=2), min_size=1, max_size=2))
+    """A sweep file's data: a valid grid (optional keys now and then), then 0 to 3 keys made odd (a value of
+    any kind, valid or not), deleted, or added (unknown keys, `[[point]]` tables)."""
+    data = {key: draw(values) for key, values in VALID.items()
+            if key in ("collective", "mesh", "size") or draw(st.booleans())}
+    for _ in range(draw(st.integers(0, 3))):
+        key = draw(st.sampled_from([*KEYS, "sizes", "point", "extra"]))
+        action = draw(st.sampled_from(["value", "value", "odd", "delete"]))
+        if action == "delete":
+            data.pop(key, None)
+        elif key == "point":
+            keys = st.sampled_from(sorted(VALID))
+            data["point"] = draw(st.lists(st.dictionaries(keys, st.deferred(lambda: st.one_of(*KEYS.values())),
+                                                          max_size=2), min_size=1, max_size=2))
+        else:
+            data[key] = draw(KEYS.get(key, ODD) if action == "value" else ODD)
     return data
 
 
@@ -233,13 +258,13 @@ def test_random_sweep_files_run_whole_or_exit_2(tmp_path_factory, in_process):
     simulator's rejection), or exit 2 with one message; no traceback, no hang."""
     folder = tmp_path_factory.mktemp("sweeps")
 
-    @settings(max_examples=scaled(COUNTS["sweep"]), **_FUZZ)
+    @settings(max_examples=scaled(COUNTS["sweep"]), **_FILES)
     @given(data=sweep_files(), json_flag=st.booleans())
     def case(data, json_flag):
         path = folder / "sweep.toml"
         path.write_text(to_toml(data), encoding="utf-8")
         shutil.rmtree(folder / "out", ignore_errors=True)
-        outcome = run(["sweep", str(path), "-o", str(folder / "out"), "--json"])
+        outcome = run(["sweep", str(path), "-o", str(folder / "out"), "--json"], shown=path.read_text())
         check_sweep(outcome, path)
 
     case()
@@ -292,6 +317,8 @@ def _mutate_lines(lines: list[str], draw: st.DrawFn, kind: str) -> tuple[list[st
             row = json.loads(lines[at])
         except ValueError:
             return lines, "\n"
+        if not isinstance(row, dict):
+            return lines, "\n"
         field = draw(st.sampled_from(FIELDS[kind]))
         if edit == "drop field":
             row.pop(field, None)
@@ -307,15 +334,17 @@ def _resumed(kind: str, folder: Path, tiny: Path) -> Outcome:
     return run([*CAMPAIGN, "-o", str(folder), "--resume"])
 
 
-def test_mutated_results_files_resume_whole_or_exit_2(finished, tmp_path):
+@pytest.mark.xfail(strict=True, reason=f"rows with wrongly typed fields raise on --resume: {KNOWN_BUGS}")
+@pytest.mark.parametrize("kind", ["sweep", "campaign"])
+def test_mutated_results_files_resume_whole_or_exit_2(kind, finished, tmp_path):
     """A finished sweep's or campaign's results.jsonl with lines deleted, duplicated, cut, garbled or
     reversed, fields retyped or dropped, the last newline gone, then `--resume`d: exit 0 (1, 4) with a
     whole outcome, or exit 2 with one message; no traceback, no hang."""
     texts = {kind: (folder / "results.jsonl").read_text() for kind, folder in finished.items()}
 
-    @settings(max_examples=scaled(COUNTS["results"]), **_FUZZ)
-    @given(kind=st.sampled_from(["sweep", "campaign"]), data=st.data())
-    def case(kind, data):
+    @settings(max_examples=scaled(COUNTS["results"] // 2), **_FILES)
+    @given(data=st.data())
+    def case(data):
         folder = tmp_path / "resumed"
         shutil.rmtree(folder, ignore_errors=True)
         shutil.copytree(finished[kind], folder)
@@ -332,31 +361,39 @@ def test_mutated_results_files_resume_whole_or_exit_2(finished, tmp_path):
 # ---------------------------------------------------------------------------------------------- campaign flags
 
 
-COUNT_TEXT = st.sampled_from(["1", "2", "3", "10", "11", "25", "0", "-1", "abc", "1e3", "", " 5", "5.0", "0x10",
-                              "٣", "99999999999999999999999"])
-OPS = st.lists(st.sampled_from([*collectives.REGISTRY, "nope", "", "psum "]), min_size=1, max_size=3)
-KINDS = st.lists(st.sampled_from(["forward", "transpose", "vmap", "backward"]), min_size=1, max_size=3)
+def _mostly(valid: st.SearchStrategy, odd: st.SearchStrategy) -> st.SearchStrategy:
+    """Valid values about seven times in eight."""
+    return st.sampled_from([False] * 7 + [True]).flatmap(lambda bad: odd if bad else valid)
+
+
+COUNT = _mostly(st.sampled_from(["1", "2", "3", "10", "11", "25"]),
+                st.sampled_from(["0", "-1", "abc", "1e3", "", " 5", "5.0", "0x10", "٣", "-99999999999999999999999"]))
+SEED = _mostly(st.integers(0, 2**32).map(str), st.sampled_from(["-1", "x", "1.5", "", "2**64"]))
+OPS = _mostly(st.lists(st.sampled_from(list(collectives.REGISTRY)), min_size=1, max_size=3, unique=True),
+              st.lists(st.sampled_from([*collectives.REGISTRY, "nope", "", "psum "]), min_size=1, max_size=3))
+KINDS = _mostly(st.lists(st.sampled_from(["forward", "transpose", "vmap"]), min_size=1, max_size=3),
+                st.lists(st.sampled_from(["forward", "backward", ""]), min_size=1, max_size=2))
+WORKERS = _mostly(st.sampled_from(["1", "2"]), st.sampled_from(["0", "-3", "x", "1.0"]))
+
+
+_FRESH = itertools.count()
 
 
 @st.composite
 def campaign_lines(draw: st.DrawFn, folder: Path) -> list[str]:
-    """A `meshsim campaign` command line of small budgets: each option absent, valid or odd."""
-    argv = ["campaign", "--json", "-o", str(folder / draw(st.sampled_from(["a", "b"])))]
-    if draw(st.integers(0, 9)):
-        argv += ["--cases", draw(COUNT_TEXT)]
-    else:
-        argv += ["--cases", "2"]
-    if draw(st.integers(0, 3)):
-        argv += ["--ops", *draw(OPS)]
-    else:
-        argv += ["--ops", "psum"] if draw(st.booleans()) else []
-    for option, values in (("--kinds", KINDS.map(tuple)), ("--seed", COUNT_TEXT.map(lambda s: (s,))),
-                           ("--workers", COUNT_TEXT.map(lambda s: (s,))), ("--resume", st.just(())),
-                           ("--scheduler", st.just(("tcp://127.0.0.1:1",)))):
-        if draw(st.integers(0, 2)) == 0:
+    """A `meshsim campaign` command line of small budgets: each option absent, valid (mostly) or odd, into a
+    new folder or (one time in four) one of two that earlier cases may have filled (an unbounded count is
+    the fixed case `test_a_campaign_of_a_trillion_cases_is_refused`)."""
+    shared = draw(st.integers(0, 3)) == 0
+    where = folder / (draw(st.sampled_from(["a", "b"])) if shared else f"new-{next(_FRESH)}")
+    argv = ["campaign", "--json", "-o", str(where), "--cases", draw(COUNT)]
+    for option, values, chance in (("--ops", OPS, 3), ("--kinds", KINDS, 2), ("--seed", SEED.map(lambda s: [s]), 2),
+                                   ("--workers", WORKERS.map(lambda s: [s]), 3), ("--resume", st.just([]), 2),
+                                   ("--scheduler", st.just(["tcp://127.0.0.1:1"]), 6)):
+        if draw(st.integers(1, chance)) == 1:
             argv += [option, *draw(values)]
     if draw(st.integers(0, 15)) == 0:
-        argv.append(draw(st.sampled_from(["--nope", "extra", "--cases", "-o"])))
+        argv.insert(draw(st.integers(1, len(argv))), draw(st.sampled_from(["--nope", "extra", "--cases", "-o"])))
     return argv
 
 
@@ -365,11 +402,9 @@ def test_random_campaign_command_lines_end_clearly(tmp_path_factory, in_process)
     folders): exit 0, 1 or 4 as the report says, or exit 2 with one message; no traceback, no hang."""
     folder = tmp_path_factory.mktemp("campaigns")
 
-    @settings(max_examples=scaled(COUNTS["campaign"]), **_FUZZ)
+    @settings(max_examples=scaled(COUNTS["campaign"]), **_FILES)
     @given(argv=campaign_lines(folder))
     def case(argv):
-        if "--cases" in argv and argv[argv.index("--cases") + 1:][:1] in (["99999999999999999999999"],):
-            argv[argv.index("--cases") + 1] = "25"  # an unbounded count is the fixed case below
         check_campaign(run(argv))
 
     case()
@@ -464,7 +499,7 @@ def test_a_results_file_linked_to_dev_full_is_refused(tmp_path):
 @pytest.mark.xfail(strict=True, reason=f"--cases 10**12 plans 10**11 jobs until memory runs out: {KNOWN_BUGS}")
 def test_a_campaign_of_a_trillion_cases_is_refused(tmp_path):
     """`meshsim campaign --cases 1000000000000`: exit 2 with one message naming the bound, at once."""
-    check_error(_limited(["campaign", "--cases", "1000000000000", "-o", str(tmp_path / "c")], seconds=60.0))
+    check_error(_limited(["campaign", "--cases", "1000000000000", "-o", str(tmp_path / "c")], seconds=20.0))
 
 
 def test_the_file_fuzz_runs_at_least_500_cases():
