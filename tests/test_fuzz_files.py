@@ -93,8 +93,7 @@ def stub_job(op: str, count: int, seed: int, kind: str = "forward") -> dict[str,
     return record
 
 
-@pytest.fixture
-def in_process(monkeypatch):
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sweeps and campaigns run their jobs in this process; a campaign's jobs are `stub_job`."""
     monkeypatch.setattr(sweep_command, "fleet", _fleet)
     monkeypatch.setattr(scenarios.sweep._sweep_run, "run_jobs", _run_jobs)
@@ -102,6 +101,12 @@ def in_process(monkeypatch):
     monkeypatch.setattr(scenarios.fleet, "run_jobs", _run_jobs)
     monkeypatch.setattr(_campaign, "run_chunk", stub_job)
     monkeypatch.setattr(_campaign, "run_rules_chunk", stub_job)
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """`stand_in` for one test."""
+    stand_in(monkeypatch)
 
 
 @dataclass
@@ -253,21 +258,21 @@ def sweep_files(draw: st.DrawFn) -> dict[str, Any]:
     return data
 
 
+def sweep_case(folder: Path, data: dict[str, Any]) -> None:
+    """One case of the sweep-file fuzz: `data` written as a sweep file in `folder`, swept, its outcome checked."""
+    path = folder / "sweep.toml"
+    path.write_text(to_toml(data), encoding="utf-8")
+    shutil.rmtree(folder / "out", ignore_errors=True)
+    outcome = run(["sweep", str(path), "-o", str(folder / "out"), "--json"], shown=path.read_text())
+    check_sweep(outcome, path)
+
+
 def test_random_sweep_files_run_whole_or_exit_2(tmp_path_factory, in_process):
     """Sweep files with every key valid, odd or missing: exit 0 with a row for every point (timed, or the
     simulator's rejection), or exit 2 with one message; no traceback, no hang."""
     folder = tmp_path_factory.mktemp("sweeps")
-
-    @settings(max_examples=scaled(COUNTS["sweep"]), **_FILES)
-    @given(data=sweep_files(), json_flag=st.booleans())
-    def case(data, json_flag):
-        path = folder / "sweep.toml"
-        path.write_text(to_toml(data), encoding="utf-8")
-        shutil.rmtree(folder / "out", ignore_errors=True)
-        outcome = run(["sweep", str(path), "-o", str(folder / "out"), "--json"], shown=path.read_text())
-        check_sweep(outcome, path)
-
-    case()
+    settings(max_examples=scaled(COUNTS["sweep"]), **_FILES)(given(data=sweep_files())(
+        lambda data: sweep_case(folder, data)))()
 
 
 # ---------------------------------------------------------------------------------------------- results files
@@ -278,13 +283,20 @@ TINY_SWEEP = ('title = "tiny"\ncollective = "psum"\nmesh = {x = 2}\nsize = [64, 
 CAMPAIGN = ["campaign", "--ops", "psum", "ppermute", "--kinds", "forward", "vmap", "--cases", "20", "--json"]
 
 
+def finish(folder: Path) -> dict[str, Path]:
+    """A finished tiny sweep (4 points) and stub campaign (8 jobs) in `folder` (jobs in this process)."""
+    (folder / "tiny.toml").write_text(TINY_SWEEP)
+    assert main(["sweep", str(folder / "tiny.toml"), "-o", str(folder / "sweep"), "--json"]) == 0
+    assert main([*CAMPAIGN, "-o", str(folder / "campaign")]) in (0, 1, 4)
+    return {"sweep": folder / "sweep", "campaign": folder / "campaign"}
+
+
 @pytest.fixture
-def finished(tmp_path, in_process) -> dict[str, Path]:
-    """A finished tiny sweep (4 points) and a finished stub campaign (8 jobs): each one's folder."""
-    (tmp_path / "tiny.toml").write_text(TINY_SWEEP)
-    assert main(["sweep", str(tmp_path / "tiny.toml"), "-o", str(tmp_path / "sweep"), "--json"]) == 0
-    assert main([*CAMPAIGN, "-o", str(tmp_path / "campaign")]) in (0, 1, 4)
-    return {"sweep": tmp_path / "sweep", "campaign": tmp_path / "campaign"}
+def finished(tmp_path, in_process, capsys) -> dict[str, Path]:
+    """A finished tiny sweep and a finished stub campaign: each one's folder."""
+    folders = finish(tmp_path)
+    capsys.readouterr()
+    return folders
 
 
 FIELDS = {"sweep": ["key", "time_s", "error", "size_bytes", "devices", "mesh", "busbw_GB_per_s", "collective"],
@@ -340,22 +352,22 @@ def test_mutated_results_files_resume_whole_or_exit_2(kind, finished, tmp_path):
     """A finished sweep's or campaign's results.jsonl with lines deleted, duplicated, cut, garbled or
     reversed, fields retyped or dropped, the last newline gone, then `--resume`d: exit 0 (1, 4) with a
     whole outcome, or exit 2 with one message; no traceback, no hang."""
-    texts = {kind: (folder / "results.jsonl").read_text() for kind, folder in finished.items()}
+    settings(max_examples=scaled(COUNTS["results"] // 2), **_FILES)(given(data=st.data())(
+        lambda data: results_case(kind, finished, tmp_path / "resumed", data.draw)))()
 
-    @settings(max_examples=scaled(COUNTS["results"] // 2), **_FILES)
-    @given(data=st.data())
-    def case(data):
-        folder = tmp_path / "resumed"
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.copytree(finished[kind], folder)
-        lines, end = texts[kind].splitlines(), "\n"
-        for _ in range(data.draw(st.integers(1, 3), label="edits")):
-            lines, end = _mutate_lines(lines, data.draw, kind)
-        (folder / "results.jsonl").write_text("\n".join(lines) + (end if lines else ""), encoding="utf-8")
-        outcome = _resumed(kind, folder, finished["sweep"].parent / "tiny.toml")
-        (check_sweep(outcome, finished["sweep"].parent / "tiny.toml") if kind == "sweep" else check_campaign(outcome))
 
-    case()
+def results_case(kind: str, finished: dict[str, Path], folder: Path, draw: st.DrawFn) -> None:
+    """One case of the results-file fuzz: `finished[kind]` copied to `folder`, its results file edited 1 to 3
+    times, resumed, its outcome checked."""
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(finished[kind], folder)
+    lines, end = (finished[kind] / "results.jsonl").read_text().splitlines(), "\n"
+    for _ in range(draw(st.integers(1, 3), label="edits")):
+        lines, end = _mutate_lines(lines, draw, kind)
+    (folder / "results.jsonl").write_text("\n".join(lines) + (end if lines else ""), encoding="utf-8")
+    tiny = finished["sweep"].parent / "tiny.toml"
+    outcome = _resumed(kind, folder, tiny)
+    check_sweep(outcome, tiny) if kind == "sweep" else check_campaign(outcome)
 
 
 # ---------------------------------------------------------------------------------------------- campaign flags
@@ -401,13 +413,8 @@ def test_random_campaign_command_lines_end_clearly(tmp_path_factory, in_process)
     """Random `meshsim campaign` command lines (jobs stubbed, small budgets, runs repeated into the same
     folders): exit 0, 1 or 4 as the report says, or exit 2 with one message; no traceback, no hang."""
     folder = tmp_path_factory.mktemp("campaigns")
-
-    @settings(max_examples=scaled(COUNTS["campaign"]), **_FILES)
-    @given(argv=campaign_lines(folder))
-    def case(argv):
-        check_campaign(run(argv))
-
-    case()
+    settings(max_examples=scaled(COUNTS["campaign"]), **_FILES)(given(argv=campaign_lines(folder))(
+        lambda argv: check_campaign(run(argv))))()
 
 
 # ---------------------------------------------------------------------------------------------- fixed cases
