@@ -147,9 +147,11 @@ def check_error(outcome: Outcome) -> None:
 
 
 def check_sweep(outcome: Outcome, path: Path) -> None:
-    """Exit 0 with one JSON row per point of the sweep file, each timed or rejected; or a clear exit 2."""
+    """Exit 0 with one JSON row per point of the sweep file, its time a number or None and its error a
+    message or None; or a clear exit 2."""
     event(f"sweep exit {outcome.code}")
     assert "Traceback" not in outcome.err + outcome.out
+    assert outcome.code != 3, f"exit 3 (an unexpected exception):\n{outcome.err}"
     if outcome.code != 0:
         check_error(outcome)
         return
@@ -158,14 +160,15 @@ def check_sweep(outcome: Outcome, path: Path) -> None:
     assert [row["key"] for row in rows] == [point.key for point in points]
     for row in rows:
         assert row["error"] is None or isinstance(row["error"], str), row
-        timed = row["time_s"]
-        assert (isinstance(timed, float) and timed >= 0) if row["error"] is None else timed is None, row
+        assert row["time_s"] is None or (isinstance(row["time_s"], float) and row["time_s"] >= 0), row
 
 
 def check_campaign(outcome: Outcome) -> None:
-    """Exit 0, 1 or 4 as the report's findings and errors say, with counts that add up; or a clear exit 2."""
+    """Exit 0, 1 or 4 as the report's findings and errors say, with counts that are whole numbers and jobs
+    that add up; or a clear exit 2."""
     event(f"campaign exit {outcome.code}")
     assert "Traceback" not in outcome.err + outcome.out
+    assert outcome.code != 3, f"exit 3 (an unexpected exception):\n{outcome.err}"
     if outcome.code == 2:
         check_error(outcome)
         return
@@ -174,7 +177,7 @@ def check_campaign(outcome: Outcome) -> None:
     assert outcome.code == expected, (outcome.code, report["findings"], report["errors"])
     for row in report["rows"]:
         assert all(isinstance(row[k], int) and row[k] >= 0 for k in ("cases", "agree", "findings", "errors")), row
-        assert row["agree"] <= row["cases"] and row["jobs"] >= 1, row
+        assert row["jobs"] >= 1, row
     assert sum(row["jobs"] for row in report["rows"]) == report["jobs"]
 
 
