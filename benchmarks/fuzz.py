@@ -101,12 +101,13 @@ def run_kind(kind: str, count: int, strategies: dict[str, Any], check: Callable[
     first: list[str] = []
 
     def case(**kwargs: Any) -> None:
-        counts["cases"] += 1
         try:
             check(**kwargs)
+            counts["cases"] += 1
         except BaseException as error:
-            if isinstance(error, KeyboardInterrupt):
-                raise
+            if isinstance(error, KeyboardInterrupt) or type(error).__module__.startswith("hypothesis"):
+                raise  # Hypothesis's own control flow (a draw that overran its buffer ends the example)
+            counts["cases"] += 1
             counts[classify(error)] += 1
             if not first:
                 first.append(f"{kind}: {kwargs!r:.2000}\n{''.join(traceback.format_exception(error))[-3000:]}")
