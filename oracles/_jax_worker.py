@@ -23,6 +23,7 @@ import jax
 from oracles import _compile_pool, _jax_layouts, _jax_programs
 from oracles._jax_dispatch import run_case
 from oracles._jax_setup import mesh
+from oracles._processes import planted_kill
 from oracles._protocol import read_message, write_message
 
 
@@ -78,7 +79,11 @@ def answer(request: dict[str, Any]) -> tuple[Any, ...]:
 def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     """Announce readiness, then answer requests until `requests` closes."""
     write_message(replies, ("ready", {"jax": jax.__version__, "devices": len(jax.devices())}))
+    first = True
     while (request := read_message(requests)) is not None:
+        if first:
+            planted_kill()
+            first = False
         write_message(replies, answer(request))
 
 

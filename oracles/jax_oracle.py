@@ -31,6 +31,7 @@ import numpy as np
 from collectives import REGISTRY
 from layouts import InvalidArgumentError, MeshError
 from oracles._compile_pool import COMPILE_THREADS_ENV
+from oracles._processes import ChildClock, running
 from oracles._protocol import read_message, write_message
 
 MAX_DEVICES = 8
@@ -102,11 +103,19 @@ class JaxOracle:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._lock = threading.Lock()
+        self._clock = ChildClock()
 
     @property
     def pid(self) -> int | None:
         """The worker's process id, or None while no worker runs."""
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+        proc = self._proc
+        return proc.pid if running(proc) else None
+
+    @property
+    def cpu_seconds(self) -> float:
+        """The processor time used so far by every worker process this oracle has started, the ones that
+        died or were killed included; it never decreases, so a difference of two readings is a job's share."""
+        return self._clock.seconds(self._proc)
 
     def run(self, op: str, mesh_shape: Mapping[Hashable, int], args: Sequence[Sequence[Any]],
             params: Mapping[str, Any] | None = None) -> OracleResult:
@@ -207,11 +216,7 @@ class JaxOracle:
             for pipe in (proc.stdin, proc.stdout):
                 with contextlib.suppress(OSError):  # the worker is gone; nothing to flush to
                     pipe.close()  # type: ignore[union-attr]
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                code = proc.wait(timeout=grace_s) if grace_s else None
-            if code is None:
-                proc.kill()
-                code = proc.wait()
+            code = self._clock.reap(proc, grace_s)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -1,14 +1,19 @@
 """The single configuration point of the test suite: Hypothesis profiles and the shared JAX oracle.
 
-Profiles, chosen with the environment variable HYPOTHESIS_PROFILE:
+Profiles, chosen with the environment variable HYPOTHESIS_PROFILE. The ones a test run uses by default
+are derandomized and keep no example database, so `make test` gives the same verdict on every machine
+and every run; random exploration has profiles of its own:
 
 - `default`: 300 generated cases per property, so each collective's differential property sees a few
-  hundred cases (plus the explicit ones); no deadline (the first JAX compile of a signature is
-  slow); derandomized, with no example database, when the CI environment variable is set, so a CI run
-  is reproducible.
-- `quick`: 25 cases per property, for a fast local loop.
-- `fuzz`: 3,000 cases per property, ten times the default; `test_fuzz.py` scales its own counts by the
-  profile's, so its properties run ten times longer too (a nightly or pre-release run).
+  hundred cases (plus the explicit ones); no deadline (the first JAX compile of a signature is slow);
+  derandomized (each test draws the same cases every run), no example database.
+- `quick`: 25 cases per property, derandomized, for a fast local loop.
+- `explore`: the default's counts, but random (new cases each run) with Hypothesis's example database in
+  `.hypothesis/` (a failure found is tried first next time): to look for new failures. A failure prints
+  the `@reproduce_failure` blob that replays it.
+- `fuzz`: 3,000 cases per property, ten times the default, and random like `explore`; `test_fuzz.py` scales
+  its own counts by the profile's, so its properties run ten times longer too (a nightly or pre-release
+  run; `benchmarks/fuzz.py` runs it and tabulates the outcomes).
 """
 
 from __future__ import annotations
@@ -19,17 +24,30 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
-_CI = bool(os.environ.get("CI"))
-_COMMON = dict(deadline=None, derandomize=_CI, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-if _CI:
-    _COMMON["database"] = None
+_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_FIXED = dict(_COMMON, derandomize=True, database=None)  # the same cases every run, nothing remembered
+_RANDOM = dict(_COMMON, derandomize=False, database=DirectoryBasedExampleDatabase(".hypothesis/examples"))
 
-settings.register_profile("default", max_examples=300, **_COMMON)
-settings.register_profile("quick", max_examples=25, **_COMMON)
-settings.register_profile("fuzz", max_examples=3000, **_COMMON)
+settings.register_profile("default", max_examples=300, **_FIXED)
+settings.register_profile("quick", max_examples=25, **_FIXED)
+settings.register_profile("explore", max_examples=300, **_RANDOM)
+settings.register_profile("fuzz", max_examples=3000, **_RANDOM)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _crash_reports_in_a_temporary_directory(tmp_path_factory):
+    """`meshsim`'s exit-3 reports (under $XDG_STATE_HOME/meshsim) go to the test run's temporary directory, not
+    the home of whoever runs the suite; a test that checks them sets its own directory."""
+    previous = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if previous is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = previous
 
 
 @pytest.fixture(scope="session")

@@ -184,7 +184,10 @@ class NewRuleDisagreement(WorkerPlugin):
     name = "new-rule-disagreement"
 
     class Fake:
-        pid = None
+        cpu_seconds = 0.0
+
+        def stop(self) -> None:
+            pass
 
         def ask(self, request: dict) -> dict:
             return {"op": request["op"], "kind": request["kind"], "examples": request["examples"] + 5,

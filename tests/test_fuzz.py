@@ -16,6 +16,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import signal
 import tomllib
 from dataclasses import dataclass, field
@@ -341,6 +342,18 @@ def test_default_profile_runs_at_least_2000_cases():
     """The properties above run at least 2,000 generated cases together under the default profile."""
     assert sum(COUNTS.values()) >= 2000
     assert scaled(300) == settings.default.max_examples
+
+
+def test_the_test_run_profiles_draw_the_same_cases_every_run():
+    """`default` and `quick`, the profiles `make test` runs under, are derandomized and keep no database, so
+    the suite's verdict cannot depend on the run; `explore` and `fuzz` are random."""
+    for name in ("default", "quick"):
+        chosen = settings.get_profile(name)
+        assert chosen.derandomize and chosen.database is None, name
+    for name in ("explore", "fuzz"):
+        assert not settings.get_profile(name).derandomize, name
+    if os.environ.get("HYPOTHESIS_PROFILE", "default") in ("default", "quick"):
+        assert settings.default.derandomize and settings.default.database is None
 
 
 _SEARCH = settings(max_examples=300, database=None, deadline=None, derandomize=True,

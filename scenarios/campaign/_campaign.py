@@ -7,12 +7,14 @@ exactly the cases it runs (a resumed or larger campaign reuses the keys it share
 
 `run_chunk` is what a Dask worker runs. It asks the worker process's own long-lived JAX worker
 (`worker_oracle()`, started by the first job on that process and reused by the next), which compiles on
-one thread, as the Dask worker computes on one (`COMPILE_THREADS`). A case
-agrees when the simulator's answer equals the spec's and then JAX's, bit for bit on every device; an
-exception from any of them is a disagreement too. The first disagreement ends the chunk: Hypothesis
-shrinks it to a minimal case, which comes back as the text of a `[collective]` scenario file, replayed
-once through the scenario loader and `oracles.check` (as `meshsim check` replays it) to confirm it
-still differs. Hypothesis (with `scenarios.campaign._cases`) is imported when a job runs, not before.
+one thread, as the Dask worker computes on one (`COMPILE_THREADS`). A case agrees when the simulator's
+answer equals the spec's and then JAX's, bit for bit on every device; an exception from any of them is a
+disagreement too, but a JAX worker that dies or hangs is not: the job runs once more with a fresh
+worker, then is recorded as an error (`scenarios.campaign._attempts`). The first disagreement ends the
+chunk: Hypothesis shrinks it to a minimal case, which comes back as the text of a `[collective]` scenario
+file, replayed once through the scenario loader and `oracles.check` (as `meshsim check` replays it) to
+confirm it still differs. Hypothesis (with `scenarios.campaign._cases`) is imported when a job runs, not
+before.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import os
 import socket
 import sys
 import tempfile
-import time
 import warnings
 import zlib
 from collections.abc import Callable, Sequence
@@ -38,8 +39,9 @@ import scenarios
 from layouts import MeshError
 from scenarios._errors import ScenarioError
 from scenarios.campaign._answers import Case, differences, run_jax, run_simulator, run_spec
+from scenarios.campaign._attempts import JobClock, OracleDown, attempted
 from scenarios.campaign._rules_jobs import run_rules_chunk
-from scenarios.fleet import COMPILE_THREADS, Job, cpu_seconds
+from scenarios.fleet import COMPILE_THREADS, Job
 
 CHUNK_CASES = 10  # cases per job: a few seconds of work, so a lost worker or a resume redoes little
 
@@ -84,24 +86,44 @@ def chunk_seed(op: str, seed: int, index: int, kind: str = "forward") -> int:
 def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
     """Check `count` generated cases of `op` (Hypothesis seed `seed`) and return the job's record.
 
+    When the JAX worker fails rather than answers (it died, hung past its timeout, broke its pipe: an
+    `oracles.OracleFailure`), the job runs once more with a fresh worker, then is an error record
+    (`scenarios.campaign._attempts`): a failed oracle is never a finding.
+
     Returns:
-        `{"op", "seed", "cases", "agree", "findings", "seconds", "cpu_seconds", "worker"}`: `cases` checked
-        before the first disagreement (included), `agree` how many agreed, `findings` the shrunk
-        disagreement (at most one) as `{"name", "scenario", "differences", "replay"}`, `seconds` the job's
-        wall time and `cpu_seconds` the processor time it took in the worker and its JAX process.
+        `{"op", "kind", "seed", "cases", "agree", "known", "findings", "attempts", "seconds", "cpu_seconds",
+        "worker"}`, with `retried` (the first failure) after a retry and `error` (both failures, no cases)
+        when both attempts failed: `cases` checked before the first disagreement (included), `agree` how
+        many agreed, `findings` the shrunk disagreement (at most one) as `{"name", "scenario",
+        "differences", "replay"}`, `seconds` the job's wall time and `cpu_seconds` the processor time it
+        took in this process and its JAX worker processes (never negative).
     """
-    start = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     if importlib.util.find_spec("jax") is None:
         raise WorkerSetupError(f"Dask worker {worker} ({sys.executable}) cannot import jax; every worker needs "
                                "meshsim with the jax and dask extras: pip install -e '.[jax,dask]'")
     oracle = worker_oracle()
-    cpu_start = cpu_seconds(oracle.pid)
+    clock = JobClock(lambda: oracle.cpu_seconds)
+    empty = {"op": op, "kind": "forward", "seed": seed}
+    record = attempted(lambda: _checked_chunk(op, count, seed, oracle), restart=oracle.close,
+                       failures=(oracles.OracleFailure,), empty=empty)
+    return {**empty, **record, **clock.times(), "worker": worker}
+
+
+def _checked_chunk(op: str, count: int, seed: int, oracle: oracles.JaxOracle) -> dict[str, Any]:
+    """One attempt of `run_chunk`: the counts and the finding, if any.
+
+    Raises:
+        OracleDown or OracleFailure: the JAX worker failed (during the search, or the finding's replay).
+    """
     tally = {"cases": 0, "agree": 0}
     failing: list[tuple[Case, list[str]]] = []
 
     def agrees(case: Case) -> None:
-        found = verdict(case, oracle)
+        try:
+            found = verdict(case, oracle)
+        except oracles.OracleFailure as failure:
+            raise OracleDown(failure) from None
         if not failing:  # after the first disagreement, the calls are Hypothesis shrinking it
             tally["cases"] += 1
             tally["agree"] += not found
@@ -115,9 +137,7 @@ def run_chunk(op: str, count: int, seed: int) -> dict[str, Any]:
         if not failing:
             raise
     findings = [finding(op, seed, *failing[-1], oracle)] if failing else []
-    return {"op": op, "kind": "forward", "seed": seed, **tally, "known": {}, "findings": findings,
-            "seconds": round(time.perf_counter() - start, 3),
-            "cpu_seconds": round(cpu_seconds(oracle.pid) - cpu_start, 3), "worker": worker}
+    return {**tally, "known": {}, "findings": findings}
 
 
 def worker_oracle() -> oracles.JaxOracle:
@@ -150,7 +170,11 @@ def verdict(case: Case, oracle: Any) -> list[str]:
     """The differences between the simulator, the spec and JAX on `case` (empty when all agree).
 
     The simulator is compared with the spec first and JAX is asked only when they agree: a wrong simulator
-    is then shrunk without a JAX compile per attempt. An exception from any of them is a difference.
+    is then shrunk without a JAX compile per attempt. An exception from any of them is a difference, JAX's
+    included (`oracles.OracleError`: JAX rejected the case), but not the JAX worker's own failure.
+
+    Raises:
+        OracleFailure: the JAX worker died, hung or broke its pipe; it gave no answer to compare.
     """
     answers = {}
     for name, answer in (("spec", lambda: run_spec(case)), ("simulator", lambda: run_simulator(case))):
@@ -163,6 +187,8 @@ def verdict(case: Case, oracle: Any) -> list[str]:
         return found
     try:
         jax = run_jax(case, oracle)
+    except oracles.OracleFailure:
+        raise  # the worker failed, JAX did not answer: no verdict
     except Exception as error:
         return [f"jax raised {type(error).__name__}: {error}"]
     return differences(jax, answers["spec"], "jax", "spec (and the simulator, equal to it)")
@@ -198,6 +224,8 @@ def replays(text: str, oracle: Any) -> str:
     call = oracles.Call(scenario.op, dict(scenario.mesh.shape), args, dict(scenario.params))
     try:
         report = oracles.check(call, outputs, oracle)
+    except oracles.OracleFailure:
+        raise  # no verdict: the job is retried
     except Exception as error:
         return f"{type(error).__name__}: {error}"
     return "agrees" if report.agree else "differs"

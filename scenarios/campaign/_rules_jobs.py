@@ -11,9 +11,11 @@ disagreement is in JAX's transpose or batching rule, not in a collective's forwa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -21,49 +23,109 @@ import tempfile
 import time
 from typing import IO, Any
 
+from oracles._processes import ChildClock, running
 from scenarios._errors import ScenarioError
-from scenarios.fleet import COMPILE_THREADS, cpu_seconds
+from scenarios.campaign._attempts import JobClock, attempted
+from scenarios.fleet import COMPILE_THREADS
 
 
 class RulesWorkerError(ScenarioError):
     """The rules worker process died or could not run a search."""
 
 
-class RulesWorker:
-    """The rules worker process of this Dask worker: started on first use, restarted if it died."""
+RULES_TIMEOUT_S = 900.0  # one search of a job's programs, the worker's start included
 
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen[str] | None = None
+
+class RulesWorker:
+    """The rules worker process of this Dask worker: started on first use, restarted if it died.
+
+    Args:
+        command: the process to run (default: `python -m scenarios.campaign._rules_worker`).
+        timeout_s: how long one answer may take before the process is killed.
+    """
+
+    def __init__(self, command: list[str] | None = None, timeout_s: float = RULES_TIMEOUT_S) -> None:
+        self.command = command or [sys.executable, "-m", "scenarios.campaign._rules_worker",
+                                   "--compile-threads", str(COMPILE_THREADS)]
+        self.timeout_s = timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._pending = b""
+        self._clock = ChildClock()
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send one request, return its answer.
 
         Raises:
-            RulesWorkerError: the process ended before answering, or the search raised (its traceback).
+            RulesWorkerError: the process ended, broke its pipe or gave no answer within `timeout_s`
+                before answering (it is stopped), or the search raised (its traceback).
         """
-        if self._proc is None or self._proc.poll() is not None:
+        if not running(self._proc):
             self._start()
-        assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(json.dumps(request) + "\n")
-        self._proc.stdin.flush()
-        line = self._proc.stdout.readline()
-        if not line:
-            raise RulesWorkerError(f"the rules worker (pid {self._proc.pid}) ended during {request}: {self._tail()}")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise RulesWorkerError(f"the rules search {request} failed in the rules worker:\n{answer['error']}")
+        assert self._proc is not None and self._proc.stdin is not None
+        pid = self._proc.pid
+        try:
+            self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self._proc.stdin.flush()
+            answer = json.loads(self._line(time.monotonic() + self.timeout_s))
+        except TimeoutError:
+            self.stop()
+            raise RulesWorkerError(f"the rules worker (pid {pid}) gave no answer within timeout_s={self.timeout_s} "
+                                   f"on {request}; it was killed") from None
+        except (OSError, EOFError, ValueError) as error:
+            tail = self._tail()
+            code = self.stop()
+            raise RulesWorkerError(f"the rules worker (pid {pid}) ended (exit code {code}) during {request}: "
+                                   f"{type(error).__name__}: {error}\n{tail}") from None
+        if not isinstance(answer, dict) or "error" in answer:
+            raise RulesWorkerError(f"the rules search {request} failed in the rules worker:\n"
+                                   f"{answer.get('error') if isinstance(answer, dict) else answer!r}")
         return answer
 
     @property
-    def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+    def cpu_seconds(self) -> float:
+        """The processor time of every process this worker has run, ended ones included (never decreases)."""
+        return self._clock.seconds(self._proc)
+
+    def stop(self) -> int | None:
+        """End the process, if any (it exits when its stdin closes; killed after a second), and return its
+        exit code. The next request starts a fresh one."""
+        proc, self._proc = self._proc, None
+        code = None
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()  # type: ignore[union-attr]
+            code = self._clock.reap(proc, grace_s=1.0)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
 
     def _start(self) -> None:
+        self.stop()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process it logs)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "scenarios.campaign._rules_worker", "--compile-threads", str(COMPILE_THREADS)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
+        self._pending = b""
+        self._proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+
+    def _line(self, deadline: float) -> bytes:
+        """The next line the process writes, without its newline.
+
+        Raises:
+            TimeoutError: none came before `deadline`. EOFError: the process closed its stdout first.
+        """
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            wait_s = deadline - time.monotonic()
+            if wait_s <= 0 or not select.select([fd], [], [], wait_s)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise EOFError("the process closed its output before answering")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
 
     def _tail(self) -> str:
         if self._log is None:
@@ -78,16 +140,23 @@ WORKER = RulesWorker()
 def run_rules_chunk(op: str, count: int, seed: int, kind: str) -> dict[str, Any]:
     """Check `count` generated programs of `op` for property `kind` ("transpose" or "vmap") under Hypothesis
     seed `seed`, in this Dask worker's rules worker; return the job's record (as `run_chunk`'s, with
-    `known`: disagreements explained by FINDINGS.md, by finding id)."""
-    start, cpu = time.perf_counter(), cpu_seconds(WORKER.pid)
+    `known`: disagreements explained by FINDINGS.md, by finding id). A rules worker that fails rather than
+    answers is retried once with a fresh one, then the record is an error (`scenarios.campaign._attempts`)."""
+    clock = JobClock(lambda: WORKER.cpu_seconds)
+    empty = {"op": op, "kind": kind, "seed": seed}
+    record = attempted(lambda: _searched(op, count, seed, kind), restart=WORKER.stop, failures=(RulesWorkerError,),
+                       empty=empty)
+    return {**empty, **record, **clock.times(), "worker": f"{socket.gethostname()}:{os.getpid()}"}
+
+
+def _searched(op: str, count: int, seed: int, kind: str) -> dict[str, Any]:
+    """One attempt of `run_rules_chunk`: the rules worker's search turned into counts and findings."""
     row = WORKER.ask({"op": op, "kind": kind, "examples": count, "seed": seed})
-    cases = min(row["examples"], count)  # with a new disagreement, Hypothesis's shrinking runs more
+    cases = min(int(row["examples"]), count)  # with a new disagreement, Hypothesis's shrinking runs more
     known = {name: int(n) for name, n in row["known"].items()}
     findings = [_finding(op, kind, seed, text) for text in row["new"][:1]]
-    return {"op": op, "kind": kind, "seed": seed, "cases": cases,
-            "agree": max(0, cases - sum(known.values()) - len(findings)), "known": known, "findings": findings,
-            "seconds": round(time.perf_counter() - start, 3), "cpu_seconds": round(cpu_seconds(WORKER.pid) - cpu, 3),
-            "worker": f"{socket.gethostname()}:{os.getpid()}"}
+    return {"cases": cases, "agree": max(0, cases - sum(known.values()) - len(findings)), "known": known,
+            "findings": findings}
 
 
 def _finding(op: str, kind: str, seed: int, text: str) -> dict[str, Any]:

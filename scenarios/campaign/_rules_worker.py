@@ -26,6 +26,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--compile-threads", type=int, default=None)
     threads = parser.parse_args(argv).compile_threads
     import oracles
+    from oracles._processes import planted_kill
 
     oracles.install_cpu_lowerings()
     from scenarios.campaign._rules_search import search  # configures jax (x64) without starting its backend
@@ -34,7 +35,9 @@ def main(argv: list[str]) -> None:
 
     out = sys.stdout
     sys.stdout = sys.stderr  # anything else printed must not break the protocol
-    for line in sys.stdin:
+    for count, line in enumerate(sys.stdin):
+        if count == 0:
+            planted_kill()
         request = json.loads(line)
         try:
             answer = search(request["op"], request["kind"], request["examples"], request["seed"])

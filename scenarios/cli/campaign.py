@@ -31,6 +31,8 @@ from scenarios.cli.render import terminal_console
 
 MAX_CASES = 100_000  # per collective: 10,000 jobs each, a plan of about 150 MB over every collective and kind
 
+NO_VERDICT = 4  # the exit code when some jobs' oracle failed twice and nothing else disagreed
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add the `campaign` subparser to `commands`, with `execute` as what it runs."""
@@ -48,7 +50,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     campaign.add_argument("-o", "--output", metavar="DIR", default="campaign",
                           help="where results.jsonl and findings/ go (default ./campaign)")
     campaign.add_argument("--resume", action="store_true", help="continue the campaign in DIR: skip the jobs "
-                                                                "results.jsonl already holds")
+                                                                "results.jsonl already holds (but rerun those "
+                                                                "whose oracle failed)")
     campaign.add_argument("--seed", metavar="S", default="0", help="the campaign's seed (default 0): the same "
                                                                    "seed checks the same cases")
     campaign.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -59,10 +62,11 @@ def execute(args: argparse.Namespace) -> int:
     """Run the campaign `args` describes, print its report, and return the exit code.
 
     Returns:
-        0 when every case agrees; 1 when a disagreement was found (and saved); 130 when interrupted (the
-        jobs done are saved); 2 (through `main`) on bad input: an unknown collective, a count that is not a
-        positive integer, an unreachable scheduler, a results file that exists without `--resume`, a worker
-        without jax.
+        0 when every case agrees; 1 when a disagreement was found (and saved); `NO_VERDICT` (4) when no
+        disagreement was found but some jobs have none: their oracle failed on both attempts (error
+        records, which `--resume` runs again); 130 when interrupted (the jobs done are saved); 2 (through
+        `main`) on bad input: an unknown collective, a count that is not a positive integer, an unreachable
+        scheduler, a results file that exists without `--resume`, a worker without jax.
     """
     from scenarios.campaign import plan
 
@@ -70,7 +74,7 @@ def execute(args: argparse.Namespace) -> int:
     kinds = list(dict.fromkeys(args.kinds))
     jobs = plan(ops, cases, seed, kinds=kinds)
     results = Results(Path(args.output), resume=args.resume)
-    pending = [job for job in jobs if job.key not in results.done]
+    pending = [job for job in jobs if "error" in results.done.get(job.key, {"error": None})]
     console = terminal_console(stderr=True, highlight=False)
     start = time.perf_counter()
     try:
@@ -85,7 +89,7 @@ def execute(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         _show(terminal_console(highlight=False), report)
-    return 1 if report["findings"] else 0
+    return 1 if report["findings"] else NO_VERDICT if report["errors"] else 0
 
 
 def _run(jobs: list[Any], results: Results, workers: int | None, args: argparse.Namespace, console: Console) -> None:
@@ -129,9 +133,10 @@ def _progress(console: Console) -> Progress:
 def _report(ops: list[str], kinds: list[str], jobs: list[Any], results: Results, resumed: int,
             wall_s: float) -> dict[str, Any]:
     """Counts per collective and kind over the campaign's jobs, the findings' files, and the run's timing."""
-    rows = {(op, kind): {"op": op, "kind": kind, "cases": 0, "agree": 0, "known": 0, "findings": 0, "jobs": 0,
-                         "known_ids": {}} for kind in kinds for op in ops if op in KINDS[kind]}
+    rows = {(op, kind): {"op": op, "kind": kind, "cases": 0, "agree": 0, "known": 0, "findings": 0, "errors": 0,
+                         "jobs": 0, "known_ids": {}} for kind in kinds for op in ops if op in KINDS[kind]}
     findings: dict[str, str] = {}
+    errors: dict[str, str] = {}
     checked = 0
     for job in jobs:
         record = results.done[job.key]
@@ -139,6 +144,9 @@ def _report(ops: list[str], kinds: list[str], jobs: list[Any], results: Results,
         row["jobs"] += 1
         row["cases"] += record["cases"]
         row["agree"] += record["agree"]
+        if "error" in record:  # the oracle failed on both attempts: no verdict, no finding
+            row["errors"] += 1
+            errors[job.key] = record["error"]
         for name, n in record.get("known", {}).items():
             row["known"] += n
             row["known_ids"][name] = row["known_ids"].get(name, 0) + n
@@ -147,7 +155,8 @@ def _report(ops: list[str], kinds: list[str], jobs: list[Any], results: Results,
             row["findings"] += path not in findings
             findings[path] = found["replay"]
         checked += record["cases"] if job.key in results.added else 0
-    return {"rows": list(rows.values()), "findings": findings, "jobs": len(jobs), "resumed_jobs": resumed,
+    return {"rows": list(rows.values()), "findings": findings, "errors": errors, "jobs": len(jobs),
+            "resumed_jobs": resumed,
             "results": str(results.path), "wall_seconds": round(wall_s, 3),
             "cases_per_second": round(checked / wall_s, 2) if checked and wall_s > 0 else None}
 
@@ -156,13 +165,13 @@ def _show(console: Console, report: dict[str, Any]) -> None:
     """The report as a table, then the findings and how to replay them."""
     table = Table(title="campaign: simulator == spec == JAX (forward); JAX's rules == meshsim's (transpose, vmap)",
                   title_justify="left")
-    for column in ("collective", "kind", "cases", "agree", "known", "findings"):
+    counted = ("cases", "agree", "known", "findings", "errors")
+    for column in ("collective", "kind", *counted):
         table.add_column(column, justify="left" if column in ("collective", "kind") else "right")
     for row in report["rows"]:
         style = "bold red" if row["findings"] else None
-        table.add_row(Text(row["op"]), Text(row["kind"]),
-                      *(str(row[k]) for k in ("cases", "agree", "known", "findings")), style=style)
-    totals = [sum(row[k] for row in report["rows"]) for k in ("cases", "agree", "known", "findings")]
+        table.add_row(Text(row["op"]), Text(row["kind"]), *(str(row[k]) for k in counted), style=style)
+    totals = [sum(row[k] for row in report["rows"]) for k in counted]
     table.add_row("total", "", *map(str, totals), style="bold")
     console.print(table)
     resumed = f"; {report['resumed_jobs']} job(s) were already in the results file" if report["resumed_jobs"] else ""
@@ -183,5 +192,11 @@ def _show(console: Console, report: dict[str, Any]) -> None:
     if met:
         console.print(Text("known: disagreements FINDINGS.md explains (JAX's rules), by id: "
                            + ", ".join(f"{name} x{n}" for name, n in met.items())))
-    if not report["findings"]:
+    for key, reason in report["errors"].items():
+        first = reason.splitlines()[0] if reason else "(no reason given)"
+        console.print(Text.assemble(("no verdict", "bold yellow"), f" {key}: {first}"), soft_wrap=True)
+    if report["errors"]:
+        console.print(f"{len(report['errors'])} job(s) have no verdict (the oracle failed twice; not findings): "
+                      "add --resume to run them again")
+    elif not report["findings"]:
         console.print("[bold green]all agree[/]" if not met else "[bold green]nothing new[/]")
