@@ -34,17 +34,26 @@ shape = [64]
 """
 
 
-def interrupted(argv: list[str], after_s: float, cwd: Path) -> tuple[int, str]:
+def interrupted(argv: list[str], after_s: float, cwd: Path, started: Path | None = None) -> tuple[int, str]:
     """Start `meshsim ARGV` (its console script's module) in a process group of its own, send the group
-    SIGINT after `after_s` seconds, and return its exit code and stderr."""
+    SIGINT after `after_s` seconds (counted from when the file `started` holds a line, when given: the
+    first result saved, so the command is surely at work), and return its exit code and stderr."""
     process = subprocess.Popen([sys.executable, "-m", "meshsim_launcher", *argv], cwd=cwd, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 120
+    while started is not None and not _has_a_line(started) and process.poll() is None:
+        assert time.monotonic() < deadline, f"{started} still holds no line after 120 s"
+        time.sleep(0.05)
     time.sleep(after_s)
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=120)
     return process.returncode, err
+
+
+def _has_a_line(path: Path) -> bool:
+    return path.exists() and b"\n" in path.read_bytes()
 
 
 def assert_one_line(code: int, err: str, resume: bool = False) -> None:
@@ -80,13 +89,14 @@ def _rows(path: Path) -> list[str]:
     return [json.loads(line)["key"] for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("after_s", [0.3, 1.0, 2.0, 4.5])
-def test_sweep_on_a_local_cluster(tmp_path, after_s):
+@pytest.mark.parametrize(("after_s", "running"), [(0.3, False), (1.0, False), (2.0, False), (0.2, True)])
+def test_sweep_on_a_local_cluster(tmp_path, after_s, running):
     """`meshsim sweep` on a local cluster of 2 workers, interrupted while loading, while the cluster starts
-    (the moment that made the workers print `AssertionError: Status.init` tracebacks) and while points run:
-    one line that says how to resume; resumed, every point has exactly one row."""
+    (the moment that made the workers print `AssertionError: Status.init` tracebacks) and just after its first
+    point is saved: one line that says how to resume; resumed, every point has exactly one row."""
     out = tmp_path / "out"
-    code, err = interrupted(["sweep", str(SWEEP), "-o", str(out), "--workers", "2"], after_s, tmp_path)
+    started = out / "results.jsonl" if running else None
+    code, err = interrupted(["sweep", str(SWEEP), "-o", str(out), "--workers", "2"], after_s, tmp_path, started)
     assert_one_line(code, err, resume=True)
     if "while starting" in err:
         return
@@ -99,12 +109,15 @@ def test_sweep_on_a_local_cluster(tmp_path, after_s):
 
 
 @pytest.mark.differential
-@pytest.mark.parametrize("after_s", [1.5, 6.0])
-def test_campaign_on_a_local_cluster(tmp_path, after_s):
+@pytest.mark.parametrize("running", [False, True])
+def test_campaign_on_a_local_cluster(tmp_path, running):
     """`meshsim campaign` on a local cluster of 2 workers (each with a JAX process of its own), interrupted
-    as the cluster starts and while jobs run: one line that says how to resume, no worker traceback."""
-    argv = ["campaign", "--ops", "psum", "all_gather", "--cases", "20", "-o", str(tmp_path / "c"), "--workers", "2"]
-    assert_one_line(*interrupted(argv, after_s, tmp_path), resume=True)
+    as the cluster starts and once its first job is saved (far from the last): one line that says how to
+    resume, no worker traceback."""
+    argv = ["campaign", "--ops", "psum", "all_gather", "--cases", "2000", "-o", str(tmp_path / "c"),
+            "--workers", "2"]
+    started = tmp_path / "c" / "results.jsonl" if running else None
+    assert_one_line(*interrupted(argv, 0.5 if running else 1.5, tmp_path, started), resume=True)
 
 
 SLEEPING_PROGRAM = """title = "a program that takes its time"
