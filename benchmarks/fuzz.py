@@ -1,7 +1,7 @@
 """The long fuzz run: >= 10,000 random cases across every kind of the fuzz suite, tabulated by outcome.
 
-    nice -n 10 taskset -c 0 .venv/bin/python benchmarks/fuzz.py            # 10,400 cases, new ones each run
-    .venv/bin/python benchmarks/fuzz.py --scale 0.1 --seed 7                # 1,040 cases, the same each run
+    nice -n 10 taskset -c 0 .venv/bin/python benchmarks/fuzz.py            # 11,900 cases, new ones each run
+    .venv/bin/python benchmarks/fuzz.py --scale 0.1 --seed 7                # 1,190 cases, the same each run
 
 Each kind draws its cases with Hypothesis (random unless `--seed` is given) and runs them through the same
 functions as `tests/test_fuzz.py` and `tests/test_fuzz_files.py`, but a failing case does not stop the run:
@@ -13,7 +13,8 @@ when any case failed.
 
 Kinds: `scenario data` (library scenario files with keys deleted, retyped, added, nested), `scenario
 bytes` (bytes inserted or cut, other encodings), `api` (random collective arguments through
-`sim.shard_map`), `sweep files`, `results files` (a finished sweep's and campaign's results, edited, then
+`sim.shard_map`), `other commands` (the mutated files through `explain`, `trace`, `draw` and `check`, with
+and without JAX), `sweep files`, `results files` (a finished sweep's and campaign's results, edited, then
 `--resume`d) and `campaign flags` (random `meshsim campaign` command lines). Sweeps and campaigns run in
 this process (`test_fuzz_files.stand_in`): the inputs are what is fuzzed, not the cluster.
 """
@@ -38,13 +39,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import pytest  # noqa: E402
 import test_fuzz as fuzz  # noqa: E402
+import test_fuzz_commands as commands  # noqa: E402
 import test_fuzz_files as files  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as seeded  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-COUNTS = {"scenario data": 2000, "scenario bytes": 1500, "api": 2500, "sweep files": 2000, "results files": 1200,
-          "campaign flags": 1200}
+COUNTS = {"scenario data": 2000, "scenario bytes": 1500, "api": 2500, "other commands": 1500, "sweep files": 2000,
+          "results files": 1200, "campaign flags": 1200}
 
 
 def _kinds(folder: Path) -> dict[str, tuple[Any, Callable[..., None]]]:
@@ -70,12 +72,18 @@ def _kinds(folder: Path) -> dict[str, tuple[Any, Callable[..., None]]]:
                                                                                   str)
         fuzz.check_outcome(fuzz.run_cli(path, *flags), flags, program)
 
+    def other_command(name: str, command: str, data: Any) -> None:
+        jax = command == "check with jax"
+        commands.command_case(folder, name, "check" if jax else command, data, jax=jax)
+
     names = st.sampled_from(sorted(fuzz.TEXTS))
     return {
         "scenario data": (dict(name=names, flags=fuzz.FLAGS, data=st.data()), scenario_data),
         "scenario bytes": (dict(name=names, edit=fuzz.BYTE_EDITS, data=st.data()),
                            lambda **kw: bytes_test(Factory(), **kw)),
         "api": (dict(case=fuzz.api_cases()), fuzz.check_api_case),
+        "other commands": (dict(name=names, command=commands.COMMANDS | st.just("check with jax"), data=st.data()),
+                           other_command),
         "sweep files": (dict(data=files.sweep_files()), lambda data: files.sweep_case(folder, data)),
         "results files": (dict(kind=st.sampled_from(["sweep", "campaign"]), data=st.data()),
                           lambda kind, data: files.results_case(kind, finished, folder / "resumed", data.draw)),
