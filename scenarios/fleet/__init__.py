@@ -8,10 +8,9 @@ from scenarios.fleet._fleet import (
     Job,
     check_dask,
     check_scheduler,
-    cpu_seconds,
     fleet,
     run_jobs,
 )
 
-__all__ = ["COMPILE_THREADS", "LOOPBACK", "FleetError", "Job", "check_dask", "check_scheduler", "cpu_seconds", "fleet",
+__all__ = ["COMPILE_THREADS", "LOOPBACK", "FleetError", "Job", "check_dask", "check_scheduler", "fleet",
            "run_jobs"]

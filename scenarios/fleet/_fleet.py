@@ -248,15 +248,3 @@ def run_jobs(client: Any, jobs: Sequence[Job], done: Callable[[Job, Any], None])
     finally:
         client.cancel(list(futures))
 
-
-def cpu_seconds(child: int | None) -> float:
-    """The processor time used so far by this process and by its child process `child` (a pid; None
-    before the child starts), as a job reports it: a job's work is often a JAX process's."""
-    import psutil  # comes with distributed
-
-    used = time.process_time()
-    if child is not None:
-        with contextlib.suppress(psutil.Error):  # the child just ended
-            times = psutil.Process(child).cpu_times()
-            used += times.user + times.system
-    return used
