@@ -345,3 +345,28 @@ def test_perfetto_shows_a_transfer_on_every_link_of_a_route():
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name" and e["pid"] != 1}
     transfers = [names[e["tid"]] for e in events if e.get("cat") == "transfer"]
     assert sorted(transfers) == ["link 0->1", "link 1->2", "link 2->3"]
+
+
+# ------------------------------------------------------------------------------------------------ clocks
+
+
+@pytest.mark.parametrize("network", [
+    sim.Network.fully_connected(latency_s=0.5, bandwidth_bytes_per_s=1000),
+    sim.Network.ring(latency_s=0.5, bandwidth_bytes_per_s=1000),
+    sim.Network.ring(latency_s=0.5, bandwidth_bytes_per_s=1000, store_and_forward=True),
+], ids=["fully_connected", "ring", "ring store-and-forward"])
+def test_an_integer_clock_gives_the_times_of_a_float_one(network):
+    """A plain `simpy.Environment()` counts from the integer 0: messages posted at integer times (empty ones,
+    to oneself, across several hops) arrive when they would on the simulator's float clock."""
+    posts = [(1, 0, 1, 0), (1, 0, 0, 100), (1, 0, 2, 100), (2, 1, 3, 700), (3, 3, 1, 0)]
+    floats = [(float(at), src, dst, size) for at, src, dst, size in posts]
+    got = arrivals(network, 4, posts)
+    assert got == arrivals(network, 4, floats)
+    assert got[0] == 1.5 and got[1] == 1  # an empty message pays its latency; one to oneself arrives at once
+
+
+def test_sending_without_an_environment_is_a_clear_error():
+    """A `LinkState` made without an environment (enough for `busy_s`) refuses to send, saying what it needs."""
+    links = sim.LinkState(sim.Network.fully_connected(), 2)
+    with pytest.raises(sim.InvalidArgumentError, match="needs the SimPy environment"):
+        links.send(0, [1], [8], _Sink())

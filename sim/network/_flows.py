@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from sim._errors import InvalidArgumentError
 from sim._simpy import NORMAL, fire
 from sim.network import _topology
 
@@ -132,6 +133,8 @@ class LinkState:
 
     `send` posts messages; each message's `Sink` hears when it arrives (see the module docstring for the
     model). `busy_s(trace)` says how long each link carried the messages of a trace at its full bandwidth.
+    `env` may be any SimPy environment: its clock is read in seconds, as a float, whether it started at
+    `0.0` (the simulator's) or at the integer `0` of a plain `simpy.Environment()`.
     """
 
     def __init__(self, network: Network, devices: int, env: simpy.Environment | None = None,
@@ -152,12 +155,20 @@ class LinkState:
 
     def send(self, src: int, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
         """Post messages from mesh device `src` to each of mesh devices `dsts` (`sizes` bytes) now; `sink`
-        hears of message i as slot i."""
+        hears of message i as slot i.
+
+        Raises:
+            InvalidArgumentError: the state was made without a SimPy environment (`env=None`, enough for
+                `busy_s`), so there is no clock to send on.
+        """
+        if self.env is None:
+            raise InvalidArgumentError("LinkState.send needs the SimPy environment whose clock it runs on: "
+                                       "make it with LinkState(network, devices, env)")
         sink_id = self._next_sink
         self._next_sink += 1
         self._sinks[sink_id] = [sink, len(dsts)]
         self._posted.append((src, dsts, sizes, sink_id))
-        self._schedule(self.env.now)
+        self._schedule(float(self.env.now))  # any SimPy clock: an integer one too (simpy.Environment() starts at 0)
 
     def _schedule(self, when_s: float) -> None:
         """Have a step run at `when_s`, after that instant's other events (once per instant)."""
