@@ -10,10 +10,10 @@ looks it up among its records (`Definition.algorithm(name)`).
 
 A step is `(Pattern, bytes of each message, how many times it repeats)`; a `Pattern` says who sends to whom:
 'shift' (to index + k), 'xor' (to index ^ k), 'pairs' (to every other member), 'bishift' (to index + k and
-index - k, half the bytes each way), 'shifts' (p - 1 steps, one per shift k = 1 .. p - 1), along grid axis
-`axis` (None: over the whole group); and, for a collective rooted at group index 0 (a broadcast, whose members
-the caller lists from its source on), 'fan' (index 0 to every other), 'tree' (every index below k to index + k),
-'chain' (index r to r + 1).
+index - k, a message of the step's bytes each way), 'shifts' (p - 1 steps, one per shift k = 1 .. p - 1),
+along grid axis `axis` (None: over the whole group); and, for a collective rooted at group index 0 (a
+broadcast, whose members the caller lists from its source on), 'fan' (index 0 to every other), 'tree' (every
+index below k to index + k), 'chain' (index r to r + 1).
 """
 
 from __future__ import annotations
@@ -131,6 +131,26 @@ def halving(p: int, b: float) -> list[Step]:
 def doubling(p: int, b: float) -> list[Step]:
     """Recursive doubling of held blocks: distances 1, 2, ..., p/2, each message twice the last."""
     return [(Pattern("xor", 1 << k), b * (1 << k), 1) for k in range(lg(p))]
+
+
+def bidirectional_steps(p: int, b: float, half_first: bool = False) -> list[Step]:
+    """A bidirectional ring's phase on p members (`collectives._bidirectional`), blocks of b bytes: p // 2 steps
+    of a block each way, the last (the first with `half_first`, a reduce-scatter) of half a block for even p."""
+    full = [(Pattern("bishift", 1), b, p // 2 - 1 + p % 2)] if p // 2 - 1 + p % 2 else []
+    half = [(Pattern("bishift", 1), b / 2, 1)] if p % 2 == 0 and p > 1 else []
+    return half + full if half_first else full + half
+
+
+def bidirectional_messages(p: int) -> int:
+    """Messages a member sends in one phase of a bidirectional ring of p: one each way per step."""
+    return 2 * (p // 2)
+
+
+def bidirectional_form(p: int, block: float, a: float, b: float) -> float:
+    """One phase of a bidirectional ring with dedicated links: (p // 2) a + ((p - 1)/2) block b, each direction
+    carrying (p - 1)/2 blocks (the opposite member's half each way for even p); for p = 2 both halves take the
+    one link to the other member."""
+    return p // 2 * a + ((p - 1) / 2 if p > 2 else p - 1) * block * b
 
 
 def on_group(steps: Callable[[int, float], list[Step]]) -> Schedule:

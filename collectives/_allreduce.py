@@ -11,9 +11,10 @@
   the member whose group index differs in bit k, and both compute `partial(lower index) op
   partial(higher index)`; element e is the balanced tree `((id op x0) op (id op x1)) op (...)`.
   log2(n) steps of full-size messages.
-- 'bidirectional_ring': 'ring' on each half of the flattened operand at once, the first half round the
-  ring, the second half round it the other way (the reversed member order), so both directions of every
-  link carry half. 2(n-1) steps of two messages of about 1/(2n) of the operand.
+- 'bidirectional_ring': a reduce-scatter, then an all-gather, each of n // 2 steps that send both ways
+  round the ring at once (`collectives._bidirectional`): chunk c is folded along two chains of members
+  that meet at member c, then travels from c both ways. 2 (n // 2) steps of two messages of about 1/n
+  of the operand (half that in the step next to the member opposite, for even n).
 - 'rabenseifner' (group size a power of two): a reduce-scatter by recursive halving, then an all-gather
   by recursive doubling (`collectives._halving`). 2 log2(n) steps; the messages halve, then double.
 - 'per_axis': a ring all-reduce along each named mesh axis in turn, the minor axis first (over one axis,
@@ -40,7 +41,22 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
-from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step, auto_of, doubling, halving, lg, on_group, pairs
+from collectives import _bidirectional as bidirectional
+from collectives._algorithm import (
+    SUM_BOUND,
+    Algorithm,
+    Pattern,
+    Step,
+    auto_of,
+    bidirectional_form,
+    bidirectional_messages,
+    bidirectional_steps,
+    doubling,
+    halving,
+    lg,
+    on_group,
+    pairs,
+)
 from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, resolve, whole
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
@@ -117,13 +133,16 @@ def _ring(port: sim.Port, args: AllReduceArgs) -> Generator:
 
 
 def _bidirectional_ring(port: sim.Port, args: AllReduceArgs) -> Generator:
-    """The ring's two halves at once: the first half of the operand clockwise, the second counter-clockwise."""
+    """A bidirectional reduce-scatter, then a bidirectional all-gather (`collectives._bidirectional`)."""
     source = port.memory.view(args.buffer)
     terms = yield from _row_major(port, source, phase="operand")
-    first, second = np.array_split(terms.reshape(-1), 2)
     team = whole(port)
-    flat = yield from _ring_all_reduce(port, [(team, first, "clockwise "), (team.reversed(), second,
-                                                                            "counter-clockwise ")], args.reduction)
+    parts = np.array_split(terms.reshape(-1), team.size)
+    mine = yield from bidirectional.reduce_scatter(port, team, parts, args.reduction, "reduce-scatter")
+    flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
+    units = np.array_split(flat, team.size)
+    units[team.index][...] = mine
+    yield from bidirectional.all_gather(port, team, units, "all-gather")
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
@@ -288,11 +307,14 @@ RECURSIVE_DOUBLING = Algorithm(
     on_group(lambda p, b: [(Pattern("xor", 1 << k), b, 1) for k in range(lg(p))]), lambda shape: lg(math.prod(shape)),
     1, reorders=True, bound=SUM_BOUND, power_of_two=True, closed_form=lambda p, n, a, b: lg(p) * (a + n * b))
 BIDIRECTIONAL_RING = Algorithm(
-    "bidirectional_ring", "bidirectional ring: the ring algorithm on each half of the operand at once, the first "
-                          "half passed to the next member, the second half to the previous one, so both directions "
-                          "of every link carry half: 2(n - 1) steps of two messages of 1/(2n).",
-    on_group(lambda p, b: [(Pattern("bishift", 1), b / p, 2 * (p - 1))]), lambda shape: 4 * (math.prod(shape) - 1), 4,
-    reorders=True, bound=SUM_BOUND)
+    "bidirectional_ring", "bidirectional ring: the operand is cut into n chunks. Reduce-scatter: chunk c is folded "
+                          "along two chains that end at member c, one clockwise from member c - n // 2 and one "
+                          "counter-clockwise from member c + n // 2, every member passing partial sums both ways at "
+                          "each step; all-gather: each complete chunk travels from its member both ways round. "
+                          "2 (n // 2) steps (about n, not 2(n - 1)) of two messages of 1/n.",
+    on_group(lambda p, b: bidirectional_steps(p, b / p, half_first=True) + bidirectional_steps(p, b / p)),
+    lambda shape: 2 * bidirectional_messages(math.prod(shape)), 2, reorders=True, bound=SUM_BOUND,
+    closed_form=lambda p, n, a, b: 2 * bidirectional_form(p, n / p, a, b))
 RABENSEIFNER = Algorithm(
     "rabenseifner", "Rabenseifner: a reduce-scatter by recursive halving (at distance n/2, n/4, ..., 1 each member "
                     "keeps the half of its chunks that holds its own and sends the other half to index XOR "

@@ -102,7 +102,6 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
     """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each."""
     total = 0.0
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
-        each = each / 2 if pattern.kind == "bishift" else each
         if pattern.kind == "shifts":  # one step per shift: the sampled ones stand for all
             offsets = list(range(1, math.prod(shape)))
             sampled = _sample(offsets)

@@ -6,8 +6,9 @@ result), else a buffer whose blocks are unpacked into the result at the end by o
 block enters it packed into row-major order (a timed step where the operand is laid out otherwise).
 
 - 'ring' (n - 1 steps): at step s member i sends block i - s to member i + 1 and receives block i - 1 - s.
-- 'bidirectional_ring' (n - 1 steps): each block's first half (flattened, `numpy.array_split`) goes round
-  the ring one way, its second half the other way, so both directions of every link carry half.
+- 'bidirectional_ring' (n // 2 steps, `collectives._bidirectional`): each block goes clockwise to the next
+  n // 2 members and counter-clockwise to the previous ones, relayed hop by hop in both directions at
+  once; where n is even the block of the member opposite comes half each way round.
 - 'recursive_doubling' (log2(n) steps, n a power of two): at step k member i swaps the 2^k blocks it holds
   (a contiguous run) with member i XOR 2^k.
 - 'per_axis': a ring along each named mesh axis in turn, the minor one first; after the axis k step a
@@ -24,7 +25,20 @@ from collections.abc import Generator
 import numpy as np
 
 import sim
-from collectives._algorithm import Algorithm, Pattern, Step, auto_of, doubling, lg, on_group, pairs
+from collectives import _bidirectional as bidirectional
+from collectives._algorithm import (
+    Algorithm,
+    Pattern,
+    Step,
+    auto_of,
+    bidirectional_form,
+    bidirectional_messages,
+    bidirectional_steps,
+    doubling,
+    lg,
+    on_group,
+    pairs,
+)
 from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, blocks_of, whole
 from collectives._common import pack_slice, unpack_into, unpack_values
@@ -42,7 +56,7 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
     if algorithm is RING:
         yield from ring(port, whole(port), [work[i, ...] for i in range(n)], "ring")
     elif algorithm is BIDIRECTIONAL_RING:
-        yield from _bidirectional(port, work)
+        yield from bidirectional.all_gather(port, whole(port), [work[i, ...].reshape(-1) for i in range(n)], "")
     elif algorithm is RECURSIVE_DOUBLING:
         yield from _doubling(port, work)
     else:
@@ -69,21 +83,6 @@ def ring(port: sim.Port, team: Team, units: list[np.ndarray], phase: str) -> Gen
         c = (me - 1 - step) % n
         message = yield port.recv(team.at(-1), tag=(phase, step))
         yield from unpack_into(port, message, units[c], block=c)
-
-
-def _bidirectional(port: sim.Port, work: np.ndarray) -> Generator:
-    """Half of every block clockwise, the other half counter-clockwise, both at each step."""
-    team = whole(port)
-    n, me = team.size, team.index
-    halves = [np.array_split(work[i, ...].reshape(-1), 2) for i in range(n)]
-    for step in range(n - 1):
-        sends = ((1, (me - step) % n, 0, "clockwise"), (-1, (me + step) % n, 1, "counter-clockwise"))
-        for offset, c, half, phase in sends:
-            port.send(team.at(offset), halves[c][half], tag=(phase, step), header={}, phase=phase, step=step, block=c)
-        for offset, c, half, phase in ((-1, (me - 1 - step) % n, 0, "clockwise"),
-                                       (1, (me + 1 + step) % n, 1, "counter-clockwise")):
-            message = yield port.recv(team.at(offset), tag=(phase, step))
-            yield from unpack_into(port, message, halves[c][half], block=c)
 
 
 def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
@@ -125,10 +124,12 @@ RING = Algorithm(
     on_group(lambda p, b: [(Pattern("shift", 1), b, p - 1)]), lambda shape: math.prod(shape) - 1, 2,
     reorders=False, closed_form=_ring_form)
 BIDIRECTIONAL_RING = Algorithm(
-    "bidirectional_ring", "bidirectional ring: in each of n - 1 steps every member passes the first half of a "
-                          "block to the next member and the second half of another to the previous one.",
-    on_group(lambda p, b: [(Pattern("bishift", 1), b, p - 1)]), lambda shape: 2 * (math.prod(shape) - 1), 4,
-    reorders=False)
+    "bidirectional_ring", "bidirectional ring: every member's block goes clockwise to the next n // 2 members and "
+                          "counter-clockwise to the previous ones, each member forwarding both ways at each step "
+                          "what it received the step before: n // 2 steps (ceil((n - 1) / 2)); for even n the "
+                          "block of the member opposite comes half each way round.",
+    on_group(lambda p, b: bidirectional_steps(p, b)), lambda shape: bidirectional_messages(math.prod(shape)), 2,
+    reorders=False, closed_form=lambda p, n, a, b: bidirectional_form(p, n / p, a, b))
 RECURSIVE_DOUBLING = Algorithm(
     "recursive_doubling", "recursive doubling: in step s every member swaps all the blocks it holds with the "
                           "member whose group index differs in bit s; log2(n) steps.",

@@ -11,9 +11,22 @@ import numpy as np
 
 import sim
 from collectives import _batch_rules as batch_rules
-from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, auto_of, halving, lg, on_group, pairs
+from collectives import _bidirectional as bidirectional
+from collectives._algorithm import (
+    SUM_BOUND,
+    Algorithm,
+    Pattern,
+    auto_of,
+    bidirectional_form,
+    bidirectional_messages,
+    bidirectional_steps,
+    halving,
+    lg,
+    on_group,
+    pairs,
+)
 from collectives._algorithm import part as share
-from collectives._algorithms import check_algorithm, named, resolve
+from collectives._algorithms import check_algorithm, named, resolve, whole
 from collectives._allreduce import fold_arrivals, laid_out, ring_reduce_scatter
 from collectives._common import (
     axis_index,
@@ -62,9 +75,12 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     `scatter_dimension` must be non-negative, as JAX cannot lower a negative one. 'direct' sends chunk j
     of every member to member j, which adds them in group order to 0 (XLA:CPU's order, equal to JAX bit
     for bit); 'ring' folds chunk j in the member order j+1, j+2, ..., j (mod n) around the ring (n - 1
-    steps); 'recursive_halving' (log2(n) steps, group size a power of two) halves the chunks each member
-    is responsible for at each step, folding pairs of partial sums as a balanced tree, lower group index
-    first; 'auto' picks the fastest by `collectives._cost` and records it in `sim.CallRecord.algorithm`.
+    steps); 'bidirectional_ring' (n // 2 steps, `collectives._bidirectional`) folds chunk j along two chains
+    that meet at member j, one from each side of the ring, both directions of every link busy at each step
+    (for even n, the member opposite sends half its term each way); 'recursive_halving' (log2(n) steps,
+    group size a power of two) halves the chunks each member is responsible for at each step, folding pairs
+    of partial sums as a balanced tree, lower group index first; 'auto' picks the fastest by
+    `collectives._cost` and records it in `sim.CallRecord.algorithm`.
     Integers come out the same from every algorithm; floats within `oracles._reordered`'s bound.
     `x` may be a pytree.
 
@@ -143,6 +159,9 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     if algorithm is RECURSIVE_HALVING:
         return (yield from _halving(port, parts, shape, args.out_layout))
+    if algorithm is BIDIRECTIONAL_RING:
+        mine = yield from bidirectional.reduce_scatter(port, whole(port), parts, "sum", "reduce-scatter")
+        return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     for j, dst in enumerate(port.group.members):
         payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)
         port.send(dst, payload, header=header, chunk=j)
@@ -190,13 +209,22 @@ RING = Algorithm(
             "each message 1/n of the operand.",
     on_group(lambda p, b: [(Pattern("shift", 1), b / p, p - 1)]), lambda shape: math.prod(shape) - 1, 2,
     reorders=True, bound=SUM_BOUND, closed_form=_scatter_form(lambda p: p - 1))
+BIDIRECTIONAL_RING = Algorithm(
+    "bidirectional_ring", "bidirectional ring: chunk c is folded along two chains that end at member c, one "
+                          "clockwise from member c - n // 2 and one counter-clockwise from member c + n // 2; at "
+                          "each step every member adds its term to the partial sums it received and passes them on, "
+                          "both ways at once: n // 2 steps (ceil((n - 1) / 2)) of two messages of 1/n of the "
+                          "operand (the first, from the member opposite, of half that for even n).",
+    on_group(lambda p, b: bidirectional_steps(p, b / p, half_first=True)),
+    lambda shape: bidirectional_messages(math.prod(shape)), 2, reorders=True, bound=SUM_BOUND,
+    closed_form=lambda p, n, a, b: bidirectional_form(p, n / p, a, b))
 RECURSIVE_HALVING = Algorithm(
     "recursive_halving", "recursive halving: at distance n/2, n/4, ..., 1 each member keeps the half of its chunks "
                          "that holds its own and sends the other half to index XOR distance, which adds it: "
                          "log2(n) steps of halving messages.",
     on_group(halving), lambda shape: lg(math.prod(shape)), 1, reorders=True, bound=SUM_BOUND, power_of_two=True,
     closed_form=_scatter_form(lg))
-ALGORITHMS = (DIRECT, RING, RECURSIVE_HALVING)
+ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 

@@ -105,14 +105,18 @@ def sent_per_device(outcome: sim.Run) -> set[int]:
 _C = collectives
 MESSAGE_COUNTS = [  # (id, mesh, axis_name, body, messages each member sends across the network)
     ("all_gather ring n-1", {"x": 5}, "x", lambda x, a: _C.all_gather(x, a, algorithm="ring"), 4),
-    ("all_gather bidirectional 2(n-1)", {"x": 5}, "x",
-     lambda x, a: _C.all_gather(x, a, algorithm="bidirectional_ring"), 8),
+    ("all_gather bidirectional 2 (n // 2), odd n", {"x": 5}, "x",
+     lambda x, a: _C.all_gather(x, a, algorithm="bidirectional_ring"), 4),
+    ("all_gather bidirectional 2 (n // 2), even n", {"x": 6}, "x",
+     lambda x, a: _C.all_gather(x, a, algorithm="bidirectional_ring"), 6),
     ("all_gather recursive doubling lg n", {"x": 8}, "x",
      lambda x, a: _C.all_gather(x, a, algorithm="recursive_doubling"), 3),
     ("all_gather per_axis (3-1)+(2-1)", {"x": 2, "y": 3}, ("x", "y"),
      lambda x, a: _C.all_gather(x, a, algorithm="per_axis"), 3),
     ("psum ring 2(n-1)", {"x": 6}, "x", lambda x, a: _C.psum(x, a, algorithm="ring"), 10),
-    ("psum bidirectional 4(n-1)", {"x": 6}, "x", lambda x, a: _C.psum(x, a, algorithm="bidirectional_ring"), 20),
+    ("psum bidirectional 4 (n // 2)", {"x": 6}, "x", lambda x, a: _C.psum(x, a, algorithm="bidirectional_ring"), 12),
+    ("psum_scatter bidirectional 2 (n // 2)", {"x": 7}, "x",
+     lambda x, a: _C.psum_scatter(x, a, algorithm="bidirectional_ring", tiled=True), 6),
     ("psum recursive doubling lg n", {"x": 8}, "x", lambda x, a: _C.psum(x, a, algorithm="recursive_doubling"), 3),
     ("psum rabenseifner 2 lg n", {"x": 8}, "x", lambda x, a: _C.psum(x, a, algorithm="rabenseifner"), 6),
     ("pmax per_axis 2(3-1)+2(2-1)", {"x": 2, "y": 3}, ("x", "y"), lambda x, a: _C.pmax(x, a, algorithm="per_axis"),
@@ -168,6 +172,8 @@ def test_ragged_pairwise_keeps_the_docs_example():
     ("psum", "bidirectional_ring", {"x": 6}, "x"), ("psum", "rabenseifner", {"x": 8}, "x"),
     ("psum", "per_axis", {"x": 2, "y": 3}, ("x", "y")), ("pmean", "rabenseifner", {"x": 4}, "x"),
     ("psum_scatter", "recursive_halving", {"x": 8}, "x"), ("psum_scatter", "ring", {"x": 5}, "x"),
+    ("psum", "bidirectional_ring", {"x": 5}, "x"), ("psum_scatter", "bidirectional_ring", {"x": 6}, "x"),
+    ("psum_scatter", "bidirectional_ring", {"x": 7}, "x"),
 ])
 @settings(max_examples=25)
 @given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float16, np.float32, np.float64]))
@@ -200,7 +206,8 @@ BAD_ALGORITHMS = [  # (id, call on a 1-D mesh of n devices, n, pattern)
                                                     algorithm="bruck"), 4,
      r"ragged_all_to_all: algorithm='bruck' must be one of \('direct', 'pairwise', 'auto'\)"),
     ("psum_scatter rabenseifner", lambda x: _C.psum_scatter(x, "x", tiled=True, algorithm="rabenseifner"), 4,
-     r"psum_scatter: algorithm='rabenseifner' must be one of \('direct', 'ring', 'recursive_halving', 'auto'\)"),
+     r"psum_scatter: algorithm='rabenseifner' must be one of \('direct', 'ring', 'bidirectional_ring', "
+    r"'recursive_halving', 'auto'\)"),
     ("ppermute ring", lambda x: _C.ppermute(x, "x", [(0, 1)], algorithm="ring"), 4,
      r"ppermute: algorithm='ring' must be one of \('direct', 'auto'\)"),
     ("axis_index ring", lambda x: _C.axis_index("x", algorithm="ring") + x, 4,
@@ -279,8 +286,11 @@ class _Ring(_Switch):
 
 @pytest.mark.parametrize("op, mesh, tiny, large", [
     ("psum", _Switch(), "direct", "rabenseifner"), ("pmax", _Switch(), "direct", "rabenseifner"),
-    ("all_gather", _Ring(8), "direct", "bidirectional_ring"), ("psum", _Ring(8), "direct", "bidirectional_ring"),
-    ("psum_scatter", _Ring(8), "direct", "ring"),
+    # on a ring the bidirectional all-gather's and reduce-scatter's n/2 one-hop steps match 'direct''s n/2-hop
+    # routes at any size, with less on the busiest link
+    ("all_gather", _Ring(8), "bidirectional_ring", "bidirectional_ring"),
+    ("psum", _Ring(8), "direct", "bidirectional_ring"),
+    ("psum_scatter", _Ring(8), "bidirectional_ring", "bidirectional_ring"),
 ])
 def test_auto_picks_by_message_size_and_topology(op, mesh, tiny, large):
     """Tiny messages favour few steps, large ones the algorithms that load the busiest link (a device's port
@@ -295,6 +305,8 @@ def test_auto_picks_by_message_size_and_topology(op, mesh, tiny, large):
     ("psum", "ring", lambda p, b: b), ("psum", "rabenseifner", lambda p, b: b),
     ("psum", "recursive_doubling", lambda p, b: b), ("psum_scatter", "ring", lambda p, b: b),
     ("psum_scatter", "recursive_halving", lambda p, b: b), ("all_to_all", "pairwise", lambda p, b: b),
+    ("all_gather", "bidirectional_ring", lambda p, b: p * b), ("psum", "bidirectional_ring", lambda p, b: b),
+    ("psum_scatter", "bidirectional_ring", lambda p, b: b),
     ("all_to_all", "bruck", lambda p, b: b),
 ])
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
@@ -313,6 +325,9 @@ def test_the_cost_model_is_the_alpha_beta_closed_form_on_dedicated_links(op, alg
     ("all_to_all", "bruck", lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="bruck")),
     ("all_to_all", "pairwise", lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="pairwise")),
     ("all_gather", "bidirectional_ring", lambda x: _C.all_gather(x, "x", algorithm="bidirectional_ring")),
+    ("psum", "bidirectional_ring", lambda x: _C.psum(x, "x", algorithm="bidirectional_ring")),
+    ("psum_scatter", "bidirectional_ring", lambda x: _C.psum_scatter(x, "x", tiled=True,
+                                                                     algorithm="bidirectional_ring")),
     ("psum_scatter", "recursive_halving", lambda x: _C.psum_scatter(x, "x", tiled=True,
                                                                     algorithm="recursive_halving")),
 ])

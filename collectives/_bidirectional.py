@@ -1,0 +1,116 @@
+"""Bidirectional rings of n // 2 steps (ceil((n - 1) / 2)): every link carries traffic both ways at each step.
+
+On a team of n members, r = n // 2:
+
+- all-gather: member i's block goes clockwise to members i + 1 .. i + r and counter-clockwise to members
+  i - 1 .. i - r, relayed hop by hop: at step s every member forwards clockwise the block it received from
+  its previous member at step s - 1 (its own at step 0), and counter-clockwise the one it received from its
+  next member. Where n is even, the block of the member n/2 away would arrive both ways: its first half
+  (`numpy.array_split`) travels clockwise, its second half counter-clockwise. So each direction of a link
+  carries (n - 1)/2 blocks in all, and a block is r hops from its farthest reader, not n - 1.
+- reduce-scatter, its transpose: member c's chunk is folded along two chains that end at c, the clockwise
+  one starting at member c - r and the counter-clockwise one at member c + r; at each step a member adds
+  its own term to the partial sum it received and passes it on. Where n is even, the member n/2 away starts
+  both chains, with the first half of its term clockwise and the second half counter-clockwise. Member c
+  adds its own term to the clockwise partial, then the counter-clockwise one: each element is n - 1
+  additions in another binary tree than the group-order fold (`SUM_BOUND`).
+
+Worked example, n = 4 (r = 2): all-gather, member 0 sends block 0 to member 1 and block 0 to member 3
+(step 0); at step 1 member 1 forwards the first half of block 0 to member 2, member 3 its second half.
+Reduce-scatter, chunk 0: member 2 sends the first half of its chunk-0 term to member 3 and the second half
+to member 1 (step 0); at step 1 member 3 sends (its term + that half) to member 0, member 1 likewise the
+other way, and member 0 folds in its own term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+
+import numpy as np
+
+import sim
+from collectives._algorithms import Team
+from collectives._arithmetic import combine, identity
+from collectives._common import pack_slice, received, unpack_into
+from layouts import Layout
+
+_WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
+
+
+def _phase(way: str, phase: str) -> str:
+    return f"{way} {phase}" if phase else way
+
+
+def steps(n: int) -> int:
+    """How many steps a bidirectional ring of n members takes for one phase: ceil((n - 1) / 2)."""
+    return n // 2
+
+
+def _lane(flat: np.ndarray, offset: int, n: int, split: bool) -> slice:
+    """The part of a block (flat) one direction carries: all of it, or where n is even and `split` its half
+    (the first half clockwise, offset +1; the second half counter-clockwise)."""
+    if not split or n % 2:
+        return slice(0, flat.size)
+    half = len(np.array_split(np.empty(flat.size, np.int8), 2)[0])
+    return slice(0, half) if offset == 1 else slice(half, flat.size)
+
+
+def all_gather(port: sim.Port, team: Team, units: Sequence[np.ndarray], phase: str) -> Generator:
+    """Fill `units` (flat contiguous views, one per team position, the caller's own already filled) with every
+    member's block, each forwarded both ways round `team` for `steps(n)` steps."""
+    n, me, r = team.size, team.index, steps(team.size)
+    for step in range(r):
+        last = step == r - 1
+        for offset, way in _WAYS:
+            c = (me - offset * step) % n
+            part = units[c][_lane(units[c], offset, n, last)]
+            name = _phase(way, phase)
+            port.send(team.at(offset), part, tag=(name, step), header={}, phase=name, step=step, block=c)
+        for offset, way in _WAYS:
+            c = (me - offset * (step + 1)) % n
+            message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
+            yield from unpack_into(port, message, units[c][_lane(units[c], offset, n, last)], block=c)
+
+
+def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], reduction: str, phase: str) -> Generator:
+    """Fold chunk c of every member's `parts` (this member's terms, one per team position, any shape, read in
+    row-major order: packed first by a timed step where strided) so that team position c ends with it complete.
+
+    Returns a new flat buffer of this member's memory holding its own position's complete chunk.
+    """
+    n, me, r = team.size, team.index, steps(team.size)
+    own = []
+    for c, part in enumerate(parts):
+        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
+        own.append(values.reshape(-1))
+    held = {offset: own[(me + offset * r) % n] for offset, _ in _WAYS}  # what each direction sends next
+    arrived: dict[int, np.ndarray] = {}
+    for step in range(r):
+        for offset, way in _WAYS:
+            c = (me + offset * (r - step)) % n
+            payload = held[offset][_lane(own[c], offset, n, step == 0)]
+            name = _phase(way, phase)
+            port.send(team.at(offset), payload, tag=(name, step), header={}, phase=name, step=step, chunk=c)
+        for offset, way in _WAYS:
+            c = (me + offset * (r - step - 1)) % n
+            message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
+            span = _lane(own[c], offset, n, step == 0)
+            if step == r - 1:
+                arrived[offset] = (span, received(message))
+            else:
+                held[offset] = _fold(port, own[c], span, received(message), reduction)
+    mine = _fold(port, own[me], slice(0, 0), own[me][:0], reduction)
+    for offset, _ in _WAYS:
+        if offset in arrived:
+            span, values = arrived[offset]
+            mine[span] = combine(reduction, mine[span], values) if offset == -1 else combine(reduction, values,
+                                                                                          mine[span])
+    return mine
+
+
+def _fold(port: sim.Port, own: np.ndarray, span: slice, values: np.ndarray, reduction: str) -> np.ndarray:
+    """A new flat buffer holding `own` (folded into the identity) with the partial sum `values` added on `span`."""
+    out = port.memory.view(port.memory.alloc(own.dtype, own.shape))
+    out[...] = combine(reduction, identity(reduction, own.dtype), own)
+    out[span] = combine(reduction, values, own[span])
+    return out
