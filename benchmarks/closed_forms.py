@@ -65,6 +65,13 @@ def _add(*terms: tuple[float, float]) -> tuple[float, float]:
     return sum(t[0] for t in terms), sum(t[1] for t in terms)
 
 
+def _bidirectional(p: int, block: float, share: int) -> tuple[float, float]:
+    """One phase of a bidirectional ring on p (even) members, one hop a step: p/2 steps, each direction
+    carrying a block at each step but one, where it carries half (the opposite member's block, half each way):
+    (p - 1)/2 blocks; `share` of a member's messages of a step go through one link (2 through a switch port)."""
+    return p // 2 * LATENCY_S, (p - 1) / 2 * block * share / BANDWIDTH
+
+
 def _form(collective: str, algorithm: str, p: int) -> Callable[[int], float]:
     """The bandwidth term of the algorithm record's alpha-beta closed form (`Algorithm.closed_form`, MPICH's
     n: the gathered array for a gather, the operand otherwise), for operands of s bytes."""
@@ -78,6 +85,7 @@ def _one_axis(p: int, switch: bool) -> list[Case]:
     and one ingress port per device, so a member's messages of one step share its egress)."""
     topology, axes, w = ("switch" if switch else "fully_connected"), (("x", p),), BANDWIDTH
     fan = p - 1 if switch else 1  # how many of a member's same-step messages share one of its links
+    port = 2 if switch else 1  # how many of a bidirectional ring's messages of a step share one
     ring_ag = lambda s: (p - 1) / p * (p * s) / w
     rs = lambda s: (p - 1) / p * s / w
     thakur = "Thakur et al. 2005"
@@ -86,8 +94,8 @@ def _one_axis(p: int, switch: bool) -> list[Case]:
              (lambda s: s / w), "nccl-tests (n-1)/n busbw" if switch else "one step, a + (n/p)b"),
         Case("all_gather", "ring", topology, axes, lambda s: _steps(p - 1, 1, s), _form("all_gather", "ring", p),
              f"{thakur}: (p-1)a + ((p-1)/p)nb"),
-        Case("all_gather", "bidirectional_ring", topology, axes,
-             lambda s: _steps(p - 1, 1, s if switch else s / 2), ring_ag if switch else (lambda s: ring_ag(s) / 2),
+        Case("all_gather", "bidirectional_ring", topology, axes, lambda s: _bidirectional(p, s, port),
+             ring_ag if switch else (lambda s: ring_ag(s) / 2),
              "V/W (N-1)/N (both directions share one port)" if switch else "V/W_bidi (N-1)/N"),
         Case("all_gather", "recursive_doubling", topology, axes, lambda s: (_lg(p) * LATENCY_S, (p - 1) * s / w),
              _form("all_gather", "recursive_doubling", p), f"{thakur}: lg(p)a + ((p-1)/p)nb"),
@@ -96,6 +104,9 @@ def _one_axis(p: int, switch: bool) -> list[Case]:
         Case("psum_scatter", "ring", topology, axes, lambda s: _steps(p - 1, 1, s / p),
              _form("psum_scatter", "ring", p),
              f"{thakur}: (p-1)a + ((p-1)/p)nb"),
+        Case("psum_scatter", "bidirectional_ring", topology, axes, lambda s: _bidirectional(p, s / p, port),
+             rs if switch else (lambda s: rs(s) / 2),
+             "V/W (N-1)/N (both directions share one port)" if switch else "V/W_bidi (N-1)/N"),
         Case("psum_scatter", "recursive_halving", topology, axes,
              lambda s: (_lg(p) * LATENCY_S, (p - 1) / p * s / w), _form("psum_scatter", "recursive_halving", p),
              f"{thakur}: lg(p)a + ((p-1)/p)nb"),
@@ -105,7 +116,7 @@ def _one_axis(p: int, switch: bool) -> list[Case]:
         Case("psum", "ring", topology, axes, lambda s: _steps(2 * (p - 1), 1, s / p), _form("psum", "ring", p),
              f"{thakur}: 2(p-1)a + 2((p-1)/p)nb"),
         Case("psum", "bidirectional_ring", topology, axes,
-             lambda s: _steps(2 * (p - 1), 1, s / p if switch else s / p / 2),
+             lambda s: _add(_bidirectional(p, s / p, port), _bidirectional(p, s / p, port)),
              (lambda s: 2 * rs(s)) if switch else rs, "2 ReduceScatter, both directions"),
         Case("psum", "recursive_doubling", topology, axes, lambda s: _steps(_lg(p), 1, s),
              _form("psum", "recursive_doubling", p), f"{thakur}: lg(p)(a + nb)"),
@@ -133,13 +144,16 @@ def _ring(p: int) -> list[Case]:
     one_way = lambda s: (p - 1) / p * (p * s) / w
     return [
         Case("all_gather", "ring", "ring", axes, lambda s: _steps(p - 1, 1, s), one_way, "(V/W)(N-1)/N"),
-        Case("all_gather", "bidirectional_ring", "ring", axes, lambda s: _steps(p - 1, 1, s / 2),
+        Case("all_gather", "bidirectional_ring", "ring", axes, lambda s: _bidirectional(p, s, 1),
              lambda s: one_way(s) / 2, "(V/W_bidi)(N-1)/N"),
         Case("psum_scatter", "ring", "ring", axes, lambda s: _steps(p - 1, 1, s / p),
              lambda s: (p - 1) / p * s / w, "(V/W)(N-1)/N"),
+        Case("psum_scatter", "bidirectional_ring", "ring", axes, lambda s: _bidirectional(p, s / p, 1),
+             lambda s: (p - 1) / p * s / (2 * w), "(V/W_bidi)(N-1)/N"),
         Case("psum", "ring", "ring", axes, lambda s: _steps(2 * (p - 1), 1, s / p),
              lambda s: 2 * (p - 1) / p * s / w, "2 x ReduceScatter"),
-        Case("psum", "bidirectional_ring", "ring", axes, lambda s: _steps(2 * (p - 1), 1, s / p / 2),
+        Case("psum", "bidirectional_ring", "ring", axes,
+             lambda s: _add(_bidirectional(p, s / p, 1), _bidirectional(p, s / p, 1)),
              lambda s: (p - 1) / p * s / w, "2 x ReduceScatter over W_bidi"),
         Case("all_to_all", "direct", "ring", axes, lambda s: _steps(1, p // 2, p * p / 8 * s / p),
              lambda s: p * s / (4 * 2 * w), "V/(4 W_bidi) (exact for even N)"),
