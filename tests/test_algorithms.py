@@ -435,3 +435,34 @@ def test_pbroadcast_auto_picks_direct_for_latency_and_the_tree_for_bandwidth():
     switch = sim.Network.switch(latency_s=1e-6, bandwidth_bytes_per_s=1e10)
     assert pick(switch, 2) == "direct"
     assert pick(switch, 1 << 16) == "tree"
+
+
+# ---------------------------------------------------------------------------------------------- bidirectional
+
+
+_BIDIRECTIONAL_PHASES = [  # (collective, body, phases of ceil((n-1)/2) steps)
+    ("all_gather", lambda x: _C.all_gather(x, "x", tiled=True, algorithm="bidirectional_ring"), 1),
+    ("psum_scatter", lambda x: _C.psum_scatter(x, "x", tiled=True, algorithm="bidirectional_ring"), 1),
+    ("psum", lambda x: _C.psum(x, "x", algorithm="bidirectional_ring"), 2),
+]
+
+
+@pytest.mark.parametrize("op, body, phases", _BIDIRECTIONAL_PHASES, ids=[c[0] for c in _BIDIRECTIONAL_PHASES])
+@pytest.mark.parametrize("n", range(2, 10))
+def test_bidirectional_rings_take_half_the_hops(op, body, phases, n):
+    """On a ring network, a tiny bidirectional_ring call takes ceil((n-1)/2) hop latencies per phase, odd and
+    even n alike (not n - 1): each block or partial sum is relayed at most n // 2 hops, both ways at once;
+    its results are the integers 'direct' gives."""
+    latency = 1e-6
+    network = sim.Network.ring(latency_s=latency, bandwidth_bytes_per_s=1e30)
+    mesh = sim.Mesh({"x": n}, network=network, copy_cost=sim.CopyCost(bandwidth_bytes_per_s=1e30,
+                                                                        run_overhead_s=0.0))
+    xs = np.arange(n * n * 3, dtype=np.int32).reshape(n, n * 3) * 7 % 11
+    spec = P("x")
+    outcome = sim.shard_map(lambda x: body(x[0])[None], mesh=mesh, in_specs=(spec,), out_specs=spec,
+                            check_vma=False).run(xs)
+    assert max(call.exit_s for call in outcome.calls) == pytest.approx(phases * math.ceil((n - 1) / 2) * latency)
+    sums = xs.sum(axis=0)
+    want = {"all_gather": np.tile(xs.reshape(1, -1), (n, 1)), "psum": np.tile(sums, (n, 1)),
+            "psum_scatter": sums.reshape(n, 3)}[op]
+    assert np.array_equal(np.asarray(outcome.outputs).reshape(want.shape), want)
