@@ -104,9 +104,10 @@ PUBLISHED = [
     Published("TPU v4p 4x4x4, AllGather over X of bf16[1024, 4096] sharded [B over X, D over Y]", "tpu-v4p",
               (4, 4, 4), 23.3e-6, 2 * 1024 * 4096 // 4, "all_gather",
               "How to Scale Your Model, 'Sharded Matrices' (AllGather cost on TPU v4p)",
-              "the bidirectional ring takes N/2 = 2 hops over X, not N - 1 = 3, and its wire time, 1.5 blocks each "
-              "way at the preset's 45 GB/s, is already the published line model's; the rest of the gap is what the "
-              "preset does not yet charge (launch and per-step costs, issue 19's calibrated presets)", -0.164),
+              "the published figure is the line model V/W_bidi, 2 MiB over 90 GB/s, with no (N-1)/N factor; the "
+              "bidirectional ring moves (N-1)/N of it (1.5 blocks of 512 KiB each way, 17.5 us at 45 GB/s) in "
+              "N/2 = 2 hops over X (1 us less than the N - 1 = 3 of a ring of half-blocks, which gave -12.1%)",
+              -0.164),
     Published("8xH100 NVLink, AllGather of bf16[1024, 16384] (33.55 MB)", "h100-nvlink", (8,), 65e-6,
               2 * 1024 * 16384, "all_gather", "nccl-tests all_gather_perf on DGX H100 (busbw ~450 GB/s)"),
     Published("4xH100, all_to_all of 524,288,000 bytes", "h100-nvlink", (4,), 1174e-6, 524_288_000,
