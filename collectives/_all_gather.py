@@ -63,7 +63,7 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
 
     `algorithm` chooses the messages, never the bytes (every block travels unchanged): 'direct' (one step,
     every member sends its operand to every member), 'ring' (n - 1 steps to the next member),
-    'bidirectional_ring' (n - 1 steps, half of each block each way round), 'recursive_doubling' (log2(n)
+    'bidirectional_ring' (n // 2 steps, each block relayed both ways round), 'recursive_doubling' (log2(n)
     steps, n a power of two), 'per_axis' (a ring along each named mesh axis in turn; over one axis or with
     axis_index_groups, 'ring'), or 'auto' (the fastest of these by `collectives._cost` for the bytes, the
     group and the network; the pick is recorded in `sim.CallRecord.algorithm`). Those besides 'direct' work

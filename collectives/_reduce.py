@@ -49,8 +49,9 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
       sizes) is added to 0 in the member order c+1, c+2, ..., n-1, 0, ..., c, then passed around.
     - 'recursive_doubling' (log2(n) steps, group size a power of two): a balanced tree, pairs of
       members first, the lower group index on the left.
-    - 'bidirectional_ring' (2(n-1) steps of two messages of 1/(2n) of the operand): 'ring' on the first
-      half of the flattened operand and, the other way round the ring, on the second half.
+    - 'bidirectional_ring' (2 (n // 2) steps of two messages of 1/n of the operand): chunk c is added
+      along two chains of members, one from each side of the ring, that meet at member c (a reduce-scatter
+      sending both ways at once), then the complete chunks travel both ways round.
     - 'rabenseifner' (2 log2(n) steps, group size a power of two): reduce-scatter by recursive halving
       (a balanced tree per chunk), then all-gather by recursive doubling.
     - 'per_axis' (when `axis_name` names several mesh axes): a ring along each axis in turn, the last

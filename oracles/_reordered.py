@@ -2,9 +2,9 @@
 
 The spec and JAX fold the members in group order (the 'direct' algorithm's order, bit for bit). Every other
 algorithm ('ring', 'bidirectional_ring', 'recursive_doubling', 'rabenseifner', 'per_axis', psum_scatter's
-'ring' and 'recursive_halving', and whatever 'auto' picks) folds the same n terms along another binary tree
-of n-1 additions (besides additions to the identity, which are exact), so a float sum may round
-differently. Each of the n-1 additions rounds with relative error at most eps/2 of a partial sum no larger
+'ring', 'bidirectional_ring' and 'recursive_halving', and whatever 'auto' picks) folds the same n terms
+along another binary tree of n-1 additions (besides additions to the identity, which are exact), so a float
+sum may round differently. Each of the n-1 additions rounds with relative error at most eps/2 of a partial sum no larger
 than sum|x_i|, so each answer is within (n-1) eps sum|x_i| of the exact sum (plus 2n times the smallest
 normal number for float32/float64 and bfloat16, whose additions run in flushed float32); two answers within
 that of the exact sum are within twice it of each other. eps is the result dtype's: 2^-7 for bfloat16 and
