@@ -18,6 +18,7 @@ import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm
+from collectives._ring_order import ring_order
 
 
 def named(algorithms: Sequence[Algorithm], name: Any) -> Algorithm | None:
@@ -76,11 +77,14 @@ def resolve(port: sim.Port, algorithms: Sequence[Algorithm], algorithm: str, siz
 class Team:
     """Members that run one step pattern together (a group, or its members along one mesh axis).
 
-    `members[i]` is the device id of team position i; `index` is the caller's position.
+    `members[i]` is the device id of team position i; `index` is the caller's position. `order[i]` is the
+    group (or axis) index of team position i: the identity unless the team goes round in another order
+    (`ring_team`), in which case position-indexed data comes from group-indexed data by `arrange`.
     """
 
     members: tuple[int, ...]
     index: int
+    order: tuple[int, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -92,12 +96,31 @@ class Team:
 
     def reversed(self) -> Team:
         """The same members in the opposite ring direction."""
-        return Team(self.members[::-1], len(self.members) - 1 - self.index)
+        order = None if self.order is None else self.order[::-1]
+        return Team(self.members[::-1], len(self.members) - 1 - self.index, order)
+
+    def arrange(self, items: Sequence[Any]) -> list[Any]:
+        """`items` (one per group index) in team position order: position i gets `items[order[i]]`.
+
+        >>> Team((5, 7, 6), 0, (0, 2, 1)).arrange(["a", "b", "c"])
+        ['a', 'c', 'b']
+        """
+        return list(items) if self.order is None else [items[g] for g in self.order]
 
 
 def whole(port: sim.Port) -> Team:
-    """The call's whole group as a team."""
+    """The call's whole group as a team, in group order."""
     return Team(port.group.members, port.group.index)
+
+
+def ring_team(port: sim.Port) -> Team:
+    """The call's whole group as a team in the order a ring visits it (`collectives._ring_order.ring_order`:
+    a cycle of physical neighbours on a ring or torus where one exists, never more hops than group order)."""
+    members = port.group.members
+    order = port.once("ring order", lambda: ring_order(port.mesh, members))
+    if order == tuple(range(len(members))):
+        return whole(port)
+    return Team(tuple(members[g] for g in order), order.index(port.group.index), order)
 
 
 def axis_teams(port: sim.Port, shape: tuple[int, ...]) -> list[tuple[int, Team]]:
