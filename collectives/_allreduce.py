@@ -58,7 +58,7 @@ from collectives._algorithm import (
     pairs,
 )
 from collectives._algorithm import whole as whole_operand
-from collectives._algorithms import Team, axis_teams, resolve, whole
+from collectives._algorithms import Team, axis_teams, resolve, ring_team
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
 from collectives._halving import chunk_bounds, doubling_all_gather, halving_reduce_scatter
@@ -128,7 +128,7 @@ def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[
 def _ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
     terms = yield from _row_major(port, source, phase="operand")
-    flat = yield from _ring_all_reduce(port, [(whole(port), terms.reshape(-1), "")], args.reduction)
+    flat = yield from _ring_all_reduce(port, [(ring_team(port), terms.reshape(-1), "")], args.reduction)
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
@@ -136,7 +136,7 @@ def _bidirectional_ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     """A bidirectional reduce-scatter, then a bidirectional all-gather (`collectives._bidirectional`)."""
     source = port.memory.view(args.buffer)
     terms = yield from _row_major(port, source, phase="operand")
-    team = whole(port)
+    team = ring_team(port)
     parts = np.array_split(terms.reshape(-1), team.size)
     mine = yield from bidirectional.reduce_scatter(port, team, parts, args.reduction, "reduce-scatter")
     flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
@@ -180,7 +180,8 @@ def ring_reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], reduction: 
     (packed first by a timed step where that order is strided). Returns the complete chunk of this
     member's index.
     """
-    return (yield from reduce_scatter_lanes(port, [(whole(port), list(parts), "")], reduction))[0]
+    team = ring_team(port)
+    return (yield from reduce_scatter_lanes(port, [(team, team.arrange(list(parts)), "")], reduction))[0]
 
 
 def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]], reduction: str) -> Generator:

@@ -22,6 +22,7 @@ import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm, Pattern
+from collectives._ring_order import RINGS, ring_order
 
 _SAMPLED = 8  # shifts timed for an all-pairs step; the rest are assumed to load links alike
 _CACHE: dict[tuple, tuple[object, float]] = {}
@@ -100,8 +101,12 @@ _ROOTED = {
 def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
            size_bytes: int) -> float:
     """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each."""
-    total = 0.0
+    total, ring = 0.0, None
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
+        if algorithm.name in RINGS and pattern.k == 1 and pattern.axis is None:  # round the ring's own order
+            ring = ring or tuple(members[g] for g in ring_order(mesh, members))
+            total += repeat * step_s(pattern, each, mesh, ring, shape)
+            continue
         if pattern.kind == "shifts":  # one step per shift: the sampled ones stand for all
             offsets = list(range(1, math.prod(shape)))
             sampled = _sample(offsets)

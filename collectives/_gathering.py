@@ -40,7 +40,7 @@ from collectives._algorithm import (
     pairs,
 )
 from collectives._algorithm import whole as whole_operand
-from collectives._algorithms import Team, axis_teams, blocks_of, whole
+from collectives._algorithms import Team, axis_teams, blocks_of, ring_team
 from collectives._common import pack_slice, unpack_into, unpack_values
 from layouts import Layout
 
@@ -54,9 +54,11 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
     own, _ = yield from pack_slice(port, source, Layout.row_major(source.ndim), phase="operand")
     work[port.group.index, ...] = own
     if algorithm is RING:
-        yield from ring(port, whole(port), [work[i, ...] for i in range(n)], "ring")
+        team = ring_team(port)
+        yield from ring(port, team, team.arrange([work[i, ...] for i in range(n)]), "ring")
     elif algorithm is BIDIRECTIONAL_RING:
-        yield from bidirectional.all_gather(port, whole(port), [work[i, ...].reshape(-1) for i in range(n)], "")
+        team = ring_team(port)
+        yield from bidirectional.all_gather(port, team, team.arrange([work[i, ...].reshape(-1) for i in range(n)]), "")
     elif algorithm is RECURSIVE_DOUBLING:
         yield from _doubling(port, work)
     else:

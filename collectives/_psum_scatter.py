@@ -26,7 +26,7 @@ from collectives._algorithm import (
     pairs,
 )
 from collectives._algorithm import part as share
-from collectives._algorithms import check_algorithm, named, resolve, whole
+from collectives._algorithms import check_algorithm, named, resolve, ring_team
 from collectives._allreduce import fold_arrivals, laid_out, ring_reduce_scatter
 from collectives._common import (
     axis_index,
@@ -160,7 +160,8 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     if algorithm is RECURSIVE_HALVING:
         return (yield from _halving(port, parts, shape, args.out_layout))
     if algorithm is BIDIRECTIONAL_RING:
-        mine = yield from bidirectional.reduce_scatter(port, whole(port), parts, "sum", "reduce-scatter")
+        team = ring_team(port)
+        mine = yield from bidirectional.reduce_scatter(port, team, team.arrange(parts), "sum", "reduce-scatter")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     for j, dst in enumerate(port.group.members):
         payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 import collectives
 import sim
-from collectives import _gathering
 from collectives._algorithms import Team
 from collectives._ring_order import comb, cycle_hops, ring_order, snake
 from oracles._reordered import compare_reordered
@@ -107,7 +106,6 @@ def test_a_team_arranges_group_data_by_ring_position():
 
 # ------------------------------------------------------------------------------ the rings that follow it
 
-wired = pytest.mark.skipif(not hasattr(_gathering, "ring_team"), reason="the ring protocols run in group order")
 TORUS = sim.Network.torus((4, 4), latency_s=1e-6, bandwidth_bytes_per_s=1e9)
 
 
@@ -118,7 +116,6 @@ def run(op, x: np.ndarray, algorithm: str, network: sim.Network = TORUS):
     return f.run(x)
 
 
-@wired
 @pytest.mark.parametrize("algorithm", ["ring", "bidirectional_ring"])
 @pytest.mark.parametrize("name", ["all_gather", "psum", "psum_scatter"])
 def test_rings_in_topology_order_give_the_results_of_direct(name, algorithm):
@@ -141,7 +138,6 @@ def test_rings_in_topology_order_give_the_results_of_direct(name, algorithm):
     assert compare_reordered(name, params, {"X": 4, "Y": 4}, inputs, split(base.outputs), split(got.outputs)) == []
 
 
-@wired
 def test_a_ring_all_gather_over_a_4x4_torus_takes_one_hop_per_step():
     """In row-major order 4 of the 16 ring links are 2 hops (row end to the next row's start), which holds every
     step back (34 us here); in topology order every step is one link: 15 steps of a latency and a block."""
