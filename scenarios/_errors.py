@@ -105,18 +105,33 @@ def parse_toml(path: str, kind: str, source: type[Source] = Source, deep: str = 
 
 
 def read_text(path: str, kind: str) -> str:
-    """The UTF-8 text of the `kind` file at `path`: a regular file of at most `MAX_FILE_BYTES` (a device such
-    as /dev/zero or a pipe would be read forever), else a ScenarioError naming the file and why."""
+    """The UTF-8 text of the `kind` file at `path` (`read_bounded`, at most `MAX_FILE_BYTES`)."""
+    try:
+        return read_bounded(path, kind, MAX_FILE_BYTES, "draw large inputs from a seed instead").decode("utf-8")
+    except (FileNotFoundError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise ScenarioError(f"{path}: cannot read the {kind} file: {reason}") from None
+
+
+def read_bounded(path: str | os.PathLike, kind: str, limit: int, remedy: str) -> bytes:
+    """The bytes of the `kind` file at `path`: a regular file of at most `limit` bytes (a device such as
+    /dev/zero or /dev/full, or a pipe, would be read forever), else a ScenarioError naming the file and why
+    (with `remedy` for a file too large). FileNotFoundError is left to the caller (a results file may not exist yet)."""
     try:
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):
             what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a device, a pipe or a socket)"
-            raise ScenarioError(f"{path}: cannot read the {kind} file: it is {what}")
-        if info.st_size > MAX_FILE_BYTES:
+            raise ScenarioError(f"{path}: cannot read the {kind} file: it is {what}; a {kind} file must be a "
+                                f"regular file")
+        if info.st_size > limit:
             raise ScenarioError(f"{path}: cannot read the {kind} file: it holds {info.st_size} bytes, more than a "
-                                f"{kind} file may ({MAX_FILE_BYTES}); draw large inputs from a seed instead")
+                                f"{kind} file may ({limit}); {remedy}")
         with open(path, "rb") as stream:
-            return stream.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES].decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or error
-        raise ScenarioError(f"{path}: cannot read the {kind} file: {reason}") from None
+            data = stream.read(limit + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read the {kind} file: {error.strerror or error}") from None
+    if len(data) > limit:
+        raise ScenarioError(f"{path}: the {kind} file grew past {limit} bytes while being read; {remedy}")
+    return data

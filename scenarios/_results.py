@@ -20,12 +20,11 @@ import io
 import json
 import math
 import os
-import stat
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from scenarios._errors import ScenarioError
+from scenarios._errors import ScenarioError, read_bounded
 from scenarios._fields import InText
 
 MAX_RESULTS_BYTES = 1 << 30  # a million sweep rows of about 500 bytes fit twice over
@@ -136,27 +135,12 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def _read(path: Path) -> bytes:
-    """The bytes of the regular file at `path` (b'' when nothing is there), at most `MAX_RESULTS_BYTES`."""
+    """The bytes of the results file at `path` (b'' when nothing is there): `read_bounded`, at most
+    `MAX_RESULTS_BYTES`."""
     try:
-        info = os.stat(path)
+        return read_bounded(path, "results", MAX_RESULTS_BYTES, "give another -o DIR")
     except FileNotFoundError:
         return b""
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read the results file: {error.strerror or error}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ScenarioError(f"{path}: the results file must be a regular file (this is a device, a pipe, a "
-                            f"directory or a socket); give another -o DIR")
-    if info.st_size > MAX_RESULTS_BYTES:
-        raise ScenarioError(f"{path}: the results file holds {info.st_size} bytes, more than a results file may "
-                            f"({MAX_RESULTS_BYTES}); give another -o DIR")
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_RESULTS_BYTES + 1)
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read the results file: {error.strerror or error}") from None
-    if len(data) > MAX_RESULTS_BYTES:
-        raise ScenarioError(f"{path}: the results file grew past {MAX_RESULTS_BYTES} bytes while being read")
-    return data
 
 
 def _row(line: bytes) -> dict[str, Any] | None:
