@@ -62,12 +62,8 @@ def _kinds(folder: Path) -> dict[str, tuple[Any, Callable[..., None]]]:
             return Path(tempfile.mkdtemp(prefix=name, dir=folder))
 
     def scenario_data(name: str, flags: tuple[str, ...], data: Any) -> None:
-        tree = tomllib.loads(fuzz.TEXTS[name])
-        program = "program" in tree
-        for _ in range(data.draw(st.integers(0, 3))):
-            fuzz._mutate(tree, data.draw)
-        path = folder / name
-        path.write_text(fuzz.to_toml(tree), encoding="utf-8")
+        program = "program" in tomllib.loads(fuzz.TEXTS[name])
+        path, tree = fuzz.mutated_file(folder, name, data)
         program = program and isinstance(tree.get("program"), dict) and isinstance(tree["program"].get("source"),
                                                                                   str)
         fuzz.check_outcome(fuzz.run_cli(path, *flags), flags, program)

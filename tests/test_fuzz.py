@@ -232,17 +232,24 @@ _FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthC
 FLAGS = st.sampled_from([(), ("--json",), ("--allow-code",), ("--allow-code", "--json"), ("--full",)])
 
 
+def mutated_file(folder: Path, name: str, data) -> tuple[Path, dict]:
+    """Library file `name` with up to three mutations drawn from `data` (`_mutate`), written under `folder`:
+    its path and its tree."""
+    tree = tomllib.loads(TEXTS[name])
+    steps = [_mutate(tree, data.draw) for _ in range(data.draw(st.integers(0, 3), label="mutations"))]
+    data.draw(st.just(steps), label="applied")
+    path = folder / name
+    path.write_text(to_toml(tree), encoding="utf-8")
+    return path, tree
+
+
 def _scenario_data_property(tmp: Path, chosen: settings | None = None):
     """The mutated-file property, writing its files under `tmp` (with `chosen` settings, or the suite's)."""
     @(chosen or settings(max_examples=scaled(COUNTS["data"]), **_FUZZ))
     @given(name=st.sampled_from(sorted(TEXTS)), flags=FLAGS, data=st.data())
     def mutated_data(name, flags, data):
-        tree = tomllib.loads(TEXTS[name])
-        program = "program" in tree
-        steps = [_mutate(tree, data.draw) for _ in range(data.draw(st.integers(0, 3), label="mutations"))]
-        data.draw(st.just(steps), label="applied")
-        path = tmp / name
-        path.write_text(to_toml(tree), encoding="utf-8")
+        program = "program" in tomllib.loads(TEXTS[name])
+        path, tree = mutated_file(tmp, name, data)
         program = program and isinstance(tree.get("program"), dict) and isinstance(tree["program"].get("source"), str)
         check_outcome(run_cli(path, *flags), flags, program)
     return mutated_data

@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import tomllib
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from test_fuzz import _FUZZ, TEXTS, Outcome, _mutate, _rotated, scaled, time_limit, to_toml
+from test_fuzz import _FUZZ, TEXTS, Outcome, _rotated, mutated_file, scaled, time_limit
 
 import collectives._all_gather
 from scenarios.cli import main
@@ -57,11 +56,7 @@ def check_command(command: str, outcome: Outcome, out: Path) -> None:
 
 def command_case(folder: Path, name: str, command: str, data, jax: bool = False) -> None:
     """One case: library file `name` mutated by up to three draws, then `command` on it, checked."""
-    tree = tomllib.loads(TEXTS[name])
-    steps = [_mutate(tree, data.draw) for _ in range(data.draw(st.integers(0, 3), label="mutations"))]
-    data.draw(st.just(steps), label="applied")
-    path = folder / name
-    path.write_text(to_toml(tree), encoding="utf-8")
+    path, _ = mutated_file(folder, name, data)
     out = folder / "out"
     check_command(command, run_command(command, path, out, jax), out)
 
