@@ -68,6 +68,9 @@ class Algorithm:
         grid: works one named mesh axis at a time: 'auto' considers it only over several axes.
         inner: what it runs over a grid of one axis (with one axis name, or with axis_index_groups).
         auto: picks the fastest of the others by the cost model.
+        nodes: works node by node (`collectives._nodes`): the cost model times its schedule over the grid
+            (nodes, members per node) of the group, and 'auto' considers it only where the group spans
+            two or more nodes of a network with nodes.
     """
 
     name: str
@@ -82,6 +85,7 @@ class Algorithm:
     grid: bool = False
     inner: Algorithm | None = None
     auto: bool = False
+    nodes: bool = False
 
     def __repr__(self) -> str:
         return f"Algorithm({self.name!r})"

@@ -18,6 +18,7 @@ import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm
+from collectives._nodes import spans_nodes
 from collectives._ring_order import ring_order
 
 
@@ -48,9 +49,13 @@ def axes_shape(mesh: sim.Mesh, axis_name: Any, axis_index_groups: Any) -> tuple[
     return tuple(mesh.shape[name] for name in names)
 
 
-def candidates(algorithms: Sequence[Algorithm], group_size: int, shape: tuple[int, ...]) -> tuple[Algorithm, ...]:
-    """What 'auto' chooses among: every other record that fits the group (grid ones over several axes only)."""
-    return tuple(a for a in algorithms if not a.auto and a.fits(group_size) and (not a.grid or len(shape) > 1))
+def candidates(algorithms: Sequence[Algorithm], group_size: int, shape: tuple[int, ...], mesh: Any = None,
+               members: Sequence[int] = ()) -> tuple[Algorithm, ...]:
+    """What 'auto' chooses among: every other record that fits the group (grid ones over several axes only;
+    node-by-node ones only where `members` span two or more nodes of `mesh`'s network)."""
+    spread = mesh is not None and any(a.nodes for a in algorithms) and spans_nodes(mesh, members)
+    return tuple(a for a in algorithms if not a.auto and a.fits(group_size) and (not a.grid or len(shape) > 1)
+                 and (not a.nodes or spread))
 
 
 def resolve(port: sim.Port, algorithms: Sequence[Algorithm], algorithm: str, size_bytes: int,
@@ -67,7 +72,7 @@ def resolve(port: sim.Port, algorithms: Sequence[Algorithm], algorithm: str, siz
             return asked.over(shape).name
         from collectives._cost import fastest  # the cost model reads the network only when asked
         mesh, n = port.mesh, port.group.size
-        choices = candidates(algorithms, n, shape)
+        choices = candidates(algorithms, n, shape, mesh, port.group.members)
         chosen = choices[0] if len(choices) == 1 else fastest(choices, mesh, port.group.members, shape, size_bytes)
         return chosen.over(shape).name
     return named(algorithms, port.once("algorithm", pick))

@@ -1,4 +1,4 @@
-"""All-reduce as message protocols: six algorithms, the same integer bytes, different times and float orders.
+"""All-reduce as message protocols: seven algorithms, the same integer bytes, different times and float orders.
 
 - 'direct': every member sends its whole operand to every member, and each member folds the arrivals in
   group order into the identity: element e is `((((id op x0) op x1) op x2) ... op x(n-1))`. One step;
@@ -19,6 +19,9 @@
   by recursive doubling (`collectives._halving`). 2 log2(n) steps; the messages halve, then double.
 - 'per_axis': a ring all-reduce along each named mesh axis in turn, the minor axis first (over one axis,
   or with axis_index_groups: 'ring').
+- 'hierarchical' (`collectives._hierarchical`): a direct reduce-scatter inside each node, a ring all-reduce
+  of each chunk among the members of the same local rank across nodes, a direct all-gather inside the node
+  (without nodes: the two direct phases over the whole group).
 
 Layouts change times, never values. Payloads leave memory through `pack_slice` (a timed "pack" when
 they are not one contiguous run); an arrival whose order differs from the buffer it is folded into or
@@ -42,6 +45,7 @@ import numpy as np
 
 import sim
 from collectives import _bidirectional as bidirectional
+from collectives import _hierarchical as hierarchical
 from collectives._algorithm import (
     SUM_BOUND,
     Algorithm,
@@ -143,6 +147,23 @@ def _bidirectional_ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     units = np.array_split(flat, team.size)
     units[team.index][...] = mine
     yield from bidirectional.all_gather(port, team, units, "all-gather")
+    return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
+
+
+def _hierarchical(port: sim.Port, args: AllReduceArgs) -> Generator:
+    """Direct reduce-scatter inside the node, ring all-reduce across nodes, direct all-gather inside the node
+    (`collectives._hierarchical`)."""
+    source = port.memory.view(args.buffer)
+    terms = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    node, across = hierarchical.node_teams(port)
+    parts = [[part] for part in np.array_split(terms, node.size)]
+    [mine] = yield from hierarchical.reduce_scatter(port, node, parts, args.reduction, "intra-node reduce-scatter")
+    if across.size > 1:
+        mine = yield from _ring_all_reduce(port, [(across, mine, "inter-node ")], args.reduction)
+    flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
+    units = [[unit] for unit in np.array_split(flat, node.size)]
+    units[node.index][0][...] = mine
+    yield from hierarchical.all_gather(port, node, units, "intra-node all-gather")
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
@@ -328,10 +349,11 @@ PER_AXIS = Algorithm(
                 "axis: the ring algorithm).",
     _per_axis_steps, lambda shape: sum(2 * (s - 1) for s in shape), 2, reorders=True, bound=SUM_BOUND, grid=True,
     inner=RING)
-ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS)
+HIERARCHICAL = hierarchical.ALL_REDUCE
+ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS, HIERARCHICAL)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 _PROTOCOLS: dict[Algorithm, Callable[[sim.Port, AllReduceArgs], Generator]] = {
     DIRECT: _direct, RING: _ring, RECURSIVE_DOUBLING: _recursive_doubling, BIDIRECTIONAL_RING: _bidirectional_ring,
-    RABENSEIFNER: _rabenseifner, PER_AXIS: _per_axis,
+    RABENSEIFNER: _rabenseifner, PER_AXIS: _per_axis, HIERARCHICAL: _hierarchical,
 }

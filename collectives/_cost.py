@@ -22,6 +22,7 @@ import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm, Pattern
+from collectives._nodes import node_grid
 from collectives._ring_order import RINGS, ring_order
 
 _SAMPLED = 8  # shifts timed for an all-pairs step; the rest are assumed to load links alike
@@ -102,6 +103,9 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
            size_bytes: int) -> float:
     """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each."""
     total, ring = 0.0, None
+    if algorithm.nodes:  # its steps run over the grid (nodes, members per node)
+        order, shape = node_grid(mesh, members)
+        members = tuple(members[g] for g in order)
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
         if algorithm.name in RINGS and pattern.k == 1 and pattern.axis is None:  # round the ring's own order
             ring = ring or tuple(members[g] for g in ring_order(mesh, members))

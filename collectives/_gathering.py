@@ -11,6 +11,8 @@ block enters it packed into row-major order (a timed step where the operand is l
   once; where n is even the block of the member opposite comes half each way round.
 - 'recursive_doubling' (log2(n) steps, n a power of two): at step k member i swaps the 2^k blocks it holds
   (a contiguous run) with member i XOR 2^k.
+- 'hierarchical' (`collectives._hierarchical`): round a ring of the members of the same local rank across
+  nodes, then every block held to every member of the node in one step (without nodes: as 'direct').
 - 'per_axis': a ring along each named mesh axis in turn, the minor one first; after the axis k step a
   member holds every block whose index differs from its own only along axes k.. (one contiguous run).
 
@@ -26,6 +28,7 @@ import numpy as np
 
 import sim
 from collectives import _bidirectional as bidirectional
+from collectives import _hierarchical as hierarchical
 from collectives._algorithm import (
     Algorithm,
     Pattern,
@@ -61,6 +64,8 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
         yield from bidirectional.all_gather(port, team, team.arrange([work[i, ...].reshape(-1) for i in range(n)]), "")
     elif algorithm is RECURSIVE_DOUBLING:
         yield from _doubling(port, work)
+    elif algorithm is HIERARCHICAL:
+        yield from _hierarchical(port, work)
     else:
         grid = work.reshape((*shape, *source.shape))
         for k, team in axis_teams(port, shape):
@@ -85,6 +90,16 @@ def ring(port: sim.Port, team: Team, units: list[np.ndarray], phase: str) -> Gen
         c = (me - 1 - step) % n
         message = yield port.recv(team.at(-1), tag=(phase, step))
         yield from unpack_into(port, message, units[c], block=c)
+
+
+def _hierarchical(port: sim.Port, work: np.ndarray) -> Generator:
+    """Round a ring of the members of the caller's local rank across nodes, then every block held to every
+    member of the node in one direct step (`collectives._hierarchical`)."""
+    order, (nodes, k) = hierarchical.grid(port)
+    node, across = hierarchical.node_teams(port)
+    yield from ring(port, across, [work[g, ...] for g in across.order], "inter-node")
+    units = [[work[order[v * k + t], ...] for v in range(nodes)] for t in range(k)]
+    yield from hierarchical.all_gather(port, node, units, "intra-node")
 
 
 def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
@@ -141,5 +156,6 @@ PER_AXIS = Algorithm(
     "per_axis", "per axis: the blocks travel round a ring along each named mesh axis in turn, the last named "
                 "first (over one axis: the ring algorithm).",
     _per_axis_steps, lambda shape: sum(s - 1 for s in shape), 2, reorders=False, grid=True, inner=RING)
-ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_DOUBLING, PER_AXIS)
+HIERARCHICAL = hierarchical.ALL_GATHER
+ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_DOUBLING, PER_AXIS, HIERARCHICAL)
 ALGORITHMS += (auto_of(ALGORITHMS),)

@@ -12,6 +12,7 @@ import numpy as np
 import sim
 from collectives import _batch_rules as batch_rules
 from collectives import _bidirectional as bidirectional
+from collectives import _hierarchical as hierarchical
 from collectives._algorithm import (
     SUM_BOUND,
     Algorithm,
@@ -27,7 +28,7 @@ from collectives._algorithm import (
 )
 from collectives._algorithm import part as share
 from collectives._algorithms import check_algorithm, named, resolve, ring_team
-from collectives._allreduce import fold_arrivals, laid_out, ring_reduce_scatter
+from collectives._allreduce import fold_arrivals, laid_out, reduce_scatter_lanes, ring_reduce_scatter
 from collectives._common import (
     axis_index,
     canonical_axis,
@@ -79,7 +80,10 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     that meet at member j, one from each side of the ring, both directions of every link busy at each step
     (for even n, the member opposite sends half its term each way); 'recursive_halving' (log2(n) steps,
     group size a power of two) halves the chunks each member is responsible for at each step, folding pairs
-    of partial sums as a balanced tree, lower group index first; 'auto' picks the fastest by
+    of partial sums as a balanced tree, lower group index first; 'hierarchical' (`collectives._hierarchical`)
+    folds inside each node first, over its fast switch, then round a ring of the members of the same local
+    rank across nodes, so the slower fabric carries one share per member (without nodes: one direct step);
+    'auto' picks the fastest by
     `collectives._cost` and records it in `sim.CallRecord.algorithm`.
     Integers come out the same from every algorithm; floats within `oracles._reordered`'s bound.
     `x` may be a pytree.
@@ -159,6 +163,8 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     if algorithm is RECURSIVE_HALVING:
         return (yield from _halving(port, parts, shape, args.out_layout))
+    if algorithm is HIERARCHICAL:
+        return (yield from _hierarchical(port, parts, shape, args.out_layout))
     if algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
         mine = yield from bidirectional.reduce_scatter(port, team, team.arrange(parts), "sum", "reduce-scatter")
@@ -178,6 +184,22 @@ def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], la
         flat[bounds[c]:bounds[c + 1]] = values.reshape(-1)
     mine = yield from halving_reduce_scatter(port, flat, bounds, "sum")
     return (yield from laid_out(port, mine.reshape(shape), layout, phase="result"))
+
+
+def _hierarchical(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout) -> Generator:
+    """Direct reduce-scatter inside the node of the chunks of every member of each local rank, then a ring
+    reduce-scatter of those among the members of the caller's local rank (`collectives._hierarchical`)."""
+    order, (nodes, k) = hierarchical.grid(port)
+    node, across = hierarchical.node_teams(port)
+    flat = []
+    for c, part in enumerate(parts):
+        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
+        flat.append(values.reshape(-1))
+    pieces = [[flat[order[v * k + t]] for v in range(nodes)] for t in range(k)]
+    folded = yield from hierarchical.reduce_scatter(port, node, pieces, "sum", "intra-node reduce-scatter")
+    if nodes > 1:
+        [folded[0]] = yield from reduce_scatter_lanes(port, [(across, folded, "inter-node ")], "sum")
+    return (yield from laid_out(port, folded[0].reshape(shape), layout, phase="result"))
 
 
 def _out_shape(chunk_shape: tuple[int, ...], args: _Args) -> tuple[int, ...]:
@@ -225,7 +247,8 @@ RECURSIVE_HALVING = Algorithm(
                          "log2(n) steps of halving messages.",
     on_group(halving), lambda shape: lg(math.prod(shape)), 1, reorders=True, bound=SUM_BOUND, power_of_two=True,
     closed_form=_scatter_form(lg))
-ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING)
+HIERARCHICAL = hierarchical.REDUCE_SCATTER
+ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING, HIERARCHICAL)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 
