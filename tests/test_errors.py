@@ -192,10 +192,11 @@ BAD_INPUTS = [
      lambda: per_device({"x": 2}, lambda x: collectives.all_gather(x, "x")[0] if x[0] == 0
                         else collectives.all_to_all(x, "x", 0, 0), [[0, 0], [1, 1]]),
      sim.ProtocolError, r"mismatched collectives: call #0 over devices \[0, 1\]: device 0 called all_gather"),
-    ("psum(algorithm='tree')", lambda: per_device({"i": 4}, lambda x: collectives.psum(x, "i", algorithm="tree"), FOUR),
+    ("psum(algorithm='butterfly')",
+     lambda: per_device({"i": 4}, lambda x: collectives.psum(x, "i", algorithm="butterfly"), FOUR),
      sim.InvalidArgumentError,
-     r"device 0: psum: algorithm='tree' must be one of \('direct', 'ring', 'recursive_doubling', "
-     r"'bidirectional_ring', 'rabenseifner', 'per_axis', 'auto'\)"),
+     r"device 0: psum: algorithm='butterfly' must be one of \('direct', 'ring', 'recursive_doubling', "
+     r"'bidirectional_ring', 'rabenseifner', 'per_axis', 'hierarchical', 'auto'\)"),
     ("psum(recursive_doubling, 3 devices)",
      lambda: per_device({"i": 3}, lambda x: collectives.psum(x, "i", algorithm="recursive_doubling"), FOUR[:3]),
      sim.InvalidArgumentError, r"algorithm='recursive_doubling' needs a group size that is a power of two, got 3"),
