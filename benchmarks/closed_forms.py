@@ -29,6 +29,8 @@ import collectives
 
 LATENCY_S = 1e-6  # a: one hop
 BANDWIDTH = 10e9  # w: bytes per second, one direction of one link or port
+INTER_LATENCY_S = 3e-6  # A: one hop between nodes of the hierarchical topology
+INTER_BANDWIDTH = 2.5e9  # w_net: bytes per second, one direction of a device's port between nodes
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Case:
 
     collective: str
     algorithm: str
-    topology: str  # "fully_connected" | "switch" | "ring" | "torus" | "torus_open"
+    topology: str  # "fully_connected" | "switch" | "ring" | "torus" | "torus_open" | "hierarchical"
     axes: tuple[tuple[str, int], ...]
     exact: Callable[[int], tuple[float, float]]
     textbook: Callable[[int], float]
@@ -178,9 +180,35 @@ def _torus(a: int, b: int) -> list[Case]:
     ]
 
 
+def _nodes(nodes: int, k: int) -> list[Case]:
+    """`nodes` nodes of k devices (mesh axes node, local; the call over both): inside a node a switch (a, w,
+    one port per device and direction), between nodes a port per device (A, w_net). The hierarchical
+    algorithms (`collectives._hierarchical`) work inside the node in one direct step, whose k - 1 messages
+    share the sender's port, and across nodes round a ring of the N devices of each local rank, one message
+    per port and step. Their bandwidth forms are the two-level all-reduce of NCCL's and Horovod's
+    hierarchical modes: 2 ((k-1)/k) s/w + 2 ((N-1)/N)(s/k)/w_net for an all-reduce of s bytes, half that
+    for a reduce-scatter, and for an all-gather of V = p s bytes ((k-1)/k) V/w + ((N-1)/N)(V/k)/w_net."""
+    axes, w, wn, p = (("node", nodes), ("local", k)), BANDWIDTH, INTER_BANDWIDTH, nodes * k
+    inside = lambda size: (LATENCY_S, (k - 1) * size / w)  # one direct step, k - 1 messages of `size`
+    across = lambda count, size: (count * INTER_LATENCY_S, count * size / wn)  # ring steps, `size` each
+    source = "two-level all-reduce (NCCL/Horovod hierarchical)"
+    return [
+        Case("psum", "hierarchical", "hierarchical", axes,
+             lambda s: _add(inside(s / k), across(2 * (nodes - 1), s / p), inside(s / k)),
+             lambda s: 2 * (k - 1) / k * s / w + 2 * (nodes - 1) / nodes * (s / k) / wn, source),
+        Case("psum_scatter", "hierarchical", "hierarchical", axes,
+             lambda s: _add(inside(s / k), across(nodes - 1, s / p)),
+             lambda s: (k - 1) / k * s / w + (nodes - 1) / nodes * (s / k) / wn, source + ", its first half"),
+        Case("all_gather", "hierarchical", "hierarchical", axes,
+             lambda s: _add(across(nodes - 1, s), inside(nodes * s)),
+             lambda s: (k - 1) / k * p * s / w + (nodes - 1) / nodes * s * nodes / wn, source + ", its last half"),
+    ]
+
+
 def cases() -> list[Case]:
     """Every row of the validation table."""
-    return _one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4)
+    return (_one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4) + _nodes(2, 4)
+            + _nodes(4, 2))
 
 
 def busbw_factor(collective: str, p: int) -> float:

@@ -15,6 +15,7 @@ numpy evaluation before its time is shown. algbw and busbw are nccl-tests' (size
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,16 @@ sys.path.insert(1, str(ROOT))
 import collectives  # noqa: E402
 import layouts  # noqa: E402
 import sim  # noqa: E402
-from benchmarks.closed_forms import BANDWIDTH, LATENCY_S, Case, busbw_factor, cases, nccl_size  # noqa: E402
+from benchmarks.closed_forms import (  # noqa: E402
+    BANDWIDTH,
+    INTER_BANDWIDTH,
+    INTER_LATENCY_S,
+    LATENCY_S,
+    Case,
+    busbw_factor,
+    cases,
+    nccl_size,
+)
 
 TINY_BYTES = 64
 LARGE_BYTES = 8 << 20
@@ -42,6 +52,8 @@ def network(topology: str, axes: tuple[tuple[str, int], ...]) -> sim.Network:
         return sim.Network.switch(LATENCY_S, BANDWIDTH)
     if topology == "ring":
         return sim.Network.ring(LATENCY_S, BANDWIDTH)
+    if topology == "hierarchical":  # nodes of the last axis's size; A and w_net between them
+        return sim.Network.hierarchical(axes[-1][1], None, LATENCY_S, BANDWIDTH, INTER_LATENCY_S, INTER_BANDWIDTH)
     return sim.Network.torus(tuple(n for _, n in axes), topology == "torus", LATENCY_S, BANDWIDTH)
 
 
@@ -115,6 +127,12 @@ PUBLISHED = [
               "NCCL's all_to_all is point-to-point send/recv on a few channels and reaches 74% of the 450 GB/s "
               "NVLink port (busbw 334.9); the model drives ports at their full rate, and the AllGather row "
               "shows NCCL does reach it there, so no single bandwidth constant fits both", -0.254),
+    Published("2 nodes x 8 H100 (h100-ib), psum of 64 MiB over all 16", "h100-ib", (2, 8), 430e-6, 64 << 20, "psum",
+              "hierarchical all-reduce by hand from the preset's own links: a reduce-scatter inside each node sends "
+              "7/8 of 64 MiB through each GPU's 450 GB/s NVLink port (58.7 MB, 130.5 us); the GPUs of each local "
+              "rank all-reduce their 8 MiB shard between the two nodes, each over its own 50 GB/s NIC, half of it "
+              "there and the other half back (8.39 MB, 167.8 us); the all-gather inside the node takes what the "
+              "reduce-scatter took (130.5 us): 428.7 us of bandwidth, ~430 us (the latencies add 2 + 5 + 5 + 2 us)"),
 ]
 
 
@@ -132,9 +150,13 @@ def run_published(case: Published) -> sim.Run:
         f = sim.shard_map(lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="auto"), mesh=mesh,
                           in_specs=sim.P("x", "y"), out_specs=sim.P("x", "y"), check_vma=False)
     else:
-        p = case.shape[0]
+        p = math.prod(case.shape)
         mesh = sim.Mesh({"x": p}, network=network, copy_cost=FREE_COPIES)
-        if case.collective == "all_gather":
+        if case.collective == "psum":
+            x = np.zeros(p * case.size_bytes // 4, np.float32)
+            f = sim.shard_map(lambda v: collectives.psum(v, "x", algorithm="auto"), mesh=mesh, in_specs=sim.P("x"),
+                              out_specs=sim.P("x"), check_vma=False)
+        elif case.collective == "all_gather":
             x = np.zeros((1024, 16384), layouts.BFLOAT16)
             f = sim.shard_map(lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="auto"), mesh=mesh,
                               in_specs=sim.P("x"), out_specs=sim.P("x"), check_vma=False)
@@ -180,7 +202,7 @@ def main(argv: list[str]) -> int:
         run = run_published(case)
         seconds, algorithm = max(call.exit_s for call in run.calls), run.calls[0].algorithm
         error = seconds / case.published_s - 1
-        p = case.shape[0] if case.preset != "tpu-v4p" else 4
+        p = math.prod(case.shape) if case.preset != "tpu-v4p" else 4
         algbw, busbw = _bandwidths(case.collective, case.size_bytes, p, seconds)
         verdict = "within 15%" if abs(error) <= 0.15 else f"misses: {case.why}"
         print(f"{case.name:<80} {algorithm:<19} {seconds * 1e6:>8.1f} {case.published_s * 1e6:>9.1f} {error:>+7.1%} "

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from benchmarks.closed_forms import cases
-from benchmarks.fidelity import PUBLISHED, TINY_BYTES, measure, measure_published, pick
+from benchmarks.fidelity import PUBLISHED, TINY_BYTES, measure, measure_published, pick, run_published
 
 CASES = cases()
 MID_BYTES = 256 << 10
@@ -26,7 +26,8 @@ def test_simulated_time_is_the_alpha_beta_form(case):
 
 # one row per topology and family of form: the rest differ from these only in their (exact) alpha-beta terms
 LARGE = [c for c in CASES if (c.collective, c.algorithm) in (("all_gather", "ring"), ("all_to_all", "direct"))
-         or c.topology.startswith("torus") or (c.algorithm == "bidirectional_ring" and c.topology == "ring")]
+         or c.topology.startswith("torus") or (c.algorithm == "bidirectional_ring" and c.topology == "ring")
+         or c.topology == "hierarchical"]
 
 
 @pytest.mark.parametrize("case", LARGE, ids=[case.name for case in LARGE])
@@ -56,17 +57,37 @@ def test_presets_against_published_measurements(case):
         assert abs(error) <= 0.15
 
 
-@pytest.mark.parametrize("topology", ["switch", "ring", "torus"])
+def test_two_h100_nodes_psum_takes_the_hierarchical_algorithm():
+    """2 nodes x 8 H100 (h100-ib), psum of 64 MiB over all 16: 'auto' picks the hierarchical algorithm
+    (or the tree) and comes within 10% of the hand-worked two-level figure (the row's text)."""
+    case = next(c for c in PUBLISHED if c.preset == "h100-ib" and c.collective == "psum")
+    run = run_published(case)
+    assert run.calls[0].algorithm in ("hierarchical", "tree")
+    assert abs(max(call.exit_s for call in run.calls) / case.published_s - 1) <= 0.10
+
+
+@pytest.mark.parametrize("topology", ["switch", "ring", "torus", "hierarchical"])
 @pytest.mark.parametrize("size", [TINY_BYTES, MID_BYTES])
 def test_auto_picks_the_fastest_simulated_algorithm(topology, size):
     """'auto' on psum picks an algorithm whose simulated time is the least of all psum algorithms on that
-    topology (within 1%), for tiny and for large operands; the picks differ between the two sizes."""
+    topology (within 1%; those that work node by node where there are nodes), for tiny and for large
+    operands; the picks differ between the two sizes."""
     base = next(c for c in CASES if c.collective == "psum" and c.topology == topology)
+    names = ("direct", "ring", "bidirectional_ring", "recursive_doubling", "rabenseifner", "per_axis")
     rows = [dataclasses.replace(base, algorithm=name) for name in
-            ("direct", "ring", "bidirectional_ring", "recursive_doubling", "rabenseifner", "per_axis")]
+            names + (("hierarchical",) if topology == "hierarchical" else ())]
     best = min(measure(c, size) for c in rows)
     auto = dataclasses.replace(rows[0], algorithm="auto")
     assert measure(auto, size) <= best * 1.01
+
+
+def test_auto_takes_the_hierarchical_algorithms_between_nodes():
+    """On 2 nodes of 4, 'auto' takes 'hierarchical' for 256 KiB operands of psum, psum_scatter and all_gather
+    (the slower fabric carries one share per device) and 'direct' for 64 bytes (one latency)."""
+    for collective in ("psum", "psum_scatter", "all_gather"):
+        row = next(c for c in CASES if c.collective == collective and c.topology == "hierarchical")
+        auto = dataclasses.replace(row, algorithm="auto")
+        assert (pick(auto, TINY_BYTES), pick(auto, MID_BYTES)) == ("direct", "hierarchical"), collective
 
 
 def test_auto_changes_its_pick_with_the_message_size():
