@@ -1,4 +1,4 @@
-"""All-reduce as message protocols: seven algorithms, the same integer bytes, different times and float orders.
+"""All-reduce as message protocols: eight algorithms, the same integer bytes, different times and float orders.
 
 - 'direct': every member sends its whole operand to every member, and each member folds the arrivals in
   group order into the identity: element e is `((((id op x0) op x1) op x2) ... op x(n-1))`. One step;
@@ -22,6 +22,9 @@
 - 'hierarchical' (`collectives._hierarchical`): a direct reduce-scatter inside each node, a ring all-reduce
   of each chunk among the members of the same local rank across nodes, a direct all-gather inside the node
   (without nodes: the two direct phases over the whole group).
+- 'tree' (`collectives._tree`): NCCL's tree, simplified: each half of the operand is summed down a chain in
+  each node, up one of two complementary binary trees across nodes, and sent back down (without nodes: one
+  chain over the group).
 
 Layouts change times, never values. Payloads leave memory through `pack_slice` (a timed "pack" when
 they are not one contiguous run); an arrival whose order differs from the buffer it is folded into or
@@ -46,6 +49,7 @@ import numpy as np
 import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _hierarchical as hierarchical
+from collectives import _tree as tree
 from collectives._algorithm import (
     SUM_BOUND,
     Algorithm,
@@ -164,6 +168,14 @@ def _hierarchical(port: sim.Port, args: AllReduceArgs) -> Generator:
     units = [[unit] for unit in np.array_split(flat, node.size)]
     units[node.index][0][...] = mine
     yield from hierarchical.all_gather(port, node, units, "intra-node all-gather")
+    return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
+
+
+def _tree(port: sim.Port, args: AllReduceArgs) -> Generator:
+    """NCCL's tree, simplified: a chain in each node, a double binary tree across nodes (`collectives._tree`)."""
+    source = port.memory.view(args.buffer)
+    terms = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    flat = yield from tree.all_reduce(port, terms, args.reduction)
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
@@ -350,10 +362,11 @@ PER_AXIS = Algorithm(
     _per_axis_steps, lambda shape: sum(2 * (s - 1) for s in shape), 2, reorders=True, bound=SUM_BOUND, grid=True,
     inner=RING)
 HIERARCHICAL = hierarchical.ALL_REDUCE
-ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS, HIERARCHICAL)
+TREE = tree.ALL_REDUCE
+ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS, HIERARCHICAL, TREE)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 _PROTOCOLS: dict[Algorithm, Callable[[sim.Port, AllReduceArgs], Generator]] = {
     DIRECT: _direct, RING: _ring, RECURSIVE_DOUBLING: _recursive_doubling, BIDIRECTIONAL_RING: _bidirectional_ring,
-    RABENSEIFNER: _rabenseifner, PER_AXIS: _per_axis, HIERARCHICAL: _hierarchical,
+    RABENSEIFNER: _rabenseifner, PER_AXIS: _per_axis, HIERARCHICAL: _hierarchical, TREE: _tree,
 }

@@ -2,7 +2,8 @@
 
 An algorithm's record holds its schedule of steps (`Algorithm.schedule`); in a step every member sends one
 message (or a few) of a known size by a known rule (`Pattern`: to the member `shift` positions on, to index
-XOR `xor`, to every member, within the whole group or along one axis of the grid). A step costs the longest
+XOR `xor`, to every member, within the whole group or along one axis of the grid; or a step of a tree's
+edges). A step costs the longest
 route's latency (the sum of its links' latencies: messages are pipelined through their hops) plus the bytes
 of the most loaded link over its bandwidth (messages that share a link share its bandwidth); a schedule costs
 the sum of its steps. On the default fully connected network this is the alpha-beta model (`closed_form`, the
@@ -24,6 +25,7 @@ import sim
 from collectives._algorithm import Algorithm, Pattern
 from collectives._nodes import node_grid
 from collectives._ring_order import RINGS, ring_order
+from collectives._tree import down_steps, up_steps
 
 _SAMPLED = 8  # shifts timed for an all-pairs step; the rest are assumed to load links alike
 _CACHE: dict[tuple, tuple[object, float]] = {}
@@ -73,6 +75,8 @@ def _pairs(pattern: Pattern, shifts: list[int], shape: tuple[int, ...]) -> list[
     p = math.prod(shape)
     if pattern.kind in _ROOTED:
         return _ROOTED[pattern.kind](p, pattern.k)
+    if pattern.kind in _TREE_STEPS:
+        return _along(shape, pattern.axis or 0, _TREE_STEPS[pattern.kind](shape[pattern.axis or 0])[pattern.k])
     index = np.arange(p).reshape(shape)
     if pattern.axis is None:
         index, axis = index.reshape(-1), 0
@@ -97,6 +101,20 @@ _ROOTED = {
     "tree": lambda p, k: [(r, r + k) for r in range(k) if r + k < p],
     "chain": lambda p, k: [(r, r + 1) for r in range(p - 1)],
 }
+
+
+# The steps of NCCL's double binary tree across the grid axis of nodes (`collectives._tree`), step k of each.
+_TREE_STEPS = {"tree up": up_steps, "tree down": down_steps}
+
+
+def _along(shape: tuple[int, ...], axis: int, edges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(source, destination) group indices of `edges` between positions along grid axis `axis`, in every line
+    of the grid along it."""
+    index = np.arange(math.prod(shape)).reshape(shape)
+    found = []
+    for a, b in edges:
+        found += zip(np.take(index, a, axis).reshape(-1).tolist(), np.take(index, b, axis).reshape(-1).tolist())
+    return found
 
 
 def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],

@@ -1,0 +1,172 @@
+"""NCCL's tree all-reduce, simplified: a chain inside each node, a double binary tree across nodes.
+
+NCCL runs its tree algorithm as a reduce up to a root, then a broadcast down, with the tree only between nodes
+and a chain inside each node ("The tree is only between nodes. Within a single node, it is indeed just a
+chain": NVIDIA/nccl#919; a node's head receives its chain and its two tree children: nccl#372), over two
+complementary binary trees that each carry half of the data, so that a node that is interior in one tree is a
+leaf in the other (the double binary tree of NCCL 2.4: J. Jeaugey, "Massively Scale Your Deep Learning
+Training with NCCL 2.4", NVIDIA developer blog, 2019; nccl#545). Its latency grows with log2 of the node count,
+where a ring's grows linearly.
+
+Here, on the group's grid of N nodes of k members (`collectives._nodes.node_grid`), member (u, j):
+
+- the operand is cut into two halves, one per tree; tree 0 over the nodes is the binary heap (node v's parent
+  (v - 1) // 2, root node 0), tree 1 its mirror image (node v in heap position N - 1 - v, root node N - 1);
+- reduce: inside each node both halves go down a chain from local rank k - 1 to local rank 0, each member
+  adding its own term to what it received; local rank 0 (the node's head) then adds what its children in
+  each tree send and passes the half on to its parent in that tree, as soon as its subtree is complete;
+- broadcast: each tree's root holds its half of the sum and sends it to its children, which pass it on; once
+  a head holds both halves it sends them back up the chain, local rank 0 to k - 1.
+
+Simplifications, each stated: the halves travel whole (NCCL pipelines them in chunks, which this does not
+model, so the bandwidth term grows with the chain's length and the trees' height); one head per node
+carries both trees (NCCL builds a tree pair per NIC and channel); the reduce ends before the broadcast starts
+and a chain forwards both halves together. Closed form on N nodes of k, intra-node (a, b) with one port per
+device, between nodes (A, b_net), n bytes:
+    2 (k - 1)(a + n b) + sum over the trees' up and down steps of (A + (heaviest port's halves) (n/2) b_net);
+2 nodes: 2 (k - 1)(a + n b) + 2 (A + (n/2) b_net). Without nodes the group is one chain of p:
+2 (p - 1)(a + n b) on dedicated links (the record's `closed_form`).
+
+>>> double_tree(4)
+((None, 0, 0, 1), (2, 3, 3, None))
+>>> up_steps(4)
+(((2, 0), (3, 1), (0, 2), (1, 3)), ((1, 0), (2, 3)))
+>>> down_steps(4)
+(((0, 1), (0, 2), (3, 1), (3, 2)), ((1, 3), (2, 0)))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from functools import lru_cache
+
+import numpy as np
+
+import sim
+from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step
+from collectives._arithmetic import combine, identity
+from collectives._common import received, unpack_into
+from collectives._hierarchical import grid, node_teams
+
+__all__ = ["ALL_REDUCE", "all_reduce", "double_tree", "down_steps", "up_steps"]
+
+Parents = tuple[int | None, ...]
+
+
+@lru_cache(maxsize=64)
+def double_tree(nodes: int) -> tuple[Parents, Parents]:
+    """Each node's parent in the two trees (None at a root): the binary heap and its mirror image."""
+    heap = tuple(None if v == 0 else (v - 1) // 2 for v in range(nodes))
+    mirror = tuple(None if heap[nodes - 1 - v] is None else nodes - 1 - heap[nodes - 1 - v] for v in range(nodes))
+    return heap, mirror
+
+
+def _children(parents: Parents, v: int) -> list[int]:
+    return [c for c, p in enumerate(parents) if p == v]
+
+
+def _height(parents: Parents, v: int) -> int:
+    """Steps before node v's subtree is reduced (0 for a leaf)."""
+    return max((1 + _height(parents, c) for c in _children(parents, v)), default=0)
+
+
+def _depth(parents: Parents, v: int) -> int:
+    return 0 if parents[v] is None else 1 + _depth(parents, parents[v])
+
+
+@lru_cache(maxsize=64)
+def up_steps(nodes: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The reduce's messages between nodes, (child, parent) in both trees, by the step they go in: a node
+    sends as soon as its subtree is reduced, at step height + 1."""
+    steps: list[list[tuple[int, int]]] = []
+    for parents in double_tree(nodes):
+        for v, p in enumerate(parents):
+            if p is not None:
+                h = _height(parents, v)
+                steps += [[] for _ in range(h + 1 - len(steps))]
+                steps[h].append((v, p))
+    return tuple(tuple(step) for step in steps)
+
+
+@lru_cache(maxsize=64)
+def down_steps(nodes: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The broadcast's messages between nodes, (parent, child) in both trees, a child at depth d at step d."""
+    steps: list[list[tuple[int, int]]] = []
+    for parents in double_tree(nodes):
+        for v, p in enumerate(parents):
+            if p is not None:
+                d = _depth(parents, v)
+                steps += [[] for _ in range(d - len(steps))]
+                steps[d - 1].append((p, v))
+    return tuple(tuple(step) for step in steps)
+
+
+def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
+    """The tree all-reduce of this member's flat row-major `terms`; returns a new flat buffer with the result."""
+    _, (nodes, _) = grid(port)
+    node, across = node_teams(port)
+    j, k = node.index, node.size
+    memory = port.memory
+    out = memory.view(memory.alloc(terms.dtype, terms.shape))
+    halves = np.array_split(out, 2)
+    partial = [combine(reduction, identity(reduction, t.dtype), t) for t in np.array_split(terms, 2)]
+    if j < k - 1:
+        for t in (0, 1):
+            message = yield port.recv(node.members[j + 1], tag=("chain up", t))
+            partial[t] = combine(reduction, partial[t], received(message))
+    if j > 0:
+        for t in (0, 1):
+            halves[t][...] = partial[t]
+            port.send(node.members[j - 1], halves[t], tag=("chain up", t), header={}, phase="chain reduce", tree=t)
+        for t in (0, 1):
+            message = yield port.recv(node.members[j - 1], tag=("chain down", t))
+            yield from unpack_into(port, message, halves[t], tree=t)
+    else:
+        yield from _across(port, across, nodes, partial, halves, reduction)
+    if j < k - 1:
+        for t in (0, 1):
+            port.send(node.members[j + 1], halves[t], tag=("chain down", t), header={}, phase="chain broadcast",
+                      tree=t)
+    return out
+
+
+def _across(port: sim.Port, team, nodes: int, partial: list, halves: list, reduction: str) -> Generator:
+    """A head's part in both trees: its subtree's halves up (the tree where it is lower first), the sums down."""
+    u, trees = team.index, double_tree(nodes)
+    for t in sorted((0, 1), key=lambda t: _height(trees[t], u)):
+        for c in _children(trees[t], u):
+            message = yield port.recv(team.members[c], tag=("tree up", t))
+            partial[t] = combine(reduction, partial[t], received(message))
+        halves[t][...] = partial[t]
+        if trees[t][u] is not None:
+            port.send(team.members[trees[t][u]], halves[t], tag=("tree up", t), header={}, phase="tree reduce",
+                      tree=t)
+    for t in sorted((0, 1), key=lambda t: _depth(trees[t], u)):
+        if trees[t][u] is not None:
+            message = yield port.recv(team.members[trees[t][u]], tag=("tree down", t))
+            yield from unpack_into(port, message, halves[t], tree=t)
+        for c in _children(trees[t], u):
+            port.send(team.members[c], halves[t], tag=("tree down", t), header={}, phase="tree broadcast", tree=t)
+
+
+# ---------------------------------------------------------------------------------------------- the record
+
+
+def _steps(shape: tuple[int, ...], b: float) -> list[Step]:
+    """Chain up, the trees' up steps, their down steps, chain down; on the grid (nodes, k) (else one node)."""
+    nodes, k = (shape[0], shape[1]) if len(shape) == 2 else (1, int(np.prod(shape)))
+    chain = [(Pattern("shift", 1, 1), b, k - 1)] if k > 1 else []
+    up = [(Pattern("tree up", s, 0), b / 2, 1) for s in range(len(up_steps(nodes)))]
+    down = [(Pattern("tree down", s, 0), b / 2, 1) for s in range(len(down_steps(nodes)))]
+    return chain + up + down + chain
+
+
+ALL_REDUCE = Algorithm(
+    "tree", "tree (NCCL's, simplified): the operand is cut into two halves, one per tree. Inside each node both "
+            "halves are summed down a chain from the last local rank to the first (the node's head); the heads "
+            "sum them up two binary trees across nodes (the heap over the nodes and its mirror image, so a node "
+            "interior in one is mostly a leaf in the other), each half up its own tree; each root sends its half "
+            "of the sum back down its tree, and the heads back along the chain. Latency grows with log2 of the "
+            "node count; the halves are not pipelined. Without nodes: one chain over the group.",
+    _steps, None, 4, reorders=True, bound=SUM_BOUND,
+    closed_form=lambda p, n, a, b: 2 * (p - 1) * (a + n * b), nodes=True)
