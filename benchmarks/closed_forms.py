@@ -202,7 +202,20 @@ def _nodes(nodes: int, k: int) -> list[Case]:
         Case("all_gather", "hierarchical", "hierarchical", axes,
              lambda s: _add(across(nodes - 1, s), inside(nodes * s)),
              lambda s: (k - 1) / k * p * s / w + (nodes - 1) / nodes * s * nodes / wn, source + ", its last half"),
+        Case("psum", "tree", "hierarchical", axes,
+             lambda s: _add(_steps(2 * (k - 1), 1, s), *(across(1, load * s / 2) for load in _TREE_LOADS[nodes])),
+             lambda s: 2 * (k - 1) * s / w + sum(_TREE_LOADS[nodes]) * s / 2 / wn,
+             "NCCL tree, unpipelined: 2(k-1) s/w + the tree steps' heaviest ports"),
     ]
+
+
+# The double binary tree's steps between nodes (`collectives._tree`: the heap over the nodes and its mirror
+# image), up then down, each as the most halves one port carries in it. 2 nodes: node 1 -> 0 in one tree and
+# 0 -> 1 in the other, one half per port each way, up and down. 4 nodes (heap 0 <- 1, 2; 1 <- 3; mirror
+# 3 <- 2, 1; 2 <- 0): up, the leaves 2, 3 of the heap and 0, 1 of the mirror send first (one half per port),
+# then 1 -> 0 and 2 -> 3; down, the roots 0 and 3 send to both their children at once (two halves through
+# each root's port and into each of 1 and 2), then 1 -> 3 and 2 -> 0.
+_TREE_LOADS = {2: (1, 1), 4: (1, 1, 2, 1)}
 
 
 def cases() -> list[Case]:

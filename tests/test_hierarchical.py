@@ -1,6 +1,6 @@
-"""The hierarchical algorithms of psum, psum_scatter and all_gather (`collectives._hierarchical`) on networks
-with nodes: their results, the bound on reordered float sums, where their messages go, what they do without
-nodes, and the cost model's time for them."""
+"""The algorithms for nodes joined by a slower fabric: the hierarchical ones of psum, psum_scatter and
+all_gather (`collectives._hierarchical`) and psum's tree (`collectives._tree`): their results, the bound on
+reordered float sums, where their messages go, what they do without nodes, and the cost model's time for them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import collectives
 import sim
-from collectives import _algorithms
+from collectives import _algorithms, _tree
 from collectives._nodes import node_grid
 from oracles._reordered import compare_reordered
 from sim import P
@@ -27,6 +27,8 @@ BODIES = {
     "psum_scatter": lambda a, **kw: lambda x: _C.psum_scatter(x, "x", tiled=True, algorithm=a, **kw),
     "all_gather": lambda a, **kw: lambda x: _C.all_gather(x, "x", tiled=True, algorithm=a, **kw),
 }
+ALGORITHMS = [("psum", "hierarchical"), ("psum_scatter", "hierarchical"), ("all_gather", "hierarchical"),
+              ("pmax", "hierarchical"), ("psum", "tree"), ("pmax", "tree")]
 
 
 def nodes(node_size: int, **links) -> sim.Network:
@@ -40,33 +42,36 @@ def run(n: int, body, xs: np.ndarray, network: sim.Network | None, placement=Non
     return f.run(xs)
 
 
-@pytest.mark.parametrize("op", ["psum", "psum_scatter", "all_gather", "pmax"])
-@pytest.mark.parametrize("n, node_size", [(6, 3), (8, 2), (12, 4), (4, 4), (6, 1)])
-def test_integers_come_out_as_direct_gives_them(op, n, node_size):
-    """On 2 or more nodes (and on one node, or one device per node), 'hierarchical' gives 'direct''s
+@pytest.mark.parametrize("op, algorithm", ALGORITHMS)
+@pytest.mark.parametrize("n, node_size", [(6, 3), (8, 2), (12, 4), (4, 4), (6, 1), (14, 2)])
+def test_integers_come_out_as_direct_gives_them(op, algorithm, n, node_size):
+    """On 2 or more nodes (and on one node, or one device per node), each algorithm gives 'direct''s
     integers on every device."""
     xs = (np.arange(n * n * 3) * 7 % 11).astype(np.int32).reshape(n, n * 3)
     network = nodes(node_size)
-    got = run(n, BODIES[op]("hierarchical"), xs, network)
+    got = run(n, BODIES[op](algorithm), xs, network)
     want = run(n, BODIES[op]("direct"), xs, network)
-    assert got.calls[0].algorithm == "hierarchical"
+    assert got.calls[0].algorithm == algorithm
     assert np.array_equal(np.asarray(got.outputs), np.asarray(want.outputs))
 
 
-@pytest.mark.parametrize("op, n, node_size", [("psum", 6, 3), ("psum", 8, 2), ("pmean", 12, 4),
-                                              ("psum_scatter", 6, 3), ("psum_scatter", 12, 4), ("pmax", 8, 4)])
+@pytest.mark.parametrize("op, algorithm, n, node_size", [
+    ("psum", "hierarchical", 6, 3), ("psum", "hierarchical", 8, 2), ("pmean", "hierarchical", 12, 4),
+    ("psum_scatter", "hierarchical", 6, 3), ("psum_scatter", "hierarchical", 12, 4), ("pmax", "hierarchical", 8, 4),
+    ("psum", "tree", 8, 2), ("psum", "tree", 9, 3), ("pmean", "tree", 12, 2), ("pmax", "tree", 6, 2),
+])
 @settings(max_examples=15)
 @given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float16, np.float32, np.float64]))
-def test_float_sums_stay_within_the_stated_bound(op, n, node_size, seed, dtype):
-    """Folded inside each node, then round the ring across nodes, a float reduction stays within
-    `oracles._reordered`'s bound of 'direct''s group-order fold on every element (mixed signs and
+def test_float_sums_stay_within_the_stated_bound(op, algorithm, n, node_size, seed, dtype):
+    """Folded inside each node, then across nodes (round a ring, or up two trees), a float reduction stays
+    within `oracles._reordered`'s bound of 'direct''s group-order fold on every element (mixed signs and
     magnitudes)."""
     rng = np.random.default_rng(seed)
     xs = (rng.standard_normal((n, n * 3)) * 10.0 ** rng.integers(-3, 4, (n, n * 3))).astype(dtype)
     network = nodes(node_size)
-    got = run(n, BODIES[op]("hierarchical"), xs, network).outputs
+    got = run(n, BODIES[op](algorithm), xs, network).outputs
     want = run(n, BODIES[op]("direct"), xs, network).outputs
-    params = {"axis_name": "x", "algorithm": "hierarchical", **({"tiled": True} if op == "psum_scatter" else {})}
+    params = {"axis_name": "x", "algorithm": algorithm, **({"tiled": True} if op == "psum_scatter" else {})}
     assert not compare_reordered(op, params, {"x": n}, list(xs), list(want), list(got))
 
 
@@ -133,8 +138,7 @@ def test_without_nodes_the_psum_is_two_direct_steps():
 @pytest.mark.parametrize("n, node_size", [(16, 8), (12, 4), (6, 2)])
 def test_the_cost_model_prices_the_messages_it_sends(op, n, node_size):
     """On nodes joined by a slower fabric (the h100-ib figures), the simulated time of a hierarchical call
-    equals the cost model's estimate over the node grid, and the call's group over several nodes makes it
-    'auto''s pick for 3 MiB operands."""
+    equals the cost model's estimate over the node grid, and it is 'auto''s pick for 3 MiB operands."""
     network = nodes(node_size, latency_s=2e-6, bandwidth_bytes_per_s=450e9, inter_latency_s=5e-6,
                     inter_bandwidth_bytes_per_s=50e9)
     xs = np.zeros((n, 12 << 16), np.float32)  # chunks of equal size on every grid
@@ -144,3 +148,38 @@ def test_the_cost_model_prices_the_messages_it_sends(op, n, node_size):
     assert outcome.end_time_s == pytest.approx(estimate, rel=1e-9)
     assert run(n, BODIES[op]("auto"), xs, network).calls[0].algorithm == "hierarchical"
     assert math.isfinite(estimate)
+
+
+@pytest.mark.parametrize("n, node_size", [(8, 4), (8, 2), (9, 3), (10, 2), (14, 2), (5, 1), (24, 8)])
+def test_the_tree_takes_its_closed_steps(n, node_size):
+    """psum 'tree' on nodes: the simulated time equals the cost model's steps (chain, the double binary
+    tree's up and down steps, chain), tiny and large; inside a node only chain neighbours exchange, and
+    between nodes only local rank 0 of each node, along the edges of the heap over the nodes or its mirror."""
+    network = nodes(node_size, latency_s=1e-6, bandwidth_bytes_per_s=10e9, inter_latency_s=3e-6,
+                    inter_bandwidth_bytes_per_s=2.5e9)
+    mesh = sim.Mesh({"x": n}, network=network)
+    heap, mirror = _tree.double_tree(n // node_size)
+    for floats in (16, 1 << 14):
+        xs = np.zeros((n, floats), np.float32)
+        outcome = run(n, BODIES["psum"]("tree"), xs, network)
+        estimate = collectives.estimate_s("psum", "tree", mesh, tuple(range(n)), (n,), xs[0].nbytes)
+        assert outcome.end_time_s == pytest.approx(estimate, rel=1e-9)
+    for m in (m for m in outcome.trace.sent if m.src != m.dst):
+        (u, j), (v, i) = divmod(m.src, node_size), divmod(m.dst, node_size)
+        joined = u in (heap[v], mirror[v]) or v in (heap[u], mirror[u])
+        assert (u == v and abs(i - j) == 1) or (i == j == 0 and joined)
+
+
+def test_auto_takes_the_tree_where_its_log_latency_pays():
+    """On 12 nodes of 8 (h100-ib), for 64 KiB operands the tree's few latencies between nodes (2 up, 3 down
+    steps) beat the hierarchical ring's 22 and every flat algorithm: 'auto' picks it. The cost model times
+    each tree step at its heaviest port, and on 12 nodes a lighter port's next message can start before the
+    step's heaviest ends, so the simulated time is at most the estimate and within 2% of it."""
+    network = sim.Network.preset("h100-ib", (12, 8))
+    xs = np.ones((96, 1 << 14), np.float32)
+    outcome = run(96, BODIES["psum"]("auto"), xs, network)
+    assert outcome.calls[0].algorithm == "tree" and np.all(np.asarray(outcome.outputs) == 96)
+    mesh = sim.Mesh({"x": 96}, network=network)
+    estimate = collectives.estimate_s("psum", "tree", mesh, tuple(range(96)), (96,), xs[0].nbytes)
+    assert 0.98 * estimate <= outcome.end_time_s <= estimate * (1 + 1e-9)
+    assert estimate < collectives.estimate_s("psum", "hierarchical", mesh, tuple(range(96)), (96,), xs[0].nbytes)
