@@ -56,6 +56,15 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
       (a balanced tree per chunk), then all-gather by recursive doubling.
     - 'per_axis' (when `axis_name` names several mesh axes): a ring along each axis in turn, the last
       named axis first; over one axis, or with axis_index_groups, 'ring'.
+    - 'hierarchical' (on a network with nodes, `collectives._hierarchical`): each node's members add
+      their terms of chunk j (one of k) in local-rank order on local rank j, the members of local rank j
+      add their nodes' partial sums round a ring across nodes, and the complete chunks go to every member
+      of the node. On 2 nodes of 2 (devices 0, 1 | 2, 3): device 0 gets x0[:h] + x1[:h], device 2
+      x2[:h] + x3[:h] (h half the elements), devices 0 and 2 ring all-reduce that half, and device 0
+      sends it to device 1. Without nodes: one node (a direct reduce-scatter, then a direct all-gather).
+    - 'tree' (NCCL's, simplified, `collectives._tree`): each half of the operand is added down a chain
+      from the last local rank to local rank 0 in each node, then up one of two binary trees over the
+      nodes (the heap and its mirror image), and the sums go back down the trees and the chains.
     - 'auto': the fastest of these for the bytes, the group and the network (`collectives._cost`); the
       pick is recorded in `sim.CallRecord.algorithm`.
 

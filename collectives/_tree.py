@@ -27,6 +27,12 @@ device, between nodes (A, b_net), n bytes:
 2 nodes: 2 (k - 1)(a + n b) + 2 (A + (n/2) b_net). Without nodes the group is one chain of p:
 2 (p - 1)(a + n b) on dedicated links (the record's `closed_form`).
 
+Worked example, 2 nodes of 2 (devices 0, 1 | 2, 3), operands x0 .. x3 of 4 elements, halves [:2] and [2:]:
+device 1 sends x1[:2] and x1[2:] to device 0, device 3 likewise to device 2; tree 0 (root node 0): device 2
+sends x2[:2] + x3[:2] to device 0, which adds it to x0[:2] + x1[:2]; tree 1 (root node 1): device 0 sends
+x0[2:] + x1[2:] to device 2. Each root sends its complete half to the other node's head (device 0 -> 2 the
+first half, device 2 -> 0 the second), and each head sends both halves to its chain (0 -> 1, 2 -> 3).
+
 >>> double_tree(4)
 ((None, 0, 0, 1), (2, 3, 3, None))
 >>> up_steps(4)
