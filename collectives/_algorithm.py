@@ -11,7 +11,8 @@ looks it up among its records (`Definition.algorithm(name)`).
 A step is `(Pattern, bytes of each message, how many times it repeats)`; a `Pattern` says who sends to whom:
 'shift' (to index + k), 'xor' (to index ^ k), 'pairs' (to every other member), 'bishift' (to index + k and
 index - k, a message of the step's bytes each way), 'shifts' (p - 1 steps, one per shift k = 1 .. p - 1),
-along grid axis `axis` (None: over the whole group); and, for a collective rooted at group index 0 (a
+along grid axis `axis` (None: over the whole group); 'multicast' and 'reduce' (every member's n shards into a
+switch that adds them, each sum to every member, or shard j's to member j: `collectives._in_network`); and, for a collective rooted at group index 0 (a
 broadcast, whose members the caller lists from its source on), 'fan' (index 0 to every other), 'tree' (every
 index below k to index + k), 'chain' (index r to r + 1).
 """
@@ -68,6 +69,8 @@ class Algorithm:
         grid: works one named mesh axis at a time: 'auto' considers it only over several axes.
         inner: what it runs over a grid of one axis (with one axis name, or with axis_index_groups).
         auto: picks the fastest of the others by the cost model.
+        in_network: the switch does the reduction (`collectives._in_network`): runs only where the network's
+            switch reduces (`sim.Network.switch_reduces`), and 'auto' considers it only there.
     """
 
     name: str
@@ -82,6 +85,7 @@ class Algorithm:
     grid: bool = False
     inner: Algorithm | None = None
     auto: bool = False
+    in_network: bool = False
 
     def __repr__(self) -> str:
         return f"Algorithm({self.name!r})"

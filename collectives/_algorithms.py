@@ -67,7 +67,7 @@ def resolve(port: sim.Port, algorithms: Sequence[Algorithm], algorithm: str, siz
             return asked.over(shape).name
         from collectives._cost import fastest  # the cost model reads the network only when asked
         mesh, n = port.mesh, port.group.size
-        choices = candidates(algorithms, n, shape)
+        choices = tuple(a for a in candidates(algorithms, n, shape) if not a.in_network or mesh.network.switch_reduces)
         chosen = choices[0] if len(choices) == 1 else fastest(choices, mesh, port.group.members, shape, size_bytes)
         return chosen.over(shape).name
     return named(algorithms, port.once("algorithm", pick))

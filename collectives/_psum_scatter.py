@@ -50,6 +50,8 @@ from collectives._definition import (
 )
 from collectives._facts import MOVES, WHOLE, Reduction, Sweep
 from collectives._halving import chunk_bounds, halving_reduce_scatter
+from collectives._in_network import REDUCE_SCATTER as IN_NETWORK
+from collectives._in_network import check_network, reduce_scatter
 from collectives._strategy import split_shape
 from collectives._vma import typed
 from layouts import Layout
@@ -79,7 +81,9 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     that meet at member j, one from each side of the ring, both directions of every link busy at each step
     (for even n, the member opposite sends half its term each way); 'recursive_halving' (log2(n) steps,
     group size a power of two) halves the chunks each member is responsible for at each step, folding pairs
-    of partial sums as a balanced tree, lower group index first; 'auto' picks the fastest by
+    of partial sums as a balanced tree, lower group index first; 'in_network' (only where the network's switch
+    reduces: `sim.Network.switch_reduces`) sends every chunk into the switch, which adds chunk j in group
+    order ('direct''s bits) and sends it to member j alone (`collectives._in_network`); 'auto' picks the fastest by
     `collectives._cost` and records it in `sim.CallRecord.algorithm`.
     Integers come out the same from every algorithm; floats within `oracles._reordered`'s bound.
     `x` may be a pytree.
@@ -122,7 +126,7 @@ def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any
         raise sim.InvalidArgumentError(f"device {device}: {_OP}: x must have rank >= 1, got a scalar")
     dim = canonical_axis(_OP, device, "scatter_dimension", scatter_dimension, x.ndim, negative=False)
     _check_fits(device, x.shape[dim], dim, group.size, bool(tiled))
-    check_algorithm(_OP, device, algorithm, group.size, ALGORITHMS)
+    check_network(_OP, device, check_algorithm(_OP, device, algorithm, group.size, ALGORITHMS), context.mesh)
     rank = x.ndim if tiled else x.ndim - 1
     layout = out_layout_of(_OP, device, out_layout, rank) or Layout.row_major(rank)
     args = _Args(context.memory.resident(x), dim, bool(tiled), algorithm, layout)
@@ -159,6 +163,8 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     if algorithm is RECURSIVE_HALVING:
         return (yield from _halving(port, parts, shape, args.out_layout))
+    if algorithm is IN_NETWORK:
+        return (yield from reduce_scatter(port, parts, shape, args.out_layout))
     if algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
         mine = yield from bidirectional.reduce_scatter(port, team, team.arrange(parts), "sum", "reduce-scatter")
@@ -225,7 +231,7 @@ RECURSIVE_HALVING = Algorithm(
                          "log2(n) steps of halving messages.",
     on_group(halving), lambda shape: lg(math.prod(shape)), 1, reorders=True, bound=SUM_BOUND, power_of_two=True,
     closed_form=_scatter_form(lg))
-ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING)
+ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING, IN_NETWORK)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 

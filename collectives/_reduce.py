@@ -16,6 +16,7 @@ import numpy as np
 import sim
 from collectives import _batch_rules as batch_rules
 from collectives._algorithms import axes_shape, check_algorithm, named
+from collectives._in_network import check_network
 from collectives._allreduce import ALGORITHMS, AllReduceArgs, all_reduce_protocol
 from collectives._arithmetic import convert, mean_dtype, scale_to_mean, widen
 from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group, same_operands
@@ -193,7 +194,8 @@ def all_reduce_leaf(called: Definition, x: Any, axis_name: Any, axis_index_group
     if is_python_scalar(x):
         return _constant(called, context, group, x, axis_name)
     x = _reducible(called, context.device, x)
-    check_algorithm(op, context.device, algorithm, group.size, ALGORITHMS)
+    check_network(op, context.device, check_algorithm(op, context.device, algorithm, group.size, ALGORITHMS),
+                  context.mesh)
     memory = context.memory
     if context.mesh.size == 1:  # bfloat16 still passes through float32 and back: NaNs come back canonical
         x = convert(widen(x), x.dtype)

@@ -25,6 +25,7 @@ import numpy as np
 import simpy
 
 from sim._simpy import fire_after as _fire
+from sim.engine._switch import SwitchReductions
 from sim.memory._memory import LocalMemory
 from sim.network._flows import LinkState
 from sim.network._mesh import Group
@@ -33,6 +34,7 @@ from sim.record._trace import Trace
 if TYPE_CHECKING:
     from sim.engine._options import RunOptions
     from sim.engine._perturb import Order
+    from sim.engine._switch import Reducer
     from sim.engine._rendezvous import Collective, MeetingView
     from sim.network._mesh import Mesh
 
@@ -71,6 +73,7 @@ class Transport:
         self._tables: dict[int, _Table] = {}
         self._ready: dict[int, _Table] = {}  # tables with a waiting receiver's column complete, by id
         self._drained: list[Port] = []  # ports whose messages have all arrived, a sender waiting
+        self.switch = SwitchReductions(self)  # the partial sums a reducing switch holds (`sim.engine._switch`)
         links.on_settled = self._wake
 
     def _wake(self) -> None:
@@ -87,14 +90,23 @@ class Transport:
         """Send `message` now; it is delivered when the network has carried it, and `port` is told."""
         now = self.env.now
         size = message.payload.nbytes
-        if self.order is None:
-            message.rank = self._posted
-            self._posted += 1
-        else:
-            message.rank = self.order.rank()
+        message.rank = self._rank()
         index = self.trace.append(message.src, message.dst, size, now, now, now, collective, call, detail)
         key = (message.src, exchange, message.tag)
         self.links.send(message.src, [message.dst], [size], _Single(self, message, key, index, now, port))
+
+    def _rank(self) -> float:
+        """The next message's rank: its posting order, or a random rank in a perturbed run."""
+        if self.order is not None:
+            return self.order.rank()
+        self._posted += 1
+        return self._posted - 1
+
+    def deliver_made(self, src: int, dst: int, tag: Hashable, payload: np.ndarray, exchange: int,
+                     arrival_s: float) -> None:
+        """Deliver a message the network made (a switch's sum, named as from `src`), arrived at `arrival_s`."""
+        message = Message(src, dst, tag, payload, {}, arrival_s, self._rank())
+        self._deliver(message, (src, exchange, tag), arrival_s)
 
     def _arrive(self, sent_s: float, arrival_s: float) -> float:
         """A message's arrival, its flight stretched in a perturbed run."""
@@ -333,6 +345,15 @@ class Port:
         self.in_flight += len(payloads)
         self.transport.post_each(self.device, self.group, payloads, headers, self.exchange, self.collective.name,
                                  self.call, details, self)
+
+    def reduce_in_switch(self, shard: int, payload: np.ndarray, owner: int, receivers: tuple[int, ...],
+                         reducer: Reducer, **detail) -> None:
+        """Send `payload`, this member's term for `shard`, into the switch, which adds every member's in group
+        order (`reducer`) and sends the sum to `receivers`; each receives it with `recv(owner,
+        tag=("in-network", shard))` (`sim.engine._switch`; the network must have `switch_reduces`)."""
+        if not payload.flags.c_contiguous:
+            raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        self.transport.switch.contribute(self, shard, payload, owner, receivers, reducer, detail)
 
     def recv_each(self) -> Generator:
         """The `send_each` message of every member to this one, in member order, once the last has arrived:
