@@ -11,10 +11,10 @@ looks it up among its records (`Definition.algorithm(name)`).
 A step is `(Pattern, bytes of each message, how many times it repeats)`; a `Pattern` says who sends to whom:
 'shift' (to index + k), 'xor' (to index ^ k), 'pairs' (to every other member), 'bishift' (to index + k and
 index - k, a message of the step's bytes each way), 'shifts' (p - 1 steps, one per shift k = 1 .. p - 1),
-along grid axis `axis` (None: over the whole group); 'multicast' and 'reduce' (every member's n shards into a
-switch that adds them, each sum to every member, or shard j's to member j: `collectives._in_network`); and, for a collective rooted at group index 0 (a
-broadcast, whose members the caller lists from its source on), 'fan' (index 0 to every other), 'tree' (every
-index below k to index + k), 'chain' (index r to r + 1).
+along grid axis `axis` (None: over the whole group); 'multicast' and 'reduce' (every member's n shards into
+a switch that adds them, each sum to every member, or shard j's to member j: `collectives._in_network`); and,
+for a collective rooted at group index 0 (a broadcast, whose members the caller lists from its source on),
+'fan' (index 0 to every other), 'tree' (every index below k to index + k), 'chain' (index r to r + 1).
 """
 
 from __future__ import annotations

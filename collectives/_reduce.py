@@ -16,7 +16,6 @@ import numpy as np
 import sim
 from collectives import _batch_rules as batch_rules
 from collectives._algorithms import axes_shape, check_algorithm, named
-from collectives._in_network import check_network
 from collectives._allreduce import ALGORITHMS, AllReduceArgs, all_reduce_protocol
 from collectives._arithmetic import convert, mean_dtype, scale_to_mean, widen
 from collectives._common import group_of, map_tree, operand, out_layout_of, same_across_group, same_operands
@@ -30,6 +29,7 @@ from collectives._definition import (
     Vma,
 )
 from collectives._facts import MAX, MEAN, MIN, MOVES, SUM, WHOLE, Reduction, Sweep
+from collectives._in_network import check_network
 from collectives._strategy import any_shape
 from collectives._vma import typed
 from layouts import Layout

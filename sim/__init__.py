@@ -111,7 +111,8 @@ __all__ += [  # layouts on the devices: placed arrays, shardings, the compile mo
     "SingleDeviceSharding", "device_put", "jit", "with_layout_constraint",
 ]
 __all__ += [  # for collectives: the protocol interface
-    "Collective", "DeviceContext", "Message", "Port", "Reducer", "Violation", "Waiting", "copy_step", "current", "current_or_none",
+    "Collective", "DeviceContext", "Message", "Port", "Reducer", "Violation", "Waiting", "copy_step", "current",
+    "current_or_none",
 ]
 __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",

@@ -34,8 +34,8 @@ from sim.record._trace import Trace
 if TYPE_CHECKING:
     from sim.engine._options import RunOptions
     from sim.engine._perturb import Order
-    from sim.engine._switch import Reducer
     from sim.engine._rendezvous import Collective, MeetingView
+    from sim.engine._switch import Reducer
     from sim.network._mesh import Mesh
 
 

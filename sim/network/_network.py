@@ -178,6 +178,9 @@ class Network:
                      f"bandwidth {self.inter_bandwidth_bytes_per_s / 1e9:g} GB/s)")
         if self.store_and_forward:
             text += ", store-and-forward"
+        if self.switch_reduces:
+            rate = self.switch_reduction_bytes_per_s
+            text += ", the switch reduces" + ("" if rate is None else f" ({rate / 1e9:g} GB/s per port)")
         return text if self.preset_name is None else f"preset {self.preset_name}: {text}"
 
 
