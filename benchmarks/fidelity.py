@@ -15,6 +15,7 @@ numpy evaluation before its time is shown. algbw and busbw are nccl-tests' (size
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,16 @@ sys.path.insert(1, str(ROOT))
 import collectives  # noqa: E402
 import layouts  # noqa: E402
 import sim  # noqa: E402
-from benchmarks.closed_forms import BANDWIDTH, LATENCY_S, Case, busbw_factor, cases, nccl_size  # noqa: E402
+from benchmarks.closed_forms import (  # noqa: E402
+    BANDWIDTH,
+    INTER_LATENCY_S,
+    LATENCY_S,
+    NODE_SIZE,
+    Case,
+    busbw_factor,
+    cases,
+    nccl_size,
+)
 
 TINY_BYTES = 64
 LARGE_BYTES = 8 << 20
@@ -40,6 +50,11 @@ def network(topology: str, axes: tuple[tuple[str, int], ...]) -> sim.Network:
         return sim.Network.fully_connected(LATENCY_S, BANDWIDTH)
     if topology == "switch":
         return sim.Network.switch(LATENCY_S, BANDWIDTH)
+    if topology == "switch_reduces":
+        return dataclasses.replace(sim.Network.switch(LATENCY_S, BANDWIDTH), switch_reduces=True)
+    if topology == "hierarchical_reduces":  # nodes on a 4w switch, NICs of w: the NIC switch reduces the group
+        nodes = sim.Network.hierarchical(NODE_SIZE, None, LATENCY_S, 4 * BANDWIDTH, INTER_LATENCY_S, BANDWIDTH)
+        return dataclasses.replace(nodes, switch_reduces=True)
     if topology == "ring":
         return sim.Network.ring(LATENCY_S, BANDWIDTH)
     return sim.Network.torus(tuple(n for _, n in axes), topology == "torus", LATENCY_S, BANDWIDTH)
@@ -115,6 +130,10 @@ PUBLISHED = [
               "NCCL's all_to_all is point-to-point send/recv on a few channels and reaches 74% of the 450 GB/s "
               "NVLink port (busbw 334.9); the model drives ports at their full rate, and the AllGather row "
               "shows NCCL does reach it there, so no single bandwidth constant fits both", -0.254),
+    Published("8xH100 NVLink, AllReduce (NVLS) of 64 MiB (busbw ~480 GB/s at large sizes)", "h100-nvlink",
+              (8,), 67_108_864 / (480e9 / busbw_factor("psum", 8)), 67_108_864, "psum",
+              "nccl-tests all_reduce_perf with NVLink SHARP on 8 H100 (peak busbw ~480 GB/s, algbw ~275 GB/s: "
+              "github.com/NVIDIA/nccl-tests/issues/212)"),
 ]
 
 
@@ -134,7 +153,11 @@ def run_published(case: Published) -> sim.Run:
     else:
         p = case.shape[0]
         mesh = sim.Mesh({"x": p}, network=network, copy_cost=FREE_COPIES)
-        if case.collective == "all_gather":
+        if case.collective == "psum":
+            x = np.zeros(p * case.size_bytes // 4, np.float32)
+            f = sim.shard_map(lambda v: collectives.psum(v, "x", algorithm="auto"), mesh=mesh, in_specs=sim.P("x"),
+                              out_specs=sim.P("x"), check_vma=False)
+        elif case.collective == "all_gather":
             x = np.zeros((1024, 16384), layouts.BFLOAT16)
             f = sim.shard_map(lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="auto"), mesh=mesh,
                               in_specs=sim.P("x"), out_specs=sim.P("x"), check_vma=False)
