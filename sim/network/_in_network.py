@@ -28,6 +28,7 @@ egress port and n on every ingress port: about n / bandwidth, where a ring moves
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -108,12 +109,11 @@ def reduction_s(network: Network, members: Sequence[int], shards: int, shard_byt
     p = len(members)
     if p < 2:
         return 0.0
-    loads: dict[tuple, float] = {}
-    for j in range(shards):
-        receivers = members if multicast else (members[j % p],)
-        for link in reduction_route(network, members, receivers, p):
-            loads[link] = loads.get(link, 0.0) + shard_bytes
-    slowest = max(load / link_bandwidth(network, link) for link, load in loads.items())
+    out, add, into = ((kind, members[0]) for kind in _PORTS[across_nodes(network, members)])
+    sent = shards * shard_bytes  # every egress port and adder carries every shard
+    taken = sent if multicast else math.ceil(shards / p) * shard_bytes
+    slowest = max(sent / link_bandwidth(network, out), sent / link_bandwidth(network, add),
+                  taken / link_bandwidth(network, into))
     return latency_s(network, members) + slowest
 
 
@@ -121,9 +121,9 @@ def flows(network: Network, posted: list[tuple], placement: np.ndarray | None, d
           base: int) -> tuple[tuple, tuple]:
     """The flows of reductions posted as (contributors, receivers, size, sink id) on mesh devices:
     ((sink, latency) of those that take no bandwidth: one device alone, none, or an empty shard),
-    (sink, size, latency, flow_of, start, stop) of the others, each link an interval of its own."""
+    (sink, size, latency, flow_of, start, stop) of the others, runs of consecutive links as one interval."""
     instant_sink, instant_latency = [], []
-    sink, size, latency, flow_of, start = [], [], [], [], []
+    sink, size, latency, flow_of, start, stop = [], [], [], [], [], []
     for contributors, receivers, size_bytes, sink_id in posted:
         contributors, receivers = _placed(contributors, placement), _placed(receivers, placement)
         every = contributors + receivers
@@ -136,18 +136,21 @@ def flows(network: Network, posted: list[tuple], placement: np.ndarray | None, d
             instant_sink.append(sink_id)
             instant_latency.append(wait)
             continue
-        links = link_indices(network, reduction_route(network, contributors, receivers, devices), devices, base)
-        flow_of.append(np.full(len(links), len(sink), np.int64))
-        start.append(links)
+        links = np.sort(link_indices(network, reduction_route(network, contributors, receivers, devices), devices,
+                                     base))
+        cuts = np.flatnonzero(np.diff(links) != 1) + 1  # consecutive links make one interval
+        first, last = links[np.r_[0, cuts]], links[np.r_[cuts - 1, len(links) - 1]]
+        flow_of.append(np.full(len(first), len(sink), np.int64))
+        start.append(first)
+        stop.append(last + 1)
         sink.append(sink_id)
         size.append(float(size_bytes))
         latency.append(wait)
     instant = (np.array(instant_sink, np.int64), np.array(instant_latency))
     if not sink:
         return instant, ()
-    begin = np.concatenate(start)
-    return instant, (np.array(sink, np.int64), np.array(size), np.array(latency), np.concatenate(flow_of), begin,
-                     begin + 1)
+    return instant, (np.array(sink, np.int64), np.array(size), np.array(latency), np.concatenate(flow_of),
+                     np.concatenate(start), np.concatenate(stop))
 
 
 def _placed(devices: Sequence[int], placement: np.ndarray | None) -> tuple[int, ...]:
