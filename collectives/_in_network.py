@@ -18,26 +18,23 @@ and [22] to device 1 only.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm, Pattern
-from collectives._arithmetic import accumulator, combine, convert, identity, widen
+from collectives._arithmetic import fold
 from collectives._common import pack_slice, unpack_values
 from layouts import Layout
 
 _TAG = "in-network"
 
 
-def reducer(reduction: str, dtype: np.dtype) -> sim.Reducer:
-    """The switch's fold of `reduction` over terms of `dtype`: 'direct''s, from the identity, in the
-    accumulator dtype (float32 for bfloat16), rounded once at the end."""
-    wide = accumulator(dtype)
-    return sim.Reducer(start=lambda term: combine(reduction, identity(reduction, wide), widen(term)),
-                       add=lambda partial, term: combine(reduction, partial, widen(term)),
-                       finish=lambda partial: convert(partial, dtype))
+def reducer(reduction: str) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """The switch's fold of `reduction` over terms given in group order: 'direct''s (`_arithmetic.fold`, from
+    the identity; bfloat16 in float32, rounded once at the end)."""
+    return lambda terms: fold(reduction, np.stack(terms))
 
 
 def check_network(op: str, device: int, record: Algorithm, mesh: sim.Mesh) -> None:
@@ -56,15 +53,12 @@ def all_reduce(port: sim.Port, buffer: sim.Buffer, reduction: str, out_layout: L
     source = port.memory.view(buffer)
     terms, _ = yield from pack_slice(port, source, Layout.row_major(source.ndim), phase="operand")
     members = port.group.members
-    parts = np.array_split(terms.reshape(-1), len(members))
-    fold = port.once("in-network reducer", lambda: reducer(reduction, source.dtype))
-    for j, part in enumerate(parts):
-        port.reduce_in_switch(j, part, members[j], members, fold, phase=_TAG, chunk=j)
+    parts = _split(terms.reshape(-1), len(members))
+    port.reduce_in_switch(parts, members, [members] * len(members), reducer(reduction), phase=_TAG)
     flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
-    units = np.array_split(flat, len(members))
-    for j, owner in enumerate(members):
-        message = yield port.recv(owner, tag=(_TAG, j))
-        units[j][...] = message.payload
+    units = _split(flat, len(members))
+    for j, total in (yield from port.recv_reduced()):
+        units[j][...] = total
     return (yield from _laid_out(port, flat.reshape(source.shape), out_layout))
 
 
@@ -72,13 +66,20 @@ def reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], shape: tuple[int
                    out_layout: Layout) -> Generator:
     """psum_scatter's 'in_network': chunk j (`parts[j]`, a view of the operand) reduced in the switch and sent
     to member j; returns the member's chunk of the sum (shape `shape`, laid out in `out_layout`)."""
-    members, me = port.group.members, port.group.index
-    fold = port.once("in-network reducer", lambda: reducer("sum", parts[0].dtype))
+    members, terms = port.group.members, []
     for j, part in enumerate(parts):
-        terms, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=j)
-        port.reduce_in_switch(j, terms.reshape(-1), members[j], (members[j],), fold, phase=_TAG, chunk=j)
-    message = yield port.recv(members[me], tag=(_TAG, me))
-    return (yield from _laid_out(port, message.payload.reshape(shape), out_layout))
+        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=j)
+        terms.append(values.reshape(-1))
+    port.reduce_in_switch(terms, members, [(m,) for m in members], reducer("sum"), phase=_TAG)
+    ((_, total),) = yield from port.recv_reduced()
+    return (yield from _laid_out(port, total.reshape(shape), out_layout))
+
+
+def _split(flat: np.ndarray, n: int) -> list[np.ndarray]:
+    """`flat` cut into n views of `numpy.array_split`'s sizes (the first size % n one longer)."""
+    base, extra = divmod(flat.size, n)
+    bounds = np.cumsum([0] + [base + (j < extra) for j in range(n)]).tolist()
+    return [flat[bounds[j]:bounds[j + 1]] for j in range(n)]
 
 
 def _laid_out(port: sim.Port, values: np.ndarray, layout: Layout) -> Generator:

@@ -23,7 +23,6 @@ from sim.engine import (
     Message,
     Perturbation,
     Port,
-    Reducer,
     Simulation,
     Waiting,
     current,
@@ -111,7 +110,7 @@ __all__ += [  # layouts on the devices: placed arrays, shardings, the compile mo
     "SingleDeviceSharding", "device_put", "jit", "with_layout_constraint",
 ]
 __all__ += [  # for collectives: the protocol interface
-    "Collective", "DeviceContext", "Message", "Port", "Reducer", "Violation", "Waiting", "copy_step", "current",
+    "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "copy_step", "current",
     "current_or_none",
 ]
 __all__ += [  # errors and pytrees

@@ -210,8 +210,9 @@ def test_a_switch_folding_another_way_is_caught(monkeypatch):
     want = outputs(run(None, {"x": 4}, lambda x: collectives.psum(x, "x"), xs))
     got = outputs(run(SWITCH, {"x": 4}, lambda x: collectives.psum(x, "x", algorithm="in_network"), xs))
     assert same_bits(got, want) and want[0].tolist() == [1.0] * 4
-    wide = sim.Reducer(start=lambda t: t.astype(np.float64), add=lambda p, t: p + t,
-                       finish=lambda p: p.astype(np.float32))
-    monkeypatch.setattr(_in_network, "reducer", lambda reduction, dtype: wide)
+    def wide(terms: list) -> np.ndarray:
+        return np.sum(np.stack(terms).astype(np.float64), axis=0).astype(np.float32)
+
+    monkeypatch.setattr(_in_network, "reducer", lambda reduction: wide)
     got = outputs(run(SWITCH, {"x": 4}, lambda x: collectives.psum(x, "x", algorithm="in_network"), xs))
     assert not same_bits(got, want) and got[0].tolist() == [2.0] * 4

@@ -8,10 +8,9 @@ from sim.engine._engine import Simulation
 from sim.engine._options import RunOptions
 from sim.engine._perturb import Perturbation
 from sim.engine._rendezvous import Collective, MeetingView, Waiting
-from sim.engine._switch import Reducer
 from sim.engine._transport import Message, Port
 
 __all__ = [
     "Activity", "Calls", "Collective", "DeviceContext", "MeetingView", "Message", "Perturbation", "Phase", "Port",
-    "Reducer", "RunOptions", "Simulation", "Waiting", "current", "current_or_none",
+    "RunOptions", "Simulation", "Waiting", "current", "current_or_none",
 ]

@@ -1,117 +1,145 @@
-"""The switch as a network element that reduces: it holds one partial sum per shard of a call, adds each
-member's contribution as it comes in, in group order, and sends the sum on to the shard's receivers.
+"""The switch as a network element that reduces: it takes in every member's term of each shard of a call, adds
+them in group order, and sends each sum on to the shard's receivers.
 
-A member contributes with `Port.reduce_in_switch`: its term for one shard, the shard's owner (the member the
-records name as the sum's sender, as NCCL's NVLS has member j pull shard j's sum from the switch and store it
-to every member through the switch's multicast) and its receivers. The switch folds contributions into its
-partial sum in group order as soon as every earlier member's has come (a later one waits, unfolded, in the
-switch), so the sum has the bits of the group-order fold that 'direct' computes on a device. When the last
-term is in, the network carries the sum (`LinkState.send_reduced`: one flow through every contributor's
-egress port and the switch's adders to every receiver's ingress port) and the receivers find it in their
-mailboxes, as a message from the owner tagged `("in-network", shard)`.
+A member contributes its whole row at once with `Port.reduce_in_switch`: its term of every shard j, shard j's
+owner (the member the records name as the sum's sender, as NCCL's NVLS has member j pull shard j's sum from
+the switch and store it to every member through the switch's multicast) and receivers, and how the switch
+adds (`Fold`: the group-order fold that 'direct' computes on a device, so each sum has its bits). The switch
+holds the terms as they come in, by group index whatever the order of arrival, and adds each shard's when
+the last member's row is in (one pass over a stack of terms, as cheap as one addition). Then the network
+carries each sum (`LinkState.send_reduced`: one flow through every contributor's egress port and the
+switch's adders to every receiver's ingress port), and a member's `Port.recv_reduced` fires, once, when the
+last sum it receives has arrived: a call over n members costs n rows and n events, not n^2.
 
-The trace shows each contribution as a message from its member to the owner, and the sum as a message from
-the owner to each receiver; all arrive when the sum does.
+The trace shows each contribution as a message from its member to the shard's owner, and each sum as a
+message from the owner to each receiver; a shard's records all arrive when its sum does.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import simpy
+
+from sim._simpy import fire_after as _fire
 
 if TYPE_CHECKING:
     from sim.engine._transport import Port, Transport
 
-
-@dataclass(frozen=True)
-class Reducer:
-    """How the switch adds: `start(term)` makes a partial sum from the first term, `add(partial, term)` adds
-    the next, `finish(partial)` gives the sum's array (e.g. rounded back from a wider accumulator)."""
-
-    start: Callable[[np.ndarray], Any]
-    add: Callable[[Any, np.ndarray], Any]
-    finish: Callable[[Any], np.ndarray]
+Fold = Callable[[list[np.ndarray]], np.ndarray]  # the sum of terms given in group order
 
 
-@dataclass
-class _Shard:
-    """One shard's reduction in progress: the partial sum of the first `folded` members' terms, the terms
-    that came early, the ports waiting to hear their term has arrived and the trace rows of the contributions."""
+class _Call:
+    """One call's reductions: every member's row of terms, the trace rows and ports waiting on them, and per
+    receiver the sums arrived so far and the event waiting for the last."""
 
-    members: tuple[int, ...]
-    owner: int
-    receivers: tuple[int, ...]
-    reducer: Reducer
-    partial: Any = None
-    folded: int = 0
-    early: dict[int, np.ndarray] = field(default_factory=dict)
-    ports: list = field(default_factory=list)
-    rows: list[int] = field(default_factory=list)
+    def __init__(self, members: tuple[int, ...], owners: tuple[int, ...], receivers: list[tuple[int, ...]],
+                 fold: Fold) -> None:
+        self.members, self.owners, self.receivers, self.fold = members, owners, receivers, fold
+        self.rows: dict[int, list[np.ndarray]] = {}
+        self.first: dict[int, int] = {}  # group index -> trace index of its first contribution
+        self.ports: list[Port] = []
+        self.pending = len(owners)  # sums not arrived yet
+        self.expected = Counter(d for r in receivers for d in r)
+        self.sums: dict[int, list[tuple[int, np.ndarray]]] = {d: [] for d in members}
+        self.last = dict.fromkeys(members, 0.0)
+        self.waiting: dict[int, simpy.Event] = {}
 
 
 class SwitchReductions:
-    """The partial sums a reducing switch holds, by (exchange, shard)."""
+    """The reductions a reducing switch is doing, by call (exchange)."""
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
-        self._shards: dict[tuple, _Shard] = {}
+        self._calls: dict[int, _Call] = {}
 
-    def contribute(self, port: Port, shard: int, payload: np.ndarray, owner: int, receivers: tuple[int, ...],
-                   reducer: Reducer, detail: dict) -> None:
-        """Member `port.device`'s term for `shard`: recorded, folded in group order, and once every member's is
-        in, the sum sent on."""
-        transport, group = self.transport, port.group
-        key = (port.exchange, shard)
-        state = self._shards.get(key)
-        if state is None:
-            state = self._shards[key] = _Shard(group.members, owner, tuple(receivers), reducer)
-        now = transport.env.now
-        state.rows.append(transport.trace.append(port.device, owner, payload.nbytes, now, now, now,
-                                                 port.collective.name, port.call, {**detail, "switch": "reduce"}))
-        state.ports.append(port)
-        port.in_flight += 1
-        state.early[group.index] = payload
-        while state.folded in state.early:
-            term = state.early.pop(state.folded)
-            state.partial = state.reducer.start(term) if state.folded == 0 else state.reducer.add(state.partial, term)
-            state.folded += 1
-        if state.folded == len(state.members):
-            del self._shards[key]
-            self._send(port, shard, state, detail)
-
-    def _send(self, port: Port, shard: int, state: _Shard, detail: dict) -> None:
-        """Put the finished sum on the network to the shard's receivers."""
+    def contribute(self, port: Port, parts: list[np.ndarray], owners: tuple[int, ...],
+                   receivers: list[tuple[int, ...]], fold: Fold, detail: dict) -> None:
+        """Member `port.device`'s term of every shard: recorded and held; once every member's row is in, each
+        shard's terms are folded in group order and the sums sent on."""
         transport = self.transport
-        total = state.reducer.finish(state.partial)
+        call = self._calls.get(port.exchange)
+        if call is None:
+            call = self._calls[port.exchange] = _Call(port.group.members, owners, receivers, fold)
         now = transport.env.now
-        details = {key: [value] * len(state.receivers) for key, value in {**detail, "switch": "multicast"}.items()}
-        first = transport.trace.append_batch(state.owner, list(state.receivers), [total.nbytes] * len(state.receivers),
-                                             now, [now] * len(state.receivers), None, port.collective.name, port.call,
-                                             details)
-        sink = _Sum(transport, state, port.exchange, ("in-network", shard), total, first, now)
-        transport.links.send_reduced(state.members, state.receivers, total.nbytes, sink)
+        shards = len(parts)
+        details = {**{k: [v] * shards for k, v in detail.items()}, "chunk": list(range(shards)),
+                   "switch": ["reduce"] * shards}
+        call.first[port.group.index] = transport.trace.append_batch(
+            port.device, list(owners), [p.nbytes for p in parts], now, [now] * shards, None, port.collective.name,
+            port.call, details)
+        call.rows[port.group.index] = parts
+        call.ports.append(port)
+        port.in_flight += 1  # the row: arrived when its last sum has
+        if len(call.rows) == len(call.members):
+            self._send(port, call, detail)
+
+    def _send(self, port: Port, call: _Call, detail: dict) -> None:
+        """Fold every shard and put its sum on the network to its receivers."""
+        transport, now = self.transport, self.transport.env.now
+        rows = [call.rows.pop(i) for i in range(len(call.members))]
+        for j, (owner, receivers) in enumerate(zip(call.owners, call.receivers)):
+            total = call.fold([row[j] for row in rows])
+            count = len(receivers)
+            details = {**{k: [v] * count for k, v in detail.items()}, "chunk": [j] * count,
+                       "switch": ["multicast"] * count}
+            first = transport.trace.append_batch(owner, list(receivers), [total.nbytes] * count, now, [now] * count,
+                                                 None, port.collective.name, port.call, details)
+            transport.links.send_reduced(call.members, receivers, total.nbytes, _Sum(self, call, j, total, first, now))
+
+    def expect(self, port: Port) -> simpy.Event:
+        """An event that fires when every sum member `port.device` receives in this call has arrived (after its
+        own `contribute`)."""
+        call = self._calls[port.exchange]
+        event = self.transport.env.event()
+        device = port.device
+        if call.expected.get(device, 0) and len(call.sums[device]) == call.expected[device]:
+            _fire(self.transport.env, event, None, call.last[device] - self.transport.env.now)
+        else:
+            call.waiting[device] = event
+        return event
+
+    def take(self, port: Port) -> list[tuple[int, np.ndarray]]:
+        """(shard, sum) of every sum member `port.device` received, in shard order (after `expect` fired)."""
+        call = self._calls[port.exchange]
+        sums = sorted(call.sums.pop(port.device), key=lambda item: item[0])
+        if not call.sums:
+            del self._calls[port.exchange]
+        return sums
+
+    def arrived(self, call: _Call, shard: int, total: np.ndarray, first: int, sent_s: float, at_s: float) -> None:
+        """Shard `shard`'s sum reached its receivers at `at_s`: its records, its receivers, its senders."""
+        transport = self.transport
+        arrival = transport._arrive(sent_s, at_s)
+        receivers = call.receivers[shard]
+        transport.trace.set_arrivals(np.array([call.first[i] + shard for i in range(len(call.members))]), arrival)
+        transport.trace.set_arrivals(np.arange(first, first + len(receivers)), arrival)
+        sums, last, waiting = call.sums, call.last, call.waiting
+        for device in receivers:
+            sums[device].append((shard, total))
+            if arrival > last[device]:
+                last[device] = arrival
+            if device in waiting and len(sums[device]) == call.expected[device]:
+                _fire(transport.env, waiting.pop(device), None, last[device] - transport.env.now)
+        call.pending -= 1
+        if not call.pending:
+            latest = max(last.values())
+            for port in call.ports:
+                port.arrived(1, latest)
 
 
 class _Sum:
-    """Where the network reports that a shard's sum has reached its receivers."""
+    """Where the network reports that one shard's sum has reached its receivers."""
 
-    __slots__ = ("exchange", "first", "sent_s", "state", "tag", "total", "transport")
+    __slots__ = ("call", "first", "sent_s", "shard", "switch", "total")
 
-    def __init__(self, transport: Transport, state: _Shard, exchange: int, tag: tuple, total: np.ndarray,
-                 first: int, sent_s: float) -> None:
-        self.transport, self.state, self.exchange, self.tag = transport, state, exchange, tag
-        self.total, self.first, self.sent_s = total, first, sent_s
+    def __init__(self, switch: SwitchReductions, call: _Call, shard: int, total: np.ndarray, first: int,
+                 sent_s: float) -> None:
+        self.switch, self.call, self.shard, self.total = switch, call, shard, total
+        self.first, self.sent_s = first, sent_s
 
     def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
-        transport, state = self.transport, self.state
-        arrival = transport._arrive(self.sent_s, float(arrivals_s[0]))
-        count = len(state.receivers)
-        transport.trace.set_arrivals(np.array(state.rows), arrival)
-        transport.trace.set_arrivals(np.arange(self.first, self.first + count), arrival)
-        for dst in state.receivers:
-            transport.deliver_made(state.owner, dst, self.tag, self.total, self.exchange, arrival)
-        for port in state.ports:
-            port.arrived(1, arrival)
+        self.switch.arrived(self.call, self.shard, self.total, self.first, self.sent_s, float(arrivals_s[0]))

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sim.engine._options import RunOptions
     from sim.engine._perturb import Order
     from sim.engine._rendezvous import Collective, MeetingView
-    from sim.engine._switch import Reducer
+    from sim.engine._switch import Fold
     from sim.network._mesh import Mesh
 
 
@@ -90,23 +90,14 @@ class Transport:
         """Send `message` now; it is delivered when the network has carried it, and `port` is told."""
         now = self.env.now
         size = message.payload.nbytes
-        message.rank = self._rank()
+        if self.order is None:
+            message.rank = self._posted
+            self._posted += 1
+        else:
+            message.rank = self.order.rank()
         index = self.trace.append(message.src, message.dst, size, now, now, now, collective, call, detail)
         key = (message.src, exchange, message.tag)
         self.links.send(message.src, [message.dst], [size], _Single(self, message, key, index, now, port))
-
-    def _rank(self) -> float:
-        """The next message's rank: its posting order, or a random rank in a perturbed run."""
-        if self.order is not None:
-            return self.order.rank()
-        self._posted += 1
-        return self._posted - 1
-
-    def deliver_made(self, src: int, dst: int, tag: Hashable, payload: np.ndarray, exchange: int,
-                     arrival_s: float) -> None:
-        """Deliver a message the network made (a switch's sum, named as from `src`), arrived at `arrival_s`."""
-        message = Message(src, dst, tag, payload, {}, arrival_s, self._rank())
-        self._deliver(message, (src, exchange, tag), arrival_s)
 
     def _arrive(self, sent_s: float, arrival_s: float) -> float:
         """A message's arrival, its flight stretched in a perturbed run."""
@@ -346,14 +337,22 @@ class Port:
         self.transport.post_each(self.device, self.group, payloads, headers, self.exchange, self.collective.name,
                                  self.call, details, self)
 
-    def reduce_in_switch(self, shard: int, payload: np.ndarray, owner: int, receivers: tuple[int, ...],
-                         reducer: Reducer, **detail) -> None:
-        """Send `payload`, this member's term for `shard`, into the switch, which adds every member's in group
-        order (`reducer`) and sends the sum to `receivers`; each receives it with `recv(owner,
-        tag=("in-network", shard))` (`sim.engine._switch`; the network must have `switch_reduces`)."""
-        if not payload.flags.c_contiguous:
-            raise AssertionError("payloads must be packed (C-contiguous) before sending")
-        self.transport.switch.contribute(self, shard, payload, owner, receivers, reducer, detail)
+    def reduce_in_switch(self, parts: list[np.ndarray], owners: tuple[int, ...], receivers: list[tuple[int, ...]],
+                         fold: Fold, **detail) -> None:
+        """Send `parts[j]`, this member's term of shard j, into the switch for every j, all now; the switch adds
+        every member's terms of shard j in group order (`fold(terms)`) and sends the sum to `receivers[j]`,
+        named as from `owners[j]` (`sim.engine._switch`; the network must have `switch_reduces`). Every
+        member passes the same owners, receivers and fold; receivers take their sums with `recv_reduced`."""
+        for part in parts:
+            if not part.flags.c_contiguous:
+                raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        self.transport.switch.contribute(self, parts, owners, receivers, fold, detail)
+
+    def recv_reduced(self) -> Generator:
+        """(shard, sum) of every sum of this call's `reduce_in_switch` this member receives, in shard order,
+        once the last has arrived: `sums = yield from port.recv_reduced()`."""
+        yield self.transport.switch.expect(self)
+        return self.transport.switch.take(self)
 
     def recv_each(self) -> Generator:
         """The `send_each` message of every member to this one, in member order, once the last has arrived:
