@@ -95,11 +95,13 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
 
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [10, 20];
     `psum_scatter(x, 'x')` gives 11 on device 0 and 22 on device 1; with `tiled=True`, [11] and [22].
+    With `algorithm='in_network'` on a switch that reduces, device 0 sends 1 and 2, device 1 sends 10 and
+    20 into the switch, which adds 1 + 10 and sends 11 to device 0 only, 2 + 20 and sends 22 to device 1.
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, a scatter dimension out of range or not fitting
             the group size, shapes or dtypes that differ within a group, unknown algorithm, an `out_layout`
-            of another rank than the result.
+            of another rank than the result, 'in_network' on a network whose switch does not reduce.
         InvalidTypeError: a non-numeric or bool x (JAX's reduce-scatter adds, and add rejects bool), an
             `out_layout` that is not a `layouts.Layout` or None.
     """

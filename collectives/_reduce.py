@@ -57,10 +57,14 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
       (a balanced tree per chunk), then all-gather by recursive doubling.
     - 'per_axis' (when `axis_name` names several mesh axes): a ring along each axis in turn, the last
       named axis first; over one axis, or with axis_index_groups, 'ring'.
+    - 'in_network' (one step, only where the network's switch reduces: `sim.Network.switch_reduces`, as
+      NVLS on an NVSwitch or SHARP on InfiniBand): every member sends each of its n shards into the
+      switch, which adds shard j in group order (the bits of 'direct') and multicasts the sum to every
+      member (`collectives._in_network`); on a network without it, an InvalidArgumentError.
     - 'auto': the fastest of these for the bytes, the group and the network (`collectives._cost`); the
       pick is recorded in `sim.CallRecord.algorithm`.
 
-    Every order but 'direct''s may round floats differently, within `oracles._reordered`'s bound of
+    Every order but 'direct''s and 'in_network''s may round floats differently, within `oracles._reordered`'s bound of
     (n-1) eps sum|x_i| of the exact sum.
 
     `x` may sit in memory in any layout; the result is written in `out_layout` (a `layouts.Layout`,
@@ -71,11 +75,15 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
 
     Example on a 4-device mesh {'x': 4}: device d holds [d, 10 * d]; `psum(x, 'x')` gives [6, 60] on
     every device, and `psum(x, 'x', axis_index_groups=[[0, 1], [2, 3]])` gives [1, 10] on devices 0 and
-    1 and [5, 50] on devices 2 and 3.
+    1 and [5, 50] on devices 2 and 3. On `sim.Network(topology='switch', switch_reduces=True)`,
+    `psum(x, 'x', algorithm='in_network')` sends [d] and [10 * d] from device d into the switch, which adds
+    0 + 1 + 2 + 3 = 6 and 0 + 10 + 20 + 30 = 60 and multicasts both: [6, 60] on every device after one
+    switch latency plus the operand over one port.
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, unknown algorithm, shapes or dtypes that
-            differ within a group, an `out_layout` of another rank than the result.
+            differ within a group, an `out_layout` of another rank than the result, 'in_network' on a
+            network whose switch does not reduce.
         InvalidTypeError: a non-numeric x, an `out_layout` that is not a `layouts.Layout` or None.
     """
     return _psum(x, axis_name, axis_index_groups, algorithm, out_layout)

@@ -56,6 +56,15 @@ def test_the_docstring_example():
     assert [o.tolist() for o in outputs(scattered)] == [11, 22]
 
 
+def test_the_psum_docstring_example():
+    """On 4 devices holding [d, 10 d] on a switch that reduces: [6, 60] everywhere, one switch latency plus
+    the operand over a port (1 us + 8 bytes / 10 GB/s)."""
+    xs = [np.array([d, 10 * d], np.int32) for d in range(4)]
+    outcome = run(SWITCH, {"x": 4}, lambda x: collectives.psum(x, "x", algorithm="in_network"), xs)
+    assert [o.tolist() for o in outputs(outcome)] == [[6, 60]] * 4
+    assert max(c.exit_s for c in outcome.calls) == pytest.approx(1e-6 + 8 / 10e9, rel=1e-12)
+
+
 DTYPES = [np.int32, np.int8, np.uint16, np.float16, np.float32, np.float64, layouts.BFLOAT16, np.complex64]
 
 
