@@ -31,6 +31,8 @@ LATENCY_S = 1e-6  # a: one hop
 BANDWIDTH = 10e9  # w: bytes per second, one direction of one link or port
 INTER_LATENCY_S = 3e-6  # A: one hop between nodes of the hierarchical topology
 INTER_BANDWIDTH = 2.5e9  # w_net: bytes per second, one direction of a device's port between nodes
+NIC_SWITCH_LATENCY_S = 5e-6  # the in-network rows' switch between nodes (its latency)
+NODE_SIZE = 4  # devices per node of the in-network rows: 8 devices, 2 nodes
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class Case:
 
     collective: str
     algorithm: str
-    topology: str  # "fully_connected" | "switch" | "ring" | "torus" | "torus_open" | "hierarchical"
+    topology: str  # "fully_connected" | "switch" | "ring" | "torus" | "torus_open" | "hierarchical" |
+    # "switch_reduces" | "hierarchical_reduces"
     axes: tuple[tuple[str, int], ...]
     exact: Callable[[int], tuple[float, float]]
     textbook: Callable[[int], float]
@@ -216,12 +219,30 @@ def _nodes(nodes: int, k: int) -> list[Case]:
 # then 1 -> 0 and 2 -> 3; down, the roots 0 and 3 send to both their children at once (two halves through
 # each root's port and into each of 1 and 2), then 1 -> 3 and 2 -> 0.
 _TREE_LOADS = {2: (1, 1), 4: (1, 1, 2, 1)}
+def _in_network(p: int, node_size: int) -> list[Case]:
+    """'in_network' on a switch that reduces (NVLS) and across the nodes of a hierarchical network, on the
+    switch joining their NICs (SHARP): every member's p shards of s/p cross its egress port (s bytes), each sum
+    crosses every receiver's ingress port once (s bytes for psum, s/p for psum_scatter), all at once: one
+    switch latency plus s/w. The published NVLS form is t = n/W (busbw 2(p-1)/p n/t = 2(p-1)/p W, above the
+    port rate); psum_scatter's is the same n/W, every member's whole operand going into the switch."""
+    axes, w = (("x", p),), BANDWIDTH
+    nvls = "NVLS: n/W (busbw 2(p-1)/p W)"
+    rows = []
+    for topology, latency in (("switch_reduces", LATENCY_S), ("hierarchical_reduces", NIC_SWITCH_LATENCY_S)):
+        where = "" if topology == "switch_reduces" else f" (SHARP on the NIC switch, nodes of {node_size})"
+        rows += [
+            Case("psum", "in_network", topology, axes, lambda s, a=latency: (a, s / w), lambda s: s / w,
+                 (nvls if not where else "n/W_nic") + where),
+            Case("psum_scatter", "in_network", topology, axes, lambda s, a=latency: (a, s / w), lambda s: s / w,
+                 "switch reduce-scatter: n/W" + where),
+        ]
+    return rows
 
 
 def cases() -> list[Case]:
     """Every row of the validation table."""
     return (_one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4) + _nodes(2, 4)
-            + _nodes(4, 2))
+            + _nodes(4, 2) + _in_network(8, NODE_SIZE))
 
 
 def busbw_factor(collective: str, p: int) -> float:

@@ -15,6 +15,7 @@ numpy evaluation before its time is shown. algbw and busbw are nccl-tests' (size
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from benchmarks.closed_forms import (  # noqa: E402
     INTER_BANDWIDTH,
     INTER_LATENCY_S,
     LATENCY_S,
+    NIC_SWITCH_LATENCY_S,
+    NODE_SIZE,
     Case,
     busbw_factor,
     cases,
@@ -50,6 +53,11 @@ def network(topology: str, axes: tuple[tuple[str, int], ...]) -> sim.Network:
         return sim.Network.fully_connected(LATENCY_S, BANDWIDTH)
     if topology == "switch":
         return sim.Network.switch(LATENCY_S, BANDWIDTH)
+    if topology == "switch_reduces":
+        return dataclasses.replace(sim.Network.switch(LATENCY_S, BANDWIDTH), switch_reduces=True)
+    if topology == "hierarchical_reduces":  # nodes on a 4w switch, NICs of w: the NIC switch reduces the group
+        nodes = sim.Network.hierarchical(NODE_SIZE, None, LATENCY_S, 4 * BANDWIDTH, NIC_SWITCH_LATENCY_S, BANDWIDTH)
+        return dataclasses.replace(nodes, switch_reduces=True)
     if topology == "ring":
         return sim.Network.ring(LATENCY_S, BANDWIDTH)
     if topology == "hierarchical":  # nodes of the last axis's size; A and w_net between them
@@ -133,6 +141,10 @@ PUBLISHED = [
               "rank all-reduce their 8 MiB shard between the two nodes, each over its own 50 GB/s NIC, half of it "
               "there and the other half back (8.39 MB, 167.8 us); the all-gather inside the node takes what the "
               "reduce-scatter took (130.5 us): 428.7 us of bandwidth, ~430 us (the latencies add 2 + 5 + 5 + 2 us)"),
+    Published("8xH100 NVLink, AllReduce (NVLS) of 64 MiB (busbw ~480 GB/s at large sizes)", "h100-nvlink",
+              (8,), 67_108_864 / (480e9 / busbw_factor("psum", 8)), 67_108_864, "psum",
+              "nccl-tests all_reduce_perf with NVLink SHARP on 8 H100 (peak busbw ~480 GB/s, algbw ~275 GB/s: "
+              "github.com/NVIDIA/nccl-tests/issues/212)"),
 ]
 
 

@@ -18,8 +18,9 @@ over the elements of device 0's result:
 Elements whose exact sum is 0 are left out. The maxima come from elements where the terms nearly cancel:
 there an error of a few ulps of the terms is many ulps (and a large fraction) of the small sum.
 
-'direct' is XLA:CPU's order and arithmetic (bfloat16 folded in float32 and rounded once); the others round
-every partial sum they send to the dtype.
+Meshes are fully connected, but on a switch that reduces for 'in_network'. 'direct' is XLA:CPU's order and
+arithmetic (bfloat16 folded in float32 and rounded once), and so is 'in_network' (the switch folds in group
+order); the others round every partial sum they send to the dtype.
 """
 
 from __future__ import annotations
@@ -100,8 +101,10 @@ def measure(dtype_name: str, size: int, devices: int) -> list[Row]:
     exact = exact_sum(terms)
     rows = []
     for algorithm in algorithms():
-        f = sim.shard_map(lambda x, a=algorithm: collectives.psum(x, "x", algorithm=a), mesh=sim.Mesh({"x": devices}),
-                          in_specs=P("x"), out_specs=P("x"))
+        in_switch = collectives.definition("psum").algorithm(algorithm).in_network  # needs a switch that reduces
+        network = sim.Network(topology="switch", switch_reduces=True) if in_switch else None
+        f = sim.shard_map(lambda x, a=algorithm: collectives.psum(x, "x", algorithm=a),
+                          mesh=sim.Mesh({"x": devices}, network=network), in_specs=P("x"), out_specs=P("x"))
         try:
             got = f(terms)[0]
         except sim.InvalidArgumentError:

@@ -11,9 +11,10 @@ looks it up among its records (`Definition.algorithm(name)`).
 A step is `(Pattern, bytes of each message, how many times it repeats)`; a `Pattern` says who sends to whom:
 'shift' (to index + k), 'xor' (to index ^ k), 'pairs' (to every other member), 'bishift' (to index + k and
 index - k, a message of the step's bytes each way), 'shifts' (p - 1 steps, one per shift k = 1 .. p - 1),
-along grid axis `axis` (None: over the whole group); and, for a collective rooted at group index 0 (a
-broadcast, whose members the caller lists from its source on), 'fan' (index 0 to every other), 'tree' (every
-index below k to index + k), 'chain' (index r to r + 1).
+along grid axis `axis` (None: over the whole group); 'multicast' and 'reduce' (every member's n shards into
+a switch that adds them, each sum to every member, or shard j's to member j: `collectives._in_network`); and,
+for a collective rooted at group index 0 (a broadcast, whose members the caller lists from its source on),
+'fan' (index 0 to every other), 'tree' (every index below k to index + k), 'chain' (index r to r + 1).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class Algorithm:
         nodes: works node by node (`collectives._nodes`): the cost model times its schedule over the grid
             (nodes, members per node) of the group, and 'auto' considers it only where the group spans
             two or more nodes of a network with nodes.
+        in_network: the switch does the reduction (`collectives._in_network`): runs only where the network's
+            switch reduces (`sim.Network.switch_reduces`), and 'auto' considers it only there.
     """
 
     name: str
@@ -86,6 +89,7 @@ class Algorithm:
     inner: Algorithm | None = None
     auto: bool = False
     nodes: bool = False
+    in_network: bool = False
 
     def __repr__(self) -> str:
         return f"Algorithm({self.name!r})"

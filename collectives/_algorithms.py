@@ -52,10 +52,12 @@ def axes_shape(mesh: sim.Mesh, axis_name: Any, axis_index_groups: Any) -> tuple[
 def candidates(algorithms: Sequence[Algorithm], group_size: int, shape: tuple[int, ...], mesh: Any = None,
                members: Sequence[int] = ()) -> tuple[Algorithm, ...]:
     """What 'auto' chooses among: every other record that fits the group (grid ones over several axes only;
-    node-by-node ones only where `members` span two or more nodes of `mesh`'s network)."""
+    node-by-node ones only where `members` span two or more nodes of `mesh`'s network; in-network ones only
+    where its switch reduces)."""
     spread = mesh is not None and any(a.nodes for a in algorithms) and spans_nodes(mesh, members)
+    reduces = mesh is not None and mesh.network.switch_reduces
     return tuple(a for a in algorithms if not a.auto and a.fits(group_size) and (not a.grid or len(shape) > 1)
-                 and (not a.nodes or spread))
+                 and (not a.nodes or spread) and (not a.in_network or reduces))
 
 
 def resolve(port: sim.Port, algorithms: Sequence[Algorithm], algorithm: str, size_bytes: int,

@@ -25,6 +25,9 @@
 - 'tree' (`collectives._tree`): NCCL's tree, simplified: each half of the operand is summed down a chain in
   each node, up one of two complementary binary trees across nodes, and sent back down (without nodes: one
   chain over the group).
+- 'in_network' (only where the network's switch reduces, `sim.Network.switch_reduces`): every member sends
+  each of its n shards into the switch, which adds shard j in group order (the bits of 'direct') and
+  multicasts the sum to every member, NCCL's NVLS (`collectives._in_network`). One step.
 
 Layouts change times, never values. Payloads leave memory through `pack_slice` (a timed "pack" when
 they are not one contiguous run); an arrival whose order differs from the buffer it is folded into or
@@ -35,7 +38,7 @@ first; 'ring' works in row-major order: an operand laid out otherwise is packed 
 and a result laid out otherwise is unpacked from it at the end.
 
 `ring_reduce_scatter`, `fold_arrivals` and `laid_out` are shared with `psum_scatter`. Every algorithm but
-'direct' folds in another order; `oracles._reordered` states the bound all of them keep.
+'direct' and 'in_network' folds in another order; `oracles._reordered` states the bound all of them keep.
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ from collectives._algorithms import Team, axis_teams, resolve, ring_team
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
 from collectives._halving import chunk_bounds, doubling_all_gather, halving_reduce_scatter
+from collectives._in_network import ALL_REDUCE as IN_NETWORK
+from collectives._in_network import all_reduce as in_network_all_reduce
 from layouts import Layout
 
 
@@ -363,10 +368,12 @@ PER_AXIS = Algorithm(
     inner=RING)
 HIERARCHICAL = hierarchical.ALL_REDUCE
 TREE = tree.ALL_REDUCE
-ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS, HIERARCHICAL, TREE)
+ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS, HIERARCHICAL, TREE,
+              IN_NETWORK)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 _PROTOCOLS: dict[Algorithm, Callable[[sim.Port, AllReduceArgs], Generator]] = {
     DIRECT: _direct, RING: _ring, RECURSIVE_DOUBLING: _recursive_doubling, BIDIRECTIONAL_RING: _bidirectional_ring,
     RABENSEIFNER: _rabenseifner, PER_AXIS: _per_axis, HIERARCHICAL: _hierarchical, TREE: _tree,
+    IN_NETWORK: lambda port, args: in_network_all_reduce(port, args.buffer, args.reduction, args.out_layout),
 }

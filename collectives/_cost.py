@@ -40,6 +40,8 @@ def step_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequenc
     """Seconds one step takes on `mesh`'s network: longest route latency plus the most loaded link's bytes
     over its bandwidth."""
     network = mesh.network
+    if pattern.kind in ("multicast", "reduce"):  # the switch adds (`sim.network._in_network`)
+        return sim.in_network_s(mesh, members, len(members), size_bytes, pattern.kind == "multicast")
     loads: dict = {}
     latency = 0.0
     for shifts, scale in _shift_sets(pattern, shape):

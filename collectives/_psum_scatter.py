@@ -51,6 +51,8 @@ from collectives._definition import (
 )
 from collectives._facts import MOVES, WHOLE, Reduction, Sweep
 from collectives._halving import chunk_bounds, halving_reduce_scatter
+from collectives._in_network import REDUCE_SCATTER as IN_NETWORK
+from collectives._in_network import check_network, reduce_scatter
 from collectives._strategy import split_shape
 from collectives._vma import typed
 from layouts import Layout
@@ -84,6 +86,9 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     folds inside each node first, over its fast switch, then round a ring of the members of the same local
     rank across nodes, so the slower fabric carries one share per member (without nodes: one direct step);
     'auto' picks the fastest by
+    of partial sums as a balanced tree, lower group index first; 'in_network' (only where the network's switch
+    reduces: `sim.Network.switch_reduces`) sends every chunk into the switch, which adds chunk j in group
+    order ('direct''s bits) and sends it to member j alone (`collectives._in_network`); 'auto' picks the fastest by
     `collectives._cost` and records it in `sim.CallRecord.algorithm`.
     Integers come out the same from every algorithm; floats within `oracles._reordered`'s bound.
     `x` may be a pytree.
@@ -95,11 +100,13 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
 
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [10, 20];
     `psum_scatter(x, 'x')` gives 11 on device 0 and 22 on device 1; with `tiled=True`, [11] and [22].
+    With `algorithm='in_network'` on a switch that reduces, device 0 sends 1 and 2, device 1 sends 10 and
+    20 into the switch, which adds 1 + 10 and sends 11 to device 0 only, 2 + 20 and sends 22 to device 1.
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, a scatter dimension out of range or not fitting
             the group size, shapes or dtypes that differ within a group, unknown algorithm, an `out_layout`
-            of another rank than the result.
+            of another rank than the result, 'in_network' on a network whose switch does not reduce.
         InvalidTypeError: a non-numeric or bool x (JAX's reduce-scatter adds, and add rejects bool), an
             `out_layout` that is not a `layouts.Layout` or None.
     """
@@ -126,7 +133,7 @@ def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any
         raise sim.InvalidArgumentError(f"device {device}: {_OP}: x must have rank >= 1, got a scalar")
     dim = canonical_axis(_OP, device, "scatter_dimension", scatter_dimension, x.ndim, negative=False)
     _check_fits(device, x.shape[dim], dim, group.size, bool(tiled))
-    check_algorithm(_OP, device, algorithm, group.size, ALGORITHMS)
+    check_network(_OP, device, check_algorithm(_OP, device, algorithm, group.size, ALGORITHMS), context.mesh)
     rank = x.ndim if tiled else x.ndim - 1
     layout = out_layout_of(_OP, device, out_layout, rank) or Layout.row_major(rank)
     args = _Args(context.memory.resident(x), dim, bool(tiled), algorithm, layout)
@@ -165,6 +172,8 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         return (yield from _halving(port, parts, shape, args.out_layout))
     if algorithm is HIERARCHICAL:
         return (yield from _hierarchical(port, parts, shape, args.out_layout))
+    if algorithm is IN_NETWORK:
+        return (yield from reduce_scatter(port, parts, shape, args.out_layout))
     if algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
         mine = yield from bidirectional.reduce_scatter(port, team, team.arrange(parts), "sum", "reduce-scatter")
@@ -248,7 +257,7 @@ RECURSIVE_HALVING = Algorithm(
     on_group(halving), lambda shape: lg(math.prod(shape)), 1, reorders=True, bound=SUM_BOUND, power_of_two=True,
     closed_form=_scatter_form(lg))
 HIERARCHICAL = hierarchical.REDUCE_SCATTER
-ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING, HIERARCHICAL)
+ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING, HIERARCHICAL, IN_NETWORK)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 

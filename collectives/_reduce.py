@@ -29,6 +29,7 @@ from collectives._definition import (
     Vma,
 )
 from collectives._facts import MAX, MEAN, MIN, MOVES, SUM, WHOLE, Reduction, Sweep
+from collectives._in_network import check_network
 from collectives._strategy import any_shape
 from collectives._vma import typed
 from layouts import Layout
@@ -65,10 +66,14 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
     - 'tree' (NCCL's, simplified, `collectives._tree`): each half of the operand is added down a chain
       from the last local rank to local rank 0 in each node, then up one of two binary trees over the
       nodes (the heap and its mirror image), and the sums go back down the trees and the chains.
+    - 'in_network' (one step, only where the network's switch reduces: `sim.Network.switch_reduces`, as
+      NVLS on an NVSwitch or SHARP on InfiniBand): every member sends each of its n shards into the
+      switch, which adds shard j in group order (the bits of 'direct') and multicasts the sum to every
+      member (`collectives._in_network`); on a network without it, an InvalidArgumentError.
     - 'auto': the fastest of these for the bytes, the group and the network (`collectives._cost`); the
       pick is recorded in `sim.CallRecord.algorithm`.
 
-    Every order but 'direct''s may round floats differently, within `oracles._reordered`'s bound of
+    Every order but 'direct''s and 'in_network''s may round floats differently, within `oracles._reordered`'s bound of
     (n-1) eps sum|x_i| of the exact sum.
 
     `x` may sit in memory in any layout; the result is written in `out_layout` (a `layouts.Layout`,
@@ -79,11 +84,15 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
 
     Example on a 4-device mesh {'x': 4}: device d holds [d, 10 * d]; `psum(x, 'x')` gives [6, 60] on
     every device, and `psum(x, 'x', axis_index_groups=[[0, 1], [2, 3]])` gives [1, 10] on devices 0 and
-    1 and [5, 50] on devices 2 and 3.
+    1 and [5, 50] on devices 2 and 3. On `sim.Network(topology='switch', switch_reduces=True)`,
+    `psum(x, 'x', algorithm='in_network')` sends [d] and [10 * d] from device d into the switch, which adds
+    0 + 1 + 2 + 3 = 6 and 0 + 10 + 20 + 30 = 60 and multicasts both: [6, 60] on every device after one
+    switch latency plus the operand over one port.
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, unknown algorithm, shapes or dtypes that
-            differ within a group, an `out_layout` of another rank than the result.
+            differ within a group, an `out_layout` of another rank than the result, 'in_network' on a
+            network whose switch does not reduce.
         InvalidTypeError: a non-numeric x, an `out_layout` that is not a `layouts.Layout` or None.
     """
     return _psum(x, axis_name, axis_index_groups, algorithm, out_layout)
@@ -202,7 +211,8 @@ def all_reduce_leaf(called: Definition, x: Any, axis_name: Any, axis_index_group
     if is_python_scalar(x):
         return _constant(called, context, group, x, axis_name)
     x = _reducible(called, context.device, x)
-    check_algorithm(op, context.device, algorithm, group.size, ALGORITHMS)
+    check_network(op, context.device, check_algorithm(op, context.device, algorithm, group.size, ALGORITHMS),
+                  context.mesh)
     memory = context.memory
     if context.mesh.size == 1:  # bfloat16 still passes through float32 and back: NaNs come back canonical
         x = convert(widen(x), x.dtype)

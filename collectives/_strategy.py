@@ -78,8 +78,9 @@ def split_shape(st: Any, axes: Axes, key: str, negative: bool) -> Any:
 
 def algorithms(st: Any, axes: Axes, records: tuple[Algorithm, ...]) -> Any:
     """The name of one of a collective's algorithm `records` that runs on the drawn group (powers of two where
-    an algorithm needs them), 'auto' included: the generated tests run every algorithm on the same calls."""
-    return st.sampled_from([a.name for a in records if a.fits(axes.group_size)])
+    an algorithm needs them), 'auto' included: the generated tests run every algorithm on the same calls.
+    'in_network' is left out: it needs a switch that reduces, and generated calls run on the default network."""
+    return st.sampled_from([a.name for a in records if a.fits(axes.group_size) and not a.in_network])
 
 
 def axes_only(st: Any, axes: Axes, **options: Any) -> Any:

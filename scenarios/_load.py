@@ -166,6 +166,9 @@ def _build_network(source: Source, table: dict, axes: tuple[int, ...]) -> sim.Ne
         network = sim.Network.hierarchical(table.get("node_size", 0), **link, **inter)
     else:
         network = sim.Network(**link, topology=topology)
+    reduction = {k: table[k] for k in ("switch_reduces", "switch_reduction_bytes_per_s") if k in table}
+    if reduction:
+        network = replace(network, **reduction)
     return replace(network, store_and_forward=store_and_forward) if store_and_forward else network
 
 
@@ -179,18 +182,21 @@ _NETWORK_KEYS: dict[str, Callable[[Any], bool]] = {
     "wraparound": lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(w, bool) for w in v)),
     "latency_s": _number, "bandwidth_bytes_per_s": _number, "node_size": lambda v: type(v) is int,
     "inter_latency_s": _number, "inter_bandwidth_bytes_per_s": _number,
-    "store_and_forward": lambda v: isinstance(v, bool),
+    "store_and_forward": lambda v: isinstance(v, bool), "switch_reduces": lambda v: isinstance(v, bool),
+    "switch_reduction_bytes_per_s": _number,
 }
 _NETWORK_RULES = {
     "topology": f"a string, one of {', '.join(sim.TOPOLOGIES)}", "preset": "a string naming a preset",
     "shape": "a list of integers, e.g. shape = [4, 4]", "wraparound": "true, false or a list of them, one per "
-    "dimension", "node_size": "an integer", "store_and_forward": "true or false",
+    "dimension", "node_size": "an integer", "store_and_forward": "true or false", "switch_reduces": "true or false",
 }
 _NETWORK_RULES.update({k: "a number" for k in _NETWORK_KEYS if k not in _NETWORK_RULES})
 _COMMON_KEYS = ("topology", "latency_s", "bandwidth_bytes_per_s", "store_and_forward")
 _TOPOLOGY_KEYS: dict[str, tuple[str, ...]] = {
-    "fully_connected": (), "switch": (), "ring": ("wraparound",), "torus": ("shape", "wraparound"),
-    "hierarchical": ("node_size", "inter_latency_s", "inter_bandwidth_bytes_per_s"),
+    "fully_connected": (), "switch": ("switch_reduces", "switch_reduction_bytes_per_s"), "ring": ("wraparound",),
+    "torus": ("shape", "wraparound"),
+    "hierarchical": ("node_size", "inter_latency_s", "inter_bandwidth_bytes_per_s", "switch_reduces",
+                     "switch_reduction_bytes_per_s"),
 }
 
 

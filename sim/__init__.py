@@ -50,6 +50,7 @@ from sim.network import (
     Mesh,
     Network,
     check_axis_index_groups,
+    in_network_s,
     max_min_rates,
 )
 from sim.program import (
@@ -91,6 +92,7 @@ __all__ = [  # the mesh, its devices and the network
     "Mesh",
     "Network",
     "check_axis_index_groups",
+    "in_network_s",
     "max_min_rates",
 ]
 __all__ += [  # memory and work guards
@@ -108,7 +110,8 @@ __all__ += [  # layouts on the devices: placed arrays, shardings, the compile mo
     "SingleDeviceSharding", "device_put", "jit", "with_layout_constraint",
 ]
 __all__ += [  # for collectives: the protocol interface
-    "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "copy_step", "current", "current_or_none",
+    "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "copy_step", "current",
+    "current_or_none",
 ]
 __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",

@@ -207,7 +207,7 @@ BAD_ALGORITHMS = [  # (id, call on a 1-D mesh of n devices, n, pattern)
      r"ragged_all_to_all: algorithm='bruck' must be one of \('direct', 'pairwise', 'auto'\)"),
     ("psum_scatter rabenseifner", lambda x: _C.psum_scatter(x, "x", tiled=True, algorithm="rabenseifner"), 4,
      r"psum_scatter: algorithm='rabenseifner' must be one of \('direct', 'ring', 'bidirectional_ring', "
-    r"'recursive_halving', 'hierarchical', 'auto'\)"),
+    r"'recursive_halving', 'hierarchical', 'in_network', 'auto'\)"),
     ("ppermute ring", lambda x: _C.ppermute(x, "x", [(0, 1)], algorithm="ring"), 4,
      r"ppermute: algorithm='ring' must be one of \('direct', 'auto'\)"),
     ("axis_index ring", lambda x: _C.axis_index("x", algorithm="ring") + x, 4,

@@ -144,7 +144,7 @@ def test_every_algorithm_is_within_the_reordered_bound(dtype, n):
     xs = [(rng.standard_normal(64) * np.exp2(rng.integers(-8, 8, 64))).astype(dtype) for _ in range(n)]
     for op in ("psum", "pmean"):
         for record in collectives.definition(op).algorithms:
-            if not record.fits(n):
+            if not record.fits(n) or record.in_network:  # a switch that reduces: tests/test_in_network.py
                 continue
             algorithm = record.name
             fn = getattr(collectives, op)

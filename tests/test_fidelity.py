@@ -27,7 +27,7 @@ def test_simulated_time_is_the_alpha_beta_form(case):
 # one row per topology and family of form: the rest differ from these only in their (exact) alpha-beta terms
 LARGE = [c for c in CASES if (c.collective, c.algorithm) in (("all_gather", "ring"), ("all_to_all", "direct"))
          or c.topology.startswith("torus") or (c.algorithm == "bidirectional_ring" and c.topology == "ring")
-         or c.topology == "hierarchical"]
+         or c.topology == "hierarchical" or c.algorithm == "in_network"]
 
 
 @pytest.mark.parametrize("case", LARGE, ids=[case.name for case in LARGE])
@@ -36,6 +36,13 @@ def test_large_messages_come_within_two_percent_of_the_textbook_form(case):
     is within 2% of the simulated time."""
     simulated, form = measure(case, LARGE_BYTES), case.textbook(LARGE_BYTES)
     assert abs(simulated / form - 1) <= 0.02
+
+
+def test_the_in_network_rows_can_fail():
+    """An NVLS form that charged the ring's 2(p-1)/p n/W (no in-switch reduction) is caught at 8 MiB."""
+    row = next(c for c in CASES if c.algorithm == "in_network" and c.collective == "psum")
+    ring_form = 2 * (row.devices - 1) / row.devices * LARGE_BYTES / 10e9
+    assert abs(measure(row, LARGE_BYTES) / ring_form - 1) > 0.02
 
 
 def test_the_closed_forms_can_fail():
@@ -66,16 +73,18 @@ def test_two_h100_nodes_psum_takes_the_hierarchical_algorithm():
     assert abs(max(call.exit_s for call in run.calls) / case.published_s - 1) <= 0.10
 
 
-@pytest.mark.parametrize("topology", ["switch", "ring", "torus", "hierarchical"])
+@pytest.mark.parametrize("topology", ["switch", "ring", "torus", "hierarchical", "switch_reduces",
+                                      "hierarchical_reduces"])
 @pytest.mark.parametrize("size", [TINY_BYTES, MID_BYTES])
 def test_auto_picks_the_fastest_simulated_algorithm(topology, size):
     """'auto' on psum picks an algorithm whose simulated time is the least of all psum algorithms on that
-    topology (within 1%; those that work node by node where there are nodes), for tiny and for large
-    operands; the picks differ between the two sizes."""
+    topology (within 1%; those that work node by node where there are nodes, 'in_network' where the switch
+    reduces), for tiny and for large operands."""
     base = next(c for c in CASES if c.collective == "psum" and c.topology == topology)
     names = ("direct", "ring", "bidirectional_ring", "recursive_doubling", "rabenseifner", "per_axis")
     rows = [dataclasses.replace(base, algorithm=name) for name in
-            names + (("hierarchical", "tree") if topology == "hierarchical" else ())]
+            names + (("hierarchical", "tree") if topology == "hierarchical" else ())
+            + (("in_network",) if topology.endswith("reduces") else ())]
     best = min(measure(c, size) for c in rows)
     auto = dataclasses.replace(rows[0], algorithm="auto")
     assert measure(auto, size) <= best * 1.01

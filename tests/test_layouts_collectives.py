@@ -33,8 +33,9 @@ OPS = cases_.DOCUMENTED
 # the leading arguments that get layouts: the data arrays (ragged's offsets and sizes stay row-major)
 ARRAY_ARGS = {op: len(collectives.definition(op).data_arrays) for op in OPS}
 REDUCTION_OPS = tuple(op for op in test_reductions.OPS if collectives.definition(op).arrays)  # not axis_index
-ALGORITHMS = {op: collectives.definition(op).param("algorithm").choices for op in REDUCTION_OPS
-              if collectives.definition(op).takes("algorithm")}
+# 'in_network' needs a switch that reduces (tests/test_in_network.py runs it under layouts)
+ALGORITHMS = {op: tuple(a.name for a in collectives.definition(op).algorithms if not a.in_network)
+              for op in REDUCTION_OPS if collectives.definition(op).takes("algorithm")}
 
 
 def out_rank(case: Case) -> int:

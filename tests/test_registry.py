@@ -346,13 +346,15 @@ _COUNTED = [(op, name) for op, name in ALGORITHMS
 @pytest.mark.parametrize("op, name", _COUNTED, ids=[f"{op}-{name}" for op, name in _COUNTED])
 def test_every_algorithm_sends_the_messages_its_record_says(op, name):
     """Run as a sweep point (the definition's own `Sweep` call) on 4 devices, or a 2 x 2 grid for an algorithm
-    that works one axis at a time, each member sends `messages(shape)` messages to other members."""
+    that works one axis at a time (on a switch that reduces for 'in_network'), each member sends
+    `messages(shape)` messages to other members."""
     from scenarios.sweep import Point, measure
 
     record = _definition(op).algorithm(name)
     mesh = {"x": 2, "y": 2} if record.grid else {"x": 4}
     shape = tuple(mesh.values())
-    point = Point(op, mesh, None, 4096, {"topology": "fully_connected"}, name, "float32", 0)
+    network = {"preset": "h100-nvlink", "shape": [4]} if record.in_network else {"topology": "fully_connected"}
+    point = Point(op, mesh, None, 4096, network, name, "float32", 0)
     row = measure(point)
     assert row["error"] is None, row["error"]
     assert row["messages"] == 4 * record.over(shape).messages(shape)

@@ -25,6 +25,7 @@ import numpy as np
 import simpy
 
 from sim._simpy import fire_after as _fire
+from sim.engine._switch import SwitchReductions
 from sim.memory._memory import LocalMemory
 from sim.network._flows import LinkState
 from sim.network._mesh import Group
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from sim.engine._options import RunOptions
     from sim.engine._perturb import Order
     from sim.engine._rendezvous import Collective, MeetingView
+    from sim.engine._switch import Fold
     from sim.network._mesh import Mesh
 
 
@@ -71,6 +73,7 @@ class Transport:
         self._tables: dict[int, _Table] = {}
         self._ready: dict[int, _Table] = {}  # tables with a waiting receiver's column complete, by id
         self._drained: list[Port] = []  # ports whose messages have all arrived, a sender waiting
+        self.switch = SwitchReductions(self)  # the partial sums a reducing switch holds (`sim.engine._switch`)
         links.on_settled = self._wake
 
     def _wake(self) -> None:
@@ -333,6 +336,23 @@ class Port:
         self.in_flight += len(payloads)
         self.transport.post_each(self.device, self.group, payloads, headers, self.exchange, self.collective.name,
                                  self.call, details, self)
+
+    def reduce_in_switch(self, parts: list[np.ndarray], owners: tuple[int, ...], receivers: list[tuple[int, ...]],
+                         fold: Fold, **detail) -> None:
+        """Send `parts[j]`, this member's term of shard j, into the switch for every j, all now; the switch adds
+        every member's terms of shard j in group order (`fold(terms)`) and sends the sum to `receivers[j]`,
+        named as from `owners[j]` (`sim.engine._switch`; the network must have `switch_reduces`). Every
+        member passes the same owners, receivers and fold; receivers take their sums with `recv_reduced`."""
+        for part in parts:
+            if not part.flags.c_contiguous:
+                raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        self.transport.switch.contribute(self, parts, owners, receivers, fold, detail)
+
+    def recv_reduced(self) -> Generator:
+        """(shard, sum) of every sum of this call's `reduce_in_switch` this member receives, in shard order,
+        once the last has arrived: `sums = yield from port.recv_reduced()`."""
+        yield self.transport.switch.expect(self)
+        return self.transport.switch.take(self)
 
     def recv_each(self) -> Generator:
         """The `send_each` message of every member to this one, in member order, once the last has arrived:

@@ -36,7 +36,7 @@ import numpy as np
 
 from sim._errors import InvalidArgumentError
 from sim._simpy import NORMAL, fire
-from sim.network import _topology
+from sim.network import _in_network, _topology
 
 if TYPE_CHECKING:
     import simpy
@@ -144,6 +144,11 @@ class LinkState:
         self.links = _topology.link_count(network, devices)
         self._dense = self.links <= _DENSE_LINKS or network.topology != "fully_connected"
         self._capacity = _topology.capacities(network, np.arange(self.links), devices) if self._dense else None
+        self._base_links = self.links  # a reducing switch's adders come after (`sim.network._in_network`)
+        if _in_network.reduces(network):
+            self._capacity = np.concatenate([self._capacity, _in_network.capacities(network, devices)])
+            self.links += _in_network.link_count(network, devices)
+        self._switched: list[tuple] = []  # reductions in the switch posted since the last step
         self._flows = _Flows()
         self._posted: list[tuple] = []  # (src, dsts, sizes, sink id, slots) posted since the last step
         self._hops: list[tuple] = []  # store-and-forward: (sink id, slot, size, links, hop, latency) due now
@@ -170,6 +175,19 @@ class LinkState:
         self._posted.append((src, dsts, sizes, sink_id))
         self._schedule(float(self.env.now))  # any SimPy clock: an integer one too (simpy.Environment() starts at 0)
 
+    def send_reduced(self, contributors: tuple[int, ...], receivers: tuple[int, ...], size_bytes: int,
+                     sink: Sink) -> None:
+        """Post one shard's reduction in the switch now (`sim.network._in_network`): a flow of `size_bytes`
+        from the egress ports of mesh devices `contributors` through the switch's adders to the ingress ports
+        of `receivers`; `sink` hears of its arrival as slot 0."""
+        if self.env is None:
+            raise InvalidArgumentError("LinkState.send_reduced needs the SimPy environment whose clock it runs on")
+        sink_id = self._next_sink
+        self._next_sink += 1
+        self._sinks[sink_id] = [sink, 1]
+        self._switched.append((contributors, receivers, size_bytes, sink_id))
+        self._schedule(float(self.env.now))
+
     def _schedule(self, when_s: float) -> None:
         """Have a step run at `when_s`, after that instant's other events (once per instant)."""
         if when_s not in self._due:
@@ -186,7 +204,7 @@ class LinkState:
         if ended.any():
             self._end(np.flatnonzero(ended))
             flows.keep(~ended)
-        elif not self._posted and not self._hops:
+        elif not self._posted and not self._hops and not self._switched:
             return
         self._start(now_s)
         if len(flows):
@@ -208,7 +226,7 @@ class LinkState:
         """Messages whose last hop ended; the others' next hops are due when this hop's latency is over."""
         last = np.ones(len(sinks), bool)
         for i, (sink, slot, at) in enumerate(zip(sinks.tolist(), slots.tolist(), arrivals.tolist())):
-            size, route, latency, hop = self._ahead.pop((sink, slot))
+            size, route, latency, hop = self._ahead.pop((sink, slot), (0.0, (), (), 0))  # (): a switch's reduction
             if hop + 1 < len(route):
                 last[i] = False
                 self._ahead[(sink, slot)] = (size, route, latency, hop + 1)
@@ -232,6 +250,13 @@ class LinkState:
             links = np.array([route[hop] for _, _, _, route, hop, _ in hops], np.int64)
             latency = np.array([latency for _, _, _, _, _, latency in hops])
             self._add(now_s, sink, slot, size.astype(np.float64), latency, np.arange(len(links)), links, links + 1)
+        if self._switched:
+            switched, self._switched = self._switched, []
+            instant, flows = _in_network.flows(self.network, switched, self.placement, self.devices, self._base_links)
+            self._report(instant[0], np.zeros(len(instant[0]), np.int64), now_s + instant[1])
+            if flows:
+                sink, size, latency, flow_of, start, stop = flows
+                self._add(now_s, sink, np.zeros(len(sink), np.int64), size, latency, flow_of, start, stop)
 
     def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
         """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""

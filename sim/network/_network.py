@@ -34,6 +34,11 @@ class Network:
     None for fully_connected and switch (any number of devices) and, for ring and hierarchical, until a mesh
     sizes it. A multi-hop message is pipelined (cut-through) unless `store_and_forward`.
 
+    `switch_reduces`: the switch adds what its ports take in (NVLink SHARP on an NVSwitch, SHARP on an
+    InfiniBand switch), so psum and psum_scatter may run `algorithm='in_network'`
+    (`sim.network._in_network`); each port's reduction takes in at most `switch_reduction_bytes_per_s`
+    (None: the port rate, the ideal).
+
     >>> Network.torus((4, 4), wraparound=(True, False)).route(0, 7)
     ((0, 4), (4, 5), (5, 6), (6, 7))
     """
@@ -48,6 +53,8 @@ class Network:
     inter_bandwidth_bytes_per_s: float | None = None
     store_and_forward: bool = False
     preset_name: str | None = None
+    switch_reduces: bool = False
+    switch_reduction_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         _check_link("", self.latency_s, self.bandwidth_bytes_per_s)
@@ -63,6 +70,7 @@ class Network:
             _check_hierarchical(self)
         if not isinstance(self.store_and_forward, bool):
             raise InvalidTypeError(f"store_and_forward={self.store_and_forward!r} must be True or False")
+        _check_reduction(self)
 
     @classmethod
     def fully_connected(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9,
@@ -170,6 +178,9 @@ class Network:
                      f"bandwidth {self.inter_bandwidth_bytes_per_s / 1e9:g} GB/s)")
         if self.store_and_forward:
             text += ", store-and-forward"
+        if self.switch_reduces:
+            rate = self.switch_reduction_bytes_per_s
+            text += ", the switch reduces" + ("" if rate is None else f" ({rate / 1e9:g} GB/s per port)")
         return text if self.preset_name is None else f"preset {self.preset_name}: {text}"
 
 
@@ -218,6 +229,20 @@ def _check_hierarchical(network: Network) -> None:
     if network.shape is not None and network.shape[1] != size:
         raise InvalidArgumentError(f"shape={network.shape} must be (nodes, node_size={size})")
     _check_link("inter_", network.inter_latency_s, network.inter_bandwidth_bytes_per_s)
+
+
+def _check_reduction(network: Network) -> None:
+    """A switch that reduces is a switch (or a hierarchical network's switches); its rate a positive number."""
+    if not isinstance(network.switch_reduces, bool):
+        raise InvalidTypeError(f"switch_reduces={network.switch_reduces!r} must be True or False")
+    if network.switch_reduces and network.topology not in ("switch", "hierarchical"):
+        raise InvalidArgumentError(f"switch_reduces=True needs a switch: topology={network.topology!r} has none "
+                                   f"(use topology='switch' or 'hierarchical')")
+    rate = network.switch_reduction_bytes_per_s
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))):
+        raise InvalidTypeError(f"switch_reduction_bytes_per_s={rate!r} must be a number or None")
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise InvalidArgumentError(f"switch_reduction_bytes_per_s={rate} must be > 0 (None: the port rate)")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,12 @@ from dataclasses import replace
 from sim._errors import InvalidArgumentError
 from sim.network._network import Network, _check_shape
 
+# NVLink SHARP (NVLS) on H100: nccl-tests all_reduce_perf on 8 GPUs peaks at busbw ~480 GB/s, algbw ~275 GB/s,
+# at large sizes (S. Jeaugey, NVIDIA, github.com/NVIDIA/nccl-tests/issues/212; the GTC 2024 talk S62129 figure
+# quoted in github.com/NVIDIA/nccl/issues/1374). With the switch adding as fast as a port takes in, an 'in_network'
+# psum moves n bytes through each port in n / rate: algbw is the rate, so the measured rate of each port's
+# reduction is 275 GB/s (busbw 2 (8 - 1)/8 x 275 = 481 GB/s); the ideal is the port's 450 GB/s (rate None).
+_NVLS_H100_BYTES_PER_S = 275e9
 _ICI_HOP_S = 1e-6  # "about 1 us per hop" on ICI: How to Scale Your Model (Austin et al., 2025), "Rooflines"/TPUs
 
 
@@ -46,21 +52,26 @@ def _h100_nvlink(shape: tuple[int, ...]) -> Network:
     # H100 SXM: NVLink 4, 18 links of 25 GB/s per direction = 450 GB/s per direction per GPU, through
     # NVSwitch (non-blocking): a switch topology. Source: NVIDIA H100 Tensor Core GPU Architecture whitepaper
     # (2022), "NVLink"; nvidia.com/en-us/data-center/nvlink/.
-    return Network.switch(2e-6, 450e9)
+    return replace(Network.switch(2e-6, 450e9), switch_reduces=True,
+                   switch_reduction_bytes_per_s=_NVLS_H100_BYTES_PER_S)
 
 
 def _h100_ib(shape: tuple[int, ...]) -> Network:
     # DGX H100: 8 GPUs per node on NVSwitch (450 GB/s per direction per GPU, as h100-nvlink), nodes joined by
     # one 400 Gb/s (50 GB/s per direction) ConnectX-7 InfiniBand NIC per GPU. Source: NVIDIA DGX H100 user
     # guide, "Hardware overview" (8x ConnectX-7, 400 Gb/s each); NDR InfiniBand switch latency ~ a few us.
-    return Network.hierarchical(shape[1], shape[0], 2e-6, 450e9, 5e-6, 50e9)
+    # The NVSwitch reduces as h100-nvlink's does (NVLS); the InfiniBand switch reduces too (SHARP, NDR Quantum-2
+    # switches), at its ports' 50 GB/s.
+    return replace(Network.hierarchical(shape[1], shape[0], 2e-6, 450e9, 5e-6, 50e9), switch_reduces=True,
+                   switch_reduction_bytes_per_s=_NVLS_H100_BYTES_PER_S)
 
 
 def _gb200_nvl72(shape: tuple[int, ...]) -> Network:
     # GB200 NVL72: 72 Blackwell GPUs in one NVLink 5 domain, 1.8 TB/s bidirectional = 900 GB/s per direction
     # per GPU, through NVLink switch trays (non-blocking): a switch topology. Source: nvidia.com/en-us/
     # data-center/gb200-nvl72/ ("130 TB/s" aggregate = 72 x 1.8 TB/s).
-    return Network.switch(2e-6, 900e9)
+    # The NVLink switch trays reduce (NVLink SHARP); no measured rate is set, so they add at the port rate.
+    return replace(Network.switch(2e-6, 900e9), switch_reduces=True)
 
 
 # name: (builder, default shape, shape rank, what the shape means)

@@ -1,0 +1,145 @@
+"""The switch as a network element that reduces: it takes in every member's term of each shard of a call, adds
+them in group order, and sends each sum on to the shard's receivers.
+
+A member contributes its whole row at once with `Port.reduce_in_switch`: its term of every shard j, shard j's
+owner (the member the records name as the sum's sender, as NCCL's NVLS has member j pull shard j's sum from
+the switch and store it to every member through the switch's multicast) and receivers, and how the switch
+adds (`Fold`: the group-order fold that 'direct' computes on a device, so each sum has its bits). The switch
+holds the terms as they come in, by group index whatever the order of arrival, and adds each shard's when
+the last member's row is in (one pass over a stack of terms, as cheap as one addition). Then the network
+carries each sum (`LinkState.send_reduced`: one flow through every contributor's egress port and the
+switch's adders to every receiver's ingress port), and a member's `Port.recv_reduced` fires, once, when the
+last sum it receives has arrived: a call over n members costs n rows and n events, not n^2.
+
+The trace shows each contribution as a message from its member to the shard's owner, and each sum as a
+message from the owner to each receiver; a shard's records all arrive when its sum does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from sim._simpy import fire_after as _fire
+
+if TYPE_CHECKING:
+    from sim.engine._transport import Port, Transport
+
+Fold = Callable[[list[np.ndarray]], np.ndarray]  # the sum of terms given in group order
+
+
+class _Call:
+    """One call's reductions: every member's row of terms, the trace rows and ports waiting on them, and per
+    receiver the sums arrived so far and the event waiting for the last."""
+
+    def __init__(self, members: tuple[int, ...], owners: tuple[int, ...], receivers: list[tuple[int, ...]],
+                 fold: Fold) -> None:
+        self.members, self.owners, self.receivers, self.fold = members, owners, receivers, fold
+        self.rows: dict[int, list[np.ndarray]] = {}
+        self.first: dict[int, int] = {}  # group index -> trace index of its first contribution
+        self.ports: list[Port] = []
+        self.pending = len(owners)  # sums not arrived yet
+        self.expected = Counter(d for r in receivers for d in r)
+        self.sums: dict[int, list[tuple[int, np.ndarray]]] = {d: [] for d in members}
+        self.last = dict.fromkeys(members, 0.0)
+        self.waiting: dict[int, simpy.Event] = {}
+
+
+class SwitchReductions:
+    """The reductions a reducing switch is doing, by call (exchange)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._calls: dict[int, _Call] = {}
+
+    def contribute(self, port: Port, parts: list[np.ndarray], owners: tuple[int, ...],
+                   receivers: list[tuple[int, ...]], fold: Fold, detail: dict) -> None:
+        """Member `port.device`'s term of every shard: recorded and held; once every member's row is in, each
+        shard's terms are folded in group order and the sums sent on."""
+        transport = self.transport
+        call = self._calls.get(port.exchange)
+        if call is None:
+            call = self._calls[port.exchange] = _Call(port.group.members, owners, receivers, fold)
+        now = transport.env.now
+        shards = len(parts)
+        details = {**{k: [v] * shards for k, v in detail.items()}, "chunk": list(range(shards)),
+                   "switch": ["reduce"] * shards}
+        call.first[port.group.index] = transport.trace.append_batch(
+            port.device, list(owners), [p.nbytes for p in parts], now, [now] * shards, None, port.collective.name,
+            port.call, details)
+        call.rows[port.group.index] = parts
+        call.ports.append(port)
+        port.in_flight += 1  # the row: arrived when its last sum has
+        if len(call.rows) == len(call.members):
+            self._send(port, call, detail)
+
+    def _send(self, port: Port, call: _Call, detail: dict) -> None:
+        """Fold every shard and put its sum on the network to its receivers."""
+        transport, now = self.transport, self.transport.env.now
+        rows = [call.rows.pop(i) for i in range(len(call.members))]
+        for j, (owner, receivers) in enumerate(zip(call.owners, call.receivers)):
+            total = call.fold([row[j] for row in rows])
+            count = len(receivers)
+            details = {**{k: [v] * count for k, v in detail.items()}, "chunk": [j] * count,
+                       "switch": ["multicast"] * count}
+            first = transport.trace.append_batch(owner, list(receivers), [total.nbytes] * count, now, [now] * count,
+                                                 None, port.collective.name, port.call, details)
+            transport.links.send_reduced(call.members, receivers, total.nbytes, _Sum(self, call, j, total, first, now))
+
+    def expect(self, port: Port) -> simpy.Event:
+        """An event that fires when every sum member `port.device` receives in this call has arrived (after its
+        own `contribute`)."""
+        call = self._calls[port.exchange]
+        event = self.transport.env.event()
+        device = port.device
+        if call.expected.get(device, 0) and len(call.sums[device]) == call.expected[device]:
+            _fire(self.transport.env, event, None, call.last[device] - self.transport.env.now)
+        else:
+            call.waiting[device] = event
+        return event
+
+    def take(self, port: Port) -> list[tuple[int, np.ndarray]]:
+        """(shard, sum) of every sum member `port.device` received, in shard order (after `expect` fired)."""
+        call = self._calls[port.exchange]
+        sums = sorted(call.sums.pop(port.device), key=lambda item: item[0])
+        if not call.sums:
+            del self._calls[port.exchange]
+        return sums
+
+    def arrived(self, call: _Call, shard: int, total: np.ndarray, first: int, sent_s: float, at_s: float) -> None:
+        """Shard `shard`'s sum reached its receivers at `at_s`: its records, its receivers, its senders."""
+        transport = self.transport
+        arrival = transport._arrive(sent_s, at_s)
+        receivers = call.receivers[shard]
+        transport.trace.set_arrivals(np.array([call.first[i] + shard for i in range(len(call.members))]), arrival)
+        transport.trace.set_arrivals(np.arange(first, first + len(receivers)), arrival)
+        sums, last, waiting = call.sums, call.last, call.waiting
+        for device in receivers:
+            sums[device].append((shard, total))
+            if arrival > last[device]:
+                last[device] = arrival
+            if device in waiting and len(sums[device]) == call.expected[device]:
+                _fire(transport.env, waiting.pop(device), None, last[device] - transport.env.now)
+        call.pending -= 1
+        if not call.pending:
+            latest = max(last.values())
+            for port in call.ports:
+                port.arrived(1, latest)
+
+
+class _Sum:
+    """Where the network reports that one shard's sum has reached its receivers."""
+
+    __slots__ = ("call", "first", "sent_s", "shard", "switch", "total")
+
+    def __init__(self, switch: SwitchReductions, call: _Call, shard: int, total: np.ndarray, first: int,
+                 sent_s: float) -> None:
+        self.switch, self.call, self.shard, self.total = switch, call, shard, total
+        self.first, self.sent_s = first, sent_s
+
+    def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
+        self.switch.arrived(self.call, self.shard, self.total, self.first, self.sent_s, float(arrivals_s[0]))
