@@ -253,6 +253,7 @@ class _Switch:
     def __init__(self, latency_s: float = 1e-6, bandwidth: float = 1e11) -> None:
         self.network = self
         self.latency_s, self.bandwidth_bytes_per_s, self.topology = latency_s, bandwidth, "switch"
+        self.switch_reduces = False
 
     def route(self, src: int, dst: int) -> tuple:
         return () if src == dst else (("out", src), ("in", dst))
