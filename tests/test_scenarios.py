@@ -343,8 +343,8 @@ def test_all_empty_slices_keep_every_row(tmp_path):
 
 # Rows for the collectives beyond the docs' three: (id, bundled file, edits, expected message after the path).
 BAD_PARAMS = [
-    ("unknown algorithm", "psum_ring", [('algorithm = "ring"', 'algorithm = "tree"')],
-     r":13: \[collective\] algorithm='tree' must be one of 'direct', 'ring', 'recursive_doubling'"),
+    ("unknown algorithm", "psum_ring", [('algorithm = "ring"', 'algorithm = "butterfly"')],
+     r":13: \[collective\] algorithm='butterfly' must be one of 'direct', 'ring', 'recursive_doubling'"),
     ("perm not pairs", "ppermute_shift", [("perm = [[0, 1], [1, 0]]", "perm = [0, 1]")],
      r":11: \[collective\] perm=\[0, 1\] must be a list of \[source, destination\] pairs"),
     ("perm missing", "ppermute_shift", [("perm = [[0, 1], [1, 0]]\n", "")],
