@@ -4,7 +4,8 @@ An algorithm's record holds its schedule of steps (`Algorithm.schedule`); in a s
 message (or a few) of a known size by a known rule (`Pattern`: to the member `shift` positions on, to index
 XOR `xor`, to every member, within the whole group or along one axis of the grid). A step costs the longest
 route's latency (the sum of its links' latencies: messages are pipelined through their hops) plus the bytes
-of the most loaded link over its bandwidth (messages that share a link share its bandwidth); a schedule costs
+of the most loaded link over its bandwidth (messages that share a link share its bandwidth; on a multipath
+torus each path of a message loads its links with its share, `sim.Mesh.routes`); a schedule costs
 the sum of its steps. On the default fully connected network this is the alpha-beta model (`closed_form`, the
 forms of Thakur, Rabenseifner and Gropp 2005); on a ring, torus or switch the routes add hops and shared links.
 
@@ -41,10 +42,10 @@ def step_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequenc
     latency = 0.0
     for shifts, scale in _shift_sets(pattern, shape):
         for src, dst in _pairs(pattern, shifts, shape):
-            route = mesh.route(members[src], members[dst])
-            latency = max(latency, sum(network.link_latency_s(link) for link in route))
-            for link in route:
-                loads[link] = loads.get(link, 0.0) + size_bytes * scale
+            for route, share in mesh.routes(members[src], members[dst]):  # several paths on a multipath torus
+                latency = max(latency, sum(network.link_latency_s(link) for link in route))
+                for link in route:
+                    loads[link] = loads.get(link, 0.0) + size_bytes * scale * share
     if not loads:
         return latency
     return latency + max(load / network.link_bandwidth(link) for link, load in loads.items())
