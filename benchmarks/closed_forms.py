@@ -28,11 +28,14 @@ dimension-order load again. The parts are of unequal sizes, though: on a 4 x 4 t
 are 4 of one hop (whole), 2 + 4 of two hops (halves: half way along one dimension, or XY/YX), 4 of three
 hops (quarters: two orders, both ways at the tie) and 1 of four (eighths), so by symmetry every directed link
 carries 27 parts: 1 whole, 6 halves, 12 quarters and 8 eighths of a chunk c (8 chunks in all). Every part on
-a link runs at the same rate, so the parts of share t have all arrived after
-(sum over parts p of min(size p, t c)) / w plus their hops' latency: 4a + 27c/(8w) for the eighths (latency-
-bound), a + 8c/w for the wholes (bandwidth-bound). A leaf/spine fabric of 4 nodes of 2 devices, leaves of 2 nodes joined at
-oversubscription 2:1 (uplink 2 NICs x 2 nodes x w / 2 = 2w), carries all 16 cross-leaf messages of an
-all-pairs exchange from one leaf on its uplink: they share it (w/8 each), the slowest of the exchange.
+a link runs at the same rate, so the parts of share t have all arrived after (sum over parts p of
+min(size p, t c)) / w plus their hops' latency: 4a + 27c/(8w) for the eighths, 3a + 46c/(8w) for the quarters,
+2a + 60c/(8w) for the halves, a + 8c/w for the wholes; the exchange ends with the latest of these (the eighths
+for tiny blocks, the wholes for large ones).
+
+A leaf/spine fabric of 4 nodes of 2 devices, leaves of 2 nodes joined at oversubscription 2:1 (uplink 2 NICs
+x 2 nodes x w / 2 = 2w), carries all 16 cross-leaf messages of an all-pairs exchange from one leaf on its
+uplink: they share it (w/8 each), the slowest of the exchange.
 """
 
 from __future__ import annotations
