@@ -17,6 +17,25 @@ T = (N/2) a + (N^2/8)(s/N)/w = V/(8w) = V/(4 W_bidi); on an A x B torus (dimensi
 dimension 0 carries (A^2/8) B chunks of s/(AB), one of dimension 1 A (B^2/8), so the busiest carries
 max(A, B) s/8 bytes, V max(A, B)/(4 N W_bidi); without wraparound the middle link of a line of A carries
 (A/2)^2 B chunks: twice the time.
+
+With multipath routing (`_multipath_and_fabric`) a message is split over its minimal paths: on a ring of A a
+transfer half way round sends half each way, so a directed link carries sum(d, d < A/2) + (A/2)(1/2) = A^2/8
+chunks of an all-pairs exchange, as the parity rule gives; on an A x B torus a message moving along both
+dimensions sends half XY (dimension 0 in its source's row) and half YX (dimension 0 in its destination's
+row), so a dimension-0 link of row y carries A^2/8 chunks from row y's own messages, (B - 1)(A^2/8)/2 from
+row y's sources bound elsewhere and as many from other rows' sources bound for row y: (A^2/8) B in all, the
+dimension-order load again. The parts are of unequal sizes, though: on a 4 x 4 torus a source's 15 messages
+are 4 of one hop (whole), 2 + 4 of two hops (halves: half way along one dimension, or XY/YX), 4 of three
+hops (quarters: two orders, both ways at the tie) and 1 of four (eighths), so by symmetry every directed link
+carries 27 parts: 1 whole, 6 halves, 12 quarters and 8 eighths of a chunk c (8 chunks in all). Every part on
+a link runs at the same rate, so the parts of share t have all arrived after (sum over parts p of
+min(size p, t c)) / w plus their hops' latency: 4a + 27c/(8w) for the eighths, 3a + 46c/(8w) for the quarters,
+2a + 60c/(8w) for the halves, a + 8c/w for the wholes; the exchange ends with the latest of these (the eighths
+for tiny blocks, the wholes for large ones).
+
+A leaf/spine fabric of 4 nodes of 2 devices, leaves of 2 nodes joined at oversubscription 2:1 (uplink 2 NICs
+x 2 nodes x w / 2 = 2w), carries all 16 cross-leaf messages of an all-pairs exchange from one leaf on its
+uplink: they share it (w/8 each), the slowest of the exchange.
 """
 
 from __future__ import annotations
@@ -41,8 +60,8 @@ class Case:
 
     collective: str
     algorithm: str
-    topology: str  # "fully_connected" | "switch" | "ring" | "torus" | "torus_open" | "hierarchical" |
-    # "switch_reduces" | "hierarchical_reduces"
+    topology: str  # "fully_connected" | "switch" | "ring" | "torus" | "torus_open" | "torus_multipath" |
+    # "hierarchical" | "leaf_spine" | "switch_reduces" | "hierarchical_reduces"
     axes: tuple[tuple[str, int], ...]
     exact: Callable[[int], tuple[float, float]]
     textbook: Callable[[int], float]
@@ -219,6 +238,8 @@ def _nodes(nodes: int, k: int) -> list[Case]:
 # then 1 -> 0 and 2 -> 3; down, the roots 0 and 3 send to both their children at once (two halves through
 # each root's port and into each of 1 and 2), then 1 -> 3 and 2 -> 0.
 _TREE_LOADS = {2: (1, 1), 4: (1, 1, 2, 1)}
+
+
 def _in_network(p: int, node_size: int) -> list[Case]:
     """'in_network' on a switch that reduces (NVLS) and across the nodes of a hierarchical network, on the
     switch joining their NICs (SHARP): every member's p shards of s/p cross its egress port (s bytes), each sum
@@ -239,10 +260,39 @@ def _in_network(p: int, node_size: int) -> list[Case]:
     return rows
 
 
+# the parts on every directed link of a 4 x 4 multipath torus in an all-pairs exchange, by share of a chunk:
+# (hops of the messages split so, share, parts per link) (see the module docstring)
+_PARTS_4X4 = ((1, 1.0, 1), (2, 0.5, 6), (3, 0.25, 12), (4, 0.125, 8))
+
+
+def _parts(chunk: float) -> tuple[float, float]:
+    """An all-pairs exchange of `chunk`-byte messages on a 4 x 4 multipath torus: the last share to arrive."""
+    arrivals = [(hops * LATENCY_S, sum(n * min(part, share) for _, part, n in _PARTS_4X4) * chunk / BANDWIDTH)
+                for hops, share, _ in _PARTS_4X4]
+    return max(arrivals, key=sum)
+
+
+def _multipath_and_fabric() -> list[Case]:
+    """Multipath routing on a 4 x 4 torus (wraparound), and an oversubscribed leaf/spine fabric between nodes
+    (topology "leaf_spine": 4 nodes of 2 devices, 2 nodes per leaf)."""
+    axes, w, n = (("x", 4), ("y", 4)), BANDWIDTH, 16
+    fabric = (("x", 8),)
+    return [
+        Case("all_to_all", "direct", "torus_multipath", axes, lambda s: _parts(s / n),
+             lambda s: n * s * 4 / (4 * n * 2 * w), "V max(A,B)/(4 N W_bidi), split over XY and YX"),
+        Case("all_gather", "direct", "torus_multipath", axes, lambda s: _parts(s),
+             lambda s: n * s * 4 / (4 * 2 * w), "N V max(A,B)/(4 N W_bidi): all_to_all of N blocks"),
+        Case("all_to_all", "direct", "leaf_spine", fabric, lambda s: _steps(1, 2, 16 * s / 8 / 2),
+             lambda s: 16 * (s / 8) / (2 * w), "16 cross-leaf blocks of s/8 over a 2w uplink (2:1)"),
+        Case("all_gather", "direct", "leaf_spine", fabric, lambda s: _steps(1, 2, 16 * s / 2),
+             lambda s: 16 * s / (2 * w), "16 cross-leaf blocks of s over a 2w uplink (2:1)"),
+    ]
+
+
 def cases() -> list[Case]:
     """Every row of the validation table."""
-    return (_one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4) + _nodes(2, 4)
-            + _nodes(4, 2) + _in_network(8, NODE_SIZE))
+    return (_one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4)
+            + _multipath_and_fabric() + _nodes(2, 4) + _nodes(4, 2) + _in_network(8, NODE_SIZE))
 
 
 def busbw_factor(collective: str, p: int) -> float:

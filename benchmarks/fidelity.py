@@ -63,6 +63,11 @@ def network(topology: str, axes: tuple[tuple[str, int], ...]) -> sim.Network:
         return sim.Network.ring(LATENCY_S, BANDWIDTH)
     if topology == "hierarchical":  # nodes of the last axis's size; A and w_net between them
         return sim.Network.hierarchical(axes[-1][1], None, LATENCY_S, BANDWIDTH, INTER_LATENCY_S, INTER_BANDWIDTH)
+    if topology == "torus_multipath":
+        return sim.Network.torus(tuple(n for _, n in axes), True, LATENCY_S, BANDWIDTH, multipath=True)
+    if topology == "leaf_spine":  # nodes of 2 on a 4w switch; 2 nodes a leaf, uplinks at 2:1; a hop of a each
+        return sim.Network.hierarchical(2, None, LATENCY_S, 4 * BANDWIDTH, LATENCY_S, BANDWIDTH, leaf_size=2,
+                                        oversubscription=2, spine_latency_s=LATENCY_S)
     return sim.Network.torus(tuple(n for _, n in axes), topology == "torus", LATENCY_S, BANDWIDTH)
 
 

@@ -5,7 +5,8 @@ message (or a few) of a known size by a known rule (`Pattern`: to the member `sh
 XOR `xor`, to every member, within the whole group or along one axis of the grid; or a step of a tree's
 edges). A step costs the longest
 route's latency (the sum of its links' latencies: messages are pipelined through their hops) plus the bytes
-of the most loaded link over its bandwidth (messages that share a link share its bandwidth); a schedule costs
+of the most loaded link over its bandwidth (messages that share a link share its bandwidth; on a multipath
+torus each path of a message loads its links with its share, `sim.Mesh.routes`); a schedule costs
 the sum of its steps. On the default fully connected network this is the alpha-beta model (`closed_form`, the
 forms of Thakur, Rabenseifner and Gropp 2005); on a ring, torus or switch the routes add hops and shared links.
 
@@ -38,21 +39,32 @@ _CACHE_LIMIT = 4096
 def step_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequence[int],
            shape: tuple[int, ...]) -> float:
     """Seconds one step takes on `mesh`'s network: longest route latency plus the most loaded link's bytes
-    over its bandwidth."""
+    over its bandwidth. On a multipath torus a message's paths carry shares of it (`sim.Mesh.routes`); parts
+    of each share are timed apart (`_drained_s`), since small parts of far messages drain first."""
     network = mesh.network
     if pattern.kind in ("multicast", "reduce"):  # the switch adds (`sim.network._in_network`)
         return sim.in_network_s(mesh, members, len(members), size_bytes, pattern.kind == "multicast")
-    loads: dict = {}
-    latency = 0.0
+    loads: dict[float, dict] = {}  # share of a message -> link -> bytes of parts of that share
+    latency: dict[float, float] = {}  # share -> the longest latency of a path carrying it
     for shifts, scale in _shift_sets(pattern, shape):
         for src, dst in _pairs(pattern, shifts, shape):
-            route = mesh.route(members[src], members[dst])
-            latency = max(latency, sum(network.link_latency_s(link) for link in route))
-            for link in route:
-                loads[link] = loads.get(link, 0.0) + size_bytes * scale
-    if not loads:
-        return latency
-    return latency + max(load / network.link_bandwidth(link) for link, load in loads.items())
+            for route, share in mesh.routes(members[src], members[dst]):
+                hops_s = sum(network.link_latency_s(link) for link in route)
+                latency[share] = max(latency.get(share, 0.0), hops_s)
+                on = loads.setdefault(share, {})
+                for link in route:
+                    on[link] = on.get(link, 0.0) + size_bytes * scale * share
+    if not any(loads.values()):
+        return max(latency.values(), default=0.0)
+    return max(latency[share] + _drained_s(loads, share, network) for share in loads)
+
+
+def _drained_s(loads: dict[float, dict], share: float, network: sim.Network) -> float:
+    """When the parts of `share` have drained from the most loaded link, every flow on a link at an equal
+    rate: each part of a larger share has sent as many bytes by then, each smaller part all of its own."""
+    links = {link for on in loads.values() for link in on}
+    return max(sum(on.get(link, 0.0) * min(1.0, share / other) for other, on in loads.items())
+               / network.link_bandwidth(link) for link in links)
 
 
 def _shift_sets(pattern: Pattern, shape: tuple[int, ...]) -> list[tuple[list[int], float]]:

@@ -248,7 +248,7 @@ def test_auto_records_its_pick_in_every_call_record():
 
 class _Switch:
     """A duck-typed mesh on a switch: every device has one egress and one ingress port (the cost model
-    reads only `route` and the network's per-link latency and bandwidth)."""
+    reads only `routes` and the network's per-link latency and bandwidth)."""
 
     def __init__(self, latency_s: float = 1e-6, bandwidth: float = 1e11) -> None:
         self.network = self
@@ -257,6 +257,9 @@ class _Switch:
 
     def route(self, src: int, dst: int) -> tuple:
         return () if src == dst else (("out", src), ("in", dst))
+
+    def routes(self, src: int, dst: int) -> tuple:
+        return ((self.route(src, dst), 1.0),)
 
     def link_latency_s(self, link: tuple) -> float:
         return self.latency_s / 2

@@ -16,6 +16,8 @@ The model, precisely:
 - With `Network(store_and_forward=True)` a message instead crosses its links one after another: on each, a
   flow over that link alone, then that link's latency, then the next link.
 - A device's message to itself takes no time and no link; an empty message takes its route's latencies.
+- On a multipath network (`Network(multipath=True)`) a message is several flows, one per minimal path, each
+  with its share of the bytes (`sim.network._topology.subflows`); it arrives when the last of them does.
 
 Progressive filling runs on all flows in flight at once, in numpy. A route is a few intervals of
 consecutive link indices (`sim.network._topology.segments`: on a torus, one run of links per dimension), so each
@@ -37,6 +39,7 @@ import numpy as np
 from sim._errors import InvalidArgumentError
 from sim._simpy import NORMAL, fire
 from sim.network import _in_network, _topology
+from sim.network._parts import Parts
 
 if TYPE_CHECKING:
     import simpy
@@ -92,11 +95,12 @@ def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarr
 class _Flows:
     """The flows in flight, as columns, and the intervals of links their routes cross."""
 
-    NAMES = ("sink", "slot", "left", "t0", "rate", "finish", "latency")
+    NAMES = ("sink", "slot", "whole", "left", "t0", "rate", "finish", "latency")
 
     def __init__(self) -> None:
         self.sink = np.zeros(0, np.int64)
         self.slot = np.zeros(0, np.int64)
+        self.whole = np.zeros(0, np.int64)  # the `Parts` key of a message split over several flows, else -1
         for name in ("left", "t0", "rate", "finish", "latency"):
             setattr(self, name, np.zeros(0))
         self.flow_of = np.zeros(0, np.int64)
@@ -150,6 +154,7 @@ class LinkState:
             self.links += _in_network.link_count(network, devices)
         self._switched: list[tuple] = []  # reductions in the switch posted since the last step
         self._flows = _Flows()
+        self._parts = Parts()
         self._posted: list[tuple] = []  # (src, dsts, sizes, sink id, slots) posted since the last step
         self._hops: list[tuple] = []  # store-and-forward: (sink id, slot, size, links, hop, latency) due now
         self._ahead: dict[tuple, tuple] = {}  # store-and-forward: (sink id, slot) -> (size, links, latencies, hop)
@@ -220,6 +225,11 @@ class LinkState:
         arrivals = flows.finish[ended] + flows.latency[ended]
         if self.network.store_and_forward:
             sinks, slots, arrivals = self._forward(sinks, slots, arrivals)
+        whole = flows.whole[ended]
+        split = whole >= 0
+        if split.any():  # a split message arrives with its last part
+            done = self._parts.end(whole[split], arrivals[split])
+            sinks, slots, arrivals = (np.concatenate([a[~split], b]) for a, b in zip((sinks, slots, arrivals), done))
         self._report(sinks, slots, arrivals)
 
     def _forward(self, sinks: np.ndarray, slots: np.ndarray, arrivals: np.ndarray) -> tuple:
@@ -280,9 +290,15 @@ class LinkState:
         if self.network.store_and_forward:
             self._start_hops(now_s, src, dst, size, sink, slot)
             return
-        flow_of, start, stop, hops = _topology.segments(self.network, src, dst, self.devices)
+        message, share, flow_of, start, stop, hops = _topology.subflows(self.network, src, dst, self.devices)
         latency = _topology.route_latency(self.network, src, dst, hops)
-        self._add(now_s, sink, slot, size, latency, flow_of, start, stop)
+        parts = np.bincount(message, minlength=len(src))
+        whole = np.full(len(src), -1, np.int64)
+        split = parts > 1
+        if split.any():
+            whole[split] = self._parts.add(sink[split], slot[split], parts[split])
+        self._add(now_s, sink[message], slot[message], size[message] * share, latency[message], flow_of, start,
+                  stop, whole[message])
 
     def _start_hops(self, now_s: float, src: np.ndarray, dst: np.ndarray, size: np.ndarray, sink: np.ndarray,
                     slot: np.ndarray) -> None:
@@ -299,12 +315,13 @@ class LinkState:
         self._add(now_s, sink, slot, size, np.array(latencies), np.arange(len(links)), links, links + 1)
 
     def _add(self, now_s: float, sink: np.ndarray, slot: np.ndarray, size: np.ndarray, latency: np.ndarray,
-             flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray) -> None:
-        """Put flows in flight from now (rates are set by `_rerate`)."""
+             flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray, whole: np.ndarray | None = None) -> None:
+        """Put flows in flight from now (rates are set by `_rerate`); `whole` keys the parts of split messages."""
         if not len(size):
             return
         count = len(size)
-        columns = {"sink": sink, "slot": slot, "left": size, "t0": np.full(count, now_s),
+        whole = np.full(count, -1, np.int64) if whole is None else whole
+        columns = {"sink": sink, "slot": slot, "whole": whole, "left": size, "t0": np.full(count, now_s),
                    "rate": np.zeros(count), "finish": np.full(count, np.inf), "latency": latency}
         self._flows.extend(columns, flow_of, start, stop)
 
@@ -352,8 +369,8 @@ class LinkState:
         src, dst = columns["src"][moved], columns["dst"][moved]
         if self.placement is not None:
             src, dst = self.placement[src], self.placement[dst]
-        flow_of, start, stop, _ = _topology.segments(self.network, src, dst, self.devices)
-        carried = columns["size_bytes"][moved].astype(np.float64)[flow_of]
+        message, share, flow_of, start, stop, _ = _topology.subflows(self.network, src, dst, self.devices)
+        carried = (columns["size_bytes"][moved].astype(np.float64)[message] * share)[flow_of]
         if self._dense:
             on = _on_links(start, stop, self.links, carried)
             used = np.flatnonzero(_on_links(start, stop, self.links))

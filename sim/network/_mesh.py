@@ -97,6 +97,13 @@ class Mesh:
             src, dst = int(self.placement[src]), int(self.placement[dst])
         return self.network.route(src, dst)
 
+    def routes(self, src: int, dst: int) -> tuple[tuple[tuple, float], ...]:
+        """Every path a message from device `src` to device `dst` is split over, with the share of its bytes
+        each carries (see `sim.Network.routes`), after placing both on the topology."""
+        if self.placement is not None:
+            src, dst = int(self.placement[src]), int(self.placement[dst])
+        return self.network.routes(src, dst)
+
     def axis_names_of(self, axis_name: AxisName) -> tuple[str, ...]:
         """`axis_name` as a tuple of known names; raises for unknown or repeated names."""
         names = axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, replace
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
-from sim.network import _topology
+from sim.network import _fabric, _topology
 
 TOPOLOGIES = ("fully_connected", "switch", "ring", "torus", "hierarchical")
 
@@ -25,10 +25,14 @@ class Network:
     - `switch`: every device has one egress and one ingress port into a non-blocking switch; all of a
       device's messages share its ports (an NVSwitch node);
     - `ring` and `torus`: 1-, 2- or 3-D, a bidirectional link between neighbours, `wraparound` per dimension;
-      dimension-order routing, the shorter way round each ring;
+      dimension-order routing, the shorter way round each ring; with `multipath`, a transfer is split in
+      equal shares over all its minimal paths (dimension orders, both ways at a half-way tie: see
+      `sim.network._multipath` and `routes`);
     - `hierarchical`: nodes of `node_size` devices on a fast switch (`latency_s`, `bandwidth_bytes_per_s`),
       every device also with its own NIC port pair on a slower switch joining the nodes
-      (`inter_latency_s`, `inter_bandwidth_bytes_per_s`).
+      (`inter_latency_s`, `inter_bandwidth_bytes_per_s`); with `leaf_size`, that switch is a leaf/spine
+      fabric: leaves of `leaf_size` nodes (one per rail with `rails`), each with an uplink to the spines of
+      its NICs' bandwidth over `oversubscription`, `spine_latency_s` more between leaves (`sim.network._fabric`).
 
     `shape` is the topology's device shape (a torus's dimensions; `(nodes, node_size)` for hierarchical);
     None for fully_connected and switch (any number of devices) and, for ring and hierarchical, until a mesh
@@ -55,6 +59,11 @@ class Network:
     preset_name: str | None = None
     switch_reduces: bool = False
     switch_reduction_bytes_per_s: float | None = None
+    multipath: bool = False
+    leaf_size: int | None = None
+    rails: bool = False
+    oversubscription: float = 1.0
+    spine_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_link("", self.latency_s, self.bandwidth_bytes_per_s)
@@ -71,6 +80,8 @@ class Network:
         if not isinstance(self.store_and_forward, bool):
             raise InvalidTypeError(f"store_and_forward={self.store_and_forward!r} must be True or False")
         _check_reduction(self)
+        _check_multipath(self)
+        _check_fabric(self)
 
     @classmethod
     def fully_connected(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9,
@@ -87,25 +98,34 @@ class Network:
 
     @classmethod
     def ring(cls, latency_s: float = 1e-6, bandwidth_bytes_per_s: float = 100e9, devices: int | None = None,
-             wraparound: bool = True, store_and_forward: bool = False) -> Network:
-        """A bidirectional ring over `devices` devices (None: as many as the mesh has), in device id order."""
+             wraparound: bool = True, store_and_forward: bool = False, multipath: bool = False) -> Network:
+        """A bidirectional ring over `devices` devices (None: as many as the mesh has), in device id order;
+        `multipath` sends a transfer to the device half way round half each way."""
         shape = None if devices is None else (devices,)
-        return cls(latency_s, bandwidth_bytes_per_s, "ring", shape, (wraparound,), store_and_forward=store_and_forward)
+        return cls(latency_s, bandwidth_bytes_per_s, "ring", shape, (wraparound,), store_and_forward=store_and_forward,
+                   multipath=multipath)
 
     @classmethod
     def torus(cls, shape: tuple[int, ...], wraparound: bool | tuple[bool, ...] = True, latency_s: float = 1e-6,
-              bandwidth_bytes_per_s: float = 100e9, store_and_forward: bool = False) -> Network:
-        """A 1-, 2- or 3-D torus of `shape`; `wraparound` for every dimension or one per dimension."""
-        return cls(latency_s, bandwidth_bytes_per_s, "torus", shape, wraparound, store_and_forward=store_and_forward)
+              bandwidth_bytes_per_s: float = 100e9, store_and_forward: bool = False,
+              multipath: bool = False) -> Network:
+        """A 1-, 2- or 3-D torus of `shape`; `wraparound` for every dimension or one per dimension; `multipath`
+        splits each transfer over its minimal paths instead of one dimension-ordered route."""
+        return cls(latency_s, bandwidth_bytes_per_s, "torus", shape, wraparound, store_and_forward=store_and_forward,
+                   multipath=multipath)
 
     @classmethod
     def hierarchical(cls, node_size: int, nodes: int | None = None, latency_s: float = 1e-6,
                      bandwidth_bytes_per_s: float = 450e9, inter_latency_s: float = 5e-6,
-                     inter_bandwidth_bytes_per_s: float = 50e9, store_and_forward: bool = False) -> Network:
-        """Nodes of `node_size` devices (consecutive ids) on a fast switch; each device's NIC on a slow one."""
+                     inter_bandwidth_bytes_per_s: float = 50e9, store_and_forward: bool = False,
+                     leaf_size: int | None = None, rails: bool = False, oversubscription: float = 1.0,
+                     spine_latency_s: float = 0.0) -> Network:
+        """Nodes of `node_size` devices (consecutive ids) on a fast switch; each device's NIC on a slow one:
+        one non-blocking switch, or with `leaf_size` a leaf/spine fabric (see the class docstring)."""
         shape = None if nodes is None else (nodes, node_size)
         return cls(latency_s, bandwidth_bytes_per_s, "hierarchical", shape, None, node_size, inter_latency_s,
-                   inter_bandwidth_bytes_per_s, store_and_forward)
+                   inter_bandwidth_bytes_per_s, store_and_forward, leaf_size=leaf_size, rails=rails,
+                   oversubscription=oversubscription, spine_latency_s=spine_latency_s)
 
     @classmethod
     def preset(cls, name: str, shape: tuple[int, ...] | None = None) -> Network:
@@ -145,18 +165,32 @@ class Network:
                                        f"it: ask sim.Mesh(..., network=...).route(src, dst)")
         return _topology.route(self, src, dst)
 
+    def routes(self, src: int, dst: int) -> tuple[tuple[tuple, float], ...]:
+        """Every path a message from topology device `src` to `dst` is split over, as (links, share of its
+        bytes): `((route(src, dst), 1.0),)` unless the network is multipath.
+
+        >>> [(len(path), share) for path, share in Network.ring(devices=4, multipath=True).routes(0, 2)]
+        [(2, 0.5), (2, 0.5)]
+        """
+        if not self.multipath:
+            return ((self.route(src, dst), 1.0),)
+        return _topology.routes(self, src, dst)
+
     def link_latency_s(self, link: tuple) -> float:
         """The latency of `link` (a link id from `route`); a switch's ingress ports have none."""
         if self.topology == "switch":
             return self.latency_s if link[0] == "out" else 0.0
         if self.topology == "hierarchical":
-            return {"out": self.latency_s, "nic_out": self.inter_latency_s}.get(link[0], 0.0)
+            return {"out": self.latency_s, "nic_out": self.inter_latency_s,
+                    "up": self.spine_latency_s}.get(link[0], 0.0)
         return self.latency_s
 
     def link_bandwidth(self, link: tuple) -> float:
         """The bandwidth of `link` in bytes per second, per direction."""
         if self.topology == "hierarchical" and link[0] in ("nic_out", "nic_in"):
             return self.inter_bandwidth_bytes_per_s
+        if self.topology == "hierarchical" and link[0] in _fabric.KINDS:
+            return _fabric.uplink_bandwidth(self)
         return self.bandwidth_bytes_per_s
 
     def transfer_s(self, size_bytes: int) -> float:
@@ -175,7 +209,9 @@ class Network:
         if self.topology == "hierarchical":
             nodes = "" if self.shape is None else f"{self.shape[0]} nodes of "
             text += (f" ({nodes}{self.node_size} devices; between nodes latency {self.inter_latency_s * 1e6:g} us, "
-                     f"bandwidth {self.inter_bandwidth_bytes_per_s / 1e9:g} GB/s)")
+                     f"bandwidth {self.inter_bandwidth_bytes_per_s / 1e9:g} GB/s{_fabric.describe(self)})")
+        if self.multipath:
+            text += ", multipath"
         if self.store_and_forward:
             text += ", store-and-forward"
         if self.switch_reduces:
@@ -219,6 +255,43 @@ def _check_wraparound(wraparound: object, shape: tuple[int, ...] | None) -> tupl
         raise InvalidArgumentError(f"wraparound={tuple(wraparound)} must have one entry per dimension of "
                                    f"shape={shape} ({rank})")
     return tuple(wraparound)
+
+
+def _check_multipath(network: Network) -> None:
+    """`multipath` is a bool, only on a ring or torus, and not with store-and-forward hops."""
+    if not isinstance(network.multipath, bool):
+        raise InvalidTypeError(f"multipath={network.multipath!r} must be True or False")
+    if network.multipath and network.topology not in ("ring", "torus"):
+        raise InvalidArgumentError(f"multipath=True needs topology='ring' or 'torus', not topology="
+                                   f"{network.topology!r}: only a ring or torus has several minimal paths")
+    if network.multipath and network.store_and_forward:
+        raise InvalidArgumentError("multipath=True with store_and_forward=True: a message split over several "
+                                   "paths is modelled cut-through only; drop one of them")
+
+
+def _check_fabric(network: Network) -> None:
+    """Leaf/spine fields: only on a hierarchical network with `leaf_size`, each of the right type and range."""
+    if network.leaf_size is None:
+        changed = [f"{name}={value!r}" for name, value, default in (
+            ("rails", network.rails, False), ("oversubscription", network.oversubscription, 1.0),
+            ("spine_latency_s", network.spine_latency_s, 0.0)) if value != default]
+        if changed:
+            raise InvalidArgumentError(f"{', '.join(changed)} needs a leaf/spine fabric: give leaf_size= (nodes "
+                                       f"per leaf) on a hierarchical network")
+        return
+    if network.topology != "hierarchical":
+        raise InvalidArgumentError(f"leaf_size={network.leaf_size!r} needs topology='hierarchical', not "
+                                   f"topology={network.topology!r}: leaves join the nodes of a hierarchical network")
+    size = network.leaf_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidArgumentError(f"leaf_size={size!r} must be a positive integer (nodes per leaf)")
+    if not isinstance(network.rails, bool):
+        raise InvalidTypeError(f"rails={network.rails!r} must be True or False")
+    _check_link("spine_", network.spine_latency_s, 1.0)
+    over = network.oversubscription
+    if isinstance(over, bool) or not isinstance(over, (int, float)) or not math.isfinite(over) or not over > 0:
+        raise InvalidArgumentError(f"oversubscription={over!r} must be a number > 0 (a leaf's NIC bandwidth over "
+                                   f"its uplink bandwidth; 1 is non-blocking)")
 
 
 def _check_hierarchical(network: Network) -> None:

@@ -20,32 +20,35 @@ from sim.network._network import Network, _check_shape
 # reduction is 275 GB/s (busbw 2 (8 - 1)/8 x 275 = 481 GB/s); the ideal is the port's 450 GB/s (rate None).
 _NVLS_H100_BYTES_PER_S = 275e9
 _ICI_HOP_S = 1e-6  # "about 1 us per hop" on ICI: How to Scale Your Model (Austin et al., 2025), "Rooflines"/TPUs
+# Every TPU preset is multipath: a transfer is split over the torus's minimal paths (both ways round a ring at a
+# half-way tie, every dimension order), as ICI spreads traffic over the links of a slice; How to Scale Your
+# Model's ICI forms likewise count both directions of every link (W_bidi) for traffic that can use them.
 
 
 def _tpu_v4p(shape: tuple[int, ...]) -> Network:
     # TPU v4: 3-D torus, 4.5e10 B/s one way per ICI link; slices wrap around on axes that are multiples of 4
     # (the optical circuit switches close a ring on each full 4-chip cube face). Sources: cloud.google.com/tpu/
     # docs/v4 and How to Scale Your Model, "How to Think About TPUs" (ICI bandwidth table, wraparound rule).
-    return Network.torus(shape, tuple(s % 4 == 0 for s in shape), _ICI_HOP_S, 4.5e10)
+    return Network.torus(shape, tuple(s % 4 == 0 for s in shape), _ICI_HOP_S, 4.5e10, multipath=True)
 
 
 def _tpu_v5p(shape: tuple[int, ...]) -> Network:
     # TPU v5p: 3-D torus, 9e10 B/s one way per ICI link (twice v4p); the same cube-and-OCS construction, so
     # axes that are multiples of 4 wrap around. Sources: cloud.google.com/tpu/docs/v5p and How to Scale Your
     # Model, "How to Think About TPUs".
-    return Network.torus(shape, tuple(s % 4 == 0 for s in shape), _ICI_HOP_S, 9e10)
+    return Network.torus(shape, tuple(s % 4 == 0 for s in shape), _ICI_HOP_S, 9e10, multipath=True)
 
 
 def _tpu_v5e(shape: tuple[int, ...]) -> Network:
     # TPU v5e: 2-D torus (up to 16x16), 4.5e10 B/s one way per ICI link; only a full axis of 16 wraps around.
     # Sources: cloud.google.com/tpu/docs/v5e and How to Scale Your Model, "How to Think About TPUs".
-    return Network.torus(shape, tuple(s == 16 for s in shape), _ICI_HOP_S, 4.5e10)
+    return Network.torus(shape, tuple(s == 16 for s in shape), _ICI_HOP_S, 4.5e10, multipath=True)
 
 
 def _tpu_v6e(shape: tuple[int, ...]) -> Network:
     # TPU v6e (Trillium): 2-D torus (up to 16x16), 9e10 B/s one way per ICI link; a full axis of 16 wraps
     # around, as on v5e. Sources: cloud.google.com/tpu/docs/v6e and How to Scale Your Model.
-    return Network.torus(shape, tuple(s == 16 for s in shape), _ICI_HOP_S, 9e10)
+    return Network.torus(shape, tuple(s == 16 for s in shape), _ICI_HOP_S, 9e10, multipath=True)
 
 
 def _h100_nvlink(shape: tuple[int, ...]) -> Network:
@@ -60,10 +63,15 @@ def _h100_ib(shape: tuple[int, ...]) -> Network:
     # DGX H100: 8 GPUs per node on NVSwitch (450 GB/s per direction per GPU, as h100-nvlink), nodes joined by
     # one 400 Gb/s (50 GB/s per direction) ConnectX-7 InfiniBand NIC per GPU. Source: NVIDIA DGX H100 user
     # guide, "Hardware overview" (8x ConnectX-7, 400 Gb/s each); NDR InfiniBand switch latency ~ a few us.
+    # The fabric is DGX SuperPOD's: scalable units of 32 nodes, rail-optimized (NIC r of each node of a unit on
+    # leaf r), leaves joined by spines non-blocking (as many leaf-spine cables as node-leaf ones). Source: NVIDIA
+    # DGX SuperPOD Reference Architecture featuring DGX H100 Systems (RA-11333-001), "Compute Fabric"; docs.
+    # nvidia.com/dgx-superpod/reference-architecture-scalable-infrastructure-h100/. The spine's two extra switch
+    # traversals are well inside the order-of-magnitude 5 us, so they add no latency of their own.
     # The NVSwitch reduces as h100-nvlink's does (NVLS); the InfiniBand switch reduces too (SHARP, NDR Quantum-2
     # switches), at its ports' 50 GB/s.
-    return replace(Network.hierarchical(shape[1], shape[0], 2e-6, 450e9, 5e-6, 50e9), switch_reduces=True,
-                   switch_reduction_bytes_per_s=_NVLS_H100_BYTES_PER_S)
+    return replace(Network.hierarchical(shape[1], shape[0], 2e-6, 450e9, 5e-6, 50e9, leaf_size=32, rails=True),
+                   switch_reduces=True, switch_reduction_bytes_per_s=_NVLS_H100_BYTES_PER_S)
 
 
 def _gb200_nvl72(shape: tuple[int, ...]) -> Network:
