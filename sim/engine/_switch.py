@@ -12,7 +12,9 @@ switch's adders to every receiver's ingress port), and a member's `Port.recv_red
 last sum it receives has arrived: a call over n members costs n rows and n events, not n^2.
 
 The trace shows each contribution as a message from its member to the shard's owner, and each sum as a
-message from the owner to each receiver; a shard's records all arrive when its sum does.
+message from the owner to each receiver; a shard's records all arrive when its sum does. (`Run.link_busy_s`
+charges these records to the routes between their ends, not to the one flow through the switch that timed
+them.)
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ _PORTS = {False: ("out", "sum", "in"), True: ("nic_out", "nic_sum", "nic_in")}
 
 def reduces(network: Network) -> bool:
     """Whether `network`'s switch can reduce (`Network.switch_reduces`)."""
-    return bool(getattr(network, "switch_reduces", False))
+    return network.switch_reduces
 
 
 def across_nodes(network: Network, devices: Sequence[int]) -> bool:
