@@ -45,9 +45,21 @@ def step_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequenc
             latency = max(latency, sum(network.link_latency_s(link) for link in route))
             for link in route:
                 loads[link] = loads.get(link, 0.0) + size_bytes * scale
+    costs = network.costs
+    issue = costs.issue_s(_sent(pattern, shape))
     if not loads:
-        return latency
-    return latency + max(load / network.link_bandwidth(link) for link, load in loads.items())
+        return issue + latency
+    wire = costs.wire_bytes(size_bytes) / size_bytes if size_bytes > 0 else 1.0
+    return issue + latency + wire * max(load / network.link_bandwidth(link) for link, load in loads.items())
+
+
+def _sent(pattern: Pattern, shape: tuple[int, ...]) -> int:
+    """Messages the busiest member sends in one step of `pattern` (what it spends issuing them)."""
+    if pattern.kind == "pairs":
+        return (shape[pattern.axis] if pattern.axis is not None else math.prod(shape)) - 1
+    if pattern.kind == "fan":
+        return math.prod(shape) - 1
+    return 2 if pattern.kind == "bishift" else 1
 
 
 def _shift_sets(pattern: Pattern, shape: tuple[int, ...]) -> list[tuple[list[int], float]]:
@@ -100,8 +112,9 @@ _ROOTED = {
 
 def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
            size_bytes: int) -> float:
-    """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each."""
-    total, ring = 0.0, None
+    """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each: its
+    launch (`sim.Costs.launch_s`, for a group of several members) and its steps."""
+    total, ring = (mesh.network.costs.launch_s if len(members) > 1 else 0.0), None
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
         if algorithm.name in RINGS and pattern.k == 1 and pattern.axis is None:  # round the ring's own order
             ring = ring or tuple(members[g] for g in ring_order(mesh, members))

@@ -251,6 +251,8 @@ def _send_slices(port: sim.Port, args: _Args, source: np.ndarray, per: int, peer
             payload, header = yield from pack_slice(port, source[offset:offset + size], args.operand.layout, slice=i)
             port.send(members[peer], payload, tag=i % per, header={"offset": at, **header},
                       slice=i, rows=(at, at + int(size)), src_rows=(int(offset), int(offset + size)), **detail)
+        elif not size and peer != me and port.pays_empty_slices:  # a send issued for an empty slice
+            port.issue(1)
 
 
 def _receive_slices(port: sim.Port, args: _Args, view: np.ndarray, per: int, peer: int):

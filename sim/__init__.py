@@ -41,10 +41,12 @@ from sim.memory import (
     device_put,
 )
 from sim.network import (
+    CALIBRATIONS,
     DEFAULT_COPY_COST,
     PRESETS,
     TOPOLOGIES,
     CopyCost,
+    Costs,
     Group,
     LinkState,
     Mesh,
@@ -80,11 +82,13 @@ from sim.record import CallRecord, Const, CopyRecord, Equation, MessageRecord, P
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network
+    "CALIBRATIONS",
     "DEFAULT_COPY_COST",
     "PRESETS",
     "TOPOLOGIES",
     "Buffer",
     "CopyCost",
+    "Costs",
     "Group",
     "LinkState",
     "LocalMemory",

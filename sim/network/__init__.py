@@ -1,12 +1,13 @@
 """The mesh and the network under it: axes, device groups, topologies and their presets, routes, and the
 links' state (flows sharing links max-min fairly)."""
 
+from sim.network._costs import Costs
 from sim.network._flows import LinkState, max_min_rates
 from sim.network._mesh import Group, Mesh, check_axis_index_groups
 from sim.network._network import DEFAULT_COPY_COST, TOPOLOGIES, CopyCost, Network
-from sim.network._presets import PRESETS
+from sim.network._presets import CALIBRATIONS, PRESETS
 
 __all__ = [
-    "DEFAULT_COPY_COST", "PRESETS", "TOPOLOGIES", "CopyCost", "Group", "LinkState", "Mesh", "Network",
+    "CALIBRATIONS", "DEFAULT_COPY_COST", "PRESETS", "Costs", "TOPOLOGIES", "CopyCost", "Group", "LinkState", "Mesh", "Network",
     "check_axis_index_groups", "max_min_rates",
 ]

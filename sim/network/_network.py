@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim.network import _topology
+from sim.network._costs import FREE, Costs
 
 TOPOLOGIES = ("fully_connected", "switch", "ring", "torus", "hierarchical")
 
@@ -32,7 +33,9 @@ class Network:
 
     `shape` is the topology's device shape (a torus's dimensions; `(nodes, node_size)` for hierarchical);
     None for fully_connected and switch (any number of devices) and, for ring and hierarchical, until a mesh
-    sizes it. A multi-hop message is pipelined (cut-through) unless `store_and_forward`.
+    sizes it. A multi-hop message is pipelined (cut-through) unless `store_and_forward`. `costs` adds what
+    a call costs besides the wire (launch, per-message issue, protocol efficiency, reduction arithmetic:
+    `sim.Costs`); by default nothing.
 
     >>> Network.torus((4, 4), wraparound=(True, False)).route(0, 7)
     ((0, 4), (4, 5), (5, 6), (6, 7))
@@ -48,9 +51,13 @@ class Network:
     inter_bandwidth_bytes_per_s: float | None = None
     store_and_forward: bool = False
     preset_name: str | None = None
+    costs: Costs = FREE
 
     def __post_init__(self) -> None:
         _check_link("", self.latency_s, self.bandwidth_bytes_per_s)
+        if not isinstance(self.costs, Costs):
+            raise InvalidTypeError(f"costs={self.costs!r} must be a sim.Costs (launch, per-message, protocol "
+                                   f"efficiency and reduction costs)")
         if self.topology not in TOPOLOGIES:
             raise InvalidArgumentError(f"topology={self.topology!r} must be one of {', '.join(TOPOLOGIES)}")
         if self.shape is not None:
@@ -100,11 +107,13 @@ class Network:
                    inter_bandwidth_bytes_per_s, store_and_forward)
 
     @classmethod
-    def preset(cls, name: str, shape: tuple[int, ...] | None = None) -> Network:
-        """A real system's network (see `sim.network._presets` for each one's figures and sources)."""
+    def preset(cls, name: str, shape: tuple[int, ...] | None = None, calibration: str = "measured") -> Network:
+        """A real system's network (see `sim.network._presets` for each one's figures and sources):
+        `calibration='measured'` fits published measurements (protocol efficiency, launch and per-message
+        costs), `'ideal'` is the hardware's link rates with no cost besides the wire."""
         from sim.network._presets import preset
 
-        return preset(name, shape)
+        return preset(name, shape, calibration)
 
     @property
     def devices(self) -> int | None:
