@@ -162,13 +162,13 @@ def run_published(case: Published) -> sim.Run:
     spec, axis, algorithm = sim.P(*case.spec), case.axis_name, case.algorithm
     if case.collective == "all_to_all":
         x = np.zeros(len(mesh.devices) * case.size_bytes, np.uint8)
-        call = lambda v: collectives.all_to_all(v, axis, 0, 0, tiled=True, algorithm=algorithm)  # noqa: E731
+        call = lambda v: collectives.all_to_all(v, axis, 0, 0, tiled=True, algorithm=algorithm)
     elif case.collective == "psum":
         x = np.zeros(case.array, layouts.BFLOAT16)
-        call = lambda v: collectives.psum(v, axis, algorithm=algorithm)  # noqa: E731
+        call = lambda v: collectives.psum(v, axis, algorithm=algorithm)
     else:
         x = np.zeros(case.array, layouts.BFLOAT16)
-        call = lambda v: collectives.all_gather(v, axis, tiled=True, algorithm=algorithm)  # noqa: E731
+        call = lambda v: collectives.all_gather(v, axis, tiled=True, algorithm=algorithm)
     f = sim.shard_map(call, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
     return f.run(x)
 
@@ -202,8 +202,8 @@ def main(argv: list[str]) -> int:
         print(f"{case.name:<58} {tiny * 1e6:>11.4f} {exact * 1e6:>10.4f} {large_text:>12} {form_text:>11} "
               f"{error_text:>7} {algbw_text:>10} {busbw_text:>7}  {case.source}{'' if ok else '  MISMATCH'}")
     print()
-    print(f"{'published case':<80} {'calib.':<8} {'algorithm':<19} {'sim us':>8} {'published':>9} {'error':>7} {'algbw':>7} "
-          f"{'busbw':>7}")
+    print(f"{'published case':<80} {'calib.':<8} {'algorithm':<19} {'sim us':>8} {'published':>9} {'error':>7} "
+          f"{'algbw':>7} {'busbw':>7}")
     for case in PUBLISHED:
         if case.collective == "ragged_all_to_all":
             seconds, algorithm, algbw, busbw = measure_published(case), "direct", 0.0, 0.0

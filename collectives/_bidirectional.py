@@ -95,6 +95,7 @@ def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], redu
             c = (me + offset * (r - step - 1)) % n
             message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
             span = _lane(own[c], offset, n, step == 0)
+            yield from sim.add_step(port, own[c][span].nbytes, step=step, chunk=c)
             if step == r - 1:
                 arrived[offset] = (span, received(message))
             else:

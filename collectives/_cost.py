@@ -45,7 +45,7 @@ def step_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequenc
             latency = max(latency, sum(network.link_latency_s(link) for link in route))
             for link in route:
                 loads[link] = loads.get(link, 0.0) + size_bytes * scale
-    costs = network.costs
+    costs = costs_of(network)
     issue = costs.issue_s(_sent(pattern, shape))
     if not loads:
         return issue + latency
@@ -114,7 +114,7 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
            size_bytes: int) -> float:
     """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each: its
     launch (`sim.Costs.launch_s`, for a group of several members) and its steps."""
-    total, ring = (mesh.network.costs.launch_s if len(members) > 1 else 0.0), None
+    total, ring = (costs_of(mesh.network).launch_s if len(members) > 1 else 0.0), None
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
         if algorithm.name in RINGS and pattern.k == 1 and pattern.axis is None:  # round the ring's own order
             ring = ring or tuple(members[g] for g in ring_order(mesh, members))
@@ -127,7 +127,22 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
             total += repeat * sum(times) * len(offsets) / max(1, len(sampled))
             continue
         total += repeat * step_s(pattern, each, mesh, members, shape)
-    return total
+    return total + _adding_s(algorithm.over(shape), mesh, shape, size_bytes)
+
+
+def _adding_s(algorithm: Algorithm, mesh: sim.Mesh, shape: tuple[int, ...], size_bytes: int) -> float:
+    """Seconds a member spends adding what it receives (`Algorithm.adds` at `sim.Costs.reduce_bytes_per_s`)."""
+    if algorithm.adds is None:
+        return 0.0
+    return costs_of(mesh.network).reduce_s(algorithm.adds(shape, size_bytes))
+
+
+def costs_of(network: object) -> sim.Costs:
+    """The network's costs besides the wire; none for a network that states none (a duck-typed one)."""
+    return getattr(network, "costs", _NO_COSTS)
+
+
+_NO_COSTS = sim.Costs()
 
 
 def fastest(candidates: Sequence[Algorithm], mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],

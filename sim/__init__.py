@@ -65,6 +65,7 @@ from sim.program import (
     ShapeDtypeStruct,
     ShardMapped,
     Varying,
+    add_step,
     apply,
     as_array,
     copy_step,
@@ -112,7 +113,8 @@ __all__ += [  # layouts on the devices: placed arrays, shardings, the compile mo
     "SingleDeviceSharding", "device_put", "jit", "with_layout_constraint",
 ]
 __all__ += [  # for collectives: the protocol interface
-    "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "copy_step", "current", "current_or_none",
+    "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "add_step", "copy_step", "current",
+    "current_or_none",
 ]
 __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",

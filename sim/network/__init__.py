@@ -8,6 +8,6 @@ from sim.network._network import DEFAULT_COPY_COST, TOPOLOGIES, CopyCost, Networ
 from sim.network._presets import CALIBRATIONS, PRESETS
 
 __all__ = [
-    "CALIBRATIONS", "DEFAULT_COPY_COST", "PRESETS", "Costs", "TOPOLOGIES", "CopyCost", "Group", "LinkState", "Mesh", "Network",
-    "check_axis_index_groups", "max_min_rates",
+    "CALIBRATIONS", "DEFAULT_COPY_COST", "PRESETS", "TOPOLOGIES", "CopyCost", "Costs", "Group", "LinkState", "Mesh",
+    "Network", "check_axis_index_groups", "max_min_rates",
 ]
