@@ -450,3 +450,16 @@ def test_network_keys_build_the_topology(tmp_path):
                                  'preset = "tpu-v5e"\ncalibration = "ideal"'))
     ideal = scenarios.load(path).mesh.network
     assert ideal == sim.Network.preset("tpu-v5e", (2, 2), "ideal") != sim.Network.preset("tpu-v5e", (2, 2))
+    assert "costs" not in scenarios.run(scenarios.load(path)).to_dict()["network"]
+    measured = scenarios.run(library).to_dict()["network"]["costs"]
+    assert measured["efficiency"] == sim.Network.preset("tpu-v5e").costs.efficiency < 1
+
+
+def test_sweeps_take_a_calibration_with_a_preset():
+    """A sweep's network table may name a preset's calibration (and only a preset's); its label says which."""
+    from scenarios.sweep._sweep_values import build_network, check_network, network_label
+    table = check_network({"preset": "tpu-v5e", "calibration": "ideal"})
+    assert build_network(table, (2, 4)) == sim.Network.preset("tpu-v5e", (2, 4), "ideal")
+    assert network_label(table) == "tpu-v5e calibration=ideal"
+    with pytest.raises(sim.InvalidArgumentError, match="calibration='ideal' goes with a preset"):
+        check_network({"topology": "ring", "calibration": "ideal"})
