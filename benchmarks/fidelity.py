@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +71,9 @@ def _run(case: Case, size_bytes: int) -> sim.Run:
     names = tuple(name for name, _ in case.axes)
     axis_name = names if len(names) > 1 else names[0]
     p = case.devices
-    mesh = sim.Mesh(dict(case.axes), network=network(case.topology, case.axes), copy_cost=FREE_COPIES)
+    links = network(case.topology, case.axes)
+    links = links if case.costs is None else replace(links, costs=case.costs)
+    mesh = sim.Mesh(dict(case.axes), network=links, copy_cost=FREE_COPIES)
     # small integers in float32, so every order of addition is exact
     x = (np.arange(p * size_bytes // 4) % 7).astype(np.float32).reshape(p, -1)
     spec = sim.P(names)
