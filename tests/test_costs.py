@@ -172,3 +172,12 @@ def test_a100_nodes_of_four_on_hdr200():
     assert (network.topology, network.node_size, network.shape) == ("hierarchical", 4, (16, 4))
     assert (network.bandwidth_bytes_per_s, network.inter_bandwidth_bytes_per_s) == (300e9, 25e9)
     assert network.costs.pays_empty_slices and math.isclose(network.costs.per_message_s, 12e-6)
+
+
+def test_link_busy_time_weighs_messages_as_the_protocol_does():
+    """`Run.link_busy_s` counts a message of S bytes as S / efficiency + overhead_bytes on each link."""
+    mesh = sim.Mesh({"x": 2}, network=_network(efficiency=0.5, overhead_bytes=100), copy_cost=FREE_COPIES)
+    f = sim.shard_map(lambda v: collectives.ppermute(v, "x", [(0, 1)]), mesh=mesh, in_specs=P("x"),
+                      out_specs=P("x"), check_vma=False)
+    run = f.run(np.zeros(2 * 250, np.float32))  # 1000 bytes from device 0 to device 1
+    assert run.link_busy_s() == {(0, 1): (1000 / 0.5 + 100) / W}
