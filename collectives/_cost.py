@@ -113,7 +113,7 @@ _ROOTED = {
 def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
            size_bytes: int) -> float:
     """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each: its
-    launch (`sim.Costs.launch_s`, for a group of several members) and its steps."""
+    launch (`sim.Costs.launch_s`, where members send to each other) and its steps."""
     total, ring = (costs_of(mesh.network).launch_s if len(members) > 1 else 0.0), None
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
         if algorithm.name in RINGS and pattern.k == 1 and pattern.axis is None:  # round the ring's own order

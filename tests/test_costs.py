@@ -181,3 +181,17 @@ def test_link_busy_time_weighs_messages_as_the_protocol_does():
                       out_specs=P("x"), check_vma=False)
     run = f.run(np.zeros(2 * 250, np.float32))  # 1000 bytes from device 0 to device 1
     assert run.link_busy_s() == {(0, 1): (1000 / 0.5 + 100) / W}
+
+
+def test_a_call_that_sends_nothing_launches_nothing():
+    """A psum of a constant sends no message, so it pays no launch; a one-device group neither."""
+    mesh = sim.Mesh({"x": N}, network=_network(launch_s=5e-6), copy_cost=FREE_COPIES)
+    f = sim.shard_map(lambda v: v + collectives.psum(1, "x"), mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                      check_vma=False)
+    run = f.run(np.zeros(N, np.float32))
+    assert np.array_equal(np.asarray(run.outputs), np.full(N, N, np.float32))
+    assert max(call.exit_s for call in run.calls) == 0.0
+    groups = [[i] for i in range(N)]
+    g = sim.shard_map(lambda v: collectives.psum(v, "x", axis_index_groups=groups), mesh=mesh, in_specs=P("x"),
+                      out_specs=P("x"), check_vma=False)
+    assert max(call.exit_s for call in g.run(np.ones(N, np.float32)).calls) == 0.0

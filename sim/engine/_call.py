@@ -51,9 +51,6 @@ class Calls:
             meeting = self.rendezvous.arrive(program.device, call, collective)
             yield meeting.event
             met_s = float(self.env.now)
-            launch_s = self.transport.costs.launch_s
-            if launch_s and len(members) > 1:  # a call's setup before its first message (`Costs.launch_s`)
-                yield self.env.timeout(launch_s)
             port = Port(self.transport, self.memories[program.device], program.device, collective, call,
                         meeting.view, self.options)
             result = yield from collective.protocol(port, collective.args)

@@ -14,10 +14,11 @@ all-reduce) may post whole rows instead (`send_each` / `recv_each`): one table p
 member's row and the arrival times of its messages, and each receiver takes its column with one event, so
 a call over n devices costs n events and n row postings, not n^2 mailbox entries.
 
-The network's `Costs` are charged here too: a port issues its messages to other devices one after another,
-`per_message_s` each, and a message (a row: once its last message is issued) enters the network when it
-has been issued; on the links a message weighs `Costs.wire_bytes` of its size (the protocol's efficiency
-and overhead), while the trace records its payload's bytes.
+The network's `Costs` are charged here too: a port launches its call before its first message to another
+device (`launch_s`) and issues its messages one after another, `per_message_s` each; a message (a row:
+once its last message is issued) enters the network when it has been issued; on the links a message
+weighs `Costs.wire_bytes` of its size (the protocol's efficiency and overhead), while the trace records its
+payload's bytes.
 """
 
 from __future__ import annotations
@@ -301,6 +302,7 @@ class Port:
         self.exchange = meeting.exchange
         self.last_arrival_s = 0.0  # the latest arrival of this port's messages known so far
         self.issued_s = 0.0  # when the messages this port has issued are all issued (`Costs.per_message_s`)
+        self.launched = False  # whether the call has been launched (`Costs.launch_s`, before the first message)
         self.in_flight = 0  # messages sent through this port whose arrival is not known yet
         self._drained: simpy.Event | None = None
 
@@ -348,12 +350,16 @@ class Port:
 
     def issue(self, messages: int) -> float | None:
         """Spend the time of issuing `messages` messages to other devices (`Costs.per_message_s` each, one
-        after another from when the last issue ended or now); when they are all issued, or None when issuing
-        is free. A message issued for an empty ragged slice (`Costs.empty_slices='pay'`) costs this alone."""
-        each = self.transport.costs.per_message_s
-        if not each or messages <= 0:
+        after another from when the last issue ended or now, the first after the call's `Costs.launch_s`);
+        when they are all issued, or None when issuing is free. A message issued for an empty ragged slice
+        (`Costs.empty_slices='pay'`) costs this alone."""
+        costs = self.transport.costs
+        if messages <= 0 or not (costs.per_message_s or costs.launch_s):
             return None
-        self.issued_s = max(float(self.transport.env.now), self.issued_s) + messages * each
+        start = max(float(self.transport.env.now), self.issued_s)
+        if not self.launched:
+            start, self.launched = start + costs.launch_s, True
+        self.issued_s = start + messages * costs.per_message_s
         return self.issued_s
 
     @property

@@ -5,8 +5,8 @@ The network's links say how long bytes take on the wire (`Network`); a real syst
 each charged in the simulated run where it happens and, in the same form, by the cost model behind
 `algorithm='auto'` (`collectives._cost`):
 
-- `launch_s`: once per collective call, the seconds its members wait after they meet and before their first
-  message (a kernel launch, a collective's setup);
+- `launch_s`: once per collective call, the seconds a member waits before its first message to another
+  device (a kernel launch, a collective's setup; a call that sends nothing launches nothing);
 - `per_message_s`: the seconds a member spends issuing each message to another device; a member issues its
   messages one after another, and a message enters the network when it has been issued (`empty_slices`
   says whether ragged_all_to_all issues a message for an empty peer slice too: 'pay', as XLA GPU did
@@ -40,7 +40,7 @@ class Costs:
     """The costs of a collective call besides its bytes on the wire (see the module docstring).
 
     Attributes:
-        launch_s: seconds a call's members wait after meeting, before their first message (>= 0).
+        launch_s: seconds a member of a call waits before its first message to another device (>= 0).
         per_message_s: seconds a member spends issuing each message it sends to another device (>= 0).
         empty_slices: 'pay' (ragged_all_to_all issues a message per peer slice, empty ones included) or
             'skip' (only non-empty slices are issued).
