@@ -7,7 +7,7 @@ device count. A version of XLA that issues a send for every peer slice (`sim.Cos
 jax 0.10.0) pays for the empty ones and grows with the device count; one that skips them stays flat.
 
 >>> round(exchange_s(16, "ideal") * 1e6)   # 16 A100s, the links alone: 64 KiB to each neighbour
-13
+23
 """
 
 from __future__ import annotations
