@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import collectives
+import sim
 
 LATENCY_S = 1e-6  # a: one hop
 BANDWIDTH = 10e9  # w: bytes per second, one direction of one link or port
@@ -66,6 +67,7 @@ class Case:
     exact: Callable[[int], tuple[float, float]]
     textbook: Callable[[int], float]
     source: str
+    costs: sim.Costs | None = None  # costs besides the wire the table's network carries (None: none)
 
     @property
     def devices(self) -> int:
@@ -73,7 +75,8 @@ class Case:
 
     @property
     def name(self) -> str:
-        return f"{self.collective}/{self.algorithm} on {self.topology} ({'x'.join(str(n) for _, n in self.axes)})"
+        name = f"{self.collective}/{self.algorithm} on {self.topology} ({'x'.join(str(n) for _, n in self.axes)})"
+        return name if self.costs is None else name + " with costs"
 
 
 def _lg(p: int) -> int:
@@ -289,10 +292,40 @@ def _multipath_and_fabric() -> list[Case]:
     ]
 
 
+COSTS = sim.Costs(launch_s=0.5e-6, per_message_s=0.1e-6, efficiency=0.8, overhead_bytes=1024,
+                  reduce_bytes_per_s=40e9)
+
+
+def _with_costs(p: int) -> list[Case]:
+    """Dedicated links carrying every cost besides the wire (`COSTS`): a call pays its launch once, a step the
+    issue of each message a member sends in it, a message of m bytes (m / efficiency + overhead) / w on the
+    wire, a reduction the bytes it adds over the rate. The textbook form is the bandwidth-only one at the
+    effective bandwidth efficiency x w (LogGP's G = 1 / (e w), Alexandrov et al. 1995) plus the adds."""
+    c, e, f, r, w = COSTS.per_message_s, COSTS.efficiency, COSTS.overhead_bytes, COSTS.reduce_bytes_per_s, BANDWIDTH
+    axes, launch, share = (("x", p),), (COSTS.launch_s, 0.0), (p - 1) / p
+
+    def steps(count: int, sent: int, message: float, added: float = 0.0) -> tuple[float, float]:
+        return _add(launch, (count * (sent * c + LATENCY_S), count * (message / e + f) / w + added / r))
+
+    source = "bandwidth form at e w (LogGP) + adds"
+    rows = [
+        ("all_gather", "direct", lambda s: steps(1, p - 1, s), lambda s: s / (e * w)),
+        ("all_gather", "ring", lambda s: steps(p - 1, 1, s), lambda s: (p - 1) * s / (e * w)),
+        ("psum_scatter", "ring", lambda s: steps(p - 1, 1, s / p, share * s),
+         lambda s: share * s / (e * w) + share * s / r),
+        ("psum", "direct", lambda s: steps(1, p - 1, s, (p - 1) * s), lambda s: s / (e * w) + (p - 1) * s / r),
+        ("psum", "ring", lambda s: steps(2 * (p - 1), 1, s / p, share * s),
+         lambda s: 2 * share * s / (e * w) + share * s / r),
+        ("all_to_all", "direct", lambda s: steps(1, p - 1, s / p), lambda s: s / p / (e * w)),
+    ]
+    return [Case(op, name, "fully_connected", axes, exact, textbook, source, COSTS)
+            for op, name, exact, textbook in rows]
+
+
 def cases() -> list[Case]:
     """Every row of the validation table."""
     return (_one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4)
-            + _multipath_and_fabric() + _nodes(2, 4) + _nodes(4, 2) + _in_network(8, NODE_SIZE))
+            + _multipath_and_fabric() + _nodes(2, 4) + _nodes(4, 2) + _in_network(8, NODE_SIZE) + _with_costs(8))
 
 
 def busbw_factor(collective: str, p: int) -> float:

@@ -74,6 +74,8 @@ class Algorithm:
             two or more nodes of a network with nodes.
         in_network: the switch does the reduction (`collectives._in_network`): runs only where the network's
             switch reduces (`sim.Network.switch_reduces`), and 'auto' considers it only there.
+        adds: `adds(shape, size_bytes)`, the bytes of received data a member adds on the grid `shape` (a
+            reduction's arithmetic, timed at `sim.Costs.reduce_bytes_per_s`); None where it adds nothing.
     """
 
     name: str
@@ -90,6 +92,7 @@ class Algorithm:
     auto: bool = False
     nodes: bool = False
     in_network: bool = False
+    adds: Callable[[Shape, float], float] | None = None
 
     def __repr__(self) -> str:
         return f"Algorithm({self.name!r})"
@@ -159,6 +162,17 @@ def bidirectional_form(p: int, block: float, a: float, b: float) -> float:
     carrying (p - 1)/2 blocks (the opposite member's half each way for even p); for p = 2 both halves take the
     one link to the other member."""
     return p // 2 * a + ((p - 1) / 2 if p > 2 else p - 1) * block * b
+
+
+def added(share: Callable[[int], float]) -> Callable[[Shape, float], float]:
+    """The bytes a member adds over a group of p, `share(p)` times the operand's: e.g. (p - 1)/p for a
+    reduce-scatter, p - 1 for folding every other member's whole operand."""
+    return lambda shape, b: share(math.prod(shape)) * b
+
+
+def scattered(p: int) -> float:
+    """(p - 1)/p: the share of the operand a member adds in a reduce-scatter (every other member's chunk)."""
+    return (p - 1) / p
 
 
 def on_group(steps: Callable[[int, float], list[Step]]) -> Schedule:

@@ -58,6 +58,7 @@ from collectives._algorithm import (
     Algorithm,
     Pattern,
     Step,
+    added,
     auto_of,
     bidirectional_form,
     bidirectional_messages,
@@ -105,6 +106,7 @@ def _direct(port: sim.Port, args: AllReduceArgs) -> Generator:
         g = port.group.size
         port.send_each([source] * g, [header_of(args.buffer.layout.major_to_minor)] * g, step=[0] * g)
         messages = yield from port.recv_each()
+        yield from sim.add_step(port, (g - 1) * source.nbytes)
         out = port.memory.view(port.memory.alloc(source.dtype, source.shape, args.out_layout))
         out[...] = fold(args.reduction, np.stack([m.payload for m in messages]))
         return out
@@ -133,6 +135,8 @@ def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[
     for i, src in enumerate(port.group.members):
         message = yield port.recv(src)
         yield from unpack_into(port, message, inbox, member=i)
+        if src != port.device:
+            yield from sim.add_step(port, inbox.nbytes, member=i)
         acc = combine(reduction, acc, widen(inbox))
     out[...] = convert(acc, dtype)
     return out
@@ -247,6 +251,7 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
             team, phase, own, partial, c = state
             state[4] = c = (c - 1) % team.size
             message = yield port.recv(team.at(-1), tag=(phase + "reduce-scatter", step))
+            yield from sim.add_step(port, own[c].nbytes, step=step, chunk=c)
             partial[c][...] = combine(reduction, received(message), own[c])
     return [partial[c] for _, _, _, partial, c in states]
 
@@ -280,6 +285,7 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
         port.send(members[partner], payload, tag=distance, header=header, phase="recursive-doubling", step=step)
         message = yield port.recv(members[partner], tag=distance)
         yield from unpack_into(port, message, inbox, step=step)
+        yield from sim.add_step(port, inbox.nbytes, step=step)
         low, high = (partial, inbox) if me < partner else (inbox, partial)
         partial = _fresh(port, combine(args.reduction, low, high), layout)  # a new buffer: `partial` may still travel
         distance *= 2
@@ -330,7 +336,7 @@ def _share(p: int) -> float:
 DIRECT = Algorithm(
     "direct", "direct: every member sends its whole operand to every member (itself included) in one step; each "
               "member folds the arrivals in group order, so every member computes the same bits.",
-    pairs(whole_operand), lambda shape: math.prod(shape) - 1, 1, reorders=False)
+    pairs(whole_operand), lambda shape: math.prod(shape) - 1, 1, reorders=False, adds=added(lambda p: p - 1))
 RING = Algorithm(
     "ring", "ring: the operand is cut into n chunks. Reduce-scatter: in each of n - 1 steps every member passes one "
             "partial chunk to the next member, which adds its own term, so member c ends with chunk c complete. "
@@ -338,13 +344,14 @@ RING = Algorithm(
             "the operand: 2(n - 1) small steps instead of one big one.",
     on_group(lambda p, b: [(Pattern("shift", 1), b / p, 2 * (p - 1))]), lambda shape: 2 * (math.prod(shape) - 1), 2,
     reorders=True, bound=SUM_BOUND,
-    closed_form=lambda p, n, a, b: 2 * (p - 1) * a + 2 * _share(p) * n * b)
+    closed_form=lambda p, n, a, b: 2 * (p - 1) * a + 2 * _share(p) * n * b, adds=added(_share))
 RECURSIVE_DOUBLING = Algorithm(
     "recursive_doubling", "recursive doubling: in step s every member exchanges its partial result with the member "
                           "whose group index differs in bit s (index XOR 2^s) and combines the two, lower index "
                           "first; after log2(n) steps every member holds the whole reduction.",
     on_group(lambda p, b: [(Pattern("xor", 1 << k), b, 1) for k in range(lg(p))]), lambda shape: lg(math.prod(shape)),
-    1, reorders=True, bound=SUM_BOUND, power_of_two=True, closed_form=lambda p, n, a, b: lg(p) * (a + n * b))
+    1, reorders=True, bound=SUM_BOUND, power_of_two=True, closed_form=lambda p, n, a, b: lg(p) * (a + n * b),
+    adds=added(lg))
 BIDIRECTIONAL_RING = Algorithm(
     "bidirectional_ring", "bidirectional ring: the operand is cut into n chunks. Reduce-scatter: chunk c is folded "
                           "along two chains that end at member c, one clockwise from member c - n // 2 and one "
@@ -353,19 +360,19 @@ BIDIRECTIONAL_RING = Algorithm(
                           "2 (n // 2) steps (about n, not 2(n - 1)) of two messages of 1/n.",
     on_group(lambda p, b: bidirectional_steps(p, b / p, half_first=True) + bidirectional_steps(p, b / p)),
     lambda shape: 2 * bidirectional_messages(math.prod(shape)), 2, reorders=True, bound=SUM_BOUND,
-    closed_form=lambda p, n, a, b: 2 * bidirectional_form(p, n / p, a, b))
+    closed_form=lambda p, n, a, b: 2 * bidirectional_form(p, n / p, a, b), adds=added(_share))
 RABENSEIFNER = Algorithm(
     "rabenseifner", "Rabenseifner: a reduce-scatter by recursive halving (at distance n/2, n/4, ..., 1 each member "
                     "keeps the half of its chunks that holds its own and sends the other half to index XOR "
                     "distance), then an all-gather by recursive doubling: 2 log2(n) steps.",
     on_group(lambda p, b: halving(p, b) + doubling(p, b / p)), lambda shape: 2 * lg(math.prod(shape)), 2,
     reorders=True, bound=SUM_BOUND, power_of_two=True,
-    closed_form=lambda p, n, a, b: 2 * lg(p) * a + 2 * _share(p) * n * b)
+    closed_form=lambda p, n, a, b: 2 * lg(p) * a + 2 * _share(p) * n * b, adds=added(_share))
 PER_AXIS = Algorithm(
     "per_axis", "per axis: the ring algorithm along each named mesh axis in turn, the last named first (over one "
                 "axis: the ring algorithm).",
     _per_axis_steps, lambda shape: sum(2 * (s - 1) for s in shape), 2, reorders=True, bound=SUM_BOUND, grid=True,
-    inner=RING)
+    inner=RING, adds=lambda shape, b: sum(_share(s) * b for s in shape))
 HIERARCHICAL = hierarchical.ALL_REDUCE
 TREE = tree.ALL_REDUCE
 ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS, HIERARCHICAL, TREE,

@@ -91,14 +91,17 @@ def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], redu
             payload = held[offset][_lane(own[c], offset, n, step == 0)]
             name = _phase(way, phase)
             port.send(team.at(offset), payload, tag=(name, step), header={}, phase=name, step=step, chunk=c)
+        added = 0  # bytes received both ways this step, added once both have arrived
         for offset, way in _WAYS:
             c = (me + offset * (r - step - 1)) % n
             message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
             span = _lane(own[c], offset, n, step == 0)
+            added += own[c][span].nbytes
             if step == r - 1:
                 arrived[offset] = (span, received(message))
             else:
                 held[offset] = _fold(port, own[c], span, received(message), reduction)
+        yield from sim.add_step(port, added, step=step)
     mine = _fold(port, own[me], slice(0, 0), own[me][:0], reduction)
     for offset, _ in _WAYS:
         if offset in arrived:

@@ -54,9 +54,12 @@ def step_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequenc
                 on = loads.setdefault(share, {})
                 for link in route:
                     on[link] = on.get(link, 0.0) + size_bytes * scale * share
+    costs = costs_of(network)
+    issue = costs.issue_s(_sent(pattern, shape))
     if not any(loads.values()):
-        return max(latency.values(), default=0.0)
-    return max(latency[share] + _drained_s(loads, share, network) for share in loads)
+        return issue + max(latency.values(), default=0.0)
+    wire = costs.wire_bytes(size_bytes) / size_bytes if size_bytes > 0 else 1.0
+    return issue + max(latency[share] + wire * _drained_s(loads, share, network) for share in loads)
 
 
 def _drained_s(loads: dict[float, dict], share: float, network: sim.Network) -> float:
@@ -65,6 +68,15 @@ def _drained_s(loads: dict[float, dict], share: float, network: sim.Network) -> 
     links = {link for on in loads.values() for link in on}
     return max(sum(on.get(link, 0.0) * min(1.0, share / other) for other, on in loads.items())
                / network.link_bandwidth(link) for link in links)
+
+
+def _sent(pattern: Pattern, shape: tuple[int, ...]) -> int:
+    """Messages the busiest member sends in one step of `pattern` (what it spends issuing them)."""
+    if pattern.kind == "pairs":
+        return (shape[pattern.axis] if pattern.axis is not None else math.prod(shape)) - 1
+    if pattern.kind == "fan":
+        return math.prod(shape) - 1
+    return 2 if pattern.kind == "bishift" else 1
 
 
 def _shift_sets(pattern: Pattern, shape: tuple[int, ...]) -> list[tuple[list[int], float]]:
@@ -133,8 +145,9 @@ def _along(shape: tuple[int, ...], axis: int, edges: Sequence[tuple[int, int]]) 
 
 def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
            size_bytes: int) -> float:
-    """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each."""
-    total, ring = 0.0, None
+    """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each: its
+    launch (`sim.Costs.launch_s`, where members send to each other) and its steps."""
+    total, ring = (costs_of(mesh.network).launch_s if len(members) > 1 else 0.0), None
     if algorithm.nodes:  # its steps run over the grid (nodes, members per node)
         order, shape = node_grid(mesh, members)
         members = tuple(members[g] for g in order)
@@ -150,7 +163,22 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
             total += repeat * sum(times) * len(offsets) / max(1, len(sampled))
             continue
         total += repeat * step_s(pattern, each, mesh, members, shape)
-    return total
+    return total + _adding_s(algorithm.over(shape), mesh, shape, size_bytes)
+
+
+def _adding_s(algorithm: Algorithm, mesh: sim.Mesh, shape: tuple[int, ...], size_bytes: int) -> float:
+    """Seconds a member spends adding what it receives (`Algorithm.adds` at `sim.Costs.reduce_bytes_per_s`)."""
+    if algorithm.adds is None:
+        return 0.0
+    return costs_of(mesh.network).reduce_s(algorithm.adds(shape, size_bytes))
+
+
+def costs_of(network: object) -> sim.Costs:
+    """The network's costs besides the wire; none for a network that states none (a duck-typed one)."""
+    return getattr(network, "costs", _NO_COSTS)
+
+
+_NO_COSTS = sim.Costs()
 
 
 def fastest(candidates: Sequence[Algorithm], mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],

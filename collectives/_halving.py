@@ -47,6 +47,7 @@ def halving_reduce_scatter(port: sim.Port, terms: np.ndarray, bounds: list[int],
         message = yield port.recv(members[partner], tag=("halving", step))
         mine = partial[bounds[keep[0]] - base:bounds[keep[1]] - base]
         theirs = received(message)
+        yield from sim.add_step(port, mine.nbytes, step=step)
         low, high = (mine, theirs) if me < partner else (theirs, mine)
         partial = _fresh(port, terms.dtype, mine.size)  # a new buffer: the old one may still travel
         partial[...] = combine(reduction, low, high)

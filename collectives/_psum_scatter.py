@@ -17,6 +17,7 @@ from collectives._algorithm import (
     SUM_BOUND,
     Algorithm,
     Pattern,
+    added,
     auto_of,
     bidirectional_form,
     bidirectional_messages,
@@ -25,6 +26,7 @@ from collectives._algorithm import (
     lg,
     on_group,
     pairs,
+    scattered,
 )
 from collectives._algorithm import part as share
 from collectives._algorithms import check_algorithm, named, resolve, ring_team
@@ -234,13 +236,13 @@ def _scatter_form(steps: Any):
 DIRECT = Algorithm(
     "direct", "direct: every member sends chunk j of its operand to member j (itself included) in one step; member "
               "j folds the arrivals in group order, so its chunk of the sum is XLA:CPU's bit for bit.",
-    pairs(share), lambda shape: math.prod(shape) - 1, 1, reorders=False)
+    pairs(share), lambda shape: math.prod(shape) - 1, 1, reorders=False, adds=added(scattered))
 RING = Algorithm(
     "ring", "ring: in each of n - 1 steps every member passes one partial chunk to the next member, which adds its "
             "own term, so member c ends with chunk c complete: the reduce-scatter half of the ring all-reduce, "
             "each message 1/n of the operand.",
     on_group(lambda p, b: [(Pattern("shift", 1), b / p, p - 1)]), lambda shape: math.prod(shape) - 1, 2,
-    reorders=True, bound=SUM_BOUND, closed_form=_scatter_form(lambda p: p - 1))
+    reorders=True, bound=SUM_BOUND, closed_form=_scatter_form(lambda p: p - 1), adds=added(scattered))
 BIDIRECTIONAL_RING = Algorithm(
     "bidirectional_ring", "bidirectional ring: chunk c is folded along two chains that end at member c, one "
                           "clockwise from member c - n // 2 and one counter-clockwise from member c + n // 2; at "
@@ -249,13 +251,13 @@ BIDIRECTIONAL_RING = Algorithm(
                           "operand (the first, from the member opposite, of half that for even n).",
     on_group(lambda p, b: bidirectional_steps(p, b / p, half_first=True)),
     lambda shape: bidirectional_messages(math.prod(shape)), 2, reorders=True, bound=SUM_BOUND,
-    closed_form=lambda p, n, a, b: bidirectional_form(p, n / p, a, b))
+    closed_form=lambda p, n, a, b: bidirectional_form(p, n / p, a, b), adds=added(scattered))
 RECURSIVE_HALVING = Algorithm(
     "recursive_halving", "recursive halving: at distance n/2, n/4, ..., 1 each member keeps the half of its chunks "
                          "that holds its own and sends the other half to index XOR distance, which adds it: "
                          "log2(n) steps of halving messages.",
     on_group(halving), lambda shape: lg(math.prod(shape)), 1, reorders=True, bound=SUM_BOUND, power_of_two=True,
-    closed_form=_scatter_form(lg))
+    closed_form=_scatter_form(lg), adds=added(scattered))
 HIERARCHICAL = hierarchical.REDUCE_SCATTER
 ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING, HIERARCHICAL, IN_NETWORK)
 ALGORITHMS += (auto_of(ALGORITHMS),)

@@ -242,7 +242,9 @@ def _protocol(port: sim.Port, args: _Args):
 
 
 def _send_slices(port: sim.Port, args: _Args, source: np.ndarray, per: int, peer: int, **detail):
-    """Send the caller's non-empty slices for group member `peer` (those a sanitized run keeps)."""
+    """Send the caller's non-empty slices for group member `peer` (those a sanitized run keeps); an empty slice
+    to another member costs the time of issuing a send where the network's costs say this XLA pays for empty
+    slices (`sim.Costs(empty_slices='pay')`)."""
     members, me, skipped = port.group.members, port.group.index, port.skipped
     for i in range(peer * per, (peer + 1) * per):
         offset, size = args.input_offsets[i], args.send_sizes[i]
@@ -251,6 +253,8 @@ def _send_slices(port: sim.Port, args: _Args, source: np.ndarray, per: int, peer
             payload, header = yield from pack_slice(port, source[offset:offset + size], args.operand.layout, slice=i)
             port.send(members[peer], payload, tag=i % per, header={"offset": at, **header},
                       slice=i, rows=(at, at + int(size)), src_rows=(int(offset), int(offset + size)), **detail)
+        elif not size and peer != me and port.pays_empty_slices:  # a send issued for an empty slice
+            port.issue(1)
 
 
 def _receive_slices(port: sim.Port, args: _Args, view: np.ndarray, per: int, peer: int):

@@ -135,15 +135,18 @@ def _build_network(source: Source, table: dict, axes: tuple[int, ...]) -> sim.Ne
     """A `sim.Network` from a checked `[network]` table; `shape` defaults to the mesh's axis sizes."""
     store_and_forward = table.get("store_and_forward", False)
     if "preset" in table:
-        extra = next((k for k in table if k not in ("preset", "shape")), None)
+        extra = next((k for k in table if k not in ("preset", "shape", "calibration")), None)
         if extra is not None:
             raise source.error("network", extra, f"[network] {extra} cannot go with preset={table['preset']!r}: a "
-                                                 f"preset fixes its topology, latency and bandwidth; only shape may "
-                                                 f"be given")
+                                                 f"preset fixes its topology, latency and bandwidth; only shape and "
+                                                 f"calibration may be given")
         name = table["preset"]
         rank = sim.PRESETS[name][2] if name in sim.PRESETS else 0
         shape = table.get("shape") or (axes if len(axes) == rank else None)
-        return sim.Network.preset(name, None if shape is None else tuple(shape))
+        return sim.Network.preset(name, None if shape is None else tuple(shape), table.get("calibration", "measured"))
+    if "calibration" in table:
+        raise source.error("network", "calibration", f"[network] calibration={table['calibration']!r} goes with a "
+                                                     f"preset (preset = \"tpu-v5e\"); a topology's links are as given")
     topology = table.get("topology", "fully_connected")
     if topology not in sim.TOPOLOGIES:
         raise source.error("network", "topology", f"[network] topology={topology!r} must be one of "
@@ -178,6 +181,7 @@ def _number(value: Any) -> bool:
 
 _NETWORK_KEYS: dict[str, Callable[[Any], bool]] = {
     "topology": lambda v: isinstance(v, str), "preset": lambda v: isinstance(v, str),
+    "calibration": lambda v: v in sim.CALIBRATIONS,
     "shape": lambda v: isinstance(v, list) and bool(v) and all(type(s) is int for s in v),
     "wraparound": lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(w, bool) for w in v)),
     "latency_s": _number, "bandwidth_bytes_per_s": _number, "node_size": lambda v: type(v) is int,
@@ -187,6 +191,7 @@ _NETWORK_KEYS: dict[str, Callable[[Any], bool]] = {
 }
 _NETWORK_RULES = {
     "topology": f"a string, one of {', '.join(sim.TOPOLOGIES)}", "preset": "a string naming a preset",
+    "calibration": "'measured' (fitted to published measurements) or 'ideal' (the links alone)",
     "shape": "a list of integers, e.g. shape = [4, 4]", "wraparound": "true, false or a list of them, one per "
     "dimension", "node_size": "an integer", "store_and_forward": "true or false", "switch_reduces": "true or false",
 }

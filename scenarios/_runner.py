@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -222,6 +223,8 @@ def network_facts(network: sim.Network) -> dict:
     if network.preset_name is not None:
         facts["preset"] = network.preset_name
     facts["store_and_forward"] = network.store_and_forward
+    if not network.costs.free:  # the costs besides the wire (a measured preset's): an infinite rate as None
+        facts["costs"] = {key: None if value == math.inf else value for key, value in vars(network.costs).items()}
     return facts
 
 

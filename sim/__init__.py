@@ -41,10 +41,12 @@ from sim.memory import (
     device_put,
 )
 from sim.network import (
+    CALIBRATIONS,
     DEFAULT_COPY_COST,
     PRESETS,
     TOPOLOGIES,
     CopyCost,
+    Costs,
     Group,
     LinkState,
     Mesh,
@@ -64,6 +66,7 @@ from sim.program import (
     ShapeDtypeStruct,
     ShardMapped,
     Varying,
+    add_step,
     apply,
     as_array,
     copy_step,
@@ -81,11 +84,13 @@ from sim.record import CallRecord, Const, CopyRecord, Equation, MessageRecord, P
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network
+    "CALIBRATIONS",
     "DEFAULT_COPY_COST",
     "PRESETS",
     "TOPOLOGIES",
     "Buffer",
     "CopyCost",
+    "Costs",
     "Group",
     "LinkState",
     "LocalMemory",
@@ -110,7 +115,7 @@ __all__ += [  # layouts on the devices: placed arrays, shardings, the compile mo
     "SingleDeviceSharding", "device_put", "jit", "with_layout_constraint",
 ]
 __all__ += [  # for collectives: the protocol interface
-    "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "copy_step", "current",
+    "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "add_step", "copy_step", "current",
     "current_or_none",
 ]
 __all__ += [  # errors and pytrees

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from benchmarks._neighbours import growth_s
 from benchmarks.closed_forms import cases
 from benchmarks.fidelity import PUBLISHED, TINY_BYTES, measure, measure_published, pick, run_published
 
@@ -53,15 +54,26 @@ def test_the_closed_forms_can_fail():
     assert measure(torus, MID_BYTES) != pytest.approx(wrong, rel=0.02)
 
 
-@pytest.mark.parametrize("case", PUBLISHED, ids=[case.preset + "-" + case.collective for case in PUBLISHED])
+@pytest.mark.parametrize("case", PUBLISHED, ids=[f"{c.preset}-{c.collective}-{c.axis_name}-{c.calibration}"
+                                                  for c in PUBLISHED])
 def test_presets_against_published_measurements(case):
-    """Each preset comes within 15% of its published measurement, or the table says why it misses and the
-    miss is pinned (so a change of the model is noticed)."""
+    """Each preset, in the calibration its row names, comes within 10% of its published figure, or the table
+    says why it misses and the miss is pinned (so a change of the model is noticed)."""
     error = measure_published(case) / case.published_s - 1
     if case.why:
         assert error == pytest.approx(case.pinned, abs=0.01)
     else:
-        assert abs(error) <= 0.15
+        assert abs(error) <= 0.10
+
+
+def test_ragged_exchange_stays_flat_where_empty_slices_are_skipped():
+    """The neighbour exchange of openxla/xla#46982 grows by about 625 us from 16 to 64 A100s when every empty
+    peer slice is issued (jax 0.10.0), and by less than 10% of that when empty slices are skipped (later XLA);
+    with the links alone (ideal) it does not grow at all."""
+    row = next(c for c in PUBLISHED if c.collective == "ragged_all_to_all")
+    assert growth_s("measured", "pay") == pytest.approx(row.published_s, rel=0.10)
+    assert abs(growth_s("measured", "skip")) <= 0.10 * row.published_s
+    assert growth_s("ideal") == pytest.approx(0.0, abs=1e-9)
 
 
 def test_two_h100_nodes_psum_takes_the_hierarchical_algorithm():

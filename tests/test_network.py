@@ -307,6 +307,7 @@ PRESET_FACTS = {  # name: (topology, default shape, bandwidth per direction, lat
     "h100-nvlink": ("switch", (8,), 450e9, 2e-6, None),
     "h100-ib": ("hierarchical", (2, 8), 450e9, 2e-6, None),
     "gb200-nvl72": ("switch", (72,), 900e9, 2e-6, None),
+    "a100-hdr200": ("hierarchical", (4, 4), 300e9, 2e-6, None),
 }
 
 

@@ -253,6 +253,10 @@ BAD = [
      r":13: \[network\] shape does not apply to topology='switch'; it applies to: torus"),
     ("preset with a latency", [("[collective]", '[network]\npreset = "tpu-v5e"\nlatency_s = 1\n\n[collective]')],
      r":13: \[network\] latency_s cannot go with preset='tpu-v5e'"),
+    ("unknown calibration", [("[collective]", '[network]\npreset = "tpu-v5e"\ncalibration = "x"\n\n[collective]')],
+     r":13: \[network\] calibration='x' must be 'measured' \(fitted to published measurements\) or 'ideal'"),
+    ("calibration without a preset", [("[collective]", '[network]\ncalibration = "ideal"\n\n[collective]')],
+     r":12: \[network\] calibration='ideal' goes with a preset"),
     ("bad wraparound", [("[collective]", '[network]\ntopology = "torus"\nwraparound = [true, false]\n\n[collective]')],
      r":13: \[network\] wraparound=\(True, False\) must have one entry per dimension of shape=\(2,\)"),
     ("wraparound type", [("[collective]", '[network]\ntopology = "ring"\nwraparound = "no"\n\n[collective]')],
@@ -428,6 +432,7 @@ def test_network_keys_build_the_topology(tmp_path):
         'topology = "ring"\nwraparound = false': ("ring", (4,), (False,)),
         'topology = "hierarchical"\nnode_size = 2\ninter_bandwidth_bytes_per_s = 1e9': ("hierarchical", (2, 2), None),
         'preset = "tpu-v5e"': ("torus", (2, 2), (False, False)),
+        'preset = "tpu-v5e"\ncalibration = "ideal"': ("torus", (2, 2), (False, False)),
         'topology = "switch"\nstore_and_forward = true': ("switch", None, None),
     }
     for table, (topology, shape, wraparound) in tables.items():
@@ -441,3 +446,20 @@ def test_network_keys_build_the_topology(tmp_path):
                                                                               else list(wraparound))
     library = scenarios.load(ROOT / "scenarios" / "library" / "moe_all_to_all_tpu_v5e.toml")
     assert library.mesh.network == sim.Network.preset("tpu-v5e", (2, 4))
+    path.write_text(base.replace("latency_s = 5e-6\nbandwidth_bytes_per_s = 25e9",
+                                 'preset = "tpu-v5e"\ncalibration = "ideal"'))
+    ideal = scenarios.load(path).mesh.network
+    assert ideal == sim.Network.preset("tpu-v5e", (2, 2), "ideal") != sim.Network.preset("tpu-v5e", (2, 2))
+    assert "costs" not in scenarios.run(scenarios.load(path)).to_dict()["network"]
+    measured = scenarios.run(library).to_dict()["network"]["costs"]
+    assert measured["efficiency"] == sim.Network.preset("tpu-v5e").costs.efficiency < 1
+
+
+def test_sweeps_take_a_calibration_with_a_preset():
+    """A sweep's network table may name a preset's calibration (and only a preset's); its label says which."""
+    from scenarios.sweep._sweep_values import build_network, check_network, network_label
+    table = check_network({"preset": "tpu-v5e", "calibration": "ideal"})
+    assert build_network(table, (2, 4)) == sim.Network.preset("tpu-v5e", (2, 4), "ideal")
+    assert network_label(table) == "tpu-v5e calibration=ideal"
+    with pytest.raises(sim.InvalidArgumentError, match="calibration='ideal' goes with a preset"):
+        check_network({"topology": "ring", "calibration": "ideal"})

@@ -67,11 +67,14 @@ def _check_names(table: dict[str, Any]) -> None:
         if table["preset"] not in sim.PRESETS:
             raise sim.InvalidArgumentError(f"preset={table['preset']!r} is not a known preset; known presets: "
                                            f"{', '.join(sim.PRESETS)}")
-        extra = next((k for k in table if k not in ("preset", "shape")), None)
+        extra = next((k for k in table if k not in ("preset", "shape", "calibration")), None)
         if extra is not None:
             raise sim.InvalidArgumentError(f"{extra} cannot go with preset={table['preset']!r}: a preset fixes its "
-                                           "topology, latency and bandwidth; only shape may be given")
+                                           "topology, latency and bandwidth; only shape and calibration may be given")
         return
+    if "calibration" in table:
+        raise sim.InvalidArgumentError(f"calibration={table['calibration']!r} goes with a preset; a topology's "
+                                       f"links are as given")
     topology = table.get("topology", "fully_connected")
     if topology not in sim.TOPOLOGIES:
         raise sim.InvalidArgumentError(f"topology={topology!r} must be one of {', '.join(sim.TOPOLOGIES)}")

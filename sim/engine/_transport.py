@@ -13,6 +13,12 @@ Collectives whose members all send one message to every member (all_to_all, all_
 all-reduce) may post whole rows instead (`send_each` / `recv_each`): one table per call holds every
 member's row and the arrival times of its messages, and each receiver takes its column with one event, so
 a call over n devices costs n events and n row postings, not n^2 mailbox entries.
+
+The network's `Costs` are charged here too: a port launches its call before its first message to another
+device (`launch_s`) and issues its messages one after another, `per_message_s` each; a message (a row:
+once its last message is issued) enters the network when it has been issued; on the links a message
+weighs `Costs.wire_bytes` of its size (the protocol's efficiency and overhead), while the trace records its
+payload's bytes.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class Transport:
         self.links = links
         self.trace = trace
         self.order = order  # a perturbed run's random draws (`sim.engine._perturb`); None in a default run
+        self.costs = links.network.costs
         self._posted = 0
         # one mailbox and one table of waiting receives per device, keyed by (src, exchange, tag)
         self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
@@ -86,18 +93,30 @@ class Transport:
             port.drain()
 
     def post(self, message: Message, exchange: int, collective: str, call: int, detail: dict,
-             port: Port | None = None) -> None:
-        """Send `message` now; it is delivered when the network has carried it, and `port` is told."""
+             port: Port | None = None, issued_s: float | None = None) -> None:
+        """Send `message` now (or once it is issued, at `issued_s`); it is delivered when the network has
+        carried it, and `port` is told."""
         now = self.env.now
+        start = now if issued_s is None else max(now, issued_s)
         size = message.payload.nbytes
         if self.order is None:
             message.rank = self._posted
             self._posted += 1
         else:
             message.rank = self.order.rank()
-        index = self.trace.append(message.src, message.dst, size, now, now, now, collective, call, detail)
+        index = self.trace.append(message.src, message.dst, size, now, start, start, collective, call, detail)
         key = (message.src, exchange, message.tag)
-        self.links.send(message.src, [message.dst], [size], _Single(self, message, key, index, now, port))
+        self._send(start, message.src, [message.dst], [self.costs.wire_bytes(size)],
+                   _Single(self, message, key, index, start, port))
+
+    def _send(self, start_s: float, src: int, dsts: list[int], wire: list[float], sink: Any) -> None:
+        """Hand messages to the network at `start_s` (now, or later: when their sender has issued them)."""
+        if start_s <= self.env.now:
+            self.links.send(src, dsts, wire, sink)
+            return
+        event = self.env.event()
+        event.callbacks.append(lambda _: self.links.send(src, dsts, wire, sink))
+        _fire(self.env, event, None, start_s - self.env.now)
 
     def _arrive(self, sent_s: float, arrival_s: float) -> float:
         """A message's arrival, its flight stretched in a perturbed run."""
@@ -135,19 +154,23 @@ class Transport:
         return found
 
     def post_each(self, src: int, group: Group, payloads: list[np.ndarray], headers: list[dict], exchange: int,
-                  collective: str, call: int, details: dict[str, list], port: Port | None = None) -> None:
-        """Send member `group.index`'s row of messages (one per member, in member order) now: record them,
-        leave the row in the call's table and hand the messages to the network."""
+                  collective: str, call: int, details: dict[str, list], port: Port | None = None,
+                  issued_s: float | None = None) -> None:
+        """Send member `group.index`'s row of messages (one per member, in member order) now (or once the
+        row is issued, at `issued_s`): record them, leave the row in the call's table and hand the messages
+        to the network."""
         now = self.env.now
+        start = now if issued_s is None else max(now, issued_s)
         members = group.members
         sizes = [payload.nbytes for payload in payloads]
-        first = self.trace.append_batch(src, members, sizes, now, [now] * len(members), None, collective, call,
+        first = self.trace.append_batch(src, members, sizes, now, [start] * len(members), None, collective, call,
                                         details)
         table = self._tables.get(exchange)
         if table is None:
             table = self._tables[exchange] = _Table(self, members)
         table.post(group.index, payloads, headers)
-        self.links.send(src, members, sizes, _Row(self, table, group.index, first, now, port))
+        wire = sizes if self.costs.free else [self.costs.wire_bytes(size) for size in sizes]
+        self._send(start, src, list(members), wire, _Row(self, table, group.index, first, start, port))
 
     def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
         """One event that fires once every member has posted its row and the last message to member
@@ -281,6 +304,8 @@ class Port:
         self.mesh: Mesh = options.mesh
         self.exchange = meeting.exchange
         self.last_arrival_s = 0.0  # the latest arrival of this port's messages known so far
+        self.issued_s = 0.0  # when the messages this port has issued are all issued (`Costs.per_message_s`)
+        self.launched = False  # whether the call has been launched (`Costs.launch_s`, before the first message)
         self.in_flight = 0  # messages sent through this port whose arrival is not known yet
         self._drained: simpy.Event | None = None
 
@@ -323,7 +348,27 @@ class Port:
         message = Message(self.device, dst, tag, payload, header or {})
         self.in_flight += 1
         exchange = self.exchange if channel is None else _Channel(channel)
-        self.transport.post(message, exchange, self.collective.name, self.call, detail, self)
+        issued = self.issue(1) if dst != self.device else None
+        self.transport.post(message, exchange, self.collective.name, self.call, detail, self, issued)
+
+    def issue(self, messages: int) -> float | None:
+        """Spend the time of issuing `messages` messages to other devices (`Costs.per_message_s` each, one
+        after another from when the last issue ended or now, the first after the call's `Costs.launch_s`);
+        when they are all issued, or None when issuing is free. A message issued for an empty ragged slice
+        (`Costs.empty_slices='pay'`) costs this alone."""
+        costs = self.transport.costs
+        if messages <= 0 or not (costs.per_message_s or costs.launch_s):
+            return None
+        start = max(float(self.transport.env.now), self.issued_s)
+        if not self.launched:
+            start, self.launched = start + costs.launch_s, True
+        self.issued_s = start + messages * costs.per_message_s
+        return self.issued_s
+
+    @property
+    def pays_empty_slices(self) -> bool:
+        """Whether an empty ragged slice to another device is issued (and costs `per_message_s`)."""
+        return self.transport.costs.pays_empty_slices
 
     def send_each(self, payloads: list[np.ndarray], headers: list[dict], **details: list) -> None:
         """Send `payloads[j]` to member j of the group, for every member, all now: one row of the call's
@@ -334,8 +379,9 @@ class Port:
             if not payload.flags.c_contiguous:
                 raise AssertionError("payloads must be packed (C-contiguous) before sending")
         self.in_flight += len(payloads)
+        issued = self.issue(self.group.size - 1)
         self.transport.post_each(self.device, self.group, payloads, headers, self.exchange, self.collective.name,
-                                 self.call, details, self)
+                                 self.call, details, self, issued)
 
     def reduce_in_switch(self, parts: list[np.ndarray], owners: tuple[int, ...], receivers: list[tuple[int, ...]],
                          fold: Fold, **detail) -> None:
@@ -374,14 +420,18 @@ class Port:
             self.transport._drained.append(self)
 
     def drain(self) -> None:
-        """Wake the sender waiting in `all_arrived`, at its last message's arrival."""
-        _fire(self.transport.env, self._drained, None, self.last_arrival_s - self.transport.env.now)
+        """Wake the sender waiting in `all_arrived`, at its last message's arrival (or the end of its last
+        issue)."""
+        last = max(self.last_arrival_s, self.issued_s)
+        _fire(self.transport.env, self._drained, None, last - self.transport.env.now)
 
     def all_arrived(self) -> simpy.Event | None:
-        """An event that fires when every message sent through this port has arrived; None when all have
-        already (payloads are zero-copy views of the sender's memory: it may not move on while they travel)."""
+        """An event that fires when every message sent through this port has arrived and every issue has
+        ended; None when all have already (payloads are zero-copy views of the sender's memory: it may not
+        move on while they travel)."""
         env = self.transport.env
         if self.in_flight == 0:
-            return env.timeout(self.last_arrival_s - env.now) if self.last_arrival_s > env.now else None
+            last = max(self.last_arrival_s, self.issued_s)
+            return env.timeout(last - env.now) if last > env.now else None
         self._drained = env.event()
         return self._drained

@@ -1,13 +1,14 @@
 """The mesh and the network under it: axes, device groups, topologies and their presets, routes, and the
 links' state (flows sharing links max-min fairly)."""
 
+from sim.network._costs import Costs
 from sim.network._flows import LinkState, max_min_rates
 from sim.network._in_network import in_network_s
 from sim.network._mesh import Group, Mesh, check_axis_index_groups
 from sim.network._network import DEFAULT_COPY_COST, TOPOLOGIES, CopyCost, Network
-from sim.network._presets import PRESETS
+from sim.network._presets import CALIBRATIONS, PRESETS
 
 __all__ = [
-    "DEFAULT_COPY_COST", "PRESETS", "TOPOLOGIES", "CopyCost", "Group", "LinkState", "Mesh", "Network",
-    "check_axis_index_groups", "in_network_s", "max_min_rates",
+    "CALIBRATIONS", "DEFAULT_COPY_COST", "PRESETS", "TOPOLOGIES", "CopyCost", "Costs", "Group", "LinkState", "Mesh",
+    "Network", "check_axis_index_groups", "in_network_s", "max_min_rates",
 ]

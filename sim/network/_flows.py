@@ -363,14 +363,17 @@ class LinkState:
 
     def busy_s(self, trace) -> dict[tuple, float]:
         """Seconds each link would need to carry the messages of `trace` alone at its full bandwidth (the
-        bytes it carried over its bandwidth); links never used are left out."""
+        bytes it carried, as the network's `Costs.wire_bytes` weighs them, over its bandwidth); links never
+        used are left out."""
         columns = trace.columns()
         moved = (columns["kind"] == "message") & (columns["src"] != columns["dst"])
         src, dst = columns["src"][moved], columns["dst"][moved]
         if self.placement is not None:
             src, dst = self.placement[src], self.placement[dst]
         message, share, flow_of, start, stop, _ = _topology.subflows(self.network, src, dst, self.devices)
-        carried = (columns["size_bytes"][moved].astype(np.float64)[message] * share)[flow_of]
+        sizes, costs = columns["size_bytes"][moved].astype(np.float64), self.network.costs
+        wire = np.where(sizes > 0, sizes / costs.efficiency + costs.overhead_bytes, 0.0)
+        carried = (wire[message] * share)[flow_of]
         if self._dense:
             on = _on_links(start, stop, self.links, carried)
             used = np.flatnonzero(_on_links(start, stop, self.links))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim.network import _fabric, _topology
+from sim.network._costs import FREE, Costs
 
 TOPOLOGIES = ("fully_connected", "switch", "ring", "torus", "hierarchical")
 
@@ -36,7 +37,9 @@ class Network:
 
     `shape` is the topology's device shape (a torus's dimensions; `(nodes, node_size)` for hierarchical);
     None for fully_connected and switch (any number of devices) and, for ring and hierarchical, until a mesh
-    sizes it. A multi-hop message is pipelined (cut-through) unless `store_and_forward`.
+    sizes it. A multi-hop message is pipelined (cut-through) unless `store_and_forward`. `costs` adds what
+    a call costs besides the wire (launch, per-message issue, protocol efficiency, reduction arithmetic:
+    `sim.Costs`); by default nothing.
 
     `switch_reduces`: the switch adds what its ports take in (NVLink SHARP on an NVSwitch, SHARP on an
     InfiniBand switch), so psum and psum_scatter may run `algorithm='in_network'`
@@ -64,9 +67,13 @@ class Network:
     rails: bool = False
     oversubscription: float = 1.0
     spine_latency_s: float = 0.0
+    costs: Costs = FREE
 
     def __post_init__(self) -> None:
         _check_link("", self.latency_s, self.bandwidth_bytes_per_s)
+        if not isinstance(self.costs, Costs):
+            raise InvalidTypeError(f"costs={self.costs!r} must be a sim.Costs (launch, per-message, protocol "
+                                   f"efficiency and reduction costs)")
         if self.topology not in TOPOLOGIES:
             raise InvalidArgumentError(f"topology={self.topology!r} must be one of {', '.join(TOPOLOGIES)}")
         if self.shape is not None:
@@ -128,11 +135,13 @@ class Network:
                    oversubscription=oversubscription, spine_latency_s=spine_latency_s)
 
     @classmethod
-    def preset(cls, name: str, shape: tuple[int, ...] | None = None) -> Network:
-        """A real system's network (see `sim.network._presets` for each one's figures and sources)."""
+    def preset(cls, name: str, shape: tuple[int, ...] | None = None, calibration: str = "measured") -> Network:
+        """A real system's network (see `sim.network._presets` for each one's figures and sources):
+        `calibration='measured'` fits published measurements (protocol efficiency, launch and per-message
+        costs), `'ideal'` is the hardware's link rates with no cost besides the wire."""
         from sim.network._presets import preset
 
-        return preset(name, shape)
+        return preset(name, shape, calibration)
 
     @property
     def devices(self) -> int | None:

@@ -1,8 +1,12 @@
-"""`Network.preset(name, shape=None)`: the networks of real systems, from public figures.
+"""`Network.preset(name, shape=None, calibration='measured')`: the networks of real systems, from public figures.
 
 Every bandwidth is bytes per second in one direction of one link (or port). Latencies are per hop: about
 1 us on TPU ICI; NVLink and InfiniBand latencies are order-of-magnitude figures for a small message through
 the switch, not measured here.
+
+Each builder gives the hardware's links (`calibration='ideal'`: link rates, no cost besides the wire, the
+textbook forms); `calibration='measured'` (the default) adds the `Costs` fitted to published measurements
+(`MEASURED`, each with its source), so that a preset's times are those a user of the real system sees.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sim._errors import InvalidArgumentError
+from sim.network._costs import FREE, Costs
 from sim.network._network import Network, _check_shape
 
 # NVLink SHARP (NVLS) on H100: nccl-tests all_reduce_perf on 8 GPUs peaks at busbw ~480 GB/s, algbw ~275 GB/s,
@@ -19,6 +24,8 @@ from sim.network._network import Network, _check_shape
 # psum moves n bytes through each port in n / rate: algbw is the rate, so the measured rate of each port's
 # reduction is 275 GB/s (busbw 2 (8 - 1)/8 x 275 = 481 GB/s); the ideal is the port's 450 GB/s (rate None).
 _NVLS_H100_BYTES_PER_S = 275e9
+CALIBRATIONS = ("measured", "ideal")
+
 _ICI_HOP_S = 1e-6  # "about 1 us per hop" on ICI: How to Scale Your Model (Austin et al., 2025), "Rooflines"/TPUs
 # Every TPU preset is multipath: a transfer is split over the torus's minimal paths (both ways round a ring at a
 # half-way tie, every dimension order), as ICI spreads traffic over the links of a slice; How to Scale Your
@@ -82,6 +89,16 @@ def _gb200_nvl72(shape: tuple[int, ...]) -> Network:
     return replace(Network.switch(2e-6, 900e9), switch_reduces=True)
 
 
+def _a100_hdr200(shape: tuple[int, ...]) -> Network:
+    # A100 SXM nodes of 4 (HGX A100 4-GPU, e.g. DKRZ Levante's GPU nodes): NVLink 3, 12 links of 25 GB/s per
+    # direction = 300 GB/s per direction per GPU inside the node (on the 4-GPU board the links go straight to
+    # the 3 peers, 100 GB/s per pair; the node's switch here gives a GPU its 300 GB/s towards all of them
+    # at once, as an all-to-all uses it); nodes joined by HDR200 InfiniBand, 200 Gb/s = 25 GB/s per direction,
+    # one NIC per GPU. Sources: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), "NVLink";
+    # NVIDIA Quantum HDR 200 Gb/s InfiniBand; openxla/xla#46982 (the Levante setting).
+    return Network.hierarchical(shape[1], shape[0], 2e-6, 300e9, 5e-6, 25e9)
+
+
 # name: (builder, default shape, shape rank, what the shape means)
 PRESETS: dict[str, tuple[Callable[[tuple[int, ...]], Network], tuple[int, ...], int, str]] = {
     "tpu-v4p": (_tpu_v4p, (4, 4, 4), 3, "a 3-D torus shape"),
@@ -91,17 +108,46 @@ PRESETS: dict[str, tuple[Callable[[tuple[int, ...]], Network], tuple[int, ...], 
     "h100-nvlink": (_h100_nvlink, (8,), 1, "(GPUs,) in the node"),
     "h100-ib": (_h100_ib, (2, 8), 2, "(nodes, GPUs per node)"),
     "gb200-nvl72": (_gb200_nvl72, (72,), 1, "(GPUs,) in the NVLink domain"),
+    "a100-hdr200": (_a100_hdr200, (4, 4), 2, "(nodes, GPUs per node)"),
+}
+
+# ICI's share of the link rate, fitted to How to Scale Your Model's measured TPU v5e AllGather ("Sharded
+# Matrices": bf16[2048, 8192] over Y of an 8x4 slice, 680 us measured against the 560 us line model); no
+# other ICI generation is published, so the same share is taken for all of them.
+_ICI_MEASURED = Costs(efficiency=0.83)
+# NCCL's protocol overhead on NVLink, "~20%": 370 GB/s effective of the 450 GB/s line rate on H100 (NVIDIA's
+# answer in NVIDIA/nccl-tests#212); the same share is taken for InfiniBand and for A100's NVLink 3.
+_NCCL_MEASURED = Costs(efficiency=370 / 450)
+
+# The measured calibration's costs per preset (the ideal one has none).
+MEASURED: dict[str, Costs] = {
+    "tpu-v4p": _ICI_MEASURED,
+    "tpu-v5p": _ICI_MEASURED,
+    "tpu-v5e": _ICI_MEASURED,
+    "tpu-v6e": _ICI_MEASURED,
+    "h100-nvlink": _NCCL_MEASURED,
+    "h100-ib": _NCCL_MEASURED,
+    "gb200-nvl72": _NCCL_MEASURED,
+    # jax 0.10.0's XLA issues an NCCL send/recv for every peer slice of a ragged all-to-all, empty ones
+    # included, ~12 us each: +625 us from 16 to 64 A100s at fixed traffic (openxla/xla#46982; later XLA
+    # skips empty slices: Costs(..., empty_slices='skip')).
+    "a100-hdr200": Costs(per_message_s=12e-6, empty_slices="pay", efficiency=0.8),
 }
 
 
-def preset(name: str, shape: tuple[int, ...] | None = None) -> Network:
-    """The network of preset `name` over `shape` (its default when None); see `PRESETS`.
+def preset(name: str, shape: tuple[int, ...] | None = None, calibration: str = "measured") -> Network:
+    """The network of preset `name` over `shape` (its default when None), calibrated by `calibration`
+    ('measured': the costs fitted to published measurements, `MEASURED`; 'ideal': the links alone).
 
     Raises:
-        InvalidArgumentError: an unknown name (the known ones are listed) or a shape of the wrong rank.
+        InvalidArgumentError: an unknown name (the known ones are listed), a shape of the wrong rank or an
+            unknown calibration.
     """
     if name not in PRESETS:
         raise InvalidArgumentError(f"preset={name!r} is not a known preset; known presets: {', '.join(PRESETS)}")
+    if calibration not in CALIBRATIONS:
+        raise InvalidArgumentError(f"calibration={calibration!r} must be 'measured' (fitted to published "
+                                   f"measurements) or 'ideal' (the hardware's link rates, no other cost)")
     build, default, rank, meaning = PRESETS[name]
     shape = default if shape is None else _check_shape(shape, "torus")
     if len(shape) != rank:
@@ -110,4 +156,5 @@ def preset(name: str, shape: tuple[int, ...] | None = None) -> Network:
     network = build(tuple(shape))
     if network.topology == "switch":  # a switch holds any number of devices; the preset fixes its node
         network = replace(network, shape=tuple(shape))
-    return replace(network, preset_name=name)
+    costs = MEASURED.get(name, FREE) if calibration == "measured" else FREE
+    return replace(network, preset_name=name, costs=costs)
