@@ -13,7 +13,9 @@ A step is `(Pattern, bytes of each message, how many times it repeats)`; a `Patt
 index - k, a message of the step's bytes each way), 'shifts' (p - 1 steps, one per shift k = 1 .. p - 1),
 along grid axis `axis` (None: over the whole group); and, for a collective rooted at group index 0 (a
 broadcast, whose members the caller lists from its source on), 'fan' (index 0 to every other), 'tree' (every
-index below k to index + k), 'chain' (index r to r + 1).
+index below k to index + k), 'chain' (index r to r + 1). A pattern's `alongside` lists other (pattern, bytes of
+each message) whose messages run in the same step, at the same time (a multi-axis algorithm's lanes on other
+axes): the step costs the longest route of any of them plus the most loaded link under all of them together.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Pattern:
     kind: str
     k: int = 0
     axis: int | None = None
+    alongside: tuple[tuple[Pattern, float], ...] = ()
 
 
 Step = tuple[Pattern, float, int]  # (pattern, bytes of each message, how many times the step repeats)

@@ -35,19 +35,28 @@ _CACHE_LIMIT = 4096
 def step_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequence[int],
            shape: tuple[int, ...]) -> float:
     """Seconds one step takes on `mesh`'s network: longest route latency plus the most loaded link's bytes
-    over its bandwidth."""
+    over its bandwidth (the messages of `pattern.alongside` in the same step load the links too)."""
     network = mesh.network
     loads: dict = {}
     latency = 0.0
+    for part, each in ((pattern, size_bytes), *pattern.alongside):
+        latency = max(latency, _load(part, each, mesh, members, shape, loads))
+    if not loads:
+        return latency
+    return latency + max(load / network.link_bandwidth(link) for link, load in loads.items())
+
+
+def _load(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
+          loads: dict) -> float:
+    """Add the bytes of `pattern`'s messages to `loads` (per link); return its longest route's latency."""
+    network, latency = mesh.network, 0.0
     for shifts, scale in _shift_sets(pattern, shape):
         for src, dst in _pairs(pattern, shifts, shape):
             route = mesh.route(members[src], members[dst])
             latency = max(latency, sum(network.link_latency_s(link) for link in route))
             for link in route:
                 loads[link] = loads.get(link, 0.0) + size_bytes * scale
-    if not loads:
-        return latency
-    return latency + max(load / network.link_bandwidth(link) for link, load in loads.items())
+    return latency
 
 
 def _shift_sets(pattern: Pattern, shape: tuple[int, ...]) -> list[tuple[list[int], float]]:

@@ -12,6 +12,8 @@ unchanged, so every algorithm gives 'direct''s bytes.
 - 'per_axis' (one step per named mesh axis): slots form the grid of the axes; along axis k each member
   sends the slots whose coordinate k is t to the member whose coordinate k is t, who stores them at its
   own coordinate (after every axis, slot s holds the chunk from member s).
+- 'multi_axis' (one phase per named mesh axis): every slot cut into one part per axis, the parts exchanged
+  at the same time, part r along the axes in the r-th rotation of their order (`collectives._multi_axis`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm, Pattern, Step, auto_of, lg, on_group, pairs, part
+from collectives import _multi_axis as multi_axis
 from collectives._algorithms import axis_teams
 from collectives._common import pack_slice, unpack_into, unpack_values
 from layouts import Layout
@@ -46,6 +49,8 @@ def exchange(port: sim.Port, algorithm: Algorithm, chunks: list[np.ndarray], lay
     if algorithm is BRUCK:
         slots = yield from _bruck(port, slots)
         slots = slots[[(me - s) % n for s in range(n)]]
+    elif algorithm is MULTI_AXIS:
+        slots = yield from multi_axis.exchange(port, slots, shape)
     else:
         slots = yield from _per_axis(port, slots, shape)
     yield from unpack_values(port, slots, tuple(range(slots.ndim)), blocks, phase="result")
@@ -160,5 +165,10 @@ PER_AXIS = Algorithm(
     "per_axis", "per axis: the exchange runs along each named mesh axis in turn, the last named first (over one "
                 "axis: the direct algorithm).",
     _per_axis_steps, lambda shape: sum(s - 1 for s in shape), 2, reorders=False, grid=True, inner=DIRECT)
-ALGORITHMS = (DIRECT, PAIRWISE, BRUCK, PER_AXIS)
+MULTI_AXIS = Algorithm(
+    "multi_axis", "multi axis: every chunk is cut into one part per named mesh axis and the parts are exchanged at "
+                  "the same time, part r directly along the axes in the r-th rotation of their order, so every "
+                  "axis's links carry one part at a time (over one axis: the direct algorithm).",
+    multi_axis.exchange_schedule, multi_axis.exchange_messages, 3, reorders=False, grid=True, inner=DIRECT)
+ALGORITHMS = (DIRECT, PAIRWISE, BRUCK, PER_AXIS, MULTI_AXIS)
 ALGORITHMS += (auto_of(ALGORITHMS),)
