@@ -42,6 +42,12 @@ class Case:
     exact: Callable[[int], tuple[float, float]]
     textbook: Callable[[int], float]
     source: str
+    most_bytes: int = 0  # the largest operand the row runs with (0: any), where bigger results would not fit
+    least_bytes: int = 0  # the smallest (a chunk for each of many devices)
+
+    def sized(self, size_bytes: int) -> int:
+        """The operand bytes this row runs with when the table asks for `size_bytes`."""
+        return max(self.least_bytes, min(size_bytes, self.most_bytes) if self.most_bytes else size_bytes)
 
     @property
     def devices(self) -> int:
@@ -178,9 +184,81 @@ def _torus(a: int, b: int) -> list[Case]:
     ]
 
 
+def _bi(s: int, u: int, half_first: bool) -> list[int]:
+    """The elements on the busiest link at each step of a bidirectional ring phase on s (2 or 4) members with
+    units of u elements: for s = 4 a whole unit, and a half (the clockwise half, the larger, of the unit of
+    the member opposite), in that order for a gather, reversed for a reduce-scatter; for s = 2 one step in
+    which both halves take the one link to the other member."""
+    if s == 2:
+        return [u]
+    steps = [u, -(-u // 2)]
+    return steps[::-1] if half_first else steps
+
+
+def _split(e: int, d: int) -> list[int]:
+    """numpy.array_split's part sizes of e elements in d parts."""
+    return [e // d + (r < e % d) for r in range(d)]
+
+
+def _lanes(s: int, phases: list[list[int]], half_first: bool) -> tuple[float, float]:
+    """Phases of lanes running together (units in elements of 4 bytes): each step costs one hop and its
+    largest lane's busiest link."""
+    alpha = beta = 0.0
+    for lanes in phases:
+        for step in zip(*(_bi(s, u, half_first) for u in lanes)):
+            alpha, beta = alpha + LATENCY_S, beta + 4 * max(step) / BANDWIDTH
+    return alpha, beta
+
+
+def _multi_gather(s: int, d: int, block: int) -> tuple[float, float]:
+    """Multi-axis all-gather of blocks of `block` elements: part r's unit is s^i parts in phase i."""
+    return _lanes(s, [[p * s ** i for p in _split(block, d)] for i in range(d)], False)
+
+
+def _multi_scatter(s: int, d: int, chunk: int) -> tuple[float, float]:
+    """Multi-axis reduce-scatter of s^d chunks of `chunk` elements: s^(d-1-i) parts a unit in phase i."""
+    return _lanes(s, [[p * s ** (d - 1 - i) for p in _split(chunk, d)] for i in range(d)], True)
+
+
+def _multi_exchange(s: int, d: int, chunk: int) -> tuple[float, float]:
+    """Multi-axis all_to_all of chunks of `chunk` elements: in each phase every part goes directly to the s - 1
+    others along one axis, s^(d-1) chunks' part a message; on a ring of 4 the busiest link carries 2 messages
+    (s^2/8, ties split by the source's parity) over 2 hops, on a pair of 2 one over one hop."""
+    n, load = s ** d, (s * s // 8 if s > 2 else 1)
+    return d * (s // 2) * LATENCY_S, d * load * 4 * max(_split(chunk, d)) * n // s / BANDWIDTH
+
+
+def _multi_axis(s: int, d: int) -> list[Case]:
+    """'multi_axis' on an s^d torus (s = 4: a ring of 4 links each way per axis): d parts at once, one per axis."""
+    axes, n, w = tuple(zip("xyz", (s,) * d)), s ** d, BANDWIDTH
+    bidi = 2 * w if s > 2 else w  # the bandwidth an axis gives one part, both ways round
+    hops = d * (s // 2) * LATENCY_S  # a gather's or reduce-scatter's steps: s // 2 an axis
+    e = lambda b: b // 4  # float32 elements of b bytes
+    source = f"How to Scale Your Model: V/(W_bidi d) (N-1)/N, d = {d} axes" + (", W_bidi = W on pairs" if s == 2 else "")
+    most, least = (1 << 20, 0) if d < 3 else (64 << 10, 4 * n)
+    return [
+        Case("all_gather", "multi_axis", "torus", axes, lambda b: _multi_gather(s, d, e(b)),
+             lambda b: hops + n * b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", most, least),
+        Case("psum_scatter", "multi_axis", "torus", axes, lambda b: _multi_scatter(s, d, e(b) // n),
+             lambda b: hops + b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", most, least),
+        Case("psum", "multi_axis", "torus", axes,
+             lambda b: _add(_multi_scatter(s, d, d * -(-e(b) // (n * d))), _multi_gather(s, d, d * -(-e(b) // (n * d)))),
+             lambda b: 2 * hops + 2 * b * (n - 1) / n / (bidi * d), "2 x ReduceScatter, " + source, most, least),
+        Case("all_to_all", "multi_axis", "torus", axes, lambda b: _multi_exchange(s, d, e(b) // n),
+             lambda b: d * (s // 2) * LATENCY_S + b * (s / 8 if s > 2 else 1 / 2) / w,
+             "V s/(4 N W_bidi) on a ring of s per axis, all axes at once" if s > 2 else "V/(2 N W) per pair",
+             most, least),
+    ]
+
+
+def multi_axis_cases() -> list[Case]:
+    """The multi-axis rows: a 2-D torus of 4 x 4 and a 3-D one of 4 x 4 x 4."""
+    return _multi_axis(4, 2) + _multi_axis(4, 3)
+
+
 def cases() -> list[Case]:
     """Every row of the validation table."""
-    return _one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4)
+    return _one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4) + multi_axis_cases()
 
 
 def busbw_factor(collective: str, p: int) -> float:

@@ -57,8 +57,9 @@ def expected(collective: str, x: np.ndarray, p: int) -> np.ndarray:
 
 
 def measure(case: Case, size_bytes: int) -> float:
-    """The simulated seconds of `case` with `size_bytes` per device, its result checked against numpy."""
-    return max(call.exit_s for call in _run(case, size_bytes).calls)
+    """The simulated seconds of `case` with `size_bytes` per device (at most the row's `most_bytes`), its
+    result checked against numpy."""
+    return max(call.exit_s for call in _run(case, case.sized(size_bytes)).calls)
 
 
 def pick(case: Case, size_bytes: int) -> str:
@@ -159,14 +160,14 @@ def main(argv: list[str]) -> int:
           f"{'error':>7} {'algbw GB/s':>10} {'busbw':>7}  source")
     for case in cases():
         tiny = measure(case, TINY_BYTES)
-        exact = sum(case.exact(TINY_BYTES))
+        exact = sum(case.exact(case.sized(TINY_BYTES)))
         ok = abs(tiny - exact) <= 1e-9 * exact
         large_text = form_text = error_text = algbw_text = busbw_text = "-"
         if not args.quick:
-            large, form = measure(case, LARGE_BYTES), case.textbook(LARGE_BYTES)
+            large, form = measure(case, LARGE_BYTES), case.textbook(case.sized(LARGE_BYTES))
             error = large / form - 1
             ok = ok and abs(error) <= 0.02
-            algbw, busbw = _bandwidths(case.collective, nccl_size(case.collective, LARGE_BYTES, case.devices),
+            algbw, busbw = _bandwidths(case.collective, nccl_size(case.collective, case.sized(LARGE_BYTES), case.devices),
                                        case.devices, large)
             large_text, form_text, error_text = f"{large * 1e6:.1f}", f"{form * 1e6:.1f}", f"{error:+.2%}"
             algbw_text, busbw_text = f"{algbw:.2f}", f"{busbw:.2f}"

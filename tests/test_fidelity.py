@@ -20,7 +20,7 @@ def test_simulated_time_is_the_alpha_beta_form(case):
     """Tiny operands (latency-bound) and 256 KiB ones both take exactly the alpha-beta time of the
     algorithm's steps on the topology: the latency terms and the busiest link's bytes."""
     for size in (TINY_BYTES, MID_BYTES):
-        expected = sum(case.exact(size))
+        expected = sum(case.exact(case.sized(size)))
         assert measure(case, size) == pytest.approx(expected, rel=1e-9), size
 
 
@@ -33,7 +33,7 @@ LARGE = [c for c in CASES if (c.collective, c.algorithm) in (("all_gather", "rin
 def test_large_messages_come_within_two_percent_of_the_textbook_form(case):
     """With 8 MiB per device the published bandwidth-only form (nccl-tests, Thakur et al., the ICI forms)
     is within 2% of the simulated time."""
-    simulated, form = measure(case, LARGE_BYTES), case.textbook(LARGE_BYTES)
+    simulated, form = measure(case, LARGE_BYTES), case.textbook(case.sized(LARGE_BYTES))
     assert abs(simulated / form - 1) <= 0.02
 
 
