@@ -185,12 +185,9 @@ def _torus(a: int, b: int) -> list[Case]:
 
 
 def _bi(s: int, u: int, half_first: bool) -> list[int]:
-    """The elements on the busiest link at each step of a bidirectional ring phase on s (2 or 4) members with
-    units of u elements: for s = 4 a whole unit, and a half (the clockwise half, the larger, of the unit of
-    the member opposite), in that order for a gather, reversed for a reduce-scatter; for s = 2 one step in
-    which both halves take the one link to the other member."""
-    if s == 2:
-        return [u]
+    """The elements on the busiest link at each step of a bidirectional ring phase on 4 members with units of u
+    elements: a whole unit, and a half (the clockwise half, the larger, of the unit of the member opposite), in
+    that order for a gather, reversed for a reduce-scatter."""
     steps = [u, -(-u // 2)]
     return steps[::-1] if half_first else steps
 
@@ -221,20 +218,21 @@ def _multi_scatter(s: int, d: int, chunk: int) -> tuple[float, float]:
 
 
 def _multi_exchange(s: int, d: int, chunk: int) -> tuple[float, float]:
-    """Multi-axis all_to_all of chunks of `chunk` elements: in each phase every part goes directly to the s - 1
+    """Multi-axis all_to_all (s = 4) of chunks of `chunk` elements: in each phase every part goes directly to the s - 1
     others along one axis, s^(d-1) chunks' part a message; on a ring of 4 the busiest link carries 2 messages
-    (s^2/8, ties split by the source's parity) over 2 hops, on a pair of 2 one over one hop."""
-    n, load = s ** d, (s * s // 8 if s > 2 else 1)
+    (s^2/8, ties split by the source's parity) over 2 hops."""
+    n, load = s ** d, s * s // 8
     return d * (s // 2) * LATENCY_S, d * load * 4 * max(_split(chunk, d)) * n // s / BANDWIDTH
 
 
 def _multi_axis(s: int, d: int) -> list[Case]:
     """'multi_axis' on an s^d torus (s = 4: a ring of 4 links each way per axis): d parts at once, one per axis."""
     axes, n, w = tuple(zip("xyz", (s,) * d)), s ** d, BANDWIDTH
-    bidi = 2 * w if s > 2 else w  # the bandwidth an axis gives one part, both ways round
+    bidi = 2 * w  # the bandwidth an axis gives one part, both ways round
     hops = d * (s // 2) * LATENCY_S  # a gather's or reduce-scatter's steps: s // 2 an axis
     e = lambda b: b // 4  # float32 elements of b bytes
-    source = f"How to Scale Your Model: V/(W_bidi d) (N-1)/N, d = {d} axes" + (", W_bidi = W on pairs" if s == 2 else "")
+    padded = lambda b: d * -(-e(b) // (n * d))  # psum's chunk: d parts of ceil(elements / (n d)) each
+    source = f"How to Scale Your Model: V/(W_bidi d) (N-1)/N, d = {d} axes"
     most, least = (1 << 20, 0) if d < 3 else (64 << 10, 4 * n)
     return [
         Case("all_gather", "multi_axis", "torus", axes, lambda b: _multi_gather(s, d, e(b)),
@@ -242,12 +240,12 @@ def _multi_axis(s: int, d: int) -> list[Case]:
         Case("psum_scatter", "multi_axis", "torus", axes, lambda b: _multi_scatter(s, d, e(b) // n),
              lambda b: hops + b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", most, least),
         Case("psum", "multi_axis", "torus", axes,
-             lambda b: _add(_multi_scatter(s, d, d * -(-e(b) // (n * d))), _multi_gather(s, d, d * -(-e(b) // (n * d)))),
-             lambda b: 2 * hops + 2 * b * (n - 1) / n / (bidi * d), "2 x ReduceScatter, " + source, most, least),
+             lambda b: _add(_multi_scatter(s, d, padded(b)), _multi_gather(s, d, padded(b))),
+             lambda b: 2 * hops + 2 * b * (n - 1) / n / (bidi * d), "2 x ReduceScatter, " + source, most,
+             least),
         Case("all_to_all", "multi_axis", "torus", axes, lambda b: _multi_exchange(s, d, e(b) // n),
-             lambda b: d * (s // 2) * LATENCY_S + b * (s / 8 if s > 2 else 1 / 2) / w,
-             "V s/(4 N W_bidi) on a ring of s per axis, all axes at once" if s > 2 else "V/(2 N W) per pair",
-             most, least),
+             lambda b: d * (s // 2) * LATENCY_S + b * s / 8 / w,
+             "V s/(4 N W_bidi) on a ring of s per axis, all at once", most, least),
     ]
 
 

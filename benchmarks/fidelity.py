@@ -15,6 +15,7 @@ numpy evaluation before its time is shown. algbw and busbw are nccl-tests' (size
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,7 @@ class Published:
     source: str
     why: str = ""  # why the model misses, where it does
     pinned: float = 0.0  # the relative error a row that misses is pinned at (with `why`)
+    over: tuple[str, ...] = ("x",)  # the mesh axes a TPU row gathers over
 
 
 PUBLISHED = [
@@ -109,6 +111,10 @@ PUBLISHED = [
               "bidirectional ring moves (N-1)/N of it (1.5 blocks of 512 KiB each way, 17.5 us at 45 GB/s) in "
               "N/2 = 2 hops over X (1 us less than the N - 1 = 3 of a ring of half-blocks, which gave -12.1%)",
               -0.164),
+    Published("TPU v4p 4x4x4, AllGather over X and Y of bf16[1024, 4096] sharded [B over X, D over Y]", "tpu-v4p",
+              (4, 4, 4), 46.6e-6, 2 * 1024 * 4096, "all_gather",
+              "How to Scale Your Model, 'Sharded Matrices' (AllGather over several axes: V / (W_bidi x 2 axes))",
+              over=("x", "y")),
     Published("8xH100 NVLink, AllGather of bf16[1024, 16384] (33.55 MB)", "h100-nvlink", (8,), 65e-6,
               2 * 1024 * 16384, "all_gather", "nccl-tests all_gather_perf on DGX H100 (busbw ~450 GB/s)"),
     Published("4xH100, all_to_all of 524,288,000 bytes", "h100-nvlink", (4,), 1174e-6, 524_288_000,
@@ -119,18 +125,19 @@ PUBLISHED = [
 ]
 
 
-def measure_published(case: Published) -> float:
-    """Simulated seconds of a published case on its preset, algorithm='auto'."""
-    return max(call.exit_s for call in run_published(case).calls)
+def measure_published(case: Published, algorithm: str = "auto") -> float:
+    """Simulated seconds of a published case on its preset, algorithm='auto' (or `algorithm`, for a TPU row)."""
+    return max(call.exit_s for call in run_published(case, algorithm).calls)
 
 
-def run_published(case: Published) -> sim.Run:
+def run_published(case: Published, algorithm: str = "auto") -> sim.Run:
     """The run of a published case on its preset, algorithm='auto' (its calls name the pick)."""
     network = sim.Network.preset(case.preset, case.shape)
     if case.preset == "tpu-v4p":
         mesh = sim.Mesh({"x": 4, "y": 4, "z": 4}, network=network, copy_cost=FREE_COPIES)
         x = np.zeros((1024, 4096), layouts.BFLOAT16)
-        f = sim.shard_map(lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="auto"), mesh=mesh,
+        over = case.over if len(case.over) > 1 else case.over[0]
+        f = sim.shard_map(lambda v: collectives.all_gather(v, over, tiled=True, algorithm=algorithm), mesh=mesh,
                           in_specs=sim.P("x", "y"), out_specs=sim.P("x", "y"), check_vma=False)
     else:
         p = case.shape[0]
@@ -144,6 +151,43 @@ def run_published(case: Published) -> sim.Run:
             f = sim.shard_map(lambda v: collectives.all_to_all(v, "x", 0, 0, tiled=True, algorithm="auto"),
                               mesh=mesh, in_specs=sim.P("x"), out_specs=sim.P("x"), check_vma=False)
     return f.run(x)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """'auto' on one group of rows (a collective on a topology and grid) at one size, beside every algorithm."""
+
+    group: str
+    size_bytes: int
+    picked: str
+    auto_s: float
+    fastest: str
+    fastest_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Whether auto's pick is within 1% of the fastest simulated algorithm."""
+        return self.auto_s <= self.fastest_s * 1.01
+
+
+def auto_picks(size_bytes: int, rows: list[Case] | None = None) -> list[Pick]:
+    """For each (collective, topology, grid) of the table's rows, every algorithm that fits simulated at
+    `size_bytes` (the row's `sized`), and 'auto''s pick beside the fastest."""
+    groups: dict[tuple, Case] = {}
+    for case in cases() if rows is None else rows:
+        groups.setdefault((case.collective, case.topology, case.axes), case)
+    found = []
+    for case in groups.values():
+        p, grid = case.devices, len(case.axes) > 1
+        names = [a.name for a in collectives.definition(case.collective).algorithms
+                 if not a.auto and a.fits(p) and (grid or not a.grid)]
+        times = {name: measure(dataclasses.replace(case, algorithm=name), size_bytes) for name in names}
+        fastest = min(times, key=times.get)
+        auto = dataclasses.replace(case, algorithm="auto")
+        run = _run(auto, case.sized(size_bytes))
+        found.append(Pick(case.name.replace("/" + case.algorithm, ""), case.sized(size_bytes),
+                          run.calls[0].algorithm, max(call.exit_s for call in run.calls), fastest, times[fastest]))
+    return found
 
 
 def _bandwidths(collective: str, size_bytes: int, p: int, seconds: float) -> tuple[float, float]:
@@ -167,8 +211,8 @@ def main(argv: list[str]) -> int:
             large, form = measure(case, LARGE_BYTES), case.textbook(case.sized(LARGE_BYTES))
             error = large / form - 1
             ok = ok and abs(error) <= 0.02
-            algbw, busbw = _bandwidths(case.collective, nccl_size(case.collective, case.sized(LARGE_BYTES), case.devices),
-                                       case.devices, large)
+            size = nccl_size(case.collective, case.sized(LARGE_BYTES), case.devices)
+            algbw, busbw = _bandwidths(case.collective, size, case.devices, large)
             large_text, form_text, error_text = f"{large * 1e6:.1f}", f"{form * 1e6:.1f}", f"{error:+.2%}"
             algbw_text, busbw_text = f"{algbw:.2f}", f"{busbw:.2f}"
         failed += not ok
@@ -186,6 +230,13 @@ def main(argv: list[str]) -> int:
         verdict = "within 15%" if abs(error) <= 0.15 else f"misses: {case.why}"
         print(f"{case.name:<80} {algorithm:<19} {seconds * 1e6:>8.1f} {case.published_s * 1e6:>9.1f} {error:>+7.1%} "
               f"{algbw:>7.1f} {busbw:>7.1f}  {verdict}")
+    print()
+    print(f"{'auto picks':<58} {'size':>9} {'picked':<19} {'sim us':>9} {'fastest':<19} {'sim us':>9}")
+    for size in (TINY_BYTES,) if args.quick else (TINY_BYTES, LARGE_BYTES):
+        for row in auto_picks(size):
+            failed += not row.ok
+            print(f"{row.group:<58} {row.size_bytes:>9} {row.picked:<19} {row.auto_s * 1e6:>9.3f} {row.fastest:<19} "
+                  f"{row.fastest_s * 1e6:>9.3f}{'' if row.ok else '  SLOWER THAN 1%'}")
     return 1 if failed else 0
 
 

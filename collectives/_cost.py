@@ -56,6 +56,27 @@ def _load(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequence
             latency = max(latency, sum(network.link_latency_s(link) for link in route))
             for link in route:
                 loads[link] = loads.get(link, 0.0) + size_bytes * scale
+    if pattern.kind == "pairs":  # the sampled shifts may miss the farthest pair: every route from a few sources
+        latency = max(latency, _farthest(pattern, mesh, members, shape))
+    return latency
+
+
+def _farthest(pattern: Pattern, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...]) -> float:
+    """The longest route latency of an all-pairs step, from up to `_SAMPLED` sources to every other member
+    (along `pattern.axis`, or over the whole group)."""
+    network, index = mesh.network, np.arange(math.prod(shape)).reshape(shape)
+    latency = 0.0
+    for src in _sample(list(range(index.size))):
+        if pattern.axis is None:
+            targets = range(index.size)
+        else:
+            coords = list(np.unravel_index(src, shape))
+            targets = (int(index[(*coords[:pattern.axis], t, *coords[pattern.axis + 1:])])
+                       for t in range(shape[pattern.axis]))
+        for dst in targets:
+            if dst != src:
+                route = mesh.route(members[src], members[dst])
+                latency = max(latency, sum(network.link_latency_s(link) for link in route))
     return latency
 
 

@@ -24,8 +24,8 @@ from collections.abc import Generator
 import numpy as np
 
 import sim
-from collectives._algorithm import Algorithm, Pattern, Step, auto_of, lg, on_group, pairs, part
 from collectives import _multi_axis as multi_axis
+from collectives._algorithm import Algorithm, Pattern, Step, auto_of, lg, on_group, pairs, part
 from collectives._algorithms import axis_teams
 from collectives._common import pack_slice, unpack_into, unpack_values
 from layouts import Layout

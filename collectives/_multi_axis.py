@@ -97,7 +97,7 @@ def all_gather(port: sim.Port, work: np.ndarray, shape: Shape) -> Generator:
 def reduce_scatter(port: sim.Port, terms: np.ndarray, shape: Shape, reduction: str) -> Generator:
     """Reduce `terms` (n rows: row j this member's term for chunk j) so that this member ends with its own
     row reduced over the group; returns it as a new flat buffer."""
-    n, d, me = terms.shape[0], len(shape), port.group.index
+    d = len(shape)
     bounds, orders, teams = _bounds(terms.shape[1], d), gather_orders(d), dict(axis_teams(port, shape))
     grid, held = terms.reshape(*shape, terms.shape[1]), []
     for r, order in enumerate(orders):

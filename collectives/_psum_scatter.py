@@ -155,7 +155,6 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Chunk j of every member goes to member j (direct) or around the ring (ring)."""
     parts = _chunks(port.memory.view(args.buffer), args, port.group.size)
     shape = _out_shape(parts[0].shape, args)
-    n = port.group.size
     algorithm = resolve(port, ALGORITHMS, args.algorithm, sum(p.nbytes for p in parts), args.shape)
     if algorithm is RING:
         mine = yield from ring_reduce_scatter(port, parts, "sum")
