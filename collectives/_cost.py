@@ -22,6 +22,7 @@ import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm, Pattern
+from collectives._hop_order import cyclic_order, rooted_order
 from collectives._ring_order import RINGS, ring_order
 
 _SAMPLED = 8  # shifts timed for an all-pairs step; the rest are assumed to load links alike
@@ -132,6 +133,7 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
            size_bytes: int) -> float:
     """Seconds `algorithm`'s schedule is expected to take on `members` (grid `shape`), `size_bytes` each."""
     total, ring = 0.0, None
+    members = _hop_ordered(algorithm, mesh, members)
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
         if algorithm.name in RINGS and pattern.k == 1 and pattern.axis is None:  # round the ring's own order
             ring = ring or tuple(members[g] for g in ring_order(mesh, members))
@@ -145,6 +147,22 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
             continue
         total += repeat * step_s(pattern, each, mesh, members, shape)
     return total
+
+
+def _hop_ordered(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int]) -> tuple[int, ...]:
+    """`members` in the order `algorithm` sends round (`collectives._hop_order`): a broadcast's tree or chain
+    (members listed from the source on) and Bruck's all_to_all follow the topology where that is fewer hops."""
+    members = tuple(members)
+    if not isinstance(mesh, sim.Mesh) or len(members) < 3:
+        return members
+    if algorithm.name == "bruck":
+        order = cyclic_order(mesh, members)
+    elif algorithm.name in ("tree", "ring") and any(p.kind in ("tree", "chain") for p, _, _ in
+                                                      algorithm.steps((len(members),), 1)):
+        order = rooted_order(mesh, members, "chain" if algorithm.name == "ring" else "tree")
+    else:
+        return members
+    return tuple(members[i] for i in order)
 
 
 def fastest(candidates: Sequence[Algorithm], mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],

@@ -198,16 +198,17 @@ def test_float_sums_stay_within_the_stated_bound(op, algorithm, mesh_axes, axis_
 BAD_ALGORITHMS = [  # (id, call on a 1-D mesh of n devices, n, pattern)
     ("all_gather tree", lambda x: _C.all_gather(x, "x", algorithm="tree"), 4,
      r"device 0: all_gather: algorithm='tree' must be one of \('direct', 'ring', 'bidirectional_ring', "
-     r"'recursive_doubling', 'per_axis', 'auto'\)"),
+     r"'recursive_doubling', 'per_axis', 'multi_axis', 'auto'\)"),
     ("all_to_all ring", lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="ring"), 4,
-     r"all_to_all: algorithm='ring' must be one of \('direct', 'pairwise', 'bruck', 'per_axis', 'auto'\)"),
+     r"all_to_all: algorithm='ring' must be one of \('direct', 'pairwise', 'bruck', 'per_axis', 'multi_axis', "
+     r"'auto'\)"),
     ("ragged bruck", lambda x: _C.ragged_all_to_all(x, x, np.zeros(4, np.int32), np.zeros(4, np.int32),
                                                     np.zeros(4, np.int32), np.zeros(4, np.int32), axis_name="x",
                                                     algorithm="bruck"), 4,
      r"ragged_all_to_all: algorithm='bruck' must be one of \('direct', 'pairwise', 'auto'\)"),
     ("psum_scatter rabenseifner", lambda x: _C.psum_scatter(x, "x", tiled=True, algorithm="rabenseifner"), 4,
      r"psum_scatter: algorithm='rabenseifner' must be one of \('direct', 'ring', 'bidirectional_ring', "
-    r"'recursive_halving', 'auto'\)"),
+    r"'recursive_halving', 'multi_axis', 'auto'\)"),
     ("ppermute ring", lambda x: _C.ppermute(x, "x", [(0, 1)], algorithm="ring"), 4,
      r"ppermute: algorithm='ring' must be one of \('direct', 'auto'\)"),
     ("axis_index ring", lambda x: _C.axis_index("x", algorithm="ring") + x, 4,

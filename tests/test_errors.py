@@ -195,7 +195,7 @@ BAD_INPUTS = [
     ("psum(algorithm='tree')", lambda: per_device({"i": 4}, lambda x: collectives.psum(x, "i", algorithm="tree"), FOUR),
      sim.InvalidArgumentError,
      r"device 0: psum: algorithm='tree' must be one of \('direct', 'ring', 'recursive_doubling', "
-     r"'bidirectional_ring', 'rabenseifner', 'per_axis', 'auto'\)"),
+     r"'bidirectional_ring', 'rabenseifner', 'per_axis', 'multi_axis', 'auto'\)"),
     ("psum(recursive_doubling, 3 devices)",
      lambda: per_device({"i": 3}, lambda x: collectives.psum(x, "i", algorithm="recursive_doubling"), FOUR[:3]),
      sim.InvalidArgumentError, r"algorithm='recursive_doubling' needs a group size that is a power of two, got 3"),
