@@ -153,7 +153,8 @@ def _order(port: sim.Port, chosen: Algorithm, source: int) -> tuple[int, ...]:
         return tuple(range(n))
     members = port.group.members
     listed = members[source:] + members[:source]
-    return port.once(("broadcast order", source), lambda: rooted_order(port.mesh, listed, chosen.name))
+    kind = "chain" if chosen is RING else "tree"
+    return port.once(("broadcast order", source), lambda: rooted_order(port.mesh, listed, kind))
 
 
 def _tree_gaps(n: int) -> list[int]:
