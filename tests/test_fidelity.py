@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.closed_forms import cases
 from benchmarks.fidelity import (
+    AUTO_BYTES,
     PUBLISHED,
     TINY_BYTES,
     Pick,
@@ -87,7 +88,7 @@ def test_auto_changes_its_pick_with_the_message_size():
     assert picks[TINY_BYTES] == "direct" and picks[MID_BYTES] in ("ring", "rabenseifner", "bidirectional_ring")
 
 
-@pytest.mark.parametrize("size", [TINY_BYTES, MID_BYTES])
+@pytest.mark.parametrize("size", AUTO_BYTES)
 def test_auto_picks_within_one_percent_of_the_fastest_in_every_group_of_rows(size):
     """For each collective on each topology and grid of the table, 'auto''s simulated time is within 1% of
     the fastest algorithm simulated there, for tiny and for mid-sized operands."""
