@@ -233,10 +233,11 @@ def _multi_axis(s: int, d: int) -> list[Case]:
     e = lambda b: b // 4  # float32 elements of b bytes
     padded = lambda b: d * -(-e(b) // (n * d))  # psum's chunk: d parts of ceil(elements / (n d)) each
     source = f"How to Scale Your Model: V/(W_bidi d) (N-1)/N, d = {d} axes"
-    most, least = (1 << 20, 0) if d < 3 else (64 << 10, 4 * n)
+    most, least = (0, 0) if d < 3 else (2 << 20, 4 * n)
+    gathered = 1 << 20 if d < 3 else 64 << 10  # a gather's result is n times its operand
     return [
         Case("all_gather", "multi_axis", "torus", axes, lambda b: _multi_gather(s, d, e(b)),
-             lambda b: hops + n * b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", most, least),
+             lambda b: hops + n * b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", gathered, least),
         Case("psum_scatter", "multi_axis", "torus", axes, lambda b: _multi_scatter(s, d, e(b) // n),
              lambda b: hops + b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", most, least),
         Case("psum", "multi_axis", "torus", axes,

@@ -229,7 +229,7 @@ def main(argv: list[str]) -> int:
         run = run_published(case)
         seconds, algorithm = max(call.exit_s for call in run.calls), run.calls[0].algorithm
         error = seconds / case.published_s - 1
-        p = case.shape[0] if case.preset != "tpu-v4p" else 4
+        p = case.shape[0] if case.preset != "tpu-v4p" else 4 ** len(case.over)
         algbw, busbw = _bandwidths(case.collective, case.size_bytes, p, seconds)
         verdict = "within 15%" if abs(error) <= 0.15 else f"misses: {case.why}"
         print(f"{case.name:<80} {algorithm:<19} {seconds * 1e6:>8.1f} {case.published_s * 1e6:>9.1f} {error:>+7.1%} "
