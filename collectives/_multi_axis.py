@@ -24,9 +24,10 @@ reduce-scatter, a direct exchange for all_to_all.
 Worked example, a 2 x 2 grid {'x': 2, 'y': 2}, all_gather of 4-element blocks: part 0 (elements 0:2)
 gathers along y then x, part 1 (elements 2:4) along x then y. Phase 0: member (0, 0) sends its part 0 to
 (0, 1) and its part 1 to (1, 0), both at once on different links; phase 1: it sends part 0 of the blocks
-of (0, 0) and (0, 1) to (1, 0), and part 1 of the blocks of (0, 0) and (1, 0) to (0, 1). Over d axes of
-s members each with block b: d (s // 2) hop latencies and ((N - 1) / 2d) N b bytes over one link direction,
-half of 'per_axis''s bidirectional volume: a d-fold speed-up of the bandwidth term.
+of (0, 0) and (0, 1) to (1, 0), and part 1 of the blocks of (0, 0) and (1, 0) to (0, 1). On a torus of d
+axes of s members (N = s^d) with blocks of b bytes it takes d (s // 2) hop latencies and (N - 1) b / (2d)
+bytes through each link direction, against (N - 1) b / 2 for a bidirectional ring round the whole group: the
+bandwidth term falls d-fold.
 """
 
 from __future__ import annotations

@@ -81,8 +81,10 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     that meet at member j, one from each side of the ring, both directions of every link busy at each step
     (for even n, the member opposite sends half its term each way); 'recursive_halving' (log2(n) steps,
     group size a power of two) halves the chunks each member is responsible for at each step, folding pairs
-    of partial sums as a balanced tree, lower group index first; 'auto' picks the fastest by
-    `collectives._cost` and records it in `sim.CallRecord.algorithm`.
+    of partial sums as a balanced tree, lower group index first; 'multi_axis' (several mesh axes: each
+    chunk cut into one part per axis, the parts reduced at once by bidirectional rings along the axes, each
+    in its own rotation of them, `collectives._multi_axis`; over one axis 'bidirectional_ring'); 'auto'
+    picks the fastest by `collectives._cost` and records it in `sim.CallRecord.algorithm`.
     Integers come out the same from every algorithm; floats within `oracles._reordered`'s bound.
     `x` may be a pytree.
 
