@@ -68,6 +68,12 @@ class Case:
     textbook: Callable[[int], float]
     source: str
     costs: sim.Costs | None = None  # costs besides the wire the table's network carries (None: none)
+    most_bytes: int = 0  # the largest operand the row runs with (0: any), where bigger results would not fit
+    least_bytes: int = 0  # the smallest (a chunk for each of many devices)
+
+    def sized(self, size_bytes: int) -> int:
+        """The operand bytes this row runs with when the table asks for `size_bytes`."""
+        return max(self.least_bytes, min(size_bytes, self.most_bytes) if self.most_bytes else size_bytes)
 
     @property
     def devices(self) -> int:
@@ -320,12 +326,82 @@ def _with_costs(p: int) -> list[Case]:
     ]
     return [Case(op, name, "fully_connected", axes, exact, textbook, source, COSTS)
             for op, name, exact, textbook in rows]
+def _bi(s: int, u: int, half_first: bool) -> list[int]:
+    """The elements on the busiest link at each step of a bidirectional ring phase on 4 members with units of u
+    elements: a whole unit, and a half (the clockwise half, the larger, of the unit of the member opposite), in
+    that order for a gather, reversed for a reduce-scatter."""
+    steps = [u, -(-u // 2)]
+    return steps[::-1] if half_first else steps
+
+
+def _split(e: int, d: int) -> list[int]:
+    """numpy.array_split's part sizes of e elements in d parts."""
+    return [e // d + (r < e % d) for r in range(d)]
+
+
+def _lanes(s: int, phases: list[list[int]], half_first: bool) -> tuple[float, float]:
+    """Phases of lanes running together (units in elements of 4 bytes): each step costs one hop and its
+    largest lane's busiest link."""
+    alpha = beta = 0.0
+    for lanes in phases:
+        for step in zip(*(_bi(s, u, half_first) for u in lanes)):
+            alpha, beta = alpha + LATENCY_S, beta + 4 * max(step) / BANDWIDTH
+    return alpha, beta
+
+
+def _multi_gather(s: int, d: int, block: int) -> tuple[float, float]:
+    """Multi-axis all-gather of blocks of `block` elements: part r's unit is s^i parts in phase i."""
+    return _lanes(s, [[p * s ** i for p in _split(block, d)] for i in range(d)], False)
+
+
+def _multi_scatter(s: int, d: int, chunk: int) -> tuple[float, float]:
+    """Multi-axis reduce-scatter of s^d chunks of `chunk` elements: s^(d-1-i) parts a unit in phase i."""
+    return _lanes(s, [[p * s ** (d - 1 - i) for p in _split(chunk, d)] for i in range(d)], True)
+
+
+def _multi_exchange(s: int, d: int, chunk: int) -> tuple[float, float]:
+    """Multi-axis all_to_all (s = 4) of chunks of `chunk` elements: in each phase every part goes directly to the s - 1
+    others along one axis, s^(d-1) chunks' part a message; on a ring of 4 the busiest link carries 2 messages
+    (s^2/8, ties split by the source's parity) over 2 hops."""
+    n, load = s ** d, s * s // 8
+    return d * (s // 2) * LATENCY_S, d * load * 4 * max(_split(chunk, d)) * n // s / BANDWIDTH
+
+
+def _multi_axis(s: int, d: int) -> list[Case]:
+    """'multi_axis' on an s^d torus (s = 4: a ring of 4 links each way per axis): d parts at once, one per axis."""
+    axes, n, w = tuple(zip("xyz", (s,) * d)), s ** d, BANDWIDTH
+    bidi = 2 * w  # the bandwidth an axis gives one part, both ways round
+    hops = d * (s // 2) * LATENCY_S  # a gather's or reduce-scatter's steps: s // 2 an axis
+    e = lambda b: b // 4  # float32 elements of b bytes
+    padded = lambda b: d * -(-e(b) // (n * d))  # psum's chunk: d parts of ceil(elements / (n d)) each
+    source = f"How to Scale Your Model: V/(W_bidi d) (N-1)/N, d = {d} axes"
+    most, least = (0, 0) if d < 3 else (2 << 20, 4 * n)
+    gathered = 1 << 20 if d < 3 else 64 << 10  # a gather's result is n times its operand
+    return [
+        Case("all_gather", "multi_axis", "torus", axes, lambda b: _multi_gather(s, d, e(b)),
+             lambda b: hops + n * b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", gathered, least),
+        Case("psum_scatter", "multi_axis", "torus", axes, lambda b: _multi_scatter(s, d, e(b) // n),
+             lambda b: hops + b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", most, least),
+        Case("psum", "multi_axis", "torus", axes,
+             lambda b: _add(_multi_scatter(s, d, padded(b)), _multi_gather(s, d, padded(b))),
+             lambda b: 2 * hops + 2 * b * (n - 1) / n / (bidi * d), "2 x ReduceScatter, " + source, most,
+             least),
+        Case("all_to_all", "multi_axis", "torus", axes, lambda b: _multi_exchange(s, d, e(b) // n),
+             lambda b: d * (s // 2) * LATENCY_S + b * s / 8 / w,
+             "V s/(4 N W_bidi) on a ring of s per axis, all at once", most, least),
+    ]
+
+
+def multi_axis_cases() -> list[Case]:
+    """The multi-axis rows: a 2-D torus of 4 x 4 and a 3-D one of 4 x 4 x 4."""
+    return _multi_axis(4, 2) + _multi_axis(4, 3)
 
 
 def cases() -> list[Case]:
     """Every row of the validation table."""
     return (_one_axis(8, switch=False) + _one_axis(8, switch=True) + _ring(8) + _torus(4, 4)
-            + _multipath_and_fabric() + _nodes(2, 4) + _nodes(4, 2) + _in_network(8, NODE_SIZE) + _with_costs(8))
+            + multi_axis_cases() + _multipath_and_fabric() + _nodes(2, 4) + _nodes(4, 2) + _in_network(8, NODE_SIZE)
+            + _with_costs(8))
 
 
 def busbw_factor(collective: str, p: int) -> float:

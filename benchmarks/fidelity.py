@@ -9,7 +9,10 @@ For each case of `benchmarks/closed_forms.py` the simulator runs the call twice:
 (bandwidth-bound: within 2% of the published bandwidth form). Local copies are free here (a `CopyCost` of
 unbounded bandwidth), so the table measures the network model alone. Each result is checked against a plain
 numpy evaluation before its time is shown. algbw and busbw are nccl-tests' (size / time, and algbw times
-2(n-1)/n for AllReduce, (n-1)/n otherwise), so the columns can be laid beside nccl-tests output.
+2(n-1)/n for AllReduce, (n-1)/n otherwise), so the columns can be laid beside nccl-tests output. A row may
+bound its operand bytes (`Case.sized`) where a larger result would not fit in memory. Then, for each
+collective on each topology and grid, every algorithm is simulated at 64 bytes and 256 KiB and 'auto''s
+pick must come within 1% of the fastest.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +49,7 @@ from benchmarks.closed_forms import (  # noqa: E402
 
 TINY_BYTES = 64
 LARGE_BYTES = 8 << 20
+AUTO_BYTES = (TINY_BYTES, 256 << 10)  # the sizes 'auto''s picks are checked at, against every algorithm
 FREE_COPIES = sim.CopyCost(bandwidth_bytes_per_s=1e30, run_overhead_s=0.0)
 
 
@@ -83,8 +88,9 @@ def expected(collective: str, x: np.ndarray, p: int) -> np.ndarray:
 
 
 def measure(case: Case, size_bytes: int) -> float:
-    """The simulated seconds of `case` with `size_bytes` per device, its result checked against numpy."""
-    return max(call.exit_s for call in _run(case, size_bytes).calls)
+    """The simulated seconds of `case` with `size_bytes` per device (at most the row's `most_bytes`), its
+    result checked against numpy."""
+    return max(call.exit_s for call in _run(case, case.sized(size_bytes)).calls)
 
 
 def pick(case: Case, size_bytes: int) -> str:
@@ -132,7 +138,7 @@ class Published:
     calibration: str = "measured"
     algorithm: str = "auto"
     axes: tuple[tuple[str, int], ...] = ()
-    axis_name: str = "x"
+    axis_name: str | tuple[str, ...] = "x"
     array: tuple[int, ...] = ()
     spec: tuple = ("x",)
     empty_slices: str | None = None
@@ -155,6 +161,10 @@ PUBLISHED = [
               (4, 4, 4), 11.65e-6, 2 * 1024 * 4096 // 16, "psum",
               "How to Scale Your Model, 'Sharded Matrices' (AllReduce = 2 x AllGather's V/W_bidi)",
               calibration="ideal", axes=_V4P, axis_name="z", array=_V4P_ARRAY, spec=("x", "y")),
+    Published("TPU v4p 4x4x4, AllGather over X and Y of bf16[1024, 4096] sharded [B over X, D over Y]", "tpu-v4p",
+              (4, 4, 4), 46.6e-6, 2 * 1024 * 4096, "all_gather",
+              "How to Scale Your Model, 'Sharded Matrices' (AllGather over several axes: V / (W_bidi x 2 axes))",
+              calibration="ideal", axes=_V4P, axis_name=("x", "y"), array=_V4P_ARRAY, spec=("x", "y")),
     Published("8xH100 NVLink, AllGather of bf16[1024, 16384] (33.55 MB)", "h100-nvlink", (8,), 65e-6,
               2 * 1024 * 16384, "all_gather", "nccl-tests all_gather_perf on DGX H100 (line rate 450 GB/s)",
               calibration="ideal", axes=(("x", 8),), array=(1024, 16384)),
@@ -186,22 +196,24 @@ PUBLISHED = [
 ]
 
 
-def measure_published(case: Published) -> float:
-    """Simulated seconds of a published case on its preset (for the ragged exchange, its growth). A run's
+def measure_published(case: Published, algorithm: str | None = None) -> float:
+    """Simulated seconds of a published case on its preset, with its algorithm or `algorithm` (for the ragged
+    exchange, its growth). A run's
     device programs hold reference cycles, so its gigabytes of buffers go at once (`gc.collect`), not whenever
     the collector runs."""
     if case.collective == "ragged_all_to_all":
         return growth_s(case.calibration, case.empty_slices)
-    seconds = max(call.exit_s for call in run_published(case).calls)
+    seconds = max(call.exit_s for call in run_published(case, algorithm).calls)
     gc.collect()
     return seconds
 
 
-def run_published(case: Published) -> sim.Run:
-    """The run of a published case on its preset (its calls name the algorithm 'auto' picked)."""
+def run_published(case: Published, algorithm: str | None = None) -> sim.Run:
+    """The run of a published case on its preset, with its algorithm or `algorithm` (its calls name the
+    algorithm 'auto' picked)."""
     network = sim.Network.preset(case.preset, case.shape, case.calibration)
     mesh = sim.Mesh(dict(case.axes), network=network, copy_cost=FREE_COPIES)
-    spec, axis, algorithm = sim.P(*case.spec), case.axis_name, case.algorithm
+    spec, axis, algorithm = sim.P(*case.spec), case.axis_name, algorithm or case.algorithm
     if case.collective == "all_to_all":
         x = np.zeros(len(mesh.devices) * case.size_bytes, np.uint8)
         call = lambda v: collectives.all_to_all(v, axis, 0, 0, tiled=True, algorithm=algorithm)
@@ -213,6 +225,43 @@ def run_published(case: Published) -> sim.Run:
         call = lambda v: collectives.all_gather(v, axis, tiled=True, algorithm=algorithm)
     f = sim.shard_map(call, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
     return f.run(x)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """'auto' on one group of rows (a collective on a topology and grid) at one size, beside every algorithm."""
+
+    group: str
+    size_bytes: int
+    picked: str
+    auto_s: float
+    fastest: str
+    fastest_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Whether auto's pick is within 1% of the fastest simulated algorithm."""
+        return self.auto_s <= self.fastest_s * 1.01
+
+
+def auto_picks(size_bytes: int, rows: list[Case] | None = None) -> list[Pick]:
+    """For each (collective, topology, grid) of the table's rows, every algorithm that fits simulated at
+    `size_bytes` (the row's `sized`), and 'auto''s pick beside the fastest."""
+    groups: dict[tuple, Case] = {}
+    for case in cases() if rows is None else rows:
+        groups.setdefault((case.collective, case.topology, case.axes), case)
+    found = []
+    for case in groups.values():
+        p, grid = case.devices, len(case.axes) > 1
+        names = [a.name for a in collectives.definition(case.collective).algorithms
+                 if not a.auto and a.fits(p) and (grid or not a.grid)]
+        times = {name: measure(dataclasses.replace(case, algorithm=name), size_bytes) for name in names}
+        fastest = min(times, key=times.get)
+        auto = dataclasses.replace(case, algorithm="auto")
+        run = _run(auto, case.sized(size_bytes))
+        found.append(Pick(case.name.replace("/" + case.algorithm, ""), case.sized(size_bytes),
+                          run.calls[0].algorithm, max(call.exit_s for call in run.calls), fastest, times[fastest]))
+    return found
 
 
 def _bandwidths(collective: str, size_bytes: int, p: int, seconds: float) -> tuple[float, float]:
@@ -229,15 +278,15 @@ def main(argv: list[str]) -> int:
           f"{'error':>7} {'algbw GB/s':>10} {'busbw':>7}  source")
     for case in cases():
         tiny = measure(case, TINY_BYTES)
-        exact = sum(case.exact(TINY_BYTES))
+        exact = sum(case.exact(case.sized(TINY_BYTES)))
         ok = abs(tiny - exact) <= 1e-9 * exact
         large_text = form_text = error_text = algbw_text = busbw_text = "-"
         if not args.quick:
-            large, form = measure(case, LARGE_BYTES), case.textbook(LARGE_BYTES)
+            large, form = measure(case, LARGE_BYTES), case.textbook(case.sized(LARGE_BYTES))
             error = large / form - 1
             ok = ok and abs(error) <= 0.02
-            algbw, busbw = _bandwidths(case.collective, nccl_size(case.collective, LARGE_BYTES, case.devices),
-                                       case.devices, large)
+            size = nccl_size(case.collective, case.sized(LARGE_BYTES), case.devices)
+            algbw, busbw = _bandwidths(case.collective, size, case.devices, large)
             large_text, form_text, error_text = f"{large * 1e6:.1f}", f"{form * 1e6:.1f}", f"{error:+.2%}"
             algbw_text, busbw_text = f"{algbw:.2f}", f"{busbw:.2f}"
         failed += not ok
@@ -252,12 +301,20 @@ def main(argv: list[str]) -> int:
         else:
             run = run_published(case)
             seconds, algorithm = max(call.exit_s for call in run.calls), run.calls[0].algorithm
-            p = dict(case.axes)[case.axis_name]
+            names = case.axis_name if isinstance(case.axis_name, tuple) else (case.axis_name,)
+            p = math.prod(dict(case.axes)[name] for name in names)
             algbw, busbw = _bandwidths(case.collective, case.size_bytes, p, seconds)
         error = seconds / case.published_s - 1
         verdict = "within 10%" if abs(error) <= 0.10 else f"misses: {case.why}"
         print(f"{case.name:<80} {case.calibration:<8} {algorithm:<19} {seconds * 1e6:>8.1f} "
               f"{case.published_s * 1e6:>9.1f} {error:>+7.1%} {algbw:>7.1f} {busbw:>7.1f}  {verdict}")
+    print()
+    print(f"{'auto picks':<58} {'size':>9} {'picked':<19} {'sim us':>9} {'fastest':<19} {'sim us':>9}")
+    for size in AUTO_BYTES[:1] if args.quick else AUTO_BYTES:
+        for row in auto_picks(size):
+            failed += not row.ok
+            print(f"{row.group:<58} {row.size_bytes:>9} {row.picked:<19} {row.auto_s * 1e6:>9.3f} {row.fastest:<19} "
+                  f"{row.fastest_s * 1e6:>9.3f}{'' if row.ok else '  SLOWER THAN 1%'}")
     return 1 if failed else 0
 
 

@@ -70,9 +70,18 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     'auto' (the fastest of these by `collectives._cost` for the bytes, the group and the network; the pick
     is recorded in `sim.CallRecord.algorithm`). Those besides 'direct' work on a row-major buffer of blocks:
     an operand or a result laid out otherwise costs one timed pack or unpack.
+    axis_index_groups, 'ring'), 'multi_axis' (every block cut into one part per named axis, the parts
+    gathered at once by bidirectional rings along the axes, each part in its own rotation of them:
+    `collectives._multi_axis`; over one axis, 'bidirectional_ring'), or 'auto' (the fastest of these by
+    `collectives._cost` for the bytes, the group and the network; the pick is recorded in
+    `sim.CallRecord.algorithm`). Those besides 'direct' work on a row-major buffer of blocks: an operand or
+    a result laid out otherwise costs one timed pack or unpack.
 
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
     `all_gather(x, 'x')` gives [[1, 2], [3, 4]] on both, `all_gather(x, 'x', tiled=True)` gives [1, 2, 3, 4].
+    On a mesh {'x': 2, 'y': 2} where device d holds [4d, 4d + 1, 4d + 2, 4d + 3], `all_gather(x, ('x', 'y'),
+    tiled=True, algorithm='multi_axis')` gives [0, 1, ..., 15] on every device: elements 0:2 of each block
+    travel along y then x, elements 2:4 along x then y, both at the same time.
 
     Raises:
         InvalidArgumentError: unknown axis name, bad groups, `axis` out of range, shapes or dtypes that differ

@@ -68,8 +68,10 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, axi
     `algorithm` chooses the messages, never the bytes: 'direct' (one step, a message per pair),
     'pairwise' (n - 1 steps: at step k member i sends to i + k and receives from i - k), 'bruck'
     (ceil(log2(n)) steps of the chunks whose rotated index has bit k set, any n), 'per_axis' (a direct
-    exchange along each named mesh axis in turn; over one axis or with axis_index_groups, 'direct'), or
-    'auto' (the fastest by `collectives._cost`, recorded in `sim.CallRecord.algorithm`).
+    exchange along each named mesh axis in turn; over one axis or with axis_index_groups, 'direct'),
+    'multi_axis' (every chunk cut into one part per named axis, the parts exchanged at once, each along the
+    axes in its own rotation of them: `collectives._multi_axis`; over one axis, 'direct'), or 'auto' (the
+    fastest by `collectives._cost`, recorded in `sim.CallRecord.algorithm`).
 
     Example on a 2-device mesh {'x': 2}: device 0 holds [1, 2], device 1 holds [3, 4];
     `all_to_all(x, 'x', 0, 0)` gives [1, 3] on device 0 and [2, 4] on device 1.

@@ -28,6 +28,9 @@
 - 'in_network' (only where the network's switch reduces, `sim.Network.switch_reduces`): every member sends
   each of its n shards into the switch, which adds shard j in group order (the bits of 'direct') and
   multicasts the sum to every member, NCCL's NVLS (`collectives._in_network`). One step.
+- 'multi_axis': a multi-axis reduce-scatter, then a multi-axis all-gather (`collectives._multi_axis`): the
+  operand cut into one part per named axis, the parts reduced and gathered at the same time, each along the
+  axes in its own rotation (over one axis, or with axis_index_groups: 'bidirectional_ring').
 
 Layouts change times, never values. Payloads leave memory through `pack_slice` (a timed "pack" when
 they are not one contiguous run); an arrival whose order differs from the buffer it is folded into or
@@ -52,6 +55,7 @@ import numpy as np
 import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _hierarchical as hierarchical
+from collectives import _multi_axis as multi_axis
 from collectives import _tree as tree
 from collectives._algorithm import (
     SUM_BOUND,
@@ -194,6 +198,14 @@ def _per_axis(port: sim.Port, args: AllReduceArgs) -> Generator:
     flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
     for k, team in axis_teams(port, args.shape):
         flat = yield from _ring_all_reduce(port, [(team, flat, f"axis {k} ")], args.reduction)
+    return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
+
+
+def _multi_axis(port: sim.Port, args: AllReduceArgs) -> Generator:
+    """A multi-axis reduce-scatter, then a multi-axis all-gather (`collectives._multi_axis`)."""
+    source = port.memory.view(args.buffer)
+    flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    flat = yield from multi_axis.all_reduce(port, flat, args.shape, args.reduction)
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
@@ -373,14 +385,23 @@ PER_AXIS = Algorithm(
                 "axis: the ring algorithm).",
     _per_axis_steps, lambda shape: sum(2 * (s - 1) for s in shape), 2, reorders=True, bound=SUM_BOUND, grid=True,
     inner=RING, adds=lambda shape, b: sum(_share(s) * b for s in shape))
+MULTI_AXIS = Algorithm(
+    "multi_axis", "multi axis: a reduce-scatter, then an all-gather, each with the operand cut into one part per "
+                  "named mesh axis and the parts moving at the same time, part r along the axes in the r-th "
+                  "rotation of their order (reversed for the reduce-scatter), each phase a bidirectional ring "
+                  "along one axis (over one axis: the bidirectional ring).",
+    multi_axis.reduce_schedule, lambda shape: 2 * multi_axis.ring_messages(shape), 5, reorders=True,
+    bound=SUM_BOUND, grid=True, inner=BIDIRECTIONAL_RING, closed_form=BIDIRECTIONAL_RING.closed_form,
+    adds=added(_share))
 HIERARCHICAL = hierarchical.ALL_REDUCE
 TREE = tree.ALL_REDUCE
-ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS, HIERARCHICAL, TREE,
-              IN_NETWORK)
+ALGORITHMS = (DIRECT, RING, RECURSIVE_DOUBLING, BIDIRECTIONAL_RING, RABENSEIFNER, PER_AXIS, MULTI_AXIS, HIERARCHICAL,
+              TREE, IN_NETWORK)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 _PROTOCOLS: dict[Algorithm, Callable[[sim.Port, AllReduceArgs], Generator]] = {
     DIRECT: _direct, RING: _ring, RECURSIVE_DOUBLING: _recursive_doubling, BIDIRECTIONAL_RING: _bidirectional_ring,
     RABENSEIFNER: _rabenseifner, PER_AXIS: _per_axis, HIERARCHICAL: _hierarchical, TREE: _tree,
+    MULTI_AXIS: _multi_axis,
     IN_NETWORK: lambda port, args: in_network_all_reduce(port, args.buffer, args.reduction, args.out_layout),
 }

@@ -25,6 +25,7 @@ other way, and member 0 folds in its own term.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,18 +59,30 @@ def _lane(flat: np.ndarray, offset: int, n: int, split: bool) -> slice:
 def all_gather(port: sim.Port, team: Team, units: Sequence[np.ndarray], phase: str) -> Generator:
     """Fill `units` (flat contiguous views, one per team position, the caller's own already filled) with every
     member's block, each forwarded both ways round `team` for `steps(n)` steps."""
-    n, me, r = team.size, team.index, steps(team.size)
-    for step in range(r):
-        last = step == r - 1
-        for offset, way in _WAYS:
-            c = (me - offset * step) % n
-            part = units[c][_lane(units[c], offset, n, last)]
-            name = _phase(way, phase)
-            port.send(team.at(offset), part, tag=(name, step), header={}, phase=name, step=step, block=c)
-        for offset, way in _WAYS:
-            c = (me - offset * (step + 1)) % n
-            message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
-            yield from unpack_into(port, message, units[c][_lane(units[c], offset, n, last)], block=c)
+    yield from all_gather_lanes(port, [(team, units, phase)])
+
+
+Lane = tuple[Team, Sequence[np.ndarray], str]  # (a ring, this member's flat units or terms, the phase's name)
+
+
+def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
+    """`all_gather` round several rings at once (lanes with distinct phase names): at each step every lane
+    still running sends both ways, then receives both ways; a lane of a smaller ring stops earlier."""
+    for step in range(max((steps(team.size) for team, _, _ in lanes), default=0)):
+        running = [lane for lane in lanes if step < steps(lane[0].size)]
+        for team, units, phase in running:
+            n, me, last = team.size, team.index, step == steps(team.size) - 1
+            for offset, way in _WAYS:
+                c = (me - offset * step) % n
+                part = units[c][_lane(units[c], offset, n, last)]
+                name = _phase(way, phase)
+                port.send(team.at(offset), part, tag=(name, step), header={}, phase=name, step=step, block=c)
+        for team, units, phase in running:
+            n, me, last = team.size, team.index, step == steps(team.size) - 1
+            for offset, way in _WAYS:
+                c = (me - offset * (step + 1)) % n
+                message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
+                yield from unpack_into(port, message, units[c][_lane(units[c], offset, n, last)], block=c)
 
 
 def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], reduction: str, phase: str) -> Generator:
@@ -78,34 +91,76 @@ def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], redu
 
     Returns a new flat buffer of this member's memory holding its own position's complete chunk.
     """
-    n, me, r = team.size, team.index, steps(team.size)
-    own = []
-    for c, part in enumerate(parts):
-        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
-        own.append(values.reshape(-1))
-    held = {offset: own[(me + offset * r) % n] for offset, _ in _WAYS}  # what each direction sends next
-    arrived: dict[int, np.ndarray] = {}
-    for step in range(r):
-        for offset, way in _WAYS:
-            c = (me + offset * (r - step)) % n
-            payload = held[offset][_lane(own[c], offset, n, step == 0)]
-            name = _phase(way, phase)
-            port.send(team.at(offset), payload, tag=(name, step), header={}, phase=name, step=step, chunk=c)
-        added = 0  # bytes received both ways this step, added once both have arrived
-        for offset, way in _WAYS:
-            c = (me + offset * (r - step - 1)) % n
-            message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
-            span = _lane(own[c], offset, n, step == 0)
-            added += own[c][span].nbytes
-            if step == r - 1:
-                arrived[offset] = (span, received(message))
-            else:
-                held[offset] = _fold(port, own[c], span, received(message), reduction)
+    return (yield from reduce_scatter_lanes(port, [(team, parts, phase)], reduction))[0]
+
+
+def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[Lane], reduction: str) -> Generator:
+    """`reduce_scatter` round several rings at once (lanes with distinct phase names), stepping as
+    `all_gather_lanes` does; returns each lane's complete chunk of the caller's position."""
+    states = []
+    for team, parts, phase in lanes:
+        own = []
+        for c, part in enumerate(parts):
+            values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
+            own.append(values.reshape(-1))
+        r = steps(team.size)
+        states.append(_Folding(team, phase, own, {offset: own[(team.index + offset * r) % team.size]
+                                                   for offset, _ in _WAYS}, {}))
+    for step in range(max((steps(state.team.size) for state in states), default=0)):
+        running = [state for state in states if step < steps(state.team.size)]
+        for state in running:
+            _send_partials(port, state, step)
+        added = 0  # bytes received this step on every lane, both ways, added once all have arrived
+        for state in running:
+            added += yield from _receive_partials(port, state, step, reduction)
         yield from sim.add_step(port, added, step=step)
-    mine = _fold(port, own[me], slice(0, 0), own[me][:0], reduction)
+    return [_finish(port, state, reduction) for state in states]
+
+
+@dataclass
+class _Folding:
+    """One lane of a bidirectional reduce-scatter: its ring, phase name, own terms, the partial sum each
+    direction sends next, and the last arrivals (span, values) per direction."""
+
+    team: Team
+    phase: str
+    own: list[np.ndarray]
+    held: dict[int, np.ndarray]
+    arrived: dict[int, tuple[slice, np.ndarray]]
+
+
+def _send_partials(port: sim.Port, state: _Folding, step: int) -> None:
+    n, me, r = state.team.size, state.team.index, steps(state.team.size)
+    for offset, way in _WAYS:
+        c = (me + offset * (r - step)) % n
+        payload = state.held[offset][_lane(state.own[c], offset, n, step == 0)]
+        name = _phase(way, state.phase)
+        port.send(state.team.at(offset), payload, tag=(name, step), header={}, phase=name, step=step, chunk=c)
+
+
+def _receive_partials(port: sim.Port, state: _Folding, step: int, reduction: str) -> Generator:
+    """Take one lane's two arrivals of `step` (folding them unless it is the last); returns their bytes."""
+    n, me, r = state.team.size, state.team.index, steps(state.team.size)
+    added = 0
+    for offset, way in _WAYS:
+        c = (me + offset * (r - step - 1)) % n
+        message = yield port.recv(state.team.at(-offset), tag=(_phase(way, state.phase), step))
+        span = _lane(state.own[c], offset, n, step == 0)
+        added += state.own[c][span].nbytes
+        if step == r - 1:
+            state.arrived[offset] = (span, received(message))
+        else:
+            state.held[offset] = _fold(port, state.own[c], span, received(message), reduction)
+    return added
+
+
+def _finish(port: sim.Port, state: _Folding, reduction: str) -> np.ndarray:
+    """The caller's own chunk: its term, the clockwise arrival folded before it, the counter-clockwise after."""
+    me = state.team.index
+    mine = _fold(port, state.own[me], slice(0, 0), state.own[me][:0], reduction)
     for offset, _ in _WAYS:
-        if offset in arrived:
-            span, values = arrived[offset]
+        if offset in state.arrived:
+            span, values = state.arrived[offset]
             mine[span] = combine(reduction, mine[span], values) if offset == -1 else combine(reduction, values,
                                                                                           mine[span])
     return mine

@@ -24,6 +24,7 @@ import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm, Pattern
+from collectives._hop_order import cyclic_order, rooted_order
 from collectives._nodes import node_grid
 from collectives._ring_order import RINGS, ring_order
 from collectives._tree import down_steps, up_steps
@@ -39,27 +40,60 @@ _CACHE_LIMIT = 4096
 def step_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequence[int],
            shape: tuple[int, ...]) -> float:
     """Seconds one step takes on `mesh`'s network: longest route latency plus the most loaded link's bytes
-    over its bandwidth. On a multipath torus a message's paths carry shares of it (`sim.Mesh.routes`); parts
-    of each share are timed apart (`_drained_s`), since small parts of far messages drain first."""
+    over its bandwidth. The messages of `pattern.alongside` run in the same step and load the links too. On a
+    multipath torus a message's paths carry shares of it (`sim.Mesh.routes`); parts of each share are timed
+    apart (`_drained_s`), since small parts of far messages drain first."""
     network = mesh.network
     if pattern.kind in ("multicast", "reduce"):  # the switch adds (`sim.network._in_network`)
         return sim.in_network_s(mesh, members, len(members), size_bytes, pattern.kind == "multicast")
     loads: dict[float, dict] = {}  # share of a message -> link -> bytes of parts of that share
     latency: dict[float, float] = {}  # share -> the longest latency of a path carrying it
-    for shifts, scale in _shift_sets(pattern, shape):
-        for src, dst in _pairs(pattern, shifts, shape):
-            for route, share in mesh.routes(members[src], members[dst]):
-                hops_s = sum(network.link_latency_s(link) for link in route)
-                latency[share] = max(latency.get(share, 0.0), hops_s)
-                on = loads.setdefault(share, {})
-                for link in route:
-                    on[link] = on.get(link, 0.0) + size_bytes * scale * share
+    parts = ((pattern, size_bytes), *pattern.alongside)
+    for part, each in parts:
+        _load(part, each, mesh, members, shape, loads, latency)
     costs = costs_of(network)
-    issue = costs.issue_s(_sent(pattern, shape))
+    issue = costs.issue_s(sum(_sent(part, shape) for part, _ in parts))
     if not any(loads.values()):
         return issue + max(latency.values(), default=0.0)
     wire = costs.wire_bytes(size_bytes) / size_bytes if size_bytes > 0 else 1.0
     return issue + max(latency[share] + wire * _drained_s(loads, share, network) for share in loads)
+
+
+def _load(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],
+          loads: dict[float, dict], latency: dict[float, float]) -> None:
+    """Add the bytes of `pattern`'s messages to `loads` and its routes' latencies to `latency` (per share)."""
+    for shifts, scale in _shift_sets(pattern, shape):
+        for src, dst in _pairs(pattern, shifts, shape):
+            _route(mesh, members[src], members[dst], size_bytes * scale, loads, latency)
+    if pattern.kind == "pairs":  # the sampled shifts may miss the farthest pair: every route from a few sources
+        for src, dst in _farthest_pairs(pattern, shape):
+            _route(mesh, members[src], members[dst], 0.0, loads, latency)
+
+
+def _route(mesh: sim.Mesh, src: int, dst: int, size_bytes: float, loads: dict[float, dict],
+           latency: dict[float, float]) -> None:
+    """Load every path from `src` to `dst` with its share of `size_bytes`; note each path's latency."""
+    network = mesh.network
+    for route, share in mesh.routes(src, dst):
+        latency[share] = max(latency.get(share, 0.0), sum(network.link_latency_s(link) for link in route))
+        on = loads.setdefault(share, {})
+        for link in route:
+            on[link] = on.get(link, 0.0) + size_bytes * share
+
+
+def _farthest_pairs(pattern: Pattern, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(source, destination) of an all-pairs step from up to `_SAMPLED` sources to every other member (along
+    `pattern.axis`, or over the whole group): among them the step's longest route."""
+    index, found = np.arange(math.prod(shape)).reshape(shape), []
+    for src in _sample(list(range(index.size))):
+        if pattern.axis is None:
+            targets = range(index.size)
+        else:
+            coords = list(np.unravel_index(src, shape))
+            targets = (int(index[(*coords[:pattern.axis], t, *coords[pattern.axis + 1:])])
+                       for t in range(shape[pattern.axis]))
+        found += [(src, dst) for dst in targets if dst != src]
+    return found
 
 
 def _drained_s(loads: dict[float, dict], share: float, network: sim.Network) -> float:
@@ -151,6 +185,7 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
     if algorithm.nodes:  # its steps run over the grid (nodes, members per node)
         order, shape = node_grid(mesh, members)
         members = tuple(members[g] for g in order)
+    members = _hop_ordered(algorithm, mesh, members)
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
         if algorithm.name in RINGS and pattern.k == 1 and pattern.axis is None:  # round the ring's own order
             ring = ring or tuple(members[g] for g in ring_order(mesh, members))
@@ -179,6 +214,22 @@ def costs_of(network: object) -> sim.Costs:
 
 
 _NO_COSTS = sim.Costs()
+
+
+def _hop_ordered(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int]) -> tuple[int, ...]:
+    """`members` in the order `algorithm` sends round (`collectives._hop_order`): a broadcast's tree or chain
+    (members listed from the source on) and Bruck's all_to_all follow the topology where that is fewer hops."""
+    members = tuple(members)
+    if not isinstance(mesh, sim.Mesh) or len(members) < 3:
+        return members
+    if algorithm.name == "bruck":
+        order = cyclic_order(mesh, members)
+    elif algorithm.name in ("tree", "ring") and any(p.kind in ("tree", "chain") for p, _, _ in
+                                                      algorithm.steps((len(members),), 1)):
+        order = rooted_order(mesh, members, "chain" if algorithm.name == "ring" else "tree")
+    else:
+        return members
+    return tuple(members[i] for i in order)
 
 
 def fastest(candidates: Sequence[Algorithm], mesh: sim.Mesh, members: Sequence[int], shape: tuple[int, ...],

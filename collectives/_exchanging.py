@@ -8,10 +8,13 @@ unchanged, so every algorithm gives 'direct''s bytes.
   member i - k, waiting for it before the next step; its own chunk is a message to itself first.
 - 'bruck' (ceil(log2(n)) steps, any n): the chunks are rotated so that slot k holds the one for member
   i + k; at step k every slot whose index has bit k set travels, packed into one message, to member
-  i + 2^k (a timed pack and unpack); a last rotation puts the chunk from member s at block s.
+  i + 2^k (a timed pack and unpack); a last rotation puts the chunk from member s at block s. Positions
+  i go round the topology's ring where that crosses fewer links (`collectives._hop_order.cyclic_order`).
 - 'per_axis' (one step per named mesh axis): slots form the grid of the axes; along axis k each member
   sends the slots whose coordinate k is t to the member whose coordinate k is t, who stores them at its
   own coordinate (after every axis, slot s holds the chunk from member s).
+- 'multi_axis' (one phase per named mesh axis): every slot cut into one part per axis, the parts exchanged
+  at the same time, part r along the axes in the r-th rotation of their order (`collectives._multi_axis`).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from collections.abc import Generator
 import numpy as np
 
 import sim
+from collectives import _multi_axis as multi_axis
 from collectives._algorithm import Algorithm, Pattern, Step, auto_of, lg, on_group, pairs, part
-from collectives._algorithms import axis_teams
+from collectives._algorithms import Team, axis_teams
 from collectives._common import pack_slice, unpack_into, unpack_values
+from collectives._hop_order import cyclic_order
 from layouts import Layout
 
 
@@ -38,14 +43,19 @@ def exchange(port: sim.Port, algorithm: Algorithm, chunks: list[np.ndarray], lay
         yield from _pairwise(port, chunks, layout, blocks, rows)
         return
     slots = _alloc(port, blocks.shape, blocks.dtype)
-    me, n = port.group.index, port.group.size
-    order = [(me + k) % n for k in range(n)] if algorithm is BRUCK else list(range(n))
+    n = port.group.size
+    team = _bruck_team(port) if algorithm is BRUCK else None
+    place = list(range(n)) if team is None else list(team.order or range(n))  # group index at each position
+    order = [place[(team.index + k) % n] for k in range(n)] if team is not None else list(range(n))
     for slot, j in enumerate(order):
         values, _ = yield from pack_slice(port, chunks[j], Layout.row_major(chunks[j].ndim), chunk=j)
         slots[slot, ...] = values.reshape(blocks.shape[1:])
     if algorithm is BRUCK:
-        slots = yield from _bruck(port, slots)
-        slots = slots[[(me - s) % n for s in range(n)]]
+        slots = yield from _bruck(port, team, slots)
+        position = {g: i for i, g in enumerate(place)}
+        slots = slots[[(team.index - position[s]) % n for s in range(n)]]
+    elif algorithm is MULTI_AXIS:
+        slots = yield from multi_axis.exchange(port, slots, shape)
     else:
         slots = yield from _per_axis(port, slots, shape)
     yield from unpack_values(port, slots, tuple(range(slots.ndim)), blocks, phase="result")
@@ -71,17 +81,24 @@ def _runs(indices: list[int]) -> int:
     return sum(1 for k, i in enumerate(indices) if k == 0 or indices[k - 1] != i - 1)
 
 
-def _bruck(port: sim.Port, slots: np.ndarray) -> Generator:
-    """Bruck's steps on the rotated slots; slot j ends holding the chunk from member i - j."""
-    members, me, n = port.group.members, port.group.index, port.group.size
+def _bruck_team(port: sim.Port) -> Team:
+    """The group in the order Bruck's steps go round (`collectives._hop_order.cyclic_order`)."""
+    members = port.group.members
+    order = port.once("bruck order", lambda: cyclic_order(port.mesh, members))
+    return Team(tuple(members[g] for g in order), order.index(port.group.index), order)
+
+
+def _bruck(port: sim.Port, team: Team, slots: np.ndarray) -> Generator:
+    """Bruck's steps on the rotated slots round `team`; slot j ends holding the chunk from position i - j."""
+    n = team.size
     step, distance = 0, 1
     while distance < n:
         moving = [j for j in range(n) if j & distance]
         payload = np.ascontiguousarray(slots[moving])  # Bruck packs the travelling slots into one message
         yield from sim.copy_step(port, "pack", payload.nbytes, _runs(moving), step=step)
-        port.send(members[(me + distance) % n], payload, tag=("bruck", step), header={}, phase="bruck", step=step,
+        port.send(team.at(distance), payload, tag=("bruck", step), header={}, phase="bruck", step=step,
                   slots=len(moving))
-        message = yield port.recv(members[(me - distance) % n], tag=("bruck", step))
+        message = yield port.recv(team.at(-distance), tag=("bruck", step))
         yield from sim.copy_step(port, "unpack", payload.nbytes, _runs(moving), step=step)
         slots[moving] = message.payload  # the sent slots left as a packed copy: overwriting them is safe
         step, distance = step + 1, distance * 2
@@ -160,5 +177,10 @@ PER_AXIS = Algorithm(
     "per_axis", "per axis: the exchange runs along each named mesh axis in turn, the last named first (over one "
                 "axis: the direct algorithm).",
     _per_axis_steps, lambda shape: sum(s - 1 for s in shape), 2, reorders=False, grid=True, inner=DIRECT)
-ALGORITHMS = (DIRECT, PAIRWISE, BRUCK, PER_AXIS)
+MULTI_AXIS = Algorithm(
+    "multi_axis", "multi axis: every chunk is cut into one part per named mesh axis and the parts are exchanged at "
+                  "the same time, part r directly along the axes in the r-th rotation of their order, so every "
+                  "axis's links carry one part at a time (over one axis: the direct algorithm).",
+    multi_axis.exchange_schedule, multi_axis.exchange_messages, 3, reorders=False, grid=True, inner=DIRECT)
+ALGORITHMS = (DIRECT, PAIRWISE, BRUCK, PER_AXIS, MULTI_AXIS)
 ALGORITHMS += (auto_of(ALGORITHMS),)

@@ -15,6 +15,8 @@ block enters it packed into row-major order (a timed step where the operand is l
   nodes, then every block held to every member of the node in one step (without nodes: as 'direct').
 - 'per_axis': a ring along each named mesh axis in turn, the minor one first; after the axis k step a
   member holds every block whose index differs from its own only along axes k.. (one contiguous run).
+- 'multi_axis': the blocks cut into one part per named axis, the parts gathered at the same time, each by
+  bidirectional rings along the axes in its own rotation (`collectives._multi_axis`).
 
 Every block travels unchanged, so every algorithm gives 'direct''s bytes.
 """
@@ -29,6 +31,7 @@ import numpy as np
 import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _hierarchical as hierarchical
+from collectives import _multi_axis as multi_axis
 from collectives._algorithm import (
     Algorithm,
     Pattern,
@@ -66,6 +69,8 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
         yield from _doubling(port, work)
     elif algorithm is HIERARCHICAL:
         yield from _hierarchical(port, work)
+    elif algorithm is MULTI_AXIS:
+        yield from multi_axis.all_gather(port, work.reshape(n, -1), shape)
     else:
         grid = work.reshape((*shape, *source.shape))
         for k, team in axis_teams(port, shape):
@@ -156,6 +161,13 @@ PER_AXIS = Algorithm(
     "per_axis", "per axis: the blocks travel round a ring along each named mesh axis in turn, the last named "
                 "first (over one axis: the ring algorithm).",
     _per_axis_steps, lambda shape: sum(s - 1 for s in shape), 2, reorders=False, grid=True, inner=RING)
+MULTI_AXIS = Algorithm(
+    "multi_axis", "multi axis: every block is cut into one part per named mesh axis and the parts travel at the "
+                  "same time, part r through the axes in the r-th rotation of their order, each phase a "
+                  "bidirectional ring along one axis, so every axis's links carry one part at a time (over one "
+                  "axis: the bidirectional ring).",
+    multi_axis.gather_schedule, multi_axis.ring_messages, 3, reorders=False, grid=True, inner=BIDIRECTIONAL_RING,
+    closed_form=BIDIRECTIONAL_RING.closed_form)
 HIERARCHICAL = hierarchical.ALL_GATHER
-ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_DOUBLING, PER_AXIS, HIERARCHICAL)
+ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_DOUBLING, PER_AXIS, MULTI_AXIS, HIERARCHICAL)
 ALGORITHMS += (auto_of(ALGORITHMS),)

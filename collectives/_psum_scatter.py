@@ -13,6 +13,7 @@ import sim
 from collectives import _batch_rules as batch_rules
 from collectives import _bidirectional as bidirectional
 from collectives import _hierarchical as hierarchical
+from collectives import _multi_axis as multi_axis
 from collectives._algorithm import (
     SUM_BOUND,
     Algorithm,
@@ -29,7 +30,7 @@ from collectives._algorithm import (
     scattered,
 )
 from collectives._algorithm import part as share
-from collectives._algorithms import check_algorithm, named, resolve, ring_team
+from collectives._algorithms import axes_shape, check_algorithm, named, resolve, ring_team
 from collectives._allreduce import fold_arrivals, laid_out, reduce_scatter_lanes, ring_reduce_scatter
 from collectives._common import (
     axis_index,
@@ -69,6 +70,7 @@ class _Args:
     tiled: bool
     algorithm: str
     out_layout: Layout
+    shape: tuple[int, ...] = ()
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_index_groups: Any = None,
@@ -92,6 +94,10 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     reduces: `sim.Network.switch_reduces`) sends every chunk into the switch, which adds chunk j in group
     order ('direct''s bits) and sends it to member j alone (`collectives._in_network`); 'auto' picks the fastest by
     `collectives._cost` and records it in `sim.CallRecord.algorithm`.
+    of partial sums as a balanced tree, lower group index first; 'multi_axis' (several mesh axes: each
+    chunk cut into one part per axis, the parts reduced at once by bidirectional rings along the axes, each
+    in its own rotation of them, `collectives._multi_axis`; over one axis 'bidirectional_ring'); 'auto'
+    picks the fastest by `collectives._cost` and records it in `sim.CallRecord.algorithm`.
     Integers come out the same from every algorithm; floats within `oracles._reordered`'s bound.
     `x` may be a pytree.
 
@@ -138,7 +144,8 @@ def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any
     check_network(_OP, device, check_algorithm(_OP, device, algorithm, group.size, ALGORITHMS), context.mesh)
     rank = x.ndim if tiled else x.ndim - 1
     layout = out_layout_of(_OP, device, out_layout, rank) or Layout.row_major(rank)
-    args = _Args(context.memory.resident(x), dim, bool(tiled), algorithm, layout)
+    args = _Args(context.memory.resident(x), dim, bool(tiled), algorithm, layout,
+                 axes_shape(context.mesh, axis_name, axis_index_groups))
     params = (("axis_name", axis_name), ("scatter_dimension", dim), ("tiled", bool(tiled)), ("algorithm", algorithm))
     return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
 
@@ -165,8 +172,7 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Chunk j of every member goes to member j (direct) or around the ring (ring)."""
     parts = _chunks(port.memory.view(args.buffer), args, port.group.size)
     shape = _out_shape(parts[0].shape, args)
-    n = port.group.size
-    algorithm = resolve(port, ALGORITHMS, args.algorithm, sum(p.nbytes for p in parts), (n,))
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, sum(p.nbytes for p in parts), args.shape)
     if algorithm is RING:
         mine = yield from ring_reduce_scatter(port, parts, "sum")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
@@ -176,6 +182,8 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         return (yield from _hierarchical(port, parts, shape, args.out_layout))
     if algorithm is IN_NETWORK:
         return (yield from reduce_scatter(port, parts, shape, args.out_layout))
+    if algorithm is MULTI_AXIS:
+        return (yield from _multi_axis(port, parts, shape, args))
     if algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
         mine = yield from bidirectional.reduce_scatter(port, team, team.arrange(parts), "sum", "reduce-scatter")
@@ -211,6 +219,15 @@ def _hierarchical(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...
     if nodes > 1:
         [folded[0]] = yield from reduce_scatter_lanes(port, [(across, folded, "inter-node ")], "sum")
     return (yield from laid_out(port, folded[0].reshape(shape), layout, phase="result"))
+def _multi_axis(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], args: _Args) -> Generator:
+    """Every chunk packed in row-major order into one row of a flat table, then reduce-scattered over the
+    named axes at once (`collectives._multi_axis`)."""
+    terms = port.memory.view(port.memory.alloc(parts[0].dtype, (len(parts), parts[0].size)))
+    for c, part in enumerate(parts):
+        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
+        terms[c] = values.reshape(-1)
+    mine = yield from multi_axis.reduce_scatter(port, terms, args.shape, "sum")
+    return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
 
 
 def _out_shape(chunk_shape: tuple[int, ...], args: _Args) -> tuple[int, ...]:
@@ -258,8 +275,15 @@ RECURSIVE_HALVING = Algorithm(
                          "log2(n) steps of halving messages.",
     on_group(halving), lambda shape: lg(math.prod(shape)), 1, reorders=True, bound=SUM_BOUND, power_of_two=True,
     closed_form=_scatter_form(lg), adds=added(scattered))
+MULTI_AXIS = Algorithm(
+    "multi_axis", "multi axis: every chunk is cut into one part per named mesh axis and the parts are reduced at "
+                  "the same time, part r along the axes in the reverse of the r-th rotation of their order, each "
+                  "phase a bidirectional ring along one axis, so every axis's links carry one part at a time "
+                  "(over one axis: the bidirectional ring).",
+    multi_axis.scatter_schedule, multi_axis.ring_messages, 3, reorders=True, bound=SUM_BOUND, grid=True,
+    inner=BIDIRECTIONAL_RING, closed_form=BIDIRECTIONAL_RING.closed_form, adds=added(scattered))
 HIERARCHICAL = hierarchical.REDUCE_SCATTER
-ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING, HIERARCHICAL, IN_NETWORK)
+ALGORITHMS = (DIRECT, RING, BIDIRECTIONAL_RING, RECURSIVE_HALVING, MULTI_AXIS, HIERARCHICAL, IN_NETWORK)
 ALGORITHMS += (auto_of(ALGORITHMS),)
 
 

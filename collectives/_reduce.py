@@ -70,6 +70,10 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None, algorithm: st
       NVLS on an NVSwitch or SHARP on InfiniBand): every member sends each of its n shards into the
       switch, which adds shard j in group order (the bits of 'direct') and multicasts the sum to every
       member (`collectives._in_network`); on a network without it, an InvalidArgumentError.
+    - 'multi_axis' (several mesh axes): the operand cut into one part per axis, each part reduce-scattered
+      then all-gathered by bidirectional rings along the axes in its own rotation of them, all parts at
+      once (`collectives._multi_axis`); over one axis, 'bidirectional_ring'. On {'x': 2, 'y': 2} a psum of
+      8 elements moves elements 0:4 along y then x and 4:8 along x then y, at the same time.
     - 'auto': the fastest of these for the bytes, the group and the network (`collectives._cost`); the
       pick is recorded in `sim.CallRecord.algorithm`.
 

@@ -134,6 +134,14 @@ MESSAGE_COUNTS = [  # (id, mesh, axis_name, body, messages each member sends acr
                                                                         algorithm="bruck"), 3),
     ("all_to_all per_axis (3-1)+(2-1)", {"x": 2, "y": 3}, ("x", "y"),
      lambda x, a: _C.all_to_all(x, a, 0, 0, tiled=True, algorithm="per_axis"), 3),
+    ("all_gather multi_axis 2 parts x (2 (2 // 2) + 2 (3 // 2))", {"x": 2, "y": 3}, ("x", "y"),
+     lambda x, a: _C.all_gather(x, a, algorithm="multi_axis"), 8),
+    ("psum_scatter multi_axis 3 parts x 3 x 2 (2 // 2)", {"x": 2, "y": 2, "z": 2}, ("x", "y", "z"),
+     lambda x, a: _C.psum_scatter(x, a, algorithm="multi_axis", tiled=True), 18),
+    ("psum multi_axis 2 x 2 parts x (2 + 2)", {"x": 2, "y": 3}, ("x", "y"),
+     lambda x, a: _C.psum(x, a, algorithm="multi_axis"), 16),
+    ("all_to_all multi_axis 2 parts x ((2-1)+(3-1))", {"x": 2, "y": 3}, ("x", "y"),
+     lambda x, a: _C.all_to_all(x, a, 0, 0, tiled=True, algorithm="multi_axis"), 6),
 ]
 
 
@@ -173,7 +181,9 @@ def test_ragged_pairwise_keeps_the_docs_example():
     ("psum", "per_axis", {"x": 2, "y": 3}, ("x", "y")), ("pmean", "rabenseifner", {"x": 4}, "x"),
     ("psum_scatter", "recursive_halving", {"x": 8}, "x"), ("psum_scatter", "ring", {"x": 5}, "x"),
     ("psum", "bidirectional_ring", {"x": 5}, "x"), ("psum_scatter", "bidirectional_ring", {"x": 6}, "x"),
-    ("psum_scatter", "bidirectional_ring", {"x": 7}, "x"),
+    ("psum_scatter", "bidirectional_ring", {"x": 7}, "x"), ("psum", "multi_axis", {"x": 2, "y": 3}, ("x", "y")),
+    ("psum_scatter", "multi_axis", {"x": 2, "y": 2, "z": 2}, ("x", "y", "z")),
+    ("pmean", "multi_axis", {"x": 3, "y": 4}, ("x", "y")),
 ])
 @settings(max_examples=25)
 @given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float16, np.float32, np.float64]))
@@ -198,16 +208,17 @@ def test_float_sums_stay_within_the_stated_bound(op, algorithm, mesh_axes, axis_
 BAD_ALGORITHMS = [  # (id, call on a 1-D mesh of n devices, n, pattern)
     ("all_gather tree", lambda x: _C.all_gather(x, "x", algorithm="tree"), 4,
      r"device 0: all_gather: algorithm='tree' must be one of \('direct', 'ring', 'bidirectional_ring', "
-     r"'recursive_doubling', 'per_axis', 'hierarchical', 'auto'\)"),
+     r"'recursive_doubling', 'per_axis', 'multi_axis', 'hierarchical', 'auto'\)"),
     ("all_to_all ring", lambda x: _C.all_to_all(x, "x", 0, 0, tiled=True, algorithm="ring"), 4,
-     r"all_to_all: algorithm='ring' must be one of \('direct', 'pairwise', 'bruck', 'per_axis', 'auto'\)"),
+     r"all_to_all: algorithm='ring' must be one of \('direct', 'pairwise', 'bruck', 'per_axis', 'multi_axis', "
+     r"'auto'\)"),
     ("ragged bruck", lambda x: _C.ragged_all_to_all(x, x, np.zeros(4, np.int32), np.zeros(4, np.int32),
                                                     np.zeros(4, np.int32), np.zeros(4, np.int32), axis_name="x",
                                                     algorithm="bruck"), 4,
      r"ragged_all_to_all: algorithm='bruck' must be one of \('direct', 'pairwise', 'auto'\)"),
     ("psum_scatter rabenseifner", lambda x: _C.psum_scatter(x, "x", tiled=True, algorithm="rabenseifner"), 4,
      r"psum_scatter: algorithm='rabenseifner' must be one of \('direct', 'ring', 'bidirectional_ring', "
-    r"'recursive_halving', 'hierarchical', 'in_network', 'auto'\)"),
+    r"'recursive_halving', 'multi_axis', 'hierarchical', 'in_network', 'auto'\)"),
     ("ppermute ring", lambda x: _C.ppermute(x, "x", [(0, 1)], algorithm="ring"), 4,
      r"ppermute: algorithm='ring' must be one of \('direct', 'auto'\)"),
     ("axis_index ring", lambda x: _C.axis_index("x", algorithm="ring") + x, 4,

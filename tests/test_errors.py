@@ -254,7 +254,8 @@ BAD_INPUTS = [
      lambda: per_device({"i": 4}, lambda x: collectives.psum(x, "i", algorithm="butterfly"), FOUR),
      sim.InvalidArgumentError,
      r"device 0: psum: algorithm='butterfly' must be one of \('direct', 'ring', 'recursive_doubling', "
-     r"'bidirectional_ring', 'rabenseifner', 'per_axis', 'hierarchical', 'tree', 'in_network', 'auto'\)"),
+     r"'bidirectional_ring', 'rabenseifner', 'per_axis', 'multi_axis', 'hierarchical', 'tree', 'in_network', "
+     r"'auto'\)"),
     ("psum(recursive_doubling, 3 devices)",
      lambda: per_device({"i": 3}, lambda x: collectives.psum(x, "i", algorithm="recursive_doubling"), FOUR[:3]),
      sim.InvalidArgumentError, r"algorithm='recursive_doubling' needs a group size that is a power of two, got 3"),

@@ -1,5 +1,6 @@
-"""The validation table's checks: every collective x algorithm x topology against its closed form, and the
-presets against published measurements (benchmarks/fidelity.py prints the same table)."""
+"""The validation table's checks: every collective x algorithm x topology against its closed form, 'auto' within
+1% of the fastest algorithm in every group of rows, and the presets against published measurements
+(benchmarks/fidelity.py prints the same table)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ import pytest
 
 from benchmarks._neighbours import growth_s
 from benchmarks.closed_forms import cases
-from benchmarks.fidelity import PUBLISHED, TINY_BYTES, measure, measure_published, pick, run_published
+from benchmarks.fidelity import (
+    AUTO_BYTES,
+    PUBLISHED,
+    TINY_BYTES,
+    Pick,
+    auto_picks,
+    measure,
+    measure_published,
+    pick,
+    run_published,
+)
 
 CASES = cases()
 MID_BYTES = 256 << 10
@@ -21,7 +32,7 @@ def test_simulated_time_is_the_alpha_beta_form(case):
     """Tiny operands (latency-bound) and 256 KiB ones both take exactly the alpha-beta time of the
     algorithm's steps on the topology: the latency terms and the busiest link's bytes."""
     for size in (TINY_BYTES, MID_BYTES):
-        expected = sum(case.exact(size))
+        expected = sum(case.exact(case.sized(size)))
         assert measure(case, size) == pytest.approx(expected, rel=1e-9), size
 
 
@@ -35,7 +46,7 @@ LARGE = [c for c in CASES if (c.collective, c.algorithm) in (("all_gather", "rin
 def test_large_messages_come_within_two_percent_of_the_textbook_form(case):
     """With 8 MiB per device the published bandwidth-only form (nccl-tests, Thakur et al., the ICI forms)
     is within 2% of the simulated time."""
-    simulated, form = measure(case, LARGE_BYTES), case.textbook(LARGE_BYTES)
+    simulated, form = measure(case, LARGE_BYTES), case.textbook(case.sized(LARGE_BYTES))
     assert abs(simulated / form - 1) <= 0.02
 
 
@@ -117,3 +128,27 @@ def test_auto_changes_its_pick_with_the_message_size():
     switch = next(c for c in CASES if c.collective == "psum" and c.topology == "switch")
     picks = {size: pick(dataclasses.replace(switch, algorithm="auto"), size) for size in (TINY_BYTES, MID_BYTES)}
     assert picks[TINY_BYTES] == "direct" and picks[MID_BYTES] in ("ring", "rabenseifner", "bidirectional_ring")
+
+
+@pytest.mark.parametrize("size", AUTO_BYTES)
+def test_auto_picks_within_one_percent_of_the_fastest_in_every_group_of_rows(size):
+    """For each collective on each topology and grid of the table, 'auto''s simulated time is within 1% of
+    the fastest algorithm simulated there, for tiny and for mid-sized operands."""
+    picks = auto_picks(size)
+    assert picks and all(p.fastest_s > 0 for p in picks)
+    assert [p.group for p in picks if not p.ok] == []
+
+
+def test_the_auto_check_can_fail():
+    """A pick slower than the fastest by more than 1% is flagged: the check is not vacuous."""
+    slow = Pick("psum on torus (4x4)", MID_BYTES, "ring", 1.02e-5, "multi_axis", 1e-5)
+    assert not slow.ok and Pick("x", 64, "a", 1.0099e-5, "b", 1e-5).ok
+
+
+def test_a_multi_axis_all_gather_on_tpu_v4p_comes_within_ten_percent():
+    """The TPU v4p 4x4x4 AllGather over X and Y (How to Scale Your Model: 46.6 us) comes within 10% with
+    'auto' (which picks multi_axis) and with multi_axis named, on the preset's ideal link rates."""
+    case = next(c for c in PUBLISHED if c.axis_name == ("x", "y"))
+    assert run_published(case).calls[0].algorithm == "multi_axis"
+    for algorithm in ("auto", "multi_axis"):
+        assert abs(measure_published(case, algorithm) / case.published_s - 1) <= 0.10

@@ -116,10 +116,11 @@ def run(op, x: np.ndarray, algorithm: str, network: sim.Network = TORUS):
     return f.run(x)
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "bidirectional_ring"])
+@pytest.mark.parametrize("algorithm", ["ring", "bidirectional_ring", "multi_axis"])
 @pytest.mark.parametrize("name", ["all_gather", "psum", "psum_scatter"])
 def test_rings_in_topology_order_give_the_results_of_direct(name, algorithm):
-    """Blocks moved unchanged are bit for bit 'direct''s; float sums in another order within their bound."""
+    """Blocks moved unchanged are bit for bit 'direct''s; float sums in another order within their bound (the
+    rings round the topology, and the multi-axis rings along both axes at once)."""
     if algorithm not in collectives.definition(name).param("algorithm").choices:
         pytest.skip(f"{name} has no {algorithm}")
     op = {"all_gather": lambda v, a, algorithm: collectives.all_gather(v, a, tiled=True, algorithm=algorithm),
