@@ -379,16 +379,18 @@ def _multi_axis(s: int, d: int) -> list[Case]:
     gathered = 1 << 20 if d < 3 else 64 << 10  # a gather's result is n times its operand
     return [
         Case("all_gather", "multi_axis", "torus", axes, lambda b: _multi_gather(s, d, e(b)),
-             lambda b: hops + n * b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", gathered, least),
+             lambda b: hops + n * b * (n - 1) / n / (bidi * d), source + " + d (s/2) a",
+             most_bytes=gathered, least_bytes=least),
         Case("psum_scatter", "multi_axis", "torus", axes, lambda b: _multi_scatter(s, d, e(b) // n),
-             lambda b: hops + b * (n - 1) / n / (bidi * d), source + " + d (s/2) a", most, least),
+             lambda b: hops + b * (n - 1) / n / (bidi * d), source + " + d (s/2) a",
+             most_bytes=most, least_bytes=least),
         Case("psum", "multi_axis", "torus", axes,
              lambda b: _add(_multi_scatter(s, d, padded(b)), _multi_gather(s, d, padded(b))),
-             lambda b: 2 * hops + 2 * b * (n - 1) / n / (bidi * d), "2 x ReduceScatter, " + source, most,
-             least),
+             lambda b: 2 * hops + 2 * b * (n - 1) / n / (bidi * d), "2 x ReduceScatter, " + source,
+             most_bytes=most, least_bytes=least),
         Case("all_to_all", "multi_axis", "torus", axes, lambda b: _multi_exchange(s, d, e(b) // n),
              lambda b: d * (s // 2) * LATENCY_S + b * s / 8 / w,
-             "V s/(4 N W_bidi) on a ring of s per axis, all at once", most, least),
+             "V s/(4 N W_bidi) on a ring of s per axis, all at once", most_bytes=most, least_bytes=least),
     ]
 
 

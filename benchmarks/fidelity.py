@@ -253,8 +253,9 @@ def auto_picks(size_bytes: int, rows: list[Case] | None = None) -> list[Pick]:
     found = []
     for case in groups.values():
         p, grid = case.devices, len(case.axes) > 1
+        reduces = network(case.topology, case.axes).switch_reduces
         names = [a.name for a in collectives.definition(case.collective).algorithms
-                 if not a.auto and a.fits(p) and (grid or not a.grid)]
+                 if not a.auto and a.fits(p) and (grid or not a.grid) and (reduces or not a.in_network)]
         times = {name: measure(dataclasses.replace(case, algorithm=name), size_bytes) for name in names}
         fastest = min(times, key=times.get)
         auto = dataclasses.replace(case, algorithm="auto")

@@ -76,8 +76,7 @@ class Algorithm:
         inner: what it runs over a grid of one axis (with one axis name, or with axis_index_groups).
         auto: picks the fastest of the others by the cost model.
         nodes: works node by node (`collectives._nodes`): the cost model times its schedule over the grid
-            (nodes, members per node) of the group, and 'auto' considers it only where the group spans
-            two or more nodes of a network with nodes.
+            (nodes, members per node) of the group (one node where the network has none).
         in_network: the switch does the reduction (`collectives._in_network`): runs only where the network's
             switch reduces (`sim.Network.switch_reduces`), and 'auto' considers it only there.
         adds: `adds(shape, size_bytes)`, the bytes of received data a member adds on the grid `shape` (a

@@ -18,7 +18,6 @@ import numpy as np
 
 import sim
 from collectives._algorithm import Algorithm
-from collectives._nodes import spans_nodes
 from collectives._ring_order import ring_order
 
 
@@ -52,12 +51,12 @@ def axes_shape(mesh: sim.Mesh, axis_name: Any, axis_index_groups: Any) -> tuple[
 def candidates(algorithms: Sequence[Algorithm], group_size: int, shape: tuple[int, ...], mesh: Any = None,
                members: Sequence[int] = ()) -> tuple[Algorithm, ...]:
     """What 'auto' chooses among: every other record that fits the group (grid ones over several axes only;
-    node-by-node ones only where `members` span two or more nodes of `mesh`'s network; in-network ones only
-    where its switch reduces)."""
-    spread = mesh is not None and any(a.nodes for a in algorithms) and spans_nodes(mesh, members)
+    in-network ones only where `mesh`'s switch reduces). Node-by-node ones are candidates everywhere: on a
+    group within one node 'hierarchical' is a direct reduce-scatter and a direct all-gather, the fastest
+    all-reduce of mid-sized operands on a switch or dedicated links."""
     reduces = mesh is not None and mesh.network.switch_reduces
     return tuple(a for a in algorithms if not a.auto and a.fits(group_size) and (not a.grid or len(shape) > 1)
-                 and (not a.nodes or spread) and (not a.in_network or reduces))
+                 and (not a.in_network or reduces))
 
 
 def resolve(port: sim.Port, algorithms: Sequence[Algorithm], algorithm: str, size_bytes: int,

@@ -22,8 +22,8 @@ another binary tree than the group-order fold (`SUM_BOUND`).
 
 Without nodes (a network without `node_size`, or a group spread over nodes unevenly) the whole group is one
 node (`node_grid` gives (1, p)): the all-reduce is a direct reduce-scatter then a direct all-gather,
-the other two their direct intra-node phase. 'auto' considers these records only where the group spans two
-or more nodes (`Algorithm.nodes`).
+the other two their direct intra-node phase. 'auto' considers these records everywhere: within one node the
+all-reduce's two direct steps are the fastest of mid-sized operands on a switch or dedicated links.
 
 Closed forms on N nodes of k, intra-node switch (a, W) with one port per device, a NIC per device into the
 slower fabric (A, W_net): all-reduce of n bytes

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["node_grid", "spans_nodes"]
+__all__ = ["node_grid"]
 
 
 def node_grid(mesh: Any, members: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, int]]:
@@ -42,9 +42,3 @@ def node_grid(mesh: Any, members: Sequence[int]) -> tuple[tuple[int, ...], tuple
     if len(counts) != 1:
         return whole
     return tuple(g for row in rows.values() for g in row), (len(rows), counts.pop())
-
-
-def spans_nodes(mesh: Any, members: Sequence[int]) -> bool:
-    """Whether `members` lie evenly in two or more nodes of `mesh`'s network (where 'auto' considers the
-    algorithms that work node by node)."""
-    return node_grid(mesh, members)[1][0] > 1

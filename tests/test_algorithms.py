@@ -300,7 +300,9 @@ class _Ring(_Switch):
 
 
 @pytest.mark.parametrize("op, mesh, tiny, large", [
-    ("psum", _Switch(), "direct", "rabenseifner"), ("pmax", _Switch(), "direct", "rabenseifner"),
+    # on a switch a direct reduce-scatter and a direct all-gather ('hierarchical' within one node) load each
+    # port with 2(p-1)/p of the operand in two latencies
+    ("psum", _Switch(), "direct", "hierarchical"), ("pmax", _Switch(), "direct", "hierarchical"),
     # on a ring the bidirectional all-gather's and reduce-scatter's n/2 one-hop steps match 'direct''s n/2-hop
     # routes at any size, with less on the busiest link
     ("all_gather", _Ring(8), "bidirectional_ring", "bidirectional_ring"),

@@ -186,7 +186,7 @@ def subflows(network: Network, src: np.ndarray, dst: np.ndarray, devices: int) -
     crosses links `start[i] .. stop[i] - 1`; and every message's hop count (all of its paths are as long).
     One sub-flow per message, all of it, unless the network is multipath (see `routes`)."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    if not network.multipath:
+    if not network.multipath or not len(src):
         flow_of, start, stop, hops = segments(network, src, dst, devices)
         return np.arange(len(src), dtype=np.int64), np.ones(len(src)), flow_of, start, stop, hops
     message, share, parts, first = [], [], [], 0
