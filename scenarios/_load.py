@@ -169,9 +169,9 @@ def _build_network(source: Source, table: dict, axes: tuple[int, ...]) -> sim.Ne
         network = sim.Network.hierarchical(table.get("node_size", 0), **link, **inter)
     else:
         network = sim.Network(**link, topology=topology)
-    reduction = {k: table[k] for k in ("switch_reduces", "switch_reduction_bytes_per_s") if k in table}
-    if reduction:
-        network = replace(network, **reduction)
+    fields = {k: table[k] for k in _FIELD_KEYS if k in table}
+    if fields:
+        network = replace(network, **fields)
     return replace(network, store_and_forward=store_and_forward) if store_and_forward else network
 
 
@@ -187,21 +187,27 @@ _NETWORK_KEYS: dict[str, Callable[[Any], bool]] = {
     "latency_s": _number, "bandwidth_bytes_per_s": _number, "node_size": lambda v: type(v) is int,
     "inter_latency_s": _number, "inter_bandwidth_bytes_per_s": _number,
     "store_and_forward": lambda v: isinstance(v, bool), "switch_reduces": lambda v: isinstance(v, bool),
-    "switch_reduction_bytes_per_s": _number,
+    "switch_reduction_bytes_per_s": _number, "multipath": lambda v: isinstance(v, bool),
+    "leaf_size": lambda v: type(v) is int, "rails": lambda v: isinstance(v, bool), "oversubscription": _number,
+    "spine_latency_s": _number,
 }
+# `Network` fields a table may set beside its topology's own arguments (each checked by `Network` itself)
+_FIELD_KEYS = ("switch_reduces", "switch_reduction_bytes_per_s", "multipath", "leaf_size", "rails",
+               "oversubscription", "spine_latency_s")
 _NETWORK_RULES = {
     "topology": f"a string, one of {', '.join(sim.TOPOLOGIES)}", "preset": "a string naming a preset",
     "calibration": "'measured' (fitted to published measurements) or 'ideal' (the links alone)",
     "shape": "a list of integers, e.g. shape = [4, 4]", "wraparound": "true, false or a list of them, one per "
     "dimension", "node_size": "an integer", "store_and_forward": "true or false", "switch_reduces": "true or false",
+    "multipath": "true or false", "leaf_size": "an integer", "rails": "true or false",
 }
 _NETWORK_RULES.update({k: "a number" for k in _NETWORK_KEYS if k not in _NETWORK_RULES})
 _COMMON_KEYS = ("topology", "latency_s", "bandwidth_bytes_per_s", "store_and_forward")
 _TOPOLOGY_KEYS: dict[str, tuple[str, ...]] = {
-    "fully_connected": (), "switch": ("switch_reduces", "switch_reduction_bytes_per_s"), "ring": ("wraparound",),
-    "torus": ("shape", "wraparound"),
+    "fully_connected": (), "switch": ("switch_reduces", "switch_reduction_bytes_per_s"),
+    "ring": ("wraparound", "multipath"), "torus": ("shape", "wraparound", "multipath"),
     "hierarchical": ("node_size", "inter_latency_s", "inter_bandwidth_bytes_per_s", "switch_reduces",
-                     "switch_reduction_bytes_per_s"),
+                     "switch_reduction_bytes_per_s", "leaf_size", "rails", "oversubscription", "spine_latency_s"),
 }
 
 

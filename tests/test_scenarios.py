@@ -455,6 +455,29 @@ def test_network_keys_build_the_topology(tmp_path):
     assert measured["efficiency"] == sim.Network.preset("tpu-v5e").costs.efficiency < 1
 
 
+def test_network_keys_set_routing_and_fabric(tmp_path):
+    """`multipath` on a ring or torus and the leaf/spine keys of a hierarchical network reach the `Network`;
+    a key on a topology it does not apply to, or of the wrong type, is an error on its line."""
+    base = (ROOT / "scenarios" / "library" / "all_to_all_seeded.toml").read_text()
+    path = tmp_path / "network.toml"
+    path.write_text(base.replace("latency_s = 5e-6\nbandwidth_bytes_per_s = 25e9",
+                                 'topology = "torus"\nmultipath = true'))
+    assert scenarios.load(path).mesh.network.multipath
+    path.write_text(base.replace("latency_s = 5e-6\nbandwidth_bytes_per_s = 25e9",
+                                 'topology = "hierarchical"\nnode_size = 1\nleaf_size = 2\noversubscription = 2\n'
+                                 'spine_latency_s = 1e-6'))
+    network = scenarios.load(path).mesh.network
+    assert (network.leaf_size, network.oversubscription, network.spine_latency_s) == (2, 2, 1e-6)
+    assert network.route(0, 3) == (("nic_out", 0), ("up", 0), ("down", 1), ("nic_in", 3))
+    for table, message in (('topology = "switch"\nmultipath = true', r"multipath does not apply to "
+                                                                       r"topology='switch'"),
+                           ('topology = "ring"\nmultipath = 1', r"multipath"),
+                           ('topology = "hierarchical"\nnode_size = 1\noversubscription = 0', r"oversubscription")):
+        path.write_text(base.replace("latency_s = 5e-6\nbandwidth_bytes_per_s = 25e9", table))
+        with pytest.raises(ScenarioError, match=message):
+            scenarios.load(path)
+
+
 def test_sweeps_take_a_calibration_with_a_preset():
     """A sweep's network table may name a preset's calibration (and only a preset's); its label says which."""
     from scenarios.sweep._sweep_values import build_network, check_network, network_label
