@@ -14,12 +14,10 @@ index - k, a message of the step's bytes each way), 'shifts' (p - 1 steps, one p
 along grid axis `axis` (None: over the whole group); 'multicast' and 'reduce' (every member's n shards into
 a switch that adds them, each sum to every member, or shard j's to member j: `collectives._in_network`); and,
 for a collective rooted at group index 0 (a broadcast, whose members the caller lists from its source on),
-'fan' (index 0 to every other), 'tree' (every index below k to index + k), 'chain' (index r to r + 1).
-along grid axis `axis` (None: over the whole group); and, for a collective rooted at group index 0 (a
-broadcast, whose members the caller lists from its source on), 'fan' (index 0 to every other), 'tree' (every
-index below k to index + k), 'chain' (index r to r + 1). A pattern's `alongside` lists other (pattern, bytes of
-each message) whose messages run in the same step, at the same time (a multi-axis algorithm's lanes on other
-axes): the step costs the longest route of any of them plus the most loaded link under all of them together.
+'fan' (index 0 to every other), 'tree' (every index below k to index + k), 'chain' (index r to r + 1). A
+pattern's `alongside` lists other (pattern, bytes of each message) whose messages run in the same step, at the
+same time (a multi-axis algorithm's lanes on other axes): the step costs the longest route of any of them plus
+the most loaded link under all of them together.
 """
 
 from __future__ import annotations

@@ -65,14 +65,11 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     every member sends its operand to every member), 'ring' (n - 1 steps to the next member),
     'bidirectional_ring' (n // 2 steps, each block relayed both ways round), 'recursive_doubling' (log2(n)
     steps, n a power of two), 'per_axis' (a ring along each named mesh axis in turn; over one axis or with
-    axis_index_groups, 'ring'), 'hierarchical' (on a network with nodes, a ring across nodes among the
-    members of each local rank, then one direct step inside each node: `collectives._hierarchical`), or
-    'auto' (the fastest of these by `collectives._cost` for the bytes, the group and the network; the pick
-    is recorded in `sim.CallRecord.algorithm`). Those besides 'direct' work on a row-major buffer of blocks:
-    an operand or a result laid out otherwise costs one timed pack or unpack.
     axis_index_groups, 'ring'), 'multi_axis' (every block cut into one part per named axis, the parts
     gathered at once by bidirectional rings along the axes, each part in its own rotation of them:
-    `collectives._multi_axis`; over one axis, 'bidirectional_ring'), or 'auto' (the fastest of these by
+    `collectives._multi_axis`; over one axis, 'bidirectional_ring'), 'hierarchical' (on a network with nodes,
+    a ring across nodes among the members of each local rank, then one direct step inside each node:
+    `collectives._hierarchical`), or 'auto' (the fastest of these by
     `collectives._cost` for the bytes, the group and the network; the pick is recorded in
     `sim.CallRecord.algorithm`). Those besides 'direct' work on a row-major buffer of blocks: an operand or
     a result laid out otherwise costs one timed pack or unpack.

@@ -86,18 +86,15 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     that meet at member j, one from each side of the ring, both directions of every link busy at each step
     (for even n, the member opposite sends half its term each way); 'recursive_halving' (log2(n) steps,
     group size a power of two) halves the chunks each member is responsible for at each step, folding pairs
-    of partial sums as a balanced tree, lower group index first; 'hierarchical' (`collectives._hierarchical`)
-    folds inside each node first, over its fast switch, then round a ring of the members of the same local
-    rank across nodes, so the slower fabric carries one share per member (without nodes: one direct step);
-    'auto' picks the fastest by
-    of partial sums as a balanced tree, lower group index first; 'in_network' (only where the network's switch
-    reduces: `sim.Network.switch_reduces`) sends every chunk into the switch, which adds chunk j in group
-    order ('direct''s bits) and sends it to member j alone (`collectives._in_network`); 'auto' picks the fastest by
-    `collectives._cost` and records it in `sim.CallRecord.algorithm`.
     of partial sums as a balanced tree, lower group index first; 'multi_axis' (several mesh axes: each
     chunk cut into one part per axis, the parts reduced at once by bidirectional rings along the axes, each
-    in its own rotation of them, `collectives._multi_axis`; over one axis 'bidirectional_ring'); 'auto'
-    picks the fastest by `collectives._cost` and records it in `sim.CallRecord.algorithm`.
+    in its own rotation of them, `collectives._multi_axis`; over one axis 'bidirectional_ring');
+    'hierarchical' (`collectives._hierarchical`) folds inside each node first, over its fast switch, then
+    round a ring of the members of the same local rank across nodes, so the slower fabric carries one share
+    per member (without nodes: one direct step); 'in_network' (only where the network's switch reduces:
+    `sim.Network.switch_reduces`) sends every chunk into the switch, which adds chunk j in group order
+    ('direct''s bits) and sends it to member j alone (`collectives._in_network`); 'auto' picks the fastest by
+    `collectives._cost` and records it in `sim.CallRecord.algorithm`.
     Integers come out the same from every algorithm; floats within `oracles._reordered`'s bound.
     `x` may be a pytree.
 

@@ -1,12 +1,9 @@
 """What "agree" means for a reduction whose algorithm adds in another order than XLA:CPU's.
 
 The spec and JAX fold the members in group order (the 'direct' algorithm's order, bit for bit). Every other
-algorithm ('ring', 'bidirectional_ring', 'recursive_doubling', 'rabenseifner', 'per_axis', 'hierarchical',
-'tree', psum_scatter's 'ring', 'bidirectional_ring', 'recursive_halving' and 'hierarchical', and whatever
-'auto' picks) folds the same n terms
 algorithm ('ring', 'bidirectional_ring', 'recursive_doubling', 'rabenseifner', 'per_axis', 'multi_axis',
-psum_scatter's 'ring', 'bidirectional_ring', 'recursive_halving' and 'multi_axis', and whatever 'auto'
-picks) folds the same n terms
+'hierarchical', 'tree', psum_scatter's 'ring', 'bidirectional_ring', 'recursive_halving', 'multi_axis' and
+'hierarchical', and whatever 'auto' picks) folds the same n terms
 along another binary tree of n-1 additions (besides additions to the identity, which are exact), so a float
 sum may round differently. Each of the n-1 additions rounds with relative error at most eps/2 of a partial sum no larger
 than sum|x_i|, so each answer is within (n-1) eps sum|x_i| of the exact sum (plus 2n times the smallest
