@@ -28,7 +28,7 @@ The defaults cost nothing, so a `Network` without `costs=` times every call by i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
 
@@ -90,6 +90,13 @@ class Costs:
     def issue_s(self, messages: float) -> float:
         """Seconds a member spends issuing `messages` messages."""
         return messages * self.per_message_s
+
+    def describe(self) -> str:
+        """The costs that are not nil, e.g. 'efficiency 0.83' or 'per_message_s 1.2e-05, empty_slices pay'
+        ('' when every cost is nil)."""
+        return ", ".join(f"{field.name} {getattr(self, field.name):g}" if field.name != "empty_slices"
+                         else f"empty_slices {self.empty_slices}" for field in fields(self)
+                         if getattr(self, field.name) != getattr(FREE, field.name))
 
     def reduce_s(self, size_bytes: float) -> float:
         """Seconds a device spends adding `size_bytes` of received data into its partial result."""

@@ -226,6 +226,8 @@ class Network:
         if self.switch_reduces:
             rate = self.switch_reduction_bytes_per_s
             text += ", the switch reduces" + ("" if rate is None else f" ({rate / 1e9:g} GB/s per port)")
+        if not self.costs.free:
+            text += f"; costs: {self.costs.describe()}"
         return text if self.preset_name is None else f"preset {self.preset_name}: {text}"
 
 

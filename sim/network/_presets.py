@@ -156,5 +156,6 @@ def preset(name: str, shape: tuple[int, ...] | None = None, calibration: str = "
     network = build(tuple(shape))
     if network.topology == "switch":  # a switch holds any number of devices; the preset fixes its node
         network = replace(network, shape=tuple(shape))
-    costs = MEASURED.get(name, FREE) if calibration == "measured" else FREE
-    return replace(network, preset_name=name, costs=costs)
+    if calibration == "ideal":  # the links alone: a switch that reduces adds as fast as its ports take in
+        return replace(network, preset_name=name, switch_reduction_bytes_per_s=None)
+    return replace(network, preset_name=name, costs=MEASURED.get(name, FREE))
