@@ -131,7 +131,7 @@ def _call(scenario: Scenario) -> list[Any]:
     told: list[Any] = [Text(scenario.title, style="bold"), Text(scenario.path, style="dim")]
     if scenario.description:
         told.append(Text(" ".join(scenario.description.split()), style="italic"))
-    told.append(Text(f"mesh {axes}: {mesh.size} devices; network {network.topology}, latency "
+    told.append(Text(f"mesh {axes}: {mesh.size} devices; network {network.describe()}, latency "
                      f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s"))
     told.append(Text(_protocols.call_text(scenario.op, scenario.params), style="bold"))
     groups = {scenario.mesh.group(d, scenario.params["axis_name"], scenario.params.get("axis_index_groups")).members

@@ -44,7 +44,7 @@ def page(result: ScenarioResult) -> str:
     scenario = result.scenario
     network = scenario.mesh.network
     axes = ", ".join(f"{name}={size}" for name, size in scenario.mesh.shape.items())
-    facts = (f"mesh {axes} ({scenario.mesh.size} devices); network {network.topology}, latency "
+    facts = (f"mesh {axes} ({scenario.mesh.size} devices); network {network.describe()}, latency "
              f"{seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s; "
              f"simulated time {seconds(result.end_time_s)}")
     parts = [
