@@ -94,9 +94,24 @@ def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Ne
 
     host = Evaluator(apply, lambda lit: lit.val, lambda values, aval: jax.numpy.stack(values)
                      if values else jax.numpy.zeros(aval.shape, aval.dtype))
-    flat = host.run(closed, jax.tree.leaves(args))
+    flat = host.run(closed, [canonical(x, aval) for x, aval in zip(jax.tree.leaves(args), closed.in_avals)])
     outputs = jax.tree.unflatten(tree, [np.asarray(x) for x in flat])
     return Simulated(outputs, tuple(runs), closed)
+
+
+def canonical(x: Any, aval: Any) -> Any:
+    """An argument as JAX takes it in: a numpy array or Python number in the dtype its jaxpr gives it (JAX's
+    canonicalisation: float64 and int64 become float32 and int32 unless jax_enable_x64 is on), so the
+    simulated run adds in the precision JAX does; anything else (JAX arrays, PRNG keys) as it is.
+
+    >>> canonical(np.arange(3), jax.ShapeDtypeStruct((3,), np.int32)).dtype
+    dtype('int32')
+    """
+    numeric = isinstance(x, (np.ndarray, np.generic, bool, int, float, complex))
+    if not numeric or jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
+        return x
+    value = np.asarray(x)
+    return value if value.dtype == aval.dtype else value.astype(aval.dtype)
 
 
 def trace(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:

@@ -415,12 +415,26 @@ def laid_out() -> dict[str, Any]:
             "other values refused": not device_bytes_equal(out, np.asarray(out)[:, ::-1])}
 
 
+def canonical() -> list[tuple[str, str, str, bool]]:
+    """numpy float64 and int64 operands, as JAX takes them in (float32 and int32): `simulate_jax`'s outputs
+    against jitted JAX's, dtype and bits; (label, JAX's dtype, the bridge's dtype, equal bit for bit)."""
+    mesh = oracles.cpu_mesh({"i": 4})
+    f = jax.jit(jax.shard_map(lambda x: lax.psum(x, "i") * 3, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
+    rows = []
+    for label, x in (("float64 linspace", np.linspace(0, 1, 8)), ("int64 arange", np.arange(8))):
+        want, got = np.asarray(f(x)), oracles.simulate_jax(f, x).outputs
+        rows.append((label, str(want.dtype), str(got.dtype), want.dtype == got.dtype and
+                     np.array_equal(want.view(np.uint8), got.view(np.uint8))))
+    return rows
+
+
 BATCHES: dict[str, Callable[[], Any]] = {
     "reductions": lambda: batch(("psum", "pmean", "pmax", "pmin"), 100),
     "gathers": lambda: batch(("all_gather", "all_gather_invariant", "psum_scatter"), 100),
     "exchanges": lambda: batch(("all_to_all", "ppermute", "axis_index", "pvary"), 100),
     "readme": readme, "control_flow": control_flow, "transforms": transforms, "batching": batching, "moe": moe,
     "moe_ragged": moe_ragged, "errors": errors, "newops": newops, "mutation": mutation, "laid_out": laid_out,
+    "canonical": canonical,
 }
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.differential
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
 # "errors" runs before "moe_ragged", which installs the CPU ragged lowering in the worker
 BATCHES = ("readme", "control_flow", "transforms", "batching", "moe", "errors", "moe_ragged", "mutation", "reductions",
-           "gathers", "exchanges", "laid_out", "newops")
+           "gathers", "exchanges", "laid_out", "newops", "canonical")
 PER_COLLECTIVE = 100
 
 
@@ -49,6 +49,15 @@ def test_readme_example_runs_in_a_jax_process(results):
     (printed,) = _result(results, "readme")
     assert "psum_invariant[axis_name='i']" in printed and "{V:i}" in printed
     assert "16 messages" in printed
+
+
+def test_numpy_64_bit_operands_are_canonicalised_as_jax_does(results):
+    """A float64 or int64 numpy operand runs as JAX takes it in (float32, int32): `simulate_jax` returns
+    jitted JAX's dtype and bits (`psum(np.linspace(0, 1, 8)) * 3` was float64 and 4.8e-7 off)."""
+    rows = _result(results, "canonical")
+    assert [(label, want, got) for label, want, got, _ in rows] == [("float64 linspace", "float32", "float32"),
+                                                                   ("int64 arange", "int32", "int32")]
+    assert all(same for *_, same in rows)
 
 
 def test_jax_0_10_2_collectives_run_through_the_bridge(results):
