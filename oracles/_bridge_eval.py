@@ -32,7 +32,7 @@ class UnsupportedPrimitiveError(BridgeError):
 
 # The parameter holding the body of a call-like primitive, by primitive name.
 _CALLS = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
-          "checkpoint": "jaxpr", "remat": "jaxpr", "custom_jvp_call": "call_jaxpr",
+          "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "custom_jvp_call": "call_jaxpr",
           "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr", "custom_lin": None}
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.differential
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
 # "errors" runs before "moe_ragged", which installs the CPU ragged lowering in the worker
 BATCHES = ("readme", "control_flow", "transforms", "batching", "moe", "errors", "moe_ragged", "mutation", "reductions",
-           "gathers", "exchanges", "laid_out", "newops", "canonical")
+           "gathers", "exchanges", "laid_out", "newops", "canonical", "remat")
 PER_COLLECTIVE = 100
 
 
@@ -58,6 +58,19 @@ def test_numpy_64_bit_operands_are_canonicalised_as_jax_does(results):
     assert [(label, want, got) for label, want, got, _ in rows] == [("float64 linspace", "float32", "float32"),
                                                                    ("int64 arange", "int32", "int32")]
     assert all(same for *_, same in rows)
+
+
+def test_checkpoint_runs_through_the_bridge(results):
+    """`jax.checkpoint` (`remat2`) in a body and around a shard_map, forward and under grad: simulated (a run
+    forward; under grad forward and backward, and around the shard_map the recomputed forward too) and equal
+    to jitted JAX (forward bit for bit, gradients within 1e-5: op-by-op evaluation against XLA's fusion);
+    around a shard_map the bridge walks into it rather than letting JAX run it unsimulated."""
+    rows = _result(results, "remat")
+    assert [(label, runs) for label, _, runs, _ in rows] == [
+        ("checkpoint in the body", 1), ("checkpoint around the shard_map", 1),
+        ("grad, checkpoint in the body", 2), ("grad, checkpoint around", 3)]
+    for label, agrees, _, report in rows:
+        assert agrees, f"{label}: {report}"
 
 
 def test_jax_0_10_2_collectives_run_through_the_bridge(results):
