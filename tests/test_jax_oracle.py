@@ -251,9 +251,18 @@ from jax.sharding import Mesh, PartitionSpec as P
 def times():
     found = {}
     for tid in os.listdir("/proc/self/task"):
-        fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        try:  # a thread may end between the listing and the read
+            fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
         found[tid] = int(fields[11]) + int(fields[12])
     return found
+
+def affinity(tid):
+    try:
+        return tuple(sorted(os.sched_getaffinity(int(tid))))
+    except ProcessLookupError:  # ended since
+        return None
 
 threads = None if sys.argv[2] == "none" else int(sys.argv[2])
 sized = oracles.size_compile_pool(threads)
@@ -272,7 +281,7 @@ except RuntimeError as error:
     late = str(error)
 print(json.dumps({"sized": sized, "late": late,
                   "compiling": sum(1 for t, v in after.items() if t != main and v - before.get(t, 0) >= 2),
-                  "affinities": sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in after})}))
+                  "affinities": sorted({affinity(t) for t in after} - {None})}))
 """
 
 
