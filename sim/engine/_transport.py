@@ -73,6 +73,7 @@ class Transport:
         self.trace = trace
         self.order = order  # a perturbed run's random draws (`sim.engine._perturb`); None in a default run
         self.costs = links.network.costs
+        self._free = self.costs.free  # links alone: messages weigh their bytes (checked once, not per message)
         self._posted = 0
         # one mailbox and one table of waiting receives per device, keyed by (src, exchange, tag)
         self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
@@ -106,7 +107,7 @@ class Transport:
             message.rank = self.order.rank()
         index = self.trace.append(message.src, message.dst, size, now, start, start, collective, call, detail)
         key = (message.src, exchange, message.tag)
-        self._send(start, message.src, [message.dst], [self.costs.wire_bytes(size)],
+        self._send(start, message.src, [message.dst], [size if self._free else self.costs.wire_bytes(size)],
                    _Single(self, message, key, index, start, port))
 
     def _send(self, start_s: float, src: int, dsts: list[int], wire: list[float], sink: Any) -> None:
@@ -169,7 +170,7 @@ class Transport:
         if table is None:
             table = self._tables[exchange] = _Table(self, members)
         table.post(group.index, payloads, headers)
-        wire = sizes if self.costs.free else [self.costs.wire_bytes(size) for size in sizes]
+        wire = sizes if self._free else [self.costs.wire_bytes(size) for size in sizes]
         self._send(start, src, list(members), wire, _Row(self, table, group.index, first, start, port))
 
     def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
