@@ -4,18 +4,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 SCENARIO ?= scenarios/library/ragged_docs_example.toml
 
-.PHONY: install run test test-fast bench clean
+.PHONY: install run test test-fast bench docs clean
 
 $(BIN)/meshsim: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[jax,test,dask,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[jax,test,dask,plot,docs]'
 	touch $@
 
-# The browser tests need Debian's chromium; as root (CI's fresh machine) install it when it is missing.
+# The browser tests need Debian's chromium and its driver; as root (CI's fresh machine) install them when
+# they are missing.
 install: $(BIN)/meshsim
-	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
-		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	@(command -v chromium && command -v chromedriver) >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver)
 
 run: install
 	$(BIN)/meshsim run $(SCENARIO)
@@ -34,6 +35,10 @@ bench: install
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/numerics.py
 	$(BIN)/python benchmarks/fidelity.py
+
+# The documentation site (docs/): every notebook and code cell executed, any warning an error.
+docs: install
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 clean:
 	rm -rf $(VENV) *.egg-info

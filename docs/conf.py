@@ -1,0 +1,32 @@
+"""Sphinx configuration of meshsim's documentation site (`make docs`)."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+project = "meshsim"
+author = "meshsim"
+copyright = "2026, meshsim"
+
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
+exclude_patterns = ["_build", "jupyter_execute", "README.md", "**.ipynb_checkpoints"]
+source_suffix = {".md": "myst-nb", ".rst": "restructuredtext"}
+
+myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
+myst_heading_anchors = 3
+
+# Every code cell runs at build time, from scratch; one that raises fails the build.
+nb_execution_mode = "force"
+nb_execution_raise_on_error = True
+nb_execution_timeout = 300
+nb_execution_show_tb = True
+nb_execution_in_temp = True  # a cell never imports docs/collectives/ as the package `collectives`
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+
+html_theme = "sphinx_book_theme"
+html_title = "meshsim"
+html_theme_options = {"show_toc_level": 2}
