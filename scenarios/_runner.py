@@ -14,6 +14,7 @@ import sim
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario
 from scenarios._program import ProgramResult, ProgramScenario, run_program
+from scenarios.picture import fragment
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,16 @@ class ScenarioResult:
     trace: tuple[sim.MessageRecord, ...]
     end_time_s: float
     run: sim.Run | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        """One line: the scenario, its call, devices, messages, bytes over the network and the end time."""
+        said = sim.record.summary(list(self.trace), self.scenario.mesh.size, self.end_time_s)
+        return f"ScenarioResult({self.scenario.title!r}: {self.scenario.op}; {said})"
+
+    def _repr_html_(self) -> str:
+        """The result in a notebook: the picture, the timeline and the tables, bounded for big meshes (see
+        `scenarios.picture.fragment`)."""
+        return fragment(self)
 
     @property
     def inputs(self) -> tuple[dict[str, np.ndarray], ...]:

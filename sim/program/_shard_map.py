@@ -19,7 +19,7 @@ from sim.program import _explore
 from sim.program._blocks import Aval, assemble, avals_of, block_index, prepare, settle
 from sim.program._tree import broadcast_prefix, leaves, tree_map
 from sim.program._varying import Varying, _ref, as_array, promote, vma_of
-from sim.record import _perfetto
+from sim.record import _html, _perfetto
 from sim.record._equations import Program
 from sim.record._trace import CallRecord, Trace
 from sim.record._violation import Violation, report
@@ -43,6 +43,18 @@ class Run:
     simulation: Simulation
     stopped: str | None = None
     order_report: _explore.OrderReport | None = None  # set by `shard_map(..., explore_orders=N)`
+
+    def __repr__(self) -> str:
+        """One line: devices, messages, bytes over the network, calls, the end time (and why it stopped)."""
+        said = _html.summary(self.trace, self.simulation.mesh.size, self.end_time_s)
+        violations = len(self.simulation.violations)
+        return (f"Run({said}" + (f", {violations} violations" if violations else "")
+                + (f", stopped: {self.stopped}" if self.stopped else "") + ")")
+
+    def _repr_html_(self) -> str:
+        """The run in a notebook: its summary line, the timeline of its messages and their table (bounded:
+        see `sim.record.run_html`)."""
+        return _html.run_html(self.trace, range(self.simulation.mesh.size), self.end_time_s)
 
     @property
     def violations(self) -> list[Violation]:

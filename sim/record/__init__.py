@@ -1,12 +1,30 @@
 """What a run records: the messages, copies and calls of its trace (and their Perfetto export), the typed
-equations each device executed, and the rules a call broke. Imports nothing else of `sim` but its errors."""
+equations each device executed, the rules a call broke, and the trace as HTML (a timeline and a message
+table). Imports nothing else of `sim` but its errors."""
 
 from sim.record._equations import Const, Equation, Program, Var, vma_str
+from sim.record._escape import printable, xml_text
+from sim.record._html import (
+    PALETTE_HEX,
+    Timeline,
+    colour,
+    ink,
+    message_table,
+    number,
+    run_html,
+    seconds,
+    summary,
+    svg,
+    tag,
+    text,
+    timeline,
+)
 from sim.record._perfetto import trace_events
 from sim.record._trace import CallRecord, CopyRecord, MessageRecord, Trace
 from sim.record._violation import Violation, grouped, skipped_str
 
 __all__ = [
-    "CallRecord", "Const", "CopyRecord", "Equation", "MessageRecord", "Program", "Trace", "Var", "Violation",
-    "grouped", "skipped_str", "trace_events", "vma_str",
+    "PALETTE_HEX", "CallRecord", "Const", "CopyRecord", "Equation", "MessageRecord", "Program", "Timeline", "Trace",
+    "Var", "Violation", "colour", "grouped", "ink", "message_table", "number", "printable", "run_html", "seconds",
+    "skipped_str", "summary", "svg", "tag", "text", "timeline", "trace_events", "vma_str", "xml_text",
 ]

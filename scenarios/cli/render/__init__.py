@@ -5,12 +5,12 @@ JSON of a result, a spinner for long runs, units, and text from files made safe 
 from scenarios.cli.render._arrays import EDGEITEMS, KEPT, PALETTE, THRESHOLD, array_lines, colour, summarised
 from scenarios.cli.render._json import write_json
 from scenarios.cli.render._nccl import nccl_table
-from scenarios.cli.render._page import page, timeline
 from scenarios.cli.render._progress import LazyStatus
 from scenarios.cli.render._protocols import array_text, call_text, message_table, protocol, step_groups
-from scenarios.cli.render._svg import PALETTE_HEX, picture
 from scenarios.cli.render._text import printable, terminal_console
 from scenarios.cli.render._units import seconds, span
+from scenarios.picture import page, picture, timeline
+from sim.record import PALETTE_HEX
 
 __all__ = [
     "EDGEITEMS", "KEPT", "PALETTE", "PALETTE_HEX", "THRESHOLD", "LazyStatus", "array_lines", "array_text",

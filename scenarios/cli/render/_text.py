@@ -7,49 +7,21 @@ visible escape, so the text reads as what the file holds. `terminal_console` is 
 everything it prints through `printable` (its own colours are not text, so they stay); rich markup in file
 text is escaped where the text is put in a renderable, by printing it as a `Text`, never as markup.
 
-SVG and HTML output (`_svg`, `_page`) put text through `xml_text`: `printable`, then XML's own escapes, so
-a file's text neither breaks the document (XML allows no ESC) nor adds markup to it.
+SVG and HTML output (`scenarios.picture`, `sim.record`) put text through `xml_text`: `printable`, then XML's own
+escapes, so a file's text neither breaks the document (XML allows no ESC) nor adds markup to it. Both live in
+`sim.record`, which writes the HTML of a run.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
-from xml.sax.saxutils import escape
 
 from rich.console import Console, ConsoleOptions, RenderHook, RenderResult
 from rich.segment import Segment
 
-# C0 controls (ESC among them), DEL, C1 controls, the bidi embeddings, overrides and isolates, and the
-# line and paragraph separators, which some terminals treat as line breaks.
-_BEYOND_C0 = "\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029"
-_ANY = re.compile(f"[\x00-\x1f{_BEYOND_C0}]")
-_BUT_LINES = re.compile(f"[\x00-\x08\x0b-\x1f{_BEYOND_C0}]")  # keeps \t and \n
+from sim.record import printable, xml_text
 
-
-def printable(text: object, multiline: bool = False) -> str:
-    """`text` (as `str`) with every terminal control character written as its escape: `\\x1b` for ESC,
-    `\\u202e` for RIGHT-TO-LEFT OVERRIDE. With `multiline`, newlines and tabs stay as they are.
-
-    >>> printable("title\\x1b]0;owned\\x07")
-    'title\\\\x1b]0;owned\\\\x07'
-    """
-    pattern = _BUT_LINES if multiline else _ANY
-    return pattern.sub(_escape, str(text))
-
-
-def xml_text(text: object) -> str:
-    """`text` for an XML or HTML document: `printable` (lines kept), then `&`, `<` and `>` escaped.
-
-    >>> xml_text("<b>\\x1b[2J")
-    '&lt;b&gt;\\\\x1b[2J'
-    """
-    return escape(printable(text, multiline=True))
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+__all__ = ["printable", "terminal_console", "xml_text"]
 
 
 class _Printable:

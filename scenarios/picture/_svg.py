@@ -15,17 +15,16 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from xml.sax.saxutils import quoteattr
+from typing import TYPE_CHECKING
 
 import numpy as np
-from rich.color import Color
 
-from scenarios import ScenarioResult
-from scenarios.cli.render._arrays import PALETTE
-from scenarios.cli.render._text import xml_text
+from sim.record import PALETTE_HEX, colour, svg, tag, text, xml_text
+from sim.record import number as _n
 
-# The terminal colours of `meshsim run`, as the hex its default theme gives them.
-PALETTE_HEX = tuple(Color.parse(name).get_truecolor().hex for name in PALETTE)
+if TYPE_CHECKING:
+    from scenarios._runner import ScenarioResult
+
 UNSENT = "#d9d9d9"
 ROW_H, STRIP_W, MAX_ROWS, RUN_MIN_H = 22, 120, 24, 14
 X_OP, X_OUT = 70, 450
@@ -35,29 +34,10 @@ _DEFS = ('<pattern id="kept" width="6" height="6" patternUnits="userSpaceOnUse" 
          'stroke-width="2"/></pattern>')
 
 
-def colour(device: int) -> str:
-    """The hex colour of rows sent by `device` (the `meshsim run` palette, cycled)."""
-    return PALETTE_HEX[device % len(PALETTE_HEX)]
-
-
-def tag(name: str, attrs: dict[str, object], body: str = "") -> str:
-    """One XML element: attributes escaped and quoted (underscores become dashes), `body` as given."""
-    text = "".join(f" {key.rstrip('_').replace('_', '-')}={quoteattr(str(value))}" for key, value in attrs.items())
-    return f"<{name}{text}>{body}</{name}>" if body else f"<{name}{text}/>"
-
-
-def text(x: float, y: float, content: str, **attrs: object) -> str:
-    """A `<text>` element at (x, y) holding `content`, escaped."""
-    return tag("text", {"x": _n(x), "y": _n(y), **attrs}, xml_text(content))
-
-
 def document(width: float, height: float, body: Sequence[str], title: str) -> str:
-    """A standalone SVG document of the given size around `body`."""
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{_n(width)}" height="{_n(height)}" '
-            f'viewBox="0 0 {_n(width)} {_n(height)}" font-family="sans-serif" font-size="12">')
+    """A standalone SVG document around `body`, with the kept-rows hatch and an arrowhead per colour."""
     markers = "".join(_marker(d) for d in range(len(PALETTE_HEX)))
-    return "\n".join([head, tag("title", {}, xml_text(title)), f"<defs>{_DEFS}{markers}</defs>",
-                      tag("rect", {"width": "100%", "height": "100%", "fill": "white"}), *body, "</svg>\n"])
+    return svg(width, height, body, title, _DEFS + markers)
 
 
 def picture(result: ScenarioResult) -> str:
@@ -109,7 +89,7 @@ def strip(x: float, top: float, rows: int, cuts: set[int]) -> Strip:
 
 def _strips(result: ScenarioResult) -> tuple[list[str], float]:
     """Bands of operand and result strips per device, arrows for the messages, and the legend."""
-    spans = _source_spans(result)
+    spans = source_spans(result)
     top, body, placed = 64.0, [], {}
     body.append(text(X_OP, top, "operand", font_weight="bold"))
     body.append(text(X_OUT, top, f"result (rows along axis {_axis(result)})", font_weight="bold"))
@@ -130,7 +110,8 @@ def _band(result: ScenarioResult, device: int, spans: dict[int, tuple[int, int]]
           top: float) -> tuple[list[str], Strip, Strip]:
     """One device's header, operand strip and result strip."""
     coords = ", ".join(f"{name}={i}" for name, i in result.scenario.mesh.coords(device).items())
-    body = [text(10, top + 12, f"device {device}", font_weight="bold", fill=colour(device), class_="device"),
+    body = [text(10, top + 12, f"device {device}", font_weight="bold", fill=colour(device), class_="device",
+                 data_device=device),
             text(90, top + 12, f"({coords})", fill="#666")]
     operand_array, axis = _operand(result, device)
     sent = [spans[k] for k, m in enumerate(result.trace) if m.src == device and k in spans]
@@ -144,7 +125,7 @@ def _band(result: ScenarioResult, device: int, spans: dict[int, tuple[int, int]]
     output = strip(X_OUT, top + 20, len(provenance.messages), {c for start, stop, _ in runs for c in (start, stop)})
     for start, stop, k in runs:
         fill = "url(#kept)" if k is None else colour(result.trace[k].src)
-        body += _cells(output, start, stop, output_array, provenance.axis, fill, "right", k)
+        body += _cells(output, start, stop, output_array, provenance.axis, fill, (device, "result"), k)
     return body, operand, output
 
 
@@ -154,30 +135,38 @@ def _operand_cells(operand: Strip, array: np.ndarray, axis: int, device: int,
     body = []
     for start, stop in itertools.pairwise(operand.bounds):
         covered = any(a <= start and stop <= b for a, b in sent)
-        body += _cells(operand, start, stop, array, axis, colour(device) if covered else UNSENT, "left", None)
+        body += _cells(operand, start, stop, array, axis, colour(device) if covered else UNSENT, (device, "operand"),
+                       None)
     return body
 
 
-def _cells(s: Strip, start: int, stop: int, array: np.ndarray, axis: int, fill: str, side: str,
+def _cells(s: Strip, start: int, stop: int, array: np.ndarray, axis: int, fill: str, where: tuple[int, str],
            message: int | None) -> list[str]:
-    """Rows `start:stop` of a strip: one cell per row with its value, or one block labelled with the run."""
+    """Rows `start:stop` of a strip: one cell per row with its value, or one block labelled with the run.
+
+    `where` is the device and the side ("operand" or "result"); each cell carries them and its rows
+    (`data-rows="start:stop"`), so the page's stepper finds the rows a message moves."""
     if start == stop:
         return []
     y0, y1 = s.y(start), s.y(stop)
     kind = "kept" if fill == "url(#kept)" else "unsent" if fill == UNSENT else "sent"
     attrs = {"class_": f"row {kind}", "fill": fill, "fill_opacity": "0.55" if fill.startswith("#") else "1",
-             "stroke": "#555", "stroke_width": "0.6"} | ({} if message is None else {"data_message": message})
-    label_x = s.x - 6 if side == "left" else s.x + STRIP_W + 6
-    anchor = "end" if side == "left" else "start"
+             "stroke": "#555", "stroke_width": "0.6", "data_device": where[0], "data_side": where[1]} | (
+        {} if message is None else {"data_message": message})
+    left = where[1] == "operand"
+    label_x = s.x - 6 if left else s.x + STRIP_W + 6
+    anchor = "end" if left else "start"
     if not s.by_row:
-        return [tag("rect", {"x": s.x, "y": _n(y0), "width": STRIP_W, "height": _n(y1 - y0), **attrs}),
+        return [tag("rect", {"x": s.x, "y": _n(y0), "width": STRIP_W, "height": _n(y1 - y0), **attrs,
+                             "data_rows": f"{start}:{stop}"}),
                 text(label_x, (y0 + y1) / 2 + 4, f"{start}:{stop}", text_anchor=anchor, fill="#444",
                      class_="rowlabel"),
                 text(s.x + STRIP_W / 2, (y0 + y1) / 2 + 4, f"{stop - start} rows", text_anchor="middle")]
     out = []
     for row in range(start, stop):
         y = y0 + (row - start) * ROW_H
-        out += [tag("rect", {"x": s.x, "y": _n(y), "width": STRIP_W, "height": ROW_H, **attrs}),
+        out += [tag("rect", {"x": s.x, "y": _n(y), "width": STRIP_W, "height": ROW_H, **attrs,
+                             "data_rows": f"{row}:{row + 1}"}),
                 text(label_x, y + 15, str(row), text_anchor=anchor, fill="#444", class_="rowlabel"),
                 text(s.x + STRIP_W / 2, y + 15, _value(array, axis, row), text_anchor="middle",
                      font_family="monospace")]
@@ -279,7 +268,7 @@ def _legend(result: ScenarioResult, top: float, kept: bool) -> tuple[list[str], 
     return [tag("g", {"class_": "legend"}, header + "".join(items))], y + 10
 
 
-def _source_spans(result: ScenarioResult) -> dict[int, tuple[int, int]]:
+def source_spans(result: ScenarioResult) -> dict[int, tuple[int, int]]:
     """For each message that says where it lands, the rows of the sender's operand it carries."""
     drawing, spans = result.scenario.definition.drawing, {}
     counts: dict[tuple[int, int], int] = {}
@@ -361,8 +350,3 @@ def _axis(result: ScenarioResult) -> int:
 def _params(result: ScenarioResult) -> str:
     """The call's parameters as `name=value` text."""
     return ", ".join(f"{key}={value!r}" for key, value in result.scenario.params.items())
-
-
-def _n(value: float) -> str:
-    """A coordinate with at most one decimal, so the text is stable and short."""
-    return f"{value:.1f}".rstrip("0").rstrip(".")

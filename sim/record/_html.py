@@ -1,0 +1,230 @@
+"""A run's trace as HTML: an SVG timeline of its messages and a table of them, bounded for big runs.
+
+`timeline` draws one lane per device (its span of activity, local copies) and one per sender -> receiver
+pair; past `PAIR_LANES` pairs each message sits on its sender's lane instead, past `DEVICE_LANES` devices
+only the first ones get lanes, and past `max_bars` messages only the first are drawn; each cut is said in
+the timeline's `note`. `message_table` lists messages up to a limit and says how many it left out.
+`run_html` puts both under a summary line, as `sim.Run` shows itself in a notebook.
+
+Colours are the terminal palette of `meshsim run` as hex, so a device reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from xml.sax.saxutils import quoteattr
+
+import numpy as np
+
+from sim.record._escape import xml_text
+from sim.record._trace import MessageRecord, Trace
+
+# The `meshsim run` palette (rich's bright_cyan, bright_magenta, bright_green, yellow, bright_blue,
+# bright_red, cyan, magenta, green, bright_yellow, blue, red) as the hex its default theme gives them.
+PALETTE_HEX = ("#00ffff", "#ff00ff", "#00ff00", "#808000", "#0000ff", "#ff0000", "#008080", "#800080",
+               "#008000", "#ffff00", "#000080", "#800000")
+LABEL_W, PLOT_W, ROW_H, TOP = 150, 620, 20, 30
+PAIR_LANES, DEVICE_LANES = 32, 64
+TABLE_ROWS, BARS = 200, 1000  # what a run shows of itself in a notebook
+
+
+def colour(device: int) -> str:
+    """The hex colour of device `device` (the `meshsim run` palette, cycled)."""
+    return PALETTE_HEX[device % len(PALETTE_HEX)]
+
+
+def ink(device: int) -> str:
+    """The device's colour darkened enough to read as text on white."""
+    rgb = [int(colour(device)[i:i + 2], 16) * 6 // 10 for i in (1, 3, 5)]
+    return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
+def tag(name: str, attrs: dict[str, object], body: str = "") -> str:
+    """One XML element: attributes escaped and quoted (underscores become dashes), `body` as given."""
+    text_ = "".join(f" {key.rstrip('_').replace('_', '-')}={quoteattr(str(value))}" for key, value in attrs.items())
+    return f"<{name}{text_}>{body}</{name}>" if body else f"<{name}{text_}/>"
+
+
+def text(x: float, y: float, content: str, **attrs: object) -> str:
+    """A `<text>` element at (x, y) holding `content`, escaped."""
+    return tag("text", {"x": number(x), "y": number(y), **attrs}, xml_text(content))
+
+
+def number(value: float) -> str:
+    """A coordinate with at most one decimal, so the text is stable and short."""
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def svg(width: float, height: float, body: Sequence[str], title: str, defs: str = "") -> str:
+    """A standalone SVG document of the given size around `body`, with `defs` (markers, patterns)."""
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{number(width)}" height="{number(height)}" '
+            f'viewBox="0 0 {number(width)} {number(height)}" font-family="sans-serif" font-size="12">')
+    return "\n".join([head, tag("title", {}, xml_text(title)), f"<defs>{defs}</defs>",
+                      tag("rect", {"width": "100%", "height": "100%", "fill": "white"}), *body, "</svg>\n"])
+
+
+def seconds(t: float) -> str:
+    """`t` seconds in the largest unit that keeps it >= 1, to four figures: `seconds(1.5e-6)` is `1.5 us`."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if abs(t) >= scale:
+            return f"{t / scale:.4g} {unit}"
+    return f"{t / 1e-9:.4g} ns" if t else "0 s"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A drawn timeline: its SVG, what it left out or aggregated (empty when nothing), and its time scale.
+
+    `x(t)` is where time `t` sits on it; `end_s` is the time at its right edge.
+    """
+
+    svg: str
+    note: str
+    end_s: float
+
+    def x(self, t: float) -> float:
+        """The x of time `t`."""
+        return LABEL_W + PLOT_W * t / self.end_s
+
+
+def timeline(messages: Sequence[MessageRecord], devices: Sequence[int], end_time_s: float,
+             max_bars: int | None = None, cursor: bool = False) -> Timeline:
+    """The timeline of `messages` among `devices` over a run that ended at `end_time_s`.
+
+    A message is a bar (class `message`, `data-message` its index in `messages`) from when its first link
+    began to carry it to its arrival; a local send or copy sits on its device's lane. With `cursor`, a hidden
+    group `#cursor` (a band `#cursor-span` and a line `#cursor-line` across every lane) waits for a script
+    to place it.
+    """
+    end = max([end_time_s, *(m.arrival_time_s for m in messages)]) or 1.0
+    shown = list(devices)[:DEVICE_LANES]
+    lane_of = {d: i for i, d in enumerate(shown)}
+    pairs = sorted({(m.src, m.dst) for m in messages if m.src != m.dst and m.src in lane_of})
+    paired = len(pairs) <= PAIR_LANES
+    lane_of |= {pair: len(shown) + i for i, pair in enumerate(pairs)} if paired else {}
+    labels = [f"device {d}" for d in shown] + ([f"{a} -> {b}" for a, b in pairs] if paired else [])
+    scale = Timeline("", "", end)
+    body = [text(8, TOP + ROW_H * i + 14, label, class_="lane") for i, label in enumerate(labels)]
+    body += _ticks(scale, TOP + ROW_H * len(labels))
+    body += _spans(messages, shown, scale)
+    drawn = 0
+    for k, m in enumerate(messages):
+        lane = lane_of.get((m.src, m.dst) if m.src != m.dst and paired else m.src)
+        if lane is None or (max_bars is not None and drawn >= max_bars):
+            continue
+        drawn += 1
+        about = (f"message {k}: {m.kind} {m.src} -> {m.dst}, {m.size_bytes} B, "
+                 f"{seconds(m.start_time_s)} to {seconds(m.arrival_time_s)}")
+        body.append(_bar(scale.x(m.start_time_s), scale.x(m.arrival_time_s), TOP + ROW_H * lane + 5, ROW_H - 10,
+                         colour(m.src), "0.8", "message", about, k))
+    if cursor:
+        body.append(_cursor(TOP + ROW_H * len(labels)))
+    note = _note(len(devices), len(shown), len(pairs), paired, drawn, len(messages))
+    picture = svg(LABEL_W + PLOT_W + 30, TOP + ROW_H * len(labels) + 30, body,
+                  "timeline of devices and sender -> receiver pairs")
+    return Timeline(picture, note, end)
+
+
+def _cursor(bottom: float) -> str:
+    """The stepper's cursor: a band over a message's flight and a line at its start, hidden until placed."""
+    span = tag("rect", {"id": "cursor-span", "x": LABEL_W, "y": TOP - 4, "width": 0, "height": bottom - TOP + 8,
+                        "fill": "#ffd54a", "fill_opacity": "0.35"})
+    line = tag("line", {"id": "cursor-line", "x1": LABEL_W, "y1": TOP - 4, "x2": LABEL_W, "y2": bottom + 4,
+                        "stroke": "#d00", "stroke_width": 2})
+    return tag("g", {"id": "cursor", "visibility": "hidden"}, span + line)
+
+
+def _spans(messages: Sequence[MessageRecord], devices: Sequence[int], scale: Timeline) -> list[str]:
+    """Each device's faint bar from its first message or copy to its last."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for m in messages:
+        for d in {m.src, m.dst}:
+            first[d] = min(first.get(d, m.send_time_s), m.send_time_s)
+            last[d] = max(last.get(d, m.arrival_time_s), m.arrival_time_s)
+    return [_bar(scale.x(first[d]), scale.x(last[d]), TOP + ROW_H * lane + 3, ROW_H - 6, colour(d), "0.18", "span",
+                 f"device {d} busy from {seconds(first[d])} to {seconds(last[d])}")
+            for lane, d in enumerate(devices) if d in first]
+
+
+def _note(devices: int, shown: int, pairs: int, paired: bool, drawn: int, messages: int) -> str:
+    """What the timeline left out or aggregated, in words (empty when it shows everything)."""
+    said = []
+    if shown < devices:
+        said.append(f"only the first {shown} of {devices} devices have lanes (their messages are drawn)")
+    if not paired:
+        said.append(f"{pairs} sender -> receiver pairs are more than {PAIR_LANES} lanes, so each message is "
+                    f"drawn on its sender's lane")
+    if drawn < messages:
+        said.append(f"{drawn} of {messages} messages drawn")
+    return "; ".join(said)
+
+
+def _bar(x0: float, x1: float, y: float, h: float, fill: str, opacity: str, kind: str, about: str,
+         message: int | None = None) -> str:
+    """A timeline bar (at least 2 px wide, so instant steps stay visible) with its tooltip."""
+    attrs = {"class_": kind, "x": round(x0, 1), "y": y, "width": round(max(2.0, x1 - x0), 1), "height": h,
+             "fill": fill, "fill_opacity": opacity}
+    if message is not None:
+        attrs["data_message"] = message
+    return tag("rect", attrs, tag("title", {}, xml_text(about)))
+
+
+def _ticks(scale: Timeline, bottom: float) -> list[str]:
+    """Five time ticks across the plot, labelled in the largest fitting unit."""
+    out = []
+    for i in range(5):
+        t = scale.end_s * i / 4
+        x = scale.x(t)
+        out.append(tag("line", {"x1": round(x, 1), "y1": TOP - 4, "x2": round(x, 1), "y2": bottom,
+                                "stroke": "#ddd"}))
+        out.append(text(x, TOP - 8, seconds(t), text_anchor="middle", font_size=10, fill="#555"))
+    return out
+
+
+def message_table(messages: Sequence[MessageRecord], limit: int | None = None) -> str:
+    """An HTML table of the messages (each row `data-message` its index): kind, ends, bytes, times, detail;
+    past `limit` rows, a last row says how many were left out."""
+    head = "".join(f"<th>{h}</th>" for h in ("#", "kind", "src", "dst", "bytes", "sent", "started", "arrived",
+                                              "detail"))
+    rows = []
+    for k, m in enumerate(messages[:limit] if limit is not None else messages):
+        detail = ", ".join(f"{key}={value}" for key, value in m.detail.items())
+        cells = [str(k), m.kind, str(m.src), str(m.dst), str(m.size_bytes), seconds(m.send_time_s),
+                 seconds(m.start_time_s), seconds(m.arrival_time_s), detail]
+        rows.append(f'<tr data-message="{k}" style="color:{ink(m.src)}">'
+                    + "".join(f'<td{" class=num" if i in (0, 2, 3, 4) else ""}>{xml_text(c)}</td>'
+                              for i, c in enumerate(cells)) + "</tr>")
+    if limit is not None and len(messages) > limit:
+        rows.append(f'<tr class="more"><td colspan="9">{len(messages) - limit} more messages not listed '
+                    f'(the first {limit} are)</td></tr>')
+    return f'<table id="messages"><tr>{head}</tr>' + "".join(rows) + "</table>"
+
+
+def summary(messages: Sequence[MessageRecord] | Trace, devices: int, end_time_s: float) -> str:
+    """One line: devices, messages (between devices and local), bytes over the network, collective calls and
+    the end time. A `Trace` is read through its columns, so a run of a million messages says it quickly."""
+    columns = messages.columns() if isinstance(messages, Trace) else {
+        name: np.array([getattr(m, name) for m in messages], object)
+        for name in ("src", "dst", "size_bytes", "collective", "call", "kind")}
+    sent = columns["kind"] == "message"
+    between = sent & (columns["src"] != columns["dst"])
+    copies = int((~sent).sum())
+    calls = len(set(zip(columns["collective"].tolist(), columns["call"].tolist())))
+    return (f"{devices} devices, {int(sent.sum())} messages ({int(between.sum())} between devices, "
+            f"{int(columns['size_bytes'][between].sum())} B over the network)"
+            + (f", {copies} local copies" if copies else "")
+            + f", {calls} collective call{'' if calls == 1 else 's'}, "
+            f"ends at {seconds(end_time_s)}")
+
+
+def run_html(trace: Trace, devices: Sequence[int], end_time_s: float, heading: str = "Run") -> str:
+    """A run as an HTML fragment: its summary, its timeline and its message table, both bounded (`BARS`
+    messages drawn, `TABLE_ROWS` listed)."""
+    messages = trace.messages
+    drawn = timeline(messages, devices, end_time_s, max_bars=BARS)
+    note = f"<p><small>{xml_text(drawn.note)}</small></p>" if drawn.note else ""
+    return (f'<div class="meshsim-run"><p><b>{xml_text(heading)}</b>: '
+            f"{xml_text(summary(trace, len(devices), end_time_s))}</p>{drawn.svg}{note}"
+            f"{message_table(messages, TABLE_ROWS)}</div>")
