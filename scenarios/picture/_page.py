@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scenarios.picture import _stepper
+from scenarios.picture._matrix import matrix
 from scenarios.picture._steps import RAGGED, RECEIVED, received_offsets, steps
 from scenarios.picture._svg import colour, picture
 from sim.record import Timeline, message_table, seconds, xml_text
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from scenarios._runner import ScenarioResult
 
 PAGE_MESSAGES, PAGE_DEVICES, OFFSETS_DEVICES = 512, 64, 16  # rows the page's tables list; full offsets table
+PICTURE_DEVICES = 16  # past this, the page draws who sends to whom as a matrix
 SHOWN_DEVICES, SHOWN_MESSAGES, SHOWN_PICTURE = 16, 100, 16  # what a result shows of itself in a notebook
 _CSS = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -67,7 +69,7 @@ def page(result: ScenarioResult) -> str:
         f"<title>{xml_text(scenario.title)}</title><style>{_CSS}{_stepper.CSS}</style></head><body>",
         *_heading(result),
         _stepper.CONTROLS.format(notes=f'<ul id="aggregated">{said}</ul>' if notes else ""),
-        '<h2>Who sends which rows where</h2><div id="picture">', picture(result), "</div>",
+        *_picture(result),
         _offsets(result) if ragged else "",
         '<h2>Timeline</h2><div id="timeline">', drawn.svg, "</div>",
         "<h2>Devices</h2>", devices_table(result, PAGE_DEVICES), f"<h2>Messages ({len(result.trace)})</h2>",
@@ -100,6 +102,13 @@ def timeline(result: ScenarioResult) -> str:
     return trace_timeline(result.trace, list(result.scenario.mesh.devices), result.end_time_s).svg
 
 
+def _picture(result: ScenarioResult) -> list[str]:
+    """The picture: a band per device, or past `PICTURE_DEVICES` devices the sender x receiver matrix."""
+    if result.scenario.mesh.size <= PICTURE_DEVICES:
+        return ['<h2>Who sends which rows where</h2><div id="picture">', picture(result), "</div>"]
+    return ['<h2>Who sends to whom</h2><div id="picture">', matrix(result), "</div>"]
+
+
 def _heading(result: ScenarioResult) -> list[str]:
     """The title, the file, the description and the run's facts."""
     scenario = result.scenario
@@ -117,6 +126,10 @@ def _notes(result: ScenarioResult, drawn: Timeline, ragged: bool) -> list[str]:
     """What the page aggregates or leaves out, in words."""
     size, count = result.scenario.mesh.size, len(result.trace)
     notes = [f"Timeline: {drawn.note}."] if drawn.note else []
+    if size > PICTURE_DEVICES:
+        notes.append(f"Picture: {size} devices are more than {PICTURE_DEVICES}, so who sends to whom is a matrix "
+                     f"(a cell per sender and receiver) instead of a band of rows per device; `meshsim draw "
+                     f"-o FILE.svg` draws every band, and each step's caption names its rows.")
     if count > PAGE_MESSAGES:
         notes.append(f"Messages table: the first {PAGE_MESSAGES} of {count} messages are listed; the stepper "
                      f"goes through all {count}.")

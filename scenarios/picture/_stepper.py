@@ -34,11 +34,11 @@ svg .arrow { transition: opacity 0.2s; } body.stepping svg .arrow:not(.step-mess
 """
 
 CONTROLS = """<div id="stepper" role="group" aria-label="step through the messages">
-<button id="step-first" title="first message (Home)">&#x23EE; first</button>
+<button id="step-first" title="first message (Home)">|&#x25C0; first</button>
 <button id="step-back" title="previous message (left arrow)">&#x25C0; back</button>
 <button id="step-play" title="play or pause (space)">play</button>
 <button id="step-forward" title="next message (right arrow)">forward &#x25B6;</button>
-<button id="step-last" title="last message (End)">last &#x23ED;</button>
+<button id="step-last" title="last message (End)">last &#x25B6;|</button>
 <span id="step-count"></span>
 <p id="caption"></p>{notes}
 </div>"""
@@ -99,7 +99,7 @@ JS = """
       });
     }
     place(s);
-    caption.textContent = s.caption;
+    caption.textContent = 'Step ' + (at + 1) + ' of ' + steps.length + ': ' + s.caption;
     count.textContent = 'step ' + (at + 1) + ' of ' + steps.length;
     document.body.classList.add('stepping');
     document.body.setAttribute('data-step', at);

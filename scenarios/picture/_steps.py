@@ -38,28 +38,27 @@ def steps(result: ScenarioResult, scale: Timeline) -> list[dict[str, Any]]:
     """One step per message of `result`, in time order; `scale` places the timeline cursor."""
     spans = source_spans(result) if any(p is not None for p in result.provenance) else {}
     ragged = result.scenario.definition.drawing.slices
-    ordered = order(result)
-    return [_step(result, k, n, len(ordered), spans.get(k), ragged, scale) for n, k in enumerate(ordered)]
+    return [_step(result, k, spans.get(k), ragged, scale) for k in order(result)]
 
 
-def _step(result: ScenarioResult, k: int, n: int, count: int, src_rows: tuple[int, int] | None, ragged: bool,
+def _step(result: ScenarioResult, k: int, src_rows: tuple[int, int] | None, ragged: bool,
           scale: Timeline) -> dict[str, Any]:
-    """The step of message `k`, the `n`-th of `count` in time order."""
+    """The step of message `k`: `message` (its index in the trace), `src`, `dst`, `src_rows` and `rows` (the
+    operand rows it carries and the result rows it wrote, or None), `entries` (offsets entries as
+    [device, array, index]), `cursor` (the timeline x of its start and arrival) and `caption`."""
     m = result.trace[k]
     rows = m.detail.get("rows")
-    step = {"message": k, "kind": m.kind, "src": m.src, "dst": m.dst, "bytes": m.size_bytes,
-            "send_s": m.send_time_s, "start_s": m.start_time_s, "arrival_s": m.arrival_time_s,
+    step = {"message": k, "src": m.src, "dst": m.dst,
             "src_rows": list(src_rows) if src_rows is not None and rows is not None else None,
             "rows": list(rows) if rows is not None else None, "entries": [],
             "cursor": [round(scale.x(m.start_time_s), 1), round(scale.x(m.arrival_time_s), 1)]}
-    head = f"Step {n + 1} of {count}: "
     if ragged and "slice" in m.detail and rows is not None:
         i, j = m.detail["slice"], receiver_slot(result, m.src, m.detail["slice"])
         step["entries"] = [[m.src, name, i] for name in RAGGED[:3]] + [[m.dst, RECEIVED, j], [m.dst, RAGGED[3], j]]
-        return step | {"caption": head + _ragged_caption(result, k, i, j)}
+        return step | {"caption": _ragged_caption(result, k, i, j)}
     if rows is not None and src_rows is not None:
-        return step | {"caption": head + _rows_caption(result, k, src_rows)}
-    return step | {"caption": head + _generic_caption(result, k)}
+        return step | {"caption": _rows_caption(result, k, src_rows)}
+    return step | {"caption": _generic_caption(result, k)}
 
 
 def receiver_slot(result: ScenarioResult, src: int, i: int) -> int:

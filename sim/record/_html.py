@@ -27,6 +27,7 @@ PALETTE_HEX = ("#00ffff", "#ff00ff", "#00ff00", "#808000", "#0000ff", "#ff0000",
 LABEL_W, PLOT_W, ROW_H, TOP = 150, 620, 20, 30
 PAIR_LANES, DEVICE_LANES = 32, 64
 TABLE_ROWS, BARS = 200, 1000  # what a run shows of itself in a notebook
+TITLED = 1000  # past this many messages, bars go without a tooltip (the page stays small)
 
 
 def colour(device: int) -> str:
@@ -108,19 +109,21 @@ def timeline(messages: Sequence[MessageRecord], devices: Sequence[int], end_time
     body = [text(8, TOP + ROW_H * i + 14, label, class_="lane") for i, label in enumerate(labels)]
     body += _ticks(scale, TOP + ROW_H * len(labels))
     body += _spans(messages, shown, scale)
-    drawn = 0
+    drawn, titled = 0, len(messages) <= TITLED
     for k, m in enumerate(messages):
         lane = lane_of.get((m.src, m.dst) if m.src != m.dst and paired else m.src)
         if lane is None or (max_bars is not None and drawn >= max_bars):
             continue
         drawn += 1
         about = (f"message {k}: {m.kind} {m.src} -> {m.dst}, {m.size_bytes} B, "
-                 f"{seconds(m.start_time_s)} to {seconds(m.arrival_time_s)}")
+                 f"{seconds(m.start_time_s)} to {seconds(m.arrival_time_s)}") if titled else ""
         body.append(_bar(scale.x(m.start_time_s), scale.x(m.arrival_time_s), TOP + ROW_H * lane + 5, ROW_H - 10,
                          colour(m.src), "0.8", "message", about, k))
     if cursor:
         body.append(_cursor(TOP + ROW_H * len(labels)))
     note = _note(len(devices), len(shown), len(pairs), paired, drawn, len(messages))
+    if not titled:
+        note += ("; " if note else "") + f"bars have no tooltip past {TITLED} messages"
     picture = svg(LABEL_W + PLOT_W + 30, TOP + ROW_H * len(labels) + 30, body,
                   "timeline of devices and sender -> receiver pairs")
     return Timeline(picture, note, end)
@@ -168,7 +171,7 @@ def _bar(x0: float, x1: float, y: float, h: float, fill: str, opacity: str, kind
              "fill": fill, "fill_opacity": opacity}
     if message is not None:
         attrs["data_message"] = message
-    return tag("rect", attrs, tag("title", {}, xml_text(about)))
+    return tag("rect", attrs, tag("title", {}, xml_text(about)) if about else "")
 
 
 def _ticks(scale: Timeline, bottom: float) -> list[str]:
