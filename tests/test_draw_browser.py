@@ -23,6 +23,7 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "scenarios" / "library"
+LISTED = 512  # the messages the page's table lists
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 # What the page highlights right now, read in one round trip.
@@ -55,7 +56,10 @@ return {
     function (e) { return +e.getAttribute('data-message'); }),
   cursor: line ? [document.getElementById('cursor').getAttribute('visibility'), +line.getAttribute('x1'),
                   +document.getElementById('cursor-span').getAttribute('width')] : null,
-  notes: Array.from(document.querySelectorAll('#aggregated li')).map(function (e) { return e.textContent; })
+  notes: Array.from(document.querySelectorAll('#aggregated li')).map(function (e) { return e.textContent; }),
+  offsets: Array.from(document.querySelectorAll('#offsets tr[data-device]')).filter(function (e) {
+    return getComputedStyle(e).display !== 'none';
+  }).map(function (e) { return +e.getAttribute('data-device'); })
 };
 """
 
@@ -175,7 +179,8 @@ def check_ragged_step(seen: dict, result, n: int, k: int) -> None:
     assert covered(seen["sent"], m.src, "operand") == set(range(start, stop))
     assert covered(seen["landed"], m.dst, "result") == set(range(*m.detail["rows"]))
     assert sorted(seen["entries"]) == ragged_entries(result, k)
-    assert seen["arrows"] == [str(k)] and seen["bars"] == [k] and seen["table"] == [k]
+    assert seen["arrows"] == [str(k)] and seen["bars"] == [k]
+    assert seen["table"] == ([k] if k < LISTED else [])
     visibility, x, width = seen["cursor"]
     assert visibility == "visible" and x == pytest.approx(cursor_x(result, m.start_time_s), abs=0.06)
     assert x + width == pytest.approx(max(x + 2, cursor_x(result, m.arrival_time_s)), abs=0.11)
@@ -251,30 +256,54 @@ def test_a_collective_without_rows_steps_through_its_boxes(browser, tmp_path):
     no_console_errors(browser)
 
 
-def test_a_64_device_page_loads_steps_and_says_what_it_aggregates(browser, tmp_path):
-    """all_to_all over 64 devices (4,096 messages): the page loads, says the picture is a matrix, the timeline
-    aggregates pairs and the table lists 512 messages; End, the left arrow and forward light the right
-    matrix cell and move the cursor; no console errors."""
-    from selenium.webdriver.common.keys import Keys
+def ragged_64(tmp_path: Path) -> Path:
+    """A ragged_all_to_all over 64 devices: each sends operand row i to device i, which writes it at row d."""
+    devices = "".join(
+        f"[[device]]\noperand = {[100 * d + i for i in range(64)]}\noutput = {{fill = 0, shape = [64]}}\n"
+        f"input_offsets = {list(range(64))}\nsend_sizes = {[1] * 64}\noutput_offsets = {[d] * 64}\n"
+        f"recv_sizes = {[1] * 64}\n" for d in range(64))
+    path = tmp_path / "ragged_64.toml"
+    path.write_text('title = "ragged over 64 devices"\n[mesh]\naxes = {x = 64}\n[collective]\n'
+                    f'op = "ragged_all_to_all"\naxis_name = "x"\n{devices}')
+    return path
 
+
+def all_to_all_64(tmp_path: Path) -> Path:
+    """An all_to_all over 64 devices, one row to each."""
     path = tmp_path / "all_to_all_64.toml"
     path.write_text('title = "all_to_all over 64 devices"\n[mesh]\naxes = {x = 64}\n[collective]\n'
                     'op = "all_to_all"\naxis_name = "x"\nsplit_axis = 0\nconcat_axis = 0\ntiled = true\n'
                     "[inputs]\nseed = 0\nshape = [64, 2]\n")
-    result = opened(browser, path, tmp_path)
+    return path
+
+
+@pytest.mark.parametrize("make", [all_to_all_64, ragged_64])
+def test_a_64_device_page_loads_steps_and_says_what_it_aggregates(browser, make, tmp_path):
+    """64 devices, 4,096 messages: the page loads, says the picture is a matrix, the timeline aggregates pairs
+    and the table lists 512 messages (and, for ragged, that the offsets table shows the step's two devices);
+    End, the left arrow and Home light the right matrix cell and move the cursor (a ragged step's entries
+    too, the offsets table showing its sender's and receiver's rows only); no console errors."""
+    from selenium.webdriver.common.keys import Keys
+
+    result = opened(browser, make(tmp_path), tmp_path)
     ordered = time_order(result)
     assert len(ordered) == 64 * 64
+    ragged = result.scenario.op == "ragged_all_to_all"
     notes = " ".join(state(browser)["notes"])
     assert "matrix" in notes and "4032 sender -> receiver pairs" in notes and "first 512 of 4096" in notes
+    assert ("sender and receiver only" in notes) == ragged
     for key, n in ((Keys.END, len(ordered) - 1), (Keys.ARROW_LEFT, len(ordered) - 2), (Keys.HOME, 0)):
         seen, m = press(browser, key), result.trace[ordered[n]]
         assert seen["step"] == n and seen["count"] == f"step {n + 1} of 4096"
         assert set(seen["src"]) == {m.src} and set(seen["dst"]) == {m.dst}
         assert seen["arrows"] == [str(ordered[n])] and seen["bars"] == [ordered[n]]
         assert seen["cursor"][1] == pytest.approx(cursor_x(result, m.start_time_s), abs=0.06)
-        assert seen["table"] == ([ordered[n]] if ordered[n] < 512 else [])
-        assert f"result rows {m.detail['rows'][0]}:{m.detail['rows'][1]}" in seen["caption"]
-    shot(browser, tmp_path, "all_to_all_64")
+        assert seen["table"] == ([ordered[n]] if ordered[n] < LISTED else [])
+        assert f"rows {m.detail['rows'][0]}:{m.detail['rows'][1]}" in seen["caption"]
+        if ragged:
+            assert sorted(seen["entries"]) == ragged_entries(result, ordered[n])
+            assert set(seen["offsets"]) == {m.src, m.dst}
+    shot(browser, tmp_path, result.scenario.path and Path(result.scenario.path).stem)
     no_console_errors(browser)
 
 

@@ -15,7 +15,7 @@ from sim.record import colour, svg, tag, text
 if TYPE_CHECKING:
     from scenarios._runner import ScenarioResult
 
-LEFT, TOP, SIDE = 90, 70, 640
+LEFT, TOP, SIDE = 90, 80, 640
 
 
 def matrix(result: ScenarioResult) -> str:
@@ -29,11 +29,12 @@ def matrix(result: ScenarioResult) -> str:
     most = max((sum(result.trace[k].size_bytes for k in ks) for ks in pairs.values()), default=0) or 1
     size = min(10.0, cell)
     body = [text(LEFT, 20, "messages from each sender (row) to each receiver (column)", font_weight="bold"),
-            text(10, TOP - 8, "sender \\ receiver", font_size=10, fill="#555")]
+            text(10, TOP - 4, "sender \\ receiver", font_size=10, fill="#555")]
     for d, i in place.items():
         body.append(text(LEFT - 4, TOP + cell * i + cell / 2 + size / 3, str(d), text_anchor="end", font_size=size,
                          class_="device sender", data_device=d))
-        body.append(text(LEFT + cell * i + cell / 2, TOP - 4, str(d), text_anchor="middle", font_size=size,
+        x = LEFT + cell * i + cell / 2 + size / 3
+        body.append(text(x, TOP - 4, str(d), font_size=size, transform=f"rotate(-90 {x:.1f} {TOP - 4})",
                          class_="device receiver", data_device=d))
     for (src, dst), ks in sorted(pairs.items()):
         sent = sum(result.trace[k].size_bytes for k in ks)

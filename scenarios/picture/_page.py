@@ -36,7 +36,7 @@ td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-al
 td.num { text-align: right; } pre { margin: 0; font-size: 0.95em; }
 .lit { outline: 2px solid #000; } path.lit { stroke-width: 4; } tr.lit { background: #ffe9a8; }
 .swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.3em; opacity: 0.7; }
-.note { color: #8a4b00; }
+.note { color: #8a4b00; } .wide { overflow-x: auto; }
 """
 _HOVER = """
 (function () {
@@ -158,7 +158,7 @@ def _offsets(result: ScenarioResult) -> str:
     return ('<h2>Offsets and sizes, by slice</h2><p>Slice i of a sender goes to group member i // (slices per '
             "member); output_offsets[i] says where it lands on that receiver, which gets it as entry j of the "
             "all_to_all of output_offsets, beside its recv_sizes[j].</p>"
-            f'<table id="offsets">{head}{"".join(rows)}</table>')
+            f'<div class="wide"><table id="offsets">{head}{"".join(rows)}</table></div>')
 
 
 def devices_table(result: ScenarioResult, limit: int) -> str:

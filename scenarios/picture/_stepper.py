@@ -28,6 +28,7 @@ g.step-src rect { stroke: #1a7f37; stroke-width: 5; } g.step-dst rect { stroke: 
 rect.step-sent { stroke: #1a7f37; stroke-width: 3; fill-opacity: 1; }
 rect.step-landed { stroke: #0550ae; stroke-width: 3; fill-opacity: 1; }
 path.step-message { stroke-width: 5; } rect.step-message { stroke: #000; stroke-width: 1.5; }
+rect.pair.step-message { stroke-width: 3; fill-opacity: 1; }
 tr.step-message { background: #ffe9a8; } td.step-entry { background: #ffd54a; font-weight: bold; }
 svg .arrow { transition: opacity 0.2s; } body.stepping svg .arrow:not(.step-message) { opacity: 0.15; }
 #offsets tr.other { display: none; }
