@@ -203,3 +203,15 @@ def test_the_steps_block_cannot_close_its_script(tmp_path):
     path.write_text(text.replace('title = "', 'title = "</script><b>', 1))
     html = page(scenarios.run(scenarios.load(str(path))))
     assert "</script><b>" not in html and steps_of(html)["steps"]
+
+
+def test_draws_help_describes_the_stepper_with_the_pages_limits():
+    """`meshsim draw --help` describes the stepper, its controls and keys, and the limits the page uses."""
+    from scenarios.cli.draw import DESCRIPTION
+    from scenarios.picture._page import PICTURE_DEVICES
+    from sim.record._html import PAIR_LANES
+
+    words = " ".join(DESCRIPTION.split())
+    assert f"past {PICTURE_DEVICES} devices" in words and f"past {PAIR_LANES} pairs" in words
+    assert all(w in words for w in ("first, back, play/pause, forward and last", "right and left arrows",
+                                    "input_offsets[i]", "recv_sizes[j]", "no network"))

@@ -1,4 +1,7 @@
-"""`meshsim draw SCENARIO -o FILE.svg|FILE.html`: a picture of who sends which rows where, or a page around it."""
+"""`meshsim draw SCENARIO -o FILE.svg|FILE.html`: a picture of who sends which rows where, or a page around it.
+
+The page steps through the exchange (see `DESCRIPTION`, which `meshsim draw --help` prints).
+"""
 
 from __future__ import annotations
 
@@ -11,12 +14,34 @@ from scenarios.cli._limits import add_timeout, load_collective
 from scenarios.cli.render import page, picture
 
 _FORMATS = {".svg": picture, ".html": page}
+DESCRIPTION = """\
+Draw a [collective] scenario. FILE.svg is the picture: each device's operand (left) and result (right) as
+strips of rows coloured by the sending device, an arrow from the rows each message carries to the rows it
+writes; rows kept from `output` hatched, operand rows no slice sends grey, empty slices dashed. Collectives
+whose messages do not land on rows (the reductions, ppermute) get a box per device and an arrow per sender
+and receiver.
+
+FILE.html is one self-contained page (everything inline, no network) with the picture, a stepper, a
+timeline and tables, and it steps through the exchange one message at a time in time order (posted, then
+first carried, then arrived). The controls are first, back, play/pause, forward and last; the keys are the
+right and left arrows, Home, End and the space bar. Each step highlights the sender and receiver, the
+operand rows the message carries and the result rows it writes, its arrow, its timeline bar (a cursor
+marks its flight) and its table row, and a caption says it in words: sender, receiver, rows, bytes, when
+it was posted, started and arrived. For ragged_all_to_all a step also lights the sender's
+input_offsets[i], send_sizes[i] and output_offsets[i] and, on the receiver, entry j of the all_to_all of
+output_offsets (where it writes) and recv_sizes[j]. The steps are computed from the run's trace and the
+scenario's arguments and written into the page as JSON. Big meshes stay usable: past 16 devices the
+picture is a sender x receiver matrix, past 32 pairs the timeline draws each message on its sender's lane,
+the tables list their first rows, and a big ragged mesh's offsets table shows the current step's two
+devices; the page lists each of these above the picture.
+"""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add the `draw` subparser to `commands`, with `execute` as what it runs."""
-    draw = commands.add_parser("draw", help="draw a scenario: an SVG picture, or an HTML page with a timeline "
-                                            "and tables")
+    draw = commands.add_parser("draw", help="draw a scenario: an SVG picture, or an HTML page that steps through "
+                                            "its messages, with a timeline and tables",
+                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     draw.add_argument("scenario", metavar="SCENARIO",
                       help="a [collective] scenario file (TOML), e.g. scenarios/library/moe_dispatch.toml")
     draw.add_argument("-o", "--output", metavar="FILE", required=True,
