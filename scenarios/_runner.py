@@ -43,7 +43,9 @@ class ScenarioResult:
     `outputs[d]` and `provenance[d]` belong to device d; `provenance[d]` is None for a collective whose
     messages do not say where they land (the reductions, ppermute) or that sends none (axis_index,
     pvary, pscatter). `trace` lists every message in the order it was sent. `run` is the simulator's
-    own record of the call (`sim.Run`: the trace with each device's calls, `to_perfetto`).
+    own record of the call (`sim.Run`: the trace with each device's calls, `to_perfetto`). In a terminal a
+    result is one line (`repr`); in a notebook it shows the picture, the timeline and the tables
+    (`_repr_html_`, bounded on big meshes; `meshsim draw -o FILE.html` writes the page with a stepper).
     """
 
     scenario: Scenario

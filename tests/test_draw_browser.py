@@ -73,8 +73,13 @@ def browser():
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("selenium is not installed: it is in the test extra (`make install`)")
+        pytest.skip("selenium is not installed (the test extra has it)")
 
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must never fetch a driver or a browser
     options = webdriver.ChromeOptions()
@@ -253,6 +258,52 @@ def test_a_collective_without_rows_steps_through_its_boxes(browser, tmp_path):
         assert f"device {m.src} sends {m.size_bytes} bytes to device {m.dst}" in seen["caption"]
         assert f"arrived at {seconds(m.arrival_time_s)}" in seen["caption"]
     shot(browser, tmp_path, "psum_ring-last")
+    no_console_errors(browser)
+
+
+def expected_sent(result, k: int) -> set[int]:
+    """The operand rows a message of all_to_all or all_gather carries: the slice-th of equal chunks along
+    split_axis for all_to_all, the whole operand for all_gather."""
+    m, params = result.trace[k], result.scenario.params
+    operand = next(iter(result.inputs[m.src].values()))
+    if result.scenario.op == "all_gather":
+        return set(range(operand.shape[0]))
+    members = result.scenario.mesh.group(m.src, params["axis_name"], params.get("axis_index_groups")).members
+    chunk = operand.shape[params["split_axis"]] // len(members)
+    return set(range(m.detail["slice"] * chunk, (m.detail["slice"] + 1) * chunk))
+
+
+@pytest.mark.parametrize("name", ["all_to_all_seeded", "all_gather_groups"])
+def test_a_collective_with_rows_but_no_offsets_steps_through_them(browser, name, tmp_path):
+    """all_to_all and all_gather: each step lights the sender's operand rows its message carries, the
+    receiver's result rows it wrote (along the result's axis), the arrow, and no offsets entry; a local copy
+    (all_to_all's unpacking of a column block) lights its device, bar and row and says it copies."""
+    result = opened(browser, LIBRARY / f"{name}.toml", tmp_path)
+    for n, k in enumerate(time_order(result)):
+        m, seen = result.trace[k], click(browser, "forward")
+        assert seen["step"] == n and set(seen["src"]) == {m.src} and set(seen["dst"]) == {m.dst}
+        assert seen["table"] == [k] and seen["bars"] == [k]
+        if m.kind != "message":  # a local copy (the unpacking of a column block) names no rows
+            assert not seen["sent"] and not seen["landed"] and not seen["arrows"]
+            assert f"device {m.src} copies {m.size_bytes} bytes locally ({m.kind}" in seen["caption"]
+            continue
+        assert covered(seen["sent"], m.src, "operand") == expected_sent(result, k)
+        assert covered(seen["landed"], m.dst, "result") == set(range(*m.detail["rows"]))
+        assert not seen["entries"] and seen["arrows"] == [str(k)]
+        assert f"result rows {m.detail['rows'][0]}:{m.detail['rows'][1]}" in seen["caption"]
+    shot(browser, tmp_path, f"{name}-last")
+    no_console_errors(browser)
+
+
+def test_a_call_without_messages_has_nothing_to_step(browser, tmp_path):
+    """pvary sends nothing: the controls are disabled, the caption says so, a key press changes nothing."""
+    from selenium.webdriver.common.keys import Keys
+
+    result = opened(browser, LIBRARY / "pvary_no_messages.toml", tmp_path)
+    assert not result.trace
+    assert not browser.find_element("id", "step-forward").is_enabled()
+    seen = press(browser, Keys.ARROW_RIGHT)
+    assert seen["step"] == -1 and "nothing to step through" in seen["caption"] and seen["count"] == "no steps"
     no_console_errors(browser)
 
 

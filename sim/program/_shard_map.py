@@ -35,7 +35,9 @@ class Run:
     program each device executed.
 
     A sanitized run also has `violations`; `stopped` says why it ended early (a call it could not run),
-    and then `outputs` is None."""
+    and then `outputs` is None. In a terminal a run is one line (`repr`: devices, messages, bytes over the
+    network, calls, end time); in a notebook it shows that line, the timeline of its messages and their
+    table (`_repr_html_`, the first 1,000 bars and 200 rows of a big run, saying what it left out)."""
 
     outputs: Any
     trace: Trace
