@@ -8,9 +8,8 @@ The pages import it by path (their cells run in a temporary directory):
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from html import escape
+from pathlib import Path
 
 from IPython.display import HTML, SVG
 
