@@ -35,7 +35,7 @@ def _own_docstring_only(app, what, name, obj, options, lines):
 
 
 def setup(app):
-    app.connect("autodoc-process-docstring", _own_docstring_only)
+    app.connect("autodoc-process-docstring", _own_docstring_only, priority=400)  # before napoleon reads it
 
 
 html_theme = "sphinx_book_theme"
