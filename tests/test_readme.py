@@ -51,10 +51,7 @@ def test_readme_starts_with_the_two_commands():
     ]
 
 
-def test_readme_links_point_at_files_that_exist_or_at_pages_of_the_site():
-    """Every relative link of the README names a file of the checkout, but for pages of the concepts and
-    collectives parts of the site, which are only required to be markdown pages there."""
+def test_readme_links_point_at_files_that_exist():
+    """Every relative link of the README names a file of the checkout (a page of the site is its markdown)."""
     for target in re.findall(r"\]\(([^)#]+)\)", README):
-        if "://" in target or (ROOT / target).exists():
-            continue
-        assert target.startswith(("docs/concepts/", "docs/collectives/")) and target.endswith(".md"), target
+        assert "://" in target or (ROOT / target).exists(), f"README links {target}, which does not exist"
