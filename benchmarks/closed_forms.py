@@ -3,7 +3,7 @@
 Every case is one collective call over p devices, each holding an operand of `s` bytes, on a network with
 a per-hop latency `a` and a one-way link bandwidth `w`. A case gives two answers:
 
-- `exact(s)`: the alpha-beta time of the algorithm's steps under the model the README states (a step
+- `exact(s)`: the alpha-beta time of the algorithm's steps under the model docs/concepts/network.md states (a step
   costs the hops of its longest route times `a` plus the bytes of its most loaded link over `w`; every
   flow on that link gets an equal share), as (alpha seconds, beta seconds). The cases are chosen so that
   every flow of a step is limited by equally loaded links, where max-min fair sharing gives exactly this.

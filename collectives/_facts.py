@@ -103,7 +103,7 @@ _FACTORS = {"2(n-1)/n": lambda n: 2 * (n - 1) / n, "(n-1)/n": lambda n: (n - 1) 
 
 @dataclass(frozen=True)
 class Sweep:
-    """How `meshsim sweep` times a collective, after nccl-tests (doc/PERFORMANCE.md and src/*.cu).
+    """How `meshsim sweep` times a collective, after nccl-tests (doc/PERFORMANCE.md and `src/*.cu`).
 
     Attributes:
         nccl: nccl-tests' name of the operation ("AllReduce", "AlltoAll", ...).

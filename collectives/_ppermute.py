@@ -84,32 +84,32 @@ def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: A
     return pairs
 
 
-def check_perm(device: int, perm: Any, size: int, axis_name: Any) -> Perm:
-    """`perm` with indices in [0, size), or an error naming the offending pair."""
-    pairs = _pairs(device, perm)
+def check_perm(device: int, perm: Any, size: int, axis_name: Any, op: str = _OP) -> Perm:
+    """`perm` with indices in [0, size), or an error naming `op` and the offending pair."""
+    pairs = _pairs(device, perm, op)
     seen: dict[str, dict[int, int]] = {"source": {}, "destination": {}}
     for k, pair in enumerate(pairs):
         for role, index in zip(("source", "destination"), pair):
             if not -size <= index < size:
                 raise sim.InvalidArgumentError(
-                    f"device {device}: {_OP}: perm[{k}]={pair}: {role} {index} must be in [{-size}, {size}) for "
+                    f"device {device}: {op}: perm[{k}]={pair}: {role} {index} must be in [{-size}, {size}) for "
                     f"axis_name={axis_name!r} of size {size}")
             first = seen[role].setdefault(index % size, k)
             if first != k:
                 raise sim.InvalidArgumentError(
-                    f"device {device}: {_OP}: perm[{k}]={pair}: {role} {index % size} is already the {role} of "
+                    f"device {device}: {op}: perm[{k}]={pair}: {role} {index % size} is already the {role} of "
                     f"perm[{first}]={pairs[first]}; each index may be a {role} at most once")
     return tuple((s % size, d % size) for s, d in pairs)
 
 
-def _pairs(device: int, perm: Any) -> tuple[tuple[int, int], ...]:
+def _pairs(device: int, perm: Any, op: str = _OP) -> tuple[tuple[int, int], ...]:
     try:
         pairs = tuple(tuple(pair) for pair in perm)
     except TypeError:
         pairs = ((),)
     if not all(len(p) == 2 and all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in p)
                for p in pairs):
-        raise sim.InvalidTypeError(f"device {device}: {_OP}: perm={perm!r} must be a sequence of "
+        raise sim.InvalidTypeError(f"device {device}: {op}: perm={perm!r} must be a sequence of "
                                    "(source, destination) pairs of ints")
     return tuple((int(s), int(d)) for s, d in pairs)
 

@@ -113,7 +113,7 @@ def _send_leaf(x: Any, axis_name: Any, perm: Any, algorithm: str) -> Token:
     context, group = group_of("psend", axis_name, None)
     x = operand("psend", context.device, "x", x)
     check_algorithm("psend", context.device, algorithm, group.size, ALGORITHMS)
-    pairs = check_perm(context.device, perm, group.size, axis_name)
+    pairs = check_perm(context.device, perm, group.size, axis_name, "psend")
     args = _Sent(context.memory.resident(x), axis_name, pairs, group.members,
                  _channels(context, group.members, pairs, "psend"))
     params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
@@ -151,7 +151,7 @@ def _recv(token: Any, out_shape: Any, axis_name: Any, perm: Any, algorithm: str,
     context, group = group_of("precv", axis_name, None)
     device = context.device
     check_algorithm("precv", device, algorithm, group.size, ALGORITHMS)
-    pairs = check_perm(device, perm, group.size, axis_name)
+    pairs = check_perm(device, perm, group.size, axis_name, "precv")
     shape, dtype = _shape_of(device, out_shape)
     if not isinstance(token, Token):
         raise sim.InvalidTypeError(f"device {device}: precv: token={token!r} must be a Token (from psend or "

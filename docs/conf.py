@@ -27,6 +27,17 @@ nb_execution_in_temp = True  # a cell never imports docs/collectives/ as the pac
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 
+
+def _own_docstring_only(app, what, name, obj, options, lines):
+    """A constant without a doc comment of its own shows none, rather than its type's docstring."""
+    if what == "data" and type(obj).__doc__ and lines[:1] == type(obj).__doc__.strip().splitlines()[:1]:
+        lines.clear()
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _own_docstring_only, priority=400)  # before napoleon reads it
+
+
 html_theme = "sphinx_book_theme"
 html_title = "meshsim"
 html_theme_options = {"show_toc_level": 2}

@@ -48,7 +48,7 @@ class Simulated:
 
     @property
     def programs(self) -> list[sim.Program]:
-        """Each device's typed program in the last run; `print` one to see its `{V:...}` types."""
+        """Each device's typed program in the last run; `print` one to see its ``{V:...}`` types."""
         return self.run.programs
 
 

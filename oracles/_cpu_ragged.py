@@ -35,9 +35,10 @@ def install_cpu_ragged_all_to_all() -> bool:
     >>> import oracles; oracles.install_cpu_ragged_all_to_all()        # doctest: +SKIP
     True
 
-    See README.md, "ragged_all_to_all on CPU for JAX users", for an example, the cost and the limits: the
-    lowering sends a small exchange in one all_to_all and a larger one in rounds of a fixed chunk per slot,
-    and how it treats inputs the docs leave undefined is stated in `oracles._cpu_ragged_rule`.
+    See docs/reference/cpu-lowerings.md, "ragged_all_to_all on CPU for JAX users", for an example, the cost
+    and the limits: the lowering sends a small exchange in one all_to_all and a larger one in rounds of a
+    fixed chunk per slot, and how it treats inputs the docs leave undefined is stated in
+    `oracles._cpu_ragged_rule`.
     """
     global _installed
     with _lock:

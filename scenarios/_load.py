@@ -53,7 +53,7 @@ def load(path: str | os.PathLike, *, allow_code: bool = True, max_memory_bytes: 
 
     Args:
         path: a TOML file with `[mesh]`, optional `[network]`, `[collective]`, and `[[device]]` tables
-            or `[inputs] seed`/`shape` (see the README's "Scenario files").
+            or `[inputs] seed`/`shape` (see docs/reference/scenario-files.md).
         allow_code: whether a `[program]`'s source may run. Calling `load` from Python is consent; the
             command line passes False unless given `--allow-code`.
         max_memory_bytes: the most memory the scenario's estimate may reach (see `scenarios._budget`);

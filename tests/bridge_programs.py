@@ -3,7 +3,8 @@
 `python tests/bridge_programs.py NAME...` runs each named batch (`BATCHES`) and writes a pickled dict
 NAME -> result to stdout; `test_bridge.py` starts it with XLA_FLAGS set, as a JAX user would. A batch of
 generated programs (`bridge_generated.py`) returns one row per program: (collective, label, agrees,
-report); the other batches are the README's example, control flow, MoE layers, bad inputs and a
+report); the other batches are the code cells of docs/reference/jax-bridge.md, control flow, MoE layers, bad
+inputs and a
 deliberately wrong bridge.
 """
 
@@ -29,20 +30,20 @@ from jax.sharding import PartitionSpec as P
 import oracles
 
 
-def readme() -> list[str]:
-    """Run every ```py block of the README's bridge section; return what each printed."""
+def bridge_page() -> list[str]:
+    """Run the code cells of the bridge's page (docs/reference/jax-bridge.md) in one namespace, as its kernel
+    does; return what each printed."""
     import contextlib
     import io
-    import re
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text.split("## Running JAX programs on the simulated mesh", 1)[1].split("\n## ", 1)[0]
+    from docs_pages import code_cells, page
+
+    namespace: dict[str, Any] = {}
     printed = []
-    for code in re.findall(r"```py\n(.*?)```", section, flags=re.S):
+    for code in code_cells(page("reference/jax-bridge")):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(compile(code, "README.md", "exec"), {})
+            exec(compile(code, "docs/reference/jax-bridge.md", "exec"), namespace)
         printed.append(out.getvalue())
     return printed
 
@@ -456,7 +457,8 @@ BATCHES: dict[str, Callable[[], Any]] = {
     "reductions": lambda: batch(("psum", "pmean", "pmax", "pmin"), 100),
     "gathers": lambda: batch(("all_gather", "all_gather_invariant", "psum_scatter"), 100),
     "exchanges": lambda: batch(("all_to_all", "ppermute", "axis_index", "pvary"), 100),
-    "readme": readme, "control_flow": control_flow, "transforms": transforms, "batching": batching, "moe": moe,
+    "bridge_page": bridge_page, "control_flow": control_flow, "transforms": transforms, "batching": batching,
+    "moe": moe,
     "moe_ragged": moe_ragged, "errors": errors, "newops": newops, "mutation": mutation, "laid_out": laid_out,
     "canonical": canonical, "remat": remat,
 }

@@ -166,7 +166,7 @@ def test_a_bfloat16_sum_off_by_more_than_the_bound_is_flagged():
 
 def test_numerics_benchmark_lists_every_algorithm_and_direct_rounds_correctly(monkeypatch):
     """benchmarks/numerics.py measures every registered psum algorithm; XLA's bfloat16 sum is correctly
-    rounded on its gradients (the README's claim), the ring's is not."""
+    rounded on its gradients (the claim of docs/concepts/numerics.md), the ring's is not."""
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "numerics.py"
     module_spec = importlib.util.spec_from_file_location("numerics", path)
     numerics = importlib.util.module_from_spec(module_spec)

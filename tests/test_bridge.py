@@ -20,8 +20,8 @@ pytestmark = pytest.mark.differential
 
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
 # "errors" runs before "moe_ragged", which installs the CPU ragged lowering in the worker
-BATCHES = ("readme", "control_flow", "transforms", "batching", "moe", "errors", "moe_ragged", "mutation", "reductions",
-           "gathers", "exchanges", "laid_out", "newops", "canonical", "remat")
+BATCHES = ("bridge_page", "control_flow", "transforms", "batching", "moe", "errors", "moe_ragged", "mutation",
+           "reductions", "gathers", "exchanges", "laid_out", "newops", "canonical", "remat")
 PER_COLLECTIVE = 100
 
 
@@ -44,11 +44,13 @@ def _result(results: dict, name: str):
     return value
 
 
-def test_readme_example_runs_in_a_jax_process(results):
-    """The README's bridge example runs as written: grad of a psum program, its program and its messages."""
-    (printed,) = _result(results, "readme")
+def test_the_bridge_page_runs_in_a_jax_process(results):
+    """The code cells of docs/reference/jax-bridge.md run as written: grad of a psum program, its program and its
+    messages, and a psum on a simulated tpu-v5e slice."""
+    printed = "".join(_result(results, "bridge_page"))
     assert "psum_invariant[axis_name='i']" in printed and "{V:i}" in printed
     assert "16 messages" in printed
+    assert "64 messages, simulated time" in printed  # the tpu-v5e slice: 8 chips, each to each
 
 
 def test_numpy_64_bit_operands_are_canonicalised_as_jax_does(results):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from typing import Any
 import jax_child
 import numpy as np
 import pytest
+from docs_pages import named_block, page
 from jax_child import Child
 
 import oracles
@@ -306,8 +306,9 @@ INSTALLED = {"ragged_all_to_all", "pbroadcast"}
 
 def test_survey_of_every_collective_on_cpu_still_holds():
     """Every collective of jax.lax (and the async, unreduced and reduced forms in jax._src.lax.parallel) run
-    under jit(shard_map) on CPU, check_vma on and off: exactly the README's table fails, with these errors;
-    after install_cpu_lowerings() ragged_all_to_all and pbroadcast run and nothing else changes; and HLO
+    under jit(shard_map) on CPU, check_vma on and off: exactly the table of docs/reference/cpu-lowerings.md
+    fails, with these errors; after install_cpu_lowerings() ragged_all_to_all and pbroadcast run and nothing
+    else changes; and HLO
     Send and Recv, registered as psend's and precv's CPU lowerings, are what XLA:CPU lacks. A JAX upgrade
     that changes any of it fails here."""
     for child in started("--no-install"):
@@ -377,12 +378,10 @@ def test_install_is_idempotent_and_cached_functions_keep_their_lowering():
         "all again": [], "failed before": [2.0] * 4, "new function": [2.0] * 4}
 
 
-def test_readme_example_runs_in_a_fresh_process():
-    """The README's example (section "Collectives XLA:CPU cannot run: one install") runs as written in a
-    new process and prints the source's values on every device."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Collectives XLA:CPU cannot run: one install"):]
-    code = re.search(r"```py\n(.*?)```", section, flags=re.S).group(1)
+def test_the_pages_example_runs_in_a_fresh_process():
+    """The example of docs/reference/cpu-lowerings.md (the block named cpu-lowerings-example) runs as written in
+    a new process and prints the source's values on every device."""
+    code = named_block(page("reference/cpu-lowerings"), "cpu-lowerings-example")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                           cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert done.returncode == 0, done.stderr

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 import jax_child
 import numpy as np
 import pytest
+from docs_pages import named_block, page
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax_child import Child
@@ -469,7 +469,8 @@ print(json.dumps(seen))
 
 def test_install_after_jax_import_is_idempotent_and_cached_functions_keep_their_lowering():
     """Installed after jax is imported and used: the first call registers, the second does nothing; a function
-    lowered before keeps failing until jax.clear_caches(); a new function runs (the README's caveat)."""
+    lowered before keeps failing until jax.clear_caches(); a new function runs (the caveat on
+    docs/reference/cpu-lowerings.md)."""
     done = subprocess.run([sys.executable, "-c", _CACHING, str(CHILD.parent.parent)], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -486,12 +487,10 @@ def test_importing_oracles_does_not_import_jax():
     assert done.stdout.strip() == "False", done.stderr
 
 
-def test_readme_example_runs_in_a_fresh_process():
-    """The README's example (section "ragged_all_to_all on CPU for JAX users") runs as written in a new
-    process and prints the docs' results."""
-    readme = (CHILD.parent.parent / "README.md").read_text()
-    section = readme[readme.index("## ragged_all_to_all on CPU for JAX users"):]
-    code = re.search(r"```py\n(.*?)```", section, flags=re.S).group(1)
+def test_the_pages_example_runs_in_a_fresh_process():
+    """The example of docs/reference/cpu-lowerings.md (the block named cpu-ragged-example) runs as written in a
+    new process and prints the docs' results."""
+    code = named_block(page("reference/cpu-lowerings"), "cpu-ragged-example")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                           cwd=CHILD.parent.parent, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert done.returncode == 0, done.stderr

@@ -138,7 +138,8 @@ def test_html_is_self_contained_with_picture_timeline_and_tables(tmp_path):
 
 
 def test_committed_picture_is_what_draw_makes_now():
-    """docs/ragged_docs_example.svg, shown in the README, equals the picture `meshsim draw` makes today."""
+    """docs/ragged_docs_example.svg, shown in the README (and drawn afresh on docs/reference/draw.md), equals the
+    picture `meshsim draw` makes today."""
     committed = (ROOT / "docs" / "ragged_docs_example.svg").read_text()
     result = scenarios.run(scenarios.load(str(LIBRARY / "ragged_docs_example.toml")))
     assert committed == picture(result), \

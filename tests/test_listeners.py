@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import http.server
 import os
+import re
+import shlex
 import shutil
 import socket
 import socketserver
@@ -24,12 +26,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from docs_pages import named_block, page
 
 from scenarios import ScenarioError
 from scenarios.cli import main
 from scenarios.cli._cluster import DASHBOARD, dashboard_address
 from scenarios.fleet import LOOPBACK, FleetError, Job, fleet, run_jobs
 from scenarios.fleet._fleet import CONNECT_TIMEOUT_S
+
+TLS_RECIPE = named_block(page("reference/clusters"), "tls-recipe-commands")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -251,16 +256,29 @@ def test_a_closed_port_is_refused_at_once(tmp_path):
 
 
 def _certificates(folder: Path) -> dict[str, str]:
-    """A CA and one certificate signed by it, made with openssl as the README shows."""
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
-
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=meshsim-ca", "-keyout",
-            "ca.key", "-out", "ca.pem")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=meshsim", "-keyout", "node.key", "-out", "node.csr")
-    openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-            "-out", "node.pem")
+    """A CA and one certificate signed by it, made in `folder` by the `openssl` commands of the TLS recipe."""
+    for line in TLS_RECIPE.splitlines():
+        if line.startswith("openssl "):
+            subprocess.run(shlex.split(line), cwd=folder, check=True, capture_output=True, timeout=60)
     return {name: str(folder / name) for name in ("ca.pem", "node.pem", "node.key")}
+
+
+def _in_folder(value: str, files: dict[str, str]) -> str:
+    """`value` from the recipe, a certificate's file name made the path of that file in the test's folder."""
+    return files.get(value, value)
+
+
+def _recipe_tls_options(files: dict[str, str]) -> list[str]:
+    """The recipe's `TLS="..."` options of `dask scheduler` and `dask worker`, naming the test's files."""
+    (value,) = re.findall(r'^TLS="(.*)"$', TLS_RECIPE, flags=re.M)
+    return [_in_folder(word, files) for word in shlex.split(value)]
+
+
+def _recipe_client_environment(files: dict[str, str]) -> dict[str, str]:
+    """The recipe's `export DASK_DISTRIBUTED__...` variables that give meshsim, the client, its certificate."""
+    found = dict(re.findall(r"(DASK_DISTRIBUTED__\w+)=(\S+)", TLS_RECIPE))
+    assert found, "the TLS recipe exports no DASK_DISTRIBUTED__ variables"
+    return {name: _in_folder(value, files) for name, value in found.items()}
 
 
 def _free_port() -> int:
@@ -271,12 +289,13 @@ def _free_port() -> int:
 
 @pytest.mark.skipif(shutil.which("openssl") is None or shutil.which("dask", path=str(Path(sys.executable).parent))
                     is None, reason="needs openssl and Dask's `dask` command")
-def test_a_tls_cluster_as_the_readme_starts_it(tmp_path):
-    """The README's TLS recipe: a scheduler and a worker on tls:// with certificates from one CA; meshsim
-    with the client's certificate in Dask's configuration runs a sweep there; without it, or over tcp://,
-    it is one error line, exit 2."""
+def test_a_tls_cluster_as_the_reference_starts_it(tmp_path):
+    """The TLS recipe of docs/reference/clusters.md, its commands, options and variables read from the page: a
+    scheduler and a worker on tls:// with certificates from one CA; meshsim with the client's certificate in
+    Dask's configuration runs a sweep there; without it, or over tcp://, it is one error line, exit 2."""
     files = _certificates(tmp_path)
-    tls = ["--tls-ca-file", files["ca.pem"], "--tls-cert", files["node.pem"], "--tls-key", files["node.key"]]
+    tls = _recipe_tls_options(files)
+    assert tls[::2] == ["--tls-ca-file", "--tls-cert", "--tls-key"]
     dask = str(Path(sys.executable).parent / "dask")
     port = _free_port()
     address = f"tls://{LOOPBACK}:{port}"
@@ -289,10 +308,7 @@ def test_a_tls_cluster_as_the_readme_starts_it(tmp_path):
                                         stderr=subprocess.DEVNULL))
         sweep = tmp_path / "s.toml"
         sweep.write_text('collective = "psum"\nmesh = {x = 2}\nsize = ["1KiB", "2KiB"]\n')
-        client = {"DASK_DISTRIBUTED__COMM__TLS__CA_FILE": files["ca.pem"],
-                  "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": files["node.pem"],
-                  "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": files["node.key"],
-                  "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+        client = _recipe_client_environment(files)
 
         def sweep_on(scheduler: str, env: dict[str, str], out: str) -> subprocess.CompletedProcess:
             return subprocess.run([sys.executable, "-m", "scenarios.cli", "sweep", str(sweep), "-o",

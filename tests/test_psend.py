@@ -105,3 +105,16 @@ def test_an_unreceived_send_and_a_waiting_receive_are_reported_by_both_devices()
     assert caught.value.unmatched == ["device 0 waits for a message from device 1 on 'psend #0 from device 1 to "
                                       "device 0 over devices [0, 1]' that device 1 never sent"]
     assert str(caught.value.activities[0]) == "waits in precv (call #0 over devices [0])"
+
+
+@pytest.mark.parametrize("op", ["psend", "precv"])
+def test_a_bad_perm_is_reported_under_the_name_of_the_call(op):
+    """A destination outside the axis names psend or precv (the call the user wrote), the pair and the rule."""
+    bad = [(0, 5)]
+    def body(x):
+        if op == "psend":
+            return collectives.psend(x, "i", bad)
+        return collectives.precv(collectives.create_token(), _like(x), "i", bad)
+    with pytest.raises(sim.InvalidArgumentError, match=rf"device 0: {op}: perm\[0\]=\(0, 5\): destination 5 must "
+                                                       r"be in \[-2, 2\) for axis_name='i' of size 2"):
+        _run(lambda x: body(x) if op == "precv" else (body(x), x)[1], [np.zeros(1), np.zeros(1)])

@@ -259,11 +259,11 @@ def test_a_scenario_file_of_every_collective_runs_and_equals_the_spec(op, data, 
     assert not found, path.read_text() + "\n".join(found)
 
 
-def test_readme_lists_every_collective_with_its_arrays_and_keys():
-    """The README's table of scenario ops has one row per registered collective, with its arrays and its
-    required and optional keys as the definition gives them."""
+def test_the_scenario_file_page_lists_every_collective_with_its_arrays_and_keys():
+    """The table of scenario ops (docs/reference/scenario-files.md) has one row per registered collective, with
+    its arrays and its required and optional keys as the definition gives them."""
     rows = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (ROOT / "docs" / "reference" / "scenario-files.md").read_text().splitlines():
         found = re.match(r"\| `(\w+)` \| (.*?) \| (.*?) \|$", line)
         if found:
             rows[found.group(1)] = (found.group(2), found.group(3))
@@ -272,7 +272,8 @@ def test_readme_lists_every_collective_with_its_arrays_and_keys():
         arrays = ", ".join(f"`{a}`" for a in d.arrays) or "none"
         keys = ", ".join(f"`{k}`" for k in d.required) + ("; " + ", ".join(f"`{k}`" for k in d.optional)
                                                             if d.optional else "")
-        assert rows.get(op) == (arrays, keys), f"README row for {op}: want | `{op}` | {arrays} | {keys} |"
+        want = f"| `{op}` | {arrays} | {keys} |"
+        assert rows.get(op) == (arrays, keys), f"docs/reference/scenario-files.md row for {op}: want {want}"
 
 
 # ---------------------------------------------------------------------------------------------- the facts

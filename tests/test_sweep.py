@@ -25,8 +25,9 @@ from scenarios.fleet import fleet
 from scenarios.sweep import COLUMNS, OPERATIONS, finish, load_sweep, measure, pending, plot, run_points, series
 
 ROOT = Path(__file__).resolve().parents[1]
-README_SWEEP = ROOT / "scenarios" / "sweeps" / "psum_ring_vs_switch.toml"
-README_PICTURE = ROOT / "docs" / "sweep_psum_ring_vs_switch.svg"
+PICTURED_SWEEP = ROOT / "scenarios" / "sweeps" / "psum_ring_vs_switch.toml"
+PICTURE = ROOT / "docs" / "sweep_psum_ring_vs_switch.svg"
+REFERENCE = ROOT / "docs" / "reference"
 
 # 5 collectives x 5 sizes x 4 algorithms = 100 points; 'ring' and 'recursive_doubling' are not algorithms of
 # every collective, so 25 points come back as the simulator's rejections.
@@ -301,15 +302,16 @@ def test_plot_svg_has_a_line_per_algorithm_and_png_its_magic(hundred, tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_readme_picture_is_what_the_sweep_draws_today(address, tmp_path):
-    """docs/sweep_psum_ring_vs_switch.svg, shown in the README, equals what `meshsim sweep --plot` draws now."""
+def test_the_committed_picture_is_what_the_sweep_draws_today(address, tmp_path):
+    """docs/sweep_psum_ring_vs_switch.svg, shown on docs/reference/sweep.md, equals what `meshsim sweep --plot`
+    draws now."""
     out = tmp_path / "picture.svg"
-    assert main(["sweep", str(README_SWEEP), "-o", str(tmp_path / "out"), "--scheduler", address, "--plot",
+    assert main(["sweep", str(PICTURED_SWEEP), "-o", str(tmp_path / "out"), "--scheduler", address, "--plot",
                  str(out), "--json"]) == 0
-    assert out.read_text() == README_PICTURE.read_text(), (
+    assert out.read_text() == PICTURE.read_text(), (
         "regenerate: meshsim sweep scenarios/sweeps/psum_ring_vs_switch.toml -o /tmp/s --plot "
         "docs/sweep_psum_ring_vs_switch.svg")
-    assert "docs/sweep_psum_ring_vs_switch.svg" in (ROOT / "README.md").read_text()
+    assert "](../sweep_psum_ring_vs_switch.svg)" in (REFERENCE / "sweep.md").read_text()
 
 
 def test_point_tables_take_the_grid_as_defaults(tmp_path):
@@ -325,14 +327,15 @@ def test_point_tables_take_the_grid_as_defaults(tmp_path):
 
 
 def test_every_bundled_sweep_file_loads_with_a_title_and_description():
-    """Each file of scenarios/sweeps/ is a valid sweep with a title and a description, named in the README."""
+    """Each file of scenarios/sweeps/ is a valid sweep with a title and a description, named on
+    docs/reference/sweep-files.md."""
     files = sorted((ROOT / "scenarios" / "sweeps").glob("*.toml"))
-    readme = (ROOT / "README.md").read_text()
+    page = (REFERENCE / "sweep-files.md").read_text()
     assert len(files) >= 2
     for path in files:
         sweep = load_sweep(path)
         assert sweep.points and sweep.description.strip() and sweep.title != path.stem
-        assert f"scenarios/sweeps/{path.name}" in readme
+        assert f"scenarios/sweeps/{path.name}" in page
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -21,7 +21,7 @@ def add_cluster(parser: argparse.ArgumentParser) -> None:
                              "of its own while there are no more workers than cores")
     parser.add_argument("--scheduler", metavar="tcp://HOST:PORT", default=None,
                         help="run on the Dask cluster of this scheduler instead of a local one (Dask has no "
-                             "authentication: see the README's \"Security\" before you open one to a network)")
+                             "authentication: see docs/reference/clusters.md before you open one to a network)")
     parser.add_argument("--dashboard", metavar="ADDRESS", nargs="?", const=DASHBOARD, default=None,
                         help=f"serve the local cluster's Dask dashboard on ADDRESS (HOST:PORT, HOST or :PORT; default "
                              f"{DASHBOARD}) and print its URL; off unless given. Everything else listens on "

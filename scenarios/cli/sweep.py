@@ -40,7 +40,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """Run the sweep at `args.sweep` and report it; see the README's "Sweeps".
+    """Run the sweep at `args.sweep` and report it; see docs/reference/sweep.md.
 
     Returns:
         0 once every point has a row (a point the simulator rejected, one over `--max-memory` or

@@ -192,8 +192,8 @@ def _check_tls(scheduler: str, security: Any) -> None:
     if scheduler.startswith("tls://") and not (security.tls_ca_file and security.tls_client_cert):
         raise FleetError(_not_dask(scheduler, "a tls:// scheduler needs this client's certificate in Dask's "
                                               "configuration: set DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
-                                              "..._TLS__CLIENT__CERT and ..._TLS__CLIENT__KEY (README, \"Clusters, "
-                                              "listeners and security\")"))
+                                              "..._TLS__CLIENT__CERT and ..._TLS__CLIENT__KEY (docs/reference/"
+                                              "clusters.md, \"TLS\")"))
 
 
 def _check_listening(scheduler: str, timeout_s: float) -> None:

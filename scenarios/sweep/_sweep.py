@@ -94,7 +94,7 @@ class Sweep:
 
 
 def load_sweep(path: str | os.PathLike) -> Sweep:
-    """Read and validate the sweep file at `path` (see the module docstring and the README's "Sweeps").
+    """Read and validate the sweep file at `path` (see the module docstring and docs/reference/sweep-files.md).
 
     Raises:
         ScenarioError: the file is unreadable or not TOML; an unknown key (the known ones are listed); a value

@@ -94,7 +94,7 @@ class LocalMemory:
     def alloc(self, dtype, shape: tuple[int, ...], layout: Layout | None = None) -> Buffer:
         """Reserve zeroed space for an array of `dtype` and `shape` laid out with `layout` (default row-major).
 
-        A pending `reserve`d region of this dtype and shape is taken first when the layout is row-major.
+        A pending region from `reserve` of this dtype and shape is taken first when the layout is row-major.
 
         Raises:
             ValueError: `layout` does not fit the rank of `shape`.

@@ -76,7 +76,7 @@ class Jitted:
         self._compiled: dict[tuple, Compiled] = {}
 
     def trace(self, *args: Any) -> Lowered:
-        """Fix the argument shapes, dtypes and shardings (`ShapeDtypeStruct`s, `Array`s or numpy arrays)."""
+        """Fix the argument shapes, dtypes and shardings (`ShapeDtypeStruct` or `Array` objects, or numpy arrays)."""
         return Lowered(self, args)
 
     lower = trace
@@ -116,7 +116,7 @@ class Lowered:
 
 
 class Compiled:
-    """A function compiled for fixed shapes and formats. Call it with `Array`s (or numpy arrays).
+    """A function compiled for fixed shapes and formats. Call it with `Array` objects (or numpy arrays).
 
     `input_formats` is `(per-argument Formats, {})` and `output_formats` one Format, or a tuple of them
     for a function returning a tuple. `last_run` holds the trace of the latest call.

@@ -44,7 +44,7 @@ class Const:
 
 @dataclass(frozen=True, eq=False)
 class Equation:
-    """`outputs = op[params](*inputs)`; inputs are `Var`s or `Const`s."""
+    """`outputs = op[params](*inputs)`; inputs are `Var` or `Const` objects."""
 
     op: str
     params: tuple

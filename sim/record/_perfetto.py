@@ -75,7 +75,7 @@ def trace_events(trace: Trace, calls: Sequence[CallRecord], devices: int) -> dic
         devices: how many devices the mesh has (every device gets a track, even an idle one).
 
     Returns:
-        `{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}`, ready for `json.dump`.
+        A dict ready for `json.dump`, ``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}``.
     """
     records = trace.messages
     spans = _call_spans(calls) + _record_spans(records)
