@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 API = ROOT / "docs" / "api"
 PACKAGES = ("layouts", "sim", "sim.record", "sim.network", "sim.memory", "sim.engine", "sim.program", "collectives",
-            "oracles", "scenarios", "scenarios.sweep", "scenarios.campaign", "scenarios.fleet", "scenarios.cli")
+            "oracles", "scenarios", "scenarios.picture", "scenarios.sweep", "scenarios.campaign", "scenarios.fleet",
+            "scenarios.cli")
 DIRECTIVE = re.compile(r"^\.\. auto(?:class|exception|function|data|module):: (\S+)$", re.MULTILINE)
 ALIAS = re.compile(r"^\| `(\S+)` \| \{py:obj\}`(\S+)` \|$", re.MULTILINE)
 

@@ -8,7 +8,6 @@ from sim.record._html import (
     PALETTE_HEX,
     Timeline,
     colour,
-    ink,
     message_table,
     number,
     run_html,
@@ -25,6 +24,6 @@ from sim.record._violation import Violation, grouped, skipped_str
 
 __all__ = [
     "PALETTE_HEX", "CallRecord", "Const", "CopyRecord", "Equation", "MessageRecord", "Program", "Timeline", "Trace",
-    "Var", "Violation", "colour", "grouped", "ink", "message_table", "number", "printable", "run_html", "seconds",
+    "Var", "Violation", "colour", "grouped", "message_table", "number", "printable", "run_html", "seconds",
     "skipped_str", "summary", "svg", "tag", "text", "timeline", "trace_events", "vma_str", "xml_text",
 ]
