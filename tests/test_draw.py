@@ -224,3 +224,44 @@ def test_svg_loads_in_chromium(chromium, tmp_path):
     done = browse(chromium, tmp_path, svg.as_uri(), "--dump-dom")
     assert done.returncode == 0 and "parsererror" not in done.stdout and "Uncaught" not in done.stderr
     assert done.stdout.count('class="arrow"') == 4 and done.stdout.count('class="row ') == 2 * (3 + 4)
+
+
+EMPTY_SLICES = """title = "empty slices"
+[mesh]
+axes = {x = 2}
+[collective]
+op = "ragged_all_to_all"
+axis_name = "x"
+[inputs]
+dtype = "float32"
+[[device]]  # slices 1 and 2 are empty and start at row 60; slice 3 sends one row
+operand = {fill = 1, shape = [100, 1]}
+output = {fill = 0, shape = [50, 1]}
+input_offsets = [0, 60, 60, 80]
+send_sizes = [10, 0, 0, 1]
+output_offsets = [0, 0, 0, 0]
+recv_sizes = [10, 0, 0, 0]
+[[device]]  # sends nothing: four empty slices at row 0
+operand = {fill = 2, shape = [100, 1]}
+output = {fill = 0, shape = [50, 1]}
+input_offsets = [0, 0, 0, 0]
+send_sizes = [0, 0, 0, 0]
+output_offsets = [0, 0, 0, 0]
+recv_sizes = [0, 1, 0, 0]
+"""
+
+
+def test_empty_slices_are_marked_at_their_rows_once_per_row_and_counts_agree_in_number(tmp_path):
+    """Long operands are drawn as runs: an empty slice cuts the run at the row where it starts (not at its
+    number), the empty slices starting on one row share one label, and a run of one row says '1 row'."""
+    path = tmp_path / "empty.toml"
+    path.write_text(EMPTY_SLICES)
+    out = tmp_path / "empty.svg"
+    assert main(["draw", str(path), "-o", str(out)]) == 0
+    operand_runs = {(int(e.get("data-device")), e.get("data-rows")) for e in elements(out, "rect", "row")
+                    if e.get("data-side") == "operand"}
+    assert operand_runs == {(0, "0:10"), (0, "10:60"), (0, "60:80"), (0, "80:81"), (0, "81:100"), (1, "0:100")}
+    labels = ["".join(g.itertext()) for g in elements(out, "g", "empty-slice")]
+    assert labels == ["slices 1, 2 empty", "slices 0, 1, 2, 3 empty"]
+    counts = [e.text for e in ET.parse(out).getroot().iter(SVG + "text") if (e.text or "").endswith((" row", " rows"))]
+    assert "1 row" in counts and "1 rows" not in counts

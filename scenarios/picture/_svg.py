@@ -117,9 +117,10 @@ def _band(result: ScenarioResult, device: int, spans: dict[int, tuple[int, int]]
     sent = [spans[k] for k, m in enumerate(result.trace) if m.src == device and k in spans]
     empty = _empty_offsets(result, device)
     rows = operand_array.shape[axis] if operand_array.ndim else 1
-    operand = strip(X_OP, top + 20, rows, {c for span in sent for c in span} | set(empty))
+    operand = strip(X_OP, top + 20, rows, {c for span in sent for c in span} | set(empty.values()))
     body += _operand_cells(operand, operand_array, axis, device, sent)
-    body += [_empty_mark(operand, row, i) for i, row in empty.items()]
+    body += [_empty_mark(operand, row, [i for i, at in empty.items() if at == row])
+             for row in sorted(set(empty.values()))]
     provenance, output_array = result.provenance[device], result.outputs[device]
     runs = _runs(provenance.messages)
     output = strip(X_OUT, top + 20, len(provenance.messages), {c for start, stop, _ in runs for c in (start, stop)})
@@ -161,7 +162,8 @@ def _cells(s: Strip, start: int, stop: int, array: np.ndarray, axis: int, fill: 
                              "data_rows": f"{start}:{stop}"}),
                 text(label_x, (y0 + y1) / 2 + 4, f"{start}:{stop}", text_anchor=anchor, fill="#444",
                      class_="rowlabel"),
-                text(s.x + STRIP_W / 2, (y0 + y1) / 2 + 4, f"{stop - start} rows", text_anchor="middle")]
+                text(s.x + STRIP_W / 2, (y0 + y1) / 2 + 4, f"{stop - start} {_plural(stop - start, 'row')}",
+                     text_anchor="middle")]
     out = []
     for row in range(start, stop):
         y = y0 + (row - start) * ROW_H
@@ -173,13 +175,18 @@ def _cells(s: Strip, start: int, stop: int, array: np.ndarray, axis: int, fill: 
     return out
 
 
-def _empty_mark(s: Strip, row: int, slice_: int) -> str:
-    """A dashed line where an empty slice starts, with its number."""
+def _empty_mark(s: Strip, row: int, slices: list[int]) -> str:
+    """A dashed line at the row where empty slices start, with their numbers (one label for all of them)."""
     y = s.y(row)
     line = tag("line", {"x1": s.x - 4, "y1": _n(y), "x2": s.x + STRIP_W + 34, "y2": _n(y), "stroke": "#555",
                         "stroke_dasharray": "4 3", "stroke_width": "1.4"})
-    return tag("g", {"class_": "empty-slice"},
-               line + text(s.x + STRIP_W + 36, y + 4, f"slice {slice_} empty", font_size=10, fill="#555"))
+    said = f"{_plural(len(slices), 'slice')} {', '.join(map(str, slices))} empty"
+    return tag("g", {"class_": "empty-slice"}, line + text(s.x + STRIP_W + 36, y + 4, said, font_size=10, fill="#555"))
+
+
+def _plural(n: int, noun: str) -> str:
+    """`noun` as n of them are said: 'row' for one, 'rows' for any other count."""
+    return f"{noun}{'s' * (n != 1)}"
 
 
 def _arrow(k: int, message: object, source: tuple[int, int], placed: dict[int, tuple[Strip, Strip]]) -> str:
