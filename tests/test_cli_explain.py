@@ -258,3 +258,47 @@ def test_help_lists_explain(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert re.search(r"explain\s+walk through a scenario step by step", capsys.readouterr().out)
+
+
+def _big_ragged(n: int) -> str:
+    """A ragged exchange over n devices: device d sends one row to every device e != d, none to itself."""
+    lines = ['title = "big ragged"', "[mesh]", f"axes = {{x = {n}}}", "[collective]", 'op = "ragged_all_to_all"',
+             'axis_name = "x"', "[inputs]", 'dtype = "float32"']
+    for d in range(n):
+        sizes = [int(e != d) for e in range(n)]
+        starts = [sum(sizes[:e]) for e in range(n)]
+        lines += ["[[device]]", f"operand = {{fill = {d}, shape = [{n}, 2]}}",
+                  f"output = {{fill = -1, shape = [{n}, 2]}}", f"input_offsets = {starts}", f"send_sizes = {sizes}",
+                  f"output_offsets = {[d - (d > e) for e in range(n)]}", f"recv_sizes = {sizes}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("op", ["ragged_all_to_all", "all_gather"])
+def test_a_big_mesh_is_explained_in_bounded_text_and_in_full_on_request(op, tmp_path, capsys):
+    """Past 16 devices (or 40 messages) explain shows the first and last few, saying how many are left out, so
+    its length does not grow with the mesh; `--full` shows every device and message."""
+    lengths, full = {}, {}
+    for n in (24, 48):
+        path = tmp_path / f"{op}{n}.toml"
+        path.write_text(_big_ragged(n) if op == "ragged_all_to_all" else
+                        f'title = "big"\n[mesh]\naxes = {{x = {n}}}\n[collective]\nop = "all_gather"\n'
+                        f'axis_name = "x"\n[inputs]\nseed = 0\nshape = [1, 2]\n')
+        assert main(["explain", str(path)]) == 0
+        lengths[n] = capsys.readouterr().out
+        assert main(["explain", "--full", str(path)]) == 0
+        full[n] = capsys.readouterr().out
+    assert f"... {48 - 16} more devices (--full shows every one)" in lengths[48]
+    assert "--full shows" not in full[48]
+    assert len(lengths[48].splitlines()) < 1.1 * len(lengths[24].splitlines())
+    assert len(full[48].splitlines()) > 1.5 * len(full[24].splitlines())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(1, 5)).map(lambda p: (p[0], p[0] + p[1])), max_size=9))
+def test_overlapping_send_slices_are_found_in_one_pass_as_by_comparing_every_pair(spans):
+    """The walkthrough's 'send slices may overlap' list: the one-pass sweep equals the definition (a span that
+    overlaps another span of the list), duplicates included."""
+    from scenarios.cli.render._ragged import _overlapping
+
+    want = {s for i, s in enumerate(spans) if any(j != i and t[0] < s[1] and s[0] < t[1] for j, t in enumerate(spans))}
+    assert _overlapping(spans) == want

@@ -23,9 +23,13 @@ import sim
 from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult, run_forward
 from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli.render import (
+    DEVICE_EDGE,
+    LINE_EDGE,
     _protocols,
     _ragged,
     array_text,
+    edges,
+    fill,
     message_table,
     printable,
     step_groups,
@@ -46,6 +50,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          help="a TOML scenario file, e.g. scenarios/library/ragged_docs_example.toml")
     explain.add_argument("--step", action="store_true",
                          help="wait for Enter between steps (when stdin is a terminal; ignored otherwise)")
+    explain.add_argument("--full", action="store_true",
+                         help=f"show every device, message and slice (default: past {2 * DEVICE_EDGE} devices or "
+                              f"{2 * LINE_EDGE} messages, the first and last few and how many are left out)")
     add_allow_code(explain)
     add_timeout(explain)
     explain.set_defaults(execute=execute)
@@ -69,7 +76,7 @@ def execute(args: argparse.Namespace) -> int:
     if isinstance(scenario, ProgramScenario):
         walkthrough, refusal = _program_steps(scenario), None
     else:
-        walkthrough, refusal = _collective_steps(scenario)
+        walkthrough, refusal = _collective_steps(scenario, args.full)
     try:
         _show(console, walkthrough, pause)
     except KeyboardInterrupt:
@@ -96,8 +103,9 @@ def _show(console: Console, walkthrough: Sequence[Step], pause: bool) -> None:
         console.print()
 
 
-def _collective_steps(scenario: Scenario) -> tuple[list[Step], ScenarioError | None]:
-    """The walkthrough of a `[collective]` scenario, and the simulator's refusal if it refused the call."""
+def _collective_steps(scenario: Scenario, full: bool = False) -> tuple[list[Step], ScenarioError | None]:
+    """The walkthrough of a `[collective]` scenario, and the simulator's refusal if it refused the call; past
+    `2 * DEVICE_EDGE` devices or `2 * LINE_EDGE` messages only the ends show, unless `full`."""
     try:
         result, refusal = scenarios.run(scenario), None
     except ScenarioError as error:
@@ -106,7 +114,7 @@ def _collective_steps(scenario: Scenario) -> tuple[list[Step], ScenarioError | N
             raise
         result, refusal = None, error
     violations = list(getattr(refusal.__cause__, "violations", [str(refusal.__cause__)])) if refusal else []
-    walkthrough = [("The call", _call(scenario)), ("What each device holds", [_holdings(scenario)])]
+    walkthrough = [("The call", _call(scenario)), ("What each device holds", [_holdings(scenario, full)])]
     group = scenario.mesh.group(0, scenario.params["axis_name"], scenario.params.get("axis_index_groups"))
     walkthrough.append(("The protocol", [Text(p) for p in _protocols.protocol(scenario.definition, scenario.params,
                                                                               group.size)]))
@@ -114,13 +122,13 @@ def _collective_steps(scenario: Scenario) -> tuple[list[Step], ScenarioError | N
     slices = scenario.definition.drawing.slices and all(
         arrays[name].ndim == 1 for arrays in scenario.inputs for name in scenario.definition.index_arrays)
     if slices:
-        walkthrough += _ragged.steps(scenario, result, violations)
+        walkthrough += _ragged.steps(scenario, result, violations, full)
     elif result is None:
         walkthrough.append(("The rules this input breaks", _broken(violations)))
     if result is not None:
         # ragged's own SEND -> RECEIVE step already lists every message
-        walkthrough += [] if slices else _message_steps(result.trace)
-        walkthrough += [("The result", [_results(result)]), ("The timeline", _timeline(result))]
+        walkthrough += [] if slices else _message_steps(result.trace, full)
+        walkthrough += [("The result", [_results(result, full)]), ("The timeline", _timeline(result, full))]
     return walkthrough, refusal
 
 
@@ -140,17 +148,20 @@ def _call(scenario: Scenario) -> list[Any]:
     return told
 
 
-def _holdings(scenario: Scenario) -> Table:
+def _holdings(scenario: Scenario, full: bool) -> Table:
     """One row per device: its coordinates and every input array."""
     names = list(scenario.definition.arrays)
     table = Table(show_edge=False, pad_edge=False)
     for column in ("device", "coords", *names):
         table.add_column(column)
-    for d in scenario.mesh.devices:
+
+    def add(d: int) -> None:
         coords = ", ".join(f"{a}={i}" for a, i in scenario.mesh.coords(d).items())
-        table.add_row(str(d), coords, *(array_text(scenario.inputs[d][n]) if n in scenario.inputs[d] else
+        table.add_row(str(d), coords, *(array_text(scenario.inputs[d][n], threshold=64 if full else 2 * DEVICE_EDGE)
+                                        if n in scenario.inputs[d] else
                                         Text("(the same as its group's first device)", style="dim")
                                         for n in names), style=_colour(d))
+    fill(table, scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
     return table
 
 
@@ -160,32 +171,42 @@ def _broken(violations: Sequence[str]) -> list[Any]:
             *(Text(f"  {v}") for v in violations)]
 
 
-def _message_steps(trace: Sequence[sim.MessageRecord]) -> list[Step]:
-    """One step per group of messages (a ring's or recursive doubling's steps; otherwise by send time)."""
+def _message_steps(trace: Sequence[sim.MessageRecord], full: bool) -> list[Step]:
+    """One step per group of messages (a ring's or recursive doubling's steps; otherwise by send time); past
+    `2 * LINE_EDGE` groups or messages in a group only the ends, unless `full`."""
     groups = step_groups(trace)
     if not groups:
         copies = sum(m.kind != "message" for m in trace)
         return [("The messages", [Text("No message is sent: each device computes its result locally"
                                        + (f" ({copies} local copy steps)." if copies else "."))])]
-    told = []
-    for label, messages in groups:
+    told: list[Step] = []
+    for group in edges(groups, full, LINE_EDGE, "steps of messages"):
+        if isinstance(group, Text):
+            told.append(("More steps of messages", [group]))
+            continue
+        label, messages = group
         arrived = max(m.arrival_time_s for _, m in messages)
         note = Text(f"{len(messages)} messages, {sum(m.size_bytes for _, m in messages)} bytes; the last arrives at "
                     f"{_seconds(arrived)}", style="dim")
-        told.append((f"Messages: {label}", [message_table(messages), note]))
+        shown = edges(messages, full, LINE_EDGE, "messages")
+        left_out = [item for item in shown if isinstance(item, Text)]
+        told.append((f"Messages: {label}", [message_table([item for item in shown if not isinstance(item, Text)]),
+                                            *left_out, note]))
     return told
 
 
-def _results(result: ScenarioResult) -> Table:
+def _results(result: ScenarioResult, full: bool) -> Table:
     """Each device's result, coloured by the sender that wrote each index where the messages say so."""
     located = any(p is not None for p in result.provenance)
     table = Table(show_edge=False, pad_edge=False)
     for column in ("device", "result", *(("written by",) if located else ())):
         table.add_column(column)
-    for d in result.scenario.mesh.devices:
+
+    def add(d: int) -> None:
         provenance = result.provenance[d]
         sources = provenance.sources if provenance is not None and provenance.axis == 0 else None
         table.add_row(str(d), array_text(result.outputs[d], sources), *((_writers(provenance),) if located else ()))
+    fill(table, result.scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
     return table
 
 
@@ -205,19 +226,21 @@ def _writers(provenance: scenarios.Provenance | None) -> Text:
     return text
 
 
-def _timeline(result: ScenarioResult) -> list[Any]:
+def _timeline(result: ScenarioResult, full: bool) -> list[Any]:
     """Per device: what it sent and when, when its last message arrived; then the simulated end time."""
     trace = [m for m in result.trace if m.kind == "message"]
     table = Table(show_edge=False, pad_edge=False)
     for column in ("device", "sent", "first sent", "received", "last arrival"):
         table.add_column(column, justify="right")
-    for d in result.scenario.mesh.devices:
+
+    def add(d: int) -> None:
         out = [m for m in trace if m.src == d]
         into = [m for m in trace if m.dst == d]
         table.add_row(str(d), f"{len(out)} ({sum(m.size_bytes for m in out)} B)",
                       _seconds(min(m.send_time_s for m in out)) if out else "-",
                       f"{len(into)} ({sum(m.size_bytes for m in into)} B)",
                       _seconds(max(m.arrival_time_s for m in into)) if into else "-", style=_colour(d))
+    fill(table, result.scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
     told: list[Any] = [table]
     if trace:
         last = max(trace, key=lambda m: m.arrival_time_s)

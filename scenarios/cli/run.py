@@ -26,6 +26,7 @@ from scenarios.cli.render import (
     LazyStatus,
     array_lines,
     colour,
+    edges,
     summarised,
     terminal_console,
     write_json,
@@ -186,10 +187,7 @@ def _device(console: Console, result: ScenarioResult, device: int, bounds: set[i
 def _edges(lines: list[Text], full: bool) -> list[Text]:
     """`lines`, or (unless `full`) beyond `2 * _RUN_EDGE` of them only as many at each end: a device of a
     1,000-device gather has 1,000 runs of rows, and every device printing all of them is a million lines."""
-    if full or len(lines) <= 2 * _RUN_EDGE:
-        return lines
-    left_out = Text(f"... {len(lines) - 2 * _RUN_EDGE} more runs of rows (--full shows every one)", style=KEPT)
-    return [*lines[:_RUN_EDGE], left_out, *lines[-_RUN_EDGE:]]
+    return edges(lines, full, _RUN_EDGE, "runs of rows")
 
 
 def _print_array(console: Console, label: str, array: np.ndarray, provenance: Provenance | None, width: int,

@@ -3,6 +3,7 @@ message tables (rich), the SVG picture and the HTML page of a run, the nccl-test
 JSON of a result, a spinner for long runs, units, and text from files made safe for a terminal."""
 
 from scenarios.cli.render._arrays import EDGEITEMS, KEPT, PALETTE, THRESHOLD, array_lines, colour, summarised
+from scenarios.cli.render._edges import DEVICE_EDGE, LINE_EDGE, edges, fill
 from scenarios.cli.render._json import write_json
 from scenarios.cli.render._nccl import nccl_table
 from scenarios.cli.render._progress import LazyStatus
@@ -13,7 +14,8 @@ from scenarios.picture import page, picture, timeline
 from sim.record import PALETTE_HEX
 
 __all__ = [
-    "EDGEITEMS", "KEPT", "PALETTE", "PALETTE_HEX", "THRESHOLD", "LazyStatus", "array_lines", "array_text",
-    "call_text", "colour", "message_table", "nccl_table", "page", "picture", "printable", "protocol", "seconds",
-    "span", "step_groups", "summarised", "terminal_console", "timeline", "write_json",
+    "DEVICE_EDGE", "EDGEITEMS", "KEPT", "LINE_EDGE", "PALETTE", "PALETTE_HEX", "THRESHOLD", "LazyStatus",
+    "array_lines", "array_text", "call_text", "colour", "edges", "fill", "message_table", "nccl_table", "page",
+    "picture", "printable", "protocol", "seconds", "span", "step_groups", "summarised", "terminal_console",
+    "timeline", "write_json",
 ]

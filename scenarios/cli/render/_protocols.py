@@ -97,10 +97,11 @@ def _carries(detail: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def array_text(array: np.ndarray, sources: Sequence[int | None] | None = None) -> Text:
-    """The array as `[1, 3, 0, 0]` (summarised beyond 64 elements); a 1-D one coloured by who wrote each index."""
-    if sources is None or array.ndim != 1 or array.size > 64:
-        return Text(np.array2string(array, separator=", ", threshold=64, edgeitems=3, precision=4,
+def array_text(array: np.ndarray, sources: Sequence[int | None] | None = None, threshold: int = 64) -> Text:
+    """The array as `[1, 3, 0, 0]` (summarised beyond `threshold` elements); a 1-D one coloured by who wrote
+    each index."""
+    if sources is None or array.ndim != 1 or array.size > threshold:
+        return Text(np.array2string(array, separator=", ", threshold=threshold, edgeitems=3, precision=4,
                                     max_line_width=100))
     text = Text("[")
     for i, value in enumerate(array.tolist()):

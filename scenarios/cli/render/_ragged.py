@@ -16,6 +16,7 @@ from rich.text import Text
 
 from scenarios import Scenario, ScenarioResult
 from scenarios.cli.render._arrays import colour as _colour
+from scenarios.cli.render._edges import DEVICE_EDGE, LINE_EDGE, edges, fill
 from scenarios.cli.render._protocols import array_text
 from scenarios.cli.render._units import seconds as _seconds
 from scenarios.cli.render._units import span as _span
@@ -49,17 +50,19 @@ class Slice:
     recv_size: int | None
 
 
-def steps(scenario: Scenario, result: ScenarioResult | None, violations: Sequence[str]) -> list[Step]:
-    """The ragged walkthrough's steps, from the run (`result`) or, when it was refused, the inputs alone."""
+def steps(scenario: Scenario, result: ScenarioResult | None, violations: Sequence[str],
+          full: bool = False) -> list[Step]:
+    """The ragged walkthrough's steps, from the run (`result`) or, when it was refused, the inputs alone; past
+    `2 * DEVICE_EDGE` devices or slices, or `2 * LINE_EDGE` sends, only the ends show unless `full`."""
     slices = _slices(scenario)
-    told = [("Offsets and sizes on each device", [_offsets_table(scenario), _offsets_note(scenario)]),
-            ("Why each sender holds the receiver's output_offsets", _why_offsets(scenario, slices))]
+    told = [("Offsets and sizes on each device", [_offsets_table(scenario, full), _offsets_note(scenario, full)]),
+            ("Why each sender holds the receiver's output_offsets", _why_offsets(scenario, slices, full))]
     if result is None:
-        told.append(("The sends the inputs ask for (the simulator sent none)", _planned(scenario, slices)))
+        told.append(("The sends the inputs ask for (the simulator sent none)", _planned(scenario, slices, full)))
         told.append(("The undefined cases this input hits", _hits(violations)))
         return told
-    told += [("SEND -> RECEIVE: each slice's rows", _sends(result)),
-             ("What stays from output", _kept(result)),
+    told += [("SEND -> RECEIVE: each slice's rows", _sends(result, full)),
+             ("What stays from output", _kept(result, full)),
              ("The undefined cases this input avoids", _avoided(slices))]
     return told
 
@@ -87,36 +90,49 @@ def _slices(scenario: Scenario) -> list[Slice]:
     return found
 
 
-def _offsets_table(scenario: Scenario) -> Table:
-    """One row per device and index array, one column per slice (headed by the device it goes to)."""
+def _offsets_table(scenario: Scenario, full: bool) -> Table:
+    """One row per device and index array, one column per slice (headed by the device it goes to); past
+    `2 * DEVICE_EDGE` devices or slices only the ends, unless `full`."""
     width = max(len(scenario.inputs[d]["send_sizes"]) for d in scenario.mesh.devices)
+    columns = edges(range(width), full, DEVICE_EDGE // 2, "slices")
     table = Table(show_edge=False, pad_edge=False)
     table.add_column("device", justify="right")
     table.add_column("array")
-    for i in range(width):
-        table.add_column(f"slice {i}", justify="right")
-    for device in scenario.mesh.devices:
+    for i in columns:
+        table.add_column("..." if isinstance(i, Text) else f"slice {i}", justify="right")
+
+    def add(device: int) -> None:
         members, per = _per(scenario, device)
-        targets = [f"-> {members[min(i // per, len(members) - 1)]}" for i in range(width)]
+        targets = ["..." if isinstance(i, Text) else f"-> {members[min(i // per, len(members) - 1)]}"
+                   for i in columns]
         table.add_row(str(device), Text("goes to / comes from", style="dim"), *targets, style=_colour(device))
         for name in _INDEX:
             values = scenario.inputs[device][name].tolist()
-            table.add_row("", name, *(str(v) for v in values), end_section=name == _INDEX[-1])
+            table.add_row("", name, *("..." if isinstance(i, Text) else str(values[i]) if i < len(values) else ""
+                                      for i in columns), end_section=name == _INDEX[-1])
+    fill(table, scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
+    cut = [i.plain for i in columns if isinstance(i, Text)]
+    if cut:
+        table.caption = "; ".join(filter(None, [table.caption, *cut]))
     return table
 
 
-def _offsets_note(scenario: Scenario) -> Text:
-    """How to read the table, with each device's operand and output."""
+def _offsets_note(scenario: Scenario, full: bool) -> Text:
+    """How to read the table, with each device's operand and output (the ends only past `2 * DEVICE_EDGE`
+    devices, unless `full`)."""
     lines = ["Slice i of a device goes to group member i // (slices per member). input_offsets and send_sizes "
              "pick the rows it sends from its operand; output_offsets says where they land on the receiver; "
              "recv_sizes[j] is how many rows it receives as its slice j."]
-    for d in scenario.mesh.devices:
+    for d in edges(scenario.mesh.devices, full, DEVICE_EDGE, "devices"):
+        if isinstance(d, Text):
+            lines.append(d.plain)
+            continue
         inputs = scenario.inputs[d]
         lines.append(f"device {d}: operand {array_text(inputs['operand'])}, output {array_text(inputs['output'])}")
     return Text("\n".join(lines))
 
 
-def _why_offsets(scenario: Scenario, slices: Sequence[Slice]) -> list[Any]:
+def _why_offsets(scenario: Scenario, slices: Sequence[Slice], full: bool) -> list[Any]:
     """The docs' point: output_offsets are the receiver's positions, exchanged by an all_to_all."""
     text = Text(
         "A device's output_offsets do not say where its own result is written: output_offsets[i] says where "
@@ -130,19 +146,23 @@ def _why_offsets(scenario: Scenario, slices: Sequence[Slice]) -> list[Any]:
     for column in ("device", "receives slice j", "from device", "its output_offsets[i]", "recv_sizes[j]",
                    "so writes rows"):
         table.add_column(column, justify="right")
-    for s in sorted(slices, key=lambda s: (s.dst, s.j)):
+
+    def add(s: Slice) -> None:
         size = s.recv_size if s.recv_size is not None else "?"
         rows = _span((s.rows[0], s.rows[0] + s.recv_size)) if s.recv_size is not None else "?"
         table.add_row(str(s.dst), str(s.j), str(s.src), f"[{s.i}] = {s.rows[0]}", str(size), rows,
                       style=_colour(s.src))
+    fill(table, sorted(slices, key=lambda s: (s.dst, s.j)), full, LINE_EDGE, "slices", add)
     return [text, table]
 
 
-def _sends(result: ScenarioResult) -> list[Any]:
+def _sends(result: ScenarioResult, full: bool) -> list[Any]:
     """Each message of the trace as a sentence: operand rows and values -> the receiver's output rows."""
-    lines = []
-    for m in result.trace:
-        if m.kind != "message" or "src_rows" not in m.detail:
+    lines: list[Any] = []
+    sent = [m for m in result.trace if m.kind == "message" and "src_rows" in m.detail]
+    for m in edges(sent, full, LINE_EDGE, "messages"):
+        if isinstance(m, Text):
+            lines.append(m)
             continue
         start, stop = m.detail["src_rows"]
         values = array_text(result.inputs[m.src]["operand"][start:stop])
@@ -153,14 +173,19 @@ def _sends(result: ScenarioResult) -> list[Any]:
             + (" (to itself: a local copy)" if m.src == m.dst else ""), style=_colour(m.src)))
     empty = [f"device {s.src} slice {s.i}" for s in _slices(result.scenario) if s.src_rows[0] == s.src_rows[1]]
     if empty:
-        lines.append(Text(f"Empty slices send no message: {', '.join(empty)}.", style="dim"))
+        named = edges(empty, full, LINE_EDGE, "empty slices")
+        lines.append(Text(f"Empty slices send no message ({len(empty)}): "
+                          f"{', '.join(n.plain if isinstance(n, Text) else n for n in named)}.", style="dim"))
     return lines
 
 
-def _kept(result: ScenarioResult) -> list[Any]:
+def _kept(result: ScenarioResult, full: bool) -> list[Any]:
     """Each device's result, coloured by sender, and the output rows no slice wrote."""
-    lines = []
-    for d in result.scenario.mesh.devices:
+    lines: list[Any] = []
+    for d in edges(result.scenario.mesh.devices, full, DEVICE_EDGE, "devices"):
+        if isinstance(d, Text):
+            lines.append(d)
+            continue
         sources = result.provenance[d].sources
         kept = [i for i, s in enumerate(sources) if s is None]
         runs = ", ".join(_span(r) for r in _ranges(kept)) or "none"
@@ -187,25 +212,46 @@ def _avoided(slices: Sequence[Slice]) -> list[Any]:
     lines = [Text("The docs leave the result undefined when a call breaks one of these rules; the simulator "
                   "checks all of them before any message moves. This input keeps every one:")]
     lines += [Text(f"  ok  {name}: {rule}", style="green") for name, _, rule in RULES]
-    sent = [s for s in slices if s.src_rows[0] < s.src_rows[1]]
-    shared = {(s.src, s.src_rows) for s in sent if any(t.src == s.src and t.i != s.i and t.src_rows[0] < s.src_rows[1]
-                                                        and s.src_rows[0] < t.src_rows[1] for t in sent)}
+    sent: dict[int, list[tuple[int, int]]] = {}
+    for s in slices:
+        if s.src_rows[0] < s.src_rows[1]:
+            sent.setdefault(s.src, []).append(s.src_rows)
+    shared = {(src, rows) for src, spans in sent.items() for rows in _overlapping(spans)}
     if shared:
         lines.append(Text("Send slices may overlap (they are only read): " + ", ".join(
             f"device {src} rows {_span(rows)}" for src, rows in sorted(shared)), style="dim"))
     return lines
 
 
-def _planned(scenario: Scenario, slices: Sequence[Slice]) -> list[Any]:
-    """The slices as the inputs describe them, since the refused call sent nothing."""
+def _overlapping(spans: Sequence[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The non-empty spans (start, stop) that overlap another of `spans`, in one pass over them sorted: a span
+    overlaps an earlier one when it starts before the furthest stop so far; the earlier spans it overlaps are
+    those already found, or the one earlier span not yet found (spans not found are disjoint)."""
+    found: set[tuple[int, int]] = set()
+    reach, loose = -1, None  # the furthest stop so far; the last span not found to overlap any
+    for span in sorted(spans):
+        if span[0] < reach:
+            found.add(span)
+            if loose is not None and loose[1] > span[0]:
+                found.add(loose)
+            loose = None
+        else:
+            loose = span
+        reach = max(reach, span[1])
+    return found
+
+
+def _planned(scenario: Scenario, slices: Sequence[Slice], full: bool) -> list[Any]:
+    """The slices as the inputs describe them, since the refused call sent nothing: those whose sizes disagree
+    first, then the rest (past `2 * LINE_EDGE` slices only the ends, unless `full`)."""
     lines = []
-    for s in slices:
+    for s in sorted(slices, key=lambda s: s.recv_size == s.src_rows[1] - s.src_rows[0]):
         size = s.src_rows[1] - s.src_rows[0]
         recv = "?" if s.recv_size is None else s.recv_size
         lines.append(Text(f"device {s.src} slice {s.i}: operand rows {_span(s.src_rows)} ({size} rows) -> device "
                           f"{s.dst} slice {s.j}: output rows {_span(s.rows)}, recv_sizes[{s.j}]={recv}"
                           + ("" if s.recv_size == size else "  <- sizes disagree"), style=_colour(s.src)))
-    return lines
+    return edges(lines, full, LINE_EDGE, "slices")
 
 
 def _hits(violations: Sequence[str]) -> list[Any]:
