@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scenarios.picture._svg import source_spans
+from scenarios.picture._svg import plural, source_spans
 from sim.record import Timeline, seconds
 
 if TYPE_CHECKING:
+    from scenarios._load import Scenario
     from scenarios._runner import ScenarioResult
 
 RAGGED = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
@@ -53,7 +54,7 @@ def _step(result: ScenarioResult, k: int, src_rows: tuple[int, int] | None, ragg
             "rows": list(rows) if rows is not None else None, "entries": [],
             "cursor": [round(scale.x(m.start_time_s), 1), round(scale.x(m.arrival_time_s), 1)]}
     if ragged and "slice" in m.detail and rows is not None:
-        i, j = m.detail["slice"], receiver_slot(result, m.src, m.detail["slice"])
+        i, j = m.detail["slice"], receiver_slot(result.scenario, m.src, m.detail["slice"])
         step["entries"] = [[m.src, name, i] for name in RAGGED[:3]] + [[m.dst, RECEIVED, j], [m.dst, RAGGED[3], j]]
         return step | {"caption": _ragged_caption(result, k, i, j)}
     if rows is not None and src_rows is not None:
@@ -61,26 +62,25 @@ def _step(result: ScenarioResult, k: int, src_rows: tuple[int, int] | None, ragg
     return step | {"caption": _generic_caption(result, k)}
 
 
-def receiver_slot(result: ScenarioResult, src: int, i: int) -> int:
+def receiver_slot(scenario: Scenario, src: int, i: int) -> int:
     """The slot j at which the receiver of sender `src`'s slice `i` takes it (its `recv_sizes[j]` and entry j
     of the all_to_all of `output_offsets`): `src`'s place in the group times the slices per member, plus
     `i % per`, as the docs' pseudocode numbers them."""
-    members, per = _group(result, src)
+    members, per = slices_per_member(scenario, src)
     return members.index(src) * per + i % per
 
 
 def received_offsets(result: ScenarioResult, device: int) -> list[int]:
     """The all_to_all of `output_offsets` as `device` receives it: entry j is `output_offsets[r * per + j % per]`
     of group member j // per, r being `device`'s place in the group (tiled, split along axis 0)."""
-    members, per = _group(result, device)
+    members, per = slices_per_member(result.scenario, device)
     r = members.index(device)
     return [int(result.inputs[members[j // per]]["output_offsets"][r * per + j % per])
             for j in range(per * len(members))]
 
 
-def _group(result: ScenarioResult, device: int) -> tuple[tuple[int, ...], int]:
-    """The members of `device`'s group and the slices each member gets."""
-    scenario = result.scenario
+def slices_per_member(scenario: Scenario, device: int) -> tuple[tuple[int, ...], int]:
+    """The members of `device`'s group and the slices each member gets (at least one)."""
     members = scenario.mesh.group(device, scenario.params["axis_name"],
                                   scenario.params.get("axis_index_groups")).members
     return members, max(1, len(scenario.inputs[device]["send_sizes"]) // len(members))
@@ -137,7 +137,7 @@ def _when(m: Any) -> str:
 
 def _count(n: int, noun: str) -> str:
     """`n` and the noun, plural unless one: `_count(1, 'row')` is `1 row`."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
+    return f"{n} {plural(n, noun)}"
 
 
 def _rows(rows: Any) -> str:

@@ -162,7 +162,7 @@ def _cells(s: Strip, start: int, stop: int, array: np.ndarray, axis: int, fill: 
                              "data_rows": f"{start}:{stop}"}),
                 text(label_x, (y0 + y1) / 2 + 4, f"{start}:{stop}", text_anchor=anchor, fill="#444",
                      class_="rowlabel"),
-                text(s.x + STRIP_W / 2, (y0 + y1) / 2 + 4, f"{stop - start} {_plural(stop - start, 'row')}",
+                text(s.x + STRIP_W / 2, (y0 + y1) / 2 + 4, f"{stop - start} {plural(stop - start, 'row')}",
                      text_anchor="middle")]
     out = []
     for row in range(start, stop):
@@ -180,11 +180,11 @@ def _empty_mark(s: Strip, row: int, slices: list[int]) -> str:
     y = s.y(row)
     line = tag("line", {"x1": s.x - 4, "y1": _n(y), "x2": s.x + STRIP_W + 34, "y2": _n(y), "stroke": "#555",
                         "stroke_dasharray": "4 3", "stroke_width": "1.4"})
-    said = f"{_plural(len(slices), 'slice')} {', '.join(map(str, slices))} empty"
+    said = f"{plural(len(slices), 'slice')} {', '.join(map(str, slices))} empty"
     return tag("g", {"class_": "empty-slice"}, line + text(s.x + STRIP_W + 36, y + 4, said, font_size=10, fill="#555"))
 
 
-def _plural(n: int, noun: str) -> str:
+def plural(n: int, noun: str) -> str:
     """`noun` as n of them are said: 'row' for one, 'rows' for any other count."""
     return f"{noun}{'s' * (n != 1)}"
 

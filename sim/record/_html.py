@@ -65,12 +65,13 @@ def svg(width: float, height: float, body: Sequence[str], title: str, defs: str 
                       tag("rect", {"width": "100%", "height": "100%", "fill": "white"}), *body, "</svg>\n"])
 
 
-def seconds(t: float) -> str:
-    """`t` seconds in the largest unit that keeps it >= 1, to four figures: `seconds(1.5e-6)` is `1.5 us`."""
+def seconds(t: float, figures: int = 4) -> str:
+    """`t` seconds in the largest unit that keeps it >= 1, to `figures` significant figures (ASCII 'us', so any
+    terminal encoding works): `seconds(1.5e-6)` is `1.5 us`."""
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
         if abs(t) >= scale:
-            return f"{t / scale:.4g} {unit}"
-    return f"{t / 1e-9:.4g} ns" if t else "0 s"
+            return f"{t / scale:.{figures}g} {unit}"
+    return f"{t / 1e-9:.{figures}g} ns" if t else "0 s"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from scenarios.cli.render._edges import DEVICE_EDGE, LINE_EDGE, edges, fill
 from scenarios.cli.render._protocols import array_text
 from scenarios.cli.render._units import seconds as _seconds
 from scenarios.cli.render._units import span as _span
+from scenarios.picture import receiver_slot, slices_per_member
 
 Step = tuple[str, list[Any]]
 _INDEX = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
@@ -67,22 +68,15 @@ def steps(scenario: Scenario, result: ScenarioResult | None, violations: Sequenc
     return told
 
 
-def _per(scenario: Scenario, device: int) -> tuple[tuple[int, ...], int]:
-    """The members of `device`'s group and the number of slices per member."""
-    members = scenario.mesh.group(device, scenario.params["axis_name"],
-                                  scenario.params.get("axis_index_groups")).members
-    return members, max(1, len(scenario.inputs[device]["send_sizes"]) // len(members))
-
-
 def _slices(scenario: Scenario) -> list[Slice]:
     """Every slice the inputs describe, sender by sender, as the docs' pseudocode reads them."""
     found = []
     for src in scenario.mesh.devices:
         a = {name: scenario.inputs[src][name].tolist() for name in _INDEX}
-        members, per = _per(scenario, src)
+        members, per = slices_per_member(scenario, src)
         for i, (offset, size) in enumerate(zip(a["input_offsets"], a["send_sizes"])):
             dst = members[min(i // per, len(members) - 1)]
-            j = members.index(src) * per + i % per
+            j = receiver_slot(scenario, src, i)
             recv = scenario.inputs[dst]["recv_sizes"].tolist()
             at = a["output_offsets"][i] if i < len(a["output_offsets"]) else 0
             found.append(Slice(src, i, dst, j, (offset, offset + size), (at, at + size),
@@ -102,7 +96,7 @@ def _offsets_table(scenario: Scenario, full: bool) -> Table:
         table.add_column("..." if isinstance(i, Text) else f"slice {i}", justify="right")
 
     def add(device: int) -> None:
-        members, per = _per(scenario, device)
+        members, per = slices_per_member(scenario, device)
         targets = ["..." if isinstance(i, Text) else f"-> {members[min(i // per, len(members) - 1)]}"
                    for i in columns]
         table.add_row(str(device), Text("goes to / comes from", style="dim"), *targets, style=_colour(device))

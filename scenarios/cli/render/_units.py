@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sim.record
+
 
 def span(rows: Sequence[int] | None) -> str:
     """`(start, stop)` as `start:stop`; empty when absent."""
@@ -11,8 +13,5 @@ def span(rows: Sequence[int] | None) -> str:
 
 
 def seconds(t: float) -> str:
-    """`t` seconds in the largest unit that keeps it >= 1 (ASCII 'us' so any terminal encoding works)."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        if abs(t) >= scale:
-            return f"{t / scale:.6g} {unit}"
-    return f"{t / 1e-9:.6g} ns" if t else "0 s"
+    """`t` seconds in the largest unit that keeps it >= 1, to six figures (`sim.record.seconds`)."""
+    return sim.record.seconds(t, figures=6)
