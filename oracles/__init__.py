@@ -24,12 +24,13 @@ from oracles._compare import Difference, compare, describe
 from oracles._compile_pool import size_compile_pool
 from oracles._cpu_lowerings import install_cpu_lowerings
 from oracles._cpu_ragged import install_cpu_ragged_all_to_all
+from oracles.jax_fixes import install_jax_fixes
 from oracles.jax_oracle import JaxOracle, OracleError, OracleFailure, OracleResult, shared_oracle
 
 __all__ = ["PATHS", "Call", "Comparison", "Difference", "JaxOracle", "OracleError", "OracleFailure", "OracleResult",
            "Report", "bit_for_bit", "check", "compare", "describe", "install_cpu_lowerings",
-           "install_cpu_ragged_all_to_all", "jax_unavailable", "path_text", "shared_oracle", "size_compile_pool",
-           "spec"]
+           "install_cpu_ragged_all_to_all", "install_jax_fixes", "jax_unavailable", "path_text", "shared_oracle",
+           "size_compile_pool", "spec"]
 
 # The bridge's names, loaded (with jax) on first use, by the module that defines each.
 _BRIDGE = {
