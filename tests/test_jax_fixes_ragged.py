@@ -26,6 +26,7 @@ from strategies import Case, Fill, cases, differences, ragged_case, run_simulato
 from test_cpu_ragged import (
     FLOATS,
     adjoint_sides,
+    ask_grouped,
     batched,
     cotangents,
     generated,
@@ -148,11 +149,10 @@ def test_generated_transposes_with_every_ragged_fix(fixed):
     batch = generated(st.tuples(cases("ragged_all_to_all", dtypes=FLOATS, fillers=readable), st.booleans()), 40)
     met = [any(fits(c) for c, _ in batch) for fits in (grouped, shared_starts, overlapping)]
     assert met == [True, True, True], "the cases drawn miss a finding's inputs"
-    child = fixed(*RAGGED)
+    calls = [((case, (*case.args, cotangents(case))), vma) for case, vma in batch]
     for kind in ("vjp", "grad"):
-        replies = child.ask([job(kind, case, vma, (cotangents(case),)) for case, vma in batch])
-        for (case, _), reply in zip(batch, replies):
-            exact_transpose(case, cotangents(case), one(reply, case))
+        for (case, _), got in zip(batch, ask_grouped(fixed(*RAGGED), kind, calls)):
+            exact_transpose(case, cotangents(case), got)
 
 
 # ---------------------------------------------------------------------------------------------- vmap
