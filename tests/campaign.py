@@ -58,7 +58,10 @@ def main() -> None:
     parser.add_argument("--ops", nargs="*", help="only these collectives")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="run with a deliberately wrong rule")
     parser.add_argument("--no-shrink", action="store_true", help="report a new disagreement unshrunk")
+    parser.add_argument("--fixes", action="store_true", help="install every fix of oracles.jax_fixes first")
     options = parser.parse_args()
+    if options.fixes:
+        oracles.install_jax_fixes()
     if options.mutant:
         MUTANTS[options.mutant]()
     start = time.perf_counter()
