@@ -16,164 +16,30 @@ Nothing here imports jax: the text is read from the folder, never computed by ru
 from __future__ import annotations
 
 import re
-import tomllib
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import sim
-
-JAX_VERSION = "0.10.2"
-"""The JAX release every reproducer and diff is written against (jax and jaxlib alike)."""
-
-FOLDER = Path(__file__).resolve().parent / "findings"
-
-FINDING_KEYS = ("number", "title", "summary", "expected", "actual", "known_by", "source_lines", "stock_failure",
-                "gpu_tpu")
-UPSTREAM_KEYS = ("still_present", "checked", "reported")
-STILL_PRESENT = {"yes": "still present", "no": "fixed upstream", "unknown": "not known"}
-_SOURCE_LINE = re.compile(r"jax/_src/[\w/]+\.py:\d+(-\d+)? \w+")
-_DEVICES = re.compile(r"xla_force_host_platform_device_count=(\d+)")
+from oracles.jax_fixes._folder import (
+    FINDING_KEYS,
+    FOLDER,
+    JAX_VERSION,
+    STILL_PRESENT,
+    UPSTREAM_KEYS,
+    Finding,
+    Pending,
+    ReportError,
+    Upstream,
+    ids,
+    load,
+    load_all,
+    load_upstream,
+)
 
 
-class ReportError(sim.InvalidArgumentError):
-    """A finding's folder is missing a file or a key, or holds a value its format does not allow."""
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """`upstream.toml`: is the fault still in the newest JAX source read, how that was checked, is it reported.
-
-    `reported` is the upstream issue's address (`https://...`) or `not found: ` and what was searched."""
-
-    still_present: str
-    checked: str
-    reported: str
-
-    @property
-    def status(self) -> str:
-        """One line: 'still present; not reported upstream', 'fixed upstream; reported: <link>'..."""
-        seen = STILL_PRESENT[self.still_present]
-        told = f"reported: <{self.reported}>" if self.reported.startswith("https://") else "not reported upstream"
-        return f"{seen}; {told}"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One finding's folder, read: `finding.toml`'s keys, the reproducer and diff texts, `upstream.toml`."""
-
-    id: str
-    number: int
-    title: str
-    summary: str
-    expected: str
-    actual: str
-    known_by: str
-    source_lines: tuple[str, ...]
-    stock_failure: str
-    gpu_tpu: str
-    repro: str
-    diff: str
-    upstream: Upstream | None
-
-    @property
-    def devices(self) -> int | None:
-        """How many CPU devices the reproducer asks XLA for (its `XLA_FLAGS`), or None if it sets none."""
-        found = _DEVICES.search(self.repro)
-        return int(found.group(1)) if found else None
-
-
-def ids(folder: Path = FOLDER) -> tuple[str, ...]:
-    """The ids of the findings written up under `folder` (a sub-folder holding `finding.toml`), by number."""
-    return tuple(finding.id for finding in load_all(folder))
-
-
-def load_all(folder: Path = FOLDER) -> tuple[Finding, ...]:
-    """Every finding written up under `folder`, ordered by FINDINGS.md number (then id)."""
-    found = [load(path.parent.name, folder) for path in Path(folder).glob("*/finding.toml")]
-    return tuple(sorted(found, key=lambda finding: (finding.number, finding.id)))
-
-
-def load(finding_id: str, folder: Path = FOLDER) -> Finding:
-    """The finding `finding_id`, read from `folder/finding_id/`.
-
-    Raises:
-        ReportError: no such finding (with the ids there are), a missing file or key, or a bad value.
-    """
-    where = Path(folder) / finding_id
-    if not (where / "finding.toml").is_file():
-        raise ReportError(f"report: finding={finding_id!r} has no {_name(where)}/finding.toml; the findings "
-                          f"written up are {sorted(p.parent.name for p in Path(folder).glob('*/finding.toml'))}")
-    keys = _table(where / "finding.toml", FINDING_KEYS)
-    _check_finding(where, keys)
-    upstream = load_upstream(where / "upstream.toml") if (where / "upstream.toml").is_file() else None
-    texts = {name: _text(where / name) for name in ("repro.py", "fix.diff")}
-    return Finding(id=finding_id, **{key: keys[key] for key in FINDING_KEYS if key != "source_lines"},
-                   source_lines=tuple(keys["source_lines"]), repro=texts["repro.py"], diff=texts["fix.diff"],
-                   upstream=upstream)
-
-
-def load_upstream(path: Path) -> Upstream:
-    """An `upstream.toml`, checked: `still_present` one of yes/no/unknown, `reported` a link or `not found: ...`.
-
-    Raises:
-        ReportError: a missing key or a value outside those rules, naming the file, the key and the value.
-    """
-    keys = _table(path, UPSTREAM_KEYS)
-    if keys["still_present"] not in STILL_PRESENT:
-        raise ReportError(f"{_name(path)}: still_present={keys['still_present']!r} must be one of "
-                          f"{sorted(STILL_PRESENT)}")
-    if not keys["reported"].startswith(("https://", "not found: ")):
-        raise ReportError(f"{_name(path)}: reported={keys['reported']!r} must be an issue's address (https://...) "
-                          "or start with 'not found: ' and say what was searched")
-    return Upstream(**{key: keys[key] for key in UPSTREAM_KEYS})
-
-
-def _table(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
-    """The TOML table at `path`, which must hold every one of `keys`, each a non-empty value."""
-    try:
-        table = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
-        raise ReportError(f"{_name(path)}: not TOML: {error}") from None
-    missing = [key for key in keys if key not in table or table[key] in ("", [])]
-    if missing:
-        raise ReportError(f"{_name(path)}: keys {missing} are missing or empty; it must give {list(keys)}")
-    strings = [key for key in keys if key not in ("number", "source_lines") and not isinstance(table[key], str)]
-    if strings:
-        raise ReportError(f"{_name(path)}: {', '.join(f'{k}={table[k]!r}' for k in strings)} must be text")
-    return table
-
-
-def _check_finding(where: Path, keys: dict[str, Any]) -> None:
-    """`number` a positive integer, each `source_lines` entry 'jax/_src/<file>.py:<first>-<last> <function>'."""
-    number = keys["number"]
-    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-        raise ReportError(f"{_name(where)}/finding.toml: number={number!r} must be a positive integer, "
-                          "its FINDINGS.md entry")
-    lines = keys["source_lines"]
-    bad = [line for line in lines if not isinstance(line, str) or not _SOURCE_LINE.fullmatch(line)] \
-        if isinstance(lines, list) else [lines]
-    if bad:
-        raise ReportError(f"{_name(where)}/finding.toml: source_lines={bad!r} must each read "
-                          "'jax/_src/<file>.py:<first>-<last> <function>'")
-
-
-def _text(path: Path) -> str:
-    """The file at `path` (one of a finding's required files)."""
-    if not path.is_file():
-        raise ReportError(f"{_name(path.parent)}: {path.name} is missing; a finding's folder holds finding.toml, "
-                          "repro.py and fix.diff (and upstream.toml)")
-    return path.read_text()
-
-
-def _name(path: Path) -> str:
-    """`path` from the `findings` folder on ('findings/<id>/upstream.toml'), for messages."""
-    path = Path(path)
-    return "/".join(path.parts[-3:] if path.suffix else path.parts[-2:])
-
-
-def render(finding: Finding) -> str:
-    """The issue text of `finding` (markdown): its title, JAX's two fields, then the upstream status."""
+def render(finding: Finding | Pending) -> str:
+    """The issue text of `finding` (markdown): its title, JAX's two fields, then the upstream status. A
+    `Pending` finding's page says so and gives its upstream status."""
+    if isinstance(finding, Pending):
+        return "\n\n".join([f"# `{finding.id}`", _PENDING_TEXT.format(id=finding.id), "## Upstream status",
+                             *_status(finding.upstream)]) + "\n"
     parts = [f"# {finding.title}", _preface(finding), "## Description", finding.summary.strip(),
              *_reproducer(finding), "### Expected and actual", f"**Expected.** {finding.expected.strip()}",
              f"**Actual.** {finding.actual.strip()}", "### How the expected answer is known",
@@ -185,21 +51,30 @@ def render(finding: Finding) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def render_index(findings: tuple[Finding, ...], toctree: bool = True) -> str:
-    """The list of `findings` (markdown): number, title (linking its page), JAX today, upstream report; with
-    `toctree`, the site's table of contents of the pages."""
-    parts = ["# Reports for JAX's tracker", _INDEX_TEXT]
+def render_index(findings: tuple[Finding | Pending, ...], site: bool = True) -> str:
+    """The list of `findings` (markdown): number, title, id, JAX today, upstream report. For the `site`, each
+    title links its page and the pages are the table of contents; otherwise the list says how to print one."""
+    parts = ["# Reports for JAX's tracker", _INDEX_TEXT if site else _LIST_TEXT]
     if not findings:
-        return "\n\n".join([*parts, "No finding is written up yet."]) + "\n"
-    rows = [f"| {f.number} | [{_cell(f.title)}]({f.id}.md) | {' | '.join(_upstream_cells(f.upstream))} |"
-            for f in findings]
-    parts.append("\n".join(["| # | report | JAX today | upstream |", "|---|---|---|---|", *rows]))
-    if toctree:
+        return "\n\n".join([*parts, "No finding is checked or written up yet."]) + "\n"
+    rows = [_row(finding, site) for finding in findings]
+    parts.append("\n".join(["| # | finding | id | JAX today | upstream |", "|---|---|---|---|---|", *rows]))
+    if site:
         parts.append("\n".join(["```{toctree}", ":hidden:", "", *(f.id for f in findings), "```"]))
     return "\n\n".join(parts) + "\n"
 
 
-def findings_cell(finding: Finding) -> str:
+def _row(finding: Finding | Pending, site: bool) -> str:
+    """The index's row of `finding`."""
+    if isinstance(finding, Pending):
+        number, title = "", "not written up yet"
+    else:
+        number, title = str(finding.number), _cell(finding.title)
+    linked = f"[{title}]({finding.id}.md)" if site else title
+    return f"| {number} | {linked} | `{finding.id}` | {' | '.join(_upstream_cells(finding.upstream))} |"
+
+
+def findings_cell(finding: Finding | Pending) -> str:
     """The cell of FINDINGS.md's table for `finding`: a link to its report page and its upstream status."""
     status = finding.upstream.status if finding.upstream else "upstream not checked"
     return f"[report](docs/findings/{finding.id}.md): {status}"
@@ -211,6 +86,13 @@ _INDEX_TEXT = ("One page per finding of {doc}`../reference/findings`, written as
                "({doc}`../reference/report`); `tests/test_jax_reports.py` checks that they are what the command "
                "renders now, that each reproducer fails on stock JAX as its page says and passes with the fix "
                "installed, and that each patch applies to the installed JAX.")
+
+
+_PENDING_TEXT = ("The report of this finding is not written yet: its folder, `oracles/jax_fixes/findings/{id}/`, "
+                 "holds its upstream status but not yet the text, the reproducer and the patch (`finding.toml`, "
+                 "`repro.py`, `fix.diff`). FINDINGS.md describes the finding.")
+_LIST_TEXT = ("The findings of FINDINGS.md written up as issues for JAX's tracker. `meshsim report ID` prints one, "
+              "`meshsim report --all --out DIR` writes them all.")
 
 
 def _preface(finding: Finding) -> str:
@@ -279,5 +161,7 @@ def _fenced(text: str, info: str) -> str:
     return f"{fence}{info}\n{text.rstrip()}\n{fence}"
 
 
-__all__ = ["FINDING_KEYS", "FOLDER", "JAX_VERSION", "STILL_PRESENT", "UPSTREAM_KEYS", "Finding", "ReportError",
-           "Upstream", "findings_cell", "ids", "load", "load_all", "load_upstream", "render", "render_index"]
+
+__all__ = ["FINDING_KEYS", "FOLDER", "JAX_VERSION", "STILL_PRESENT", "UPSTREAM_KEYS", "Finding", "Pending",
+           "ReportError", "Upstream", "findings_cell", "ids", "load", "load_all", "load_upstream", "render",
+           "render_index"]
