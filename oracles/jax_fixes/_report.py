@@ -75,9 +75,13 @@ def _row(finding: Finding | Pending, site: bool) -> str:
 
 
 def findings_cell(finding: Finding | Pending) -> str:
-    """The cell of FINDINGS.md's table for `finding`: a link to its report page and its upstream status."""
-    status = finding.upstream.status if finding.upstream else "upstream not checked"
-    return f"[report](docs/findings/{finding.id}.md): {status}"
+    """The cell of FINDINGS.md's table for `finding`: a link to its report page and, in a few words, whether
+    the fault is still in JAX's newest source and whether it is reported upstream."""
+    if finding.upstream is None:
+        return f"[report](docs/findings/{finding.id}.md): upstream not checked"
+    seen, reported = _upstream_cells(finding.upstream)
+    told = f"reported: {reported}" if finding.upstream.reported.startswith("https://") else "not reported"
+    return f"[report](docs/findings/{finding.id}.md): {seen}, {told}"
 
 
 _INDEX_TEXT = ("One page per finding of {doc}`../reference/findings`, written as an issue for JAX's bug tracker: "
