@@ -31,12 +31,17 @@ UNBRACKETED = {4: "argsort-typed-invariant", 5: "ragged-typed-from-output", 12: 
 WRITTEN = [finding.id for finding in report.load_all() if isinstance(finding, report.Finding)]
 
 
-def _findings_md_ids() -> dict[int, str]:
-    """FINDINGS.md's entries, number -> id (the bracketed id of each `## N. ...` heading, else UNBRACKETED's)."""
+def _findings_md_ids() -> dict[int, list[str]]:
+    """FINDINGS.md's entries, number -> the ids of its findings: the heading's bracketed id (else UNBRACKETED's),
+    then any other bracketed id in the entry's text (a related slip written up on its own)."""
     found = {}
-    for number, rest in re.findall(r"^## (\d+)\. (.*)$", FINDINGS_MD.read_text(), flags=re.M):
-        bracketed = re.search(r"\[([a-z0-9-]+)\]", rest)
-        found[int(number)] = bracketed.group(1) if bracketed else UNBRACKETED[int(number)]
+    sections = re.split(r"^## (?=\d+\. )", FINDINGS_MD.read_text(), flags=re.M)[1:]
+    for section in sections:
+        heading, _, text = section.partition("\n")
+        number = int(heading.split(".")[0])
+        bracketed = re.findall(r"\[([a-z0-9]+(?:-[a-z0-9]+)+)\]", heading)
+        ids = bracketed[:1] or [UNBRACKETED[number]]
+        found[number] = ids + [i for i in re.findall(r"\[([a-z0-9]+(?:-[a-z0-9]+)+)\]", text) if i not in ids]
     return found
 
 
@@ -223,14 +228,15 @@ def test_report_bad_arguments_exit_2_with_one_line(fixture_folder, capsys, argv,
 # --- the real findings -------------------------------------------------------------------------------------------
 
 def test_every_finding_folder_is_an_entry_of_findings_md():
-    """Each folder is named for a FINDINGS.md entry (its bracketed id), and a written-up finding's `number` is
-    that entry's."""
+    """Each folder is named for a FINDINGS.md entry (a bracketed id in it), and a written-up finding's `number`
+    is that entry's."""
     entries = _findings_md_ids()
     for finding in report.load_all():
-        assert finding.id in entries.values(), f"findings/{finding.id}: no FINDINGS.md entry has this id"
+        numbers = [number for number, ids in entries.items() if finding.id in ids]
+        assert numbers, f"findings/{finding.id}: no FINDINGS.md entry has this id"
         if isinstance(finding, report.Finding):
-            assert entries.get(finding.number) == finding.id, (f"findings/{finding.id}/finding.toml: "
-                                                               f"number={finding.number} is another entry's")
+            assert finding.number in numbers, (f"findings/{finding.id}/finding.toml: number={finding.number}, but "
+                                               f"FINDINGS.md gives the id in entry {numbers[0]}")
 
 
 def test_the_first_twelve_findings_are_checked_upstream():
@@ -239,9 +245,10 @@ def test_the_first_twelve_findings_are_checked_upstream():
     entries = _findings_md_ids()
     assert set(range(1, 13)) <= set(entries), entries
     for number in range(1, 13):
-        upstream = report.load(entries[number]).upstream
-        assert upstream is not None, f"findings/{entries[number]}: upstream.toml is missing"
-        assert re.search(r"commit [0-9a-f]{40}", upstream.checked), f"{entries[number]}: checked names no commit"
+        for finding_id in entries[number]:
+            upstream = report.load(finding_id).upstream
+            assert upstream is not None, f"findings/{finding_id}: upstream.toml is missing"
+            assert re.search(r"commit [0-9a-f]{40}", upstream.checked), f"{finding_id}: checked names no commit"
 
 
 def test_the_site_pages_are_what_meshsim_report_renders_now():
@@ -255,14 +262,15 @@ def test_the_site_pages_are_what_meshsim_report_renders_now():
 
 
 def test_findings_md_links_each_report_with_its_upstream_status():
-    """Each finding's row of FINDINGS.md's table ends in the cell `findings_cell` makes: its report page and its
-    upstream status, as the folder says now."""
+    """Each entry's row of FINDINGS.md's table ends in the cells `findings_cell` makes for the entry's folders
+    (the heading's id first, joined by '; '): each report page and its upstream status, as the folders say now."""
     rows = {int(m.group(1)): m.group(0) for m in re.finditer(r"^\| (\d+) \|.*$", FINDINGS_MD.read_text(), re.M)}
-    entries = {finding_id: number for number, finding_id in _findings_md_ids().items()}
-    for finding in report.load_all():
-        cell = report.findings_cell(finding)
-        row = rows.get(entries.get(finding.id, -1), "")
-        assert row.endswith(f"| {cell} |"), f"FINDINGS.md's row for {finding.id} must end in `| {cell} |`: {row!r}"
+    folders = {finding.id: finding for finding in report.load_all()}
+    for number, ids in _findings_md_ids().items():
+        cells = "; ".join(report.findings_cell(folders[i]) for i in ids if i in folders)
+        if cells:
+            assert rows.get(number, "").endswith(f"| {cells} |"), \
+                f"FINDINGS.md's row {number} must end in `| {cells} |`: {rows.get(number)!r}"
 
 
 def test_one_folder_and_one_jax_release_throughout():

@@ -165,7 +165,6 @@ def _fenced(text: str, info: str) -> str:
     return f"{fence}{info}\n{text.rstrip()}\n{fence}"
 
 
-
 __all__ = ["FINDING_KEYS", "FOLDER", "JAX_VERSION", "STILL_PRESENT", "UPSTREAM_KEYS", "Finding", "Pending",
            "ReportError", "Upstream", "findings_cell", "ids", "load", "load_all", "load_upstream", "render",
            "render_index"]
