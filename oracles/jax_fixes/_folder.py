@@ -30,7 +30,7 @@ STILL_PRESENT = {"yes": "still present", "no": "fixed", "unknown": "unknown"}
 """`still_present`'s values, each with the word the list of findings shows for it."""
 _SEEN = {"yes": "still present in the newest JAX source read", "no": "fixed in the newest JAX source read",
          "unknown": "not checked against the newest JAX source"}
-_SOURCE_LINE = re.compile(r"jax/_src/[\w/]+\.py:\d+(-\d+)? \w+")
+_SOURCE_LINE = re.compile(r"jax/_src/[\w/]+\.py:\d+(-\d+)? [\w.]+")  # a nested function as outer.inner
 _DEVICES = re.compile(r"xla_force_host_platform_device_count=(\d+)")
 
 
