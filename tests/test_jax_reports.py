@@ -134,7 +134,8 @@ def test_the_report_fills_jax_bug_form_in_order():
     assert f"```diff\n{finding.diff.rstrip()}\n```" in text
     assert f"```text\n{finding.stock_failure}\n```" in text
     assert "blob/jax-v0.10.2/jax/_src/lax/parallel.py#L1059-L1065" in text
-    assert "jax:    0.10.2\njaxlib: 0.10.2\ndevices: CPU, 2 devices" in text
+    assert "on CPU, 2 devices the script sets up itself" in text
+    assert "jax:    0.10.2\njaxlib: 0.10.2\ndevices: CPU, 2 devices (XLA_FLAGS" in text
     for part in (finding.summary, finding.expected, finding.actual, finding.known_by, finding.gpu_tpu):
         assert part.strip() in text
 

@@ -108,7 +108,7 @@ def _preface(finding: Finding) -> str:
 
 def _reproducer(finding: Finding) -> list[str]:
     """The reproducer's heading, the script and what it ends with on stock JAX."""
-    devices = f", {finding.devices} virtual devices the script sets up itself" if finding.devices else ""
+    devices = f", {_devices(finding.devices)} the script sets up itself (virtual)" if finding.devices else ""
     return ["### Reproducer", f"A standalone script for stock JAX {JAX_VERSION} on CPU{devices}:",
             _fenced(finding.repro, "python"), f"On stock JAX {JAX_VERSION} it fails with:",
             _fenced(finding.stock_failure, "text")]
@@ -128,9 +128,13 @@ def _sources(lines: tuple[str, ...]) -> str:
 
 
 def _system(finding: Finding) -> str:
-    devices = (f"CPU, {finding.devices} devices (XLA_FLAGS=--xla_force_host_platform_device_count={finding.devices})"
+    devices = (f"CPU, {_devices(finding.devices)} (XLA_FLAGS=--xla_force_host_platform_device_count={finding.devices})"
                if finding.devices else "CPU")
     return f"jax:    {JAX_VERSION}\njaxlib: {JAX_VERSION}\ndevices: {devices}"
+
+
+def _devices(count: int) -> str:
+    return f"{count} device{'' if count == 1 else 's'}"
 
 
 def _status(upstream: Upstream | None) -> list[str]:
