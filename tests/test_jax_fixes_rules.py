@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from oracles import spec
-from oracles.jax_fixes import FOLDER
+from oracles.jax_fixes import FIXES, FOLDER
 from oracles.jax_fixes import _rules as rules
 
 pytestmark = [
@@ -158,3 +159,69 @@ def test_fixed_precv_is_typed_varying(fixed):
     assert "f32[2,2]{V:i} = precv" in jaxpr and "pvary[axes=('i',)] e" not in jaxpr, jaxpr
     assert ok(fixed, "precv: type") == [["i"]]
     refused(fixed, "precv: pipeline replicated")
+
+
+# ---------------------------------------------------------------------------------------------- the campaign
+
+CAMPAIGN = Path(__file__).resolve().parent / "campaign.py"
+ROOT = CAMPAIGN.parent.parent
+
+
+def campaign(*args: str) -> dict[str, Any]:
+    """The JSON report of `python tests/campaign.py --profile default *args`."""
+    done = subprocess.run([sys.executable, str(CAMPAIGN), "--profile", "default", *args], capture_output=True,
+                          text=True, timeout=900, check=False, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def known_ids() -> set[str]:
+    """The ids of the campaign's KNOWN table, read from its source (this process does not import jax)."""
+    source = (ROOT / "oracles" / "_rules.py").read_text()
+    table = source[source.index("KNOWN: dict"):source.index("def classify")]
+    return set(re.findall(r'^    "([a-z0-9-]+)":', table, flags=re.M))
+
+
+def test_with_every_fix_the_default_campaign_meets_no_fixed_finding_and_nothing_new():
+    """`campaign.py --fixes` installs every fix of `oracles.jax_fixes.FIXES` before the search: the default
+    profile then meets no finding that has a fix (stock JAX meets eight there: five of ragged_all_to_all,
+    the untyped all_gather_invariant transpose, pbroadcast's transpose and psum_scatter's vmap) and nothing
+    new, with every collective's transposes and vmaps still run."""
+    report = campaign("--fixes")
+    assert report["fixes"] == list(FIXES)
+    rows = report["rows"]
+    new = [f"{r['op']} {r['kind']}: {text}" for r in rows for text in r["new"]]
+    assert new == [], "\n\n".join(new)
+    met = {name for r in rows for name in r["known"]}
+    assert met <= known_ids() - set(FIXES), met & set(FIXES)
+    ran = {(r["op"], r["kind"]) for r in rows if r["examples"] >= 6}
+    assert {("pbroadcast", "transpose"), ("all_gather_invariant", "transpose"), ("psum_scatter", "vmap"),
+            ("all_to_all", "transpose")} <= ran
+
+
+@pytest.fixture(scope="module")
+def stock_answers() -> dict[str, Any]:
+    return campaign("--answers")
+
+
+def test_the_fixes_change_no_answer_outside_the_findings(stock_answers):
+    """On every call of the default profile that no finding's predicate fits (the `KNOWN` table), JAX's
+    answers (forward, vjp, grad and linear_transpose; vmap) are bit for bit the same with every fix
+    installed as without: the fixes change nothing but the findings."""
+    fixed = campaign("--answers", "--fixes")
+    assert stock_answers["fixes"] == [] and fixed["fixes"] == list(FIXES)
+    pairs = list(zip(stock_answers["rows"], fixed["rows"], strict=True))
+    assert sum(len(s["digests"]) for s, _ in pairs) >= 250
+    changed = [f"{s['op']} {s['kind']}" for s, f in pairs
+               if (s["op"], s["kind"], s["skipped"], s["digests"]) != (f["op"], f["kind"], f["skipped"], f["digests"])]
+    assert changed == []
+
+
+def test_a_changed_answer_is_caught(stock_answers):
+    """With JAX's all_gather batching rule deliberately reversing the batch (campaign.py's mutant), the
+    answers of all_gather's vmaps differ from stock JAX's, so the comparison above can fail."""
+    mutant = campaign("--answers", "--ops", "all_gather", "--mutant", "all-gather-batching")
+    [stock] = [r for r in stock_answers["rows"] if (r["op"], r["kind"]) == ("all_gather", "vmap")]
+    [wrong] = [r for r in mutant["rows"] if r["kind"] == "vmap"]
+    assert len(wrong["digests"]) == len(stock["digests"]) > 0
+    assert wrong["digests"] != stock["digests"]
