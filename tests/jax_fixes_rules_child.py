@@ -55,12 +55,17 @@ def equations(jaxpr: Any) -> Any:
 
 
 def argsort() -> dict[str, Any]:
-    """Finding 4's program (out_specs=P()), the same with out_specs=P('i'), its type and the bridge on it."""
+    """Finding 4's program (out_specs=P()), the same with out_specs=P('i'), its type and the bridge on it; the
+    gradient of invariant values sorted by varying keys."""
     x = np.array([3, 1, 2, 0, 1, 2], np.float32)
     mapped = jax.shard_map(jnp.argsort, mesh=mesh(2), in_specs=P("i"), out_specs=P("i"))
+    keyed = jax.shard_map(lambda k, v: lax.sort_key_val(k, v)[1], mesh=mesh(2), in_specs=(P("i"), P()),
+                          out_specs=P("i"))
     return {"replicated": lambda: jax.shard_map(jnp.argsort, mesh=mesh(2), in_specs=P("i"), out_specs=P())(x),
             "mapped": lambda: mapped(x), "mapped type": lambda: varying(mapped, "sort", x),
-            "bridge": lambda: oracles.simulate_jax(mapped, x).outputs}
+            "bridge": lambda: oracles.simulate_jax(mapped, x).outputs,
+            "sort_key_val grad": lambda: jax.grad(lambda v: (keyed(x, v) * jnp.arange(6.0)).sum())(
+                np.array([10, 20, 30], np.float32))}
 
 
 def all_to_all() -> dict[str, Any]:

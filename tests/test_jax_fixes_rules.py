@@ -69,13 +69,18 @@ def test_every_rules_fix_is_installed_and_has_its_folder(fixed):
 def test_fixed_argsort_of_a_varying_array_is_typed_varying(fixed):
     """Finding 4 (pinned by test_bridge.py's `jax: argsort ...` rows): with the fix, out_specs=P() is refused,
     sort's results (keys and indices) are typed varying along `i`, the mapped program gives each device's
-    own order, and the bridge's type check (meshsim: varying) now agrees with JAX's jaxpr."""
+    own order, the bridge's type check (meshsim: varying) now agrees with JAX's jaxpr, and the gradient of
+    invariant values sorted by varying keys (stock JAX: [7, 3, 5]) is right."""
     refused(fixed, "argsort: replicated")
     x = np.array([3, 1, 2, 0, 1, 2], np.float32)
     orders = np.concatenate([np.argsort(block, kind="stable") for block in x.reshape(2, 3)])
     assert ok(fixed, "argsort: mapped") == orders.tolist() == [1, 2, 0, 0, 1, 2]
     assert ok(fixed, "argsort: mapped type") == [["i"], ["i"]]
     assert ok(fixed, "argsort: bridge") == orders.tolist()
+    # the gradient of sum(w * sort_key_val(keys, v)[1]), v invariant: each weight goes to the value it multiplies
+    grad = np.zeros(3)
+    np.add.at(grad, orders, np.arange(6.0))
+    assert ok(fixed, "argsort: sort_key_val grad") == grad.tolist() == [5.0, 4.0, 6.0]
 
 
 def moved_back(shape: tuple[int, ...], split: int, concat: int) -> np.ndarray:

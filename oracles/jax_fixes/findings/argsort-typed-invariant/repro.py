@@ -11,6 +11,7 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import PartitionSpec as P
 
 mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("i",))
@@ -33,4 +34,15 @@ try:
     print("JAX accepts out_specs=P() and returns", replicated.tolist(), "(device 1's order is lost)")
 except ValueError as error:
     print("JAX refuses out_specs=P():", str(error).splitlines()[0])
-assert "i" in typed[-1], "JAX types argsort of a varying array invariant: out_specs=P() drops device 1's order"
+
+# the same typing makes a gradient silently wrong: invariant values sorted by varying keys (lax.sort_key_val,
+# which argsort calls), each device's result mapped; d/dv of sum(w * f(v)) sends each weight to its value
+values, weights = np.array([10, 20, 30], np.float32), np.arange(6, dtype=np.float32)
+g = jax.shard_map(lambda k, v: lax.sort_key_val(k, v)[1], mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))
+jax_grad = np.asarray(jax.grad(lambda v: (g(x, v) * weights).sum())(values))
+correct_grad = np.zeros(3, np.float32)
+for d, order in enumerate(per_device):
+    np.add.at(correct_grad, order, weights[3 * d:3 * d + 3])
+print("gradient: JAX", jax_grad.tolist(), "; correct:", correct_grad.tolist())
+assert "i" in typed[-1] and np.array_equal(jax_grad, correct_grad), (
+    "JAX types argsort of a varying array invariant: out_specs=P() drops device 1's order, gradients are wrong")
