@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ pytestmark = [
 ]
 
 CHILD = Path(__file__).resolve().parent / "jax_fixes_rules_child.py"
+ROOT = CHILD.parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +60,21 @@ def refused(fixed: dict[str, Any], name: str) -> str:
     return message
 
 
+KEYS = {"number", "title", "summary", "expected", "actual", "known_by", "source_lines", "stock_failure", "gpu_tpu"}
+
+
 def test_every_rules_fix_is_installed_and_has_its_folder(fixed):
-    """The child installed every fix of `_rules.FIXES`, and each has a folder with its three files."""
+    """The child installed every fix of `_rules.FIXES`; each has a folder with its reproducer, its diff against
+    JAX's source and its report's text (every key, the number of its FINDINGS.md entry)."""
     assert fixed["installed"] == list(rules.FIXES)
+    findings = (ROOT / "FINDINGS.md").read_text()
     for name in rules.FIXES:
-        assert sorted(p.name for p in (FOLDER / name).iterdir() if p.suffix in {".py", ".diff", ".toml"}) >= [
-            "finding.toml", "fix.diff", "repro.py"], name
+        folder = FOLDER / name
+        assert {"finding.toml", "fix.diff", "repro.py"} <= {p.name for p in folder.iterdir()}, name
+        text = tomllib.loads((folder / "finding.toml").read_text())
+        assert set(text) == KEYS and text["stock_failure"], name
+        assert f"## {text['number']}. " in findings and f"[{name}]" in findings, name
+        assert (folder / "fix.diff").read_text().startswith("--- a/jax/_src/"), name
 
 
 def test_fixed_argsort_of_a_varying_array_is_typed_varying(fixed):
@@ -169,7 +180,6 @@ def test_fixed_precv_is_typed_varying(fixed):
 # ---------------------------------------------------------------------------------------------- the campaign
 
 CAMPAIGN = Path(__file__).resolve().parent / "campaign.py"
-ROOT = CAMPAIGN.parent.parent
 
 
 def campaign(*args: str) -> dict[str, Any]:
