@@ -7,8 +7,11 @@ prints a JSON report: for every (collective, property) of the profile, `scenario
 vjp/grad/linear_transpose against meshsim's transposes and the adjoint identity, `jax.vmap` against a
 per-batch loop). A disagreement is classified by `oracles._rules.KNOWN` (the findings of FINDINGS.md); one
 that fits none is shrunk to a minimal program and reported under "new". `--mutant` first plants a
-deliberately wrong rule, to show the comparison can fail. `meshsim campaign --kinds transpose vmap` runs the
-same searches spread over Dask workers.
+deliberately wrong rule, to show the comparison can fail. `--fixes` installs every corrected JAX rule
+(`oracles.install_jax_fixes()`) before the search, so the findings they fix are no longer met; `--answers`
+prints, instead of the search, digests of JAX's answers on the calls no finding's predicate fits
+(`scenarios.campaign._rules_answers`), to compare runs with and without `--fixes`. `meshsim campaign --kinds
+transpose vmap` runs the same searches spread over Dask workers.
 """
 
 from __future__ import annotations
@@ -58,15 +61,29 @@ def main() -> None:
     parser.add_argument("--ops", nargs="*", help="only these collectives")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="run with a deliberately wrong rule")
     parser.add_argument("--no-shrink", action="store_true", help="report a new disagreement unshrunk")
-    parser.add_argument("--fixes", action="store_true", help="install every fix of oracles.jax_fixes first")
+    parser.add_argument("--fixes", action="store_true", help="install every corrected JAX rule first")
+    parser.add_argument("--answers", action="store_true", help="print digests of JAX's answers instead")
     options = parser.parse_args()
-    if options.fixes:
-        oracles.install_jax_fixes()
+    fixes = oracles.install_jax_fixes() if options.fixes else ()
     if options.mutant:
         MUTANTS[options.mutant]()
+    if options.answers:
+        print(json.dumps({"profile": options.profile, "fixes": list(fixes),
+                          "rows": answered(options.profile, tuple(options.ops or ()))}))
+        return
     start = time.perf_counter()
     rows = campaign(options.profile, tuple(options.ops) if options.ops else None, not options.no_shrink)
-    print(json.dumps({"profile": options.profile, "seconds": round(time.perf_counter() - start, 1), "rows": rows}))
+    print(json.dumps({"profile": options.profile, "fixes": list(fixes),
+                      "seconds": round(time.perf_counter() - start, 1), "rows": rows}))
+
+
+def answered(profile: str, ops: tuple[str, ...]) -> list[dict[str, Any]]:
+    """JAX's answers on the profile's calls that no finding's predicate fits, per (collective, property)."""
+    from scenarios.campaign._rules_answers import answers
+
+    sizes = PROFILES[profile]
+    return [answers(op, kind, sizes[kind]) for kind, names in (("transpose", LINEAR), ("vmap", BATCHED))
+            for op in names if not ops or op in ops]
 
 
 def _wrong_psum_transpose() -> None:
