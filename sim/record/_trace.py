@@ -103,6 +103,7 @@ class Trace:
         self._starts: list[int] = []  # the index of each chunk's first record
         self._rows: list[tuple] = []
         self._records: list[MessageRecord] | None = None
+        self._made: dict[int, MessageRecord] = {}  # records made one by one by `trace[k]`
         self._count = 0
         self._arrivals = np.zeros(1024)
         self._route = route
@@ -121,6 +122,13 @@ class Trace:
         if not -self._count <= index < self._count:
             raise IndexError(f"trace index {index} out of range for {self._count} messages")
         index %= self._count
+        made = self._made.get(index)
+        if made is None:
+            made = self._made[index] = self._make(index)
+        return made
+
+    def _make(self, index: int) -> MessageRecord:
+        """Record `index`, from its chunk's columns."""
         self._pack()
         at = bisect.bisect_right(self._starts, index) - 1
         chunk, k = self._chunks[at], index - self._starts[at]
@@ -196,7 +204,7 @@ class Trace:
     def set_arrivals(self, indices: np.ndarray | int, arrivals_s: np.ndarray | float) -> None:
         """Set the arrival times of the records at `indices` (as `append` and `append_batch` numbered them)."""
         self._arrivals[indices] = arrivals_s
-        self._records = None
+        self._records, self._made = None, {}
 
     def _grow(self, count: int) -> int:
         """Room for `count` more records; the index of the first."""
@@ -206,7 +214,7 @@ class Trace:
             grown = np.zeros(max(2 * len(self._arrivals), self._count))
             grown[:first] = self._arrivals[:first]
             self._arrivals = grown
-        self._records = None
+        self._records, self._made = None, {}
         return first
 
     def add(self, record: MessageRecord) -> None:
