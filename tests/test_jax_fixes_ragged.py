@@ -243,18 +243,5 @@ def test_result_typed_varying(fixed):
     assert np.asarray(back).ravel().tolist() == report["grad"]
 
 
-# ---------------------------------------------------------------------------------------------- campaign
-
-
-def test_campaign_with_the_fixes_meets_no_ragged_finding():
-    """The rules campaign's default profile over ragged_all_to_all (transpose and vmap) with every fix
-    installed (`campaign.py --fixes`) meets no finding and nothing new, where stock JAX meets the five
-    ragged findings the campaign can reach (test_campaign.py runs it stock)."""
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "campaign.py"), "--ops", "ragged_all_to_all",
-                           "--fixes"], capture_output=True, text=True, timeout=900, check=False,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(done.stdout)["rows"]
-    assert {r["kind"] for r in rows} == {"transpose", "vmap"}
-    assert all(r["examples"] >= 8 for r in rows), rows
-    assert [(r["kind"], r["known"], r["new"]) for r in rows if r["known"] or r["new"]] == []
+# The rules campaign with every fix installed (ragged_all_to_all's transposes and vmaps among the rest) meets
+# no finding: tests/test_jax_fixes_rules.py runs it once for all the fixes.
