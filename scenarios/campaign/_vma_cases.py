@@ -10,6 +10,8 @@ axis the call does not use, and which of the call's mesh axes beyond the collect
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -59,11 +61,11 @@ def _leaves_room(case: Case) -> bool:
 
 
 @st.composite
-def partial_cases(draw: st.DrawFn, op: str) -> tuple[Case, bool, tuple[str, ...]]:
+def partial_cases(draw: st.DrawFn, op: str, **options: Any) -> tuple[Case, bool, tuple[str, ...]]:
     """A call of collective `op` (small integers), whether the program checks vma, and its manual axes: the
     collective's own and, drawn, others of the mesh (the rest, and an added axis of 2 when the devices
-    allow it, are left to the compiler)."""
-    case = draw(cases(op, fillers=st.just(small_ints)).filter(_leaves_room))
+    allow it, are left to the compiler). `options` go to `cases` (e.g. `dtypes`)."""
+    case = draw(cases(op, fillers=st.just(small_ints), **options).filter(_leaves_room))
     name = case.params["axis_name"]
     used = name if isinstance(name, tuple) else (name,)
     extra = [a for a in case.mesh_shape if a not in used and draw(st.booleans())]
