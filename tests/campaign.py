@@ -61,7 +61,10 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="*", choices=RULES, default=list(RULES), help="only these kinds")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="run with a deliberately wrong rule")
     parser.add_argument("--no-shrink", action="store_true", help="report a new disagreement unshrunk")
+    parser.add_argument("--fixes", action="store_true", help="install oracles.install_jax_fixes() first")
     options = parser.parse_args()
+    if options.fixes:
+        oracles.install_jax_fixes()
     if options.mutant:
         MUTANTS[options.mutant]()
     start = time.perf_counter()
@@ -99,7 +102,7 @@ def _wrong_dot_general_typing() -> None:
 
     def invariant(*avals: Any, **params: Any) -> Any:
         out, effects = right(*avals, **params)
-        return out.update(mat=type(out.mat)()), effects
+        return out.update_manual_axis_type(type(out.mat)()), effects
 
     lax.dot_general_p.abstract_eval = invariant
 
@@ -110,7 +113,7 @@ def _wrong_partial_psum() -> None:
     from jax._src.lax import parallel
     from jax._src.lib.mlir.dialects import hlo
 
-    right = mlir._lowerings[parallel.psum_p]
+    right = mlir._lowerings[parallel.psum_p].rule
 
     def doubled(ctx: Any, *args: Any, **params: Any) -> Any:
         outs = right(ctx, *args, **params)
