@@ -2,7 +2,7 @@
 
 - `cond-typed-without-index`: `lax.cond` / `lax.switch` with a varying predicate or index type their
   results from the branches alone; fixed in the user-level functions (as the diff does): each branch's
-  results are made to vary along the index's axes (`lax.pcast(..., to="varying")`) before tracing.
+  results are made to vary along the index's axes (`core.pvary`) before tracing.
 - `while-typed-without-predicate`: `lax.while_loop` (and `fori_loop`, which calls it) whose predicate
   varies types the results from the carry alone; fixed in the user-level function: the initial carry is
   made to vary along the predicate's axes, so the loop's types say what the trip count does.
@@ -23,12 +23,13 @@ from typing import Any
 
 
 def _vary(value: Any, axes: frozenset) -> Any:
-    """`value` (a pytree) varying along `axes` too."""
+    """`value` (a pytree) varying along `axes` too (`core.pvary` of the axes it misses)."""
     import jax
+    from jax._src import core
 
     def one(x: Any) -> Any:
-        missing = tuple(sorted(axes - jax.typeof(x).mat.varying))
-        return jax.lax.pcast(x, missing, to="varying") if missing else x
+        missing = tuple(a for a in axes if a not in core.typeof(x).mat.varying)
+        return core.pvary(x, missing) if missing else x
 
     return jax.tree.map(one, value)
 
