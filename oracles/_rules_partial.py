@@ -28,8 +28,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from oracles._jax_dispatch import route
 from oracles import jax_fixes
+from oracles._jax_dispatch import route
 from oracles._rules import Case, Program, bfloat16_reduction
 
 AUTO = "auto"

@@ -1,14 +1,14 @@
 """The differential campaign against JAX's own transpose and batching rules, as one process and one report.
 
-`python tests/campaign.py --profile default|large [--ops NAME ...] [--kinds KIND ...] [--mutant NAME]` runs in its own process
-with 8 CPU devices and `oracles.install_cpu_lowerings()` installed before jax is imported, and
+`python tests/campaign.py --profile default|large [--ops NAME ...] [--kinds KIND ...] [--mutant NAME] [--fixes]`
+runs in its own process with 8 CPU devices and `oracles.install_cpu_lowerings()` installed before jax is imported, and
 prints a JSON report: for every (collective, property) of the profile, `scenarios.campaign._rules_search.search`
 (the calls Hypothesis draws over the input space the docs allow, judged by `oracles._rules`: JAX's
 vjp/grad/linear_transpose against meshsim's transposes and the adjoint identity, `jax.vmap` against a
 per-batch loop; `oracles._rules_vma`: the device-variance types of jax.lax's multi-operand primitives against
 the rule and each device's own result; `oracles._rules_partial`: shard_map manual over part of the mesh
-against the fully manual program). A disagreement is classified by `oracles._rules.KNOWN` (the findings of FINDINGS.md); one
-that fits none is shrunk to a minimal program and reported under "new". `--mutant` first plants a
+against the fully manual program). A disagreement is classified by `oracles._rules.KNOWN` (the findings of
+FINDINGS.md); one that fits none is shrunk to a minimal program and reported under "new". `--mutant` first plants a
 deliberately wrong rule, to show the comparison can fail. `meshsim campaign --kinds transpose vmap` runs the
 same searches spread over Dask workers.
 """

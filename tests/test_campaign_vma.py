@@ -51,8 +51,8 @@ cases = {
                            {"n": 2, "m": 1}),
 }
 for v in (0, 1, 2):
-    cases[f"cond {v}"] = VmaCase("cond", {"i": 2}, (("i",), (), ()), (np.array([True, False]), f32([1, 2]), f32([3, 4])),
-                                 v, {"n": 2, "m": 1})
+    cases[f"cond {v}"] = VmaCase("cond", {"i": 2}, (("i",), (), ()),
+                                 (np.array([True, False]), f32([1, 2]), f32([3, 4])), v, {"n": 2, "m": 1})
 answers = {name: vma_problem(case) for name, case in cases.items()}
 bf16 = Case("psum", {"x": 2}, ((np.array([1, 2], "bfloat16"), np.array([3, 4], "bfloat16")),),
             {"axis_name": "x", "axis_index_groups": None})

@@ -7,10 +7,10 @@ import os
 
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from jax import lax  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec as P
 
 mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("i",))
 pred = np.array([True, False])                       # device 0 takes the true branch, device 1 the false one
@@ -33,4 +33,5 @@ except Exception as error:  # the result typed varying: out_specs=P() refused, a
     answer = None
 else:
     print("JAX accepts out_specs=P() and returns", answer.tolist(), "for both devices")
-assert answer is None, "lax.cond with a predicate varying along 'i' is typed invariant: out_specs=P() returns one device's value"
+assert answer is None, \
+    "lax.cond with a predicate varying along 'i' is typed invariant: out_specs=P() returns one device's value"

@@ -7,9 +7,9 @@ import os
 
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec as P
 
 mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("i",))
 x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)      # device 0 holds [1, 2], device 1 [3, 4]

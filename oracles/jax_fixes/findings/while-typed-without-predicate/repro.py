@@ -7,10 +7,10 @@ import os
 
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from jax import lax  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec as P
 
 mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("i",))
 steps = np.array([1, 3], np.int32)                   # device 0 loops once, device 1 three times
@@ -30,4 +30,5 @@ except Exception as error:  # the result typed varying: out_specs=P() refused, a
     answer = None
 else:
     print("JAX accepts out_specs=P() and returns", answer.tolist(), "for both devices")
-assert answer is None, "lax.while_loop with a trip count varying along 'i' is typed invariant: one device's value returned"
+assert answer is None, \
+    "lax.while_loop with a trip count varying along 'i' is typed invariant: one device's value returned"
