@@ -108,7 +108,7 @@ def test_a_wrong_rule_is_caught(mutant, op, kind, says):
     """With a deliberately wrong rule (meshsim's psum transposed to twice the cotangent; JAX's all_gather
     batching rule reversing the batch; JAX's dot_general typed invariant; JAX's psum lowered to twice the
     sum in partial-manual programs) the campaign reports a new disagreement on that collective or primitive."""
-    report = campaign("--profile", "default", "--ops", op, "--mutant", mutant, "--no-shrink")
+    report = campaign("--profile", "default", "--ops", op, "--kinds", kind, "--mutant", mutant, "--no-shrink")
     [row] = [r for r in report["rows"] if r["kind"] == kind]
     assert row["new"] and says in row["new"][0], row
 

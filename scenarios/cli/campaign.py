@@ -5,7 +5,9 @@ scheduler of `--scheduler`; each result is appended to DIR/results.jsonl as it a
 disagreement is saved as DIR/findings/NAME.toml (a `[collective]` scenario `meshsim check` replays), and
 the report counts cases, agreements and findings per collective. `--resume` skips the jobs whose keys
 the results file already holds. `--kinds transpose vmap` adds JAX's own rules (`scenarios.campaign._rules_jobs`):
-JAX's transposes against meshsim's and `jax.vmap` against a per-batch loop, disagreements that
+JAX's transposes against meshsim's and `jax.vmap` against a per-batch loop (`vma`: JAX's device-variance
+types of jax.lax's primitives, `--ops` naming primitives; `partial_manual`: shard_map manual over part of the
+mesh against the fully manual program), disagreements that
 FINDINGS.md explains counted as known, a new one shrunk and saved as DIR/findings/NAME.txt.
 """
 
