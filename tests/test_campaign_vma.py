@@ -59,6 +59,13 @@ bf16 = Case("psum", {"x": 2}, ((np.array([1, 2], "bfloat16"), np.array([3, 4], "
 answers["partial psum bfloat16"] = partial_problem(bf16, True, ("x",))
 answers["partial psum float32"] = partial_problem(Case("psum", bf16.mesh_shape, ((np.array([1., 2.], np.float32),
                                                   np.array([3., 4.], np.float32)),), bf16.params), True, ("x",))
+import jax
+from jax import lax
+from jax.sharding import PartitionSpec as P
+mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("i",))
+chosen = jax.shard_map(lambda x: lax.cond(lax.axis_index("i") == 0, lambda x: 2 * x, lambda x: 3 * x, x)[None],
+                       mesh=mesh, in_specs=P(), out_specs=P("i"))
+answers["cond grad"] = float(jax.grad(lambda x: chosen(x).sum())(2.0))
 print(json.dumps(answers))
 """
 
@@ -83,6 +90,12 @@ def test_jax_types_a_varying_choice_invariant_is_pinned(stock, name):
     out_specs claiming that, JAX returns one device's value for devices that computed another."""
     assert "silent wrong answer" in stock[name], stock[name]
     assert "must vary along" in stock[name]
+
+
+def test_jax_gradient_through_a_varying_cond_is_pinned(stock):
+    """Pins JAX 0.10.2 (FINDINGS.md 13, jax-ml/jax#40823's example): the gradient of sum(cond(axis_index == 0,
+    2x, 3x)) over 2 devices, x invariant, is 2 + 3 = 5; JAX's, with the cond typed invariant, is 4."""
+    assert stock["cond grad"] == 4.0
 
 
 def test_jax_argsort_typed_invariant_is_met_by_the_vma_kind(stock):
@@ -116,7 +129,9 @@ def test_jax_partial_manual_bfloat16_psum_aborts_is_pinned():
 def test_fixed_jax_types_and_runs_every_program():
     """With oracles.install_jax_fixes() (oracles/jax_fixes/_vma.py) each program is typed by the rule and agrees
     with every device; the bfloat16 partial-manual psum compiles and equals the fully manual program.
-    (argsort's fix is FINDINGS.md 4's, outside this module: its answer is left out.)"""
+    The gradient through the varying cond is 5. (argsort's fix is FINDINGS.md 4's, outside this module: its
+    answer is left out.)"""
     fixed = answers("--fixes")
     fixed.pop("argsort")
+    assert fixed.pop("cond grad") == 5.0  # the invariant operand made varying before the cond: summed after it
     assert fixed == dict.fromkeys(fixed), {k: v for k, v in fixed.items() if v}

@@ -1,8 +1,8 @@
 """Corrected device-variance types and partial-manual lowerings (findings 13 to 16 of FINDINGS.md).
 
 - `cond-typed-without-index`: `lax.cond` / `lax.switch` with a varying predicate or index type their
-  results from the branches alone; fixed in the user-level functions (as the diff does): each branch's
-  results are made to vary along the index's axes (`core.pvary`) before tracing.
+  results from the branches alone; fixed in the user-level functions (as the diff does): the operands are
+  made to vary along the index's axes (`core.pvary`) before the cond, and each branch's results inside it.
 - `while-typed-without-predicate`: `lax.while_loop` (and `fori_loop`, which calls it) whose predicate
   varies types the results from the carry alone; fixed in the user-level function: the initial carry is
   made to vary along the predicate's axes, so the loop's types say what the trip count does.
@@ -42,11 +42,14 @@ def _varying(x: Any) -> frozenset:
     return frozenset(mat.varying) if mat is not None else frozenset()
 
 
-def _branches_vary_with(index: Any, branches: list[Callable[..., Any]]) -> list[Callable[..., Any]]:
+def _vary_with(index: Any, branches: list[Callable[..., Any]], operands: tuple) -> tuple[list, tuple]:
+    """The branches and operands of a cond or switch whose index varies along some axes: the operands made to
+    vary along them outside the cond (so a cotangent of an invariant operand is summed after it), and each
+    branch's results too (a constant or a closed-over value returned as it is)."""
     axes = _varying(index)
     if not axes:
-        return branches
-    return [functools.wraps(b)(lambda *a, _b=b: _vary(_b(*a), axes)) for b in branches]
+        return branches, operands
+    return [functools.wraps(b)(lambda *a, _b=b: _vary(_b(*a), axes)) for b in branches], _vary(operands, axes)
 
 
 def _fix_cond() -> None:
@@ -58,12 +61,13 @@ def _fix_cond() -> None:
 
     @functools.wraps(cond)
     def fixed_cond(pred: Any, true_fun: Any, false_fun: Any, *operands: Any, **kwargs: Any) -> Any:
-        true_fun, false_fun = _branches_vary_with(pred, [true_fun, false_fun])
+        (true_fun, false_fun), operands = _vary_with(pred, [true_fun, false_fun], operands)
         return cond(pred, true_fun, false_fun, *operands, **kwargs)
 
     @functools.wraps(switch)
     def fixed_switch(index: Any, branches: Any, *operands: Any, **kwargs: Any) -> Any:
-        return switch(index, _branches_vary_with(index, list(branches)), *operands, **kwargs)
+        branches, operands = _vary_with(index, list(branches), operands)
+        return switch(index, branches, *operands, **kwargs)
 
     for module in (conditionals, control_flow, jax.lax):
         module.cond, module.switch = fixed_cond, fixed_switch
