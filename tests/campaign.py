@@ -1,13 +1,15 @@
 """The differential campaign against JAX's own transpose and batching rules, as one process and one report.
 
-`python tests/campaign.py --profile default|large [--ops NAME ...] [--mutant NAME]` runs in its own process
-with 8 CPU devices and `oracles.install_cpu_lowerings()` installed before jax is imported, and
+`python tests/campaign.py --profile default|large [--ops NAME ...] [--kinds KIND ...] [--mutant NAME] [--fixes]`
+runs in its own process with 8 CPU devices and `oracles.install_cpu_lowerings()` installed before jax is imported, and
 prints a JSON report: for every (collective, property) of the profile, `scenarios.campaign._rules_search.search`
 (the calls Hypothesis draws over the input space the docs allow, judged by `oracles._rules`: JAX's
 vjp/grad/linear_transpose against meshsim's transposes and the adjoint identity, `jax.vmap` against a
-per-batch loop). A disagreement is classified by `oracles._rules.KNOWN` (the findings of FINDINGS.md); one
-that fits none is shrunk to a minimal program and reported under "new". `--mutant` first plants a
-deliberately wrong rule, to show the comparison can fail. `--fixes` installs every corrected JAX rule
+per-batch loop; `oracles._rules_vma`: the device-variance types of jax.lax's multi-operand primitives against
+the rule and each device's own result; `oracles._rules_partial`: shard_map manual over part of the mesh
+against the fully manual program). A disagreement is classified by `oracles._rules.KNOWN` (the findings of
+FINDINGS.md); one that fits none is shrunk to a minimal program and reported under "new". `--mutant` first
+plants a deliberately wrong rule, to show the comparison can fail. `--fixes` installs every corrected JAX rule
 (`oracles.install_jax_fixes()`) before the search, so the findings they fix are no longer met; `--answers`
 prints, instead of the search, digests of JAX's answers on the calls no finding's predicate fits
 (`scenarios.campaign._rules_answers`), to compare runs with and without `--fixes`. `meshsim campaign --kinds
@@ -36,20 +38,20 @@ import jax  # noqa: E402
 
 import collectives  # noqa: E402
 from scenarios.campaign import (  # noqa: E402
-    BATCHED,
-    LINEAR,
+    KINDS,
     search,
 )
 
-PROFILES = {"default": {"transpose": 10, "vmap": 8, "seed": None},
-            "large": {"transpose": 150, "vmap": 100, "seed": "random"}}
+PROFILES = {"default": {"transpose": 10, "vmap": 8, "vma": 3, "partial_manual": 2, "seed": None},
+            "large": {"transpose": 150, "vmap": 100, "vma": 60, "partial_manual": 40, "seed": "random"}}
+RULES = ("transpose", "vmap", "vma", "partial_manual")  # the kinds of JAX's rules (vma's names: jax.lax primitives)
 
 
-def campaign(profile: str, ops: tuple[str, ...] | None = None, shrink: bool = True) -> list[dict[str, Any]]:
-    """Every (collective, property) of the profile, in order (default: derandomized; large: new seeds)."""
+def campaign(profile: str, ops: tuple[str, ...] | None = None, shrink: bool = True,
+             kinds: tuple[str, ...] = RULES) -> list[dict[str, Any]]:
+    """Every (collective or primitive, kind) of the profile, in order (default: derandomized; large: new seeds)."""
     sizes = PROFILES[profile]
-    chosen = [(op, kind) for kind, names in (("transpose", LINEAR), ("vmap", BATCHED)) for op in names
-              if not ops or op in ops]
+    chosen = [(op, kind) for kind in kinds for op in KINDS[kind] if not ops or op in ops]
     seed = None if sizes["seed"] is None else int.from_bytes(os.urandom(4), "little")
     return [search(op, kind, sizes[kind], seed, shrink) for op, kind in chosen]
 
@@ -58,7 +60,8 @@ def main() -> None:
     """Parse the command line, run the campaign (with a mutant, if asked), print the JSON report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="default")
-    parser.add_argument("--ops", nargs="*", help="only these collectives")
+    parser.add_argument("--ops", nargs="*", help="only these collectives (or, for vma, jax.lax primitives)")
+    parser.add_argument("--kinds", nargs="*", choices=RULES, default=list(RULES), help="only these kinds")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="run with a deliberately wrong rule")
     parser.add_argument("--no-shrink", action="store_true", help="report a new disagreement unshrunk")
     parser.add_argument("--fixes", action="store_true", help="install every corrected JAX rule first")
@@ -72,7 +75,8 @@ def main() -> None:
                           "rows": answered(options.profile, tuple(options.ops or ()))}))
         return
     start = time.perf_counter()
-    rows = campaign(options.profile, tuple(options.ops) if options.ops else None, not options.no_shrink)
+    rows = campaign(options.profile, tuple(options.ops) if options.ops else None, not options.no_shrink,
+                    tuple(options.kinds))
     print(json.dumps({"profile": options.profile, "fixes": list(fixes),
                       "seconds": round(time.perf_counter() - start, 1), "rows": rows}))
 
@@ -82,8 +86,8 @@ def answered(profile: str, ops: tuple[str, ...]) -> list[dict[str, Any]]:
     from scenarios.campaign._rules_answers import answers
 
     sizes = PROFILES[profile]
-    return [answers(op, kind, sizes[kind]) for kind, names in (("transpose", LINEAR), ("vmap", BATCHED))
-            for op in names if not ops or op in ops]
+    return [answers(op, kind, sizes[kind]) for kind in ("transpose", "vmap") for op in KINDS[kind]
+            if not ops or op in ops]
 
 
 def _wrong_psum_transpose() -> None:
@@ -107,7 +111,39 @@ def _wrong_all_gather_batching() -> None:
     batching.fancy_primitive_batchers[parallel.all_gather_p] = reversed_batch
 
 
-MUTANTS = {"psum-transpose": _wrong_psum_transpose, "all-gather-batching": _wrong_all_gather_batching}
+def _wrong_dot_general_typing() -> None:
+    """JAX's dot_general typed invariant whatever its operands (a silent wrong answer under out_specs=P())."""
+    from jax._src.lax import lax
+
+    right = lax.dot_general_p.abstract_eval
+
+    def invariant(*avals: Any, **params: Any) -> Any:
+        out, effects = right(*avals, **params)
+        return out.update_manual_axis_type(type(out.mat)()), effects
+
+    lax.dot_general_p.abstract_eval = invariant
+
+
+def _wrong_partial_psum() -> None:
+    """JAX's psum lowered to twice the sum where the shard_map leaves some mesh axes to the compiler."""
+    from jax._src.interpreters import mlir
+    from jax._src.lax import parallel
+    from jax._src.lib.mlir.dialects import hlo
+
+    right = mlir._lowerings[parallel.psum_p].rule
+
+    def doubled(ctx: Any, *args: Any, **params: Any) -> Any:
+        outs = right(ctx, *args, **params)
+        context = ctx.module_context.axis_context
+        manual, mesh = getattr(context, "manual_axes", None), getattr(context, "mesh", None)
+        partial = bool(manual) and mesh is not None and set(manual) != set(mesh.axis_names)
+        return [hlo.add(o, o) for o in outs] if partial else outs
+
+    mlir.register_lowering(parallel.psum_p, doubled)
+
+
+MUTANTS = {"psum-transpose": _wrong_psum_transpose, "all-gather-batching": _wrong_all_gather_batching,
+           "dot-general-typing": _wrong_dot_general_typing, "partial-psum": _wrong_partial_psum}
 
 if __name__ == "__main__":
     main()

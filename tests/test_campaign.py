@@ -71,6 +71,22 @@ def test_default_campaign_finds_nothing_new(default):
     assert "untiled-psum-scatter-vmap-axis" in {name for r in rows if r["kind"] == "vmap" for name in r["known"]}
 
 
+def test_default_campaign_types_every_primitive_and_partial_program(default):
+    """The vma kind types every multi-operand jax.lax primitive of its table on drawn programs (JAX's typed
+    jaxpr against the rule, and out_specs claiming invariance where JAX says so against each device's own
+    result), and meets FINDINGS.md 4 (argsort typed invariant) among the known ones; the partial_manual kind
+    runs every collective with arrays manual over part of the mesh against the fully manual program."""
+    rows = {(r["op"], r["kind"]): r for r in default["rows"]}
+    primitives = {op for op, kind in rows if kind == "vma"}
+    assert {"sort", "argsort", "top_k", "scatter", "scatter_add", "gather", "dynamic_slice", "dynamic_update_slice",
+            "select_n", "where", "cond", "while_loop", "cumsum", "cumprod", "cummax", "associative_scan", "concatenate",
+            "pad", "dot_general", "custom_jvp", "custom_vjp", "pure_callback"} <= primitives
+    assert all(rows[p, "vma"]["examples"] >= 3 for p in primitives)
+    assert "argsort-typed-invariant" in rows["argsort", "vma"]["known"]
+    partial = {op for op, kind in rows if kind == "partial_manual" and rows[op, kind]["examples"] >= 2}
+    assert {"psum", "all_gather", "all_to_all", "ppermute", "psum_scatter", "ragged_all_to_all", "pvary"} <= partial
+
+
 def test_every_finding_is_written_up_and_pinned():
     """FINDINGS.md has an entry for every id of the campaign's KNOWN table, and every test it names as the
     pin of a finding exists."""
@@ -85,11 +101,14 @@ def test_every_finding_is_written_up_and_pinned():
 @pytest.mark.parametrize(("mutant", "op", "kind", "says"), [
     ("psum-transpose", "psum", "transpose", "adjoint identity"),
     ("all-gather-batching", "all_gather", "vmap", "differs from the per-batch run"),
+    ("dot-general-typing", "dot_general", "vma", "dot_general result 0 typed varying along []"),
+    ("partial-psum", "psum", "partial_manual", "differs from the fully manual one"),
 ])
 def test_a_wrong_rule_is_caught(mutant, op, kind, says):
     """With a deliberately wrong rule (meshsim's psum transposed to twice the cotangent; JAX's all_gather
-    batching rule reversing the batch) the campaign reports a new disagreement on that collective."""
-    report = campaign("--profile", "default", "--ops", op, "--mutant", mutant, "--no-shrink")
+    batching rule reversing the batch; JAX's dot_general typed invariant; JAX's psum lowered to twice the
+    sum in partial-manual programs) the campaign reports a new disagreement on that collective or primitive."""
+    report = campaign("--profile", "default", "--ops", op, "--kinds", kind, "--mutant", mutant, "--no-shrink")
     [row] = [r for r in report["rows"] if r["kind"] == kind]
     assert row["new"] and says in row["new"][0], row
 

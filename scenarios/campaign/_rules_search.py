@@ -1,6 +1,7 @@
 """The search of the rules campaign: Hypothesis draws calls and batch axes, `oracles._rules` judges them.
 
-`search(op, kind, examples, seed)` runs one property ("transpose" or "vmap") of one collective over
+`search(op, kind, examples, seed)` runs one property ("transpose" or "vmap"; "vma" and "partial_manual" are
+`scenarios.campaign._vma_search`'s) of one collective over
 `scenarios.campaign._cases.cases(op)` (for "transpose", float dtypes only: what `jax.grad` takes), with `check_vma`
 drawn on or off and, for "vmap", a batch size of 1-3 and a batch axis per argument. A disagreement that a
 finding of FINDINGS.md explains is counted under its id; one that none explains is shrunk by Hypothesis to
@@ -56,6 +57,10 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         `{"op", "kind", "examples", "known", "shown", "new", "seconds"}`: programs run (shrinking included),
         known disagreements by finding id with the first of each shown, new ones shrunk, as text.
     """
+    if kind in ("vma", "partial_manual"):  # their own programs and strategies
+        from scenarios.campaign._vma_search import search as search_vma
+
+        return search_vma(op, kind, examples, seed, shrink)
     tally: Counter[str] = Counter()
     known: dict[str, str] = {}
     rest = (st.tuples(st.integers(1, 3), st.data()) if kind == "vmap" else st.just(None))
