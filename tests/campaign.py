@@ -38,15 +38,18 @@ from scenarios.campaign import (  # noqa: E402
     search,
 )
 
-PROFILES = {"default": {"transpose": 10, "vmap": 8, "seed": None},
-            "large": {"transpose": 150, "vmap": 100, "seed": "random"}}
+PROFILES = {"default": {"transpose": 10, "vmap": 8, "jvp": 3, "compose": 2, "control_flow": 3, "seed": None},
+            "large": {"transpose": 150, "vmap": 100, "jvp": 60, "compose": 40, "control_flow": 60, "seed": "random"}}
+# the collectives each property applies to (jvp and compose: linear ones; control_flow: every one with arrays)
+APPLIES = {"transpose": LINEAR, "vmap": BATCHED, "jvp": LINEAR, "compose": LINEAR, "control_flow": BATCHED}
 
 
-def campaign(profile: str, ops: tuple[str, ...] | None = None, shrink: bool = True) -> list[dict[str, Any]]:
+def campaign(profile: str, ops: tuple[str, ...] | None = None, shrink: bool = True,
+             kinds: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """Every (collective, property) of the profile, in order (default: derandomized; large: new seeds)."""
     sizes = PROFILES[profile]
-    chosen = [(op, kind) for kind, names in (("transpose", LINEAR), ("vmap", BATCHED)) for op in names
-              if not ops or op in ops]
+    chosen = [(op, kind) for kind, names in APPLIES.items() for op in names
+              if (not ops or op in ops) and (not kinds or kind in kinds)]
     seed = None if sizes["seed"] is None else int.from_bytes(os.urandom(4), "little")
     return [search(op, kind, sizes[kind], seed, shrink) for op, kind in chosen]
 
@@ -56,13 +59,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="default")
     parser.add_argument("--ops", nargs="*", help="only these collectives")
+    parser.add_argument("--kinds", nargs="*", choices=sorted(APPLIES), help="only these properties")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="run with a deliberately wrong rule")
     parser.add_argument("--no-shrink", action="store_true", help="report a new disagreement unshrunk")
     options = parser.parse_args()
     if options.mutant:
         MUTANTS[options.mutant]()
     start = time.perf_counter()
-    rows = campaign(options.profile, tuple(options.ops) if options.ops else None, not options.no_shrink)
+    rows = campaign(options.profile, tuple(options.ops) if options.ops else None, not options.no_shrink,
+                    tuple(options.kinds) if options.kinds else None)
     print(json.dumps({"profile": options.profile, "seconds": round(time.perf_counter() - start, 1), "rows": rows}))
 
 
@@ -87,7 +92,52 @@ def _wrong_all_gather_batching() -> None:
     batching.fancy_primitive_batchers[parallel.all_gather_p] = reversed_batch
 
 
-MUTANTS = {"psum-transpose": _wrong_psum_transpose, "all-gather-batching": _wrong_all_gather_batching}
+def _wrong_all_gather_jvp() -> None:
+    """JAX's all_gather JVP with the tangent doubled (the primal untouched)."""
+    from jax._src.interpreters import ad
+    from jax._src.lax import parallel
+
+    right = ad.primitive_jvps[parallel.all_gather_p]
+
+    def doubled(primals: Any, tangents: Any, **params: Any) -> Any:
+        out, tangent = right(primals, tangents, **params)
+        return out, tangent * 2
+
+    ad.primitive_jvps[parallel.all_gather_p] = doubled
+
+
+def _wrong_psum_scatter_batching() -> None:
+    """JAX's psum_scatter batching rule with the batch elements' results reversed (met by all_gather's
+    transpose under vmap only)."""
+    from jax._src.interpreters import batching
+    from jax._src.lax import parallel
+
+    right = batching.fancy_primitive_batchers[parallel.reduce_scatter_p]
+
+    def reversed_batch(axis_data: Any, vals: Any, dims: Any, **params: Any) -> Any:
+        out, dim = right(axis_data, vals, dims, **params)
+        return jax.lax.rev(out, (dim,)), dim
+
+    batching.fancy_primitive_batchers[parallel.reduce_scatter_p] = reversed_batch
+
+
+def _wrong_scan_transpose() -> None:
+    """JAX's transpose of lax.scan with every cotangent it returns doubled (met only by reverse mode through
+    a scan: the unrolled program binds no scan)."""
+    from jax._src.interpreters import ad
+    from jax._src.lax.control_flow import loops
+
+    right = ad.primitive_transposes[loops.scan_p]
+
+    def doubled(cts: Any, *args: Any, **params: Any) -> Any:
+        return [c if c is None or type(c) is ad.Zero else c * 2 for c in right(cts, *args, **params)]
+
+    ad.primitive_transposes[loops.scan_p] = doubled
+
+
+MUTANTS = {"psum-transpose": _wrong_psum_transpose, "all-gather-batching": _wrong_all_gather_batching,
+           "all-gather-jvp": _wrong_all_gather_jvp, "psum-scatter-batching": _wrong_psum_scatter_batching,
+           "scan-transpose": _wrong_scan_transpose}
 
 if __name__ == "__main__":
     main()

@@ -57,8 +57,10 @@ class WorkerSetupError(ScenarioError):
 LINEAR = tuple(n for n, d in collectives.REGISTRY.items() if not isinstance(d.transpose, collectives.NotLinear))
 BATCHED = tuple(n for n, d in collectives.REGISTRY.items() if d.arrays)
 # What each kind checks, and on which collectives: "forward" the simulator against the spec and JAX; the
-# rules kinds JAX's own transposes (linear collectives) and batching rules (collectives with arrays).
-KINDS = {"forward": tuple(collectives.REGISTRY), "transpose": LINEAR, "vmap": BATCHED}
+# rules kinds JAX's own transposes (linear collectives) and batching rules (collectives with arrays), its
+# forward mode and compositions of transformations (linear collectives) and control flow (collectives with arrays).
+KINDS = {"forward": tuple(collectives.REGISTRY), "transpose": LINEAR, "vmap": BATCHED,
+         "jvp": LINEAR, "compose": LINEAR, "control_flow": BATCHED}
 
 
 def plan(ops: Sequence[str], cases: int, seed: int, chunk: int = CHUNK_CASES,

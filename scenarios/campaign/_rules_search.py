@@ -21,10 +21,13 @@ from hypothesis import strategies as st
 
 from layouts import MeshError
 from oracles._rules import classify, small_ints, transpose_problem, vmap_problem
+from oracles._rules_control import constructs, control_problem
+from oracles._rules_forward import classify_side, compose_problem, jvp_problem
 from scenarios.campaign._answers import Case
 from scenarios.campaign._cases import DTYPES, cases
 
 FLOATS = ("bfloat16", "float16", "float32", "float64")
+DIFFERENTIATED = ("transpose", "jvp", "compose")  # kinds that take float dtypes only
 
 
 class Disagreement(MeshError, AssertionError):
@@ -58,15 +61,18 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
     """
     tally: Counter[str] = Counter()
     known: dict[str, str] = {}
-    rest = (st.tuples(st.integers(1, 3), st.data()) if kind == "vmap" else st.just(None))
+    rest = (st.tuples(st.integers(1, 3), st.data()) if kind in ("vmap", "compose") else
+            st.tuples(st.sampled_from(constructs(op)), st.booleans()) if kind == "control_flow" else st.just(None))
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=seed is None,
               suppress_health_check=list(HealthCheck), print_blob=False,
               phases=list(Phase) if shrink else [Phase.explicit, Phase.reuse, Phase.generate])
-    @given(drawn(op, floats=kind == "transpose"), rest)
+    @given(drawn(op, floats=kind in DIFFERENTIATED), rest)
     def prop(call: tuple[Case, bool], extra: Any) -> None:
         case, check_vma = call
-        if kind == "vmap":
+        if kind in FORWARD:
+            problem, args, name = forward_property(kind, case, check_vma, extra)
+        elif kind == "vmap":
             size, data = extra
             axes = data.draw(batch_axes(case), label="in_axes")
             problem, args = vmap_problem(case, check_vma, size, axes), (axes,)
@@ -75,7 +81,8 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         tally["examples"] += 1
         if problem is None:
             return
-        name = classify(kind, case, *args)
+        if kind not in FORWARD:
+            name = classify(kind, case, *args)
         if name is None:
             raise Disagreement(f"{op} {kind}, check_vma={check_vma} {args}: {problem}\n{case!r}")
         tally[name] += 1
@@ -88,3 +95,23 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         new = [f"{type(e).__name__}: {e}" for e in getattr(error, "exceptions", [error])]
     return {"op": op, "kind": kind, "examples": tally.pop("examples", 0), "known": dict(tally), "shown": known,
             "new": new, "seconds": round(time.perf_counter() - start, 1)}
+
+
+FORWARD = ("jvp", "compose", "control_flow")
+
+
+def forward_property(kind: str, case: Case, check_vma: bool, extra: Any) -> tuple[str | None, tuple, str | None]:
+    """Run property `kind` ("jvp", "compose" or "control_flow") on one drawn call; return what differs, the
+    drawn extras (for the report) and the known finding that explains it, if any."""
+    if kind == "jvp":
+        problem, side = jvp_problem(case, check_vma)
+        return problem, (check_vma,), problem and classify_side(side, kind, case, check_vma, None)
+    if kind == "compose":
+        size, data = extra
+        axes = data.draw(batch_axes(case), label="in_axes")
+        problem, side = compose_problem(case, check_vma, size, axes)
+        return problem, (size, axes), problem and classify_side(side, kind, case, check_vma, axes)
+    construct, pred = extra
+    problem = control_problem(case, check_vma, construct, pred)
+    side = "transpose" if problem and "of the unrolled program raised" in problem else "control_flow"
+    return problem, (construct, pred), problem and classify_side(side, kind, case, check_vma, None)

@@ -45,7 +45,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     campaign.add_argument("--kinds", metavar="KIND", nargs="+", default=["forward"], choices=list(KINDS),
                           help="what to check: forward (simulator == spec == JAX; the default), transpose "
                                "(JAX's vjp/grad/linear_transpose == meshsim's transposes, linear collectives), "
-                               "vmap (jax.vmap == a per-batch loop); see FINDINGS.md for what JAX gets wrong")
+                               "vmap (jax.vmap == a per-batch loop), jvp (jax.jvp and jax.linearize == float64 finite "
+                               "differences and JAX's vjp), compose (vmap of grad, grad of vmap, jvp of vmap == "
+                               "per-batch loops), control_flow (scan, fori_loop, while_loop, cond, checkpoint, "
+                               "nested shard_map == the unrolled program); see FINDINGS.md for what JAX gets wrong")
     add_cluster(campaign)
     campaign.add_argument("-o", "--output", metavar="DIR", default="campaign",
                           help="where results.jsonl and findings/ go (default ./campaign)")
