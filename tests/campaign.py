@@ -38,16 +38,17 @@ from scenarios.campaign import (  # noqa: E402
     search,
 )
 
-PROFILES = {"default": {"transpose": 10, "vmap": 8, "jvp": 3, "compose": 2, "control_flow": 3, "seed": None},
+PROFILES = {"default": {"transpose": 10, "vmap": 8, "jvp": 2, "compose": 2, "control_flow": 2, "seed": None},
             "large": {"transpose": 150, "vmap": 100, "jvp": 60, "compose": 40, "control_flow": 60, "seed": "random"}}
 # the collectives each property applies to (jvp and compose: linear ones; control_flow: every one with arrays)
 APPLIES = {"transpose": LINEAR, "vmap": BATCHED, "jvp": LINEAR, "compose": LINEAR, "control_flow": BATCHED}
 
 
 def campaign(profile: str, ops: tuple[str, ...] | None = None, shrink: bool = True,
-             kinds: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """Every (collective, property) of the profile, in order (default: derandomized; large: new seeds)."""
-    sizes = PROFILES[profile]
+             kinds: tuple[str, ...] | None = None, examples: int | None = None) -> list[dict[str, Any]]:
+    """Every (collective, property) of the profile, in order (default: derandomized; large: new seeds), with
+    `examples` per property instead of the profile's if given."""
+    sizes = {**PROFILES[profile], **(dict.fromkeys(APPLIES, examples) if examples else {})}
     chosen = [(op, kind) for kind, names in APPLIES.items() for op in names
               if (not ops or op in ops) and (not kinds or kind in kinds)]
     seed = None if sizes["seed"] is None else int.from_bytes(os.urandom(4), "little")
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="default")
     parser.add_argument("--ops", nargs="*", help="only these collectives")
     parser.add_argument("--kinds", nargs="*", choices=sorted(APPLIES), help="only these properties")
+    parser.add_argument("--examples", type=int, help="examples per (collective, property) instead of the profile's")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="run with a deliberately wrong rule")
     parser.add_argument("--no-shrink", action="store_true", help="report a new disagreement unshrunk")
     options = parser.parse_args()
@@ -67,7 +69,7 @@ def main() -> None:
         MUTANTS[options.mutant]()
     start = time.perf_counter()
     rows = campaign(options.profile, tuple(options.ops) if options.ops else None, not options.no_shrink,
-                    tuple(options.kinds) if options.kinds else None)
+                    tuple(options.kinds) if options.kinds else None, options.examples)
     print(json.dumps({"profile": options.profile, "seconds": round(time.perf_counter() - start, 1), "rows": rows}))
 
 
@@ -122,17 +124,17 @@ def _wrong_psum_scatter_batching() -> None:
 
 
 def _wrong_scan_transpose() -> None:
-    """JAX's transpose of lax.scan with every cotangent it returns doubled (met only by reverse mode through
-    a scan: the unrolled program binds no scan)."""
+    """JAX's transpose of lax.scan fed twice the cotangents of the scan's outputs (met only by reverse mode
+    through a scan: the unrolled program binds no scan)."""
     from jax._src.interpreters import ad
     from jax._src.lax.control_flow import loops
 
-    right = ad.primitive_transposes[loops.scan_p]
+    right = ad.fancy_transposes[loops.scan_p]
 
     def doubled(cts: Any, *args: Any, **params: Any) -> Any:
-        return [c if c is None or type(c) is ad.Zero else c * 2 for c in right(cts, *args, **params)]
+        return right([c if type(c) is ad.Zero else c * 2 for c in cts], *args, **params)
 
-    ad.primitive_transposes[loops.scan_p] = doubled
+    ad.fancy_transposes[loops.scan_p] = doubled
 
 
 MUTANTS = {"psum-transpose": _wrong_psum_transpose, "all-gather-batching": _wrong_all_gather_batching,
