@@ -1,14 +1,17 @@
-"""The differential campaign against JAX's own transpose and batching rules, as one process and one report.
+"""The differential campaign against JAX's own transformation rules, as one process and one report.
 
-`python tests/campaign.py --profile default|large [--ops NAME ...] [--mutant NAME]` runs in its own process
-with 8 CPU devices and `oracles.install_cpu_lowerings()` installed before jax is imported, and
-prints a JSON report: for every (collective, property) of the profile, `scenarios.campaign._rules_search.search`
-(the calls Hypothesis draws over the input space the docs allow, judged by `oracles._rules`: JAX's
-vjp/grad/linear_transpose against meshsim's transposes and the adjoint identity, `jax.vmap` against a
-per-batch loop). A disagreement is classified by `oracles._rules.KNOWN` (the findings of FINDINGS.md); one
-that fits none is shrunk to a minimal program and reported under "new". `--mutant` first plants a
-deliberately wrong rule, to show the comparison can fail. `meshsim campaign --kinds transpose vmap` runs the
-same searches spread over Dask workers.
+`python tests/campaign.py --profile default|large [--ops NAME ...] [--kinds KIND ...] [--examples N]
+[--mutant NAME]` runs in its own process with 8 CPU devices and `oracles.install_cpu_lowerings()` installed
+before jax is imported, and prints a JSON report: for every (collective, property) of the profile,
+`scenarios.campaign._rules_search.search` (the calls Hypothesis draws over the input space the docs allow,
+judged by `oracles._rules`: JAX's vjp/grad/linear_transpose against meshsim's transposes and the adjoint
+identity, `jax.vmap` against a per-batch loop; by `oracles._rules_forward`: `jax.jvp`/`jax.linearize`
+against float64 finite differences and JAX's vjp, compositions of vmap, grad and jvp against per-batch
+loops; by `oracles._rules_control`: the collective inside control flow against the unrolled program). A
+disagreement is classified by `oracles._rules.KNOWN` (the findings of FINDINGS.md); one that fits none is
+shrunk to a minimal program and reported under "new". `--mutant` first plants a deliberately wrong rule,
+to show the comparison can fail. `meshsim campaign --kinds transpose vmap jvp compose control_flow` runs
+the same searches spread over Dask workers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The search of the rules campaign: Hypothesis draws calls and batch axes, `oracles._rules` judges them.
 
-`search(op, kind, examples, seed)` runs one property ("transpose" or "vmap") of one collective over
-`scenarios.campaign._cases.cases(op)` (for "transpose", float dtypes only: what `jax.grad` takes), with `check_vma`
-drawn on or off and, for "vmap", a batch size of 1-3 and a batch axis per argument. A disagreement that a
+`search(op, kind, examples, seed)` runs one property ("transpose", "vmap", or `FORWARD`'s "jvp", "compose"
+and "control_flow") of one collective over `scenarios.campaign._cases.cases(op)` (for the differentiated
+kinds, float dtypes only: what `jax.grad` takes), with `check_vma` drawn on or off and, for "vmap" and
+"compose", a batch size of 1-3 and a batch axis per argument, for "control_flow" a construct and a predicate
+(`oracles._rules_forward`, `oracles._rules_control`). A disagreement that a
 finding of FINDINGS.md explains is counted under its id; one that none explains is shrunk by Hypothesis to
 a minimal program and returned under "new". Like `oracles._rules`, this imports jax: only a process made
 for it imports it (`python -m scenarios.campaign._rules_worker`, `tests/campaign.py`).
