@@ -15,9 +15,11 @@ unrolled in Python (the collective bound once per run, no control-flow primitive
   mesh, the outer is manual over the first and the inner over the second, so the collective reads an
   axis of the outer shard_map; on a 1-D mesh the inner shard_map stands alone).
 
-`control_problem` checks the outputs equal; for a linear collective in a float dtype also JAX's reverse
-mode through the construct (`jax.vjp` of the program against `jax.vjp` of the unrolled one; `while_loop`
-has no reverse mode, so there its forward mode, `jax.jvp`). Like `oracles._rules`, this imports jax with
+`control_problem` checks the outputs equal; then either (drawn) `jax.vmap` of the program over a batch of
+its data arguments against the unrolled program run once per batch element (the batching rules of the
+constructs with a collective inside), or, for a linear collective in a float dtype, JAX's reverse mode
+through the construct (`jax.vjp` of the program against `jax.vjp` of the unrolled one; `while_loop` has no
+reverse mode, so there its forward mode, `jax.jvp`). Like `oracles._rules`, this imports jax with
 64-bit types: import it only in a process made for it.
 """
 
@@ -177,9 +179,11 @@ class Nested:
         return jax.jit(flat)
 
 
-def control_problem(case: Case, check_vma: bool, construct: str, pred: bool = True) -> str | None:
+def control_problem(case: Case, check_vma: bool, construct: str, pred: bool = True,
+                    batched: bool = False) -> str | None:
     """What differs between the program with `construct` and its unrolled twin (outputs; reverse mode, or
-    forward mode for while_loop, for a linear collective in a float dtype)."""
+    forward mode for while_loop, for a linear collective in a float dtype; with `batched`, `jax.vmap` of
+    the program over a batch of its data arguments against the unrolled program run once per element)."""
     lp = Looped(case, check_vma, construct, pred)
     unrolled = lp.p.jax if construct == "nested" else lp.program(unrolled=True)
     inputs = lp.p.globals if construct == "nested" else lp.inputs
@@ -191,9 +195,41 @@ def control_problem(case: Case, check_vma: bool, construct: str, pred: bool = Tr
         return f"{construct}: JAX raised {type(error).__name__}: {str(error)[:300]}"
     if not close(want, got, 0.0 if not np.issubdtype(want.dtype, np.inexact) else 4.0):
         return shown(f"{construct}: the output differs from the unrolled program's", want, got)
+    if batched:
+        return _batched(lp, looped, unrolled, inputs)
     if not differentiable(lp.p):
         return None
     return _derivatives(lp, looped, unrolled, inputs, want)
+
+
+BATCH = 2  # elements of the batch `batched` vmaps over
+
+
+def batch_axes(case: Case) -> list[int | None]:
+    """The batch axis of each argument under `control_problem(..., batched=True)`: 0 for every one (index
+    arrays batched too, each element a copy: offsets and sizes stay as drawn; JAX's ragged batching rule
+    refuses unbatched ones, FINDINGS.md 9, which the vmap kind meets)."""
+    return [0 for _ in collectives.definition(case.op).arrays]
+
+
+def _batched(lp: Looped, looped: Callable[..., Any], unrolled: Callable[..., Any], inputs: list) -> str | None:
+    axes = batch_axes(lp.p.case)
+    shift = [k in lp.data for k in range(len(inputs))]
+    stacked = [np.stack([x + np.asarray(b if moved else 0, x.dtype) for b in range(BATCH)])
+               for x, moved in zip(inputs, shift)]
+    loop = [np.asarray(unrolled(*[x if a is None else x[b] for x, a in zip(stacked, axes)])) for b in range(BATCH)]
+    want = np.stack(loop)
+    try:
+        got = np.asarray(jax.vmap(looped, in_axes=tuple(axes))(*stacked))
+    except NotImplementedError as error:  # JAX's documented refusals (ragged with groups, ...)
+        if "feature request" in str(error) or "axis_index_groups" in str(error):
+            return None
+        return f"{lp.construct}: jax.vmap raised NotImplementedError: {str(error)[:300]}"
+    except Exception as error:
+        return f"{lp.construct}: jax.vmap raised {type(error).__name__}: {str(error)[:300]}"
+    if not close(want, got, 0.0 if not np.issubdtype(want.dtype, np.inexact) else 4.0):
+        return shown(f"{lp.construct}: jax.vmap differs from the unrolled program run per batch element", want, got)
+    return None
 
 
 def differentiable(p: Program) -> bool:

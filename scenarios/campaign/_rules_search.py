@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from layouts import MeshError
 from oracles._rules import classify, small_ints, transpose_problem, vmap_problem
+from oracles._rules_control import batch_axes as control_batch_axes
 from oracles._rules_control import constructs, control_problem
 from oracles._rules_forward import classify_side, compose_problem, jvp_problem
 from scenarios.campaign._answers import Case
@@ -63,8 +64,9 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
     """
     tally: Counter[str] = Counter()
     known: dict[str, str] = {}
+    looped = st.tuples(st.sampled_from(constructs(op)), st.booleans(), st.booleans())  # construct, pred, batched
     rest = (st.tuples(st.integers(1, 3), st.data()) if kind in ("vmap", "compose") else
-            st.tuples(st.sampled_from(constructs(op)), st.booleans()) if kind == "control_flow" else st.just(None))
+            looped if kind == "control_flow" else st.just(None))
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=seed is None,
               suppress_health_check=list(HealthCheck), print_blob=False,
@@ -113,7 +115,9 @@ def forward_property(kind: str, case: Case, check_vma: bool, extra: Any) -> tupl
         axes = data.draw(batch_axes(case), label="in_axes")
         problem, side = compose_problem(case, check_vma, size, axes)
         return problem, (size, axes), problem and classify_side(side, kind, case, check_vma, axes)
-    construct, pred = extra
-    problem = control_problem(case, check_vma, construct, pred)
-    side = "transpose" if problem and "of the unrolled program raised" in problem else "control_flow"
-    return problem, (construct, pred), problem and classify_side(side, kind, case, check_vma, None)
+    construct, pred, batched = extra
+    problem = control_problem(case, check_vma, construct, pred, batched)
+    side = ("vmap" if batched else "transpose" if problem and "of the unrolled program raised" in problem
+            else "control_flow")
+    axes = control_batch_axes(case) if batched else None
+    return problem, (construct, pred, batched), problem and classify_side(side, kind, case, check_vma, axes)
