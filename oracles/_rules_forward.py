@@ -210,23 +210,28 @@ _COMPOSED: dict[str, Callable[..., str | None]] = {"vmap_of_grad": _vmap_of_grad
 # ---------------------------------------------------------------------------------------------- what is known
 
 
-def classify_side(side: str, kind: str, case: Case, check_vma: bool, axes: list[int | None] | None) -> str | None:
+def classify_side(side: str, kind: str, case: Case, check_vma: bool, axes: list[int | None] | None,
+                  problem: str = "") -> str | None:
     """The finding of `KNOWN` that explains a disagreement pointing at JAX's rule `side` ("jvp", "transpose"
     or "vmap"). Under a composition a transpose finding or a batching one may explain it, the transpose's
     judged on the call as batched (each batched data argument one dimension more: a scalar pbroadcast
-    vmapped is a non-scalar one to its transpose)."""
+    vmapped is a non-scalar one to its transpose). Where a call fits findings of both rules, the batching
+    ones are tried first when JAX raised an AssertionError (the symptom of ragged_all_to_all's batching
+    rule with an unbatched index array, FINDINGS.md 9), the transpose ones first otherwise."""
     views = [case]
     sides: tuple[str, ...] = (side,)
     if kind == "compose":
-        sides, views = ("transpose", "vmap"), [case, batched_view(case, axes or [])]
-    for name, (rule, fits) in KNOWN.items():
-        if rule not in sides:
-            continue
-        if rule == "vmap":
-            if axes is not None and fits(case, axes):
+        sides = ("vmap", "transpose") if "AssertionError" in problem else ("transpose", "vmap")
+        views = [case, batched_view(case, axes or [])]
+    for rule in sides:
+        for name, (of, fits) in KNOWN.items():
+            if of != rule:
+                continue
+            if rule == "vmap":
+                if axes is not None and fits(case, axes):
+                    return name
+            elif any(fits(view, check_vma) for view in views):
                 return name
-        elif any(fits(view, check_vma) for view in views):
-            return name
     return None
 
 

@@ -114,7 +114,7 @@ def forward_property(kind: str, case: Case, check_vma: bool, extra: Any) -> tupl
         size, data = extra
         axes = data.draw(batch_axes(case), label="in_axes")
         problem, side = compose_problem(case, check_vma, size, axes)
-        return problem, (size, axes), problem and classify_side(side, kind, case, check_vma, axes)
+        return problem, (size, axes), problem and classify_side(side, kind, case, check_vma, axes, problem)
     construct, pred, batched = extra
     problem = control_problem(case, check_vma, construct, pred, batched)
     side = ("vmap" if batched else "transpose" if problem and "of the unrolled program raised" in problem
