@@ -84,8 +84,8 @@ class Looped:
         return (runs[1] if self.construct == "cond" and self.pred else runs[0])[None]
 
     def _looped(self, *blocks: Any) -> Any:
-        return _CONSTRUCTS[self.construct](self, blocks)[None] if self.construct != "scan" else \
-            _CONSTRUCTS["scan"](self, blocks)[:, None]
+        out = _CONSTRUCTS[self.construct](self, blocks)
+        return out[:, None] if self.construct == "scan" else out[None]
 
 
 def _scan(lp: Looped, blocks: tuple) -> Any:
