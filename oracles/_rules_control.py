@@ -5,7 +5,8 @@ collective `ITERATIONS` times on different data (the i-th run adds i to every da
 stay as drawn) inside one of JAX's control-flow constructs, and the same program with the construct
 unrolled in Python (the collective bound once per run, no control-flow primitive):
 
-- `scan`: `lax.scan` over the runs, each run's result stacked;
+- `scan`: `lax.scan` over the runs, each run's result stacked; `scan_checkpoint` the same with the step
+  under `jax.checkpoint` (remat of a scanned layer, its collective recomputed by the transpose);
 - `fori_loop`, `while_loop`: the runs' results summed in a loop carry (run i reads its data with a dynamic
   index; the unrolled sum adds in the same order);
 - `cond`: `lax.cond` on a replicated predicate picks run 1 or run 0;
@@ -40,7 +41,8 @@ from oracles._rules import Case, Program, small_ints
 from oracles._rules_forward import close, shown
 
 ITERATIONS = 3
-CONSTRUCTS = ("scan", "fori_loop", "while_loop", "cond", "checkpoint", "nested")
+CONSTRUCTS = ("scan", "scan_checkpoint", "fori_loop", "while_loop", "cond", "checkpoint", "nested")
+STACKED = ("scan", "scan_checkpoint")  # constructs whose runs' results are stacked, not summed
 
 
 class Looped:
@@ -60,7 +62,7 @@ class Looped:
         """The jitted shard_map of the construct (or, `unrolled`, of its Python unrolling)."""
         on = self.p.case.mesh_shape
         names = tuple(on)
-        out = PartitionSpec(None, names) if self.construct == "scan" else PartitionSpec(names)
+        out = PartitionSpec(None, names) if self.construct in STACKED else PartitionSpec(names)
         body = self._unrolled if unrolled else self._looped
         mesh = jax.sharding.Mesh(np.array(jax.devices()[:int(np.prod(list(on.values())))]).reshape(
             tuple(on.values())), names)
@@ -74,7 +76,7 @@ class Looped:
 
     def _unrolled(self, *blocks: Any) -> Any:
         runs = [self._run(blocks, i) for i in range(ITERATIONS)]
-        if self.construct == "scan":
+        if self.construct in STACKED:
             return jnp.stack(runs)[:, None]
         if self.construct in ("fori_loop", "while_loop"):
             total = runs[0]
@@ -85,10 +87,17 @@ class Looped:
 
     def _looped(self, *blocks: Any) -> Any:
         out = _CONSTRUCTS[self.construct](self, blocks)
-        return out[:, None] if self.construct == "scan" else out[None]
+        return out[:, None] if self.construct in STACKED else out[None]
 
 
 def _scan(lp: Looped, blocks: tuple) -> Any:
+    def step(carry: Any, i: Any) -> tuple[Any, Any]:
+        return carry, lp._run(blocks, i)
+    return lax.scan(step, None, jnp.arange(ITERATIONS))[1]
+
+
+def _scan_checkpoint(lp: Looped, blocks: tuple) -> Any:
+    @jax.checkpoint
     def step(carry: Any, i: Any) -> tuple[Any, Any]:
         return carry, lp._run(blocks, i)
     return lax.scan(step, None, jnp.arange(ITERATIONS))[1]
@@ -121,7 +130,8 @@ def _axes(axis_name: Any) -> tuple[str, ...]:
 
 
 _CONSTRUCTS: dict[str, Callable[[Looped, tuple], Any]] = {
-    "scan": _scan, "fori_loop": _fori, "while_loop": _while, "cond": _cond, "checkpoint": _checkpoint}
+    "scan": _scan, "scan_checkpoint": _scan_checkpoint, "fori_loop": _fori, "while_loop": _while, "cond": _cond,
+    "checkpoint": _checkpoint}
 
 
 def constructs(op: str) -> tuple[str, ...]:
