@@ -140,9 +140,24 @@ def _wrong_scan_transpose() -> None:
     ad.fancy_transposes[loops.scan_p] = doubled
 
 
+def _wrong_scan_batching() -> None:
+    """JAX's batching rule of lax.scan with every batched result's batch elements reversed (met only by
+    jax.vmap of a scan: the unrolled program binds no scan)."""
+    from jax._src.interpreters import batching
+    from jax._src.lax.control_flow import loops
+
+    right = batching.fancy_primitive_batchers[loops.scan_p]
+
+    def reversed_batch(axis_data: Any, args: Any, dims: Any, **params: Any) -> Any:
+        outs, out_dims = right(axis_data, args, dims, **params)
+        return [o if d is None else jax.lax.rev(o, (d,)) for o, d in zip(outs, out_dims)], out_dims
+
+    batching.fancy_primitive_batchers[loops.scan_p] = reversed_batch
+
+
 MUTANTS = {"psum-transpose": _wrong_psum_transpose, "all-gather-batching": _wrong_all_gather_batching,
            "all-gather-jvp": _wrong_all_gather_jvp, "psum-scatter-batching": _wrong_psum_scatter_batching,
-           "scan-transpose": _wrong_scan_transpose}
+           "scan-transpose": _wrong_scan_transpose, "scan-batching": _wrong_scan_batching}
 
 if __name__ == "__main__":
     main()

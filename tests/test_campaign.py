@@ -101,12 +101,14 @@ def test_default_campaign_runs_the_forward_kinds(default):
     ("all-gather-jvp", "all_gather", "jvp", "differs from the float64 finite difference"),
     ("psum-scatter-batching", "all_gather", "compose", "vmap_of_grad"),
     ("scan-transpose", "psum", "control_flow", "differs from jax.vjp of the unrolled program"),
+    ("scan-batching", "psum", "control_flow", "jax.vmap differs from the unrolled program run per batch element"),
 ])
 def test_a_wrong_rule_is_caught(mutant, op, kind, says):
     """With a deliberately wrong rule (meshsim's psum transposed to twice the cotangent; JAX's all_gather
     batching rule reversing the batch; JAX's all_gather JVP doubling the tangent; JAX's psum_scatter batching
     rule reversing the batch, met by all_gather's transpose under vmap; JAX's scan transpose doubling the
-    cotangents) the campaign reports a new disagreement on that collective."""
+    cotangents; JAX's scan batching rule reversing the batch) the campaign reports a new disagreement on that
+    collective."""
     report = campaign("--profile", "default", "--ops", op, "--kinds", kind, "--mutant", mutant, "--no-shrink",
                       "--examples", "12")
     [row] = [r for r in report["rows"] if r["kind"] == kind]
