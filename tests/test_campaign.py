@@ -98,17 +98,38 @@ def test_every_finding_is_written_up_and_pinned():
         assert f"def {name}(" in (ROOT / "tests" / module).read_text(), f"{module}::{name}"
 
 
+def test_default_campaign_runs_the_forward_kinds(default):
+    """The default profile also runs JAX's forward mode (jvp, every linear collective), compositions of
+    transformations (compose, every linear collective) and control flow (control_flow, every collective with
+    arrays) on at least two programs each, and every disagreement they meet is a known finding."""
+    rows = default["rows"]
+    ran = {(r["op"], r["kind"]) for r in rows if r["examples"] >= 2}
+    linear = {r["op"] for r in rows if r["kind"] == "transpose"}
+    batched = {r["op"] for r in rows if r["kind"] == "vmap"}
+    assert {(op, kind) for op in linear for kind in ("jvp", "compose")} <= ran
+    assert {(op, "control_flow") for op in batched} <= ran
+    assert [r["new"] for r in rows if r["kind"] in ("jvp", "compose", "control_flow") and r["new"]] == []
+
+
 @pytest.mark.parametrize(("mutant", "op", "kind", "says"), [
     ("psum-transpose", "psum", "transpose", "adjoint identity"),
     ("all-gather-batching", "all_gather", "vmap", "differs from the per-batch run"),
     ("dot-general-typing", "dot_general", "vma", "dot_general result 0 typed varying along []"),
     ("partial-psum", "psum", "partial_manual", "differs from the fully manual one"),
+    ("all-gather-jvp", "all_gather", "jvp", "differs from the float64 finite difference"),
+    ("psum-scatter-batching", "all_gather", "compose", "vmap_of_grad"),
+    ("scan-transpose", "psum", "control_flow", "differs from jax.vjp of the unrolled program"),
+    ("scan-batching", "psum", "control_flow", "jax.vmap differs from the unrolled program run per batch element"),
 ])
 def test_a_wrong_rule_is_caught(mutant, op, kind, says):
     """With a deliberately wrong rule (meshsim's psum transposed to twice the cotangent; JAX's all_gather
     batching rule reversing the batch; JAX's dot_general typed invariant; JAX's psum lowered to twice the
-    sum in partial-manual programs) the campaign reports a new disagreement on that collective or primitive."""
-    report = campaign("--profile", "default", "--ops", op, "--kinds", kind, "--mutant", mutant, "--no-shrink")
+    sum in partial-manual programs; JAX's all_gather JVP doubling the tangent; JAX's psum_scatter batching
+    rule reversing the batch, met by all_gather's transpose under vmap; JAX's scan transpose doubling the
+    cotangents; JAX's scan batching rule reversing the batch) the campaign reports a new disagreement on that
+    collective or primitive (the forward-mode and control-flow kinds with 12 programs, their default being 2)."""
+    more = ("--examples", "12") if kind in ("jvp", "compose", "control_flow") else ()
+    report = campaign("--profile", "default", "--ops", op, "--kinds", kind, "--mutant", mutant, "--no-shrink", *more)
     [row] = [r for r in report["rows"] if r["kind"] == kind]
     assert row["new"] and says in row["new"][0], row
 

@@ -58,8 +58,10 @@ class WorkerSetupError(ScenarioError):
 LINEAR = tuple(n for n, d in collectives.REGISTRY.items() if not isinstance(d.transpose, collectives.NotLinear))
 BATCHED = tuple(n for n, d in collectives.REGISTRY.items() if d.arrays)
 # What each kind checks, and on which collectives: "forward" the simulator against the spec and JAX; the
-# rules kinds JAX's own transposes (linear collectives) and batching rules (collectives with arrays).
-KINDS = {"forward": tuple(collectives.REGISTRY), "transpose": LINEAR, "vmap": BATCHED}
+# rules kinds JAX's own transposes (linear collectives) and batching rules (collectives with arrays), its
+# forward mode and compositions of transformations (linear collectives) and control flow (collectives with arrays).
+KINDS = {"forward": tuple(collectives.REGISTRY), "transpose": LINEAR, "vmap": BATCHED,
+         "jvp": LINEAR, "compose": LINEAR, "control_flow": BATCHED}
 # vma: device-variance typing of jax.lax's multi-operand primitives (names, not collectives); partial_manual:
 # shard_map manual over part of the mesh against the fully manual program (collectives with arrays)
 KINDS.update({"vma": tuple(VMA_PRIMITIVES), "partial_manual": BATCHED})

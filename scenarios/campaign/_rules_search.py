@@ -1,9 +1,11 @@
 """The search of the rules campaign: Hypothesis draws calls and batch axes, `oracles._rules` judges them.
 
-`search(op, kind, examples, seed)` runs one property ("transpose" or "vmap"; "vma" and "partial_manual" are
-`scenarios.campaign._vma_search`'s) of one collective over
-`scenarios.campaign._cases.cases(op)` (for "transpose", float dtypes only: what `jax.grad` takes), with `check_vma`
-drawn on or off and, for "vmap", a batch size of 1-3 and a batch axis per argument. A disagreement that a
+`search(op, kind, examples, seed)` runs one property ("transpose", "vmap", or `FORWARD`'s "jvp", "compose"
+and "control_flow"; "vma" and "partial_manual" are `scenarios.campaign._vma_search`'s) of one collective over
+`scenarios.campaign._cases.cases(op)` (for the differentiated kinds, float dtypes only: what `jax.grad` takes),
+with `check_vma` drawn on or off and, for "vmap" and "compose", a batch size of 1-3 and a batch axis per
+argument, for "control_flow" a construct and a predicate (`oracles._rules_forward`, `oracles._rules_control`).
+A disagreement that a
 finding of FINDINGS.md explains is counted under its id; one that none explains is shrunk by Hypothesis to
 a minimal program and returned under "new". Like `oracles._rules`, this imports jax: only a process made
 for it imports it (`python -m scenarios.campaign._rules_worker`, `tests/campaign.py`).
@@ -22,10 +24,14 @@ from hypothesis import strategies as st
 
 from layouts import MeshError
 from oracles._rules import classify, small_ints, transpose_problem, vmap_problem
+from oracles._rules_control import batch_axes as control_batch_axes
+from oracles._rules_control import constructs, control_problem
+from oracles._rules_forward import classify_side, compose_problem, jvp_problem
 from scenarios.campaign._answers import Case
 from scenarios.campaign._cases import DTYPES, cases
 
 FLOATS = ("bfloat16", "float16", "float32", "float64")
+DIFFERENTIATED = ("transpose", "jvp", "compose")  # kinds that take float dtypes only
 
 
 class Disagreement(MeshError, AssertionError):
@@ -63,15 +69,19 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         return search_vma(op, kind, examples, seed, shrink)
     tally: Counter[str] = Counter()
     known: dict[str, str] = {}
-    rest = (st.tuples(st.integers(1, 3), st.data()) if kind == "vmap" else st.just(None))
+    looped = st.tuples(st.sampled_from(constructs(op)), st.booleans(), st.booleans())  # construct, pred, batched
+    rest = (st.tuples(st.integers(1, 3), st.data()) if kind in ("vmap", "compose") else
+            looped if kind == "control_flow" else st.just(None))
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=seed is None,
               suppress_health_check=list(HealthCheck), print_blob=False,
               phases=list(Phase) if shrink else [Phase.explicit, Phase.reuse, Phase.generate])
-    @given(drawn(op, floats=kind == "transpose"), rest)
+    @given(drawn(op, floats=kind in DIFFERENTIATED), rest)
     def prop(call: tuple[Case, bool], extra: Any) -> None:
         case, check_vma = call
-        if kind == "vmap":
+        if kind in FORWARD:
+            problem, args, name = forward_property(kind, case, check_vma, extra)
+        elif kind == "vmap":
             size, data = extra
             axes = data.draw(batch_axes(case), label="in_axes")
             problem, args = vmap_problem(case, check_vma, size, axes), (axes,)
@@ -80,7 +90,8 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         tally["examples"] += 1
         if problem is None:
             return
-        name = classify(kind, case, *args)
+        if kind not in FORWARD:
+            name = classify(kind, case, *args)
         if name is None:
             raise Disagreement(f"{op} {kind}, check_vma={check_vma} {args}: {problem}\n{case!r}")
         tally[name] += 1
@@ -93,3 +104,25 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         new = [f"{type(e).__name__}: {e}" for e in getattr(error, "exceptions", [error])]
     return {"op": op, "kind": kind, "examples": tally.pop("examples", 0), "known": dict(tally), "shown": known,
             "new": new, "seconds": round(time.perf_counter() - start, 1)}
+
+
+FORWARD = ("jvp", "compose", "control_flow")
+
+
+def forward_property(kind: str, case: Case, check_vma: bool, extra: Any) -> tuple[str | None, tuple, str | None]:
+    """Run property `kind` ("jvp", "compose" or "control_flow") on one drawn call; return what differs, the
+    drawn extras (for the report) and the known finding that explains it, if any."""
+    if kind == "jvp":
+        problem, side = jvp_problem(case, check_vma)
+        return problem, (check_vma,), problem and classify_side(side, kind, case, check_vma, None)
+    if kind == "compose":
+        size, data = extra
+        axes = data.draw(batch_axes(case), label="in_axes")
+        problem, side = compose_problem(case, check_vma, size, axes)
+        return problem, (size, axes), problem and classify_side(side, kind, case, check_vma, axes, problem)
+    construct, pred, batched = extra
+    problem = control_problem(case, check_vma, construct, pred, batched)
+    side = ("vmap" if batched else "transpose" if problem and "of the unrolled program raised" in problem
+            else "control_flow")
+    axes = control_batch_axes(case) if batched else None
+    return problem, (construct, pred, batched), problem and classify_side(side, kind, case, check_vma, axes)

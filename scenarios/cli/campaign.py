@@ -47,9 +47,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     campaign.add_argument("--kinds", metavar="KIND", nargs="+", default=["forward"], choices=list(KINDS),
                           help="what to check: forward (simulator == spec == JAX; the default), transpose "
                                "(JAX's vjp/grad/linear_transpose == meshsim's transposes, linear collectives), "
-                               "vmap (jax.vmap == a per-batch loop), vma (the device-variance types of jax.lax's "
-                               "primitives, --ops names them), partial_manual (shard_map manual over part of the "
-                               "mesh == fully manual); see FINDINGS.md for what JAX gets wrong")
+                               "vmap (jax.vmap == a per-batch loop), jvp (jax.jvp and jax.linearize == float64 finite "
+                               "differences and JAX's vjp), compose (vmap of grad, grad of vmap, jvp of vmap == "
+                               "per-batch loops), control_flow (scan, fori_loop, while_loop, cond, checkpoint, "
+                               "nested shard_map == the unrolled program), vma (the device-variance types of "
+                               "jax.lax's primitives, --ops names them), partial_manual (shard_map manual over part "
+                               "of the mesh == fully manual); see FINDINGS.md for what JAX gets wrong")
     add_cluster(campaign)
     campaign.add_argument("-o", "--output", metavar="DIR", default="campaign",
                           help="where results.jsonl and findings/ go (default ./campaign)")
@@ -168,7 +171,8 @@ def _report(ops: list[str], kinds: list[str], jobs: list[Any], results: Results,
 
 def _show(console: Console, report: dict[str, Any]) -> None:
     """The report as a table, then the findings and how to replay them."""
-    table = Table(title="campaign: simulator == spec == JAX (forward); JAX's rules == meshsim's (transpose, vmap)",
+    table = Table(title="campaign: simulator == spec == JAX (forward); JAX's rules == meshsim's (transpose, vmap), "
+                        "== finite differences, loops, unrolled programs (jvp, compose, control_flow)",
                   title_justify="left")
     counted = ("cases", "agree", "known", "findings", "errors")
     for column in ("collective", "kind", *counted):
