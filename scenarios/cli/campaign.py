@@ -172,7 +172,8 @@ def _report(ops: list[str], kinds: list[str], jobs: list[Any], results: Results,
 def _show(console: Console, report: dict[str, Any]) -> None:
     """The report as a table, then the findings and how to replay them."""
     table = Table(title="campaign: simulator == spec == JAX (forward); JAX's rules == meshsim's (transpose, vmap), "
-                        "== finite differences, loops, unrolled programs (jvp, compose, control_flow)",
+                        "== finite differences, loops, unrolled programs (jvp, compose, control_flow), == the typing "
+                        "rule and each device's result (vma), == the fully manual program (partial_manual)",
                   title_justify="left")
     counted = ("cases", "agree", "known", "findings", "errors")
     for column in ("collective", "kind", *counted):
