@@ -255,6 +255,41 @@ def control_flow() -> list[tuple[str, bool, str]]:
     return rows
 
 
+def compositions() -> list[tuple[str, bool, str]]:
+    """The rules campaign's round-two surfaces as whole programs: jax.linearize, vmap of grad, grad of vmap,
+    jvp of vmap of a shard_map with all_gather, psum_scatter and ppermute, and a fori_loop of ppermute steps
+    under jax.checkpoint, forward and under jax.grad: JAX's outputs bit for bit."""
+    mesh = oracles.cpu_mesh({"i": 4})
+    ring = [(k, (k + 1) % 4) for k in range(4)]
+
+    def body(x: Any) -> Any:
+        gathered = lax.all_gather(x, "i", tiled=True)
+        return lax.psum_scatter(gathered * 1.5, "i", tiled=True) + lax.ppermute(x, "i", ring) * 0.25
+
+    def looped(x: Any) -> Any:
+        step = jax.checkpoint(lambda _, v: lax.ppermute(v, "i", ring) * 0.5 + lax.psum(v, "i") * 0.125)
+        return lax.fori_loop(0, 3, step, x)
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    g = jax.shard_map(looped, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    loss = lambda v: jnp.sum(f(v) * jnp.arange(8.0, dtype=np.float32))
+    x = np.random.default_rng(7).standard_normal(8).astype(np.float32)
+    xs = np.random.default_rng(8).standard_normal((3, 8)).astype(np.float32)
+    cases = {
+        "linearize": (jax.jit(lambda v, u: jax.linearize(f, v)[1](u)), (x, x[::-1].copy())),
+        "vmap of grad": (jax.jit(jax.vmap(jax.grad(loss))), (xs,)),
+        "grad of vmap": (jax.jit(jax.grad(lambda b: jnp.sum(jax.vmap(f)(b) ** 2))), (xs,)),
+        "jvp of vmap": (jax.jit(lambda b, t: jax.jvp(jax.vmap(f), (b,), (t,))), (xs, xs[::-1].copy())),
+        "fori_loop with checkpoint": (jax.jit(g), (x,)),
+        "grad of fori_loop with checkpoint": (jax.jit(jax.grad(lambda v: jnp.sum(g(v) * v))), (x,)),
+    }
+    rows = []
+    for label, (h, args) in cases.items():
+        report = oracles.compare_jax(h, *args)
+        rows.append((label, report.agrees, str(report)))
+    return rows
+
+
 def newops() -> list[tuple[str, bool, str]]:
     """JAX 0.10.2's pshuffle, pswapaxes (with groups), pcast and axis_size reach the bridge as the primitives
     they bind and equal real JAX bit for bit; so does pbroadcast, run in JAX under
@@ -460,7 +495,7 @@ BATCHES: dict[str, Callable[[], Any]] = {
     "bridge_page": bridge_page, "control_flow": control_flow, "transforms": transforms, "batching": batching,
     "moe": moe,
     "moe_ragged": moe_ragged, "errors": errors, "newops": newops, "mutation": mutation, "laid_out": laid_out,
-    "canonical": canonical, "remat": remat,
+    "canonical": canonical, "remat": remat, "compositions": compositions,
 }
 
 

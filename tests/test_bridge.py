@@ -21,7 +21,7 @@ pytestmark = pytest.mark.differential
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
 # "errors" runs before "moe_ragged", which installs the CPU ragged lowering in the worker
 BATCHES = ("bridge_page", "control_flow", "transforms", "batching", "moe", "errors", "moe_ragged", "mutation",
-           "reductions", "gathers", "exchanges", "laid_out", "newops", "canonical", "remat")
+           "reductions", "gathers", "exchanges", "laid_out", "newops", "canonical", "remat", "compositions")
 PER_COLLECTIVE = 100
 
 
@@ -105,6 +105,17 @@ def test_jvp_vjp_linear_transpose_and_inner_vmap_equal_jax(results):
                                                "custom_jvp, custom_vjp, checkpoint"]
     for label, agrees, report in rows:
         assert agrees, f"{label}: {report}"
+
+
+def test_linearize_and_composed_transformations_equal_jax(results):
+    """jax.linearize, vmap of grad, grad of vmap and jvp of vmap of a shard_map with all_gather, psum_scatter
+    and ppermute, and a fori_loop of checkpointed ppermute steps with its gradient (the rules campaign's
+    jvp, compose and control_flow surfaces as whole programs): JAX's outputs bit for bit."""
+    rows = _result(results, "compositions")
+    assert [label for label, _, _ in rows] == ["linearize", "vmap of grad", "grad of vmap", "jvp of vmap",
+                                               "fori_loop with checkpoint", "grad of fori_loop with checkpoint"]
+    for label, agrees, report in rows:
+        assert agrees and "bit-identical" in report, f"{label}: {report}"
 
 
 def test_meshsim_batching_rules_equal_jax_vmap(results):

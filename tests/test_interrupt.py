@@ -16,21 +16,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "scenarios" / "sweeps" / "psum_ring_vs_switch.toml"  # 60 points: some 8 s on 2 workers
-# An all_gather over 512 devices: `run` takes some 6 s on an idle machine, `draw` longer, `explain` and
-# `trace` minutes, so every interrupt below (at most 2.5 s in) arrives while the command still works.
-LONG_RUN = """title = "a long all_gather"
+# A ring psum over 512 devices (1,022 steps of 512 messages): `run` takes well over 10 s on an idle machine,
+# `draw`, `explain` and `trace` longer, so every interrupt below (at most 2.5 s in) arrives while the command
+# still works. (It must stay slow as the engine gets faster: pick a bigger case if it does not.)
+LONG_RUN = """title = "a long ring psum"
 description = "long enough to be interrupted"
 
 [mesh]
 axes = {i = 512}
 
 [collective]
-op = "all_gather"
+op = "psum"
 axis_name = "i"
+algorithm = "ring"
 
 [inputs]
 seed = 0
-shape = [64]
+shape = [1024]
 """
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 import tomllib
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_campaign import campaign, known_ids
 
 from oracles import spec
 from oracles.jax_fixes import FIXES, FOLDER
@@ -178,23 +178,6 @@ def test_fixed_precv_is_typed_varying(fixed):
 
 
 # ---------------------------------------------------------------------------------------------- the campaign
-
-CAMPAIGN = Path(__file__).resolve().parent / "campaign.py"
-
-
-def campaign(*args: str) -> dict[str, Any]:
-    """The JSON report of `python tests/campaign.py --profile default *args`."""
-    done = subprocess.run([sys.executable, str(CAMPAIGN), "--profile", "default", *args], capture_output=True,
-                          text=True, timeout=900, check=False, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
-
-
-def known_ids() -> set[str]:
-    """The ids of the campaign's KNOWN table, read from its source (this process does not import jax)."""
-    source = (ROOT / "oracles" / "_rules.py").read_text()
-    table = source[source.index("KNOWN: dict"):source.index("def classify")]
-    return set(re.findall(r'^    "([a-z0-9-]+)":', table, flags=re.M))
 
 
 def test_with_every_fix_the_default_campaign_meets_no_fixed_finding_and_nothing_new():
