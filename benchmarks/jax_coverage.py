@@ -5,6 +5,7 @@
     python benchmarks/jax_coverage.py --ops psum ppermute   # a few collectives only
     python benchmarks/jax_coverage.py --data run.cov        # re-read a data file kept with --keep
     python benchmarks/jax_coverage.py --markdown            # the table as BENCHMARKS.md holds it
+    python benchmarks/jax_coverage.py --json rows.json      # also the rows as JSON
 
 Runs `tests/campaign.py --profile P` (8 CPU devices, its own process) under coverage.py with branch
 measurement, restricted to `jax/_src/lax/parallel.py` and `jax/_src/shard_map.py`, then reads JAX's own
@@ -20,6 +21,7 @@ Exits 1 if the campaign met a disagreement no finding explains.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -123,6 +125,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data", type=Path, help="read this coverage data file instead of running the campaign")
     parser.add_argument("--keep", type=Path, help="keep the coverage data file here")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
+    parser.add_argument("--json", type=Path, help="also write the rows and totals here as JSON")
     options = parser.parse_args(argv)
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,6 +138,9 @@ def main(argv: list[str]) -> int:
         rows = measure(data, rule_functions())
         totals = file_totals(data)
     new = [text for row in report.get("rows", []) for text in row["new"]]
+    if options.json:
+        options.json.write_text(json.dumps({"totals": totals, "new": new, "rows": [
+            {**dataclasses.asdict(r), "group": g} for g, members in groups(rows).items() for r in members]}))
     if report:
         print(f"profile {report['profile']}: {sum(r['examples'] for r in report['rows'])} programs; the campaign "
               f"{report['seconds']} s, with coverage and start-up {wall:.0f} s; {len(new)} new disagreements")

@@ -203,6 +203,17 @@ def overlapping_reads(case: Case) -> bool:
     return False
 
 
+def _permutes(case: Case) -> bool:
+    """The call binds JAX's ppermute (ppermute, pshuffle, and psend/precv's equivalent)."""
+    return case.op in ("ppermute", "pshuffle", "psend", "precv")
+
+
+def _vmap_axis_in_tuple(case: Case) -> bool:
+    """The axis_name is a tuple of the vmapped (last) mesh axis and another."""
+    names = case.params["axis_name"]
+    return isinstance(names, tuple) and len(names) > 1 and list(case.mesh_shape)[-1] in names
+
+
 # Each finding of FINDINGS.md: (property, predicate on the call and check_vma (transpose) or the batch axes (vmap)).
 KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
     "ragged-transpose-ignores-groups": ("transpose", lambda c, *_: _ragged(c)
@@ -222,6 +233,16 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
                                        and not c.params["tiled"]
                                        and axes[0] is not None
                                        and axes[0] > c.params["scatter_dimension"] % c.args[0][0].ndim),
+    # vmap with axis_name (oracles._rules_named): predicates on the call, check_vma, unbatched and JAX's answer
+    "vmap-axis-typed-as-mesh-axis": ("vmap_named", lambda c, vma, unbatched, problem: any(
+        where in problem for where in ("in core.py:pvary", "in core.py:get_mat", "in parallel.py:_get_from"))),
+    "vmap-axis-ppermute-tuple": ("vmap_named", lambda c, *_: _permutes(c) and _vmap_axis_in_tuple(c)),
+    "vmap-axis-ppermute-partial-perm": ("vmap_named", lambda c, vma, unbatched, problem: _permutes(c)
+                                        and "Permutation doesn't match the axis size" in problem),
+    "vmap-axis-pbroadcast-take": ("vmap_named", lambda c, vma, unbatched, problem: c.op == "pbroadcast"
+                                  and "take requires ndarray" in problem),
+    "vmap-axis-all-to-all-unbatched": ("vmap_named", lambda c, vma, unbatched, problem: unbatched
+                                       and c.op in ("all_to_all", "pswapaxes") and "differs" in problem),
 }
 
 

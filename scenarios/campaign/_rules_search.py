@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from layouts import MeshError
 from oracles._rules import classify, small_ints, transpose_problem, vmap_problem
+from oracles._rules_named import named, named_vmap_problem
 from scenarios.campaign._answers import Case
 from scenarios.campaign._cases import DTYPES, cases
 
@@ -66,7 +67,12 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
     @given(drawn(op, floats=kind == "transpose"), rest)
     def prop(call: tuple[Case, bool], extra: Any) -> None:
         case, check_vma = call
-        if kind == "vmap":
+        kind_ = kind
+        if kind == "vmap" and named(case) and extra[1].draw(st.integers(0, 3), label="named") == 0:
+            kind_, unbatched = "vmap_named", extra[1].draw(st.booleans(), label="unbatched")
+            problem = named_vmap_problem(case, check_vma, unbatched)
+            args = (check_vma, unbatched, problem)
+        elif kind == "vmap":
             size, data = extra
             axes = data.draw(batch_axes(case), label="in_axes")
             problem, args = vmap_problem(case, check_vma, size, axes), (axes,)
@@ -75,9 +81,9 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         tally["examples"] += 1
         if problem is None:
             return
-        name = classify(kind, case, *args)
+        name = classify(kind_, case, *args)
         if name is None:
-            raise Disagreement(f"{op} {kind}, check_vma={check_vma} {args}: {problem}\n{case!r}")
+            raise Disagreement(f"{op} {kind_}, check_vma={check_vma} {args}: {problem}\n{case!r}")
         tally[name] += 1
         known.setdefault(name, f"{problem}\n{case!r}")
 

@@ -1,0 +1,116 @@
+"""How much of JAX's collective rules the rules campaign runs (benchmarks/jax_coverage.py), and the findings
+its vmap-with-axis_name programs met (FINDINGS.md 13-17), pinned.
+
+Both run in child processes (the benchmark runs the campaign under coverage.py with 8 CPU devices; the
+findings' programs need 4); this process never imports jax.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.differential,
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None or importlib.util.find_spec("coverage") is None,
+                       reason="needs the jax and test extras"),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False,
+                          cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def psum_coverage(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("coverage") / "rows.json"
+    run("benchmarks/jax_coverage.py", "--ops", "psum", "pbroadcast", "--json", str(out))
+    return json.loads(out.read_text())
+
+
+def row(report: dict, function: str) -> dict:
+    [found] = [r for r in report["rows"] if r["function"] == function]
+    return found
+
+
+def test_coverage_is_measured_per_rule_function_found_in_jax_registries(psum_coverage):
+    """The campaign of psum and pbroadcast under coverage.py: the rules JAX registers for them are rows (found
+    in its tables, not listed by hand), the ones the campaign runs are covered (psum's transpose whole), a
+    rule no program reaches is not (pbroadcast's GPU lowering), with its reason, and rules of other
+    primitives are rows too, unreached."""
+    transpose = row(psum_coverage, "_psum_transpose_rule")
+    assert transpose["registered"] == ["psum transpose"] and transpose["group"] == "collectives meshsim models"
+    assert transpose["lines_run"] == transpose["lines"] > 0
+    lowering = row(psum_coverage, "_pbroadcast_lowering")
+    assert lowering["lines_run"] == 0 and lowering["missing"]
+    batcher = row(psum_coverage, "_pbroadcast_batcher")
+    assert 0 < batcher["lines_run"] <= batcher["lines"]
+    gather = row(psum_coverage, "_all_gather_transpose_rule")
+    assert gather["lines_run"] == 0, "all_gather is not in this campaign"
+    assert row(psum_coverage, "_shard_map_transpose")["group"] == "shard_map"
+    assert row(psum_coverage, "_unreduced_psum_abstract_eval")["group"] == "outside meshsim's model"
+    totals = psum_coverage["totals"]["parallel.py"]
+    assert 0 < totals["covered_lines"] < totals["num_statements"]
+    assert psum_coverage["new"] == []
+
+
+def test_every_unreached_rule_of_the_benchmark_table_has_a_reason():
+    """Every function the BENCHMARKS.md table shows with unreached lines says why."""
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    table = text[text.index("## Coverage of JAX's rules"):]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) > 60
+    unexplained = [r.split("|")[1] for r in rows if r.rstrip().endswith("| |") and "| - |" not in r]
+    assert unexplained == []
+    assert not [r for r in rows if "not judged" in r]
+
+
+@pytest.fixture(scope="module")
+def vmap_axis() -> dict:
+    return json.loads(run("tests/jax_vmap_axis_child.py").stdout)
+
+
+def test_jax_psum_over_a_vmap_axis_inside_shard_map_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 13: in a check_vma=True shard_map, psum over a vmap axis of a value not batched along
+    it raises AssertionError (core.pvary drops the vmap axis, not a mesh axis); unchecked, the same program
+    gives each member 3 * x, as a vmap without shard_map does."""
+    assert vmap_axis["vmap-axis-typed-as-mesh-axis"].startswith("raised AssertionError")
+    assert vmap_axis["vmap-axis-typed-as-mesh-axis unchecked"] == [[3.0, 6.0]] * 3
+
+
+def test_jax_ppermute_over_a_tuple_with_a_vmap_axis_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 14, a silent wrong answer: ppermute over ('x', 'y') with 'y' a vmap axis applies the
+    perm to 'x' alone; the same call with 'y' a mesh axis swaps (x0, y0) and (x0, y1)."""
+    assert vmap_axis["vmap-axis-ppermute-tuple"] == [[2.0, 3.0], [0.0, 1.0]]
+    assert vmap_axis["vmap-axis-ppermute-tuple on a mesh"] == [[1.0, 0.0], [0.0, 0.0]]
+
+
+def test_jax_ppermute_partial_perm_over_a_vmap_axis_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 15: a partial perm over a vmap axis (the docs allow it: non-destinations get zeros,
+    here [0, 1]) raises AssertionError."""
+    assert vmap_axis["vmap-axis-ppermute-partial-perm"] == (
+        "raised AssertionError: Permutation doesn't match the axis size!")
+
+
+def test_jax_pbroadcast_over_a_vmap_axis_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 16: pbroadcast over a vmap axis (correct: [1, 1]) raises TypeError (a list handed to
+    take)."""
+    assert vmap_axis["vmap-axis-pbroadcast-take"].startswith("raised TypeError: take requires ndarray")
+
+
+def test_jax_all_to_all_of_an_unbatched_operand_over_a_vmap_axis_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 17: all_to_all over a vmap axis of an unbatched x gives every member [x, x] (shape
+    (2, 2)); with x batched as [x, x] it gives the right [1, 1] and [2, 2]."""
+    assert vmap_axis["vmap-axis-all-to-all-unbatched"] == [[[1.0, 2.0], [1.0, 2.0]]] * 2
+    assert vmap_axis["vmap-axis-all-to-all-unbatched batched"] == [[1.0, 1.0], [2.0, 2.0]]
