@@ -241,6 +241,7 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
                                         and "Permutation doesn't match the axis size" in problem),
     "vmap-axis-pbroadcast-take": ("vmap_named", lambda c, vma, unbatched, problem: c.op == "pbroadcast"
                                   and "take requires ndarray" in problem),
+    "vmap-psend-precv": ("vmap_pair", lambda c, problem: "unexpected keyword argument 'out_shape'" in problem),
     "vmap-axis-all-to-all-unbatched": ("vmap_named", lambda c, vma, unbatched, problem: unbatched
                                        and c.op in ("all_to_all", "pswapaxes") and "differs" in problem),
 }

@@ -113,3 +113,30 @@ def named_vmap_problem(case: Any, check_vma: bool, unbatched: bool) -> str | Non
         return (f"the vmap axis {list(case.mesh_shape)[-1]!r} differs from the mesh axis:\n  mesh {want.ravel()[:24]} "
                 f"{want.shape} {want.dtype}\n  vmap {got.ravel()[:24]} {got.shape} {got.dtype}")
     return None
+
+
+def pair_vmap_problem(case: Any, check_vma: bool, axes: list[int | None]) -> str | None:
+    """jax.vmap of psend followed by precv as JAX binds them, traced (XLA:CPU cannot run the pair, so the
+    campaign runs it as JAX's equivalent ppermute): the batched program must trace to the per-batch
+    program's result type with the batch axis in front, as `vmap_problem` runs it with the ppermute."""
+    truth = Program(case, check_vma, whole=True)
+    params = case.params
+    names = params["axis_name"] if isinstance(params["axis_name"], tuple) else (params["axis_name"],)
+
+    def pair(block: Any) -> Any:
+        token = jax.lax.psend(block, names, params["perm"])
+        return jax.lax.precv(token, jax.ShapeDtypeStruct(block.shape, block.dtype), names, params["perm"])
+
+    on = jax_mesh(case.mesh_shape)
+    program = jax.shard_map(pair, mesh=on, in_specs=truth.jax_specs, out_specs=truth.jax_specs[0],
+                            check_vma=truth.check_vma)
+    (axis,) = axes
+    (whole,) = truth.globals
+    try:
+        want = jax.eval_shape(program, whole)
+        got = jax.eval_shape(jax.vmap(program, in_axes=axis), np.stack([whole, whole], axis=axis))
+    except Exception as error:
+        return f"jax.vmap of psend and precv raised {type(error).__name__} in {raised_in(error)}: {str(error)[:300]}"
+    if got.shape != (2, *want.shape) or got.dtype != want.dtype:
+        return f"jax.vmap of psend and precv is typed {got}, the per-batch program {want}"
+    return None

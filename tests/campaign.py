@@ -1,6 +1,6 @@
 """The differential campaign against JAX's own transpose and batching rules, as one process and one report.
 
-`python tests/campaign.py --profile default|large [--ops NAME ...] [--mutant NAME]` runs in its own process
+`python tests/campaign.py --profile default|wide|large [--ops NAME ...] [--mutant NAME]` runs in its own process
 with 8 CPU devices and `oracles.install_cpu_lowerings()` installed before jax is imported, and
 prints a JSON report: for every (collective, property) of the profile, `scenarios.campaign._rules_search.search`
 (the calls Hypothesis draws over the input space the docs allow, judged by `oracles._rules`: JAX's
@@ -39,11 +39,13 @@ from scenarios.campaign import (  # noqa: E402
 )
 
 PROFILES = {"default": {"transpose": 10, "vmap": 8, "seed": None},
-            "large": {"transpose": 150, "vmap": 100, "seed": "random"}}
+            "large": {"transpose": 150, "vmap": 100, "seed": "random"},
+            # derandomized like default, four to five times its programs: benchmarks/jax_coverage.py's table
+            "wide": {"transpose": 40, "vmap": 40, "seed": None}}
 
 
 def campaign(profile: str, ops: tuple[str, ...] | None = None, shrink: bool = True) -> list[dict[str, Any]]:
-    """Every (collective, property) of the profile, in order (default: derandomized; large: new seeds)."""
+    """Every (collective, property) of the profile, in order (default, wide: derandomized; large: new seeds)."""
     sizes = PROFILES[profile]
     chosen = [(op, kind) for kind, names in (("transpose", LINEAR), ("vmap", BATCHED)) for op in names
               if not ops or op in ops]

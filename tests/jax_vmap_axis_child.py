@@ -1,4 +1,4 @@
-"""FINDINGS.md 13-17 as one script: JAX 0.10.2's batching rules for a collective over a named vmap axis.
+"""FINDINGS.md 13-18 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, and psend/precv's.
 
 `python tests/jax_vmap_axis_child.py` (4 CPU devices) runs each finding's program and prints one JSON line,
 `{finding id: what JAX gives}`: the values as lists, or `"raised <type>: <message>"`. tests/test_jax_coverage.py
@@ -45,7 +45,14 @@ def main() -> None:
     on_mesh = jax.jit(jax.shard_map(lambda b: lax.ppermute(b, ("x", "y"), [(0, 1), (1, 0)]),
                                     mesh=jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y")),
                                     in_specs=P("x", "y"), out_specs=P("x", "y"), check_vma=False))
+    def pair(b):
+        token = lax.psend(b, "x", [(0, 1), (1, 0)])
+        return lax.precv(token, jax.ShapeDtypeStruct(b.shape, b.dtype), "x", [(0, 1), (1, 0)])
+
+    piped = jax.shard_map(pair, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     results = {
+        "vmap-psend-precv": outcome(lambda v: jax.eval_shape(jax.vmap(piped), v).shape, jnp.ones((3, 4))),
+        "vmap-psend-precv per batch": outcome(lambda v: jax.eval_shape(piped, v).shape, jnp.ones(4)),
         "vmap-axis-typed-as-mesh-axis": outcome(psum_unbatched(True), x),
         "vmap-axis-typed-as-mesh-axis unchecked": outcome(psum_unbatched(False), x),
         "vmap-axis-ppermute-tuple": outcome(swapped, jnp.arange(4.0).reshape(2, 2)),

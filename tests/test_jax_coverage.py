@@ -1,5 +1,5 @@
 """How much of JAX's collective rules the rules campaign runs (benchmarks/jax_coverage.py), and the findings
-its vmap-with-axis_name programs met (FINDINGS.md 13-17), pinned.
+its vmap programs met (FINDINGS.md 13-18), pinned.
 
 Both run in child processes (the benchmark runs the campaign under coverage.py with 8 CPU devices; the
 findings' programs need 4); this process never imports jax.
@@ -114,3 +114,11 @@ def test_jax_all_to_all_of_an_unbatched_operand_over_a_vmap_axis_is_pinned(vmap_
     (2, 2)); with x batched as [x, x] it gives the right [1, 1] and [2, 2]."""
     assert vmap_axis["vmap-axis-all-to-all-unbatched"] == [[[1.0, 2.0], [1.0, 2.0]]] * 2
     assert vmap_axis["vmap-axis-all-to-all-unbatched batched"] == [[1.0, 1.0], [2.0, 2.0]]
+
+
+def test_jax_vmap_of_psend_and_precv_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 18: jax.vmap of a program that sends with psend and receives with precv fails to trace
+    (precv's batching rule is ppermute's, which takes no out_shape); the per-batch program traces to f32[4],
+    so the batched one should be f32[3, 4]."""
+    assert vmap_axis["vmap-psend-precv"].startswith("raised TypeError: _ppermute_batcher() got an unexpected keyword")
+    assert vmap_axis["vmap-psend-precv per batch"] == [4]

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from layouts import MeshError
 from oracles._rules import classify, small_ints, transpose_problem, vmap_problem
-from oracles._rules_named import named, named_vmap_problem
+from oracles._rules_named import named, named_vmap_problem, pair_vmap_problem
 from scenarios.campaign._answers import Case
 from scenarios.campaign._cases import DTYPES, cases
 
@@ -76,6 +76,9 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
             size, data = extra
             axes = data.draw(batch_axes(case), label="in_axes")
             problem, args = vmap_problem(case, check_vma, size, axes), (axes,)
+            if problem is None and case.op in ("psend", "precv"):  # the pair as JAX binds it, traced
+                kind_, problem = "vmap_pair", pair_vmap_problem(case, check_vma, axes)
+                args = (problem,)
         else:
             problem, args = transpose_problem(case, check_vma), (check_vma,)
         tally["examples"] += 1
