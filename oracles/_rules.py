@@ -235,12 +235,14 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
                                        and axes[0] > c.params["scatter_dimension"] % c.args[0][0].ndim),
     # vmap with axis_name (oracles._rules_named): predicates on the call, check_vma, unbatched and JAX's answer
     "vmap-axis-typed-as-mesh-axis": ("vmap_named", lambda c, vma, unbatched, problem: any(
-        where in problem for where in ("in core.py:pvary", "in core.py:get_mat", "in parallel.py:_get_from"))),
+        where in problem for where in ("in core.py:pvary", "in parallel.py:_get_from"))),
     "vmap-axis-ppermute-tuple": ("vmap_named", lambda c, *_: _permutes(c) and _vmap_axis_in_tuple(c)),
     "vmap-axis-ppermute-partial-perm": ("vmap_named", lambda c, vma, unbatched, problem: _permutes(c)
                                         and "Permutation doesn't match the axis size" in problem),
     "vmap-axis-pbroadcast-take": ("vmap_named", lambda c, vma, unbatched, problem: c.op == "pbroadcast"
                                   and "take requires ndarray" in problem),
+    "eager-shard-map-zero-size": ("vmap_named", lambda c, vma, unbatched, problem: problem.startswith("(eager)")
+                                  and "could not broadcast input array" in problem),
     "vmap-psend-precv": ("vmap_pair", lambda c, problem: "unexpected keyword argument 'out_shape'" in problem),
     "vmap-axis-all-to-all-unbatched": ("vmap_named", lambda c, vma, unbatched, problem: unbatched
                                        and c.op in ("all_to_all", "pswapaxes") and "differs" in problem),

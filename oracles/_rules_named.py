@@ -43,9 +43,14 @@ REFUSALS = ("feature request", "axis_index_groups", "only supports a single axis
 
 def named(case: Any) -> bool:
     """Whether the call can run with its last mesh axis as a vmap axis: its operands are per-device
-    arrays (not the invariant operands pvary and pscatter take, not pytrees)."""
+    arrays (not the invariant operands pvary and pscatter take, not pytrees), and a shard_map is left
+    around the vmap where the collective needs one."""
     definition = collectives.definition(case.op)
-    return not definition.invariant_operand and all(isinstance(per[0], np.ndarray) for per in case.args)
+    # psum_invariant and all_gather_invariant exist only in a shard_map: a 1-D mesh would leave a plain vmap
+    typed_only = definition in (collectives.REGISTRY.of(collectives.psum_invariant),
+                                collectives.REGISTRY.of(collectives.all_gather_invariant))
+    return (not definition.invariant_operand and all(isinstance(per[0], np.ndarray) for per in case.args)
+            and not (typed_only and len(case.mesh_shape) == 1))
 
 
 def _names(case: Any) -> tuple:
@@ -60,8 +65,9 @@ def _same_along_last(case: Any) -> Any:
     return dataclasses.replace(case, args=args)
 
 
-def _program(case: Any, check_vma: bool, unbatched: bool) -> tuple[Any, list[np.ndarray]]:
-    """The JAX program with the last mesh axis vmapped, and its global arguments."""
+def _program(case: Any, check_vma: bool, unbatched: bool, eager: bool) -> tuple[Any, list[np.ndarray]]:
+    """The JAX program with the last mesh axis vmapped (jitted, or with `eager` run op by op), and its global
+    arguments."""
     *outer, (name, size) = case.mesh_shape.items()
     body = route(case.op).body(case.params)
     in_axes = None if unbatched else 0
@@ -74,12 +80,13 @@ def _program(case: Any, check_vma: bool, unbatched: bool) -> tuple[Any, list[np.
         return jax.vmap(body, in_axes=in_axes, axis_size=size, axis_name=name)(*blocks)
 
     if not outer:
-        return jax.jit(lambda *a: batched(*(x[0] for x in a))[None]), per_line
+        plain = lambda *a: batched(*(x[0] for x in a))[None]
+        return (plain if eager else jax.jit(plain)), per_line
     on = jax_mesh(dict(outer))
     spec = jax.sharding.PartitionSpec(on.axis_names)
     mapped = jax.shard_map(lambda *a: batched(*(x[0] for x in a))[None], mesh=on, in_specs=(spec,) * len(per_line),
                            out_specs=spec, check_vma=check_vma)
-    return jax.jit(mapped), per_line
+    return (mapped if eager else jax.jit(mapped)), per_line
 
 
 def raised_in(error: BaseException) -> str:
@@ -88,13 +95,19 @@ def raised_in(error: BaseException) -> str:
     return f"{Path(frames[-1].filename).name}:{frames[-1].name}" if frames else "?"
 
 
-def named_vmap_problem(case: Any, check_vma: bool, unbatched: bool) -> str | None:
-    """What differs between the call with its last mesh axis as a named vmap axis and the call on the mesh."""
+def named_vmap_problem(case: Any, check_vma: bool, unbatched: bool, eager: bool = False) -> str | None:
+    """What differs between the call with its last mesh axis as a named vmap axis and the call on the mesh
+    (jitted; with `eager`, the shard_map and vmap run op by op, as outside `jax.jit`)."""
+    problem = _named_vmap_problem(case, check_vma, unbatched, eager)
+    return f"(eager) {problem}" if problem and eager else problem
+
+
+def _named_vmap_problem(case: Any, check_vma: bool, unbatched: bool, eager: bool) -> str | None:
     if unbatched:
         case = _same_along_last(case)
     truth = Program(case, check_vma)
     want = np.asarray(truth.jax(*truth.globals))
-    program, args = _program(case, truth.check_vma, unbatched)
+    program, args = _program(case, truth.check_vma, unbatched, eager)
     try:
         got = np.asarray(program(*args))
     except NotImplementedError as error:  # JAX refuses groups under vmap, some of them without a message

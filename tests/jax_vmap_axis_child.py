@@ -1,4 +1,4 @@
-"""FINDINGS.md 13-18 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, and psend/precv's.
+"""FINDINGS.md 13-19 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, and psend/precv's.
 
 `python tests/jax_vmap_axis_child.py` (4 CPU devices) runs each finding's program and prints one JSON line,
 `{finding id: what JAX gives}`: the values as lists, or `"raised <type>: <message>"`. tests/test_jax_coverage.py
@@ -50,7 +50,10 @@ def main() -> None:
         return lax.precv(token, jax.ShapeDtypeStruct(b.shape, b.dtype), "x", [(0, 1), (1, 0)])
 
     piped = jax.shard_map(pair, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    copy = jax.shard_map(lambda v: v, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     results = {
+        "eager-shard-map-zero-size": outcome(copy, jnp.zeros((2, 0))),
+        "eager-shard-map-zero-size jit": outcome(jax.jit(copy), jnp.zeros((2, 0))),
         "vmap-psend-precv": outcome(lambda v: jax.eval_shape(jax.vmap(piped), v).shape, jnp.ones((3, 4))),
         "vmap-psend-precv per batch": outcome(lambda v: jax.eval_shape(piped, v).shape, jnp.ones(4)),
         "vmap-axis-typed-as-mesh-axis": outcome(psum_unbatched(True), x),

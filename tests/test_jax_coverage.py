@@ -1,5 +1,5 @@
 """How much of JAX's collective rules the rules campaign runs (benchmarks/jax_coverage.py), and the findings
-its vmap programs met (FINDINGS.md 13-18), pinned.
+its vmap programs met (FINDINGS.md 13-19), pinned.
 
 Both run in child processes (the benchmark runs the campaign under coverage.py with 8 CPU devices; the
 findings' programs need 4); this process never imports jax.
@@ -122,3 +122,10 @@ def test_jax_vmap_of_psend_and_precv_is_pinned(vmap_axis):
     so the batched one should be f32[3, 4]."""
     assert vmap_axis["vmap-psend-precv"].startswith("raised TypeError: _ppermute_batcher() got an unexpected keyword")
     assert vmap_axis["vmap-psend-precv per batch"] == [4]
+
+
+def test_jax_eager_shard_map_of_a_zero_size_array_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 19: the result of an eager shard_map (outside jit) with a zero-size output cannot be
+    read (its shards carry the global shape); the same program under jit reads as a (2, 0) array."""
+    assert vmap_axis["eager-shard-map-zero-size"].startswith("raised ValueError: could not broadcast input array")
+    assert vmap_axis["eager-shard-map-zero-size jit"] == [[], []]

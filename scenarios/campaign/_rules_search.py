@@ -70,7 +70,7 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         kind_ = kind
         if kind == "vmap" and named(case) and extra[1].draw(st.integers(0, 3), label="named") == 0:
             kind_, unbatched = "vmap_named", extra[1].draw(st.booleans(), label="unbatched")
-            problem = named_vmap_problem(case, check_vma, unbatched)
+            problem = named_vmap_problem(case, check_vma, unbatched, extra[1].draw(st.booleans(), label="eager"))
             args = (check_vma, unbatched, problem)
         elif kind == "vmap":
             size, data = extra
