@@ -8,7 +8,8 @@ stacked per-device blocks, with `check_vma` on or off, and the same program in m
   `jax.linear_transpose` of the JAX program == meshsim's transpose (`collectives.linear_transpose`, the
   registry's rules), and meshsim's satisfies the adjoint identity <T(ct), x> == <ct, f(x)>;
 - `vmap_problem` (every collective): `jax.vmap` of the JAX program over a batch axis per argument (or
-  none) == the program run once per batch element. Here each argument is taken whole (the devices' blocks
+  none, even for every argument: the batching rules' unbatched branches) == the program run once per
+  batch element. Here each argument is taken whole (the devices' blocks
   concatenated along the sharded leading axis, the body applying the collective to its block as it is), so
   the batch axis reaches the collective's batching rule at the position drawn, not moved first by indexing.
 
@@ -163,7 +164,7 @@ def vmap_problem(case: Case, check_vma: bool, size: int, axes: list[int | None])
     loop = [np.asarray(p.jax(*v)) for v in variants]
     stacked = [p.globals[k] if a is None else np.stack([v[k] for v in variants], axis=a) for k, a in enumerate(axes)]
     try:
-        got = np.asarray(jax.vmap(p.jax, in_axes=tuple(axes))(*stacked))
+        got = np.asarray(jax.vmap(p.jax, in_axes=tuple(axes), axis_size=size)(*stacked))
     except NotImplementedError as error:  # JAX's documented refusals (ragged with groups, ...)
         return None if "feature request" in str(error) or "axis_index_groups" in str(error) else str(error)
     except Exception as error:

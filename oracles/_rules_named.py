@@ -147,7 +147,8 @@ def pair_vmap_problem(case: Any, check_vma: bool, axes: list[int | None]) -> str
     (whole,) = truth.globals
     try:
         want = jax.eval_shape(program, whole)
-        got = jax.eval_shape(jax.vmap(program, in_axes=axis), np.stack([whole, whole], axis=axis))
+        batched = whole if axis is None else np.stack([whole, whole], axis=axis)
+        got = jax.eval_shape(jax.vmap(program, in_axes=axis, axis_size=2), batched)
     except Exception as error:
         return f"jax.vmap of psend and precv raised {type(error).__name__} in {raised_in(error)}: {str(error)[:300]}"
     if got.shape != (2, *want.shape) or got.dtype != want.dtype:
