@@ -92,7 +92,7 @@ def text_table(title: str, rows: list[Covered]) -> list[str]:
     modelled = not title.startswith(OUTSIDE)
     lines = [f"\n{title}", f"{'function':<46}{'lines':>8}{'branches':>10}  unreached lines / why"]
     for row in rows:
-        why = "" if row.complete else f"  ({reason(row.function, modelled)})"
+        why = "" if row.complete else f"  ({reason(name(row), modelled)})"
         lines.append(f"{name(row):<46}{_percent(row.lines_run, row.lines):>8}"
                      f"{_percent(row.branches_run, row.branches):>10}  {unreached(row)}{why}")
     return lines
@@ -106,7 +106,7 @@ def markdown_table(title: str, rows: list[Covered]) -> list[str]:
         registered = ", ".join(row.registered)
         lines.append(f"| `{name(row)}` ({row.file}:{row.first_line}) | {registered} | "
                      f"{_percent(row.lines_run, row.lines)} | {_percent(row.branches_run, row.branches)} | "
-                     f"{unreached(row)} | {'' if row.complete else reason(row.function, modelled)} |")
+                     f"{unreached(row)} | {'' if row.complete else reason(name(row), modelled)} |")
     return lines
 
 
