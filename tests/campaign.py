@@ -84,7 +84,7 @@ def _wrong_all_gather_batching() -> None:
 
     def reversed_batch(axis_data: Any, vals: Any, dims: Any, **params: Any) -> Any:
         out, dim = right(axis_data, vals, dims, **params)
-        return jax.lax.rev(out, (dim,)), dim
+        return (out if dim is None else jax.lax.rev(out, (dim,))), dim
 
     batching.fancy_primitive_batchers[parallel.all_gather_p] = reversed_batch
 

@@ -44,10 +44,12 @@ def drawn(op: str, floats: bool) -> st.SearchStrategy[tuple[Case, bool]]:
 
 
 def batch_axes(case: Case) -> st.SearchStrategy[list[int | None]]:
-    """A batch axis of each whole argument (None: unbatched; all None now and then: the batching rules'
-    branches for operands the batch does not touch)."""
+    """A batch axis of each whole argument (None: unbatched), at least one batched; one draw in eight none
+    at all (the batching rules' branches for operands the batch does not touch)."""
     ranks = [max(np.asarray(per[0]).ndim, 1) for per in case.args]
-    return st.tuples(*(st.one_of(st.none(), st.integers(0, r)) for r in ranks)).map(list)
+    one = st.tuples(*(st.one_of(st.none(), st.integers(0, r)) for r in ranks)).map(list)
+    touched = one.filter(lambda axes: any(a is not None for a in axes))
+    return st.integers(0, 7).flatmap(lambda k: st.just([None] * len(ranks)) if k == 0 else touched)
 
 
 def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: bool = True) -> dict[str, Any]:
