@@ -1,12 +1,15 @@
 """Why lines of a JAX rule function stay unreached by the rules campaign, judged by reading each one.
 
-`reason("_pbroadcast_lowering")` is the text for that function's unreached lines (a lambda is named with
-its line, `"<lambda>:1056"`); a function not judged here reads "not judged", and one of a primitive
-outside meshsim's model needs no other reason. The texts name the lines they speak of where a function
-has several kinds of unreached lines. Line numbers are jax 0.10.2's.
+`reason("_pbroadcast_batcher", {1261})` is the text for that function's unreached lines (a lambda is
+named with its line, `"<lambda>:1056"`): where a function has several kinds of unreached lines, its text
+is parts that start with the lines they speak of ("1261: ...; 1266: ..."), and only the parts about lines
+still unreached are given, so one table serves every profile. A function not judged here reads "not
+judged"; one of a primitive outside meshsim's model needs no other reason. Line numbers are jax 0.10.2's.
 """
 
 from __future__ import annotations
+
+import re
 
 _GPU = "registered for platform='gpu' only"
 _CPU_LOWERED = ("XLA:CPU cannot run it: the campaign runs the op through oracles.install_cpu_lowerings(), "
@@ -42,7 +45,8 @@ REASONS: dict[str, str] = {
     "_ppermute_batcher": f"1126: {_NOT_TUPLE}; 1128: an unbatched operand not over the vmap axis, drawn rarely",
     "_pbroadcast_batcher": ("1261: an unbatched operand not over the vmap axis, drawn rarely; 1266: a tuple "
                             "with the vmap axis, refused (NotImplementedError); 1270: dead code (1266 has "
-                            "raised whenever remaining_axes is not empty)"),
+                            "raised whenever remaining_axes is not empty); 1272: an unbatched operand over the "
+                            "vmap axis, drawn rarely"),
     "_pbroadcast_lowering": f"{_GPU}; {_CPU_LOWERED}",
     "_ragged_all_to_all_lowering": _CPU_LOWERED,
     "_psend_lowering_gpu": f"{_GPU}; XLA:CPU has no Send/Recv, the campaign runs JAX's equivalent ppermute",
@@ -51,8 +55,12 @@ REASONS: dict[str, str] = {
     "_precv_lowering": "raises on every platform but GPU; the campaign lowers no precv",
     "_all_to_all_effectful_abstract_eval": f"1480: {_NOT_TUPLE}",
     "_all_to_all_batched_collective": ("1413-1416: an unbatched operand not over the vmap axis, drawn rarely; "
-                                       "1449-1461: a tuple axis_name with the vmap axis between others (major "
-                                       "and minor axes): needs three mesh axes, the campaign's meshes have two"),
+                                       "1426-1427: an unbatched operand over the vmap axis (FINDINGS.md 17), drawn "
+                                       "rarely; 1442-1443: split_axis != concat_axis over the vmap axis alone, "
+                                       "drawn rarely; 1449-1455: the vmap axis after another in the tuple (major "
+                                       "axes) and 1461: before another (minor axes), each drawn rarely (and "
+                                       "typed programs stop at FINDINGS.md 13 first); both at once needs three "
+                                       "mesh axes, the campaign's meshes have two"),
     "_all_to_all_lowering": f"1334: the error for unequal groups (the docs require equal ones); 1347: {_PMAP}; "
                             f"1359-1375: {_ASYNC}",
     "_ragged_all_to_all_effectful_abstract_eval": ("the errors for arguments the docs forbid (non-integer offsets "
@@ -85,9 +93,10 @@ REASONS: dict[str, str] = {
     "_pvary_batcher": ("2460: pvary over the vmap axis (NotImplementedError): pvary takes an invariant operand, "
                        "which the named vmap does not draw"),
     "_check_axis_names": "973: the error for an unbound axis name (the campaign names bound axes only)",
-    "_constant_reduction": ("848: an unbatched reduction over the vmap axis and other axes too, drawn rarely; "
-                            "855: raised for psum_invariant (an unbatched operand over the vmap axis in a typed "
-                            "program), which FINDINGS.md 13's assertion stops first"),
+    "_constant_reduction": ("846-853, 856: an unbatched reduction over the vmap axis under jit (eager "
+                            "programs take psum's constant path), drawn rarely; 848: over the vmap axis and "
+                            "other axes too; 855: raised for psum_invariant (an unbatched operand over the vmap "
+                            "axis in a typed program), which FINDINGS.md 13's assertion stops first"),
     "_reduction_batcher": f"881-888: {_POSITIONAL}",
     "_reduction_with_positional_batcher": ("861: groups, refused (the named vmap's grouped calls refuse "
                                            "earlier); 865-866: dead code, both callers hand it a batched "
@@ -106,7 +115,11 @@ REASONS: dict[str, str] = {
     "_all_newly_manual_mesh_names": f"1992-1993: {_REMAT}",
     "_shard_map_dce": ("2008: no output used and no effects (every campaign program uses its shard_map's "
                        "result); 2016: the same after DCE"),
-    "_shard_map_impl": _EAGER, "_run_shmap": _EAGER, "_unmatch_spec": _EAGER, "_match_spec": _EAGER,
+    "_shard_map_impl": ("1205-1207: a shard_map over an abstract mesh, the devices found from the arguments: "
+                        f"the campaign names concrete devices; 1217-1218: an eager typed program, drawn rarely "
+                        f"(typed eager programs stop at FINDINGS.md 13 or 19 first); {_EAGER}"),
+    "_run_shmap": _EAGER, "_unmatch_spec": _EAGER,
+    "_match_spec": f"1317: a partial-manual shard_map (the partial_manual kind's); {_EAGER}",
     "_mat_to_spec": _EAGER, "_check_names": f"1296: the error for out_specs naming too few axes; {_EAGER}",
     "_check_mats": f"1305: the error for an output typed unlike its out_specs; {_EAGER}",
     "_shard_map_staging": f"815-837: {_HIJAX}",
@@ -126,9 +139,25 @@ REASONS: dict[str, str] = {
 }
 
 
-def reason(function: str, modelled: bool = True) -> str:
-    """Why `function`'s unreached lines are unreached ("not judged" when no one has said); a function of a
-    primitive outside meshsim's model (`modelled` False) needs no other reason."""
-    if function in REASONS:
-        return REASONS[function]
-    return "not judged" if modelled else _UNMODELLED
+def parts(text: str) -> list[tuple[set[int], str]]:
+    """A reason's parts with the lines each speaks of: '1126: a; 1128-1130, 1133: b' -> [({1126}, '1126: a'),
+    ({1128, 1129, 1130, 1133}, '1128-1130, 1133: b')]; a part without leading line numbers speaks of all."""
+    found = []
+    for part in re.split(r"; (?=\d)", text):
+        head = re.match(r"^([\d\-, >]+): ", part)
+        lines: set[int] = set()
+        for first, _, last in re.findall(r"(\d+)(-(?:>)?(\d+))?", head.group(1)) if head else ():
+            lines.update(range(int(first), int(last or first) + 1))
+        found.append((lines, part))
+    return found
+
+
+def reason(function: str, unreached: set[int] | None = None, modelled: bool = True) -> str:
+    """Why `function`'s `unreached` lines are unreached: the parts of its reason that speak of them (every
+    part when `unreached` is None), "not judged" when no one has said; a function of a primitive outside
+    meshsim's model (`modelled` False) needs no other reason."""
+    if function not in REASONS:
+        return "not judged" if modelled else _UNMODELLED
+    chosen = [text for lines, text in parts(REASONS[function])
+              if unreached is None or not lines or lines & unreached]
+    return "; ".join(chosen) or "not judged"

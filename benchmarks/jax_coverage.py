@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -88,11 +89,20 @@ def unreached(row: Covered) -> str:
     return "; ".join(parts) or "-"
 
 
+def lines_of(row: Covered) -> set[int]:
+    """The unreached lines and the lines of the branches not taken, as numbers."""
+    found = set()
+    for first, last in re.findall(r"(\d+)(?:-(\d+))?", row.missing):
+        found.update(range(int(first), int(last or first) + 1))
+    found.update(int(a) for a in re.findall(r"(\d+)->", row.partial))
+    return found
+
+
 def text_table(title: str, rows: list[Covered]) -> list[str]:
     modelled = not title.startswith(OUTSIDE)
     lines = [f"\n{title}", f"{'function':<46}{'lines':>8}{'branches':>10}  unreached lines / why"]
     for row in rows:
-        why = "" if row.complete else f"  ({reason(name(row), modelled)})"
+        why = "" if row.complete else f"  ({reason(name(row), lines_of(row), modelled)})"
         lines.append(f"{name(row):<46}{_percent(row.lines_run, row.lines):>8}"
                      f"{_percent(row.branches_run, row.branches):>10}  {unreached(row)}{why}")
     return lines
@@ -106,7 +116,7 @@ def markdown_table(title: str, rows: list[Covered]) -> list[str]:
         registered = ", ".join(row.registered)
         lines.append(f"| `{name(row)}` ({row.file}:{row.first_line}) | {registered} | "
                      f"{_percent(row.lines_run, row.lines)} | {_percent(row.branches_run, row.branches)} | "
-                     f"{unreached(row)} | {'' if row.complete else reason(name(row), modelled)} |")
+                     f"{unreached(row)} | {'' if row.complete else reason(name(row), lines_of(row), modelled)} |")
     return lines
 
 
