@@ -93,10 +93,11 @@ REASONS: dict[str, str] = {
     "_pvary_batcher": ("2460: pvary over the vmap axis (NotImplementedError): pvary takes an invariant operand, "
                        "which the named vmap does not draw"),
     "_check_axis_names": "973: the error for an unbound axis name (the campaign names bound axes only)",
-    "_constant_reduction": ("846-853, 856: an unbatched reduction over the vmap axis under jit (eager "
-                            "programs take psum's constant path), drawn rarely; 848: over the vmap axis and "
-                            "other axes too; 855: raised for psum_invariant (an unbatched operand over the vmap "
-                            "axis in a typed program), which FINDINGS.md 13's assertion stops first"),
+    "_constant_reduction": ("846-847, 849-853, 856: an unbatched reduction over the vmap axis under jit "
+                            "(eager programs take psum's constant path instead), drawn rarely; 848: over the vmap "
+                            "axis and other axes too, drawn rarely; 855: raised for psum_invariant (an unbatched "
+                            "operand over the vmap axis in a typed program), which FINDINGS.md 13's assertion "
+                            "stops first"),
     "_reduction_batcher": f"881-888: {_POSITIONAL}",
     "_reduction_with_positional_batcher": ("861: groups, refused (the named vmap's grouped calls refuse "
                                            "earlier); 865-866: dead code, both callers hand it a batched "
@@ -135,7 +136,8 @@ REASONS: dict[str, str] = {
                              "itself sharded over mesh axes (explicit sharding): outside meshsim's model",
     "_shard_map_discharge": "discharging Ref effects (mutable arrays) in a shard_map: outside meshsim's model",
     "_get_spmdaxis_ctx_mesh": "978-979: a shard_map over an abstract mesh: the campaign's name concrete devices",
-    "_repspec": "top_level_all_gather (explicit sharding): outside meshsim's model",
+    "_repspec": ("a shard_map body closing over arrays (constants, environment values): the campaign's bodies "
+                 "take every array as an argument"),
 }
 
 

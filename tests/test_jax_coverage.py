@@ -72,7 +72,8 @@ def test_every_unreached_rule_of_the_benchmark_table_has_a_reason():
     """Every function the BENCHMARKS.md table shows with unreached lines or branches says why."""
     text = (ROOT / "BENCHMARKS.md").read_text()
     table = text[text.index("## Coverage of JAX's rules"):]
-    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| `")]
+    cells = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| `")]
+    rows = [c for c in cells if len(c) == 6]  # function, registered as, lines, branches, unreached, why
     assert len(rows) > 60
     unexplained = [cells[0] for cells in rows if cells[4] != "-" and cells[5] in ("", "not judged")]
     assert unexplained == []
