@@ -55,11 +55,11 @@ REASONS: dict[str, str] = {
     "_precv_lowering": "raises on every platform but GPU; the campaign lowers no precv",
     "_all_to_all_effectful_abstract_eval": f"1480: {_NOT_TUPLE}",
     "_all_to_all_batched_collective": ("1413-1416: an unbatched operand not over the vmap axis, drawn rarely; "
-                                       "1426-1427: an unbatched operand over the vmap axis (FINDINGS.md 17), drawn "
+                                       "1426-1427: an unbatched operand over the vmap axis (FINDINGS.md 21), drawn "
                                        "rarely; 1442-1443: split_axis != concat_axis over the vmap axis alone, "
                                        "drawn rarely; 1449-1455: the vmap axis after another in the tuple (major "
                                        "axes) and 1461: before another (minor axes), each drawn rarely (and "
-                                       "typed programs stop at FINDINGS.md 13 first); both at once needs three "
+                                       "typed programs stop at FINDINGS.md 17 first); both at once needs three "
                                        "mesh axes, the campaign's meshes have two"),
     "_all_to_all_lowering": f"1334: the error for unequal groups (the docs require equal ones); 1347: {_PMAP}; "
                             f"1359-1375: {_ASYNC}",
@@ -96,7 +96,7 @@ REASONS: dict[str, str] = {
     "_constant_reduction": ("846-847, 849-853, 856: an unbatched reduction over the vmap axis under jit "
                             "(eager programs take psum's constant path instead), drawn rarely; 848: over the vmap "
                             "axis and other axes too, drawn rarely; 855: raised for psum_invariant (an unbatched "
-                            "operand over the vmap axis in a typed program), which FINDINGS.md 13's assertion "
+                            "operand over the vmap axis in a typed program), which FINDINGS.md 17's assertion "
                             "stops first"),
     "_reduction_batcher": f"881-888: {_POSITIONAL}",
     "_reduction_with_positional_batcher": ("861: groups, refused (the named vmap's grouped calls refuse "
@@ -118,7 +118,7 @@ REASONS: dict[str, str] = {
                        "result); 2016: the same after DCE"),
     "_shard_map_impl": ("1205-1207: a shard_map over an abstract mesh, the devices found from the arguments: "
                         f"the campaign names concrete devices; 1217-1218: an eager typed program, drawn rarely "
-                        f"(typed eager programs stop at FINDINGS.md 13 or 19 first); {_EAGER}"),
+                        f"(typed eager programs stop at FINDINGS.md 21 or 23 first); {_EAGER}"),
     "_run_shmap": _EAGER, "_unmatch_spec": _EAGER,
     "_match_spec": f"1317: a partial-manual shard_map (the partial_manual kind's); {_EAGER}",
     "_mat_to_spec": _EAGER, "_check_names": f"1296: the error for out_specs naming too few axes; {_EAGER}",

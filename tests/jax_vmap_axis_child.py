@@ -1,4 +1,4 @@
-"""FINDINGS.md 13-19 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, and psend/precv's.
+"""FINDINGS.md 21-23 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, and psend/precv's.
 
 `python tests/jax_vmap_axis_child.py` (4 CPU devices) runs each finding's program and prints one JSON line,
 `{finding id: what JAX gives}`: the values as lists, or `"raised <type>: <message>"`. tests/test_jax_coverage.py

@@ -1,5 +1,5 @@
 """How much of JAX's collective rules the rules campaign runs (benchmarks/jax_coverage.py), and the findings
-its vmap programs met (FINDINGS.md 13-19), pinned.
+its vmap programs met (FINDINGS.md 21-23), pinned.
 
 Both run in child processes (the benchmark runs the campaign under coverage.py with 8 CPU devices; the
 findings' programs need 4); this process never imports jax.
@@ -85,7 +85,7 @@ def vmap_axis() -> dict:
 
 
 def test_jax_psum_over_a_vmap_axis_inside_shard_map_is_pinned(vmap_axis):
-    """Pins FINDINGS.md 13: in a check_vma=True shard_map, psum over a vmap axis of a value not batched along
+    """Pins FINDINGS.md 17: in a check_vma=True shard_map, psum over a vmap axis of a value not batched along
     it raises AssertionError (core.pvary drops the vmap axis, not a mesh axis); unchecked, the same program
     gives each member 3 * x, as a vmap without shard_map does."""
     assert vmap_axis["vmap-axis-typed-as-mesh-axis"].startswith("raised AssertionError")
@@ -93,34 +93,34 @@ def test_jax_psum_over_a_vmap_axis_inside_shard_map_is_pinned(vmap_axis):
 
 
 def test_jax_ppermute_over_a_tuple_with_a_vmap_axis_is_pinned(vmap_axis):
-    """Pins FINDINGS.md 14, a silent wrong answer: ppermute over ('x', 'y') with 'y' a vmap axis applies the
+    """Pins FINDINGS.md 18, a silent wrong answer: ppermute over ('x', 'y') with 'y' a vmap axis applies the
     perm to 'x' alone; the same call with 'y' a mesh axis swaps (x0, y0) and (x0, y1)."""
     assert vmap_axis["vmap-axis-ppermute-tuple"] == [[2.0, 3.0], [0.0, 1.0]]
     assert vmap_axis["vmap-axis-ppermute-tuple on a mesh"] == [[1.0, 0.0], [0.0, 0.0]]
 
 
 def test_jax_ppermute_partial_perm_over_a_vmap_axis_is_pinned(vmap_axis):
-    """Pins FINDINGS.md 15: a partial perm over a vmap axis (the docs allow it: non-destinations get zeros,
+    """Pins FINDINGS.md 19: a partial perm over a vmap axis (the docs allow it: non-destinations get zeros,
     here [0, 1]) raises AssertionError."""
     assert vmap_axis["vmap-axis-ppermute-partial-perm"] == (
         "raised AssertionError: Permutation doesn't match the axis size!")
 
 
 def test_jax_pbroadcast_over_a_vmap_axis_is_pinned(vmap_axis):
-    """Pins FINDINGS.md 16: pbroadcast over a vmap axis (correct: [1, 1]) raises TypeError (a list handed to
+    """Pins FINDINGS.md 20: pbroadcast over a vmap axis (correct: [1, 1]) raises TypeError (a list handed to
     take)."""
     assert vmap_axis["vmap-axis-pbroadcast-take"].startswith("raised TypeError: take requires ndarray")
 
 
 def test_jax_all_to_all_of_an_unbatched_operand_over_a_vmap_axis_is_pinned(vmap_axis):
-    """Pins FINDINGS.md 17: all_to_all over a vmap axis of an unbatched x gives every member [x, x] (shape
+    """Pins FINDINGS.md 21: all_to_all over a vmap axis of an unbatched x gives every member [x, x] (shape
     (2, 2)); with x batched as [x, x] it gives the right [1, 1] and [2, 2]."""
     assert vmap_axis["vmap-axis-all-to-all-unbatched"] == [[[1.0, 2.0], [1.0, 2.0]]] * 2
     assert vmap_axis["vmap-axis-all-to-all-unbatched batched"] == [[1.0, 1.0], [2.0, 2.0]]
 
 
 def test_jax_vmap_of_psend_and_precv_is_pinned(vmap_axis):
-    """Pins FINDINGS.md 18: jax.vmap of a program that sends with psend and receives with precv fails to trace
+    """Pins FINDINGS.md 22: jax.vmap of a program that sends with psend and receives with precv fails to trace
     (precv's batching rule is ppermute's, which takes no out_shape); the per-batch program traces to f32[4],
     so the batched one should be f32[3, 4]."""
     assert vmap_axis["vmap-psend-precv"].startswith("raised TypeError: _ppermute_batcher() got an unexpected keyword")
@@ -128,7 +128,7 @@ def test_jax_vmap_of_psend_and_precv_is_pinned(vmap_axis):
 
 
 def test_jax_eager_shard_map_of_a_zero_size_array_is_pinned(vmap_axis):
-    """Pins FINDINGS.md 19: the result of an eager shard_map (outside jit) with a zero-size output cannot be
+    """Pins FINDINGS.md 23: the result of an eager shard_map (outside jit) with a zero-size output cannot be
     read (its shards carry the global shape); the same program under jit reads as a (2, 0) array."""
     assert vmap_axis["eager-shard-map-zero-size"].startswith("raised ValueError: could not broadcast input array")
     assert vmap_axis["eager-shard-map-zero-size jit"] == [[], []]
