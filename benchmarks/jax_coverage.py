@@ -1,7 +1,7 @@
 """How much of JAX's collective rules the rules campaign runs: line and branch coverage per rule function.
 
     python benchmarks/jax_coverage.py                       # the default profile (what `make test` runs)
-    python benchmarks/jax_coverage.py --profile wide        # the larger derandomized profile
+    python benchmarks/jax_coverage.py --profile wide --kinds transpose vmap   # BENCHMARKS.md's table
     python benchmarks/jax_coverage.py --ops psum ppermute   # a few collectives only
     python benchmarks/jax_coverage.py --data run.cov        # re-read a data file kept with --keep
     python benchmarks/jax_coverage.py --markdown            # the table as BENCHMARKS.md holds it
@@ -132,6 +132,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="default", help="tests/campaign.py's profile (default, wide, large)")
     parser.add_argument("--ops", nargs="*", help="only these collectives")
+    parser.add_argument("--kinds", nargs="*", help="only these kinds of the campaign (default: all of them)")
     parser.add_argument("--data", type=Path, help="read this coverage data file instead of running the campaign")
     parser.add_argument("--keep", type=Path, help="keep the coverage data file here")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
@@ -142,8 +143,9 @@ def main(argv: list[str]) -> int:
         data = options.data or options.keep or Path(tmp) / "campaign.cov"
         start = time.perf_counter()
         if options.data is None:
-            report = run_campaign(data, ["--profile", options.profile, *(["--ops", *options.ops] if options.ops
-                                                                          else [])])
+            report = run_campaign(data, ["--profile", options.profile,
+                                         *(["--ops", *options.ops] if options.ops else []),
+                                         *(["--kinds", *options.kinds] if options.kinds else [])])
         wall = time.perf_counter() - start
         rows = measure(data, rule_functions())
         totals = file_totals(data)

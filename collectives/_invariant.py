@@ -191,12 +191,20 @@ def _bind_all_gather_invariant(jax: Any, p: dict[str, Any]) -> Any:
 
 
 def _bind_pscatter(jax: Any, p: dict[str, Any]) -> Any:
-    """pscatter as JAX defines it: the linear transpose of all_gather_invariant, applied to `x`."""
+    """pscatter as JAX defines it: the linear transpose of all_gather_invariant, applied to `x`.
+
+    Untyped (`check_vma=False`) that transpose cannot know the cotangent is one value on every device, and
+    with `oracles.install_jax_fixes()` it sums them (psum_scatter, FINDINGS.md 10): there pscatter is the
+    slice at `axis_index` that the typed transpose takes."""
     names, axis, tiled = _axes(p["axis_name"]), p.get("axis", 0), p.get("tiled", False)
 
     def scatter(x: Any) -> Any:
         size = int(np.prod([jax.lax.axis_size(name) for name in names]))
         dim = axis % x.ndim
+        if not jax.parallel.config._check_vma.value:
+            block = x.shape[dim] // size if tiled else 1
+            part = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(names) * block, block, axis=dim)
+            return part if tiled else jax.lax.squeeze(part, (dim,))
         example = (jax.lax.slice_in_dim(x, 0, x.shape[dim] // size, axis=dim) if tiled
                    else jax.lax.index_in_dim(x, 0, dim, keepdims=False))
         gather = lambda part: jax.parallel.all_gather_invariant(part, names, axis=axis, tiled=tiled)

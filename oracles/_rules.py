@@ -215,6 +215,15 @@ def _vmap_axis_in_tuple(case: Case) -> bool:
     return isinstance(names, tuple) and len(names) > 1 and list(case.mesh_shape)[-1] in names
 
 
+# Reductions whose partial-manual program XLA:CPU aborts on in bfloat16 (FINDINGS.md 16): before it runs
+REDUCING = ("psum", "pmean", "pmax", "pmin", "psum_scatter", "psum_invariant")
+
+
+def bfloat16_reduction(case: Case) -> bool:
+    """A reduction over bfloat16 (its partial-manual program kills the process: check before running it)."""
+    return case.op in REDUCING and np.asarray(case.args[0][0]).dtype == np.dtype("bfloat16")
+
+
 # Each finding of FINDINGS.md: (property, predicate on the call and check_vma (transpose) or the batch axes (vmap)).
 KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
     "ragged-transpose-ignores-groups": ("transpose", lambda c, *_: _ragged(c)
@@ -247,6 +256,14 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
     "vmap-psend-precv": ("vmap_pair", lambda c, problem: "unexpected keyword argument 'out_shape'" in problem),
     "vmap-axis-all-to-all-unbatched": ("vmap_named", lambda c, vma, unbatched, problem: unbatched
                                        and c.op in ("all_to_all", "pswapaxes") and "differs" in problem),
+    # vma: the `oracles._vma_table.VmaCase` and nothing else; partial_manual: the call, check_vma, manual axes
+    "argsort-typed-invariant": ("vma", lambda c, *_: (c.primitive == "argsort" and bool(c.varying[0]))
+                                or (c.primitive == "sort_key_val" and c.varying[0] != c.varying[1])),
+    "cond-typed-without-index": ("vma", lambda c, *_: c.primitive == "cond"
+                                 and not set(c.varying[0]) <= set(c.varying[1]) | set(c.varying[2])),
+    "while-typed-without-predicate": ("vma", lambda c, *_: c.primitive == "while_loop" and bool(c.varying[0])),
+    "pure-callback-typed-invariant": ("vma", lambda c, *_: c.primitive == "pure_callback" and any(c.varying)),
+    "partial-manual-bfloat16-reduction": ("partial_manual", lambda c, *_: bfloat16_reduction(c)),
 }
 
 

@@ -71,6 +71,22 @@ def test_default_campaign_finds_nothing_new(default):
     assert "untiled-psum-scatter-vmap-axis" in {name for r in rows if r["kind"] == "vmap" for name in r["known"]}
 
 
+def test_default_campaign_types_every_primitive_and_partial_program(default):
+    """The vma kind types every multi-operand jax.lax primitive of its table on drawn programs (JAX's typed
+    jaxpr against the rule, and out_specs claiming invariance where JAX says so against each device's own
+    result), and meets FINDINGS.md 4 (argsort typed invariant) among the known ones; the partial_manual kind
+    runs every collective with arrays manual over part of the mesh against the fully manual program."""
+    rows = {(r["op"], r["kind"]): r for r in default["rows"]}
+    primitives = {op for op, kind in rows if kind == "vma"}
+    assert {"sort", "argsort", "top_k", "scatter", "scatter_add", "gather", "dynamic_slice", "dynamic_update_slice",
+            "select_n", "where", "cond", "while_loop", "cumsum", "cumprod", "cummax", "associative_scan", "concatenate",
+            "pad", "dot_general", "custom_jvp", "custom_vjp", "pure_callback"} <= primitives
+    assert all(rows[p, "vma"]["examples"] >= 3 for p in primitives)
+    assert "argsort-typed-invariant" in rows["argsort", "vma"]["known"]
+    partial = {op for op, kind in rows if kind == "partial_manual" and rows[op, kind]["examples"] >= 2}
+    assert {"psum", "all_gather", "all_to_all", "ppermute", "psum_scatter", "ragged_all_to_all", "pvary"} <= partial
+
+
 def test_every_finding_is_written_up_and_pinned():
     """FINDINGS.md has an entry for every id of the campaign's KNOWN table, and every test it names as the
     pin of a finding exists."""
@@ -82,15 +98,39 @@ def test_every_finding_is_written_up_and_pinned():
         assert f"def {name}(" in (ROOT / "tests" / module).read_text(), f"{module}::{name}"
 
 
+def test_default_campaign_runs_the_forward_kinds(default):
+    """The default profile also runs JAX's forward mode (jvp, every linear collective), compositions of
+    transformations (compose, every linear collective) and control flow (control_flow, every collective with
+    arrays) on at least two programs each, and every disagreement they meet is a known finding."""
+    rows = default["rows"]
+    ran = {(r["op"], r["kind"]) for r in rows if r["examples"] >= 2}
+    linear = {r["op"] for r in rows if r["kind"] == "transpose"}
+    batched = {r["op"] for r in rows if r["kind"] == "vmap"}
+    assert {(op, kind) for op in linear for kind in ("jvp", "compose")} <= ran
+    assert {(op, "control_flow") for op in batched} <= ran
+    assert [r["new"] for r in rows if r["kind"] in ("jvp", "compose", "control_flow") and r["new"]] == []
+
+
 @pytest.mark.parametrize(("mutant", "op", "kind", "says"), [
     ("psum-transpose", "psum", "transpose", "adjoint identity"),
     # the per-batch loop (positional vmap) or the mesh axis (vmap with axis_name) tells the batch reversed
     ("all-gather-batching", "all_gather", "vmap", "differs from the"),
+    ("dot-general-typing", "dot_general", "vma", "dot_general result 0 typed varying along []"),
+    ("partial-psum", "psum", "partial_manual", "differs from the fully manual one"),
+    ("all-gather-jvp", "all_gather", "jvp", "differs from the float64 finite difference"),
+    ("psum-scatter-batching", "all_gather", "compose", "vmap_of_grad"),
+    ("scan-transpose", "psum", "control_flow", "differs from jax.vjp of the unrolled program"),
+    ("scan-batching", "psum", "control_flow", "jax.vmap differs from the unrolled program run per batch element"),
 ])
 def test_a_wrong_rule_is_caught(mutant, op, kind, says):
     """With a deliberately wrong rule (meshsim's psum transposed to twice the cotangent; JAX's all_gather
-    batching rule reversing the batch) the campaign reports a new disagreement on that collective."""
-    report = campaign("--profile", "default", "--ops", op, "--mutant", mutant, "--no-shrink")
+    batching rule reversing the batch; JAX's dot_general typed invariant; JAX's psum lowered to twice the
+    sum in partial-manual programs; JAX's all_gather JVP doubling the tangent; JAX's psum_scatter batching
+    rule reversing the batch, met by all_gather's transpose under vmap; JAX's scan transpose doubling the
+    cotangents; JAX's scan batching rule reversing the batch) the campaign reports a new disagreement on that
+    collective or primitive (the forward-mode and control-flow kinds with 12 programs, their default being 2)."""
+    more = ("--examples", "12") if kind in ("jvp", "compose", "control_flow") else ()
+    report = campaign("--profile", "default", "--ops", op, "--kinds", kind, "--mutant", mutant, "--no-shrink", *more)
     [row] = [r for r in report["rows"] if r["kind"] == kind]
     assert row["new"] and says in row["new"][0], row
 

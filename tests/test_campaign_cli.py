@@ -177,6 +177,37 @@ def test_jax_rules_kinds_run_on_the_workers(capsys, tmp_path, cluster):
     assert {r["kind"] for r in records(tmp_path)} == {"transpose", "vmap"}
 
 
+@pytest.mark.differential
+def test_vma_and_partial_manual_kinds_run_on_the_workers(capsys, tmp_path, cluster):
+    """`--kinds vma partial_manual` on 2 workers: `--ops` names jax.lax primitives (vma) and collectives
+    (partial_manual); each row counts its programs as agreeing or known (argsort's FINDINGS.md 4 among them,
+    by id), nothing new, exit 0."""
+    _, address = cluster
+    code, report, _ = campaign(capsys, "--ops", "argsort", "dot_general", "psum", "--kinds", "vma", "partial_manual",
+                               "--cases", "4", "--scheduler", address, "-o", str(tmp_path))
+    assert code == 0, report
+    assert [(row["op"], row["kind"]) for row in report["rows"]] == [
+        ("argsort", "vma"), ("dot_general", "vma"), ("psum", "partial_manual")]
+    for row in report["rows"]:
+        assert row["cases"] == 4 and row["agree"] + row["known"] == 4 and row["findings"] == 0, row
+        assert set(row["known_ids"]) <= KNOWN_IDS
+    assert "argsort-typed-invariant" in report["rows"][0]["known_ids"]
+
+
+def test_forward_rules_kinds_run_on_the_workers(capsys, tmp_path, cluster):
+    """`--kinds jvp compose control_flow` on 2 workers: jvp and compose rows for a linear collective only,
+    control_flow for every collective with arrays; every program agrees or is a known disagreement, exit 0."""
+    _, address = cluster
+    code, report, _ = campaign(capsys, "--ops", "psum", "pmax", "--kinds", "jvp", "compose", "control_flow",
+                               "--cases", "3", "--scheduler", address, "-o", str(tmp_path))
+    assert code == 0, report
+    assert [(row["op"], row["kind"]) for row in report["rows"]] == [
+        ("psum", "jvp"), ("psum", "compose"), ("psum", "control_flow"), ("pmax", "control_flow")]
+    for row in report["rows"]:
+        assert row["cases"] == 3 and row["agree"] + row["known"] == 3 and row["findings"] == 0, row
+    assert {r["kind"] for r in records(tmp_path)} == {"jvp", "compose", "control_flow"}
+
+
 class NewRuleDisagreement(WorkerPlugin):
     """Stands in for the rules worker on every Dask worker: every search reports one known disagreement
     and one new one, so the test sees how the campaign records and saves them (no JAX needed)."""

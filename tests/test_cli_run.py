@@ -258,3 +258,33 @@ def _read(fd: int) -> bytes:
         return os.read(fd, 65536)
     except OSError:  # Linux reports a closed pseudo-terminal as EIO
         return b""
+
+
+def test_a_big_mesh_shows_its_first_and_last_devices(tmp_path, capsys):
+    """Past 16 devices `run` shows the first and last 8 and says how many it left out; a device's result
+    taller than 40 lines (here 48) shows its edges; `--full` shows every device and row."""
+    path = scenario(tmp_path, [1], devices=48, op="all_gather", params="")
+    assert main(["run", path]) == 0
+    out = capsys.readouterr().out
+    shown = [int(d) for d in re.findall(r"^device (\d+)  \(x=", out, re.MULTILINE)]
+    assert shown == [*range(8), *range(40, 48)] and "... 32 more devices (--full shows every one)" in out
+    assert out.count("shape (48, 1) float32") == 16 and "2304 messages" in out
+    assert main(["run", "--full", path]) == 0
+    out = capsys.readouterr().out
+    assert [int(d) for d in re.findall(r"^device (\d+)  \(x=", out, re.MULTILINE)] == list(range(48))
+    assert "more devices" not in out and "shape (" not in out
+
+
+def test_provenance_is_the_replay_of_every_message(tmp_path):
+    """Each device's provenance equals a plain replay of the messages that landed on it, record by record,
+    in trace order (the later message wins), on the library's scenarios that say where messages land."""
+    for name in ("ragged_docs_example", "moe_dispatch", "all_to_all_docs_untiled", "all_gather_groups",
+                 "all_to_all_seeded"):
+        result = scenarios.run(scenarios.load(str(ROOT / "scenarios" / "library" / f"{name}.toml")))
+        for d, provenance in enumerate(result.provenance):
+            writers: list = [None] * len(provenance.messages)
+            for k, m in enumerate(list(result.trace)):
+                if m.dst == d and "rows" in m.detail:
+                    writers[slice(*m.detail["rows"])] = [k] * (m.detail["rows"][1] - m.detail["rows"][0])
+            assert provenance.messages == tuple(writers), (name, d)
+            assert provenance.sources == tuple(None if k is None else result.trace[k].src for k in writers)

@@ -35,7 +35,7 @@ def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def psum_coverage(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("coverage") / "rows.json"
-    run("benchmarks/jax_coverage.py", "--ops", "psum", "pbroadcast", "--json", str(out))
+    run("benchmarks/jax_coverage.py", "--ops", "psum", "pbroadcast", "--kinds", "transpose", "vmap", "--json", str(out))
     return json.loads(out.read_text())
 
 

@@ -345,3 +345,29 @@ def test_trace_command_without_output_exits_2(capsys):
         main(["trace", DOCS])
     assert exit_.value.code == 2
     assert "the following arguments are required: -o/--output" in capsys.readouterr().err
+
+
+def test_trace_columns_and_single_records_equal_the_records():
+    """`trace[k]`, `column`, `detail_column` and `detail_keys` read what the materialised records hold, on a
+    run with batched rows (all_gather), single messages (ppermute) and local copies."""
+    import numpy as np
+
+    import collectives
+    import sim
+
+    mesh = sim.Mesh({"x": 4})
+
+    def body(v):
+        gathered = collectives.all_gather(v, "x", tiled=True)
+        return collectives.ppermute(gathered, "x", [(i, (i + 1) % 4) for i in range(4)])
+
+    run = sim.shard_map(body, mesh=mesh, in_specs=sim.P("x"), out_specs=sim.P("x")).run(np.arange(8.0))
+    trace = run.trace
+    made = [trace[k] for k in range(len(trace))]
+    assert trace[-1] == made[-1] and made == list(trace.messages)
+    for name in ("src", "dst", "size_bytes", "send_time_s", "arrival_time_s", "call", "kind", "collective"):
+        assert trace.column(name).tolist() == [getattr(m, name) for m in made], name
+    assert trace.detail_column("rows") == [m.detail.get("rows") for m in made]
+    assert trace.detail_keys() == {key for m in made for key in m.detail}
+    with pytest.raises(IndexError, match="out of range"):
+        trace[len(trace)]

@@ -18,6 +18,9 @@ process that calls it is the only one changed. Its folder `findings/<id>/` holds
 - `upstream.toml`: whether the finding is still in the newest JAX source seen, how that was checked, and
   whether it is reported upstream.
 
+`report` reads a folder and renders it as an issue for JAX's tracker (`report.render(report.load(id))`; the
+command line's `meshsim report`).
+
 Importing this package does not import jax: a fix imports it when it is installed.
 """
 
@@ -26,12 +29,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from oracles.jax_fixes import _ragged, _rules
+from oracles.jax_fixes import _ragged, _rules, _vma
+from oracles.jax_fixes import _report as report
 
 FOLDER = Path(__file__).resolve().parent / "findings"
 
 # id -> the function that installs its fix (each imports jax and is idempotent)
-FIXES: dict[str, Callable[[], None]] = {**_ragged.FIXES, **_rules.FIXES}
+FIXES: dict[str, Callable[[], None]] = {**_ragged.FIXES, **_rules.FIXES, **_vma.FIXES}
 
 _installed: list[str] = []
 
@@ -58,4 +62,4 @@ def installed() -> tuple[str, ...]:
     return tuple(_installed)
 
 
-__all__ = ["FIXES", "FOLDER", "install_jax_fixes", "installed"]
+__all__ = ["FIXES", "FOLDER", "install_jax_fixes", "installed", "report"]

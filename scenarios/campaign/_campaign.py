@@ -37,6 +37,7 @@ import collectives
 import oracles
 import scenarios
 from layouts import MeshError
+from oracles._vma_table import VMA_PRIMITIVES
 from scenarios._errors import ScenarioError
 from scenarios.campaign._answers import Case, differences, run_jax, run_simulator, run_spec
 from scenarios.campaign._attempts import JobClock, OracleDown, attempted
@@ -57,8 +58,13 @@ class WorkerSetupError(ScenarioError):
 LINEAR = tuple(n for n, d in collectives.REGISTRY.items() if not isinstance(d.transpose, collectives.NotLinear))
 BATCHED = tuple(n for n, d in collectives.REGISTRY.items() if d.arrays)
 # What each kind checks, and on which collectives: "forward" the simulator against the spec and JAX; the
-# rules kinds JAX's own transposes (linear collectives) and batching rules (collectives with arrays).
-KINDS = {"forward": tuple(collectives.REGISTRY), "transpose": LINEAR, "vmap": BATCHED}
+# rules kinds JAX's own transposes (linear collectives) and batching rules (collectives with arrays), its
+# forward mode and compositions of transformations (linear collectives) and control flow (collectives with arrays).
+KINDS = {"forward": tuple(collectives.REGISTRY), "transpose": LINEAR, "vmap": BATCHED,
+         "jvp": LINEAR, "compose": LINEAR, "control_flow": BATCHED}
+# vma: device-variance typing of jax.lax's multi-operand primitives (names, not collectives); partial_manual:
+# shard_map manual over part of the mesh against the fully manual program (collectives with arrays)
+KINDS.update({"vma": tuple(VMA_PRIMITIVES), "partial_manual": BATCHED})
 
 
 def plan(ops: Sequence[str], cases: int, seed: int, chunk: int = CHUNK_CASES,

@@ -14,11 +14,11 @@ import sys
 from collections.abc import Sequence
 
 from layouts import MeshError
-from scenarios.cli import _crash, campaign, check, draw, explain, run, sweep, trace
+from scenarios.cli import _crash, campaign, check, draw, explain, report, run, sweep, trace
 from scenarios.cli._limits import time_limit
 from scenarios.cli.render import printable
 
-_COMMANDS = (run, explain, check, trace, draw, sweep, campaign)
+_COMMANDS = (run, explain, check, trace, draw, sweep, campaign, report)
 
 __all__ = ["main", "parser"]
 

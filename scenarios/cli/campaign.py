@@ -5,7 +5,9 @@ scheduler of `--scheduler`; each result is appended to DIR/results.jsonl as it a
 disagreement is saved as DIR/findings/NAME.toml (a `[collective]` scenario `meshsim check` replays), and
 the report counts cases, agreements and findings per collective. `--resume` skips the jobs whose keys
 the results file already holds. `--kinds transpose vmap` adds JAX's own rules (`scenarios.campaign._rules_jobs`):
-JAX's transposes against meshsim's and `jax.vmap` against a per-batch loop, disagreements that
+JAX's transposes against meshsim's and `jax.vmap` against a per-batch loop (`vma`: JAX's device-variance
+types of jax.lax's primitives, `--ops` naming primitives; `partial_manual`: shard_map manual over part of the
+mesh against the fully manual program), disagreements that
 FINDINGS.md explains counted as known, a new one shrunk and saved as DIR/findings/NAME.txt.
 """
 
@@ -45,7 +47,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     campaign.add_argument("--kinds", metavar="KIND", nargs="+", default=["forward"], choices=list(KINDS),
                           help="what to check: forward (simulator == spec == JAX; the default), transpose "
                                "(JAX's vjp/grad/linear_transpose == meshsim's transposes, linear collectives), "
-                               "vmap (jax.vmap == a per-batch loop); see FINDINGS.md for what JAX gets wrong")
+                               "vmap (jax.vmap == a per-batch loop), jvp (jax.jvp and jax.linearize == float64 finite "
+                               "differences and JAX's vjp), compose (vmap of grad, grad of vmap, jvp of vmap == "
+                               "per-batch loops), control_flow (scan, fori_loop, while_loop, cond, checkpoint, "
+                               "nested shard_map == the unrolled program), vma (the device-variance types of "
+                               "jax.lax's primitives, --ops names them), partial_manual (shard_map manual over part "
+                               "of the mesh == fully manual); see FINDINGS.md for what JAX gets wrong")
     add_cluster(campaign)
     campaign.add_argument("-o", "--output", metavar="DIR", default="campaign",
                           help="where results.jsonl and findings/ go (default ./campaign)")
@@ -110,11 +117,12 @@ def _run(jobs: list[Any], results: Results, workers: int | None, args: argparse.
 
 def _checked(args: argparse.Namespace) -> tuple[list[str], int, int, int | None]:
     """The collectives, cases per collective, seed and local workers asked for, each checked."""
-    ops = list(args.ops) if args.ops else list(collectives.REGISTRY)
-    unknown = [op for op in ops if op not in collectives.REGISTRY]
-    if unknown:
+    names = list(dict.fromkeys([*collectives.REGISTRY, *(n for kind in args.kinds for n in KINDS[kind])]))
+    ops = list(args.ops) if args.ops else [n for n in names if any(n in KINDS[kind] for kind in args.kinds)]
+    unknown = [op for op in ops if op not in names]
+    if unknown:  # the vma kind checks jax.lax primitives: their names are ops too
         raise ScenarioError(f"--ops {unknown[0]!r} is not a registered collective; it must be one of "
-                            + ", ".join(collectives.REGISTRY))
+                            + ", ".join(names))
     cases = integer("--cases", args.cases, minimum=1)
     if cases > MAX_CASES:
         raise ScenarioError(f"--cases={args.cases!r} must be at most {MAX_CASES} cases per collective (the plan of "
@@ -163,7 +171,9 @@ def _report(ops: list[str], kinds: list[str], jobs: list[Any], results: Results,
 
 def _show(console: Console, report: dict[str, Any]) -> None:
     """The report as a table, then the findings and how to replay them."""
-    table = Table(title="campaign: simulator == spec == JAX (forward); JAX's rules == meshsim's (transpose, vmap)",
+    table = Table(title="campaign: simulator == spec == JAX (forward); JAX's rules == meshsim's (transpose, vmap), "
+                        "== finite differences, loops, unrolled programs (jvp, compose, control_flow), == the typing "
+                        "rule and each device's result (vma), == the fully manual program (partial_manual)",
                   title_justify="left")
     counted = ("cases", "agree", "known", "findings", "errors")
     for column in ("collective", "kind", *counted):

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -114,7 +115,7 @@ def _collective_steps(scenario: Scenario, full: bool = False) -> tuple[list[Step
             raise
         result, refusal = None, error
     violations = list(getattr(refusal.__cause__, "violations", [str(refusal.__cause__)])) if refusal else []
-    walkthrough = [("The call", _call(scenario)), ("What each device holds", [_holdings(scenario, full)])]
+    walkthrough = [("The call", _call(scenario, full)), ("What each device holds", [_holdings(scenario, full)])]
     group = scenario.mesh.group(0, scenario.params["axis_name"], scenario.params.get("axis_index_groups"))
     walkthrough.append(("The protocol", [Text(p) for p in _protocols.protocol(scenario.definition, scenario.params,
                                                                               group.size)]))
@@ -132,8 +133,9 @@ def _collective_steps(scenario: Scenario, full: bool = False) -> tuple[list[Step
     return walkthrough, refusal
 
 
-def _call(scenario: Scenario) -> list[Any]:
-    """Title, description, mesh and network, and the call as it reads in Python."""
+def _call(scenario: Scenario, full: bool) -> list[Any]:
+    """Title, description, mesh and network, and the call as it reads in Python; past `2 * DEVICE_EDGE`
+    groups or members of a group only the ends, unless `full`."""
     mesh, network = scenario.mesh, scenario.mesh.network
     axes = ", ".join(f"{name}={size}" for name, size in mesh.shape.items())
     told: list[Any] = [Text(scenario.title, style="bold"), Text(scenario.path, style="dim")]
@@ -144,7 +146,9 @@ def _call(scenario: Scenario) -> list[Any]:
     told.append(Text(_protocols.call_text(scenario.op, scenario.params), style="bold"))
     groups = {scenario.mesh.group(d, scenario.params["axis_name"], scenario.params.get("axis_index_groups")).members
               for d in mesh.devices}
-    told.append(Text(f"groups of devices that take part together: {', '.join(str(list(g)) for g in sorted(groups))}"))
+    shown = [g if isinstance(g, Text) else _members(g, full)
+             for g in edges(sorted(groups), full, DEVICE_EDGE, "groups")]
+    told.append(Text(f"groups of devices that take part together: {', '.join(str(g) for g in shown)}"))
     return told
 
 
@@ -171,26 +175,26 @@ def _broken(violations: Sequence[str]) -> list[Any]:
             *(Text(f"  {v}") for v in violations)]
 
 
-def _message_steps(trace: Sequence[sim.MessageRecord], full: bool) -> list[Step]:
+def _message_steps(trace: sim.Trace, full: bool) -> list[Step]:
     """One step per group of messages (a ring's or recursive doubling's steps; otherwise by send time); past
     `2 * LINE_EDGE` groups or messages in a group only the ends, unless `full`."""
     groups = step_groups(trace)
     if not groups:
-        copies = sum(m.kind != "message" for m in trace)
+        copies = int(np.count_nonzero(trace.column("kind") != "message"))
         return [("The messages", [Text("No message is sent: each device computes its result locally"
                                        + (f" ({copies} local copy steps)." if copies else "."))])]
+    sizes, arrivals = trace.column("size_bytes"), trace.column("arrival_time_s")
     told: list[Step] = []
     for group in edges(groups, full, LINE_EDGE, "steps of messages"):
         if isinstance(group, Text):
             told.append(("More steps of messages", [group]))
             continue
-        label, messages = group
-        arrived = max(m.arrival_time_s for _, m in messages)
-        note = Text(f"{len(messages)} messages, {sum(m.size_bytes for _, m in messages)} bytes; the last arrives at "
-                    f"{_seconds(arrived)}", style="dim")
-        shown = edges(messages, full, LINE_EDGE, "messages")
+        label, ks = group
+        note = Text(f"{len(ks)} messages, {int(sizes[ks].sum())} bytes; the last arrives at "
+                    f"{_seconds(float(arrivals[ks].max()))}", style="dim")
+        shown = edges(ks, full, LINE_EDGE, "messages")
         left_out = [item for item in shown if isinstance(item, Text)]
-        told.append((f"Messages: {label}", [message_table([item for item in shown if not isinstance(item, Text)]),
+        told.append((f"Messages: {label}", [message_table(trace, [k for k in shown if not isinstance(k, Text)]),
                                             *left_out, note]))
     return told
 
@@ -205,47 +209,61 @@ def _results(result: ScenarioResult, full: bool) -> Table:
     def add(d: int) -> None:
         provenance = result.provenance[d]
         sources = provenance.sources if provenance is not None and provenance.axis == 0 else None
-        table.add_row(str(d), array_text(result.outputs[d], sources), *((_writers(provenance),) if located else ()))
+        writers = (_writers(provenance, full),) if located else ()
+        table.add_row(str(d), array_text(result.outputs[d], sources), *writers)
     fill(table, result.scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
     return table
 
 
-def _writers(provenance: scenarios.Provenance | None) -> Text:
-    """`0:1 device 0, 1:2 device 1, 2:4 kept` for a result whose messages say where they land."""
+def _members(group: tuple[int, ...], full: bool) -> str:
+    """`[0, 1, 2, 3]`, or past `2 * DEVICE_EDGE` members (unless `full`) `[0, ..., 7, ... 984 more ..., 999]`."""
+    if full or len(group) <= 2 * DEVICE_EDGE:
+        return str(list(group))
+    return (f"[{', '.join(map(str, group[:DEVICE_EDGE]))}, ... {len(group) - 2 * DEVICE_EDGE} more ..., "
+            f"{', '.join(map(str, group[-DEVICE_EDGE:]))}]")
+
+
+def _writers(provenance: scenarios.Provenance | None, full: bool) -> Text:
+    """`0:1 device 0, 1:2 device 1, 2:4 kept` for a result whose messages say where they land; past
+    `2 * DEVICE_EDGE` runs only the ends, unless `full`."""
     if provenance is None:
         return Text("")
-    text, start = Text(), 0
+    runs, start = [], 0
     sources = provenance.sources
     for i in range(1, len(sources) + 1):
         if i == len(sources) or sources[i] != sources[start]:
             who, style = ("kept", "dim") if sources[start] is None else (f"device {sources[start]}",
                                                                          _colour(sources[start]))
-            text.append(f"{_span((start, i))} {who}", style=style)
-            text.append("  ")
+            runs.append(Text(f"{_span((start, i))} {who}", style=style))
             start = i
-    return text
+    return Text("  ").join(edges(runs, full, DEVICE_EDGE, "runs"))
 
 
 def _timeline(result: ScenarioResult, full: bool) -> list[Any]:
     """Per device: what it sent and when, when its last message arrived; then the simulated end time."""
-    trace = [m for m in result.trace if m.kind == "message"]
+    trace, n = result.trace, result.scenario.mesh.size
+    sent = trace.column("kind") == "message"
+    src, dst, size = trace.column("src")[sent], trace.column("dst")[sent], trace.column("size_bytes")[sent]
+    posted, arrived = trace.column("send_time_s")[sent], trace.column("arrival_time_s")[sent]
+    count_out, bytes_out = np.bincount(src, minlength=n), np.bincount(src, size, minlength=n)
+    count_in, bytes_in = np.bincount(dst, minlength=n), np.bincount(dst, size, minlength=n)
+    first, last = np.full(n, np.inf), np.full(n, -np.inf)
+    np.minimum.at(first, src, posted)
+    np.maximum.at(last, dst, arrived)
     table = Table(show_edge=False, pad_edge=False)
     for column in ("device", "sent", "first sent", "received", "last arrival"):
         table.add_column(column, justify="right")
 
     def add(d: int) -> None:
-        out = [m for m in trace if m.src == d]
-        into = [m for m in trace if m.dst == d]
-        table.add_row(str(d), f"{len(out)} ({sum(m.size_bytes for m in out)} B)",
-                      _seconds(min(m.send_time_s for m in out)) if out else "-",
-                      f"{len(into)} ({sum(m.size_bytes for m in into)} B)",
-                      _seconds(max(m.arrival_time_s for m in into)) if into else "-", style=_colour(d))
+        table.add_row(str(d), f"{count_out[d]} ({int(bytes_out[d])} B)",
+                      _seconds(float(first[d])) if count_out[d] else "-", f"{count_in[d]} ({int(bytes_in[d])} B)",
+                      _seconds(float(last[d])) if count_in[d] else "-", style=_colour(d))
     fill(table, result.scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
     told: list[Any] = [table]
-    if trace:
-        last = max(trace, key=lambda m: m.arrival_time_s)
-        told.append(Text(f"The last message to arrive: device {last.src} -> device {last.dst}, {last.size_bytes} "
-                         f"bytes, at {_seconds(last.arrival_time_s)} (latency "
+    if sent.any():
+        last_one = trace[int(np.flatnonzero(sent)[np.argmax(arrived)])]
+        told.append(Text(f"The last message to arrive: device {last_one.src} -> device {last_one.dst}, "
+                         f"{last_one.size_bytes} bytes, at {_seconds(last_one.arrival_time_s)} (latency "
                          f"{_seconds(result.scenario.mesh.network.latency_s)} plus bytes / bandwidth)."))
     told.append(Text.assemble(("simulated end time: ", "bold"), _seconds(result.end_time_s)))
     return told
@@ -265,13 +283,13 @@ def _program_steps(scenario: ProgramScenario) -> list[Step]:
                    ("Its typed listing (device 0)", [Text(
                        "Each variable carries its type and {V:axes}, the mesh axes along which it varies; "
                        "a collective changes that set as its variance rule says.", style="dim"), Text(str(program))])]
-    calls: dict[tuple[int, str], list[sim.MessageRecord]] = {}
-    for m in run.trace:
-        calls.setdefault((m.call, m.collective), []).append(m)
-    for (call, op), records in calls.items():
+    calls: dict[tuple[int, str], list[int]] = {}
+    for k, key in enumerate(zip(run.trace.column("call").tolist(), run.trace.column("collective").tolist())):
+        calls.setdefault(key, []).append(k)
+    for (call, op), ks in calls.items():
         body: list[Any] = [Text(_protocols.protocol(collectives.definition(op), {}, 0)[0])]
-        for label, messages in step_groups(records):
-            body += [Text(label, style="bold"), message_table(messages)]
+        for label, messages in step_groups(run.trace, ks):
+            body += [Text(label, style="bold"), message_table(run.trace, messages)]
         walkthrough.append((f"Call {call}: {op}", body))
     outputs = run.outputs if isinstance(run.outputs, tuple) else (run.outputs,)
     walkthrough.append(("The outputs and the time", [

@@ -21,6 +21,7 @@ from scenarios.cli import _explore, _sanitize
 from scenarios.cli._limits import add_allow_code, add_budget, add_timeout, budget_of
 from scenarios.cli._script import check_path, run_script
 from scenarios.cli.render import (
+    DEVICE_EDGE,
     KEPT,
     THRESHOLD,
     LazyStatus,
@@ -129,12 +130,18 @@ def _show_program(console: Console, result: ProgramResult) -> None:
 def _show(console: Console, result: ScenarioResult, full: bool) -> None:
     """Header, each device's inputs and colour-coded result, the messages, the simulated time."""
     _header(console, result)
-    bounds = _landing_bounds(result)
+    shown = edges(result.scenario.mesh.devices, full, DEVICE_EDGE, "devices")
+    devices = [d for d in shown if not isinstance(d, Text)]
+    bounds = _landing_bounds(result, set(devices))
     kept = False
-    for device in result.scenario.mesh.devices:
+    for device in shown:
+        if isinstance(device, Text):
+            console.print()
+            console.print(device)
+            continue
         kept |= _device(console, result, device, bounds[device], full)
     if any(p is not None for p in result.provenance):
-        console.print(_legend(result, kept))
+        console.print(_legend(devices, kept))
     console.print()
     console.print(_messages(result, full))
     console.print(Text.assemble(("simulated time: ", "bold"), _seconds(result.end_time_s)))
@@ -221,12 +228,14 @@ def _written_by(result: ScenarioResult, axis: int, runs: list[tuple[int, int, in
     return lines
 
 
-def _landing_bounds(result: ScenarioResult) -> dict[int, set[int]]:
-    """Per device, the ends of the row ranges messages wrote into it: the only places its writer can change."""
-    bounds: dict[int, set[int]] = {device: set() for device in result.scenario.mesh.devices}
-    for message in result.trace:
-        if "rows" in message.detail:
-            bounds[message.dst].update(message.detail["rows"])
+def _landing_bounds(result: ScenarioResult, devices: set[int]) -> dict[int, set[int]]:
+    """Per device of `devices`, the ends of the row ranges messages wrote into it: the only places its writer
+    can change."""
+    bounds: dict[int, set[int]] = {device: set() for device in devices}
+    rows, dst = result.trace.detail_column("rows"), result.trace.column("dst")
+    for k in np.flatnonzero(np.isin(dst, list(devices))).tolist():
+        if rows[k] is not None:
+            bounds[int(dst[k])].update(rows[k])
     return bounds
 
 
@@ -248,10 +257,11 @@ def _runs(provenance: Provenance, bounds: set[int]) -> list[tuple[int, int, int 
     return runs
 
 
-def _legend(result: ScenarioResult, kept: bool) -> Text:
-    """Which colour stands for which sending device (and for rows `kept` from `output`, when there are some)."""
+def _legend(devices: list[int], kept: bool) -> Text:
+    """Which colour stands for which of the shown `devices` (and for rows `kept` from `output`, when there are
+    some)."""
     legend = Text("\ncolours: ")
-    for device in result.scenario.mesh.devices:
+    for device in devices:
         legend.append(f"device {device}", style=colour(device)).append("  ")
     if kept:
         legend.append("kept from output", style=KEPT)
@@ -270,14 +280,15 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
     messages carry (a ring's phase, step and chunk, a ppermute's pair) goes in one `detail` column. On any
     network but the fully connected one, a `hops` column gives the number of links each message crossed.
     """
-    network_bytes = sum(m.size_bytes for m in result.trace if m.src != m.dst)
-    sent = sum(m.kind == "message" for m in result.trace)
-    copies = len(result.trace) - sent
-    title = f"{sent} messages, {network_bytes} bytes across the network" + (f", {copies} copy steps" if copies else "")
+    trace = result.trace
+    sent = int(np.count_nonzero(trace.column("kind") == "message"))
+    copies = len(trace) - sent
+    title = f"{sent} messages, {trace.total_bytes} bytes across the network" \
+        + (f", {copies} copy steps" if copies else "")
     table = Table(title=Text(title), title_justify="left")
-    other = any(set(m.detail) - set(_LOCATED) for m in result.trace if m.kind == "message")
-    located = not other or any(key in m.detail for m in result.trace for key in _LOCATED)
-    src_rows = located and any("src_rows" in m.detail for m in result.trace)  # a tiled all_to_all has none
+    other = bool(trace.detail_keys("message") - set(_LOCATED))
+    located = not other or bool(trace.detail_keys() & set(_LOCATED))
+    src_rows = located and "src_rows" in trace.detail_keys()  # a tiled all_to_all has none
     hops = result.scenario.mesh.network.topology != "fully_connected"
     columns = ("#",) + (("kind",) if copies else ()) + ("src", "dst", "bytes", "sent", "arrived") \
         + (("hops",) * hops) \

@@ -10,6 +10,7 @@ someone iterates, so a run of a million messages stores a few dozen bytes per me
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -93,12 +94,16 @@ class Trace:
     """The messages of one run, in the order they were sent.
 
     `route(src, dst)` (e.g. `sim.Mesh.route`) gives each message's route; without it routes are empty.
+    `trace[k]` is message k, made alone; `column`, `detail_column` and `detail_keys` read a field of every
+    message without making a `MessageRecord` of any, so a reader of a million messages need not make them all.
     """
 
     def __init__(self, route: Callable[[int, int], tuple] | None = None) -> None:
         self._chunks: list[dict[str, np.ndarray]] = []
+        self._starts: list[int] = []  # the index of each chunk's first record
         self._rows: list[tuple] = []
         self._records: list[MessageRecord] | None = None
+        self._made: dict[int, MessageRecord] = {}  # records made one by one by `trace[k]`
         self._count = 0
         self._arrivals = np.zeros(1024)
         self._route = route
@@ -109,6 +114,62 @@ class Trace:
 
     def __len__(self) -> int:
         return self._count
+
+    def __getitem__(self, index: int) -> MessageRecord:
+        """Message `index` (negative counts from the end), made on its own unless all have been made."""
+        if self._records is not None:
+            return self._records[index]
+        if not -self._count <= index < self._count:
+            raise IndexError(f"trace index {index} out of range for {self._count} messages")
+        index %= self._count
+        made = self._made.get(index)
+        if made is None:
+            made = self._made[index] = self._make(index)
+        return made
+
+    def _make(self, index: int) -> MessageRecord:
+        """Record `index`, from its chunk's columns."""
+        self._pack()
+        at = bisect.bisect_right(self._starts, index) - 1
+        chunk, k = self._chunks[at], index - self._starts[at]
+        row = [_item(chunk[name], k) for name in _STORED]
+        row.insert(FIELDS.index("arrival_time_s"), float(self._arrivals[index]))
+        return _record(tuple(row), self._route_of(row[0], row[1], row[-1]))
+
+    def column(self, name: str) -> np.ndarray:
+        """One field of every record, in record order (`detail` as dicts: `detail_column` reads one key)."""
+        if name == "arrival_time_s":
+            return self._arrivals[:self._count].copy()
+        self._pack()
+        if not self._chunks:
+            return np.zeros(0, _NUMERIC.get(name, object))
+        return np.concatenate([_array(chunk[name]) for chunk in self._chunks])
+
+    def detail_column(self, key: str) -> list:
+        """Every record's `detail[key]`, None where its detail lacks `key`, without making the details."""
+        self._pack()
+        values: list = []
+        for chunk in self._chunks:
+            detail = chunk["detail"]
+            if isinstance(detail, _Details):
+                values += detail.columns.get(key, [None] * detail.count)
+            else:
+                values += [d.get(key) for d in detail]
+        return values
+
+    def detail_keys(self, kind: str | None = None) -> set[str]:
+        """The keys any record's detail has (of records of `kind` only, when given)."""
+        self._pack()
+        keys: set[str] = set()
+        for chunk in self._chunks:
+            detail = chunk["detail"]
+            if isinstance(detail, _Details):
+                if detail.count and (kind is None or kind == "message"):
+                    keys.update(detail.columns)
+            else:
+                kinds = chunk["kind"]
+                keys.update(k for d, of in zip(detail, kinds) if kind is None or of == kind for k in d)
+        return keys
 
     def append(self, src: int, dst: int, size_bytes: int, send_time_s: float, start_time_s: float,
                arrival_time_s: float, collective: str, call: int, detail: dict, kind: str = "message") -> int:
@@ -128,6 +189,7 @@ class Trace:
         index; `arrivals_s` may be None, and the arrivals set later."""
         self._pack()
         count = len(dsts)
+        self._starts.append(self._count)
         self._chunks.append({
             "src": np.full(count, src, np.int64), "dst": np.array(dsts, np.int64),
             "size_bytes": np.array(sizes, np.int64), "send_time_s": np.full(count, send_time_s, np.float64),
@@ -142,7 +204,7 @@ class Trace:
     def set_arrivals(self, indices: np.ndarray | int, arrivals_s: np.ndarray | float) -> None:
         """Set the arrival times of the records at `indices` (as `append` and `append_batch` numbered them)."""
         self._arrivals[indices] = arrivals_s
-        self._records = None
+        self._records, self._made = None, {}
 
     def _grow(self, count: int) -> int:
         """Room for `count` more records; the index of the first."""
@@ -152,7 +214,7 @@ class Trace:
             grown = np.zeros(max(2 * len(self._arrivals), self._count))
             grown[:first] = self._arrivals[:first]
             self._arrivals = grown
-        self._records = None
+        self._records, self._made = None, {}
         return first
 
     def add(self, record: MessageRecord) -> None:
@@ -199,8 +261,7 @@ class Trace:
     @property
     def total_bytes(self) -> int:
         """Bytes that crossed the network (messages a device sends itself are not counted)."""
-        columns = self.columns()
-        return int(columns["size_bytes"][columns["src"] != columns["dst"]].sum())
+        return int(self.column("size_bytes")[self.column("src") != self.column("dst")].sum())
 
     def to_json(self) -> list[dict]:
         return [m.to_dict() for m in self.messages]
@@ -217,6 +278,7 @@ class Trace:
             else:
                 chunk[name] = np.empty(len(column), object)
                 chunk[name][:] = column
+        self._starts.append(self._count - len(self._rows))
         self._chunks.append(chunk)
         self._rows = []
 
@@ -256,6 +318,14 @@ def _constant(value: str, count: int) -> np.ndarray:
 
 def _array(column) -> np.ndarray:
     return column.dicts() if isinstance(column, _Details) else column
+
+
+def _item(column, k: int):
+    """Element `k` of a chunk's column, as a Python value (a batch's detail made for this one record)."""
+    if isinstance(column, _Details):
+        return {key: values[k] for key, values in column.columns.items()}
+    value = column[k]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _record(row: tuple, route: tuple) -> MessageRecord:

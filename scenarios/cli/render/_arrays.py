@@ -8,9 +8,11 @@ from rich.text import Text
 import layouts
 from scenarios import Provenance
 
-# numpy's defaults: arrays of more than THRESHOLD elements show EDGEITEMS indices at each end of every axis.
+# numpy's defaults: arrays of more than THRESHOLD elements show EDGEITEMS indices at each end of every axis;
+# so do arrays of more than LINES lines (one per innermost row), which numpy would wrap but this prints tall.
 THRESHOLD = 1000
 EDGEITEMS = 3
+LINES = 40
 KEPT = "dim"  # the style of rows no message wrote
 PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue", "bright_red",
             "cyan", "magenta", "green", "bright_yellow", "blue", "red")
@@ -22,9 +24,11 @@ def colour(device: int) -> str:
 
 
 def summarised(array: np.ndarray, full: bool) -> bool:
-    """Whether `array` prints as its edges: more than `THRESHOLD` elements, an axis longer than both ends'
-    `EDGEITEMS`, and `full` not asked for."""
-    return not full and array.size > THRESHOLD and any(n > 2 * EDGEITEMS for n in array.shape)
+    """Whether `array` prints as its edges: more than `THRESHOLD` elements or `LINES` lines, an axis longer
+    than both ends' `EDGEITEMS`, and `full` not asked for."""
+    lines = array.size // array.shape[-1] if array.ndim and array.shape[-1] else 1
+    big = array.size > THRESHOLD or lines > LINES
+    return not full and big and any(n > 2 * EDGEITEMS for n in array.shape)
 
 
 def array_lines(array: np.ndarray, provenance: Provenance | None, full: bool = False) -> list[Text]:

@@ -49,35 +49,42 @@ def protocol(definition: Definition, params: dict[str, Any], group_size: int) ->
     return told
 
 
-def step_groups(trace: Sequence[sim.MessageRecord]) -> list[tuple[str, list[tuple[int, sim.MessageRecord]]]]:
-    """The messages (not local copies) with their trace positions, grouped by step in order of first send.
+def step_groups(trace: sim.Trace, indices: Sequence[int] | None = None) -> list[tuple[str, list[int]]]:
+    """The messages (not local copies) of `trace` (of `indices` only, when given) by trace position, grouped
+    by step in order of first send.
 
     A message whose detail names a `phase` or `step` (ring, recursive doubling) belongs to that step; the
-    others are grouped by the time they were sent.
+    others are grouped by the time they were sent. Read from the trace's columns: no record is made.
     """
-    groups: dict[str, list[tuple[int, sim.MessageRecord]]] = {}
-    for k, message in enumerate(trace):
-        if message.kind != "message":
-            continue
-        detail = message.detail
-        if "phase" in detail or "step" in detail:
-            label = ", ".join(str(x) for x in (detail.get("phase"), f"step {detail['step']}" if "step" in detail
-                                               else None) if x is not None)
-        else:
-            label = f"sent at {_seconds(message.send_time_s)}"
-        groups.setdefault(label, []).append((k, message))
-    return list(groups.items())
+    kind, sent = trace.column("kind"), trace.column("send_time_s").tolist()
+    phase, step = trace.detail_column("phase"), trace.detail_column("step")
+    chosen = range(len(trace)) if indices is None else indices
+    groups: dict[tuple, list[int]] = {}
+    for k in chosen:
+        if kind[k] == "message":
+            key = (phase[k], step[k]) if phase[k] is not None or step[k] is not None else (sent[k],)
+            groups.setdefault(key, []).append(k)
+    return [(_step_label(key), ks) for key, ks in groups.items()]
+
+
+def _step_label(key: tuple) -> str:
+    """`reduce-scatter, step 2`, `step 0`, or `sent at 1.2 us`."""
+    if len(key) == 1:
+        return f"sent at {_seconds(key[0])}"
+    phase, step = key
+    return ", ".join(str(x) for x in (phase, None if step is None else f"step {step}") if x is not None)
 
 
 _LOCATED = ("slice", "rows", "src_rows", "axis", "phase", "step")
 
 
-def message_table(messages: Sequence[tuple[int, sim.MessageRecord]], sizes: dict[int, int] | None = None) -> Table:
-    """One row per message, in its sender's colour: who to whom, bytes, when, and where it lands."""
+def message_table(trace: sim.Trace, indices: Sequence[int]) -> Table:
+    """One row per message of `indices`, in its sender's colour: who to whom, bytes, when, and where it lands."""
     table = Table(show_edge=False, pad_edge=False)
     for column in ("#", "from", "to", "bytes", "sent", "arrived", "carries"):
         table.add_column(column, justify="right" if column in ("#", "from", "to", "bytes") else "left")
-    for k, m in messages:
+    for k in indices:
+        m = trace[k]
         table.add_row(str(k), f"device {m.src}", f"device {m.dst}" + (" (itself)" if m.src == m.dst else ""),
                       str(m.size_bytes), _seconds(m.send_time_s), _seconds(m.arrival_time_s), _carries(m.detail),
                       style=_colour(m.src))

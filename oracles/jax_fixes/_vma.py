@@ -1,0 +1,136 @@
+"""Corrected device-variance types and partial-manual lowerings (findings 13 to 16 of FINDINGS.md).
+
+- `cond-typed-without-index`: `lax.cond` / `lax.switch` with a varying predicate or index type their
+  results from the branches alone; fixed in the user-level functions (as the diff does): the operands are
+  made to vary along the index's axes (`core.pvary`) before the cond, and each branch's results inside it.
+- `while-typed-without-predicate`: `lax.while_loop` (and `fori_loop`, which calls it) whose predicate
+  varies types the results from the carry alone; fixed in the user-level function: the initial carry is
+  made to vary along the predicate's axes, so the loop's types say what the trip count does.
+- `pure-callback-typed-invariant`: `pure_callback`'s results are typed as `result_shape_dtypes` declare,
+  invariant by default, whatever the arguments; fixed in its abstract evaluation: the results vary along
+  every axis an argument varies along (a pure function of them).
+- `partial-manual-bfloat16-reduction`: the reductions' lowerings build the reducer region's scalar from
+  the operand's sharding, so under a partial-manual shard_map the region ends in a sharding constraint
+  (an HLO `copy`), which XLA's AllReducePromotion (bfloat16 widened on CPU) cannot clone: the compiler
+  aborts. Fixed in the lowerings: the reducer is lowered on avals without a mesh.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+
+def _vary(value: Any, axes: frozenset) -> Any:
+    """`value` (a pytree) varying along `axes` too (`core.pvary` of the axes it misses)."""
+    import jax
+    from jax._src import core
+
+    def one(x: Any) -> Any:
+        missing = tuple(a for a in axes if a not in core.typeof(x).mat.varying)
+        return core.pvary(x, missing) if missing else x
+
+    return jax.tree.map(one, value)
+
+
+def _varying(x: Any) -> frozenset:
+    import jax
+    from jax._src import config
+
+    mat = getattr(jax.typeof(x), "mat", None) if config._check_vma.value else None
+    return frozenset(mat.varying) if mat is not None else frozenset()
+
+
+def _vary_with(index: Any, branches: list[Callable[..., Any]], operands: tuple) -> tuple[list, tuple]:
+    """The branches and operands of a cond or switch whose index varies along some axes: the operands made to
+    vary along them outside the cond (so a cotangent of an invariant operand is summed after it), and each
+    branch's results too (a constant or a closed-over value returned as it is)."""
+    axes = _varying(index)
+    if not axes:
+        return branches, operands
+    return [functools.wraps(b)(lambda *a, _b=b: _vary(_b(*a), axes)) for b in branches], _vary(operands, axes)
+
+
+def _fix_cond() -> None:
+    import jax
+    from jax._src.lax import control_flow
+    from jax._src.lax.control_flow import conditionals
+
+    cond, switch = conditionals.cond, conditionals.switch
+
+    @functools.wraps(cond)
+    def fixed_cond(pred: Any, true_fun: Any, false_fun: Any, *operands: Any, **kwargs: Any) -> Any:
+        (true_fun, false_fun), operands = _vary_with(pred, [true_fun, false_fun], operands)
+        return cond(pred, true_fun, false_fun, *operands, **kwargs)
+
+    @functools.wraps(switch)
+    def fixed_switch(index: Any, branches: Any, *operands: Any, **kwargs: Any) -> Any:
+        branches, operands = _vary_with(index, list(branches), operands)
+        return switch(index, branches, *operands, **kwargs)
+
+    for module in (conditionals, control_flow, jax.lax):
+        module.cond, module.switch = fixed_cond, fixed_switch
+
+
+def _fix_while() -> None:
+    import jax
+    from jax._src.lax import control_flow
+    from jax._src.lax.control_flow import loops
+
+    while_loop = loops.while_loop
+
+    @functools.wraps(while_loop)
+    def fixed_while(cond_fun: Any, body_fun: Any, init_val: Any) -> Any:
+        axes = _varying(cond_fun(init_val))  # what the first test reads: the trip count varies with it
+        return while_loop(cond_fun, body_fun, _vary(init_val, axes) if axes else init_val)
+
+    for module in (loops, control_flow, jax.lax):
+        module.while_loop = fixed_while
+
+
+def _fix_pure_callback() -> None:
+    from jax._src import callback, core
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    right = callback.pure_callback_abstract_eval
+
+    def abstract_eval(*avals: Any, **params: Any) -> Any:
+        varying = [a for a in avals if getattr(a, "mat", None) is not None and a.mat.varying]
+        results = right(*avals, **params)
+        if not varying:
+            return results
+        axes = frozenset().union(*(a.mat.varying for a in varying))
+        mesh = varying[0].sharding.mesh  # the shard_map's: the result's type names its manual axes
+        return [core.ShapedArray(r.shape, r.dtype, weak_type=r.weak_type,
+                                 sharding=NamedSharding(mesh, PartitionSpec(*[None] * len(r.shape))),
+                                 manual_axis_type=r.mat.update(varying=r.mat.varying | axes)) for r in results]
+
+    callback.pure_callback_p.def_abstract_eval(abstract_eval)
+
+
+def _fix_partial_reductions() -> None:
+    from jax._src import core
+    from jax._src import mesh as mesh_lib
+    from jax._src.interpreters import mlir
+    from jax._src.lax import parallel
+
+    def meshless(rule: Callable[..., Any]) -> Callable[..., Any]:
+        def lowering(ctx: Any, *args: Any, **params: Any) -> Any:
+            plain = [core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in ctx.avals_in]
+            with mesh_lib.use_abstract_mesh(mesh_lib.empty_abstract_mesh):
+                return rule(ctx.replace(avals_in=plain), *args, **params)
+
+        return lowering
+
+    for primitive in (parallel.psum_p, parallel.pmax_p, parallel.pmin_p, parallel.reduce_scatter_p,
+                      parallel.psum_invariant_p):
+        mlir.register_lowering(primitive, meshless(mlir._lowerings[primitive].rule))
+
+
+FIXES: dict[str, Callable[[], None]] = {
+    "cond-typed-without-index": _fix_cond,
+    "while-typed-without-predicate": _fix_while,
+    "pure-callback-typed-invariant": _fix_pure_callback,
+    "partial-manual-bfloat16-reduction": _fix_partial_reductions,
+}
