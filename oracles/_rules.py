@@ -8,7 +8,8 @@ stacked per-device blocks, with `check_vma` on or off, and the same program in m
   `jax.linear_transpose` of the JAX program == meshsim's transpose (`collectives.linear_transpose`, the
   registry's rules), and meshsim's satisfies the adjoint identity <T(ct), x> == <ct, f(x)>;
 - `vmap_problem` (every collective): `jax.vmap` of the JAX program over a batch axis per argument (or
-  none) == the program run once per batch element. Here each argument is taken whole (the devices' blocks
+  none, even for every argument: the batching rules' unbatched branches) == the program run once per
+  batch element. Here each argument is taken whole (the devices' blocks
   concatenated along the sharded leading axis, the body applying the collective to its block as it is), so
   the batch axis reaches the collective's batching rule at the position drawn, not moved first by indexing.
 
@@ -163,7 +164,7 @@ def vmap_problem(case: Case, check_vma: bool, size: int, axes: list[int | None])
     loop = [np.asarray(p.jax(*v)) for v in variants]
     stacked = [p.globals[k] if a is None else np.stack([v[k] for v in variants], axis=a) for k, a in enumerate(axes)]
     try:
-        got = np.asarray(jax.vmap(p.jax, in_axes=tuple(axes))(*stacked))
+        got = np.asarray(jax.vmap(p.jax, in_axes=tuple(axes), axis_size=size)(*stacked))
     except NotImplementedError as error:  # JAX's documented refusals (ragged with groups, ...)
         return None if "feature request" in str(error) or "axis_index_groups" in str(error) else str(error)
     except Exception as error:
@@ -203,6 +204,17 @@ def overlapping_reads(case: Case) -> bool:
     return False
 
 
+def _permutes(case: Case) -> bool:
+    """The call binds JAX's ppermute (ppermute, pshuffle, and psend/precv's equivalent)."""
+    return case.op in ("ppermute", "pshuffle", "psend", "precv")
+
+
+def _vmap_axis_in_tuple(case: Case) -> bool:
+    """The axis_name is a tuple of the vmapped (last) mesh axis and another."""
+    names = case.params["axis_name"]
+    return isinstance(names, tuple) and len(names) > 1 and list(case.mesh_shape)[-1] in names
+
+
 # Reductions whose partial-manual program XLA:CPU aborts on in bfloat16 (FINDINGS.md 16): before it runs
 REDUCING = ("psum", "pmean", "pmax", "pmin", "psum_scatter", "psum_invariant")
 
@@ -231,6 +243,19 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
                                        and not c.params["tiled"]
                                        and axes[0] is not None
                                        and axes[0] > c.params["scatter_dimension"] % c.args[0][0].ndim),
+    # vmap with axis_name (oracles._rules_named): predicates on the call, check_vma, unbatched and JAX's answer
+    "vmap-axis-typed-as-mesh-axis": ("vmap_named", lambda c, vma, unbatched, problem: any(
+        where in problem for where in ("in core.py:pvary", "in parallel.py:_get_from"))),
+    "vmap-axis-ppermute-tuple": ("vmap_named", lambda c, *_: _permutes(c) and _vmap_axis_in_tuple(c)),
+    "vmap-axis-ppermute-partial-perm": ("vmap_named", lambda c, vma, unbatched, problem: _permutes(c)
+                                        and "Permutation doesn't match the axis size" in problem),
+    "vmap-axis-pbroadcast-take": ("vmap_named", lambda c, vma, unbatched, problem: c.op == "pbroadcast"
+                                  and "take requires ndarray" in problem),
+    "eager-shard-map-zero-size": ("vmap_named", lambda c, vma, unbatched, problem: problem.startswith("(eager)")
+                                  and "could not broadcast input array" in problem),
+    "vmap-psend-precv": ("vmap_pair", lambda c, problem: "unexpected keyword argument 'out_shape'" in problem),
+    "vmap-axis-all-to-all-unbatched": ("vmap_named", lambda c, vma, unbatched, problem: unbatched
+                                       and c.op in ("all_to_all", "pswapaxes") and "differs" in problem),
     # vma: the `oracles._vma_table.VmaCase` and nothing else; partial_manual: the call, check_vma, manual axes
     "argsort-typed-invariant": ("vma", lambda c, *_: (c.primitive == "argsort" and bool(c.varying[0]))
                                 or (c.primitive == "sort_key_val" and c.varying[0] != c.varying[1])),

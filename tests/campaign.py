@@ -1,6 +1,6 @@
 """The differential campaign against JAX's own transformation rules, as one process and one report.
 
-`python tests/campaign.py --profile default|large [--ops NAME ...] [--kinds KIND ...] [--examples N]
+`python tests/campaign.py --profile default|wide|large [--ops NAME ...] [--kinds KIND ...] [--examples N]
 [--mutant NAME] [--fixes] [--answers]` runs in its own process with 8 CPU devices and
 `oracles.install_cpu_lowerings()` installed before jax is imported, and prints a JSON report: for every
 (collective, property) of the profile, `scenarios.campaign._rules_search.search` (the calls Hypothesis draws
@@ -46,10 +46,13 @@ from scenarios.campaign import (  # noqa: E402
     search,
 )
 
-PROFILES = {"default": {"transpose": 10, "vmap": 8, "jvp": 2, "compose": 2, "control_flow": 2, "vma": 3,
+PROFILES = {"default": {"transpose": 10, "vmap": 10, "jvp": 2, "compose": 2, "control_flow": 2, "vma": 3,
                         "partial_manual": 2, "seed": None},
             "large": {"transpose": 150, "vmap": 100, "jvp": 60, "compose": 40, "control_flow": 60, "vma": 60,
-                      "partial_manual": 40, "seed": "random"}}
+                      "partial_manual": 40, "seed": "random"},
+            # derandomized like default, its transposes and vmaps four to five times over: the coverage table
+            "wide": {"transpose": 40, "vmap": 40, "jvp": 2, "compose": 2, "control_flow": 2, "vma": 3,
+                     "partial_manual": 2, "seed": None}}
 # the kinds of JAX's rules, each over `KINDS[kind]`: transpose, jvp and compose the linear collectives; vmap,
 # control_flow and partial_manual every collective with arrays; vma jax.lax's multi-operand primitives
 RULES = ("transpose", "vmap", "jvp", "compose", "control_flow", "vma", "partial_manual")
@@ -57,7 +60,7 @@ RULES = ("transpose", "vmap", "jvp", "compose", "control_flow", "vma", "partial_
 
 def campaign(profile: str, ops: tuple[str, ...] | None = None, shrink: bool = True,
              kinds: tuple[str, ...] = RULES, examples: int | None = None) -> list[dict[str, Any]]:
-    """Every (collective or primitive, kind) of the profile, in order (default: derandomized; large: new
+    """Every (collective or primitive, kind) of the profile, in order (default, wide: derandomized; large: new
     seeds), with `examples` per (collective, kind) instead of the profile's if given."""
     sizes = {**PROFILES[profile], **(dict.fromkeys(RULES, examples) if examples else {})}
     chosen = [(op, kind) for kind in kinds for op in KINDS[kind] if not ops or op in ops]
@@ -116,7 +119,7 @@ def _wrong_all_gather_batching() -> None:
 
     def reversed_batch(axis_data: Any, vals: Any, dims: Any, **params: Any) -> Any:
         out, dim = right(axis_data, vals, dims, **params)
-        return jax.lax.rev(out, (dim,)), dim
+        return (out if dim is None else jax.lax.rev(out, (dim,))), dim
 
     batching.fancy_primitive_batchers[parallel.all_gather_p] = reversed_batch
 

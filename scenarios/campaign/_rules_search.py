@@ -27,6 +27,7 @@ from oracles._rules import classify, small_ints, transpose_problem, vmap_problem
 from oracles._rules_control import batch_axes as control_batch_axes
 from oracles._rules_control import constructs, control_problem
 from oracles._rules_forward import classify_side, compose_problem, jvp_problem
+from oracles._rules_named import named, named_vmap_problem, pair_vmap_problem
 from scenarios.campaign._answers import Case
 from scenarios.campaign._cases import DTYPES, cases
 
@@ -67,6 +68,8 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
         from scenarios.campaign._vma_search import search as search_vma
 
         return search_vma(op, kind, examples, seed, shrink)
+    if kind == "vmap":
+        return search_vmap(op, examples, seed, shrink)
     tally: Counter[str] = Counter()
     known: dict[str, str] = {}
     looped = st.tuples(st.sampled_from(constructs(op)), st.booleans(), st.booleans())  # construct, pred, batched
@@ -103,6 +106,60 @@ def search(op: str, kind: str, examples: int, seed: int | None = None, shrink: b
     except Exception as error:
         new = [f"{type(e).__name__}: {e}" for e in getattr(error, "exceptions", [error])]
     return {"op": op, "kind": kind, "examples": tally.pop("examples", 0), "known": dict(tally), "shown": known,
+            "new": new, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def vmap_axes(case: Case) -> st.SearchStrategy[list[int | None]]:
+    """The vmap kind's batch axes: `batch_axes`, and one draw in eight none at all (the batching rules'
+    branches for operands the batch does not touch)."""
+    return st.integers(0, 7).flatmap(lambda k: st.just([None] * len(case.args)) if k == 0 else batch_axes(case))
+
+
+def vmap_property(case: Case, check_vma: bool, size: int, data: Any) -> tuple[str, str | None, tuple]:
+    """One vmap program of a drawn call: one draw in four with a named batch (`oracles._rules_named`, the
+    call's last mesh axis a vmap axis, the operand batched or not, jitted or eager), else the positional
+    vmap against the per-batch loop (and for psend/precv the pair as JAX binds it, traced). Returns the
+    property the KNOWN table classifies it under, what differs, and the arguments of its predicates."""
+    if named(case) and data.draw(st.integers(0, 3), label="named") == 0:
+        unbatched, eager = data.draw(st.booleans(), label="unbatched"), data.draw(st.booleans(), label="eager")
+        problem = named_vmap_problem(case, check_vma, unbatched, eager)
+        return "vmap_named", problem, (check_vma, unbatched, problem)
+    axes = data.draw(vmap_axes(case), label="in_axes")
+    problem = vmap_problem(case, check_vma, size, axes)
+    if problem is None and case.op in ("psend", "precv"):
+        problem = pair_vmap_problem(case, check_vma, axes)
+        return "vmap_pair", problem, (problem,)
+    return "vmap", problem, (axes,)
+
+
+def search_vmap(op: str, examples: int, seed: int | None = None, shrink: bool = True) -> dict[str, Any]:
+    """`search` of the vmap kind, in its own function: a derandomized search draws from its test's source,
+    so the other kinds' `prop` keeps the draws it had before the vmap kind grew."""
+    tally: Counter[str] = Counter()
+    known: dict[str, str] = {}
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=seed is None,
+              suppress_health_check=list(HealthCheck), print_blob=False,
+              phases=list(Phase) if shrink else [Phase.explicit, Phase.reuse, Phase.generate])
+    @given(drawn(op, floats=False), st.integers(1, 3), st.data())
+    def prop(call: tuple[Case, bool], size: int, data: Any) -> None:
+        case, check_vma = call
+        kind, problem, args = vmap_property(case, check_vma, size, data)
+        tally["examples"] += 1
+        if problem is None:
+            return
+        name = classify(kind, case, *args)
+        if name is None:
+            raise Disagreement(f"{op} {kind}, check_vma={check_vma} {args}: {problem}\n{case!r}")
+        tally[name] += 1
+        known.setdefault(name, f"{problem}\n{case!r}")
+
+    start, new = time.perf_counter(), []
+    try:
+        (prop if seed is None else seeded(seed)(prop))()
+    except Exception as error:
+        new = [f"{type(e).__name__}: {e}" for e in getattr(error, "exceptions", [error])]
+    return {"op": op, "kind": "vmap", "examples": tally.pop("examples", 0), "known": dict(tally), "shown": known,
             "new": new, "seconds": round(time.perf_counter() - start, 1)}
 
 

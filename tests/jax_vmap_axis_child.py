@@ -1,0 +1,75 @@
+"""FINDINGS.md 21-23 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, and psend/precv's.
+
+`python tests/jax_vmap_axis_child.py` (4 CPU devices) runs each finding's program and prints one JSON line,
+`{finding id: what JAX gives}`: the values as lists, or `"raised <type>: <message>"`. tests/test_jax_coverage.py
+compares them with JAX's pinned behaviour and with the correct answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+
+def outcome(f, *args) -> object:
+    """The result as nested lists, or the exception's type and first line."""
+    try:
+        return np.asarray(f(*args)).tolist()
+    except Exception as error:  # the pinned behaviour is an exception
+        return f"raised {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+def main() -> None:
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
+    x = jnp.array([1.0, 2.0])
+
+    def psum_unbatched(check_vma: bool):
+        body = jax.vmap(lambda v: lax.psum(v, "y"), in_axes=None, axis_size=3, axis_name="y")
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P(None, "x"), check_vma=check_vma))
+
+    def ppermute_tuple(b):
+        inner = jax.vmap(lambda v: lax.ppermute(v, ("x", "y"), [(0, 1), (1, 0)]), axis_name="y")
+        return inner(b[0])[None]
+
+    swapped = jax.jit(jax.shard_map(ppermute_tuple, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    on_mesh = jax.jit(jax.shard_map(lambda b: lax.ppermute(b, ("x", "y"), [(0, 1), (1, 0)]),
+                                    mesh=jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y")),
+                                    in_specs=P("x", "y"), out_specs=P("x", "y"), check_vma=False))
+    def pair(b):
+        token = lax.psend(b, "x", [(0, 1), (1, 0)])
+        return lax.precv(token, jax.ShapeDtypeStruct(b.shape, b.dtype), "x", [(0, 1), (1, 0)])
+
+    piped = jax.shard_map(pair, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    copy = jax.shard_map(lambda v: v, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    results = {
+        "eager-shard-map-zero-size": outcome(copy, jnp.zeros((2, 0))),
+        "eager-shard-map-zero-size jit": outcome(jax.jit(copy), jnp.zeros((2, 0))),
+        "vmap-psend-precv": outcome(lambda v: jax.eval_shape(jax.vmap(piped), v).shape, jnp.ones((3, 4))),
+        "vmap-psend-precv per batch": outcome(lambda v: jax.eval_shape(piped, v).shape, jnp.ones(4)),
+        "vmap-axis-typed-as-mesh-axis": outcome(psum_unbatched(True), x),
+        "vmap-axis-typed-as-mesh-axis unchecked": outcome(psum_unbatched(False), x),
+        "vmap-axis-ppermute-tuple": outcome(swapped, jnp.arange(4.0).reshape(2, 2)),
+        "vmap-axis-ppermute-tuple on a mesh": outcome(on_mesh, jnp.arange(4.0).reshape(2, 2)),
+        "vmap-axis-ppermute-partial-perm": outcome(
+            jax.vmap(lambda v: lax.ppermute(v, "y", [(0, 1)]), axis_name="y"), x),
+        "vmap-axis-pbroadcast-take": outcome(jax.vmap(lambda v: lax.pbroadcast(v, "y", 0), axis_name="y"), x),
+        "vmap-axis-all-to-all-unbatched": outcome(
+            jax.vmap(lambda v: lax.all_to_all(v, "y", 0, 0, tiled=True), in_axes=None, axis_size=2, axis_name="y"), x),
+        "vmap-axis-all-to-all-unbatched batched": outcome(
+            jax.vmap(lambda v: lax.all_to_all(v, "y", 0, 0, tiled=True), axis_name="y"), jnp.stack([x, x])),
+    }
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""How much of JAX's collective rules the rules campaign runs (benchmarks/jax_coverage.py), and the findings
+its vmap programs met (FINDINGS.md 21-23), pinned.
+
+Both run in child processes (the benchmark runs the campaign under coverage.py with 8 CPU devices; the
+findings' programs need 4); this process never imports jax.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.differential,
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None or importlib.util.find_spec("coverage") is None,
+                       reason="needs the jax and test extras"),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False,
+                          cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def psum_coverage(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("coverage") / "rows.json"
+    run("benchmarks/jax_coverage.py", "--ops", "psum", "pbroadcast", "--kinds", "transpose", "vmap", "--json", str(out))
+    return json.loads(out.read_text())
+
+
+def row(report: dict, function: str) -> dict:
+    [found] = [r for r in report["rows"] if r["function"] == function]
+    return found
+
+
+def test_coverage_is_measured_per_rule_function_found_in_jax_registries(psum_coverage):
+    """The campaign of psum and pbroadcast under coverage.py: the rules JAX registers for them are rows (found
+    in its tables, not listed by hand), the ones the campaign runs are covered (pbroadcast's transpose whole), a
+    rule no program reaches is not (pbroadcast's GPU lowering), with its reason, and rules of other
+    primitives are rows too, unreached."""
+    transpose = row(psum_coverage, "_pbroadcast_transpose_rule")
+    assert transpose["registered"] == ["pbroadcast transpose"]
+    assert transpose["group"] == "collectives meshsim models"
+    assert transpose["lines_run"] == transpose["lines"] > 0
+    psum = row(psum_coverage, "_psum_transpose_rule")  # all but the branch for integer axes
+    assert 0 < psum["lines_run"] < psum["lines"] and psum["registered"] == ["psum transpose"]
+    lowering = row(psum_coverage, "_pbroadcast_lowering")
+    assert lowering["lines_run"] == 0 and lowering["missing"]
+    batcher = row(psum_coverage, "_pbroadcast_batcher")
+    assert 0 < batcher["lines_run"] <= batcher["lines"]
+    gather = row(psum_coverage, "_all_gather_transpose_rule")
+    assert gather["lines_run"] == 0, "all_gather is not in this campaign"
+    assert row(psum_coverage, "_shard_map_transpose")["group"] == "shard_map"
+    assert row(psum_coverage, "_unreduced_psum_abstract_eval")["group"] == "outside meshsim's model"
+    totals = psum_coverage["totals"]["parallel.py"]
+    assert 0 < totals["covered_lines"] < totals["num_statements"]
+    assert psum_coverage["new"] == []
+
+
+def test_every_unreached_rule_of_the_benchmark_table_has_a_reason():
+    """Every function the BENCHMARKS.md table shows with unreached lines or branches says why."""
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    table = text[text.index("## Coverage of JAX's rules"):]
+    cells = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| `")]
+    rows = [c for c in cells if len(c) == 6]  # function, registered as, lines, branches, unreached, why
+    assert len(rows) > 60
+    unexplained = [cells[0] for cells in rows if cells[4] != "-" and cells[5] in ("", "not judged")]
+    assert unexplained == []
+
+
+@pytest.fixture(scope="module")
+def vmap_axis() -> dict:
+    return json.loads(run("tests/jax_vmap_axis_child.py").stdout)
+
+
+def test_jax_psum_over_a_vmap_axis_inside_shard_map_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 17: in a check_vma=True shard_map, psum over a vmap axis of a value not batched along
+    it raises AssertionError (core.pvary drops the vmap axis, not a mesh axis); unchecked, the same program
+    gives each member 3 * x, as a vmap without shard_map does."""
+    assert vmap_axis["vmap-axis-typed-as-mesh-axis"].startswith("raised AssertionError")
+    assert vmap_axis["vmap-axis-typed-as-mesh-axis unchecked"] == [[3.0, 6.0]] * 3
+
+
+def test_jax_ppermute_over_a_tuple_with_a_vmap_axis_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 18, a silent wrong answer: ppermute over ('x', 'y') with 'y' a vmap axis applies the
+    perm to 'x' alone; the same call with 'y' a mesh axis swaps (x0, y0) and (x0, y1)."""
+    assert vmap_axis["vmap-axis-ppermute-tuple"] == [[2.0, 3.0], [0.0, 1.0]]
+    assert vmap_axis["vmap-axis-ppermute-tuple on a mesh"] == [[1.0, 0.0], [0.0, 0.0]]
+
+
+def test_jax_ppermute_partial_perm_over_a_vmap_axis_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 19: a partial perm over a vmap axis (the docs allow it: non-destinations get zeros,
+    here [0, 1]) raises AssertionError."""
+    assert vmap_axis["vmap-axis-ppermute-partial-perm"] == (
+        "raised AssertionError: Permutation doesn't match the axis size!")
+
+
+def test_jax_pbroadcast_over_a_vmap_axis_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 20: pbroadcast over a vmap axis (correct: [1, 1]) raises TypeError (a list handed to
+    take)."""
+    assert vmap_axis["vmap-axis-pbroadcast-take"].startswith("raised TypeError: take requires ndarray")
+
+
+def test_jax_all_to_all_of_an_unbatched_operand_over_a_vmap_axis_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 21: all_to_all over a vmap axis of an unbatched x gives every member [x, x] (shape
+    (2, 2)); with x batched as [x, x] it gives the right [1, 1] and [2, 2]."""
+    assert vmap_axis["vmap-axis-all-to-all-unbatched"] == [[[1.0, 2.0], [1.0, 2.0]]] * 2
+    assert vmap_axis["vmap-axis-all-to-all-unbatched batched"] == [[1.0, 1.0], [2.0, 2.0]]
+
+
+def test_jax_vmap_of_psend_and_precv_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 22: jax.vmap of a program that sends with psend and receives with precv fails to trace
+    (precv's batching rule is ppermute's, which takes no out_shape); the per-batch program traces to f32[4],
+    so the batched one should be f32[3, 4]."""
+    assert vmap_axis["vmap-psend-precv"].startswith("raised TypeError: _ppermute_batcher() got an unexpected keyword")
+    assert vmap_axis["vmap-psend-precv per batch"] == [4]
+
+
+def test_jax_eager_shard_map_of_a_zero_size_array_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 23: the result of an eager shard_map (outside jit) with a zero-size output cannot be
+    read (its shards carry the global shape); the same program under jit reads as a (2, 0) array."""
+    assert vmap_axis["eager-shard-map-zero-size"].startswith("raised ValueError: could not broadcast input array")
+    assert vmap_axis["eager-shard-map-zero-size jit"] == [[], []]
