@@ -1,4 +1,4 @@
-"""The programs FINDINGS.md pins for findings 17 and 22, run in JAX with their fixes installed.
+"""The programs FINDINGS.md pins for findings 17 and 22 (and their neighbours), run in JAX with their fixes installed.
 
 `python tests/jax_fixes_vmap_axes_child.py [ID ...]` runs with 8 CPU devices, installs the fixes named (default:
 every one of `oracles.jax_fixes._vmap_axes.FIXES`) and prints one JSON object: `installed`, the ids installed,
@@ -64,8 +64,40 @@ def typed_as_mesh_axis() -> dict[str, Any]:
     }
 
 
+def pair(b: Any) -> Any:
+    token = lax.psend(b, "x", [(0, 1), (1, 0)])
+    return lax.precv(token, jax.ShapeDtypeStruct(b.shape, b.dtype), "x", [(0, 1), (1, 0)])
+
+
+def shape_of(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`f`'s result shape, traced (`jax.eval_shape`)."""
+    return lambda v: jax.eval_shape(f, v).shape
+
+
+def psend_precv() -> dict[str, Any]:
+    """Finding 22's pinned program (vmap of a psend/precv pair in a shard_map, traced: XLA:CPU has no Send or
+    Recv), checked and unchecked, its operand batched at 0, at 1 or not at all; the shapes psend sends and
+    precv receives; the pair over the vmap axis itself."""
+    found: dict[str, Any] = {}
+    for check_vma in (True, False):
+        piped = jax.shard_map(pair, mesh=MESH, in_specs=P("x"), out_specs=P("x"), check_vma=check_vma)
+        found[f"per batch {check_vma}"] = answer(shape_of(piped), jnp.ones(4))
+        for in_axes, shape in ((0, (3, 4)), (1, (4, 3)), (None, (4,))):
+            found[f"vmap {in_axes} {check_vma}"] = answer(shape_of(jax.vmap(piped, in_axes=in_axes, axis_size=3)),
+                                                          jnp.ones(shape))
+    piped = jax.shard_map(pair, mesh=MESH, in_specs=P("x"), out_specs=P("x"))
+    body = jax.make_jaxpr(jax.vmap(piped, in_axes=1))(jnp.ones((4, 3))).jaxpr.eqns[0].params["jaxpr"]
+    send, recv = (next(e for e in body.eqns if e.primitive.name == name) for name in ("psend", "precv"))
+    found["sent and received"] = ["ok", [list(send.invars[0].aval.shape), list(recv.params["out_shape"].shape)]]
+    found["over the vmap axis"] = answer(
+        jax.vmap(lambda v: lax.precv(lax.psend(v, "y", [(0, 1), (1, 0)]), jax.ShapeDtypeStruct((), v.dtype), "y",
+                                     [(0, 1), (1, 0)]), axis_name="y"), jnp.ones(2))
+    return found
+
+
 PROGRAMS: dict[str, Callable[[], dict[str, Any]]] = {
     "vmap-axis-typed-as-mesh-axis": typed_as_mesh_axis,
+    "vmap-psend-precv": psend_precv,
 }
 
 

@@ -135,3 +135,23 @@ def test_fixed_collectives_over_a_vmap_axis_inside_shard_map(fixed, program, col
     moves the members' values as the same collective over a mesh axis does."""
     got = ok(fixed, f"vmap-axis-typed-as-mesh-axis: {program}")
     assert np.array_equal(np.array(got), over_y(collective, x, True))
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+@pytest.mark.parametrize("in_axes", [0, 1, None])
+def test_fixed_vmap_of_psend_and_precv(fixed, check_vma, in_axes):
+    """Finding 22's pinned program (test_jax_coverage.py: stock JAX raises TypeError, `_ppermute_batcher` given
+    `out_shape`): with the fix, vmap of the psend/precv pair traces to the per-batch program's type (f32[4])
+    with the batch axis of 3 in front, whatever the operand's batch axis and check_vma."""
+    per_batch = ok(fixed, f"vmap-psend-precv: per batch {check_vma}")
+    assert per_batch == [4]
+    assert ok(fixed, f"vmap-psend-precv: vmap {in_axes} {check_vma}") == [3, *per_batch]
+
+
+def test_fixed_psend_sends_what_precv_receives_and_the_vmap_axis_is_refused(fixed):
+    """Finding 22: each device's psend sends its (2,)-block of every batch element, the batch axis in front,
+    (3, 2), and its precv receives that shape; a pair over the vmap axis itself, a permutation of the batch
+    that the token cannot carry, is refused with NotImplementedError rather than answered wrong."""
+    assert ok(fixed, "vmap-psend-precv: sent and received") == [[3, 2], [3, 2]]
+    status, kind, message = fixed["answers"]["vmap-psend-precv: over the vmap axis"]
+    assert (status, kind) == ("error", "NotImplementedError") and "vmap axis" in message

@@ -1,4 +1,4 @@
-"""Corrected rules for collectives over a vmap axis (findings 17 and 22 of FINDINGS.md).
+"""Corrected batching rules for collectives under jax.vmap (findings 17 and 22 of FINDINGS.md).
 
 - `vmap-axis-typed-as-mesh-axis`: inside a `jax.shard_map`, a collective over an axis that `jax.vmap(...,
   axis_name=...)` names meets the device-variance bookkeeping, which speaks of mesh axes only: `core.pvary`
@@ -15,6 +15,13 @@
     body = jax.vmap(lambda v: lax.psum(v, "y"), in_axes=None, axis_size=3, axis_name="y")
     jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P(None, "x")))(jnp.array([1., 2.]))
     # [[3, 6]] * 3; stock JAX: AssertionError in core.pvary
+
+- `vmap-psend-precv`: psend and precv are batched by ppermute's rule, which binds a ppermute in psend's
+  place (data where a token belongs) and takes no `out_shape` for precv. Fixed with their own rules: psend
+  sends the operand with the batch axis in front (an unbatched one broadcast, so every message has it) and
+  returns its token unbatched; precv receives `out_shape` grown by the batch axis in front. Over the vmap
+  axis itself the pair would be a permutation of the batch that the token does not carry from psend to
+  precv: both refuse it with NotImplementedError, as ppermute's rule refuses what it cannot batch.
 """
 
 from __future__ import annotations
@@ -92,6 +99,36 @@ def vmap_axis_typed_as_mesh_axis() -> None:
     batching.fancy_primitive_batchers[parallel.psum_invariant_p] = psum_invariant_batcher
 
 
+def _refuse_vmap_axis(axis_data: Any, axis_name: tuple, name: str) -> None:
+    if axis_data.name in axis_name:
+        raise NotImplementedError(f"jax.lax.{name} over a vmap axis ({axis_data.name!r} in axis_name={axis_name}) "
+                                  "is not supported; use ppermute")
+
+
+def vmap_psend_precv() -> None:
+    """Finding 22: psend and precv get batching rules of their own (ppermute's returns data, takes no out_shape)."""
+    from jax._src import core
+    from jax._src.interpreters import batching
+    from jax._src.lax import lax, parallel
+
+    def psend_batcher(axis_data: Any, vals_in: Any, dims_in: Any, *, axis_name: tuple, perm: tuple) -> tuple:
+        (v,), (d,) = vals_in, dims_in
+        _refuse_vmap_axis(axis_data, axis_name, "psend")
+        v = lax.broadcast(v, (axis_data.size,)) if d is None else batching.moveaxis(v, d, 0)
+        return parallel.psend_p.bind(v, axis_name=axis_name, perm=perm), None
+
+    def precv_batcher(axis_data: Any, vals_in: Any, dims_in: Any, *, out_shape: Any, axis_name: tuple,
+                      perm: tuple) -> tuple:
+        (token,), _ = vals_in, dims_in
+        _refuse_vmap_axis(axis_data, axis_name, "precv")
+        shape = core.ShapedArray((axis_data.size, *out_shape.shape), out_shape.dtype)
+        return parallel.precv_p.bind(token, out_shape=shape, axis_name=axis_name, perm=perm), 0
+
+    batching.fancy_primitive_batchers[parallel.psend_p] = psend_batcher
+    batching.fancy_primitive_batchers[parallel.precv_p] = precv_batcher
+
+
 FIXES: dict[str, Callable[[], None]] = {
     "vmap-axis-typed-as-mesh-axis": vmap_axis_typed_as_mesh_axis,
+    "vmap-psend-precv": vmap_psend_precv,
 }
