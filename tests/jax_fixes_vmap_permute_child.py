@@ -1,0 +1,71 @@
+"""The programs FINDINGS.md pins for findings 18, 19 and 20, run in JAX with their fixes installed.
+
+`python tests/jax_fixes_vmap_permute_child.py [ID ...]` runs with 8 CPU devices, installs the fixes named
+(default: every one of `oracles.jax_fixes._vmap_permute.FIXES`) and prints one JSON object: the fixes
+installed and, for each program, `["ok", answer]` or `["error", kind, message]`. Answers are JAX's, as nested
+lists; the test (`test_jax_fixes_vmap_permute.py`) judges them without jax.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import oracles  # noqa: E402
+from oracles.jax_fixes import _vmap_permute  # noqa: E402
+
+
+def mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> jax.sharding.Mesh:
+    return jax.sharding.Mesh(np.array(jax.devices()[:int(np.prod(shape))]).reshape(shape), names)
+
+
+def answer(f: Callable[..., Any], *args: Any) -> list:
+    try:
+        return ["ok", np.asarray(f(*args)).tolist()]
+    except Exception as error:  # a refusal is an answer too
+        return ["error", type(error).__name__, str(error).splitlines()[0] if str(error) else ""]
+
+
+def pbroadcast() -> dict[str, Any]:
+    """Finding 20's program, the same inside a shard_map over 8 devices (source 2 of a 'y' of 3), and an
+    operand the vmap does not batch."""
+    x = jnp.array([1.0, 2.0])
+    inner = jax.vmap(lambda v: lax.pbroadcast(v, "y", 2), in_axes=1, out_axes=1, axis_name="y")
+    mapped = jax.jit(jax.shard_map(inner, mesh=mesh((8,), ("x",)), in_specs=P("x"), out_specs=P("x"),
+                                   check_vma=False))
+    return {
+        "pbroadcast: vmap": answer(jax.vmap(lambda v: lax.pbroadcast(v, "y", 0), axis_name="y"), x),
+        "pbroadcast: shard_map": answer(mapped, jnp.arange(48.0).reshape(16, 3)),
+        "pbroadcast: unbatched": answer(
+            jax.vmap(lambda v: lax.pbroadcast(v, "y", 1), in_axes=None, axis_size=3, axis_name="y"), x),
+    }
+
+
+PROGRAMS = [pbroadcast]
+
+
+def main() -> None:
+    names = sys.argv[1:] or list(_vmap_permute.FIXES)
+    installed = oracles.install_jax_fixes(names)
+    answers: dict[str, Any] = {}
+    for program in PROGRAMS:
+        answers.update(program())
+    print(json.dumps({"installed": list(installed), "answers": answers}))
+
+
+if __name__ == "__main__":
+    main()
