@@ -55,7 +55,28 @@ def pbroadcast() -> dict[str, Any]:
     }
 
 
-PROGRAMS = [pbroadcast]
+def partial_perm() -> dict[str, Any]:
+    """Finding 19's program, a partial perm of a 'y' of 3 (batch axis 1) with the same call over a mesh axis of
+    3 devices, one of an operand the vmap does not batch, and a full perm (right before)."""
+    x = jnp.arange(6.0).reshape(2, 3)
+    perm = [(0, 2), (2, 1)]
+    on_mesh = jax.jit(jax.shard_map(lambda b: lax.ppermute(b, "y", perm), mesh=mesh((3,), ("y",)),
+                                    in_specs=P(None, "y"), out_specs=P(None, "y")))
+    return {
+        "ppermute partial: vmap": answer(jax.vmap(lambda v: lax.ppermute(v, "y", [(0, 1)]), axis_name="y"),
+                                         jnp.array([1.0, 2.0])),
+        "ppermute partial: vmap axis 1": answer(
+            jax.vmap(lambda v: lax.ppermute(v, "y", perm), in_axes=1, out_axes=1, axis_name="y"), x),
+        "ppermute partial: on a mesh": answer(on_mesh, x),
+        "ppermute partial: unbatched": answer(
+            jax.vmap(lambda v: lax.ppermute(v, "y", [(0, 2)]), in_axes=None, axis_size=3, axis_name="y"),
+            jnp.array([1.0, 2.0])),
+        "ppermute partial: full perm": answer(
+            jax.vmap(lambda v: lax.ppermute(v, "y", [(0, 1), (1, 2), (2, 0)]), axis_name="y"), jnp.arange(3.0)),
+    }
+
+
+PROGRAMS = [pbroadcast, partial_perm]
 
 
 def main() -> None:

@@ -75,3 +75,18 @@ def test_fixed_pbroadcast_over_a_vmap_axis(fixed):
     x = np.arange(48.0).reshape(16, 3)  # 'y' along axis 1, source 2
     assert ok(fixed, "pbroadcast: shard_map") == np.repeat(x[:, 2:], 3, axis=1).tolist()
     assert ok(fixed, "pbroadcast: unbatched") == [[1.0, 2.0]] * 3
+
+
+def test_fixed_ppermute_with_a_partial_perm_over_a_vmap_axis(fixed):
+    """Finding 19 (pinned by test_jax_coverage.py's test_jax_ppermute_partial_perm_over_a_vmap_axis_is_pinned:
+    AssertionError): with the fix, a member no pair writes to gets zeros, the others their source's value, as
+    the same call over a mesh axis of 3 devices gives; an operand the vmap does not batch reaches only the
+    destinations; a full perm (right before) is unchanged."""
+    assert ok(fixed, "ppermute partial: vmap") == [0.0, 1.0]
+    x = np.arange(6.0).reshape(2, 3)
+    expected = np.zeros_like(x)
+    for src, dst in [(0, 2), (2, 1)]:
+        expected[:, dst] = x[:, src]
+    assert ok(fixed, "ppermute partial: vmap axis 1") == expected.tolist() == ok(fixed, "ppermute partial: on a mesh")
+    assert ok(fixed, "ppermute partial: unbatched") == [[0.0, 0.0], [0.0, 0.0], [1.0, 2.0]]
+    assert ok(fixed, "ppermute partial: full perm") == [2.0, 0.0, 1.0]

@@ -153,5 +153,6 @@ def vmap_axis_pbroadcast_take() -> None:
 
 
 FIXES: dict[str, Callable[[], None]] = {
+    "vmap-axis-ppermute-partial-perm": vmap_axis_ppermute_partial_perm,
     "vmap-axis-pbroadcast-take": vmap_axis_pbroadcast_take,
 }
