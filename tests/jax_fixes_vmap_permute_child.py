@@ -76,7 +76,38 @@ def partial_perm() -> dict[str, Any]:
     }
 
 
-PROGRAMS = [pbroadcast, partial_perm]
+TUPLE_PERMS = {"full": [(0, 5), (5, 2), (2, 7), (7, 1), (1, 4), (4, 6), (6, 3), (3, 0)],
+               "partial": [(6, 0), (0, 3), (5, 1)]}
+
+
+def tuple_of_axes() -> dict[str, Any]:
+    """Finding 18's program (and the same call with 'y' a mesh axis), then ppermute over ('x', 'y') and
+    ('y', 'x') with 'x' a mesh axis of 4 and 'y' a vmap axis of 2, full and partial perms, batched and not."""
+    answers = {}
+    swap = jax.vmap(lambda v: lax.ppermute(v, ("x", "y"), [(0, 1), (1, 0)]), axis_name="y")
+    pinned = jax.jit(jax.shard_map(lambda b: swap(b[0])[None], mesh=mesh((2,), ("x",)), in_specs=P("x"),
+                                   out_specs=P("x"), check_vma=False))
+    answers["ppermute tuple: pinned"] = answer(pinned, jnp.arange(4.0).reshape(2, 2))
+    x = jnp.arange(24.0).reshape(4, 2, 3)  # x[i, j]: the member at x = i, y = j
+    for names in [("x", "y"), ("y", "x")]:
+        for kind, perm in TUPLE_PERMS.items():
+            inner = jax.vmap(lambda v, names=names, perm=perm: lax.ppermute(v, names, perm), axis_name="y")
+            f = jax.jit(jax.shard_map(lambda b, inner=inner: inner(b[0])[None], mesh=mesh((4,), ("x",)),
+                                      in_specs=P("x"), out_specs=P("x"), check_vma=False))
+            answers[f"ppermute tuple: {''.join(names)} {kind}"] = answer(f, x)
+        unbatched = jax.vmap(lambda v, names=names: lax.ppermute(v, names, TUPLE_PERMS["partial"]), in_axes=None,
+                             axis_size=2, axis_name="y")
+        g = jax.jit(jax.shard_map(lambda b, unbatched=unbatched: unbatched(b[0])[None], mesh=mesh((4,), ("x",)),
+                                  in_specs=P("x"), out_specs=P("x"), check_vma=False))
+        answers[f"ppermute tuple: {''.join(names)} unbatched"] = answer(g, x[:, 0])
+    on_mesh = jax.jit(jax.shard_map(lambda b: lax.ppermute(b, ("x", "y"), TUPLE_PERMS["full"]),
+                                    mesh=mesh((4, 2), ("x", "y")), in_specs=P("x", "y"), out_specs=P("x", "y"),
+                                    check_vma=False))
+    answers["ppermute tuple: xy full on a mesh"] = answer(on_mesh, x)
+    return answers
+
+
+PROGRAMS = [pbroadcast, partial_perm, tuple_of_axes]
 
 
 def main() -> None:

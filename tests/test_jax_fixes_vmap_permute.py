@@ -90,3 +90,36 @@ def test_fixed_ppermute_with_a_partial_perm_over_a_vmap_axis(fixed):
     assert ok(fixed, "ppermute partial: vmap axis 1") == expected.tolist() == ok(fixed, "ppermute partial: on a mesh")
     assert ok(fixed, "ppermute partial: unbatched") == [[0.0, 0.0], [0.0, 0.0], [1.0, 2.0]]
     assert ok(fixed, "ppermute partial: full perm") == [2.0, 0.0, 1.0]
+
+
+TUPLE_PERMS = {"full": [(0, 5), (5, 2), (2, 7), (7, 1), (1, 4), (4, 6), (6, 3), (3, 0)],
+               "partial": [(6, 0), (0, 3), (5, 1)]}
+
+
+def permuted(x: np.ndarray, names: str, perm: list[tuple[int, int]]) -> np.ndarray:
+    """ppermute by the docs of members x[i, j] (x = i of 4, y = j of 2) over the axes `names` ('xy' or 'yx'):
+    the index along the tuple is row-major in its order; a member no pair writes to gets zeros."""
+    def member(index: int) -> tuple[int, int]:
+        return divmod(index, 2) if names == "xy" else divmod(index, 4)[::-1]
+
+    out = np.zeros_like(x)
+    for src, dst in perm:
+        out[member(dst)] = x[member(src)]
+    return out
+
+
+def test_fixed_ppermute_over_a_tuple_holding_a_vmap_axis(fixed):
+    """Finding 18 (pinned by test_jax_coverage.py's test_jax_ppermute_over_a_tuple_with_a_vmap_axis_is_pinned:
+    the perm applied to 'x' alone, [[2, 3], [0, 1]]): with the fix, the pinned program gives what the same call
+    on a 2 x 2 mesh gives, [[1, 0], [0, 0]]; over ('x', 'y') and ('y', 'x') with 'x' a mesh axis of 4 and
+    'y' a vmap axis of 2, full and partial perms of a batched operand and of one the vmap does not batch move
+    each member's value as the docs say (over ('x', 'y'), the order of the mesh, what the mesh program gives)."""
+    assert ok(fixed, "ppermute tuple: pinned") == [[1.0, 0.0], [0.0, 0.0]]
+    x = np.arange(24.0).reshape(4, 2, 3)
+    for names in ["xy", "yx"]:
+        for kind, perm in TUPLE_PERMS.items():
+            assert ok(fixed, f"ppermute tuple: {names} {kind}") == permuted(x, names, perm).tolist(), (names, kind)
+        unbatched = np.repeat(x[:, :1], 2, axis=1)
+        expected = permuted(unbatched, names, TUPLE_PERMS["partial"])
+        assert ok(fixed, f"ppermute tuple: {names} unbatched") == expected.tolist(), names
+    assert ok(fixed, "ppermute tuple: xy full on a mesh") == permuted(x, "xy", TUPLE_PERMS["full"]).tolist()

@@ -65,7 +65,7 @@ def _over_a_tuple(v: Any, d: Any, size: int, frame: Any, names: tuple, perm: Any
     """
     import numpy as np
     from jax._src import core
-    from jax._src.lax import lax, parallel
+    from jax._src.lax import lax, parallel, slicing
 
     k = names.index(frame)
     rest = names[:k] + names[k + 1:]
@@ -81,14 +81,14 @@ def _over_a_tuple(v: Any, d: Any, size: int, frame: Any, names: tuple, perm: Any
         (b_src, r_src), (b_dst, r_dst) = split(src), split(dst)
         groups.setdefault((b_src, b_dst), []).append((r_src, r_dst))
     v, d = _batched(v, d, size)
-    members = [lax.index_in_dim(v, b, d, keepdims=False) for b in range(size)]
+    members = [slicing.index_in_dim(v, b, d, keepdims=False) for b in range(size)]
     here = parallel.axis_index(rest)
     out = [lax.full_like(member, 0) for member in members]
     for (b_src, b_dst), pairs in groups.items():
         moved = parallel.ppermute(members[b_src], rest, pairs)
         keep = np.zeros(np.prod(rest_sizes, dtype=int), dtype=bool)
         keep[[r_dst for _, r_dst in pairs]] = True
-        received = lax.dynamic_index_in_dim(lax.asarray(keep), here, 0, keepdims=False)
+        received = slicing.dynamic_index_in_dim(lax.asarray(keep), here, 0, keepdims=False)
         out[b_dst] = lax.select(lax.broadcast_in_dim(received, moved.shape, ()), moved, out[b_dst])
     return lax.concatenate([lax.expand_dims(o, (d,)) for o in out], d), d
 
@@ -153,6 +153,7 @@ def vmap_axis_pbroadcast_take() -> None:
 
 
 FIXES: dict[str, Callable[[], None]] = {
+    "vmap-axis-ppermute-tuple": vmap_axis_ppermute_tuple,
     "vmap-axis-ppermute-partial-perm": vmap_axis_ppermute_partial_perm,
     "vmap-axis-pbroadcast-take": vmap_axis_pbroadcast_take,
 }
