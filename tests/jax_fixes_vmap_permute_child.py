@@ -77,7 +77,7 @@ def partial_perm() -> dict[str, Any]:
 
 
 TUPLE_PERMS = {"full": [(0, 5), (5, 2), (2, 7), (7, 1), (1, 4), (4, 6), (6, 3), (3, 0)],
-               "partial": [(6, 0), (0, 3), (5, 1)]}
+               "partial": [(6, 0), (0, 3), (5, 1)], "negative": [(-8, 5), (5, -1)]}
 
 
 def tuple_of_axes() -> dict[str, Any]:

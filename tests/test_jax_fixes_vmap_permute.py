@@ -93,14 +93,15 @@ def test_fixed_ppermute_with_a_partial_perm_over_a_vmap_axis(fixed):
 
 
 TUPLE_PERMS = {"full": [(0, 5), (5, 2), (2, 7), (7, 1), (1, 4), (4, 6), (6, 3), (3, 0)],
-               "partial": [(6, 0), (0, 3), (5, 1)]}
+               "partial": [(6, 0), (0, 3), (5, 1)], "negative": [(-8, 5), (5, -1)]}
 
 
 def permuted(x: np.ndarray, names: str, perm: list[tuple[int, int]]) -> np.ndarray:
     """ppermute by the docs of members x[i, j] (x = i of 4, y = j of 2) over the axes `names` ('xy' or 'yx'):
-    the index along the tuple is row-major in its order; a member no pair writes to gets zeros."""
+    the index along the tuple is row-major in its order (a negative one counts from the end); a member no pair
+    writes to gets zeros."""
     def member(index: int) -> tuple[int, int]:
-        return divmod(index, 2) if names == "xy" else divmod(index, 4)[::-1]
+        return divmod(index % 8, 2) if names == "xy" else divmod(index % 8, 4)[::-1]
 
     out = np.zeros_like(x)
     for src, dst in perm:
@@ -112,8 +113,9 @@ def test_fixed_ppermute_over_a_tuple_holding_a_vmap_axis(fixed):
     """Finding 18 (pinned by test_jax_coverage.py's test_jax_ppermute_over_a_tuple_with_a_vmap_axis_is_pinned:
     the perm applied to 'x' alone, [[2, 3], [0, 1]]): with the fix, the pinned program gives what the same call
     on a 2 x 2 mesh gives, [[1, 0], [0, 0]]; over ('x', 'y') and ('y', 'x') with 'x' a mesh axis of 4 and
-    'y' a vmap axis of 2, full and partial perms of a batched operand and of one the vmap does not batch move
-    each member's value as the docs say (over ('x', 'y'), the order of the mesh, what the mesh program gives)."""
+    'y' a vmap axis of 2, full, partial and negative-index perms of a batched operand (and a partial one of an
+    operand the vmap does not batch) move each member's value as the docs say (over ('x', 'y'), the order of
+    the mesh, what the mesh program gives)."""
     assert ok(fixed, "ppermute tuple: pinned") == [[1.0, 0.0], [0.0, 0.0]]
     x = np.arange(24.0).reshape(4, 2, 3)
     for names in ["xy", "yx"]:

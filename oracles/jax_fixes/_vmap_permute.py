@@ -50,7 +50,7 @@ def _over_the_vmap_axis(v: Any, d: Any, size: int, perm: Any) -> tuple[Any, int]
     sources = np.zeros(size, dtype=int)
     received = np.zeros(size, dtype=bool)
     for src, dst in perm:
-        sources[dst], received[dst] = src, True
+        sources[dst % size], received[dst % size] = src % size, True
     out = v.take(sources, d)
     return (out if received.all() else _zero_unless(out, received, d)), d
 
@@ -72,8 +72,8 @@ def _over_a_tuple(v: Any, d: Any, size: int, frame: Any, names: tuple, perm: Any
     sizes = [size if name == frame else core.get_axis_env().axis_size(name) for name in names]
     rest_sizes = sizes[:k] + sizes[k + 1:]
 
-    def split(index: int) -> tuple[int, int]:
-        coords = np.unravel_index(index, sizes)
+    def split(index: int) -> tuple[int, int]:  # a negative index counts from the end, as in the lowering
+        coords = np.unravel_index(index % int(np.prod(sizes)), sizes)
         return int(coords[k]), int(np.ravel_multi_index(coords[:k] + coords[k + 1:], rest_sizes))
 
     groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
