@@ -29,13 +29,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from oracles.jax_fixes import _ragged, _rules, _vma
+from oracles.jax_fixes import _ragged, _rules, _vma, _vmap_exchange
 from oracles.jax_fixes import _report as report
 
 FOLDER = Path(__file__).resolve().parent / "findings"
 
 # id -> the function that installs its fix (each imports jax and is idempotent)
-FIXES: dict[str, Callable[[], None]] = {**_ragged.FIXES, **_rules.FIXES, **_vma.FIXES}
+FIXES: dict[str, Callable[[], None]] = {**_ragged.FIXES, **_rules.FIXES, **_vma.FIXES, **_vmap_exchange.FIXES}
 
 _installed: list[str] = []
 
