@@ -1,4 +1,4 @@
-"""The programs FINDINGS.md pins for finding 21, run in JAX with the fixes of `oracles.jax_fixes._vmap_exchange`.
+"""The programs FINDINGS.md pins for findings 21 and 23, in JAX with the fixes of `oracles.jax_fixes._vmap_exchange`.
 
 `python tests/jax_fixes_vmap_exchange_child.py` runs with 8 CPU devices, installs every fix of
 `_vmap_exchange.FIXES` and prints one JSON object: `installed`, the ids installed, and `answers`, for each
@@ -23,6 +23,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import oracles  # noqa: E402
 from oracles.jax_fixes import _vmap_exchange  # noqa: E402
@@ -58,9 +60,28 @@ def all_to_all() -> dict[str, list]:
     return answers
 
 
+def zero_size() -> dict[str, list]:
+    """Finding 23's pinned program (an eager shard_map of a (2, 0) array on 2 devices), a jit asking for a sharded
+    zero-size result, and a non-empty result of each, with the shapes of each result's shards."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
+    copy = jax.shard_map(lambda v: v, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    sharded = jax.jit(lambda v: v + 1, out_shardings=NamedSharding(mesh, P("x")))
+    programs = {
+        "eager shard_map (2, 0)": (copy, jnp.zeros((2, 0))),
+        "eager shard_map (4, 3)": (copy, jnp.ones((4, 3))),
+        "jit out_shardings P('x') (4, 0)": (sharded, jnp.zeros((4, 0))),
+        "jit out_shardings P('x') (4, 3)": (sharded, jnp.ones((4, 3))),
+    }
+    answers = {}
+    for name, (f, x) in programs.items():
+        answers[name] = answer(f, x)
+        answers[f"{name} shards"] = answer(lambda v, f=f: [list(s.data.shape) for s in f(v).addressable_shards], x)
+    return answers
+
+
 def main() -> None:
     installed = oracles.install_jax_fixes(list(_vmap_exchange.FIXES))
-    print(json.dumps({"installed": list(installed), "answers": all_to_all()}))
+    print(json.dumps({"installed": list(installed), "answers": {**all_to_all(), **zero_size()}}))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""With `oracles.install_jax_fixes` the program FINDINGS.md pins for finding 21 gives the correct answer in JAX.
+"""With `oracles.install_jax_fixes` the programs FINDINGS.md pins for findings 21 and 23 give the correct answer
+in JAX.
 
-The pin (tests/test_jax_coverage.py, child tests/jax_vmap_axis_child.py) expects JAX 0.10.2's wrong answer;
-here the same program, and the all_to_all / pswapaxes calls that share its batching rule, run in a child
-process with 8 CPU devices and the fixes of `oracles.jax_fixes._vmap_exchange` installed
-(`jax_fixes_vmap_exchange_child.py`), and this process, which never imports jax, judges JAX's answers against
-the spec (`oracles.spec`): every member of the vmap holds the one unbatched operand.
+The pins (tests/test_jax_coverage.py, child tests/jax_vmap_axis_child.py) expect JAX 0.10.2's wrong answers;
+here the same programs, and the calls that share their faulty rule (all_to_all / pswapaxes over a vmap axis, a
+jit asking for a sharded zero-size result), run in a child process with 8 CPU devices and the fixes of
+`oracles.jax_fixes._vmap_exchange` installed (`jax_fixes_vmap_exchange_child.py`), and this process, which never
+imports jax, judges JAX's answers: against the spec (`oracles.spec`; every member of the vmap holds the one
+unbatched operand) and against numpy (an identity returns its input).
 """
 
 from __future__ import annotations
@@ -95,3 +97,24 @@ def test_fixed_pswapaxes_of_an_unbatched_operand(fixed):
     expected = np.stack(spec.pswapaxes([m] * 4, {"y": 4}, "y", 0))
     assert ok(fixed, "pswapaxes 0, 4 members").tolist() == expected.tolist()
     assert np.array_equal(ok(fixed, "pswapaxes 0, 4 members, batched"), expected)
+
+
+def test_fixed_eager_shard_map_of_a_zero_size_array(fixed):
+    """Finding 23's pinned program: the eager shard_map of the identity returns its (2, 0) input, readable (stock
+    JAX: ValueError reading it); each buffer is the whole empty array, as XLA lays it out."""
+    answer = ok(fixed, "eager shard_map (2, 0)")
+    assert answer.shape == (2, 0)
+    assert ok(fixed, "eager shard_map (2, 0) shards").tolist() == [[2, 0], [2, 0]]
+
+
+def test_fixed_jit_asking_for_a_sharded_zero_size_result(fixed):
+    """A jit with `out_shardings=P('x')` and a (4, 0) result, the same fault: readable, of shape (4, 0)."""
+    assert ok(fixed, "jit out_shardings P('x') (4, 0)").shape == (4, 0)
+
+
+def test_non_empty_results_keep_the_sharding_asked_for(fixed):
+    """The fix changes zero-size results only: a (4, 3) result of either is split in (2, 3) shards and correct."""
+    assert np.array_equal(ok(fixed, "eager shard_map (4, 3)"), np.ones((4, 3)))
+    assert np.array_equal(ok(fixed, "jit out_shardings P('x') (4, 3)"), np.full((4, 3), 2.0))
+    for name in ("eager shard_map (4, 3)", "jit out_shardings P('x') (4, 3)"):
+        assert ok(fixed, f"{name} shards").tolist() == [[2, 3], [2, 3]]
