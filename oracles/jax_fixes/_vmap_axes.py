@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +63,7 @@ def _pvary(x: Any, axis_name: Any) -> Any:
 
 def vmap_axis_typed_as_mesh_axis() -> None:
     """Finding 17: `pvary` and `_get_from` leave out vmap axes; `_constant_reduction` knows psum_invariant."""
-    from jax._src import core, shard_map
+    from jax._src import config, core, shard_map
     from jax._src.interpreters import batching
     from jax._src.lax import lax, parallel
 
@@ -90,6 +91,15 @@ def vmap_axis_typed_as_mesh_axis() -> None:
         rest = tuple(n for n in axes if n != axis_data.name)
         return (parallel.psum_invariant_p.bind(out, axes=rest) if rest else out), None
 
+    def pmin_pmax_abstract_eval(name: str, aval: Any, *, axes: tuple, axis_index_groups: Any) -> tuple:
+        positional = tuple(a for a in axes if isinstance(a, int))
+        if not positional or not config._check_vma.value:
+            return parallel._pmin_pmax_abstract_eval(name, aval, axes=axes, axis_index_groups=axis_index_groups)
+        named = tuple(a for a in axes if not isinstance(a, int))  # a vmap axis's reduction binds its position
+        out, effects = parallel._psum_invariant_abstract_eval(name, aval, axes=named)
+        return out.update(shape=lax._reduce_op_shape_rule(aval, axes=positional),
+                          sharding=lax._reduce_op_sharding_rule(aval, axes=positional)), effects
+
     get_from.__wrapped__ = stock_get_from
     constant_reduction.__wrapped__ = stock_constant
     core.pvary = parallel.pvary = shard_map.pvary = _pvary
@@ -97,6 +107,8 @@ def vmap_axis_typed_as_mesh_axis() -> None:
     parallel._get_from = get_from
     parallel._constant_reduction = constant_reduction
     batching.fancy_primitive_batchers[parallel.psum_invariant_p] = psum_invariant_batcher
+    for prim in (parallel.pmax_p, parallel.pmin_p):
+        prim.def_effectful_abstract_eval(functools.partial(pmin_pmax_abstract_eval, prim.name))
 
 
 def _refuse_vmap_axis(axis_data: Any, axis_name: tuple, name: str) -> None:
