@@ -10,16 +10,13 @@ imports jax, judges JAX's answers against ones worked out here with numpy and th
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from jax_fixes_children import KEYS, child_report, ok
 from test_campaign import campaign, known_ids
 
 from oracles import spec
@@ -38,17 +35,8 @@ ROOT = CHILD.parent.parent
 @pytest.fixture(scope="module")
 def fixed() -> dict[str, Any]:
     """The child's report: the fixes it installed and JAX's answer to every program."""
-    done = subprocess.run([sys.executable, str(CHILD)], capture_output=True, text=True, timeout=600, check=False,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return child_report(CHILD)
 
-
-def ok(fixed: dict[str, Any], name: str) -> Any:
-    """JAX's answer to program `name`, which must have run."""
-    status, *rest = fixed["answers"][name]
-    assert status == "ok", f"{name}: {rest}"
-    return rest[0]
 
 
 def refused(fixed: dict[str, Any], name: str) -> str:
@@ -60,7 +48,6 @@ def refused(fixed: dict[str, Any], name: str) -> str:
     return message
 
 
-KEYS = {"number", "title", "summary", "expected", "actual", "known_by", "source_lines", "stock_failure", "gpu_tpu"}
 
 
 def test_every_rules_fix_is_installed_and_has_its_folder(fixed):

@@ -10,10 +10,6 @@ jax, judges JAX's answers against ones worked out here member by member with num
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from jax_fixes_children import KEYS, child_report, ok
 
 from oracles.jax_fixes import FIXES, FOLDER
 from oracles.jax_fixes import _vmap_axes as vmap_axes
@@ -32,23 +29,13 @@ pytestmark = [
 
 CHILD = Path(__file__).resolve().parent / "jax_fixes_vmap_axes_child.py"
 ROOT = CHILD.parent.parent
-KEYS = {"number", "title", "summary", "expected", "actual", "known_by", "source_lines", "stock_failure", "gpu_tpu"}
 
 
 @pytest.fixture(scope="module")
 def fixed() -> dict[str, Any]:
     """The child's report: the fixes it installed and JAX's answer to every program."""
-    done = subprocess.run([sys.executable, str(CHILD)], capture_output=True, text=True, timeout=600, check=False,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return child_report(CHILD)
 
-
-def ok(fixed: dict[str, Any], name: str) -> Any:
-    """JAX's answer to program `name`, which must have run."""
-    status, *rest = fixed["answers"][name]
-    assert status == "ok", f"{name}: {rest}"
-    return rest[0]
 
 
 def test_every_vmap_axes_fix_is_installed_and_has_its_folder(fixed):

@@ -12,16 +12,13 @@ every member of a pbroadcast gets the source's value.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from jax_fixes_children import KEYS, child_report, ok
 
 from oracles.jax_fixes import FOLDER
 from oracles.jax_fixes import _vmap_permute as vmap_permute
@@ -33,23 +30,13 @@ pytestmark = [
 
 CHILD = Path(__file__).resolve().parent / "jax_fixes_vmap_permute_child.py"
 ROOT = CHILD.parent.parent
-KEYS = {"number", "title", "summary", "expected", "actual", "known_by", "source_lines", "stock_failure", "gpu_tpu"}
 
 
 @pytest.fixture(scope="module")
 def fixed() -> dict[str, Any]:
     """The child's report: the fixes it installed and JAX's answer to every program."""
-    done = subprocess.run([sys.executable, str(CHILD)], capture_output=True, text=True, timeout=600, check=False,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return child_report(CHILD)
 
-
-def ok(fixed: dict[str, Any], name: str) -> Any:
-    """JAX's answer to program `name`, which must have run."""
-    status, *rest = fixed["answers"][name]
-    assert status == "ok", f"{name}: {rest}"
-    return rest[0]
 
 
 def test_every_vmap_permute_fix_is_installed_and_has_its_folder(fixed):
