@@ -204,7 +204,7 @@ class Trace:
     def set_arrivals(self, indices: np.ndarray | int, arrivals_s: np.ndarray | float) -> None:
         """Set the arrival times of the records at `indices` (as `append` and `append_batch` numbered them)."""
         self._arrivals[indices] = arrivals_s
-        self._records, self._made = None, {}
+        self._forget()
 
     def _grow(self, count: int) -> int:
         """Room for `count` more records; the index of the first."""
@@ -214,8 +214,15 @@ class Trace:
             grown = np.zeros(max(2 * len(self._arrivals), self._count))
             grown[:first] = self._arrivals[:first]
             self._arrivals = grown
-        self._records, self._made = None, {}
+        self._forget()
         return first
+
+    def _forget(self) -> None:
+        """Drop the records made so far (a record changed or was added); cheap when none were made, as
+        while a run records its messages."""
+        self._records = None
+        if self._made:
+            self._made = {}
 
     def add(self, record: MessageRecord) -> None:
         """Record a `MessageRecord` (or `CopyRecord`)."""
