@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sim
+from collectives._call_budget import check_call
 from collectives._definition import Definition, Vma
 
 REDUCE, KEEP, INTRODUCE, INDEX, INVARIANT = Vma.REDUCE, Vma.KEEP, Vma.INTRODUCE, Vma.INDEX, Vma.INVARIANT
@@ -39,6 +40,7 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
     """
     context = sim.current()
     recorded, op, rule = definition.name, called or definition.name, definition.vma
+    check_call(context, definition, operands, axis_name, params, op)  # the call's memory, before it allocates
     if not context.check_vma:
         return sim.wrap(compute(), frozenset(), recorded, params, operands)
     if rule == INVARIANT:  # JAX's abstract evaluation gives the result no varying axes, whatever it reads

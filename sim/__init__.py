@@ -10,6 +10,7 @@ from sim._budget import (
     DEVICE_BYTES,
     MAX_DEVICES,
     MESSAGE_BYTES,
+    check_call,
     check_memory,
     check_messages,
     default_max_memory_bytes,
@@ -102,7 +103,7 @@ __all__ = [  # the mesh, its devices and the network
 ]
 __all__ += [  # memory and work guards
     "DEFAULT_MAX_MESSAGES", "DEVICE_BYTES", "MAX_DEVICES", "MESSAGE_BYTES", "MemoryLimitError", "MemoryMeter",
-    "check_memory", "check_messages", "default_max_memory_bytes", "format_bytes", "parse_bytes",
+    "check_call", "check_memory", "check_messages", "default_max_memory_bytes", "format_bytes", "parse_bytes",
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
 __all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records

@@ -2,20 +2,23 @@
 limit, and the work limit (how many messages a run may send).
 
 A run's memory is its arrays plus, per device, a first memory page, a greenlet, a SimPy process and a
-program record, plus, per message, its trace record and its detail. The costs below are measured (a
-1,000-device psum sends a million messages in about 800 MB) and rounded up: estimates made with them are
-rough, meant to refuse a run that cannot fit before anything is allocated, not to account for every byte.
+program record, plus, per message, its trace row and the message in flight. The costs below are measured
+and rounded up: estimates made with them are rough, meant to refuse a run that cannot fit before anything
+is allocated, not to account for every byte. Each collective call is estimated as it starts
+(`check_call`), before its results are allocated or its first message is sent.
 """
 
 from __future__ import annotations
 
 import os
 
-from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim._errors import InvalidArgumentError, InvalidTypeError, MemoryLimitError
 
 MAX_DEVICES = 1 << 20
 DEVICE_BYTES = 16 << 10  # measured about 12 KiB: a memory page, a greenlet, a SimPy process, a program record
-MESSAGE_BYTES = 1 << 10  # measured about 800 B: a trace record with its detail, and the message in flight
+# measured 270 B (a 4096-device psum) to 650 B (a 1024-device all_to_all, whose messages are all in flight at once)
+# per message, peak RSS over messages: a trace row and the message in flight
+MESSAGE_BYTES = 1 << 9
 FALLBACK_MAX_MEMORY_BYTES = 8 << 30
 # The messages a run may send unless told otherwise: about a second of the fastest collectives' messages
 # (all_gather, all_to_all: ~700,000 a second) and under two minutes of the slowest (a reduction's 'direct'
@@ -115,3 +118,30 @@ def check_messages(what: str, messages: int, max_messages: int | None) -> int:
     if messages > max_messages:
         raise InvalidArgumentError(f"{what} sends about {messages:,} messages, more than max_messages={max_messages}")
     return max_messages
+
+
+_CALL_KNOB = ("raise the limit with sim.Mesh(..., max_memory_bytes=N) (or --max-memory SIZE, scenarios.load(path, "
+              "max_memory_bytes=N)), or make the operands smaller")
+
+
+def check_call(what: str, device: int, parts: dict[str, int], held_bytes: int, max_memory_bytes: int) -> None:
+    """Refuse a collective call whose estimate `parts` (bytes by what needs them: the results the call
+    allocates on every device, its trace) would take the run past `max_memory_bytes`, its memories already
+    holding `held_bytes`.
+
+    >>> try:
+    ...     check_call("psum", 0, {"outputs": 400, "trace": 512}, 200, 1000)
+    ... except MemoryLimitError as error:
+    ...     print(str(error)[:101])
+    device 0: psum needs about 912 B of memory (outputs 400 B, trace 512 B) on top of the 200 B the run's
+
+    Raises:
+        MemoryLimitError: the call would not fit, naming the device, the call, the estimate and its parts.
+    """
+    total = sum(parts.values())
+    if held_bytes + total <= max_memory_bytes:
+        return
+    shown = ", ".join(f"{name} {format_bytes(size)}" for name, size in parts.items() if size)
+    raise MemoryLimitError(f"device {device}: {what} needs about {format_bytes(total)} of memory ({shown}) on top "
+                           f"of the {format_bytes(held_bytes)} the run's memories hold, more than "
+                           f"max_memory_bytes={max_memory_bytes} ({format_bytes(max_memory_bytes)}); {_CALL_KNOB}")

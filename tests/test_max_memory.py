@@ -110,15 +110,17 @@ def test_a_memory_charges_every_array_it_comes_to_hold():
     assert meter.held_bytes == 200
 
 
-def test_a_run_past_the_mesh_limit_stops_naming_device_and_array():
-    """A program whose 20 psums fit the estimate but not the limit stops at the psum result that passes it,
-    with MemoryLimitError; the same run under a larger limit (or the Simulation's own) finishes."""
+def test_a_run_past_the_mesh_limit_stops_naming_device_and_call():
+    """A program whose 20 psums fit the estimate but not the limit stops at the psum whose results would pass
+    it, before they are allocated, with MemoryLimitError naming the call's estimate and what the memories
+    already hold; the same run under a larger limit (or the Simulation's own) finishes."""
     x = np.ones((2, 1_000_000), np.float32)
     small = sim.Mesh({"x": 2}, max_memory_bytes=50_000_000)
     mapped = sim.shard_map(_psum_loop, mesh=small, in_specs=sim.P("x"), out_specs=sim.P("x"))
-    with pytest.raises(sim.MemoryLimitError, match=r"^device [01]: a new array float32\[1, 1000000\] \(3.81 MiB\) "
-                                                   r"would bring the run's device memory from .* to .*, more than "
-                                                   r"max_memory_bytes=50000000 \(47.7 MiB\)"):
+    with pytest.raises(sim.MemoryLimitError, match=r"^device [01]: psum of 3.81 MiB per device in groups of 2 on 2 "
+                                                   r"devices needs about 7.63 MiB of memory \(outputs 7.63 MiB, "
+                                                   r"trace 2 KiB\) on top of the .* the run's memories hold, more "
+                                                   r"than max_memory_bytes=50000000 \(47.7 MiB\)"):
         mapped.run(x)
     large = sim.Mesh({"x": 2}, max_memory_bytes=500_000_000)
     run = sim.shard_map(_psum_loop, mesh=large, in_specs=sim.P("x"), out_specs=sim.P("x")).run(x)
