@@ -79,6 +79,14 @@ def add_timeout(parser: argparse.ArgumentParser) -> None:
                              "most 1e8, about three years)")
 
 
+def add_job_timeout(parser: argparse.ArgumentParser, what: str, then: str) -> None:
+    """Add `--timeout SECONDS` (as `job_timeout_s`) to a command of many jobs: the longest one `what` may run
+    before it is stopped on its worker; `then` says what becomes of it."""
+    parser.add_argument("--timeout", metavar="SECONDS", type=_seconds, default=None, dest="job_timeout_s",
+                        help=f"stop {what} still running after SECONDS of wall-clock time on its worker: {then} "
+                             f"(default: no limit; at most 1e8)")
+
+
 def _seconds(text: str) -> float:
     """A positive number of seconds up to `MAX_TIMEOUT_S`, for argparse."""
     try:

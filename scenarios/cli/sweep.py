@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from scenarios import read_rows
 from scenarios.cli._cluster import add_cluster, announce_dashboard, dashboard_address, local_workers
-from scenarios.cli._limits import add_budget, budget_of
+from scenarios.cli._limits import add_budget, add_job_timeout, budget_of
 from scenarios.cli.render import nccl_table, printable, terminal_console
 from scenarios.fleet import check_dask, fleet
 from scenarios.sweep import RESULTS, TABLE, Point, Sweep, check_output, finish, load_sweep, pending, plot, run_points
@@ -36,6 +36,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument("--plot", metavar="FILE", help="draw time and busbw against size to FILE.svg or FILE.png")
     sweep.add_argument("--json", action="store_true", help="print every row as JSON instead of the table")
     add_budget(sweep, "each point")
+    add_job_timeout(sweep, "a point", "it is an error row, and the sweep goes on")
     sweep.set_defaults(execute=execute)
 
 
@@ -44,7 +45,8 @@ def execute(args: argparse.Namespace) -> int:
 
     Returns:
         0 once every point has a row (a point the simulator rejected, one over `--max-memory` or
-        `--max-messages`, and one that failed on its worker have their message as their row); 130 when
+        `--max-messages`, one stopped by `--timeout` and one that failed on its worker have their message
+        as their row); 130 when
         interrupted (Ctrl-C), the finished points kept for --resume.
 
     Raises:
@@ -87,20 +89,20 @@ def _run(args: argparse.Namespace, todo: list[Point], directory: Path, workers: 
     with fleet(workers, args.scheduler, dashboard) as client:
         announce_dashboard(client, dashboard)
         _progress(client, todo, directory, console, enabled=console.is_terminal and not args.json,
-                  budget=budget_of(args))
+                  budget=budget_of(args), timeout_s=args.job_timeout_s)
 
 
 def _progress(client: Any, todo: list[Point], directory: Path, console: Console, enabled: bool,
-              budget: tuple[int | None, int | None] = (None, None)) -> None:
+              budget: tuple[int | None, int | None] = (None, None), timeout_s: float | None = None) -> None:
     """Run the points with a transient progress bar on `console` when `enabled`, each point within `budget`
-    (`--max-memory` bytes, `--max-messages`; None for the defaults)."""
+    (`--max-memory` bytes, `--max-messages`; None for the defaults) and `timeout_s` (`--timeout`)."""
     workers = len(client.scheduler_info().get("workers", {})) or "?"
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True, disable=not enabled) as progress:
         task = progress.add_task(f"sweep on {workers} worker(s)", total=len(todo))
         run_points(client, todo, directory, on_row=lambda row: progress.advance(task), max_memory_bytes=budget[0],
-                   max_messages=budget[1])
+                   max_messages=budget[1], timeout_s=timeout_s)
 
 
 def _report(sweep: Sweep, rows: list[dict[str, Any]], directory: Path, ran: int, wall_s: float) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 import collectives
 import layouts
 import sim
+from scenarios.sweep._deadline import PastDeadline, deadline
 from scenarios.sweep._sweep import SWEPT, Point
 from scenarios.sweep._sweep_values import build_network
 
@@ -44,19 +45,24 @@ Operation = collectives.Sweep
 OPERATIONS: dict[str, Operation] = {name: collectives.definition(name).sweep for name in SWEPT}
 
 
-def measure(point: Point, max_memory_bytes: int | None = None, max_messages: int | None = None) -> dict[str, Any]:
+def measure(point: Point, max_memory_bytes: int | None = None, max_messages: int | None = None,
+            timeout_s: float | None = None) -> dict[str, Any]:
     """Run `point` on the simulator and return its row (`COLUMNS`).
 
     A point the simulator rejects (an algorithm the collective lacks, a power-of-two algorithm on 6 devices,
     a network that does not hold the mesh, a size too small for one element per block), one over budget
-    (`refused`), and one whose run fails in any other way (out of memory on the worker, say) gives a row
-    whose `error` is the message and whose figures are None; it never raises for that, so one point's
-    failure never ends a sweep.
+    (`refused`), one still running after `timeout_s` seconds (stopped there: `deadline`), and one whose run
+    fails in any other way (out of memory on the worker, say) gives a row whose `error` is the message and
+    whose figures are None; it never raises for that, so one point's failure never ends a sweep.
     """
     row = _row(point)
     try:
         plan = _plan(point, max_memory_bytes, max_messages, row)
-        row.update(_timed(point, plan))
+        with deadline(timeout_s):
+            row.update(_timed(point, plan))
+    except PastDeadline:
+        row["error"] = (f"stopped after --timeout {timeout_s:g} s: the point had not finished; raise --timeout, or "
+                        f"make the point smaller")
     except sim.MeshError as error:
         row["error"] = str(error)
     except MemoryError as error:  # the run is gone once the handler ends; the row is all that is kept

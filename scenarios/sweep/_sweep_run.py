@@ -44,13 +44,14 @@ def pending(sweep: Sweep, directory: Path, resume: bool) -> tuple[dict[str, dict
 
 def run_points(client: Any, points: Sequence[Point], directory: Path,
                on_row: Callable[[dict[str, Any]], None] | None = None, max_memory_bytes: int | None = None,
-               max_messages: int | None = None) -> None:
+               max_messages: int | None = None, timeout_s: float | None = None) -> None:
     """Run every point as a job on `client`'s workers, appending each row to `directory/results.jsonl` (and
     calling `on_row` with it) as it completes, in completion order.
 
     Each point is checked against the budget first (`max_memory_bytes`, `max_messages`: None for the
     defaults, as for `meshsim run`): a point over it, or one the simulator rejects, gets its error row at
-    once and is not submitted. A point that fails on its worker (out of memory, say) is an error row too.
+    once and is not submitted. A point that fails on its worker (out of memory, say) is an error row too, and
+    so is one still running after `timeout_s` seconds (None: no limit), stopped on its worker.
 
     Raises:
         FleetError: a point was lost with every worker that ran it.
@@ -68,7 +69,7 @@ def run_points(client: Any, points: Sequence[Point], directory: Path,
             if row is not None:
                 done(None, row)
             else:
-                jobs.append(Job(point.key, measure, (point, max_memory_bytes, max_messages)))
+                jobs.append(Job(point.key, measure, (point, max_memory_bytes, max_messages, timeout_s)))
         run_jobs(client, jobs, done)
 
 
