@@ -1,19 +1,21 @@
 """How the engine scales with the number of devices and messages: tiny payloads, many devices.
 
-    python benchmarks/scale.py                      # every case of the table in BENCHMARKS.md
-    python benchmarks/scale.py --quick              # the small cases only
-    python benchmarks/scale.py --jax-max-devices 0  # without the JAX column
+    python benchmarks/scale.py                       # every row (issue 26's table and the algorithm rows)
+    python benchmarks/scale.py --quick               # small rows only, once each
+    python benchmarks/scale.py --only psum-ring-1024 # rows by key (shown in the table's last column)
+    python benchmarks/scale.py --profile             # and where each row's time goes (cProfile)
+    python benchmarks/scale.py --repeat 1            # one run per row instead of the best of 3
 
-Cases run on the default fully connected network unless named: the 1024-device all_to_all also runs on a
-switch (`sim.Network.switch()`) and on a 32 x 32 torus (`sim.Network.torus((32, 32))`), side by side, with
-the same latency and bandwidth (1 us, 100 GB/s): the cost of routes and max-min fair sharing.
+Each row runs in fresh subprocesses (so each peak RSS is its own): the simulator `--repeat` times (best of
+3 by default; its peak RSS is that of the best run's process), its result checked against a plain numpy
+evaluation of the same global output (best of 5: the numpy column), and real JAX on as many CPU virtual
+devices for the 'direct' rows of at most `--jax-max-devices` devices (best of 5, its result checked too).
 
-Each case runs in fresh subprocesses (so each peak RSS is its own): the simulator once, with its result
-checked against a plain numpy evaluation of the same collective, and real JAX on as many CPU virtual devices
-(up to `--jax-max-devices`), best of 5, its result checked too. The table gives the simulator's wall time,
-messages, messages per second, peak RSS and the most OS threads its process had (read inside a device
-program), then the numpy and JAX wall times. The last line fits wall time ~ messages^k over the all_to_all
-cases and states k.
+Peers and limits, as ratios of the row's simulated messages per second: SimGrid's 5.3 k messages/s at 1024
+hosts (measured once side by side, SimGrid 4.1 through its Python S4U API on the same star network: issue
+26), LogGOPSim's published 1 M events/s (C++), and raw SimPy's events/s, measured at the start of this run on
+this machine (`_scale_cases.simpy_events_per_s`): the rate a SimPy-driven simulator cannot beat with one
+event per message.
 """
 
 from __future__ import annotations
@@ -28,97 +30,78 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _scale_cases import QUICK, Row, body, network, rows, simpy_events_per_s, workload
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))
 
-CASES = [("all_to_all", 64), ("all_to_all", 256), ("all_to_all", 1024), ("all_to_all", 1024, "switch"),
-         ("all_to_all", 1024, "torus"), ("ppermute", 1024), ("ppermute", 4096), ("psum", 1024), ("all_gather", 1024)]
-QUICK = [("all_to_all", 64), ("all_to_all", 256), ("ppermute", 1024), ("psum", 256), ("all_gather", 256)]
+SIMGRID_MESSAGES_PER_S = 5.3e3  # SimGrid 4.1, 1024 hosts, plain max-min model (issue 26, measured side by side)
+LOGGOPSIM_EVENTS_PER_S = 1e6  # LogGOPSim's published rate (C++)
 # XLA:CPU runs one thread per device in a collective; on 2 cores 1024 of them miss its 40 s rendezvous
 # deadline and the process aborts, so by default JAX is timed up to 256 devices.
 JAX_MAX_DEVICES = 256
+PROFILE_LINES = 12
 
 
-def workload(op: str, n: int) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
-    """The global input of `op` on n devices and its plain numpy evaluation (the global output)."""
-    if op == "all_to_all":  # one float per destination
-        return np.arange(n * n, dtype=np.float32), lambda x: np.ascontiguousarray(x.reshape(n, n).T).reshape(-1)
-    if op == "ppermute":  # a ring
-        return np.arange(n, dtype=np.float32), lambda x: np.roll(x, 1)
-    if op == "psum":  # 16 floats, integers so any order of addition is exact
-        return np.arange(n * 16, dtype=np.float32) % 7, lambda x: np.tile(x.reshape(n, 16).sum(0), n)
-    return np.arange(n * 16, dtype=np.float32), lambda x: np.tile(x, n)  # tiled all_gather of 16 floats
-
-
-def body(op: str, n: int, lax) -> Callable:
-    """The per-device program, with `lax` either meshsim's `collectives` or `jax.lax`."""
-    if op == "all_to_all":
-        return lambda v: lax.all_to_all(v, "x", 0, 0, tiled=True)
-    if op == "ppermute":
-        perm = [(i, (i + 1) % n) for i in range(n)]
-        return lambda v: lax.ppermute(v, "x", perm)
-    if op == "psum":
-        return lambda v: lax.psum(v, "x")
-    return lambda v: lax.all_gather(v, "x", tiled=True)
-
-
-def network(name: str, n: int):
-    """The case's network: fully connected (the default), a switch, or a square 2-D torus of n devices."""
-    import sim
-
-    if name == "switch":
-        return sim.Network.switch()
-    if name == "torus":
-        side = round(n ** 0.5)
-        return sim.Network.torus((side, n // side))
-    return sim.Network.fully_connected()
-
-
-def simulator_case(op: str, n: int, network_name: str = "fully_connected") -> dict:
-    """Run one case on the simulator here; the thread count is read inside device programs."""
+def simulator_row(row: Row, profile: bool = False) -> dict:
+    """Run one row on the simulator here (under cProfile with `profile`) and check it against numpy."""
     import resource
 
     import collectives
     import sim
 
-    x, evaluate = workload(op, n)
-    program, threads = body(op, n, collectives), [_os_threads()]
-
-    def counted(v):
-        if len(threads) < 3:  # the first devices to run: the thread count cannot depend on which
-            threads.append(_os_threads())
-        return program(v)
-
-    f = sim.shard_map(counted, mesh=sim.Mesh({"x": n}, network=network(network_name, n)), in_specs=sim.P("x"),
-                      out_specs=sim.P("x"),
-                      check_vma=False)
+    inputs, evaluate = workload(row.op, row.devices)
+    mesh = sim.Mesh({"x": row.devices}, network=network(row.network, row.devices))
+    specs = tuple(sim.P("x") for _ in inputs)
+    f = sim.shard_map(body(row.op, row.devices, row.algorithm, collectives), mesh=mesh, in_specs=specs,
+                      out_specs=sim.P("x"), check_vma=False)
+    profiler = _profiler() if profile else None
     start = time.perf_counter()
-    run = f.run(x)
+    run = f.run(*inputs)
     wall_s = time.perf_counter() - start
-    numpy_s, expect = _best(lambda: evaluate(x))
+    if profiler is not None:
+        profiler.disable()
+    numpy_s, expect = _best(lambda: evaluate(*inputs))
     if not np.array_equal(run.outputs, expect):
-        raise SystemExit(f"{op} on {n} devices: the simulator's result differs from numpy's")
-    return {"op": op, "devices": n, "network": network_name, "wall_s": wall_s, "messages": len(run.trace),
-            "numpy_s": numpy_s,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "threads": max(threads)}
+        raise SystemExit(f"{row.key}: the simulator's result differs from numpy's")
+    picked = sorted({c.algorithm or "" for c in run.calls})
+    return {"wall_s": wall_s, "messages": len(run.trace), "numpy_s": numpy_s, "ran": ",".join(picked),
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "profile": None if profiler is None else _profile_text(profiler)}
 
 
-def jax_case(op: str, n: int) -> dict:
-    """Best-of-5 wall time of the real `jax.lax` op on n CPU virtual devices (XLA_FLAGS set by the caller)."""
+def jax_row(row: Row) -> dict:
+    """Best-of-5 wall time of the real `jax.lax` program on the row's CPU virtual devices (XLA_FLAGS set by
+    the caller)."""
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    x, evaluate = workload(op, n)
-    mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
+    inputs, evaluate = workload(row.op, row.devices)
+    mesh = Mesh(np.array(jax.devices()[:row.devices]), ("x",))
     spec = PartitionSpec("x")
-    f = jax.jit(jax.shard_map(body(op, n, jax.lax), mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
-    placed = jax.device_put(x, NamedSharding(mesh, spec))
-    out = f(placed).block_until_ready()
-    if not np.array_equal(np.asarray(out), evaluate(x)):
-        raise SystemExit(f"{op} on {n} devices: JAX's result differs from numpy's")
-    best_s, _ = _best(lambda: f(placed).block_until_ready())
+    f = jax.jit(jax.shard_map(body(row.op, row.devices, "direct", jax.lax), mesh=mesh, in_specs=spec,
+                              out_specs=spec, check_vma=False))
+    placed = [jax.device_put(x, NamedSharding(mesh, spec)) for x in inputs]
+    out = f(*placed).block_until_ready()
+    if not np.array_equal(np.asarray(out), evaluate(*inputs)):
+        raise SystemExit(f"{row.key}: JAX's result differs from numpy's")
+    best_s, _ = _best(lambda: f(*placed).block_until_ready())
     return {"jax_s": best_s}
+
+
+def _profiler():
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
+
+
+def _profile_text(profiler) -> str:
+    """The phases of the run and its heaviest functions by own time."""
+    from _profile import phases, top
+
+    return phases(profiler) + "\n" + top(profiler, "tottime", PROFILE_LINES)
 
 
 def _best(fn: Callable, repeat: int = 5) -> tuple[float, object]:
@@ -130,65 +113,77 @@ def _best(fn: Callable, repeat: int = 5) -> tuple[float, object]:
     return min(times), result
 
 
-def _os_threads() -> int:
-    """The process's OS threads (numpy's BLAS pool included), from /proc."""
-    with open("/proc/self/status") as status:
-        return int(next(line for line in status if line.startswith("Threads:")).split()[1])
-
-
-def _subprocess(flag: str, op: str, n: int, env: dict | None = None, *more: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, flag, op, str(n), *more], capture_output=True, text=True, env=env)
+def _subprocess(args: list[str], env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env)
     if out.returncode:
-        raise SystemExit(f"{flag} {op} {n} failed:\n{out.stderr[-2000:]}")
+        return {"failed": (out.stderr.strip().splitlines() or ["(no message)"])[-1][:200]}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(row: Row, repeat: int, jax_max_devices: int, profile: bool) -> dict:
+    """The row's best simulator run of `repeat` (each in a fresh process), its JAX time, and its profile."""
+    runs = [_subprocess(["--simulator-row", json.dumps(row.__dict__)]) for _ in range(repeat)]
+    good = [r for r in runs if "failed" not in r]
+    result = min(good, key=lambda r: r["wall_s"]) if good else runs[0]
+    if good and row.algorithm == "direct" and row.network == "fully_connected" and row.devices <= jax_max_devices \
+            and row.op != "ragged_all_to_all":  # XLA:CPU cannot run ragged_all_to_all
+        env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={row.devices}")
+        result.update(_subprocess(["--jax-row", json.dumps(row.__dict__)], env))
+    if good and profile:
+        result["profile"] = _subprocess(["--simulator-row", json.dumps(row.__dict__), "--profile"]).get("profile")
+    return result
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small cases only")
+    parser.add_argument("--quick", action="store_true", help="small rows only, once each")
+    parser.add_argument("--only", nargs="+", metavar="KEY", help="run only these rows (keys as the table shows)")
+    parser.add_argument("--repeat", type=int, default=None, help="simulator runs per row, the best kept "
+                                                                 "(default 3; 1 with --quick)")
+    parser.add_argument("--profile", action="store_true", help="print where each row's time goes (cProfile of "
+                                                               "one more run: phases and top functions)")
     parser.add_argument("--jax-max-devices", type=int, default=JAX_MAX_DEVICES,
-                        help=f"time JAX on cases of at most this many devices (default {JAX_MAX_DEVICES}; 0: none)")
-    parser.add_argument("--simulator-case", nargs="+", metavar="OP DEVICES [NETWORK]", help=argparse.SUPPRESS)
-    parser.add_argument("--jax-case", nargs=2, metavar=("OP", "DEVICES"), help=argparse.SUPPRESS)
+                        help=f"time JAX on rows of at most this many devices (default {JAX_MAX_DEVICES}; 0: none)")
+    parser.add_argument("--simulator-row", help=argparse.SUPPRESS)
+    parser.add_argument("--jax-row", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.simulator_case:
-        op, n, *name = args.simulator_case
-        print(json.dumps(simulator_case(op, int(n), *name)))
+    if args.simulator_row:
+        print(json.dumps(simulator_row(Row(**json.loads(args.simulator_row)), args.profile)))
         return 0
-    if args.jax_case:
-        op, n = args.jax_case
-        print(json.dumps(jax_case(op, int(n))))
+    if args.jax_row:
+        print(json.dumps(jax_row(Row(**json.loads(args.jax_row)))))
         return 0
-    rows = []
-    print(f"{'op':<11} {'devices':>7} {'network':>15} {'wall s':>8} {'messages':>9} {'msg/s':>10} {'peak RSS':>9} "
-          f"{'threads':>7} {'numpy s':>9} {'jax s':>9} {'sim/numpy':>10} {'sim/jax':>8}")
-    for op, n, *name in QUICK if args.quick else CASES:
-        row = _subprocess("--simulator-case", op, n, None, *name)
-        if n <= args.jax_max_devices and not name:
-            env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
-            row.update(_subprocess("--jax-case", op, n, env))
-        rows.append(row)
-        show(row)
-    fit(rows)
+    chosen = QUICK if args.quick else rows()
+    if args.only:
+        chosen = [row for row in rows() + QUICK if row.key in args.only]
+    repeat = args.repeat or (1 if args.quick else 3)
+    simpy_rate = simpy_events_per_s()
+    print(f"raw SimPy here now: {simpy_rate:,.0f} events/s; peers: SimGrid {SIMGRID_MESSAGES_PER_S:,.0f} messages/s "
+          f"(1024 hosts), LogGOPSim {LOGGOPSIM_EVENTS_PER_S:,.0f} events/s; simulator best of {repeat}")
+    print(HEADER)
+    for row in chosen:
+        result = measure(row, repeat, args.jax_max_devices, args.profile)
+        print(line(row, result, simpy_rate), flush=True)
+        if result.get("profile"):
+            print(f"--- where {row.key}'s time goes ---\n{result['profile']}", flush=True)
     return 0
 
 
-def show(row: dict) -> None:
-    jax_s = row.get("jax_s")
-    jax_text = "-" if jax_s is None else f"{jax_s:.2e}"
-    ratio = "-" if jax_s is None else f"{row['wall_s'] / jax_s:.1f}x"
-    print(f"{row['op']:<11} {row['devices']:>7} {row['network']:>15} {row['wall_s']:>8.3f} {row['messages']:>9} "
-          f"{row['messages'] / row['wall_s']:>10,.0f} {row['peak_rss_mib']:>5.0f} MiB {row['threads']:>7} "
-          f"{row['numpy_s']:>9.2e} {jax_text:>9} {row['wall_s'] / row['numpy_s']:>9.0f}x {ratio:>8}", flush=True)
+HEADER = (f"{'row':<52} {'devices':>7} {'wall s':>8} {'messages':>10} {'msg/s':>10} {'peak RSS':>9} "
+          f"{'numpy s':>9} {'jax s':>9} {'/SimGrid':>8} {'/LogGOPSim':>10} {'/SimPy':>7}  key")
 
 
-def fit(rows: list[dict]) -> None:
-    """Least-squares exponent k of wall time ~ messages^k over the all_to_all rows."""
-    points = [(r["messages"], r["wall_s"]) for r in rows
-              if r["op"] == "all_to_all" and r["network"] == "fully_connected"]
-    if len(points) >= 2:
-        k = np.polyfit(np.log([m for m, _ in points]), np.log([t for _, t in points]), 1)[0]
-        print(f"all_to_all: wall time grows as messages^{k:.2f}")
+def line(row: Row, result: dict, simpy_rate: float) -> str:
+    """The row's line of the table (its failure's last line when the simulator refused or failed it)."""
+    if "wall_s" not in result:
+        return f"{row.label:<52} {row.devices:>7}  failed: {result.get('failed')}  {row.key}"
+    rate = result["messages"] / result["wall_s"]
+    jax_s = result.get("jax_s")
+    label = row.label + (f" (ran {result['ran']})" if row.algorithm == "auto" else "")
+    return (f"{label:<52} {row.devices:>7} {result['wall_s']:>8.3f} {result['messages']:>10,} {rate:>10,.0f} "
+            f"{result['peak_rss_mib']:>5.0f} MiB {result['numpy_s']:>9.2e} "
+            f"{'-' if jax_s is None else f'{jax_s:.2e}':>9} {rate / SIMGRID_MESSAGES_PER_S:>7.1f}x "
+            f"{rate / LOGGOPSIM_EVENTS_PER_S:>9.2f}x {rate / simpy_rate:>6.2f}x  {row.key}")
 
 
 if __name__ == "__main__":
