@@ -28,7 +28,9 @@ import collectives
 from scenarios import ScenarioError
 from scenarios.campaign import KINDS
 from scenarios.cli._campaign_files import Results
+from scenarios.cli._campaign_timeout import bounded
 from scenarios.cli._cluster import add_cluster, announce_dashboard, dashboard_address, integer, local_workers
+from scenarios.cli._limits import add_job_timeout
 from scenarios.cli.render import terminal_console
 
 MAX_CASES = 100_000  # per collective: 10,000 jobs each, a plan of about 150 MB over every collective and kind
@@ -62,6 +64,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     campaign.add_argument("--seed", metavar="S", default="0", help="the campaign's seed (default 0): the same "
                                                                    "seed checks the same cases")
     campaign.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_job_timeout(campaign, "a job", "it has no verdict (an error record, which --resume runs again)")
     campaign.set_defaults(execute=execute)
 
 
@@ -108,11 +111,13 @@ def _run(jobs: list[Any], results: Results, workers: int | None, args: argparse.
         announce_dashboard(client, dashboard)
         task = progress.add_task("cases", total=sum(job.args[1] for job in jobs))
 
+        planned = {job.key: job for job in jobs}
+
         def done(job: Any, record: dict[str, Any]) -> None:
             results.add(job.key, record)
-            progress.advance(task, job.args[1])
+            progress.advance(task, planned[job.key].args[1])
 
-        run_jobs(client, jobs, done)
+        run_jobs(client, [bounded(job, args.job_timeout_s) for job in jobs], done)
 
 
 def _checked(args: argparse.Namespace) -> tuple[list[str], int, int, int | None]:
