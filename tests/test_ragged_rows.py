@@ -55,7 +55,7 @@ def _cases(draw):
     out_rows = max(1, max(out_rows) + draw(st.integers(0, 2)))
     operand = _random(draw, (n * rows_in, *trailing), dtype)
     output = _random(draw, (n * out_rows, *trailing), dtype)
-    index = [np.array(sum(table, []), np.int32) for table in (input_offsets, send_sizes, output_offsets, recv_sizes)]
+    index = [np.array(table, np.int32).reshape(-1) for table in (input_offsets, send_sizes, output_offsets, recv_sizes)]
     network = draw(st.sampled_from(sorted(_NETWORKS)))
     twice = draw(st.booleans())
     return n, network, twice, (operand, output, *index)
@@ -128,7 +128,7 @@ def test_the_comparison_can_fail(monkeypatch, wrong):
     honest = _run(4, "ring", True, arrays)
     if wrong == "write":
         real = rows.write_rows
-        monkeypatch.setattr(rows, "write_rows", lambda view, payloads, at, lengths: real(view, payloads, at + 1, lengths))
+        monkeypatch.setattr(rows, "write_rows", lambda view, payloads, at, counts: real(view, payloads, at + 1, counts))
     elif wrong == "detail":
         real_send = sim.Port.send_slices
         monkeypatch.setattr(sim.Port, "send_slices", lambda self, peers, payloads, values, sizes, **d:

@@ -4,15 +4,16 @@ A ragged exchange sends member s's non-empty slices, each one message to the mem
 go to each member is the call's arguments' business, and a member may send several to one member or
 none. A row posts a member's messages at once: one trace batch, one hand-over to the network, one sink
 for their arrivals. Each message carries its payload (a view of its sender's memory) and a header, a row
-of integers (for a ragged slice, where it lands and how many rows it holds). A receiver says how many messages it expects and waits for them
-with one event, fired when the last has arrived; it then takes its column: the messages to it, senders
-in member order, each sender's in the order it posted them.
+of integers (for a ragged slice, where it lands and how many rows it holds). A receiver says how many
+messages it expects and waits for them with one event, fired when the last has arrived; it then takes
+its column: the messages to it, senders in member order, each sender's in the order it posted them.
 
-The trace and the times are those of the same messages sent one by one with `Port.send` and received
-one by one with `Port.recv`, in that order, when sending costs nothing but the links (no
-`Costs.launch_s`, no `Costs.per_message_s`) and arrivals are not perturbed: messages posted in one
-instant become flows in one network step whichever way they were posted. A receiver is woken while the
-network reports the message that completes its column, as a one-by-one receive waiting for it would be.
+The trace records and the times are those of the same messages sent one by one with `Port.send` and
+received one by one with `Port.recv`, when sending costs nothing but the links (no `Costs.launch_s`, no
+`Costs.per_message_s`) and arrivals are not perturbed: messages posted in one instant become flows in one
+network step whichever way they were posted. A receiver is woken while the network reports the message
+that completes its column. Receivers that finish in the same instant may resume in another order than
+one-by-one receives, which take one event per message, would give them (as after `send_each` rows).
 """
 
 from __future__ import annotations
