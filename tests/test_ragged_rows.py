@@ -1,6 +1,6 @@
 """ragged_all_to_all's exchange by rows (`collectives._ragged_rows`) equals its message-by-message protocol
 bit for bit: the same output bytes, trace records (every column), call records and times, on random
-slices, dtypes, networks and programs; the group check at once agrees with the per-slice checks. Each
+slices, dtypes, networks, groups and programs; the group check at once agrees with the per-slice checks. Each
 comparison also runs a deliberately wrong variant to show that it can fail."""
 
 from __future__ import annotations
@@ -53,12 +53,14 @@ def _cases(draw):
     trailing = tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
     dtype = np.dtype(draw(st.sampled_from(["int8", "int32", "float16", "float32", "float64"])))
     out_rows = max(1, max(out_rows) + draw(st.integers(0, 2)))
-    operand = _random(draw, (n * rows_in, *trailing), dtype)
-    output = _random(draw, (n * out_rows, *trailing), dtype)
-    index = [np.array(table, np.int32).reshape(-1) for table in (input_offsets, send_sizes, output_offsets, recv_sizes)]
+    groups = draw(st.integers(1, 2))  # two groups run the same tables side by side over mesh axis "g"
+    operand = _random(draw, (groups * n * rows_in, *trailing), dtype)
+    output = _random(draw, (groups * n * out_rows, *trailing), dtype)
+    index = [np.tile(np.array(table, np.int32).reshape(-1), groups)
+             for table in (input_offsets, send_sizes, output_offsets, recv_sizes)]
     network = draw(st.sampled_from(sorted(_NETWORKS)))
     twice = draw(st.booleans())
-    return n, network, twice, (operand, output, *index)
+    return (groups, n), network, twice, (operand, output, *index)
 
 
 def _random(draw, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -78,15 +80,18 @@ def _program(twice: bool):
     return body
 
 
-def _run(n: int, network: str, twice: bool, arrays: tuple[np.ndarray, ...], **options) -> tuple:
-    """Output bytes, trace JSON, call records and end time of the program on n devices.
+def _run(n: int | tuple[int, int], network: str, twice: bool, arrays: tuple[np.ndarray, ...], **options) -> tuple:
+    """Output bytes, trace JSON, call records and end time of the program on n devices (on each of `groups`
+    groups, when `n` is `(groups, n)`).
 
     Devices that finish a call in the same instant may resume in another order after a row exchange (one
     wake each) than after a message-by-message one (a wake per message), as after all_to_all's rows; so
     call records are compared by device, and the second call's records, which the members post in the
     order they reached it, as a set."""
-    mesh = sim.Mesh({"x": n}, network=_NETWORKS[network](n))
-    f = sim.shard_map(_program(twice), mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x"), check_vma=False,
+    groups, n = n if isinstance(n, tuple) else (1, n)
+    mesh = sim.Mesh({"g": groups, "x": n}, network=_NETWORKS[network](groups * n))
+    spec = P(("g", "x"))
+    f = sim.shard_map(_program(twice), mesh=mesh, in_specs=(spec,) * 6, out_specs=spec, check_vma=False,
                       **options)
     run = f.run(*arrays)
     calls = sorted(tuple(vars(c).values()) for c in run.simulation.calls)
