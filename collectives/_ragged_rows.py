@@ -65,17 +65,12 @@ def exchange_rows(port: sim.Port, args: _Args, source: np.ndarray, per: int) -> 
 
 def _send(port: sim.Port, args: _Args, source: np.ndarray, per: int) -> None:
     """One row: slice i (non-empty) to member i // per, its header the rows' landing offset and count."""
-    if not source.flags.c_contiguous:
-        raise AssertionError("payloads must be packed (C-contiguous) before sending")
     keep = np.flatnonzero(args.send_sizes)
-    if not len(keep):
-        return
     counts = args.send_sizes[keep]
     starts, at = args.input_offsets[keep], args.output_offsets[keep]
-    first, last, lands, ends = np.stack([starts, starts + counts, at, at + counts]).tolist()
-    payloads = list(map(source.__getitem__, map(slice, first, last)))
-    row_bytes = source.dtype.itemsize * int(np.prod(source.shape[1:], dtype=np.int64))
-    port.send_slices(keep // per, payloads, np.stack([at, counts], 1), counts * row_bytes, slice=keep.tolist(),
+    stops = starts + counts
+    first, last, lands, ends = np.stack([starts, stops, at, at + counts]).tolist()
+    port.send_slices(keep // per, source, starts, stops, np.stack([at, counts], 1), slice=keep.tolist(),
                      rows=list(zip(lands, ends)), src_rows=list(zip(first, last)))
 
 
@@ -95,8 +90,8 @@ def write_rows(view: np.ndarray, payloads: list[np.ndarray], at: np.ndarray, len
     small = view.nbytes // max(len(view), 1) * int(lengths.sum()) < _STAGED_BYTES * len(payloads)
     for lo, hi in pairwise([0, *cuts, len(payloads)]):
         target = view[starts[lo]:stops[hi - 1]]
-        if small and hi - lo > 1:
-            target[...] = np.concatenate(payloads[lo:hi])  # numpy checks each input against `out=` for overlap
+        if small and hi - lo > 1:  # many small slices: their bytes joined (each is one contiguous run), then copied
+            target[...] = np.frombuffer(b"".join(payloads[lo:hi]), view.dtype).reshape(target.shape)
         else:
             np.concatenate(payloads[lo:hi], out=target)
 

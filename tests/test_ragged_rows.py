@@ -136,8 +136,8 @@ def test_the_comparison_can_fail(monkeypatch, wrong):
         monkeypatch.setattr(rows, "write_rows", lambda view, payloads, at, counts: real(view, payloads, at + 1, counts))
     elif wrong == "detail":
         real_send = sim.Port.send_slices
-        monkeypatch.setattr(sim.Port, "send_slices", lambda self, peers, payloads, values, sizes, **d:
-                            real_send(self, peers, payloads, values, sizes, **{**d, "slice": d["slice"][::-1]}))
+        monkeypatch.setattr(sim.Port, "send_slices", lambda self, peers, source, starts, stops, values, **d:
+                            real_send(self, peers, source, starts, stops, values, **{**d, "slice": d["slice"][::-1]}))
     else:
         from sim.engine import _slices
         real_arrived = _slices._SliceTable.arrived

@@ -3,10 +3,11 @@
 A ragged exchange sends member s's non-empty slices, each one message to the member it is for; how many
 go to each member is the call's arguments' business, and a member may send several to one member or
 none. A row posts a member's messages at once: one trace batch, one hand-over to the network, one sink
-for their arrivals. Each message carries its payload (a view of its sender's memory) and a header, a row
-of integers (for a ragged slice, where it lands and how many rows it holds). A receiver says how many
-messages it expects and waits for them with one event, fired when the last has arrived; it then takes
-its column: the messages to it, senders in member order, each sender's in the order it posted them.
+for their arrivals. Each message carries rows of an array in its sender's memory (its payload, a view)
+and a header, a row of integers (for a ragged slice, where it lands and how many rows it holds). A
+receiver says how many messages it expects and waits for them with one event, fired when the last has
+arrived; it then takes its column: the messages to it, senders in member order, each sender's in the
+order it posted them.
 
 The trace records and the times are those of the same messages sent one by one with `Port.send` and
 received one by one with `Port.recv`, when sending costs nothing but the links (no `Costs.launch_s`, no
@@ -18,8 +19,8 @@ one-by-one receives, which take one event per message, would give them (as after
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,20 +45,21 @@ class SliceTables:
             table = self._tables[port.exchange] = _SliceTable(self.transport, port.group.members)
         return table
 
-    def post(self, port: Port, peers: np.ndarray, payloads: list[np.ndarray], values: np.ndarray,
-             sizes: np.ndarray, details: dict[str, list]) -> None:
-        """Send `payloads[k]` with header `values[k]` to group member `peers[k]` (ascending), every one now;
-        `sizes[k]` is its payload's bytes, `details` one list of values per detail key."""
-        transport, env = self.transport, self.transport.env
-        now = float(env.now)
-        table = self._table(port)
-        dsts = table.ids[peers]
-        count = len(payloads)
+    def post(self, port: Port, peers: np.ndarray, source: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+             values: np.ndarray, details: dict[str, list]) -> None:
+        """Send rows `starts[k]:stops[k]` of `source` with header `values[k]` to group member `peers[k]`
+        (ascending), every one now; `details` holds one list of values per detail key."""
+        count = len(peers)
         if not count:
             return
+        transport = self.transport
+        now = float(transport.env.now)
+        table = self._table(port)
+        dsts = table.ids[peers]
+        sizes = (stops - starts) * (source.dtype.itemsize * math.prod(source.shape[1:]))
         first = transport.trace.append_batch(port.device, dsts, sizes, now, np.full(count, now), None,
                                              port.collective.name, port.call, details)
-        table.post(port.group.index, peers, payloads, values)
+        table.post(port.group.index, peers, source, starts, stops, values)
         port.in_flight += count
         costs = transport.costs
         wire = sizes if costs.free else np.array([costs.wire_bytes(size) for size in sizes.tolist()])
@@ -93,9 +95,11 @@ class _SliceRow:
 
 class _SliceTable:
     """One call's rows of slices: row s holds member s's messages (their receivers ascending), `known[r]`
-    how many messages to member r have arrived and `last[r]` the latest arrival. The columns are made
-    once, when the first member takes its own, from every row posted by then (made again should a row
-    come later)."""
+    how many messages to member r have arrived and `last[r]` the latest arrival.
+
+    The columns are indexed once, when the first member takes its own, from every row posted by then
+    (again should a row come later). A payload is made (a view of its sender's memory) when its receiver
+    takes it, just before the receiver copies it: a row's messages are made hot, not a million at once."""
 
     __slots__ = ("columns", "env", "ids", "known", "last", "members", "need", "posted", "rows", "served",
                  "transport", "waiting")
@@ -106,15 +110,16 @@ class _SliceTable:
         self.ids = np.asarray(members, np.int64)
         self.rows: list[Any] = [None] * n
         self.posted = 0
-        self.columns: tuple | None = None  # (bounds, payloads, values), receivers ascending
+        self.columns: tuple | None = None
         self.known = np.zeros(n, np.int64)
         self.last = np.zeros(n)
         self.need = np.full(n, -1, np.int64)  # messages each waiting member expects
         self.served = 0
         self.waiting: dict[int, simpy.Event] = {}
 
-    def post(self, sender: int, peers: np.ndarray, payloads: list[np.ndarray], values: np.ndarray) -> None:
-        self.rows[sender] = (peers, payloads, values)
+    def post(self, sender: int, peers: np.ndarray, source: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+             values: np.ndarray) -> None:
+        self.rows[sender] = (peers, source, starts, stops, values)
         self.posted += 1
 
     def arrived(self, sender: int, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
@@ -145,19 +150,21 @@ class _SliceTable:
         self.served += 1
         if self.columns is None or self.columns[0] != self.posted:
             self.columns = (self.posted, *self._columns())
-        _, bounds, payloads, values = self.columns
-        start, stop = bounds[receiver], bounds[receiver + 1]
-        return payloads[start:stop], values[start:stop]
+        _, bounds, sources, sender, starts, stops, values = self.columns
+        lo, hi = bounds[receiver], bounds[receiver + 1]
+        spans = zip(sender[lo:hi].tolist(), starts[lo:hi].tolist(), stops[lo:hi].tolist())
+        return [sources[s][a:b] for s, a, b in spans], values[lo:hi]
 
-    def _columns(self) -> tuple[list[int], list[np.ndarray], np.ndarray]:
-        """Every posted message by receiver (a stable sort of the rows in sender order)."""
+    def _columns(self) -> tuple:
+        """Every posted message by receiver (a stable sort of the rows, in sender order): where each
+        receiver's run begins, the senders' memories, and each message's sender, rows and header."""
         rows = [row for row in self.rows if row is not None]
         peers = np.concatenate([row[0] for row in rows])
         order = np.argsort(peers, kind="stable")
-        payloads = list(chain.from_iterable(row[1] for row in rows))
         bounds = np.searchsorted(peers[order], np.arange(len(self.members) + 1)).tolist()
-        values = np.concatenate([row[2] for row in rows])[order]
-        return bounds, list(map(payloads.__getitem__, order.tolist())), values
+        sender = np.repeat(np.arange(len(rows)), [len(row[0]) for row in rows])[order]
+        starts, stops, values = (np.concatenate([row[k] for row in rows])[order] for k in (2, 3, 4))
+        return bounds, [row[1] for row in rows], sender, starts, stops, values
 
 
 def receive_slices(port: Port, count: int) -> Generator:

@@ -409,14 +409,16 @@ class Port:
         yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
         return self.transport.take_each(self.exchange, self.group.index)
 
-    def send_slices(self, peers: np.ndarray, payloads: list[np.ndarray], values: np.ndarray, sizes: np.ndarray,
-                    **details: list) -> None:
-        """Send `payloads[k]` (C-contiguous), with the header `values[k]` (integers), to group member `peers[k]`
-        (ascending), every one now, as one row (`sim.engine._slices`); `sizes[k]` is its bytes and each
-        `details` keyword gives one detail value per message. Members receive them with `recv_slices`
-        (and only with it). The trace and the timing are those of the same sends made one by one, where
-        sending costs nothing but the links."""
-        self.transport.slices.post(self, peers, payloads, values, sizes, details)
+    def send_slices(self, peers: np.ndarray, source: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+                    values: np.ndarray, **details: list) -> None:
+        """Send rows `starts[k]:stops[k]` of `source` (a C-contiguous array in this device's memory), with the
+        header `values[k]` (integers), to group member `peers[k]` (ascending), every one now, as one row
+        (`sim.engine._slices`); each `details` keyword gives one detail value per message. Members receive
+        them with `recv_slices` (and only with it). The trace and the timing are those of the same sends
+        made one by one, where sending costs nothing but the links."""
+        if not source.flags.c_contiguous:
+            raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        self.transport.slices.post(self, peers, source, starts, stops, values, details)
 
     def recv_slices(self, count: int) -> Generator:
         """The payloads and headers (one row of `values` each; None when `count` is 0) of the `count`
