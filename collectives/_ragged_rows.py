@@ -42,6 +42,7 @@ def by_rows(port: sim.Port) -> bool:
 
 
 def _plain(port: sim.Port) -> bool:
+    """No skips, no exploration or perturbation, no issue costs, every slice one contiguous run at both ends."""
     costs, transport = port.transport.costs, port.transport
     if port.last_arrival_wins or port.skipped or transport.order is not None:
         return False
