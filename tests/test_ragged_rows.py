@@ -230,3 +230,45 @@ def test_group_check_comparison_can_fail():
                             "recv_sizes": [2, 2]}) for _ in range(2)]
     assert _slow_check(members, False) and not rows.valid_at_once(members, False)
     assert rows.valid_at_once(members, True) and not _slow_check(members, True)
+
+
+@st.composite
+def _columns(draw):
+    """A receiver's column: 0 to 20 slices of 1 to 3 rows laid out apart in shuffled order (runs and gaps)."""
+    count = draw(st.integers(0, 20))
+    lengths = draw(st.lists(st.integers(1, 3), min_size=count, max_size=count))
+    at, rows_used = draw(_placed(lengths, rows_extra=1))
+    trailing = tuple(draw(st.lists(st.integers(0, 2), max_size=2)))
+    shape = (sum(lengths) + 1, *trailing)
+    source = np.arange(int(np.prod(shape)), dtype=np.int16).reshape(shape)
+    cursor, payloads = 0, []
+    for length in lengths:
+        payloads.append(source[cursor:cursor + length])
+        cursor += length
+    return payloads, np.array(at, np.int64), np.array(lengths, np.int64), (rows_used + 1, *trailing)
+
+
+@pytest.mark.parametrize("staged_bytes", [0, 1 << 16])
+@given(column=_columns())
+def test_writing_a_column_equals_writing_each_slice(staged_bytes, column):
+    """Writing a column in runs (joined bytes, or one copy per run) puts every slice where writing the slices
+    one by one does."""
+    payloads, at, lengths, shape = column
+    expected = np.full(shape, -1, np.int16)
+    for payload, start in zip(payloads, at.tolist()):
+        expected[start:start + len(payload)] = payload
+    got = np.full(shape, -1, np.int16)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rows, "_STAGED_BYTES", staged_bytes)
+        rows.write_rows(got, payloads, at, lengths)
+    assert got.tobytes() == expected.tobytes()
+
+
+def test_writing_a_column_comparison_can_fail():
+    """A column written with its offsets paired to the wrong slices differs from the slices written one by one."""
+    payloads = [np.full((1, 2), k, np.int16) for k in range(10)]
+    at, lengths = np.arange(10, dtype=np.int64), np.ones(10, np.int64)
+    honest, wrong = np.zeros((10, 2), np.int16), np.zeros((10, 2), np.int16)
+    rows.write_rows(honest, payloads, at, lengths)
+    rows.write_rows(wrong, payloads, at[::-1].copy(), lengths)
+    assert honest[:, 0].tolist() == list(range(10)) and wrong.tobytes() != honest.tobytes()
