@@ -4,8 +4,9 @@ Where no slice needs work of its own (every operand and result row-major, so a s
 at both ends; no sanitized skips; no arrival-order exploration; sending costs nothing but the links), each
 member posts its non-empty slices as one row of messages (`sim.Port.send_slices`): slice i travels to
 member i // per carrying the sender's `output_offsets[i]`, and each receiver writes what it takes at the
-offsets its messages carry. The trace, the times and the bytes are those of the message-by-message
-protocol in `_ragged`, which every other call keeps:
+offsets its messages carry. The trace records, the times and the bytes are those of the message-by-message
+protocol in `_ragged` (members that finish in the same instant may resume in another order: see
+`sim.engine._slices`), which every other call keeps:
 
 - a sanitized run, which leaves out the slices its violations name;
 - arrival-order exploration (`last_arrival_wins`), where overlapping slices are written in arrival order,
