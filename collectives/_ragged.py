@@ -22,7 +22,8 @@ from collectives._definition import (
     Vma,
 )
 from collectives._facts import MOVES, Drawing, Sweep
-from collectives._ragged_facts import ALGORITHMS, PAIRWISE, sweep_inputs, teach
+from collectives._ragged_facts import ALGORITHMS, DIRECT, PAIRWISE, sweep_inputs, teach
+from collectives._ragged_rows import by_rows, exchange_rows, valid_at_once
 from collectives._strategy import Axes, Sample, small_dims
 from collectives._vma import typed
 
@@ -146,7 +147,7 @@ def _validate(group: sim.Group, overlaps: bool = False):
         violations = same_across_group(_OP, group.members, kinds, "operand's dtype and trailing shape")
         violations += same_across_group(_OP, group.members, [a.output.shape for a in args], "output's shape")
         violations += same_across_group(_OP, group.members, [len(a.send_sizes) for a in args], "len(send_sizes)")
-        if violations:
+        if violations or valid_at_once(args, overlaps):
             return violations
         for s, a in enumerate(args):
             violations += _check_sends(s, a)
@@ -229,6 +230,8 @@ def _protocol(port: sim.Port, args: _Args):
             yield from _send_slices(port, args, source, per, (port.group.index + k) % n, step=k)
             yield from _receive_slices(port, args, view, per, (port.group.index - k) % n)
         return view
+    if algorithm is DIRECT and by_rows(port):  # no slice needs work of its own (`collectives._ragged_rows`)
+        return (yield from exchange_rows(port, args, source, per))
     for peer in range(n):
         yield from _send_slices(port, args, source, per, peer)
     result = port.memory.store(port.memory.view(args.output), args.out_layout or args.output.layout)

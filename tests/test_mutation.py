@@ -45,10 +45,15 @@ def _widened(protocol):
 
 
 class _TamperedPort:
-    """A port whose received messages pass through `alter` before the protocol sees them."""
+    """A port whose received messages pass through `alter` before the protocol sees them (and the columns of
+    slices it takes whole, through `alter_slices`)."""
 
-    def __init__(self, port, alter) -> None:
-        self._port, self._alter = port, alter
+    def __init__(self, port, alter, alter_slices=lambda payloads, headers: (payloads, headers)) -> None:
+        self._port, self._alter, self._alter_slices = port, alter, alter_slices
+
+    def recv_slices(self, count):
+        payloads, headers = yield from self._port.recv_slices(count)
+        return self._alter_slices(payloads, headers)
 
     def __getattr__(self, name):
         return getattr(self._port, name)
@@ -71,7 +76,10 @@ def _dropping_first_slice(protocol):
             dropped.append(message)
             return dataclasses.replace(message, payload=message.payload[:0])
 
-        return (yield from protocol(_TamperedPort(port, alter), args))
+        def alter_slices(payloads, headers):  # a column of slices taken whole: its first is not written
+            return (payloads[1:], headers[1:]) if payloads else (payloads, headers)
+
+        return (yield from protocol(_TamperedPort(port, alter, alter_slices), args))
     return mutant
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import simpy
 
 from sim._simpy import fire_after as _fire
+from sim.engine._slices import SliceTables, receive_slices
 from sim.engine._switch import SwitchReductions
 from sim.memory._memory import LocalMemory
 from sim.network._flows import LinkState
@@ -82,6 +83,7 @@ class Transport:
         self._ready: dict[int, _Table] = {}  # tables with a waiting receiver's column complete, by id
         self._drained: list[Port] = []  # ports whose messages have all arrived, a sender waiting
         self.switch = SwitchReductions(self)  # the partial sums a reducing switch holds (`sim.engine._switch`)
+        self.slices = SliceTables(self)  # rows of any number of messages per member (`sim.engine._slices`)
         links.on_settled = self._wake
 
     def _wake(self) -> None:
@@ -406,6 +408,23 @@ class Port:
         `messages = yield from port.recv_each()`."""
         yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
         return self.transport.take_each(self.exchange, self.group.index)
+
+    def send_slices(self, peers: np.ndarray, source: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+                    values: np.ndarray, **details: list) -> None:
+        """Send rows `starts[k]:stops[k]` of `source` (a C-contiguous array in this device's memory), with the
+        header `values[k]` (integers), to group member `peers[k]` (ascending), every one now, as one row
+        (`sim.engine._slices`); each `details` keyword gives one detail value per message. Members receive
+        them with `recv_slices` (and only with it). The trace and the timing are those of the same sends
+        made one by one, where sending costs nothing but the links."""
+        if not source.flags.c_contiguous:
+            raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        self.transport.slices.post(self, peers, source, starts, stops, values, details)
+
+    def recv_slices(self, count: int) -> Generator:
+        """The payloads and headers (one row of `values` each; None when `count` is 0) of the `count`
+        `send_slices` messages to this member (senders in member order, each sender's in its order), once
+        the last has arrived: `payloads, values = yield from port.recv_slices(count)`."""
+        return (yield from receive_slices(self, count))
 
     def recv(self, src: int, tag: Hashable = 0, channel: Hashable | None = None) -> simpy.Event:
         """An event that fires with the `Message` from `src` carrying `tag` (on `channel`, for a one-sided
