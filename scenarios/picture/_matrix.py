@@ -4,7 +4,8 @@ Past `scenarios.picture._page.PICTURE_DEVICES` devices a band per device no long
 draws this instead: row = sender, column = receiver, a cell in the sender's colour for every pair that
 exchanged messages, darker for more bytes, carrying the pair's message indices (`data-messages`) so the
 stepper and the hover find it. Past `BLOCKS` devices a cell is a block of devices (rows `a-b` send to
-columns `c-d`), counted from the trace's columns, and carries only the indices the stepper goes through.
+columns `c-d`; at most `SIDE_BLOCKS` blocks a side), counted from the trace's columns, and carries only
+the indices the stepper goes through.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from scenarios._runner import ScenarioResult
 
 LEFT, TOP, SIDE = 90, 80, 640
-BLOCKS = 128  # past this many devices, a cell stands for a block of devices
+BLOCKS, SIDE_BLOCKS = 128, 64  # past BLOCKS devices a cell stands for a block: at most SIDE_BLOCKS a side
 
 
 def matrix(result: ScenarioResult, stepped: Sequence[int] | None = None, heading: Sequence[str] = ()) -> str:
@@ -68,7 +69,7 @@ def matrix(result: ScenarioResult, stepped: Sequence[int] | None = None, heading
 def _blocks(result: ScenarioResult, stepped: Sequence[int], said: list[str], top: float) -> str:
     """The matrix with a cell per block of devices: messages and bytes summed over the trace's columns."""
     devices = list(result.scenario.mesh.devices)
-    per = math.ceil(len(devices) / BLOCKS)
+    per = math.ceil(len(devices) / SIDE_BLOCKS)
     count = math.ceil(len(devices) / per)
     place = np.full(max(devices) + 1, -1, np.int64)
     place[devices] = np.arange(len(devices)) // per

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scenarios.picture import _stepper
-from scenarios.picture._matrix import BLOCKS, matrix
+from scenarios.picture._matrix import BLOCKS, SIDE_BLOCKS, matrix
 from scenarios.picture._steps import RAGGED, RECEIVED, order, received_offsets, steps_of
 from scenarios.picture._svg import SVG_DEVICES, SVG_MESSAGES, colour, picture
 from sim.record import Timeline, message_table, seconds, xml_text
@@ -143,7 +143,7 @@ def _notes(result: ScenarioResult, drawn: Timeline, ragged: bool, stepped: int, 
         notes.append(f"Stepper: the first {stepped} of {count} messages in time order are its steps, and the "
                      f"timeline draws those; `meshsim draw --full` steps through every one.")
     if size > PICTURE_DEVICES:
-        blocks = f" of blocks of {math.ceil(size / BLOCKS)} devices" if size > BLOCKS else ""
+        blocks = f" of blocks of {math.ceil(size / SIDE_BLOCKS)} devices" if size > BLOCKS else ""
         full = " --full" if size > SVG_DEVICES or count > SVG_MESSAGES else ""
         notes.append(f"Picture: {size} devices are more than {PICTURE_DEVICES}, so who sends to whom is a matrix "
                      f"(a cell per sender and receiver{blocks}) instead of a band of rows per device; `meshsim draw "

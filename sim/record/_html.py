@@ -11,6 +11,7 @@ Colours are the terminal palette of `meshsim run` as hex, so a device reads the 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import quoteattr
@@ -43,8 +44,21 @@ def ink(device: int) -> str:
 
 def tag(name: str, attrs: dict[str, object], body: str = "") -> str:
     """One XML element: attributes escaped and quoted (underscores become dashes), `body` as given."""
-    text_ = "".join(f" {key.rstrip('_').replace('_', '-')}={quoteattr(str(value))}" for key, value in attrs.items())
+    text_ = "".join(f" {_name(key)}={_quoted(value)}" for key, value in attrs.items())
     return f"<{name}{text_}>{body}</{name}>" if body else f"<{name}{text_}/>"
+
+
+@functools.cache
+def _name(key: str) -> str:
+    """An attribute's name from its keyword: `class_` is `class`, `data_message` is `data-message`."""
+    return key.rstrip("_").replace("_", "-")
+
+
+def _quoted(value: object) -> str:
+    """An attribute's value quoted and escaped (a number needs no escaping, so it skips the escaper)."""
+    if type(value) in (int, float):
+        return f'"{value}"'
+    return quoteattr(str(value))
 
 
 def text(x: float, y: float, content: str, **attrs: object) -> str:
