@@ -345,3 +345,24 @@ def test_a_big_check_lists_the_ends_and_every_device_that_disagrees(tmp_path, ca
     assert re.search(r"│ +20 │", out) and re.search(r"│ +21 │", out) and "22 devices that agree" in out
     assert main(["check", path, "--no-jax", "--full"]) == 1
     assert len(re.findall(r"│ (agree|DIFFER) +│ skipped +│", capsys.readouterr().out)) == 40
+
+
+# --------------------------------------------------------------------------------------------------- json
+
+def test_run_json_lists_the_first_messages_and_a_summary_unless_full(tmp_path, capsys, monkeypatch):
+    """`meshsim run --json` past `MESSAGES` messages lists the first ones (as `to_dict` has them) and a
+    summary counted from the columns; `--full` lists every message, as `to_dict()` does."""
+    from scenarios.cli.render import _json
+
+    monkeypatch.setattr(_json, "MESSAGES", 40)
+    path = all_gather_file(tmp_path, 12)
+    whole = json.loads(json.dumps(scenarios.run(scenarios.load(path)).to_dict()))
+    assert main(["run", "--json", str(path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed.pop("messages") == whole["messages"][:40]
+    summary = printed.pop("messages_summary")
+    assert summary["messages"] == 144 and summary["listed"] == 40 and summary["left_out"] == 104
+    assert summary["bytes_between_devices"] == sum(m["size_bytes"] for m in whole["messages"] if m["src"] != m["dst"])
+    assert printed == {k: v for k, v in whole.items() if k != "messages"}
+    assert main(["run", "--json", "--full", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out) == whole
