@@ -58,7 +58,7 @@ class ScenarioResult:
 
     def __repr__(self) -> str:
         """One line: the scenario, its call, devices, messages, bytes over the network and the end time."""
-        said = sim.record.summary(list(self.trace), self.scenario.mesh.size, self.end_time_s)
+        said = sim.record.summary(self.trace, self.scenario.mesh.size, self.end_time_s)
         return f"ScenarioResult({self.scenario.title!r}: {self.scenario.op}; {said})"
 
     def _repr_html_(self) -> str:
@@ -79,12 +79,14 @@ class ScenarioResult:
         picked = list(dict.fromkeys(c.algorithm for c in calls if c.algorithm is not None))
         return ", ".join(picked) or None
 
-    def to_dict(self, array: Callable[[np.ndarray | Sequence], Any] | None = None) -> dict:
+    def to_dict(self, array: Callable[[np.ndarray | Sequence], Any] | None = None,
+                messages: int | None = None) -> dict:
         """The whole result as JSON-ready values: arrays as nested lists, missing provenance as None.
 
         Args:
             array: what each input and output array and each provenance sequence becomes (nested lists by
                 default; a writer that streams big arrays passes a function returning a placeholder).
+            messages: list only the first this many messages (None: every one).
         """
         array = array or _listed
         scenario, mesh = self.scenario, self.scenario.mesh
@@ -97,7 +99,8 @@ class ScenarioResult:
             "collective": {"op": scenario.op, **{k: _plain(v) for k, v in scenario.params.items()}},
             "devices": [self._device_dict(d, array) for d in mesh.devices],
             "algorithm": self.algorithm,
-            "messages": [message.to_dict() for message in self.trace],
+            "messages": [message.to_dict() for message in self.trace] if messages is None else
+                        [self.trace[k].to_dict() for k in range(min(messages, len(self.trace)))],
             "end_time_s": self.end_time_s,
         }
 

@@ -1,8 +1,8 @@
 """Timelines in the Chrome / Perfetto trace-event format: `sim.Run.to_perfetto` and `meshsim trace`.
 
 `problems(doc)` is a small validator of the format's JSON object form, as far as the exporter uses it:
-complete events (`X`), metadata (`M`) and flows (`s`/`f`). Every test checks its output with it, and one
-test shows that it rejects broken event lists.
+complete events (`X`), metadata (`M`), flows (`s`/`f`) and counters (`C`, in a summarised trace). Every
+test checks its output with it, and one test shows that it rejects broken event lists.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ EPS_US = 1e-6  # the exporter's times are whole picoseconds
 _REQUIRED = {"X": {"name": str, "cat": str, "pid": int, "tid": int, "ts": float, "dur": float},
              "M": {"name": str, "pid": int, "args": dict},
              "s": {"name": str, "cat": str, "id": int, "pid": int, "tid": int, "ts": float},
-             "f": {"name": str, "cat": str, "id": int, "pid": int, "tid": int, "ts": float}}
+             "f": {"name": str, "cat": str, "id": int, "pid": int, "tid": int, "ts": float},
+             "C": {"name": str, "pid": int, "ts": float, "args": dict}}
 _METADATA = {"process_name": "name", "thread_name": "name", "process_sort_index": "sort_index",
              "thread_sort_index": "sort_index"}
 
@@ -68,6 +69,8 @@ def _event_problems(event: Any) -> list[str]:
               if _is(event.get(key), float) and event[key] < 0]
     if event["ph"] in "sf" and event.get("bp", "e") != "e":
         found.append(f"bp={event['bp']!r} must be 'e'")
+    if event["ph"] == "C" and not all(_is(v, float) and v >= 0 for v in event.get("args", {}).values()):
+        found.append(f"counter args={event.get('args')!r} must be non-negative numbers")
     if event["ph"] == "M":
         field = _METADATA.get(event.get("name"))
         if field is None or not _is(event.get("args", {}).get(field), str if field == "name" else int):
@@ -79,8 +82,9 @@ def _naming_problems(events: list[dict]) -> list[str]:
     """Every pid and (pid, tid) an event uses is named by a metadata event."""
     processes = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    used = {(e["pid"], e["tid"]) for e in events if e["ph"] != "M"}
-    return ([f"pid {pid} has no process_name" for pid in sorted({p for p, _ in used} - processes)]
+    used = {(e["pid"], e["tid"]) for e in events if e["ph"] not in "MC"}
+    counted = {e["pid"] for e in events if e["ph"] == "C"}  # a counter belongs to its process, not a thread
+    return ([f"pid {pid} has no process_name" for pid in sorted(({p for p, _ in used} | counted) - processes)]
             + [f"pid {p} tid {t} has no thread_name" for p, t in sorted(used - threads)])
 
 
@@ -259,6 +263,10 @@ BROKEN = [
     ("flow-outside-slices", lambda doc: _first(doc, "f").update(ts=1e6), r"is in no slice"),
     ("flow-backwards", lambda doc: _first(doc, "s").update(ts=_first(doc, "f")["ts"] + 1e-3), r"before it starts"),
     ("crossing-slices", lambda doc: _first(doc, "X").update(ts=0.5), r"crosses"),
+    ("unnamed-counter", lambda doc: doc["traceEvents"].append(
+        {"ph": "C", "name": "in flight", "pid": 9, "ts": 0.0, "args": {"messages": 1}}), r"pid 9 has no process_name"),
+    ("negative-counter", lambda doc: doc["traceEvents"].append(
+        {"ph": "C", "name": "in flight", "pid": 1, "ts": 0.0, "args": {"messages": -1}}), r"non-negative numbers"),
 ]
 
 

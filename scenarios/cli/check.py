@@ -3,7 +3,9 @@
 Each output is compared bit for bit: dtype, shape and the array's row-major bytes (so NaN payloads and
 -0.0 count). Scenario files carry no layouts, so the bytes compared are those of the row-major arrays, not
 of device buffers in another layout. Only `[collective]` scenarios have independent answers: a `[program]`
-or a Python script is refused with exit 2.
+or a Python script is refused with exit 2. Past `2 * DEVICE_EDGE` devices the table lists the devices at
+both ends and every device that disagrees (`--full` lists every one), so a 1,000-device check prints a
+screenful.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import scenarios
 from oracles import Call, Comparison, Difference, Report
 from scenarios import Scenario
 from scenarios.cli._limits import add_timeout, load_collective
-from scenarios.cli.render import terminal_console
+from scenarios.cli.render import DEVICE_EDGE, terminal_console
 
 _AGREE, _DIFFER, _SKIPPED = ("agree", "green"), ("DIFFER", "bold red"), ("skipped", "dim")
 
@@ -32,6 +34,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument("scenario", metavar="SCENARIO",
                        help="a [collective] scenario file (TOML), e.g. scenarios/library/moe_dispatch.toml")
     check.add_argument("--no-jax", action="store_true", help="compare with the executable spec only")
+    check.add_argument("--full", action="store_true",
+                       help=f"a row for every device (past {2 * DEVICE_EDGE} devices the table lists those at "
+                            f"both ends and every one that disagrees)")
     add_timeout(check)
     check.set_defaults(execute=execute)
 
@@ -49,7 +54,7 @@ def execute(args: argparse.Namespace) -> int:
     skipped = "--no-jax given; checked against the spec only" if args.no_jax else oracles.jax_unavailable(call)
     oracle = None if skipped else oracles.shared_oracle()
     report = oracles.check(call, list(result.outputs), oracle, jax_skipped=skipped)
-    show(terminal_console(highlight=False), scenario, report)
+    show(terminal_console(highlight=False), scenario, report, args.full)
     return 0 if report.agree else 1
 
 
@@ -69,8 +74,9 @@ def call_of(scenario: Scenario) -> Call:
     return Call(scenario.op, dict(scenario.mesh.shape), args, dict(scenario.params))
 
 
-def show(console: Console, scenario: Scenario, report: Report) -> None:
-    """The header, one table per output, and the final line: "all agree" or "N disagreements"."""
+def show(console: Console, scenario: Scenario, report: Report, full: bool = False) -> None:
+    """The header, one table per output, and the final line: "all agree" or "N disagreements" (`full`: a
+    row for every device, see the module's docstring)."""
     call = report.call
     params = ", ".join(f"{key}={value!r}" for key, value in call.params.items())
     console.rule(Text(scenario.title, style="bold"))
@@ -83,7 +89,7 @@ def show(console: Console, scenario: Scenario, report: Report) -> None:
         console.print(f"algorithm={call.params['algorithm']!r} adds in its own documented order: compared "
                       "within the rounding bound of that order (same dtype and shape; see oracles._reordered)")
     console.print(_jax_line(report), soft_wrap=True)
-    console.print(_table(report))
+    console.print(_table(report, full))
     verdict = report.disagreements
     console.print(Text("all agree", style="bold green") if not verdict else
                   Text(f"{verdict} disagreement{'s' if verdict > 1 else ''}", style="bold red"))
@@ -100,18 +106,36 @@ def _jax_line(report: Report) -> Text:
     return Text(f"JAX path: {path} ({oracles.path_text(report.call.op, path)})")
 
 
-def _table(report: Report) -> Table:
-    """One row per device: the output's aval, both verdicts and the first difference."""
+def _table(report: Report, full: bool) -> Table:
+    """One row per device: the output's aval, both verdicts and the first difference (past `2 * DEVICE_EDGE`
+    devices, unless `full`, those at both ends and every one that disagrees, a `...` row for each gap)."""
     table = Table(title=Text("result", style="bold"), title_justify="left")
     for column in ("device", "array", "simulator vs spec", "simulator vs JAX", "first difference"):
         table.add_column(column, justify="right" if column == "device" else "left", overflow="fold")
     simulator = report.answers["simulator"]
-    for d in range(report.call.devices):
+    devices = report.call.devices
+    shown = _shown(report, devices, full)
+    for before, d in zip([-1, *shown], shown):
+        if d > before + 1:
+            table.add_row(*("...",) * len(table.columns))
         found = [*report.spec.on(d), *report.jax.on(d)]
         array = _aval(simulator[d]) if d < len(simulator) else ""
         table.add_row(str(d), array, _verdict(report.spec, d), _verdict(report.jax, d),
                       _first(found[0], "spec" if found[0] in report.spec.differences else "JAX") if found else "")
+    if len(shown) < devices:
+        table.caption = (f"{devices - len(shown)} devices that agree are not listed (--full shows every one)")
     return table
+
+
+def _shown(report: Report, devices: int, full: bool) -> list[int]:
+    """The devices the table lists: all of them, or those at both ends and every one that disagrees."""
+    if full or devices <= 2 * DEVICE_EDGE:
+        return list(range(devices))
+    differing = {d.device for comparison in (report.spec, report.jax) for d in comparison.differences}
+    if None in differing:  # a difference of the whole answer concerns every device
+        return list(range(devices))
+    ends = set(range(DEVICE_EDGE)) | set(range(devices - DEVICE_EDGE, devices))
+    return sorted(ends | {d for d in differing if 0 <= d < devices})
 
 
 def _aval(x: np.ndarray) -> str:

@@ -33,7 +33,10 @@ output_offsets (where it writes) and recv_sizes[j]. The steps are computed from 
 scenario's arguments and written into the page as JSON. Big meshes stay usable: past 16 devices the
 picture is a sender x receiver matrix, past 32 pairs the timeline draws each message on its sender's lane,
 the tables list their first rows, and a big ragged mesh's offsets table shows the current step's two
-devices; the page lists each of these above the picture.
+devices; the page lists each of these above the picture. Big runs stay small and quick to draw: past 4,096
+messages the stepper goes through the first 4,096 in time order, past 64 devices or 4,096 messages the SVG
+is the matrix, past 128 devices a matrix cell is a block of devices, and past 64 devices a ragged page
+leaves its offsets table out; --full draws and steps through everything, however big.
 """
 
 
@@ -46,6 +49,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                       help="a [collective] scenario file (TOML), e.g. scenarios/library/moe_dispatch.toml")
     draw.add_argument("-o", "--output", metavar="FILE", required=True,
                       help="where to write: FILE.svg (the picture) or FILE.html (a self-contained page)")
+    draw.add_argument("--full", action="store_true",
+                      help="draw every band and step through every message, however many (past 4,096 messages "
+                           "or 64 devices the default bounds the picture and the stepper)")
     add_timeout(draw)
     draw.set_defaults(execute=execute)
 
@@ -67,7 +73,7 @@ def execute(args: argparse.Namespace) -> int:
                             f"the output must end in .svg (a picture) or .html (a page)")
     result = _result(args.scenario)
     try:
-        output.write_text(render(result), encoding="utf-8")
+        output.write_text(render(result, full=args.full), encoding="utf-8")
     except OSError as error:
         raise ScenarioError(f"-o {args.output}: cannot write the file: {error.strerror}") from error
     print(f"wrote {args.output}")

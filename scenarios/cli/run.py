@@ -88,7 +88,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.sanitize:
         return _sanitize.show(console, result, args.json, lambda shown: _shown_result(console, shown, args.full))
     if args.json:
-        write_json(result, sys.stdout)
+        write_json(result, sys.stdout, args.full)
     elif isinstance(result, ProgramResult):
         _show_program(console, result)
     else:

@@ -1,4 +1,9 @@
-"""`meshsim trace SCENARIO -o FILE`: run a scenario and write its timeline as Chrome / Perfetto trace-event JSON."""
+"""`meshsim trace SCENARIO -o FILE`: run a scenario and write its timeline as Chrome / Perfetto trace-event JSON.
+
+A run of more than `RECORDS` messages and copies is summarised unless `--full`: the first `RECORDS` in time
+order in full, the rest as a summary span per device and counters of what is in flight (see
+`sim.record.trace_events`), so the file and the time to write it stay small whatever the run's size.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,15 @@ import argparse
 import os
 from pathlib import Path
 
+import numpy as np
+
 import scenarios
 import sim
 from scenarios import ProgramScenario, ScenarioError, run_forward
 from scenarios.cli._limits import add_allow_code, add_timeout
 
 _VIEWERS = "open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing (Load)"
+RECORDS = 2048  # past this many records, a trace is summarised unless --full
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -21,6 +29,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                        help="a TOML scenario file, [collective] or [program], e.g. scenarios/library/psum_ring.toml")
     trace.add_argument("-o", "--output", metavar="FILE", required=True,
                        help="where to write the trace-event JSON, e.g. trace.json")
+    trace.add_argument("--full", action="store_true",
+                       help=f"every message in full, however many (past {RECORDS:,} messages and copies the "
+                            f"default writes the first {RECORDS:,} in time order and a summary of the rest)")
     add_allow_code(trace)
     add_timeout(trace)
     trace.set_defaults(execute=execute)
@@ -45,8 +56,10 @@ def execute(args: argparse.Namespace) -> int:
                             "scenario writes its own timeline with sim.Run.to_perfetto(path)")
     _check_writable(output)
     run = _simulate(scenarios.load(path, allow_code=args.allow_code))
+    events = sim.record.trace_events(run.trace, run.simulation.calls, run.simulation.mesh.size,
+                                     None if args.full else RECORDS)
     try:
-        events = run.to_perfetto(output)
+        sim.record.write_trace_events(events, output)
     except OSError as error:
         raise ScenarioError(f"-o {output}: cannot write the trace: {error.strerror or error}") from None
     print(_summary(output, events, run))
@@ -74,11 +87,25 @@ def _simulate(scenario: scenarios.Scenario | ProgramScenario) -> sim.Run:
 
 
 def _summary(output: Path, events: dict, run: sim.Run) -> str:
-    """One line: what was written (events, devices, links, simulated time) and how to open it."""
-    links = {(m.src, m.dst) for m in run.trace.sent if m.src != m.dst}
+    """One line: what was written (events, devices, links, simulated time), what was summarised, how to open it."""
+    kinds, src, dst = (run.trace.column(name) for name in ("kind", "src", "dst"))
+    apart = (kinds == "message") & (src != dst)
     count, devices = len(events["traceEvents"]), run.simulation.mesh.size
-    return (f"wrote {output}: {count} trace events, {devices} devices, {len(links)} links, "
-            f"{len(run.trace.sent)} messages, simulated time {_seconds(run.end_time_s)}; {_VIEWERS}")
+    links = _distinct(src[apart] * devices + dst[apart], devices * devices)
+    summarised = events["otherData"].get("summarised")
+    said = (f"; the first {summarised['in_full']:,} of {summarised['records']:,} messages and copies in time order "
+            f"in full, the rest summarised per device and in flight (--full writes every one)") if summarised else ""
+    return (f"wrote {output}: {count} trace events, {devices} devices, {links} links, "
+            f"{int((kinds == 'message').sum())} messages, simulated time {_seconds(run.end_time_s)}{said}; {_VIEWERS}")
+
+
+def _distinct(keys: np.ndarray, size: int) -> int:
+    """How many distinct values `keys` (each in range(size)) holds: a bitmap when it is small, else a sort."""
+    if size > 1 << 26:
+        return len(np.unique(keys))
+    seen = np.zeros(size, bool)
+    seen[keys] = True
+    return int(seen.sum())
 
 
 def _seconds(t: float) -> str:

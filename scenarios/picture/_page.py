@@ -11,14 +11,15 @@ table of a big mesh shows only the current step's sender and receiver, and the p
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scenarios.picture import _stepper
-from scenarios.picture._matrix import matrix
-from scenarios.picture._steps import RAGGED, RECEIVED, received_offsets, steps
-from scenarios.picture._svg import colour, picture
+from scenarios.picture._matrix import BLOCKS, SIDE_BLOCKS, matrix
+from scenarios.picture._steps import RAGGED, RECEIVED, order, received_offsets, steps_of
+from scenarios.picture._svg import SVG_DEVICES, SVG_MESSAGES, colour, picture
 from sim.record import Timeline, message_table, seconds, xml_text
 from sim.record import timeline as trace_timeline
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from scenarios._runner import ScenarioResult
 
 PAGE_MESSAGES, PAGE_DEVICES, OFFSETS_DEVICES = 512, 64, 16  # rows the page's tables list; full offsets table
+PAGE_STEPS = 4096  # past this many messages, the stepper goes through the first ones in time order
 PICTURE_DEVICES = 16  # past this, the page draws who sends to whom as a matrix
 SHOWN_DEVICES, SHOWN_MESSAGES, SHOWN_PICTURE = 16, 100, 16  # what a result shows of itself in a notebook
 _CSS = """
@@ -55,24 +57,33 @@ _HOVER = """
 """
 
 
-def page(result: ScenarioResult) -> str:
-    """The whole HTML page of `result`, with its stepper."""
+def page(result: ScenarioResult, full: bool = False) -> str:
+    """The whole HTML page of `result`, with its stepper.
+
+    Past `PAGE_STEPS` messages (unless `full`), the stepper goes through the first `PAGE_STEPS` in time
+    order, the timeline draws those, and a ragged mesh of more than `PAGE_DEVICES` devices leaves its offsets
+    table out; the page says so. Everything else is bounded whatever the run's size (see the module's docstring).
+    """
     scenario = result.scenario
-    drawn = trace_timeline(result.trace, list(scenario.mesh.devices), result.end_time_s, cursor=True)
+    count = len(result.trace)
+    ordered = order(result, None if full else PAGE_STEPS)
+    stepped = None if len(ordered) == count else ordered
+    drawn = trace_timeline(result.trace, list(scenario.mesh.devices), result.end_time_s, cursor=True, only=stepped)
     ragged = scenario.definition.drawing.slices
-    notes = _notes(result, drawn, ragged)
-    data = {"op": scenario.op, "steps": steps(result, drawn), "notes": notes, "interval_ms": _stepper.INTERVAL_MS,
-            "offsets_focus": ragged and scenario.mesh.size > OFFSETS_DEVICES}
+    offsets = ragged and (full or scenario.mesh.size <= PAGE_DEVICES)
+    notes = _notes(result, drawn, ragged, len(ordered), offsets)
+    data = {"op": scenario.op, "steps": steps_of(result, ordered, drawn), "notes": notes,
+            "interval_ms": _stepper.INTERVAL_MS, "offsets_focus": offsets and scenario.mesh.size > OFFSETS_DEVICES}
     said = "".join(f"<li>{xml_text(note)}</li>" for note in notes)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{xml_text(scenario.title)}</title><style>{_CSS}{_stepper.CSS}</style></head><body>",
         *_heading(result),
         _stepper.CONTROLS.format(notes=f'<ul id="aggregated">{said}</ul>' if notes else ""),
-        *_picture(result),
-        _offsets(result) if ragged else "",
+        *_picture(result, ordered),
+        _offsets(result) if offsets else "",
         '<h2>Timeline</h2><div id="timeline">', drawn.svg, "</div>",
-        "<h2>Devices</h2>", devices_table(result, PAGE_DEVICES), f"<h2>Messages ({len(result.trace)})</h2>",
+        "<h2>Devices</h2>", devices_table(result, PAGE_DEVICES), f"<h2>Messages ({count})</h2>",
         message_table(result.trace, PAGE_MESSAGES),
         f'<script type="application/json" id="steps-data">{_json(data)}</script>',
         f"<script>{_HOVER}{_stepper.JS}</script></body></html>\n",
@@ -102,11 +113,12 @@ def timeline(result: ScenarioResult) -> str:
     return trace_timeline(result.trace, list(result.scenario.mesh.devices), result.end_time_s).svg
 
 
-def _picture(result: ScenarioResult) -> list[str]:
-    """The picture: a band per device, or past `PICTURE_DEVICES` devices the sender x receiver matrix."""
+def _picture(result: ScenarioResult, stepped: list[int]) -> list[str]:
+    """The picture: a band per device, or past `PICTURE_DEVICES` devices the sender x receiver matrix (whose
+    blocks, on a big mesh, list the `stepped` messages)."""
     if result.scenario.mesh.size <= PICTURE_DEVICES:
         return ['<h2>Who sends which rows where</h2><div id="picture">', picture(result), "</div>"]
-    return ['<h2>Who sends to whom</h2><div id="picture">', matrix(result), "</div>"]
+    return ['<h2>Who sends to whom</h2><div id="picture">', matrix(result, stepped), "</div>"]
 
 
 def _heading(result: ScenarioResult) -> list[str]:
@@ -122,20 +134,30 @@ def _heading(result: ScenarioResult) -> list[str]:
             f"<p>{xml_text(facts)}</p>"]
 
 
-def _notes(result: ScenarioResult, drawn: Timeline, ragged: bool) -> list[str]:
-    """What the page aggregates or leaves out, in words."""
+def _notes(result: ScenarioResult, drawn: Timeline, ragged: bool, stepped: int, offsets: bool) -> list[str]:
+    """What the page aggregates or leaves out, in words (`stepped`: how many messages the stepper goes
+    through; `offsets`: whether the ragged offsets table is on the page)."""
     size, count = result.scenario.mesh.size, len(result.trace)
     notes = [f"Timeline: {drawn.note}."] if drawn.note else []
+    if stepped < count:
+        notes.append(f"Stepper: the first {stepped} of {count} messages in time order are its steps, and the "
+                     f"timeline draws those; `meshsim draw --full` steps through every one.")
     if size > PICTURE_DEVICES:
+        blocks = f" of blocks of {math.ceil(size / SIDE_BLOCKS)} devices" if size > BLOCKS else ""
+        full = " --full" if size > SVG_DEVICES or count > SVG_MESSAGES else ""
         notes.append(f"Picture: {size} devices are more than {PICTURE_DEVICES}, so who sends to whom is a matrix "
-                     f"(a cell per sender and receiver) instead of a band of rows per device; `meshsim draw "
-                     f"-o FILE.svg` draws every band, and each step's caption names its rows.")
+                     f"(a cell per sender and receiver{blocks}) instead of a band of rows per device; `meshsim draw "
+                     f"-o FILE.svg{full}` draws every band, and each step's caption names its rows.")
     if count > PAGE_MESSAGES:
+        goes = f"all {count}" if stepped == count else f"the first {stepped}"
         notes.append(f"Messages table: the first {PAGE_MESSAGES} of {count} messages are listed; the stepper "
-                     f"goes through all {count}.")
+                     f"goes through {goes}.")
     if size > PAGE_DEVICES:
         notes.append(f"Devices table: the first {PAGE_DEVICES} of {size} devices are listed.")
-    if ragged and size > OFFSETS_DEVICES:
+    if ragged and not offsets:
+        notes.append(f"Offsets table: left out at {size} devices (more than {PAGE_DEVICES}); each step's caption "
+                     f"names the offsets entries that steered it, and `meshsim draw --full` writes the table.")
+    elif ragged and size > OFFSETS_DEVICES:
         notes.append(f"Offsets table: {size} devices are more than {OFFSETS_DEVICES}, so it shows the current "
                      f"step's sender and receiver only.")
     return notes

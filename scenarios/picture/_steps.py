@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scenarios.picture._svg import plural, source_spans
-from sim.record import Timeline, seconds
+from sim.record import Timeline, seconds, time_order
 
 if TYPE_CHECKING:
     from scenarios._load import Scenario
@@ -28,18 +28,23 @@ RAGGED = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
 RECEIVED = "received_output_offsets"  # the all_to_all of output_offsets: where each receiver writes
 
 
-def order(result: ScenarioResult) -> list[int]:
-    """The trace's indices in time order (posted, first carried, arrived, then trace order)."""
-    trace = result.trace
-    return sorted(range(len(trace)), key=lambda k: (trace[k].send_time_s, trace[k].start_time_s,
-                                                    trace[k].arrival_time_s, k))
+def order(result: ScenarioResult, first: int | None = None) -> list[int]:
+    """The trace's indices in time order (posted, first carried, arrived, then trace order), or the `first`
+    of them (`sim.record.time_order`)."""
+    return time_order(result.trace, first).tolist()
 
 
-def steps(result: ScenarioResult, scale: Timeline) -> list[dict[str, Any]]:
-    """One step per message of `result`, in time order; `scale` places the timeline cursor."""
-    spans = source_spans(result) if any(p is not None for p in result.provenance) else {}
+def steps(result: ScenarioResult, scale: Timeline, first: int | None = None) -> list[dict[str, Any]]:
+    """One step per message of `result` in time order (the `first` messages only, when given); `scale`
+    places the timeline cursor."""
+    return steps_of(result, order(result, first), scale)
+
+
+def steps_of(result: ScenarioResult, ordered: list[int], scale: Timeline) -> list[dict[str, Any]]:
+    """The steps of the messages at the indices `ordered`, in that order."""
+    spans = source_spans(result, ordered) if any(p is not None for p in result.provenance) else {}
     ragged = result.scenario.definition.drawing.slices
-    return [_step(result, k, spans.get(k), ragged, scale) for k in order(result)]
+    return [_step(result, k, spans.get(k), ragged, scale) for k in ordered]
 
 
 def _step(result: ScenarioResult, k: int, src_rows: tuple[int, int] | None, ragged: bool,

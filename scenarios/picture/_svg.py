@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scenarios.picture._matrix import matrix
 from sim.record import PALETTE_HEX, colour, svg, tag, text, xml_text
 from sim.record import number as _n
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 UNSENT = "#d9d9d9"
 ROW_H, STRIP_W, MAX_ROWS, RUN_MIN_H = 22, 120, 24, 14
+SVG_DEVICES, SVG_MESSAGES = 64, 4096  # past either, the picture is the sender x receiver matrix unless full
 X_OP, X_OUT = 70, 450
 WIDTH = X_OUT + STRIP_W + 70
 _DEFS = ('<pattern id="kept" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
@@ -40,10 +42,18 @@ def document(width: float, height: float, body: Sequence[str], title: str) -> st
     return svg(width, height, body, title, _DEFS + markers)
 
 
-def picture(result: ScenarioResult) -> str:
-    """The SVG text of `result`: strips and arrows where messages say where they land, else device boxes."""
+def picture(result: ScenarioResult, full: bool = False) -> str:
+    """The SVG text of `result`: strips and arrows where messages say where they land, else device boxes.
+
+    Past `SVG_DEVICES` devices or `SVG_MESSAGES` messages (unless `full`), who sends to whom as a matrix
+    (`scenarios.picture._matrix`), said under the title, so the picture keeps its size.
+    """
     scenario = result.scenario
     title = f"{scenario.title}: {scenario.op}({_params(result)})"
+    if not full and (scenario.mesh.size > SVG_DEVICES or len(result.trace) > SVG_MESSAGES):
+        return matrix(result, heading=(scenario.title, f"{scenario.op}({_params(result)})", (
+            f"{scenario.mesh.size} devices and {len(result.trace)} messages are more than {SVG_DEVICES} devices or "
+            f"{SVG_MESSAGES} messages: who sends to whom as a matrix; `meshsim draw --full` draws every band")))
     if any(p is not None for p in result.provenance):
         body, height = _strips(result)
     else:
@@ -275,26 +285,37 @@ def _legend(result: ScenarioResult, top: float, kept: bool) -> tuple[list[str], 
     return [tag("g", {"class_": "legend"}, header + "".join(items))], y + 10
 
 
-def source_spans(result: ScenarioResult) -> dict[int, tuple[int, int]]:
-    """For each message that says where it lands, the rows of the sender's operand it carries."""
-    drawing, spans = result.scenario.definition.drawing, {}
-    counts: dict[tuple[int, int], int] = {}
-    for message in result.trace:
-        if "rows" in message.detail:
-            counts[message.src, message.call] = counts.get((message.src, message.call), 0) + 1
-    for k, message in enumerate(result.trace):
-        if "rows" not in message.detail:
-            continue
-        array, axis = _operand(result, message.src)
-        rows = array.shape[axis] if array.ndim else 1
-        if "src_rows" in message.detail:
-            spans[k] = tuple(message.detail["src_rows"])
-        elif drawing.chunked:  # slice i is the i-th of equal chunks along the strip's axis (all_to_all's split_axis)
-            chunk = rows // counts[message.src, message.call]
-            spans[k] = (message.detail["slice"] * chunk, (message.detail["slice"] + 1) * chunk)
+def source_spans(result: ScenarioResult, indices: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
+    """For each message that says where it lands, the rows of the sender's operand it carries (of the
+    messages at `indices` only, when given: the trace is read through its columns, so a few spans of a
+    million-message run cost little)."""
+    trace, drawing, spans = result.trace, result.scenario.definition.drawing, {}
+    rows = trace.detail_column("rows")
+    wanted = range(len(rows)) if indices is None else indices
+    wanted = [k for k in wanted if rows[k] is not None]
+    if not wanted:
+        return spans
+    src, call = trace.column("src"), trace.column("call")
+    given, slices = trace.detail_column("src_rows"), trace.detail_column("slice")
+    counts = _counts(src, call, np.array([r is not None for r in rows])) if drawing.chunked else None
+    for k in wanted:
+        array, axis = _operand(result, int(src[k]))
+        length = array.shape[axis] if array.ndim else 1
+        if given[k] is not None:
+            spans[k] = tuple(given[k])
+        elif counts is not None:  # slice i is the i-th of equal chunks along the strip's axis (all_to_all's split_axis)
+            chunk = length // counts(k)
+            spans[k] = (slices[k] * chunk, (slices[k] + 1) * chunk)
         else:  # a gather sends the whole operand
-            spans[k] = (0, rows)
+            spans[k] = (0, length)
     return spans
+
+
+def _counts(src: np.ndarray, call: np.ndarray, located: np.ndarray) -> Callable[[int], int]:
+    """How many located messages message k's sender sent in its call, as a function of k."""
+    key = src * (int(call.max(initial=0)) + 1) + call
+    keys, counts = np.unique(key[located], return_counts=True)
+    return lambda k: int(counts[np.searchsorted(keys, key[k])])
 
 
 def _operand(result: ScenarioResult, device: int) -> tuple[np.ndarray, int]:

@@ -18,12 +18,15 @@ from sim.record._html import (
     text,
     timeline,
 )
+from sim.record._order import time_order
 from sim.record._perfetto import trace_events
+from sim.record._perfetto import write as write_trace_events
 from sim.record._trace import CallRecord, CopyRecord, MessageRecord, Trace
 from sim.record._violation import Violation, grouped, skipped_str
 
 __all__ = [
     "PALETTE_HEX", "CallRecord", "Const", "CopyRecord", "Equation", "MessageRecord", "Program", "Timeline", "Trace",
     "Var", "Violation", "colour", "grouped", "message_table", "number", "printable", "run_html", "seconds",
-    "skipped_str", "summary", "svg", "tag", "text", "timeline", "trace_events", "vma_str", "xml_text",
+    "skipped_str", "summary", "svg", "tag", "text", "time_order", "timeline", "trace_events", "vma_str",
+    "write_trace_events", "xml_text",
 ]

@@ -11,6 +11,7 @@ Colours are the terminal palette of `meshsim run` as hex, so a device reads the 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import quoteattr
@@ -43,8 +44,21 @@ def ink(device: int) -> str:
 
 def tag(name: str, attrs: dict[str, object], body: str = "") -> str:
     """One XML element: attributes escaped and quoted (underscores become dashes), `body` as given."""
-    text_ = "".join(f" {key.rstrip('_').replace('_', '-')}={quoteattr(str(value))}" for key, value in attrs.items())
+    text_ = "".join(f" {_name(key)}={_quoted(value)}" for key, value in attrs.items())
     return f"<{name}{text_}>{body}</{name}>" if body else f"<{name}{text_}/>"
+
+
+@functools.cache
+def _name(key: str) -> str:
+    """An attribute's name from its keyword: `class_` is `class`, `data_message` is `data-message`."""
+    return key.rstrip("_").replace("_", "-")
+
+
+def _quoted(value: object) -> str:
+    """An attribute's value quoted and escaped (a number needs no escaping, so it skips the escaper)."""
+    if type(value) in (int, float):
+        return f'"{value}"'
+    return quoteattr(str(value))
 
 
 def text(x: float, y: float, content: str, **attrs: object) -> str:
@@ -90,44 +104,83 @@ class Timeline:
         return LABEL_W + PLOT_W * t / self.end_s
 
 
-def timeline(messages: Sequence[MessageRecord], devices: Sequence[int], end_time_s: float,
-             max_bars: int | None = None, cursor: bool = False) -> Timeline:
+def timeline(messages: Sequence[MessageRecord] | Trace, devices: Sequence[int], end_time_s: float,
+             max_bars: int | None = None, cursor: bool = False, only: Sequence[int] | None = None) -> Timeline:
     """The timeline of `messages` among `devices` over a run that ended at `end_time_s`.
 
     A message is a bar (class `message`, `data-message` its index in `messages`) from when its first link
-    began to carry it to its arrival; a local send or copy sits on its device's lane. With `cursor`, a hidden
-    group `#cursor` (a band `#cursor-span` and a line `#cursor-line` across every lane) waits for a script
-    to place it.
+    began to carry it to its arrival; a local send or copy sits on its device's lane. With `only`, just the
+    messages at those indices are candidates for a bar (the others still count in the lanes and spans).
+    With `cursor`, a hidden group `#cursor` (a band `#cursor-span` and a line `#cursor-line` across every
+    lane) waits for a script to place it. Lanes and spans are worked on columns, so only the bars drawn
+    cost a record each: a `Trace` of a million messages draws its first bars quickly.
     """
-    end = max([end_time_s, *(m.arrival_time_s for m in messages)]) or 1.0
+    fields = _fields(messages)
+    end = max(end_time_s, float(fields["arrival_time_s"].max(initial=end_time_s))) or 1.0
     shown = list(devices)[:DEVICE_LANES]
-    lane_of = {d: i for i, d in enumerate(shown)}
-    pairs = sorted({(m.src, m.dst) for m in messages if m.src != m.dst and m.src in lane_of})
+    src, dst = fields["src"], fields["dst"]
+    device_lane = _lookup(shown, src, dst)
+    apart = (src != dst) & (device_lane[src] >= 0)
+    keys = np.unique(np.stack([src[apart], dst[apart]], axis=1), axis=0)
+    pairs = [(int(a), int(b)) for a, b in keys.tolist()]
     paired = len(pairs) <= PAIR_LANES
-    lane_of |= {pair: len(shown) + i for i, pair in enumerate(pairs)} if paired else {}
+    lanes = device_lane[src]
+    if paired and pairs:
+        code = keys[:, 0] * (int(dst.max()) + 1) + keys[:, 1]
+        lanes = np.where(apart, len(shown) + np.searchsorted(code, src * (int(dst.max()) + 1) + dst), lanes)
     labels = [f"device {d}" for d in shown] + ([f"{a} -> {b}" for a, b in pairs] if paired else [])
     scale = Timeline("", "", end)
     body = [text(8, TOP + ROW_H * i + 14, label, class_="lane") for i, label in enumerate(labels)]
     body += _ticks(scale, TOP + ROW_H * len(labels))
-    body += _spans(messages, shown, scale)
-    drawn, titled = 0, len(messages) <= TITLED
-    for k, m in enumerate(messages):
-        lane = lane_of.get((m.src, m.dst) if m.src != m.dst and paired else m.src)
-        if lane is None or (max_bars is not None and drawn >= max_bars):
-            continue
-        drawn += 1
-        about = (f"message {k}: {m.kind} {m.src} -> {m.dst}, {m.size_bytes} B, "
-                 f"{seconds(m.start_time_s)} to {seconds(m.arrival_time_s)}") if titled else ""
-        body.append(_bar(scale.x(m.start_time_s), scale.x(m.arrival_time_s), TOP + ROW_H * lane + 5, ROW_H - 10,
-                         colour(m.src), "0.8", "message", about, k))
+    body += _spans(fields, shown, scale)
+    candidates = np.flatnonzero(lanes >= 0)
+    if only is not None:
+        candidates = np.intersect1d(candidates, np.asarray(only, np.int64))
+    chosen = candidates if max_bars is None else candidates[:max_bars]
+    titled = len(src) <= TITLED
+    body += _bars(fields, chosen, lanes, scale, titled)
     if cursor:
         body.append(_cursor(TOP + ROW_H * len(labels)))
-    note = _note(len(devices), len(shown), len(pairs), paired, drawn, len(messages))
+    note = _note(len(devices), len(shown), len(pairs), paired, len(chosen), len(src))
     if not titled:
         note += ("; " if note else "") + f"bars have no tooltip past {TITLED} messages"
     picture = svg(LABEL_W + PLOT_W + 30, TOP + ROW_H * len(labels) + 30, body,
                   "timeline of devices and sender -> receiver pairs")
     return Timeline(picture, note, end)
+
+
+_NUMBERS = ("src", "dst", "size_bytes", "send_time_s", "start_time_s", "arrival_time_s")
+
+
+def _fields(messages: Sequence[MessageRecord] | Trace) -> dict[str, np.ndarray]:
+    """The numeric fields of every message and their kinds, as arrays (a `Trace` read through its columns)."""
+    if isinstance(messages, Trace):
+        return {name: messages.column(name) for name in (*_NUMBERS, "kind")}
+    dtypes = (np.int64,) * 3 + (np.float64,) * 3 + (object,)
+    return {name: np.array([getattr(m, name) for m in messages], dtype).reshape(-1)
+            for name, dtype in zip((*_NUMBERS, "kind"), dtypes)}
+
+
+def _lookup(shown: list[int], *ids: np.ndarray) -> np.ndarray:
+    """A table from device id to its lane among `shown` (-1 for a device without one), sized to hold `ids`."""
+    size = max([0, *(int(i.max(initial=0)) + 1 for i in ids), *(d + 1 for d in shown)])
+    table = np.full(size, -1, np.int64)
+    table[shown] = np.arange(len(shown))
+    return table
+
+
+def _bars(fields: dict[str, np.ndarray], chosen: np.ndarray, lanes: np.ndarray, scale: Timeline,
+          titled: bool) -> list[str]:
+    """A bar per message at the indices `chosen`, on its lane, with a tooltip when `titled`."""
+    rows = zip(chosen.tolist(), *(fields[name][chosen].tolist() for name in (*_NUMBERS, "kind")),
+               lanes[chosen].tolist())
+    out = []
+    for k, src, dst, size, _, start, arrival, kind, lane in rows:
+        about = (f"message {k}: {kind} {src} -> {dst}, {size} B, "
+                 f"{seconds(start)} to {seconds(arrival)}") if titled else ""
+        out.append(_bar(scale.x(start), scale.x(arrival), TOP + ROW_H * lane + 5, ROW_H - 10, colour(src), "0.8",
+                        "message", about, k))
+    return out
 
 
 def _cursor(bottom: float) -> str:
@@ -139,17 +192,19 @@ def _cursor(bottom: float) -> str:
     return tag("g", {"id": "cursor", "visibility": "hidden"}, span + line)
 
 
-def _spans(messages: Sequence[MessageRecord], devices: Sequence[int], scale: Timeline) -> list[str]:
+def _spans(fields: dict[str, np.ndarray], devices: Sequence[int], scale: Timeline) -> list[str]:
     """Each device's faint bar from its first message or copy to its last."""
-    first: dict[int, float] = {}
-    last: dict[int, float] = {}
-    for m in messages:
-        for d in {m.src, m.dst}:
-            first[d] = min(first.get(d, m.send_time_s), m.send_time_s)
-            last[d] = max(last.get(d, m.arrival_time_s), m.arrival_time_s)
-    return [_bar(scale.x(first[d]), scale.x(last[d]), TOP + ROW_H * lane + 3, ROW_H - 6, colour(d), "0.18", "span",
-                 f"device {d} busy from {seconds(first[d])} to {seconds(last[d])}")
-            for lane, d in enumerate(devices) if d in first]
+    ends = np.concatenate([fields["src"], fields["dst"]])
+    table = _lookup(list(devices), ends)
+    first = np.full(len(devices), np.inf)
+    last = np.full(len(devices), -np.inf)
+    lane = table[ends]
+    on = lane >= 0
+    np.minimum.at(first, lane[on], np.concatenate([fields["send_time_s"]] * 2)[on])
+    np.maximum.at(last, lane[on], np.concatenate([fields["arrival_time_s"]] * 2)[on])
+    return [_bar(scale.x(a), scale.x(b), TOP + ROW_H * i + 3, ROW_H - 6, colour(d), "0.18", "span",
+                 f"device {d} busy from {seconds(a)} to {seconds(b)}")
+            for i, (d, a, b) in enumerate(zip(devices, first.tolist(), last.tolist())) if a != np.inf]
 
 
 def _note(devices: int, shown: int, pairs: int, paired: bool, drawn: int, messages: int) -> str:
@@ -187,13 +242,14 @@ def _ticks(scale: Timeline, bottom: float) -> list[str]:
     return out
 
 
-def message_table(messages: Sequence[MessageRecord], limit: int | None = None) -> str:
+def message_table(messages: Sequence[MessageRecord] | Trace, limit: int | None = None) -> str:
     """An HTML table of the messages (each row `data-message` its index): kind, ends, bytes, times, detail;
-    past `limit` rows, a last row says how many were left out."""
+    past `limit` rows, a last row says how many were left out. Only the rows listed make a record."""
     head = "".join(f"<th>{h}</th>" for h in ("#", "kind", "src", "dst", "bytes", "sent", "started", "arrived",
                                               "detail"))
     rows = []
-    for k, m in enumerate(messages[:limit] if limit is not None else messages):
+    for k in range(len(messages) if limit is None else min(limit, len(messages))):
+        m = messages[k]
         detail = ", ".join(f"{key}={value}" for key, value in m.detail.items())
         cells = [str(k), m.kind, str(m.src), str(m.dst), str(m.size_bytes), seconds(m.send_time_s),
                  seconds(m.start_time_s), seconds(m.arrival_time_s), detail]
@@ -226,9 +282,8 @@ def summary(messages: Sequence[MessageRecord] | Trace, devices: int, end_time_s:
 def run_html(trace: Trace, devices: Sequence[int], end_time_s: float, heading: str = "Run") -> str:
     """A run as an HTML fragment: its summary, its timeline and its message table, both bounded (`BARS`
     messages drawn, `TABLE_ROWS` listed)."""
-    messages = trace.messages
-    drawn = timeline(messages, devices, end_time_s, max_bars=BARS)
+    drawn = timeline(trace, devices, end_time_s, max_bars=BARS)
     note = f"<p><small>{xml_text(drawn.note)}</small></p>" if drawn.note else ""
     return (f'<div class="meshsim-run"><p><b>{xml_text(heading)}</b>: '
             f"{xml_text(summary(trace, len(devices), end_time_s))}</p>{drawn.svg}{note}"
-            f"{message_table(messages, TABLE_ROWS)}</div>")
+            f"{message_table(trace, TABLE_ROWS)}</div>")

@@ -20,22 +20,32 @@ freely, so a track whose spans would cross is drawn on extra threads, its lanes 
 a span goes to the first lane where it nests, and sends, receives, copies and transfers never nest in
 one another, so a flow's timestamp lies in its own span and no deeper one. Times are whole picoseconds
 (the simulator's messages can be shorter than a nanosecond), and the same run gives the same bytes.
+
+A run of more than `limit` records is summarised (`summarised` in `otherData` says so): the first `limit`
+in time order (posted, first carried, arrived) get their spans and flows as above, every device gets a
+`cat` "summary" span from its first send to its last arrival ("sent N messages") and one from its first
+byte received to its last ("received N messages"), and a third process, "in flight", holds counters of
+the messages and bytes on the wire (`"ph": "C"`) at up to `COUNTER_POINTS` times. The summary is worked
+on the trace's columns, so a run of a million messages writes a file of a few megabytes quickly.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sim.record._order import time_order
 from sim.record._trace import CallRecord, MessageRecord, Trace
 
-_DEVICES_PID, _LINKS_PID = 1, 2
+_DEVICES_PID, _LINKS_PID, _FLIGHT_PID = 1, 2, 3
+COUNTER_POINTS = 1000
 _PS_PER_S = 10**12
 _PS_PER_US = 10**6
 
@@ -66,25 +76,40 @@ class _Lane:
     spans: list[_Span] = field(default_factory=list)
 
 
-def trace_events(trace: Trace, calls: Sequence[CallRecord], devices: int) -> dict:
+def trace_events(trace: Trace, calls: Sequence[CallRecord], devices: int, limit: int | None = None) -> dict:
     """The run's timeline as a trace-event JSON object (see the module's docstring for its tracks).
 
     Args:
         trace: the run's messages and local copies.
         calls: each device's part in each collective call (`Simulation.calls`).
         devices: how many devices the mesh has (every device gets a track, even an idle one).
+        limit: past this many records, the first `limit` in time order are exported in full and the rest
+            summarised (None: every record in full).
 
     Returns:
         A dict ready for `json.dump`, ``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}``.
     """
-    records = trace.messages
+    count = len(trace)
+    kinds = trace.column("kind")
+    sent = int((kinds == "message").sum())
+    summarised = limit is not None and count > limit
+    shown = time_order(trace, limit).tolist() if summarised else range(count)
+    records = ((k, trace[k]) for k in shown) if summarised else enumerate(trace.messages)
     spans = _call_spans(calls) + _record_spans(records)
+    if summarised:
+        spans += _summary_spans(trace, kinds, devices)
     threads = _place(spans, [("device", d) for d in range(devices)])
     events = _metadata(threads) + _complete_events(spans) + _flow_events(spans)
     end_ps = max([s.end_ps for s in spans], default=0)
-    return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"generator": "meshsim", "devices": devices, "messages": len(trace.sent),
-                          "copies": len(records) - len(trace.sent), "end_time_s": end_ps / _PS_PER_S}}
+    other = {"generator": "meshsim", "devices": devices, "messages": sent, "copies": count - sent,
+             "end_time_s": end_ps / _PS_PER_S}
+    if summarised:
+        events += _counters(trace, kinds)
+        other["summarised"] = {"records": count, "in_full": len(shown), "rule": (
+            f"the first {len(shown)} of {count} records in time order have their own spans and flows; every "
+            f"device has a summary span of what it sent and one of what it received, and the 'in flight' "
+            f"process counts the messages and bytes on the wire")}
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
 
 
 def write(events: dict, path: str | Path) -> None:
@@ -93,7 +118,8 @@ def write(events: dict, path: str | Path) -> None:
     Raises:
         OSError: `path` cannot be written.
     """
-    lines = ",\n".join(json.dumps(event, separators=(",", ":")) for event in events["traceEvents"])
+    encode = json.JSONEncoder(separators=(",", ":")).encode  # what json.dumps makes, without a new encoder each
+    lines = ",\n".join(map(encode, events["traceEvents"]))
     rest = {k: v for k, v in events.items() if k != "traceEvents"}
     text = '{"traceEvents":[\n' + lines + "\n]," + json.dumps(rest, separators=(",", ":"))[1:] + "\n"
     Path(path).write_text(text)
@@ -116,10 +142,11 @@ def _call_spans(calls: Sequence[CallRecord]) -> list[_Span]:
     return spans
 
 
-def _record_spans(records: Sequence[MessageRecord]) -> list[_Span]:
-    """A send, a transfer (when it crosses a link) and a receive per message; a span per local copy."""
+def _record_spans(records: Iterable[tuple[int, MessageRecord]]) -> list[_Span]:
+    """A send, a transfer (when it crosses a link) and a receive per message; a span per local copy (each
+    record with its index in the trace)."""
     spans = []
-    for k, m in enumerate(records):
+    for k, m in records:
         start, posted, arrival = _ps(m.start_time_s), _ps(m.send_time_s), _ps(m.arrival_time_s)
         args = {"message": k, "src": m.src, "dst": m.dst, "size_bytes": m.size_bytes, "collective": m.collective,
                 "call": m.call, "detail": _plain(m.detail)}
@@ -135,20 +162,72 @@ def _record_spans(records: Sequence[MessageRecord]) -> list[_Span]:
     return spans
 
 
+def _summary_spans(trace: Trace, kinds: np.ndarray, devices: int) -> list[_Span]:
+    """Per device, a span over everything it sent (first post to last arrival) and one over everything it
+    received (first byte on the wire to last arrival), with the messages and bytes, from the columns."""
+    messages = kinds == "message"
+    size = trace.column("size_bytes")[messages]
+    arrived = trace.column("arrival_time_s")[messages]
+    spans = []
+    for end, begin, verb in (("src", "send_time_s", "sent"), ("dst", "start_time_s", "received")):
+        device, began = trace.column(end)[messages], trace.column(begin)[messages]
+        count = np.bincount(device, minlength=devices)
+        total = np.bincount(device, weights=size, minlength=devices)
+        first, last = np.full(len(count), np.inf), np.full(len(count), -np.inf)
+        np.minimum.at(first, device, began)
+        np.maximum.at(last, device, arrived)
+        firsts, lasts = first.tolist(), last.tolist()
+        for d in np.flatnonzero(count).tolist():
+            n = int(count[d])
+            spans.append(_Span(("device", d), _ps(firsts[d]), _ps(lasts[d]), f"{verb} {n} message{'s' * (n != 1)}",
+                               "summary", {"device": d, "messages": n, "size_bytes": int(total[d])}))
+    return spans
+
+
+def _counters(trace: Trace, kinds: np.ndarray) -> list[dict]:
+    """The messages and bytes on the wire at up to `COUNTER_POINTS` times, as counter events of the
+    "in flight" process (named by its own metadata events)."""
+    messages = kinds == "message"
+    starts = np.round(trace.column("start_time_s")[messages] * _PS_PER_S).astype(np.int64)
+    ends = np.round(trace.column("arrival_time_s")[messages] * _PS_PER_S).astype(np.int64)
+    size = trace.column("size_bytes")[messages]
+    if 2 * len(starts) <= COUNTER_POINTS:  # every time something starts or arrives
+        times = np.unique(np.concatenate([starts, ends]))
+    else:  # evenly spaced from the first start to the last arrival
+        times = np.unique(np.linspace(starts.min(), ends.max(), COUNTER_POINTS).round().astype(np.int64))
+    by_start, by_end = np.argsort(starts, kind="stable"), np.argsort(ends, kind="stable")
+    bytes_started = np.concatenate([[0], np.cumsum(size[by_start])])
+    bytes_ended = np.concatenate([[0], np.cumsum(size[by_end])])
+    began = np.searchsorted(starts[by_start], times, side="right")
+    done = np.searchsorted(ends[by_end], times, side="right")
+    flying, load = (began - done).tolist(), (bytes_started[began] - bytes_ended[done]).tolist()
+    named = [{"ph": "M", "name": "process_name", "pid": _FLIGHT_PID, "tid": 0, "args": {"name": "in flight"}},
+             {"ph": "M", "name": "process_sort_index", "pid": _FLIGHT_PID, "tid": 0,
+              "args": {"sort_index": _FLIGHT_PID}}]
+    return named + [{"ph": "C", "name": "in flight", "pid": _FLIGHT_PID, "ts": t / _PS_PER_US,
+                     "args": {"messages": n, "bytes": b}} for t, n, b in zip(times.tolist(), flying, load)]
+
+
 def _place(spans: list[_Span], always: list[tuple]) -> dict[tuple, list[_Lane]]:
     """Give every span a thread: per track, the first lane where it nests (see `_fits`); lanes become
     threads numbered in track order (devices, then links). Returns each track's lanes in that order (a
     track in `always` gets one even when empty)."""
     tracks: dict[tuple, list[_Lane]] = {track: [] for track in always}
+    ends: dict[tuple, list[tuple[int, int]]] = {}  # per track, a heap of (a lane's last leaf end, lane number)
     order = sorted(range(len(spans)), key=lambda i: (spans[i].start_ps, not spans[i].container, -spans[i].end_ps, i))
     for i in order:
         span = spans[i]
-        lanes = tracks.setdefault(span.track, [])
-        lane = next((lane for lane in lanes if _fits(lane, span)), None)
-        if lane is None:
-            lane = _Lane()
-            lanes.append(lane)
-        _take(lane, span)
+        lanes, heap = tracks.setdefault(span.track, []), ends.setdefault(span.track, [])
+        while heap and lanes[heap[0][1]].leaf_end_ps != heap[0][0]:
+            heapq.heappop(heap)  # an end the lane has since moved past
+        # a span fits only after a lane's last leaf: when every lane's ends later, skip the search
+        busy = heap and span.start_ps < heap[0][0]
+        at = None if busy else next((n for n, lane in enumerate(lanes) if _fits(lane, span)), None)
+        if at is None:
+            at = len(lanes)
+            lanes.append(_Lane())
+        _take(lanes[at], span)
+        heapq.heappush(heap, (lanes[at].leaf_end_ps, at))
     tracks = {track: tracks[track] or [_Lane()] for track in sorted(tracks, key=lambda t: (t[0] != "device", t[1:]))}
     tid = 0
     for lanes in tracks.values():

@@ -2,6 +2,9 @@
 
 The document is laid out with an indent for reading; each array is written on one line by the C encoder,
 a chunk of rows at a time, so a run with millions of elements costs time linear in them and little memory.
+Past `MESSAGES` messages (unless `full`) `messages` lists the first `MESSAGES` in trace order and
+`messages_summary` says how many there are, their bytes and how many were left out, counted from the
+trace's columns: a 1,000-device all_gather's million messages would otherwise be most of the document.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ import numpy as np
 from scenarios import ProgramResult, ScenarioResult
 
 _CHUNK_ELEMENTS = 1 << 16  # elements turned into Python values at a time
+MESSAGES = 4096  # past this many messages, the document lists the first ones and a summary, unless full
 
 
-def write_json(result: ScenarioResult | ProgramResult, stream: TextIO) -> None:
-    """Write `result.to_dict()` to `stream` as JSON (every element of every array), then a newline."""
+def write_json(result: ScenarioResult | ProgramResult, stream: TextIO, full: bool = False) -> None:
+    """Write `result.to_dict()` to `stream` as JSON (every element of every array), then a newline; past
+    `MESSAGES` messages, unless `full`, the first `MESSAGES` and a `messages_summary`."""
     if not isinstance(result, ScenarioResult):
         stream.write(json.dumps(result.to_dict(), indent=2) + "\n")
         return
@@ -31,13 +36,28 @@ def write_json(result: ScenarioResult | ProgramResult, stream: TextIO) -> None:
         arrays.append(array)
         return f"{token}:{len(arrays) - 1}"
 
-    pieces = re.split(rf'"{token}:(\d+)"', json.dumps(result.to_dict(hold), indent=2))
+    cut = not full and len(result.trace) > MESSAGES
+    document = result.to_dict(hold, MESSAGES if cut else None)
+    if cut:
+        document["messages_summary"] = _summary(result)
+    pieces = re.split(rf'"{token}:(\d+)"', json.dumps(document, indent=2))
     for i, piece in enumerate(pieces):  # the layout's text, then an array's index, alternately
         if i % 2:
             _write_array(arrays[int(piece)], stream)
         else:
             stream.write(piece)
     stream.write("\n")
+
+
+def _summary(result: ScenarioResult) -> dict:
+    """How many messages and copies the run recorded, their bytes, and how many `messages` lists."""
+    kinds, src, dst = (result.trace.column(name) for name in ("kind", "src", "dst"))
+    sent = kinds == "message"
+    size = result.trace.column("size_bytes")
+    return {"messages": int(sent.sum()), "copies": int((~sent).sum()),
+            "bytes_between_devices": int(size[sent & (src != dst)].sum()), "listed": MESSAGES,
+            "left_out": len(result.trace) - MESSAGES,
+            "rule": f"the first {MESSAGES} records in trace order are listed; --full lists every one"}
 
 
 def _write_array(array: np.ndarray | Sequence, stream: TextIO) -> None:
