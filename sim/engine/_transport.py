@@ -23,6 +23,7 @@ payload's bytes.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ from sim.engine._switch import SwitchReductions
 from sim.memory._memory import LocalMemory
 from sim.network._flows import LinkState
 from sim.network._mesh import Group
-from sim.record._trace import Trace
+from sim.record._trace import Same, Trace
 
 if TYPE_CHECKING:
     from sim.engine._options import RunOptions
@@ -160,35 +161,68 @@ class Transport:
         """Send member `group.index`'s row of messages (one per member, in member order) now (or once the
         row is issued, at `issued_s`): record them, leave the row in the call's table and hand the messages
         to the network."""
+        sizes = [payload.nbytes for payload in payloads]
+        self._post_row(src, group, (payloads, headers), sizes, exchange, collective, call, details, port, issued_s)
+
+    def post_row(self, src: int, group: Group, source: np.ndarray, split: bool, exchange: int, collective: str,
+                 call: int, details: dict[str, Any], port: Port | None = None, issued_s: float | None = None) -> None:
+        """Send member `group.index`'s row as one array: part j of `source`'s bytes cut into `group.size`
+        equal parts to member j (`split`), or all of `source` to every member; `details` map a key to one
+        value per message or to `Same(value)`. Recorded, timed and delivered as `post_each` would the
+        same messages, without an object per message."""
+        size = source.nbytes // group.size if split else source.nbytes
+        self._post_row(src, group, _Whole(source.reshape(-1), split), size, exchange, collective, call, details,
+                       port, issued_s)
+
+    def _post_row(self, src: int, group: Group, row: Any, sizes: list[int] | int, exchange: int, collective: str,
+                  call: int, details: dict[str, Any], port: Port | None, issued_s: float | None) -> None:
         now = self.env.now
         start = now if issued_s is None else max(now, issued_s)
         members = group.members
-        sizes = [payload.nbytes for payload in payloads]
-        first = self.trace.append_batch(src, members, sizes, now, [start] * len(members), None, collective, call,
-                                        details)
+        first = self.trace.append_batch(src, members, sizes, now, start, None, collective, call, details)
+        table = self._table(exchange, members)
+        table.post(group.index, row, first)
+        if self._free:
+            wire = sizes
+        elif isinstance(sizes, int):
+            wire = self.costs.wire_bytes(sizes)
+        else:
+            wire = [self.costs.wire_bytes(size) for size in sizes]
+        self._send(start, src, table.dsts, wire, _Row(self, table, group.index, start, port))
+
+    def _table(self, exchange: int, members: tuple[int, ...]) -> _Table:
         table = self._tables.get(exchange)
         if table is None:
             table = self._tables[exchange] = _Table(self, members)
-        table.post(group.index, payloads, headers)
-        wire = sizes if self._free else [self.costs.wire_bytes(size) for size in sizes]
-        self._send(start, src, list(members), wire, _Row(self, table, group.index, first, start, port))
+        return table
 
     def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
         """One event that fires once every member has posted its row and the last message to member
-        `receiver` has arrived; then `take_each` hands over the messages."""
-        table = self._tables.get(exchange)
-        if table is None:
-            table = self._tables[exchange] = _Table(self, members)
-        return table.expect(receiver)
+        `receiver` has arrived; then `take_each` (or `take_into`, `take_column`) hands over the messages."""
+        return self._table(exchange, members).expect(receiver)
 
     def take_each(self, exchange: int, receiver: int) -> list[Message]:
         """The message from every member to member `receiver`, in member order (after `expect_each` fired);
         the call's table goes once every member has taken its column."""
+        return self._taken(exchange, lambda table: table.take(receiver))
+
+    def take_into(self, exchange: int, receiver: int, out: np.ndarray) -> None:
+        """Write the payload from every member to member `receiver` (rows posted with `post_row`) into row s
+        of `out` (a C-contiguous array of one row per member, in member order)."""
+        self._taken(exchange, lambda table: table.take_into(receiver, out))
+
+    def take_column(self, exchange: int, receiver: int) -> np.ndarray:
+        """The payloads from every member to member `receiver` (rows posted with `post_row`), flat, stacked
+        in member order: one row per member."""
+        return self._taken(exchange, lambda table: table.column(receiver))
+
+    def _taken(self, exchange: int, take: Callable[[_Table], Any]) -> Any:
         table = self._tables[exchange]
-        messages = table.take(receiver)
+        taken = take(table)
+        table.served += 1
         if table.served == len(table.members):
             del self._tables[exchange]
-        return messages
+        return taken
 
 
 @dataclass(frozen=True)
@@ -222,45 +256,68 @@ class _Single:
 class _Row:
     """Where the network reports the arrivals of one member's row of a `send_each`."""
 
-    __slots__ = ("first", "port", "sender", "sent_s", "table", "transport")
+    __slots__ = ("port", "sender", "sent_s", "table", "transport")
 
-    def __init__(self, transport: Transport, table: _Table, sender: int, first: int, sent_s: float,
-                 port: Port | None) -> None:
-        self.transport, self.table, self.sender, self.first = transport, table, sender, first
+    def __init__(self, transport: Transport, table: _Table, sender: int, sent_s: float, port: Port | None) -> None:
+        self.transport, self.table, self.sender = transport, table, sender
         self.sent_s, self.port = sent_s, port
 
     def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
         order = self.transport.order
         if order is not None:
             arrivals_s = np.array([order.arrival(self.sent_s, a) for a in arrivals_s.tolist()])
-        self.transport.trace.set_arrivals(self.first + slots, arrivals_s)
-        self.table.arrived(self.sender, slots, arrivals_s)
+        self.transport.trace.set_arrivals(self.table.firsts[self.sender] + slots, arrivals_s)
+        self.table.arrived(slots, arrivals_s)
         if self.port is not None:
             self.port.arrived(len(slots), float(arrivals_s.max()))
 
 
-class _Table:
-    """One call's all-pairs exchange: row s holds member s's message to every member, `arrivals[s, r]` when
-    the one to member r arrived; a receiver is served when its column has fully arrived."""
+class _Whole:
+    """A row posted as one array: part j of `flat` to member j (`split`), or all of it to every member."""
 
-    __slots__ = ("arrivals", "env", "known", "last", "members", "rows", "served", "transport", "waiting")
+    __slots__ = ("flat", "split")
+
+    def __init__(self, flat: np.ndarray, split: bool) -> None:
+        self.flat, self.split = flat, split
+
+    def part(self, members: int, receiver: int) -> np.ndarray:
+        if not self.split:
+            return self.flat
+        size = len(self.flat) // members
+        return self.flat[receiver * size:(receiver + 1) * size]
+
+
+_STACK_MESSAGES = 4096  # past this many messages a call's rows are stacked once rather than read part by part
+_STACK_MESSAGE_BYTES = 1 << 16  # ... when each message is smaller than this
+
+
+class _Table:
+    """One call's all-pairs exchange: row s holds member s's messages to every member (a list of payloads
+    and headers, or one `_Whole` array), `firsts[s]` the trace index of its first message; a receiver is
+    served when its column has fully arrived. Arrival times live in the trace, not here: a table holds
+    a few numbers per member, not per message."""
+
+    __slots__ = ("dsts", "env", "firsts", "known", "last", "members", "rows", "served", "stacked", "transport",
+                 "waiting")
 
     def __init__(self, transport: Transport, members: tuple[int, ...]) -> None:
         self.transport, self.env, self.members = transport, transport.env, members
         n = len(members)
-        self.rows: list[tuple | None] = [None] * n
-        self.arrivals = np.zeros((n, n))
+        self.dsts = np.asarray(members, np.int64)
+        self.rows: list[Any] = [None] * n
+        self.firsts = np.zeros(n, np.int64)
         self.known = np.zeros(n, np.int64)  # arrivals known, per receiver
         self.last = np.zeros(n)  # the latest of them
         self.served = 0
         self.waiting: dict[int, simpy.Event] = {}
+        self.stacked: np.ndarray | None = None
 
-    def post(self, sender: int, payloads: list[np.ndarray], headers: list[dict]) -> None:
-        self.rows[sender] = (payloads, headers)
+    def post(self, sender: int, row: Any, first: int) -> None:
+        self.rows[sender] = row
+        self.firsts[sender] = first
 
-    def arrived(self, sender: int, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
-        """Messages of `sender`'s row to receivers `slots` arrived at `arrivals_s`."""
-        self.arrivals[sender, slots] = arrivals_s
+    def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
+        """Messages of one row to receivers `slots` arrived at `arrivals_s`."""
         self.known[slots] += 1
         self.last[slots] = np.maximum(self.last[slots], arrivals_s)
         if self.waiting and np.any(self.known[slots] == len(self.members)):
@@ -282,11 +339,75 @@ class _Table:
 
     def take(self, receiver: int) -> list[Message]:
         """Messages are made on taking, so a call over n members never holds n^2 of them at once."""
-        members, me = self.members, self.members[receiver]
-        self.served += 1
-        arrivals = self.arrivals[:, receiver].tolist()
-        return [Message(members[s], me, 0, payloads[receiver], headers[receiver], arrivals[s], s)
-                for s, (payloads, headers) in enumerate(self.rows)]  # type: ignore[misc]
+        members, me, n = self.members, self.members[receiver], len(self.members)
+        arrivals = self.transport.trace.arrivals(self.firsts + receiver).tolist()
+        taken = []
+        for s, row in enumerate(self.rows):
+            payload, header = (row.part(n, receiver), {}) if isinstance(row, _Whole) else (row[0][receiver],
+                                                                                          row[1][receiver])
+            taken.append(Message(members[s], me, 0, payload, header, arrivals[s], s))
+        return taken
+
+    def column(self, receiver: int) -> np.ndarray:
+        """The parts to `receiver` of every row (posted as `_Whole` arrays), stacked: one row per sender."""
+        stacked = self._stack()
+        if stacked is None:
+            n = len(self.members)
+            return np.stack([row.part(n, receiver) for row in self.rows])
+        return stacked[:, receiver] if self.rows[0].split else stacked
+
+    def take_into(self, receiver: int, out: np.ndarray) -> None:
+        """Copy the parts to `receiver` of every row into the rows of `out`, one per sender."""
+        target = out.reshape(len(self.members), -1)
+        stacked = self._stack()
+        if stacked is not None:
+            np.copyto(target, stacked[:, receiver] if self.rows[0].split else stacked)
+            return
+        n = len(self.members)
+        for s, row in enumerate(self.rows):
+            target[s] = row.part(n, receiver)
+
+    def _stack(self) -> np.ndarray | None:
+        """Every row as one array (senders, [receivers,] part) when reading it part by part would cost a
+        Python step per message: a view when the rows lie evenly spaced in one buffer (inputs placed from
+        one global array), else a copy made once; None for calls of few or large messages."""
+        if self.stacked is not None:
+            return self.stacked
+        n, flats = len(self.members), [row.flat for row in self.rows]
+        shape = (n, n, len(flats[0]) // n) if self.rows[0].split else (n, len(flats[0]))
+        if any(flat.shape != flats[0].shape or flat.dtype != flats[0].dtype for flat in flats):
+            return None
+        view = _spaced(flats)
+        if view is not None:
+            self.stacked = view.reshape(shape)
+        elif n * n > _STACK_MESSAGES and flats[0].nbytes // (n if self.rows[0].split else 1) < _STACK_MESSAGE_BYTES:
+            self.stacked = np.stack(flats).reshape(shape)
+        return self.stacked
+
+
+def _spaced(flats: list[np.ndarray]) -> np.ndarray | None:
+    """The 1-D C-contiguous arrays `flats` (equal shapes and dtypes) as the rows of one strided view,
+    without a copy, when they lie at evenly spaced addresses of one buffer; else None."""
+    if len(flats) < 2 or not flats[0].size:
+        return None
+    roots = {id(_root(flat)) for flat in (flats[0], flats[-1])}
+    addresses = [flat.__array_interface__["data"][0] for flat in flats]
+    step = addresses[1] - addresses[0]
+    if len(roots) != 1 or step <= 0 or any(b - a != step for a, b in itertools.pairwise(addresses)):
+        return None
+    root = _root(flats[0])
+    low = root.__array_interface__["data"][0]
+    if addresses[0] < low or addresses[-1] + flats[0].nbytes > low + root.nbytes:
+        return None
+    return np.lib.stride_tricks.as_strided(flats[0], (len(flats), flats[0].size), (step, flats[0].itemsize),
+                                           writeable=False)
+
+
+def _root(array: np.ndarray) -> np.ndarray:
+    """The array owning `array`'s memory (the last numpy array down its chain of bases)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
 
 
 class Port:
@@ -383,6 +504,41 @@ class Port:
         issued = self.issue(self.group.size - 1)
         self.transport.post_each(self.device, self.group, payloads, headers, self.exchange, self.collective.name,
                                  self.call, details, self, issued)
+
+    def send_split(self, source: np.ndarray, **details: Any) -> None:
+        """Send part j of `source` (C-contiguous; its bytes cut into `group.size` equal parts in order) to
+        member j of the group, for every member, all now: `send_each` of those parts, as one array. A
+        `details` value that is a `range` gives one value per message; any other is every message's.
+        Members receive with `recv_into` or `recv_column`."""
+        self._send_row(source, True, details)
+
+    def send_copies(self, source: np.ndarray, **details: Any) -> None:
+        """Send all of `source` (C-contiguous) to every member of the group, all now: `send_each` of
+        `[source] * group.size`, as one array (`details` as for `send_split`)."""
+        self._send_row(source, False, details)
+
+    def _send_row(self, source: np.ndarray, split: bool, details: dict[str, Any]) -> None:
+        if not source.flags.c_contiguous:
+            raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        g = self.group.size
+        kept = {key: value if isinstance(value, range) else Same(value) for key, value in details.items()}
+        self.in_flight += g
+        issued = self.issue(g - 1)
+        self.transport.post_row(self.device, self.group, source, split, self.exchange, self.collective.name,
+                                self.call, kept, self, issued)
+
+    def recv_into(self, out: np.ndarray) -> Generator:
+        """Write the `send_split` / `send_copies` payload of every member to this one into row s of `out`
+        (C-contiguous, one row per member in member order), once the last has arrived:
+        `yield from port.recv_into(out)`."""
+        yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
+        self.transport.take_into(self.exchange, self.group.index, out)
+
+    def recv_column(self) -> Generator:
+        """The `send_split` / `send_copies` payloads of every member to this one, flat and stacked in member
+        order (read-only), once the last has arrived: `column = yield from port.recv_column()`."""
+        yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
+        return self.transport.take_column(self.exchange, self.group.index)
 
     def reduce_in_switch(self, parts: list[np.ndarray], owners: tuple[int, ...], receivers: list[tuple[int, ...]],
                          fold: Fold, **detail) -> None:

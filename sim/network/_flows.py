@@ -273,7 +273,7 @@ class LinkState:
         counts = [len(dsts) for _, dsts, _, _ in posted]
         src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
         dst = np.concatenate([np.asarray(p[1], np.int64) for p in posted])
-        size = np.concatenate([np.asarray(p[2], np.float64) for p in posted])
+        size = np.concatenate([np.broadcast_to(np.asarray(p[2], np.float64), len(p[1])) for p in posted])
         sink = np.repeat(np.array([p[3] for p in posted], np.int64), counts)
         slot = np.arange(len(dst)) - np.repeat(np.cumsum(counts) - counts, counts)
         if self.placement is not None:

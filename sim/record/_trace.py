@@ -11,8 +11,9 @@ someone iterates, so a run of a million messages stores a few dozen bytes per me
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -152,7 +153,7 @@ class Trace:
         for chunk in self._chunks:
             detail = chunk["detail"]
             if isinstance(detail, _Details):
-                values += detail.columns.get(key, [None] * detail.count)
+                values += detail.values(key)
             else:
                 values += [d.get(key) for d in detail]
         return values
@@ -182,24 +183,33 @@ class Trace:
             self._pack()
         return index
 
-    def append_batch(self, src: int, dsts: list[int], sizes: list[int], send_time_s: float, starts_s: list[float],
-                     arrivals_s: list[float] | None, collective: str, call: int, details: dict[str, list]) -> int:
-        """Record messages from `src` to each of `dsts`, posted together; `details` maps each detail key to
-        its per-message values (a message's detail is made only when it is read). Returns the first one's
-        index; `arrivals_s` may be None, and the arrivals set later."""
+    def append_batch(self, src: int, dsts: Sequence[int], sizes: Sequence[int] | int, send_time_s: float,
+                     starts_s: Sequence[float] | float, arrivals_s: list[float] | None, collective: str, call: int,
+                     details: dict[str, Any]) -> int:
+        """Record messages from `src` to each of `dsts`, posted together; returns the first one's index
+        (`arrivals_s` may be None, and the arrivals set later).
+
+        `sizes` and `starts_s` are one value per message or one for all; `details` maps each detail key to
+        its per-message values (a list or a range) or to `Same(value)`, one value for all. Values shared by
+        the batch are kept once, so a recorded message costs a few bytes (its arrival time) plus what
+        differs between messages; a message's detail is made only when it is read."""
         self._pack()
         count = len(dsts)
         self._starts.append(self._count)
         self._chunks.append({
-            "src": np.full(count, src, np.int64), "dst": np.array(dsts, np.int64),
-            "size_bytes": np.array(sizes, np.int64), "send_time_s": np.full(count, send_time_s, np.float64),
-            "start_time_s": np.array(starts_s, np.float64),
-            "collective": _constant(collective, count), "call": np.full(count, call, np.int64),
-            "detail": _Details(details, count), "kind": _constant("message", count)})
+            "src": _Same(src, count, np.int64), "dst": _Seq(dsts),
+            "size_bytes": _column(sizes, count, np.int64), "send_time_s": _Same(send_time_s, count, np.float64),
+            "start_time_s": _column(starts_s, count, np.float64),
+            "collective": _Same(collective, count), "call": _Same(call, count, np.int64),
+            "detail": _Details(details, count), "kind": _Same("message", count)})
         first = self._grow(count)
         if arrivals_s is not None:
             self._arrivals[first:first + count] = arrivals_s
         return first
+
+    def arrivals(self, indices: np.ndarray) -> np.ndarray:
+        """The arrival times of the records at `indices` (zero where not known yet)."""
+        return self._arrivals[indices]
 
     def set_arrivals(self, indices: np.ndarray | int, arrivals_s: np.ndarray | float) -> None:
         """Set the arrival times of the records at `indices` (as `append` and `append_batch` numbered them)."""
@@ -300,18 +310,74 @@ class Trace:
                 yield row[:at] + (next(arrivals),) + row[at:]
 
 
-class _Details:
-    """A batch's detail column, kept as one list per key until someone reads it."""
+@dataclass(frozen=True)
+class Same:
+    """One detail value shared by every message of a batch (`Trace.append_batch`), kept once."""
 
-    def __init__(self, columns: dict[str, list], count: int) -> None:
+    value: Any
+
+
+class _Same:
+    """A chunk's column holding one value for all of its `count` records."""
+
+    __slots__ = ("count", "dtype", "value")
+
+    def __init__(self, value: Any, count: int, dtype: type | None = None) -> None:
+        self.value = value if dtype is None else dtype(value).item()  # read back as the array's item would be
+        self.count, self.dtype = count, dtype
+
+    def array(self) -> np.ndarray:
+        if self.dtype is not None:
+            return np.full(self.count, self.value, self.dtype)
+        return _constant(self.value, self.count)
+
+    def item(self, k: int) -> Any:
+        return self.value
+
+
+class _Seq:
+    """A chunk's column of device ids kept as the sequence it was given (a group's members, shared)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Sequence[int]) -> None:
+        self.values = values
+
+    def array(self) -> np.ndarray:
+        return np.asarray(self.values, np.int64)
+
+    def item(self, k: int) -> int:
+        return int(self.values[k])
+
+
+def _column(values: Sequence | float | int, count: int, dtype: type) -> np.ndarray | _Same:
+    if isinstance(values, (int, float, np.integer, np.floating)):
+        return _Same(values, count, dtype)
+    return np.array(values, dtype)
+
+
+class _Details:
+    """A batch's detail column, kept as one sequence (or one `Same` value) per key until someone reads it."""
+
+    def __init__(self, columns: dict[str, Any], count: int) -> None:
         self.columns, self.count = columns, count
 
     def __len__(self) -> int:
         return self.count
 
+    def values(self, key: str) -> list:
+        """Every record's value of `key` (None for all when no record has it)."""
+        column = self.columns.get(key)
+        if column is None:
+            return [None] * self.count
+        return [column.value] * self.count if isinstance(column, Same) else list(column)
+
+    def item(self, k: int) -> dict:
+        return {key: column.value if isinstance(column, Same) else column[k] for key, column in self.columns.items()}
+
     def dicts(self) -> np.ndarray:
         keys = list(self.columns)
-        rows = zip(*self.columns.values()) if keys else ((),) * self.count
+        rows = zip(*(self.values(key) for key in keys)) if keys else ((),) * self.count
         values = np.empty(self.count, object)
         values[:] = [dict(zip(keys, row)) for row in rows]
         return values
@@ -319,18 +385,20 @@ class _Details:
 
 def _constant(value: str, count: int) -> np.ndarray:
     column = np.empty(count, object)
-    column[:] = value
+    column[:] = [value] * count if isinstance(value, (tuple, list, dict)) else value
     return column
 
 
 def _array(column) -> np.ndarray:
-    return column.dicts() if isinstance(column, _Details) else column
+    if isinstance(column, _Details):
+        return column.dicts()
+    return column.array() if isinstance(column, (_Same, _Seq)) else column
 
 
 def _item(column, k: int):
     """Element `k` of a chunk's column, as a Python value (a batch's detail made for this one record)."""
-    if isinstance(column, _Details):
-        return {key: values[k] for key, values in column.columns.items()}
+    if isinstance(column, (_Details, _Same, _Seq)):
+        return column.item(k)
     value = column[k]
     return value.item() if isinstance(value, np.generic) else value
 
