@@ -93,43 +93,102 @@ def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarr
 
 
 class _Flows:
-    """The flows in flight, as columns, and the intervals of links their routes cross."""
+    """The flows in flight, as columns, and the intervals of links their routes cross.
 
-    NAMES = ("sink", "slot", "whole", "left", "t0", "rate", "finish", "latency")
+    While every flow crosses one link (a fully connected network, a store-and-forward hop) and none is part
+    of a split message, only `start` is kept: flow i crosses link `start[i]`; `flow_of`, `stop` and `whole`
+    are made when a flow that needs them is added. Ids are stored as narrow as they fit, so a flow in
+    flight costs about 56 bytes."""
+
+    FLOATS = ("left", "t0", "rate", "finish", "latency")
 
     def __init__(self) -> None:
         self.sink = np.zeros(0, np.int64)
-        self.slot = np.zeros(0, np.int64)
-        self.whole = np.zeros(0, np.int64)  # the `Parts` key of a message split over several flows, else -1
-        for name in ("left", "t0", "rate", "finish", "latency"):
+        self.slot = np.zeros(0, np.int32)
+        for name in self.FLOATS:
             setattr(self, name, np.zeros(0))
-        self.flow_of = np.zeros(0, np.int64)
-        self.start = np.zeros(0, np.int64)
-        self.stop = np.zeros(0, np.int64)
+        self.start = np.zeros(0, np.int32)
+        self._flow_of: np.ndarray | None = None  # None: flow i is interval i
+        self._stop: np.ndarray | None = None  # None: every interval is one link
+        self._whole: np.ndarray | None = None  # the `Parts` key of a message split over several flows, else -1
 
     def __len__(self) -> int:
         return len(self.sink)
 
+    @property
+    def simple(self) -> bool:
+        """Whether flow i crosses exactly link `start[i]`."""
+        return self._flow_of is None and self._stop is None
+
+    @property
+    def flow_of(self) -> np.ndarray:
+        return np.arange(len(self.start), dtype=np.int64) if self._flow_of is None else self._flow_of
+
+    @property
+    def stop(self) -> np.ndarray:
+        return self.start + 1 if self._stop is None else self._stop
+
+    @property
+    def whole(self) -> np.ndarray:
+        return np.full(len(self), -1, np.int64) if self._whole is None else self._whole
+
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the flows where `mask` is True."""
-        renumber = np.cumsum(mask) - 1
-        on = mask[self.flow_of]
-        self.flow_of, self.start, self.stop = renumber[self.flow_of[on]], self.start[on], self.stop[on]
-        for name in self.NAMES:
+        if self._flow_of is not None:
+            renumber = np.cumsum(mask) - 1
+            on = mask[self._flow_of]
+            self._flow_of, self.start = renumber[self._flow_of[on]], self.start[on]
+            if self._stop is not None:
+                self._stop = self._stop[on]
+        else:
+            self.start = self.start[mask]
+            if self._stop is not None:
+                self._stop = self._stop[mask]
+        if self._whole is not None:
+            self._whole = self._whole[mask]
+        for name in ("sink", "slot", *self.FLOATS):
             setattr(self, name, getattr(self, name)[mask])
 
-    def extend(self, columns: dict[str, np.ndarray], flow_of: np.ndarray, start: np.ndarray,
-               stop: np.ndarray) -> None:
+    def extend(self, columns: dict[str, np.ndarray], flow_of: np.ndarray | None, start: np.ndarray,
+               stop: np.ndarray | None, whole: np.ndarray | None) -> None:
         """Append flows (`columns` by name) crossing the intervals [start, stop) of flow `flow_of` (numbered
-        from 0 among the new flows)."""
+        from 0 among the new flows; None: interval i is flow i's; `stop` None: one link each), `whole`
+        keying split messages' parts (None: none is split)."""
         first = len(self)
-        if first == 0:
-            self.flow_of, self.start, self.stop = flow_of, start, stop
-        else:
-            self.flow_of = np.concatenate([self.flow_of, flow_of + first])
-            self.start, self.stop = np.concatenate([self.start, start]), np.concatenate([self.stop, stop])
-        for name in self.NAMES:
-            setattr(self, name, columns[name] if first == 0 else np.concatenate([getattr(self, name), columns[name]]))
+        if flow_of is not None and bool(np.array_equal(flow_of, np.arange(len(flow_of)))):
+            flow_of = None  # each new flow is its own one interval
+        if stop is not None and bool(np.all(stop - start == 1)):
+            stop = None
+        if flow_of is not None and self._flow_of is None:
+            self._flow_of = np.arange(len(self.start), dtype=np.int64)
+        if stop is not None and self._stop is None:
+            self._stop = self.start.astype(np.int64) + 1
+        if self._flow_of is not None:
+            new_of = np.arange(len(start), dtype=np.int64) if flow_of is None else flow_of
+            self._flow_of = np.concatenate([self._flow_of, new_of + first])
+        if self._stop is not None:
+            self._stop = np.concatenate([self._stop, start + 1 if stop is None else stop])
+        if whole is not None and bool(np.any(whole >= 0)) and self._whole is None:
+            self._whole = np.full(first, -1, np.int64)
+        if self._whole is not None:
+            self._whole = np.concatenate([self._whole, np.full(len(columns["sink"]), -1, np.int64)
+                                          if whole is None else whole])
+        self.start = _joined(self.start, start, _narrow(start))
+        self.sink = _joined(self.sink, columns["sink"], np.int64)
+        self.slot = _joined(self.slot, columns["slot"], np.int32)
+        for name in self.FLOATS:
+            setattr(self, name, _joined(getattr(self, name), columns[name], np.float64))
+
+
+def _narrow(links: np.ndarray) -> type:
+    """int32 for link indices that fit it, else int64."""
+    return np.int32 if not len(links) or int(links.max()) < np.iinfo(np.int32).max else np.int64
+
+
+def _joined(old: np.ndarray, new: np.ndarray, dtype: type) -> np.ndarray:
+    if not len(old):
+        return np.asarray(new, dtype)
+    return np.concatenate([old, np.asarray(new, np.result_type(old.dtype, dtype))])
 
 
 class LinkState:
@@ -148,6 +207,7 @@ class LinkState:
         self.links = _topology.link_count(network, devices)
         self._dense = self.links <= _DENSE_LINKS or network.topology != "fully_connected"
         self._capacity = _topology.capacities(network, np.arange(self.links), devices) if self._dense else None
+        self._uniform = network.topology == "fully_connected"  # every link has the network's bandwidth
         self._base_links = self.links  # a reducing switch's adders come after (`sim.network._in_network`)
         if _in_network.reduces(network):
             self._capacity = np.concatenate([self._capacity, _in_network.capacities(network, devices)])
@@ -225,9 +285,9 @@ class LinkState:
         arrivals = flows.finish[ended] + flows.latency[ended]
         if self.network.store_and_forward:
             sinks, slots, arrivals = self._forward(sinks, slots, arrivals)
-        whole = flows.whole[ended]
-        split = whole >= 0
-        if split.any():  # a split message arrives with its last part
+        whole = flows.whole[ended] if flows._whole is not None else None
+        split = whole >= 0 if whole is not None else None
+        if split is not None and split.any():  # a split message arrives with its last part
             done = self._parts.end(whole[split], arrivals[split])
             sinks, slots, arrivals = (np.concatenate([a[~split], b]) for a, b in zip((sinks, slots, arrivals), done))
         self._report(sinks, slots, arrivals)
@@ -270,12 +330,13 @@ class LinkState:
 
     def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
         """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
-        counts = [len(dsts) for _, dsts, _, _ in posted]
+        counts = np.array([len(dsts) for _, dsts, _, _ in posted], np.int64)
         src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
         dst = np.concatenate([np.asarray(p[1], np.int64) for p in posted])
         size = np.concatenate([np.broadcast_to(np.asarray(p[2], np.float64), len(p[1])) for p in posted])
         sink = np.repeat(np.array([p[3] for p in posted], np.int64), counts)
-        slot = np.arange(len(dst)) - np.repeat(np.cumsum(counts) - counts, counts)
+        slot = np.arange(len(dst), dtype=np.int64)
+        slot -= np.repeat(np.cumsum(counts) - counts, counts)
         if self.placement is not None:
             src, dst = self.placement[src], self.placement[dst]
         instant = (src == dst) | (size == 0)
@@ -286,14 +347,21 @@ class LinkState:
                 hops = _topology.segments(self.network, src[instant][remote], dst[instant][remote], self.devices)[3]
                 now[remote] += _topology.route_latency(self.network, src[instant][remote], dst[instant][remote], hops)
             self._report(sink[instant], slot[instant], now)
-            src, dst, size, sink, slot = (c[~instant] for c in (src, dst, size, sink, slot))
+            keep = ~instant
+            src, dst, size, sink, slot = (c[keep] for c in (src, dst, size, sink, slot))
+            del keep
+        del instant
         if self.network.store_and_forward:
             self._start_hops(now_s, src, dst, size, sink, slot)
             return
         message, share, flow_of, start, stop, hops = _topology.subflows(self.network, src, dst, self.devices)
         latency = _topology.route_latency(self.network, src, dst, hops)
-        parts = np.bincount(message, minlength=len(src))
-        whole = np.full(len(src), -1, np.int64)
+        del src, dst, hops
+        if not self.network.multipath:  # one path per message, all of it: sub-flow i is message i
+            self._add(now_s, sink, slot, size, latency, flow_of, start, stop)
+            return
+        parts = np.bincount(message, minlength=len(size))
+        whole = np.full(len(size), -1, np.int64)
         split = parts > 1
         if split.any():
             whole[split] = self._parts.add(sink[split], slot[split], parts[split])
@@ -320,19 +388,20 @@ class LinkState:
         if not len(size):
             return
         count = len(size)
-        whole = np.full(count, -1, np.int64) if whole is None else whole
-        columns = {"sink": sink, "slot": slot, "whole": whole, "left": size, "t0": np.full(count, now_s),
+        columns = {"sink": sink, "slot": slot, "left": size, "t0": np.full(count, now_s),
                    "rate": np.zeros(count), "finish": np.full(count, np.inf), "latency": latency}
-        self._flows.extend(columns, flow_of, start, stop)
+        self._flows.extend(columns, flow_of, start, stop, whole)
 
     def _rerate(self, now_s: float) -> None:
         """Recompute every flow's rate; flows whose rate changed get their bytes left and a new end."""
         flows = self._flows
-        single = len(flows.start) == len(flows) and bool(np.all(flows.stop - flows.start == 1))
-        if single:  # one link per flow: its fair share is the link's bandwidth over its flows
+        if flows.simple:  # one link per flow: its fair share is the link's bandwidth over its flows
             if self._dense:
                 count = np.bincount(flows.start, minlength=self.links)
                 rate = self._capacity[flows.start] / count[flows.start]
+            elif self.links <= 4 * len(flows) and self._uniform:
+                count = np.bincount(flows.start, minlength=self.links)
+                rate = float(self.network.bandwidth_bytes_per_s) / count[flows.start]
             else:
                 _, link, count = np.unique(flows.start, return_inverse=True, return_counts=True)
                 rate = _topology.capacities(self.network, flows.start, self.devices) / count[link]
