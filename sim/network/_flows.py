@@ -266,7 +266,10 @@ class LinkState:
         self._due.discard(now_s)
         flows = self._flows
         ended = flows.finish <= now_s
-        if ended.any():
+        if ended.all() and len(flows):  # every flow ends now: report them all, keep none
+            self._end(slice(None))
+            self._flows = flows = _Flows()
+        elif ended.any():
             self._end(np.flatnonzero(ended))
             flows.keep(~ended)
         elif not self._posted and not self._hops and not self._switched:
@@ -278,7 +281,7 @@ class LinkState:
         if self.on_settled is not None:
             self.on_settled()
 
-    def _end(self, ended: np.ndarray) -> None:
+    def _end(self, ended: np.ndarray | slice) -> None:
         """Report the ended flows (store-and-forward: start their next hop after this one's latency)."""
         flows = self._flows
         sinks, slots = flows.sink[ended], flows.slot[ended]
@@ -407,7 +410,14 @@ class LinkState:
                 rate = _topology.capacities(self.network, flows.start, self.devices) / count[link]
         else:
             rate = max_min_rates(flows.flow_of, flows.start, flows.stop, self._capacity, len(flows))
-        changed = np.flatnonzero(rate != flows.rate)
+        changed = rate != flows.rate
+        if changed.all():  # every rate changed (a step that started them all): no gathering
+            left = np.maximum(flows.left - flows.rate * (now_s - flows.t0), 0.0)
+            flows.left, flows.rate = left, rate
+            flows.t0 = np.full(len(rate), now_s)
+            flows.finish = now_s + left / rate
+            return
+        changed = np.flatnonzero(changed)
         if len(changed):
             old = flows.rate[changed]
             left = np.maximum(flows.left[changed] - old * (now_s - flows.t0[changed]), 0.0)
