@@ -1,0 +1,244 @@
+"""Lean messages: however a row exchange's receivers take their columns (a strided view of the senders'
+memories, a stack made once, or part by part), the bytes, trace and times are those of the message-by-message
+protocol; a trace batch that keeps shared values once reads back as one given every value; flows that each
+cross one link are timed as max-min progressive filling over explicit intervals times them. Each comparison
+also runs a deliberately wrong variant to show that it can fail."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import numpy as np
+import simpy
+from hypothesis import given
+from hypothesis import strategies as st
+
+import collectives
+import collectives._all_gather
+import collectives._all_to_all
+import collectives._allreduce
+import sim
+import sim.engine._transport as transport
+import sim.network._flows as flows
+from sim import P
+from sim.record._trace import Same
+
+_SWITCH = {"all_to_all": (collectives._all_to_all, "_rows_in_place"),
+           "all_gather": (collectives._all_gather, "_rows_in_place"),
+           "psum": (collectives._allreduce, "_in_place")}
+
+
+@contextlib.contextmanager
+def _patched(*patches):
+    """Set (object, name, value) attributes for the block, then put the old values back."""
+    saved = [(target, name, getattr(target, name)) for target, name, _ in patches]
+    try:
+        for target, name, value in patches:
+            setattr(target, name, value)
+        yield
+    finally:
+        for target, name, value in saved:
+            setattr(target, name, value)
+
+
+# How a receiver takes its column: a view of rows spaced evenly in one buffer, a stack made once, part by part.
+_TAKES = {
+    "view": (),
+    "stack": ((transport, "_spaced", lambda flats: None), (transport, "_STACK_MESSAGES", -1),
+              (transport, "_STACK_MESSAGE_BYTES", 1 << 62)),
+    "parts": ((transport, "_spaced", lambda flats: None), (transport, "_STACK_MESSAGES", 1 << 62)),
+}
+
+
+def _program(op: str, tiled: bool):
+    if op == "all_to_all":
+        return lambda x: collectives.all_to_all(x, "x", 0, 0, tiled=tiled)
+    if op == "all_gather":
+        return lambda x: collectives.all_gather(x, "x", tiled=tiled)
+    return lambda x: collectives.psum(x, "x")
+
+
+def _run(op: str, n: int, x: np.ndarray, tiled: bool) -> tuple[bytes, bytes, float]:
+    """Output bytes, trace JSON and end time of `op` on n devices."""
+    out_specs = P("x") if op == "all_to_all" else P()
+    f = sim.shard_map(_program(op, tiled), mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=out_specs,
+                      check_vma=False)
+    run = f.run(x)
+    return run.outputs.tobytes(), json.dumps(run.trace.to_json()).encode(), run.end_time_s
+
+
+@st.composite
+def _cases(draw):
+    op = draw(st.sampled_from(sorted(_SWITCH)))
+    n = draw(st.integers(1, 8))
+    tiled = draw(st.booleans()) or op == "psum"
+    rows = n * draw(st.integers(1, 3))
+    if op == "all_to_all":
+        rows = n * n * (draw(st.integers(1, 2)) if tiled else 1)
+    shape = (rows,) + tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
+    dtype = draw(st.sampled_from(["int8", "int32", "float16", "float32", "float64"]))
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = draw(st.binary(min_size=size, max_size=size))
+    return op, n, tiled, np.frombuffer(raw, dtype).reshape(shape).copy(), draw(st.sampled_from(sorted(_TAKES)))
+
+
+@given(case=_cases())
+def test_columns_taken_any_way_equal_message_by_message(case):
+    """all_to_all, all_gather and the direct psum give the message-by-message protocol's bytes, trace and
+    end time whether receivers read a view of the senders' rows, a stack of them or each part alone."""
+    op, n, tiled, x, take = case
+    with _patched(*_TAKES[take]):
+        fast = _run(op, n, x, tiled)
+    module, switch = _SWITCH[op]
+    with _patched((module, switch, lambda *a: False)):
+        slow = _run(op, n, x, tiled)
+    assert fast == slow
+
+
+def test_each_way_of_taking_is_used():
+    """Each way of taking a column really runs (else the equality above is vacuous): a view for inputs
+    placed from one global array, a stack past the size bound, parts otherwise."""
+    used = []
+    real_stack = transport._Table._stack
+
+    def spy(table):
+        stacked = real_stack(table)
+        used.append("parts" if stacked is None else "view" if not stacked.flags.owndata and
+                    stacked.base is not None and not stacked.flags.writeable else "stack")
+        return stacked
+
+    x = np.arange(64.0)
+    for take in ("view", "stack", "parts"):
+        with _patched((transport._Table, "_stack", spy), *_TAKES[take]):
+            _run("all_to_all", 8, x, True)
+        assert used and set(used) == {take}, (take, set(used))
+        used.clear()
+
+
+def test_column_comparison_can_fail():
+    """A stacked column with its senders in the wrong order is told apart from the honest run."""
+    x = np.arange(64.0)
+    honest = _run("all_to_all", 8, x, True)
+    real_stack = transport._Table._stack
+    reversed_stack = lambda table: None if real_stack(table) is None else real_stack(table)[::-1]
+    with _patched((transport._Table, "_stack", reversed_stack)):
+        assert _run("all_to_all", 8, x, True)[0] != honest[0]
+
+
+# ------------------------------------------------------------------------------------- compact trace batches
+
+
+@st.composite
+def _batches(draw):
+    """Batches of messages: (src, dsts, sizes, start, details), each value one per message or one for all."""
+    batches = []
+    for _ in range(draw(st.integers(1, 4))):
+        count = draw(st.integers(1, 6))
+        dsts = tuple(draw(st.lists(st.integers(0, 300), min_size=count, max_size=count)))
+        sizes = draw(st.one_of(st.integers(0, 1 << 40), st.lists(st.integers(0, 99), min_size=count,
+                                                                   max_size=count)))
+        start = draw(st.one_of(st.floats(0, 1), st.integers(0, 3)))
+        details = {}
+        for key in draw(st.lists(st.sampled_from(["slice", "rows", "axis", "step"]), unique=True)):
+            details[key] = draw(st.sampled_from(["same", "range", "list"]))
+        batches.append((draw(st.integers(0, 300)), dsts, sizes, start, details,
+                        draw(st.lists(st.floats(0, 2), min_size=count, max_size=count))))
+    return batches
+
+
+def _recorded(batches, compact: bool) -> tuple:
+    trace = sim.Trace()
+    for src, dsts, sizes, start, kinds, arrivals in batches:
+        count = len(dsts)
+        details = {}
+        for key, kind in kinds.items():
+            values = {"same": [(1, 2)] * count, "range": list(range(count)), "list": [f"v{k}" for k in range(count)]}
+            if compact and kind == "same":
+                details[key] = Same((1, 2))
+            elif compact and kind == "range":
+                details[key] = range(count)
+            else:
+                details[key] = values[kind]
+        listed_sizes = sizes if compact or not isinstance(sizes, int) else [sizes] * count
+        first = trace.append_batch(src, dsts if compact else list(dsts), listed_sizes, 0.5,
+                                   start if compact else [start] * count, None, "op", 3, details)
+        trace.append(src, src, 4, 0.5, 0.5, 0.75, "op", 3, {"step": 1}, kind="pack")
+        trace.set_arrivals(np.arange(first, first + count), np.array(arrivals))
+    columns = trace.columns()
+    return (json.dumps(trace.to_json()), [json.dumps(trace[k].to_dict()) for k in range(len(trace))],
+            {name: (column.dtype.str, column.tolist()) for name, column in columns.items()},
+            {key: trace.detail_column(key) for key in ("slice", "rows", "axis", "step", "none")},
+            sorted(trace.detail_keys()), sorted(trace.detail_keys("message")))
+
+
+@given(batches=_batches())
+def test_compact_batches_read_back_as_listed_ones(batches):
+    """A batch recorded with shared values (`Same`, a range, one size or start for all, the members as
+    given) reads back, record by record and column by column, as the batch listing every value."""
+    assert _recorded(batches, compact=True) == _recorded(batches, compact=False)
+
+
+def test_compact_batch_comparison_can_fail():
+    """A batch with one value changed is told apart."""
+    batches = [(1, (2, 3), 8, 0.0, {"slice": "range"}, [0.5, 0.5])]
+    changed = [(1, (2, 4), 8, 0.0, {"slice": "range"}, [0.5, 0.5])]
+    assert _recorded(batches, compact=True) != _recorded(changed, compact=False)
+
+
+# ----------------------------------------------------------------------------------------- one-link flows
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.arrivals: dict[int, float] = {}
+
+    def arrived(self, slots, arrivals_s) -> None:
+        self.arrivals.update(zip(slots.tolist(), arrivals_s.tolist()))
+
+
+class _General(flows._Flows):
+    simple = False
+
+
+@st.composite
+def _posts(draw):
+    devices = draw(st.integers(2, 6))
+    posts = []
+    for _ in range(draw(st.integers(1, 6))):
+        count = draw(st.integers(1, 5))
+        dsts = draw(st.lists(st.integers(0, devices - 1), min_size=count, max_size=count))
+        sizes = draw(st.lists(st.integers(0, 5000), min_size=count, max_size=count))
+        posts.append((draw(st.sampled_from([0.0, 0.5, 1.0, 2.5])), draw(st.integers(0, devices - 1)), dsts, sizes))
+    return devices, posts
+
+
+def _timed(devices, posts, general: bool) -> list:
+    with _patched((flows, "_Flows", _General if general else flows._Flows)):
+        env = simpy.Environment()
+        links = sim.LinkState(sim.Network.fully_connected(bandwidth_bytes_per_s=1e3).sized(devices), devices, env)
+        sinks = [_Sink() for _ in posts]
+
+        def post(at, src, dsts, sizes, sink):
+            yield env.timeout(at)
+            links.send(src, np.array(dsts), np.array(sizes), sink)
+
+        for (at, src, dsts, sizes), sink in zip(posts, sinks):
+            env.process(post(at, src, dsts, sizes, sink))
+        env.run()
+    return [sorted(sink.arrivals.items()) for sink in sinks]
+
+
+@given(case=_posts())
+def test_one_link_flows_are_timed_as_progressive_filling(case):
+    """Flows that each cross one link, kept as one link index each, arrive exactly when max-min progressive
+    filling over explicit intervals says (messages posted at several instants, sharing links)."""
+    devices, posts = case
+    assert _timed(devices, posts, general=False) == _timed(devices, posts, general=True)
+
+
+def test_one_link_flow_comparison_can_fail():
+    """Two messages sharing a link are told apart from one message alone (the comparison sees rates)."""
+    shared = _timed(3, [(0.0, 0, [1, 1], [1000, 1000])], general=False)
+    alone = _timed(3, [(0.0, 0, [1], [1000])], general=True)
+    assert shared[0][0] != alone[0][0]
