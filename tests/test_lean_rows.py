@@ -19,7 +19,7 @@ import collectives._all_gather
 import collectives._all_to_all
 import collectives._allreduce
 import sim
-import sim.engine._transport as transport
+import sim.engine._rows as rows
 import sim.network._flows as flows
 from sim import P
 from sim.record._trace import Same
@@ -45,9 +45,9 @@ def _patched(*patches):
 # How a receiver takes its column: a view of rows spaced evenly in one buffer, a stack made once, part by part.
 _TAKES = {
     "view": (),
-    "stack": ((transport, "_spaced", lambda flats: None), (transport, "_STACK_MESSAGES", -1),
-              (transport, "_STACK_MESSAGE_BYTES", 1 << 62)),
-    "parts": ((transport, "_spaced", lambda flats: None), (transport, "_STACK_MESSAGES", 1 << 62)),
+    "stack": ((rows, "_spaced", lambda flats: None), (rows, "_STACK_MESSAGES", -1),
+              (rows, "_STACK_MESSAGE_BYTES", 1 << 62)),
+    "parts": ((rows, "_spaced", lambda flats: None), (rows, "_STACK_MESSAGES", 1 << 62)),
 }
 
 
@@ -100,7 +100,7 @@ def test_each_way_of_taking_is_used():
     """Each way of taking a column really runs (else the equality above is vacuous): a view for inputs
     placed from one global array, a stack past the size bound, parts otherwise."""
     used = []
-    real_stack = transport._Table._stack
+    real_stack = rows.Table._stack
 
     def spy(table):
         stacked = real_stack(table)
@@ -110,7 +110,7 @@ def test_each_way_of_taking_is_used():
 
     x = np.arange(64.0)
     for take in ("view", "stack", "parts"):
-        with _patched((transport._Table, "_stack", spy), *_TAKES[take]):
+        with _patched((rows.Table, "_stack", spy), *_TAKES[take]):
             _run("all_to_all", 8, x, True)
         assert used and set(used) == {take}, (take, set(used))
         used.clear()
@@ -120,9 +120,9 @@ def test_column_comparison_can_fail():
     """A stacked column with its senders in the wrong order is told apart from the honest run."""
     x = np.arange(64.0)
     honest = _run("all_to_all", 8, x, True)
-    real_stack = transport._Table._stack
+    real_stack = rows.Table._stack
     reversed_stack = lambda table: None if real_stack(table) is None else real_stack(table)[::-1]
-    with _patched((transport._Table, "_stack", reversed_stack)):
+    with _patched((rows.Table, "_stack", reversed_stack)):
         assert _run("all_to_all", 8, x, True)[0] != honest[0]
 
 

@@ -23,7 +23,6 @@ payload's bytes.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ import numpy as np
 import simpy
 
 from sim._simpy import fire_after as _fire
+from sim.engine._rows import Table, Whole
 from sim.engine._switch import SwitchReductions
 from sim.memory._memory import LocalMemory
 from sim.network._flows import LinkState
@@ -79,8 +79,8 @@ class Transport:
         # one mailbox and one table of waiting receives per device, keyed by (src, exchange, tag)
         self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
         self._waiting: list[dict[tuple, Any]] = [{} for _ in range(devices)]
-        self._tables: dict[int, _Table] = {}
-        self._ready: dict[int, _Table] = {}  # tables with a waiting receiver's column complete, by id
+        self._tables: dict[int, Table] = {}
+        self._ready: dict[int, Table] = {}  # tables with a waiting receiver's column complete, by id
         self._drained: list[Port] = []  # ports whose messages have all arrived, a sender waiting
         self.switch = SwitchReductions(self)  # the partial sums a reducing switch holds (`sim.engine._switch`)
         links.on_settled = self._wake
@@ -171,7 +171,7 @@ class Transport:
         value per message or to `Same(value)`. Recorded, timed and delivered as `post_each` would the
         same messages, without an object per message."""
         size = source.nbytes // group.size if split else source.nbytes
-        self._post_row(src, group, _Whole(source.reshape(-1), split), size, exchange, collective, call, details,
+        self._post_row(src, group, Whole(source.reshape(-1), split), size, exchange, collective, call, details,
                        port, issued_s)
 
     def _post_row(self, src: int, group: Group, row: Any, sizes: list[int] | int, exchange: int, collective: str,
@@ -190,10 +190,10 @@ class Transport:
             wire = [self.costs.wire_bytes(size) for size in sizes]
         self._send(start, src, table.dsts, wire, _Row(self, table, group.index, start, port))
 
-    def _table(self, exchange: int, members: tuple[int, ...]) -> _Table:
+    def _table(self, exchange: int, members: tuple[int, ...]) -> Table:
         table = self._tables.get(exchange)
         if table is None:
-            table = self._tables[exchange] = _Table(self, members)
+            table = self._tables[exchange] = Table(self, members)
         return table
 
     def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
@@ -204,7 +204,9 @@ class Transport:
     def take_each(self, exchange: int, receiver: int) -> list[Message]:
         """The message from every member to member `receiver`, in member order (after `expect_each` fired);
         the call's table goes once every member has taken its column."""
-        return self._taken(exchange, lambda table: table.take(receiver))
+        members, me = self._tables[exchange].members, self._tables[exchange].members[receiver]
+        return [Message(members[s], me, 0, payload, header, arrival, s)
+                for s, payload, header, arrival in self._taken(exchange, lambda table: table.take(receiver))]
 
     def take_into(self, exchange: int, receiver: int, out: np.ndarray) -> None:
         """Write the payload from every member to member `receiver` (rows posted with `post_row`) into row s
@@ -216,7 +218,7 @@ class Transport:
         in member order: one row per member."""
         return self._taken(exchange, lambda table: table.column(receiver))
 
-    def _taken(self, exchange: int, take: Callable[[_Table], Any]) -> Any:
+    def _taken(self, exchange: int, take: Callable[[Table], Any]) -> Any:
         table = self._tables[exchange]
         taken = take(table)
         table.served += 1
@@ -258,7 +260,7 @@ class _Row:
 
     __slots__ = ("port", "sender", "sent_s", "table", "transport")
 
-    def __init__(self, transport: Transport, table: _Table, sender: int, sent_s: float, port: Port | None) -> None:
+    def __init__(self, transport: Transport, table: Table, sender: int, sent_s: float, port: Port | None) -> None:
         self.transport, self.table, self.sender = transport, table, sender
         self.sent_s, self.port = sent_s, port
 
@@ -270,144 +272,6 @@ class _Row:
         self.table.arrived(slots, arrivals_s)
         if self.port is not None:
             self.port.arrived(len(slots), float(arrivals_s.max()))
-
-
-class _Whole:
-    """A row posted as one array: part j of `flat` to member j (`split`), or all of it to every member."""
-
-    __slots__ = ("flat", "split")
-
-    def __init__(self, flat: np.ndarray, split: bool) -> None:
-        self.flat, self.split = flat, split
-
-    def part(self, members: int, receiver: int) -> np.ndarray:
-        if not self.split:
-            return self.flat
-        size = len(self.flat) // members
-        return self.flat[receiver * size:(receiver + 1) * size]
-
-
-_STACK_MESSAGES = 4096  # past this many messages a call's rows are stacked once rather than read part by part
-_STACK_MESSAGE_BYTES = 1 << 16  # ... when each message is smaller than this
-
-
-class _Table:
-    """One call's all-pairs exchange: row s holds member s's messages to every member (a list of payloads
-    and headers, or one `_Whole` array), `firsts[s]` the trace index of its first message; a receiver is
-    served when its column has fully arrived. Arrival times live in the trace, not here: a table holds
-    a few numbers per member, not per message."""
-
-    __slots__ = ("dsts", "env", "firsts", "known", "last", "members", "rows", "served", "stacked", "transport",
-                 "waiting")
-
-    def __init__(self, transport: Transport, members: tuple[int, ...]) -> None:
-        self.transport, self.env, self.members = transport, transport.env, members
-        n = len(members)
-        self.dsts = np.asarray(members, np.int64)
-        self.rows: list[Any] = [None] * n
-        self.firsts = np.zeros(n, np.int64)
-        self.known = np.zeros(n, np.int64)  # arrivals known, per receiver
-        self.last = np.zeros(n)  # the latest of them
-        self.served = 0
-        self.waiting: dict[int, simpy.Event] = {}
-        self.stacked: np.ndarray | None = None
-
-    def post(self, sender: int, row: Any, first: int) -> None:
-        self.rows[sender] = row
-        self.firsts[sender] = first
-
-    def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
-        """Messages of one row to receivers `slots` arrived at `arrivals_s`."""
-        self.known[slots] += 1
-        self.last[slots] = np.maximum(self.last[slots], arrivals_s)
-        if self.waiting and np.any(self.known[slots] == len(self.members)):
-            self.transport._ready[id(self)] = self
-
-    def serve(self) -> None:
-        """Wake the waiting receivers whose columns have fully arrived, in the order they began waiting."""
-        done = [r for r in self.waiting if self.known[r] == len(self.members)]
-        for receiver in done:
-            _fire(self.env, self.waiting.pop(receiver), None, self.last[receiver] - self.env.now)
-
-    def expect(self, receiver: int) -> simpy.Event:
-        event = self.env.event()
-        if self.known[receiver] == len(self.members):
-            _fire(self.env, event, None, self.last[receiver] - self.env.now)
-        else:
-            self.waiting[receiver] = event
-        return event
-
-    def take(self, receiver: int) -> list[Message]:
-        """Messages are made on taking, so a call over n members never holds n^2 of them at once."""
-        members, me, n = self.members, self.members[receiver], len(self.members)
-        arrivals = self.transport.trace.arrivals(self.firsts + receiver).tolist()
-        taken = []
-        for s, row in enumerate(self.rows):
-            payload, header = (row.part(n, receiver), {}) if isinstance(row, _Whole) else (row[0][receiver],
-                                                                                          row[1][receiver])
-            taken.append(Message(members[s], me, 0, payload, header, arrivals[s], s))
-        return taken
-
-    def column(self, receiver: int) -> np.ndarray:
-        """The parts to `receiver` of every row (posted as `_Whole` arrays), stacked: one row per sender."""
-        stacked = self._stack()
-        if stacked is None:
-            n = len(self.members)
-            return np.stack([row.part(n, receiver) for row in self.rows])
-        return stacked[:, receiver] if self.rows[0].split else stacked
-
-    def take_into(self, receiver: int, out: np.ndarray) -> None:
-        """Copy the parts to `receiver` of every row into the rows of `out`, one per sender."""
-        target = out.reshape(len(self.members), -1)
-        stacked = self._stack()
-        if stacked is not None:
-            np.copyto(target, stacked[:, receiver] if self.rows[0].split else stacked)
-            return
-        n = len(self.members)
-        for s, row in enumerate(self.rows):
-            target[s] = row.part(n, receiver)
-
-    def _stack(self) -> np.ndarray | None:
-        """Every row as one array (senders, [receivers,] part) when reading it part by part would cost a
-        Python step per message: a view when the rows lie evenly spaced in one buffer (inputs placed from
-        one global array), else a copy made once; None for calls of few or large messages."""
-        if self.stacked is not None:
-            return self.stacked
-        n, flats = len(self.members), [row.flat for row in self.rows]
-        shape = (n, n, len(flats[0]) // n) if self.rows[0].split else (n, len(flats[0]))
-        if any(flat.shape != flats[0].shape or flat.dtype != flats[0].dtype for flat in flats):
-            return None
-        view = _spaced(flats)
-        if view is not None:
-            self.stacked = view.reshape(shape)
-        elif n * n > _STACK_MESSAGES and flats[0].nbytes // (n if self.rows[0].split else 1) < _STACK_MESSAGE_BYTES:
-            self.stacked = np.stack(flats).reshape(shape)
-        return self.stacked
-
-
-def _spaced(flats: list[np.ndarray]) -> np.ndarray | None:
-    """The 1-D C-contiguous arrays `flats` (equal shapes and dtypes) as the rows of one strided view,
-    without a copy, when they lie at evenly spaced addresses of one buffer; else None."""
-    if len(flats) < 2 or not flats[0].size:
-        return None
-    roots = {id(_root(flat)) for flat in (flats[0], flats[-1])}
-    addresses = [flat.__array_interface__["data"][0] for flat in flats]
-    step = addresses[1] - addresses[0]
-    if len(roots) != 1 or step <= 0 or any(b - a != step for a, b in itertools.pairwise(addresses)):
-        return None
-    root = _root(flats[0])
-    low = root.__array_interface__["data"][0]
-    if addresses[0] < low or addresses[-1] + flats[0].nbytes > low + root.nbytes:
-        return None
-    return np.lib.stride_tricks.as_strided(flats[0], (len(flats), flats[0].size), (step, flats[0].itemsize),
-                                           writeable=False)
-
-
-def _root(array: np.ndarray) -> np.ndarray:
-    """The array owning `array`'s memory (the last numpy array down its chain of bases)."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
 
 
 class Port:

@@ -11,6 +11,7 @@ someone iterates, so a run of a million messages stores a few dozen bytes per me
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -165,7 +166,7 @@ class Trace:
         for chunk in self._chunks:
             detail = chunk["detail"]
             if isinstance(detail, _Details):
-                if detail.count and (kind is None or kind == "message"):
+                if detail.count and (kind is None or kind in _kinds(chunk["kind"])):
                     keys.update(detail.columns)
             else:
                 kinds = chunk["kind"]
@@ -284,14 +285,19 @@ class Trace:
         return [m.to_dict() for m in self.messages]
 
     def _pack(self) -> None:
-        """Move the staged rows into a chunk of columns."""
+        """Move the staged rows into a chunk of columns: numbers as arrays, a value all rows share once,
+        details as one column per key when every row's detail has the same keys."""
         if not self._rows:
             return
         values = list(zip(*self._rows))
-        chunk = {}
+        chunk: dict[str, Any] = {}
         for name, column in zip(_STORED, values):
             if name in _NUMERIC:
                 chunk[name] = np.array(column, _NUMERIC[name])
+            elif name == "detail":
+                chunk[name] = _packed_details(column)
+            elif column.count(column[0]) == len(column):
+                chunk[name] = _Same(column[0], len(column))
             else:
                 chunk[name] = np.empty(len(column), object)
                 chunk[name][:] = column
@@ -370,10 +376,14 @@ class _Details:
         column = self.columns.get(key)
         if column is None:
             return [None] * self.count
-        return [column.value] * self.count if isinstance(column, Same) else list(column)
+        if isinstance(column, Same):
+            return [column.value] * self.count
+        if isinstance(column, np.ndarray):
+            return column.tolist() if column.ndim == 1 else [tuple(row) for row in column.tolist()]
+        return list(column)
 
     def item(self, k: int) -> dict:
-        return {key: column.value if isinstance(column, Same) else column[k] for key, column in self.columns.items()}
+        return {key: _value(column, k) for key, column in self.columns.items()}
 
     def dicts(self) -> np.ndarray:
         keys = list(self.columns)
@@ -381,6 +391,51 @@ class _Details:
         values = np.empty(self.count, object)
         values[:] = [dict(zip(keys, row)) for row in rows]
         return values
+
+
+def _value(column: Any, k: int) -> Any:
+    """Record k's value in one key's detail column."""
+    if isinstance(column, Same):
+        return column.value
+    if isinstance(column, np.ndarray):
+        return column[k].item() if column.ndim == 1 else tuple(column[k].tolist())
+    return column[k]
+
+
+_SHARED = (int, str, type(None))  # values a column may keep once when all are equal (not floats: -0.0 == 0.0)
+
+
+def _packed_details(details: tuple[dict, ...]) -> Any:
+    """Staged rows' details as one column per key (each as compact as its values allow) when every
+    detail has the same keys in the same order; else one dict per row."""
+    keys = tuple(details[0])
+    if any(len(d) != len(keys) or tuple(d) != keys for d in details):
+        column = np.empty(len(details), object)
+        column[:] = details
+        return column
+    return _Details({key: _compact([d[key] for d in details]) for key in keys}, len(details))
+
+
+def _compact(values: list) -> Any:
+    """One key's values: `Same` when all are one plain value, an array when all are ints (or floats, or
+    tuples of as many ints), else the list."""
+    first = values[0]
+    kind = type(first)
+    if kind in _SHARED and values.count(first) == len(values) and all(type(v) is kind for v in values):
+        return Same(first)
+    if kind in (int, float) and all(type(v) is kind for v in values):
+        with contextlib.suppress(OverflowError):
+            return np.array(values, np.int64 if kind is int else np.float64)
+    if kind is tuple and all(type(v) is tuple and len(v) == len(first) and all(type(e) is int for e in v)
+                             for v in values) and first:
+        with contextlib.suppress(OverflowError):
+            return np.array(values, np.int64)
+    return values
+
+
+def _kinds(column: Any) -> set:
+    """The kinds a chunk's records have."""
+    return {column.value} if isinstance(column, _Same) else set(column.tolist())
 
 
 def _constant(value: str, count: int) -> np.ndarray:
