@@ -22,7 +22,7 @@ import sim
 import sim.engine._rows as rows
 import sim.network._flows as flows
 from sim import P
-from sim.record._trace import Same
+from sim.record._columns import Same
 
 _SWITCH = {"all_to_all": (collectives._all_to_all, "_rows_in_place"),
            "all_gather": (collectives._all_gather, "_rows_in_place"),
@@ -197,7 +197,7 @@ class _Sink:
         self.arrivals.update(zip(slots.tolist(), arrivals_s.tolist()))
 
 
-class _General(flows._Flows):
+class _General(flows.Flows):
     simple = False
 
 
@@ -214,7 +214,7 @@ def _posts(draw):
 
 
 def _timed(devices, posts, general: bool) -> list:
-    with _patched((flows, "_Flows", _General if general else flows._Flows)):
+    with _patched((flows, "Flows", _General if general else flows.Flows)):
         env = simpy.Environment()
         links = sim.LinkState(sim.Network.fully_connected(bandwidth_bytes_per_s=1e3).sized(devices), devices, env)
         sinks = [_Sink() for _ in posts]

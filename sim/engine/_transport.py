@@ -36,7 +36,8 @@ from sim.engine._switch import SwitchReductions
 from sim.memory._memory import LocalMemory
 from sim.network._flows import LinkState
 from sim.network._mesh import Group
-from sim.record._trace import Same, Trace
+from sim.record._columns import Same
+from sim.record._trace import Trace
 
 if TYPE_CHECKING:
     from sim.engine._options import RunOptions

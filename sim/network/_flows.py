@@ -39,6 +39,7 @@ import numpy as np
 from sim._errors import InvalidArgumentError
 from sim._simpy import NORMAL, fire
 from sim.network import _in_network, _topology
+from sim.network._inflight import Flows
 from sim.network._parts import Parts
 
 if TYPE_CHECKING:
@@ -92,105 +93,6 @@ def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarr
     return np.cumsum(edges[:links])
 
 
-class _Flows:
-    """The flows in flight, as columns, and the intervals of links their routes cross.
-
-    While every flow crosses one link (a fully connected network, a store-and-forward hop) and none is part
-    of a split message, only `start` is kept: flow i crosses link `start[i]`; `flow_of`, `stop` and `whole`
-    are made when a flow that needs them is added. Ids are stored as narrow as they fit, so a flow in
-    flight costs about 56 bytes."""
-
-    FLOATS = ("left", "t0", "rate", "finish", "latency")
-
-    def __init__(self) -> None:
-        self.sink = np.zeros(0, np.int64)
-        self.slot = np.zeros(0, np.int32)
-        for name in self.FLOATS:
-            setattr(self, name, np.zeros(0))
-        self.start = np.zeros(0, np.int32)
-        self._flow_of: np.ndarray | None = None  # None: flow i is interval i
-        self._stop: np.ndarray | None = None  # None: every interval is one link
-        self._whole: np.ndarray | None = None  # the `Parts` key of a message split over several flows, else -1
-
-    def __len__(self) -> int:
-        return len(self.sink)
-
-    @property
-    def simple(self) -> bool:
-        """Whether flow i crosses exactly link `start[i]`."""
-        return self._flow_of is None and self._stop is None
-
-    @property
-    def flow_of(self) -> np.ndarray:
-        return np.arange(len(self.start), dtype=np.int64) if self._flow_of is None else self._flow_of
-
-    @property
-    def stop(self) -> np.ndarray:
-        return self.start + 1 if self._stop is None else self._stop
-
-    @property
-    def whole(self) -> np.ndarray:
-        return np.full(len(self), -1, np.int64) if self._whole is None else self._whole
-
-    def keep(self, mask: np.ndarray) -> None:
-        """Keep only the flows where `mask` is True."""
-        if self._flow_of is not None:
-            renumber = np.cumsum(mask) - 1
-            on = mask[self._flow_of]
-            self._flow_of, self.start = renumber[self._flow_of[on]], self.start[on]
-            if self._stop is not None:
-                self._stop = self._stop[on]
-        else:
-            self.start = self.start[mask]
-            if self._stop is not None:
-                self._stop = self._stop[mask]
-        if self._whole is not None:
-            self._whole = self._whole[mask]
-        for name in ("sink", "slot", *self.FLOATS):
-            setattr(self, name, getattr(self, name)[mask])
-
-    def extend(self, columns: dict[str, np.ndarray], flow_of: np.ndarray | None, start: np.ndarray,
-               stop: np.ndarray | None, whole: np.ndarray | None) -> None:
-        """Append flows (`columns` by name) crossing the intervals [start, stop) of flow `flow_of` (numbered
-        from 0 among the new flows; None: interval i is flow i's; `stop` None: one link each), `whole`
-        keying split messages' parts (None: none is split)."""
-        first = len(self)
-        if flow_of is not None and bool(np.array_equal(flow_of, np.arange(len(flow_of)))):
-            flow_of = None  # each new flow is its own one interval
-        if stop is not None and bool(np.all(stop - start == 1)):
-            stop = None
-        if flow_of is not None and self._flow_of is None:
-            self._flow_of = np.arange(len(self.start), dtype=np.int64)
-        if stop is not None and self._stop is None:
-            self._stop = self.start.astype(np.int64) + 1
-        if self._flow_of is not None:
-            new_of = np.arange(len(start), dtype=np.int64) if flow_of is None else flow_of
-            self._flow_of = np.concatenate([self._flow_of, new_of + first])
-        if self._stop is not None:
-            self._stop = np.concatenate([self._stop, start + 1 if stop is None else stop])
-        if whole is not None and bool(np.any(whole >= 0)) and self._whole is None:
-            self._whole = np.full(first, -1, np.int64)
-        if self._whole is not None:
-            self._whole = np.concatenate([self._whole, np.full(len(columns["sink"]), -1, np.int64)
-                                          if whole is None else whole])
-        self.start = _joined(self.start, start, _narrow(start))
-        self.sink = _joined(self.sink, columns["sink"], np.int64)
-        self.slot = _joined(self.slot, columns["slot"], np.int32)
-        for name in self.FLOATS:
-            setattr(self, name, _joined(getattr(self, name), columns[name], np.float64))
-
-
-def _narrow(links: np.ndarray) -> type:
-    """int32 for link indices that fit it, else int64."""
-    return np.int32 if not len(links) or int(links.max()) < np.iinfo(np.int32).max else np.int64
-
-
-def _joined(old: np.ndarray, new: np.ndarray, dtype: type) -> np.ndarray:
-    if not len(old):
-        return np.asarray(new, dtype)
-    return np.concatenate([old, np.asarray(new, np.result_type(old.dtype, dtype))])
-
-
 class LinkState:
     """The network's state during one run: the flows on its links, their rates and when they end.
 
@@ -213,7 +115,7 @@ class LinkState:
             self._capacity = np.concatenate([self._capacity, _in_network.capacities(network, devices)])
             self.links += _in_network.link_count(network, devices)
         self._switched: list[tuple] = []  # reductions in the switch posted since the last step
-        self._flows = _Flows()
+        self._flows = Flows()
         self._parts = Parts()
         self._posted: list[tuple] = []  # (src, dsts, sizes, sink id, slots) posted since the last step
         self._hops: list[tuple] = []  # store-and-forward: (sink id, slot, size, links, hop, latency) due now
@@ -268,7 +170,7 @@ class LinkState:
         ended = flows.finish <= now_s
         if ended.all() and len(flows):  # every flow ends now: report them all, keep none
             self._end(slice(None))
-            self._flows = flows = _Flows()
+            self._flows = flows = Flows()
         elif ended.any():
             self._end(np.flatnonzero(ended))
             flows.keep(~ended)

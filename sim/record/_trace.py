@@ -11,12 +11,22 @@ someone iterates, so a run of a million messages stores a few dozen bytes per me
 from __future__ import annotations
 
 import bisect
-import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from sim.record._columns import (
+    Details,
+    Members,
+    Shared,
+    array_of,
+    column_of,
+    item_of,
+    kinds_of,
+    packed_details,
+)
 
 FIELDS = ("src", "dst", "size_bytes", "send_time_s", "start_time_s", "arrival_time_s", "collective", "call",
           "detail", "kind")
@@ -134,7 +144,7 @@ class Trace:
         self._pack()
         at = bisect.bisect_right(self._starts, index) - 1
         chunk, k = self._chunks[at], index - self._starts[at]
-        row = [_item(chunk[name], k) for name in _STORED]
+        row = [item_of(chunk[name], k) for name in _STORED]
         row.insert(FIELDS.index("arrival_time_s"), float(self._arrivals[index]))
         return _record(tuple(row), self._route_of(row[0], row[1], row[-1]))
 
@@ -145,7 +155,7 @@ class Trace:
         self._pack()
         if not self._chunks:
             return np.zeros(0, _NUMERIC.get(name, object))
-        return np.concatenate([_array(chunk[name]) for chunk in self._chunks])
+        return np.concatenate([array_of(chunk[name]) for chunk in self._chunks])
 
     def detail_column(self, key: str) -> list:
         """Every record's `detail[key]`, None where its detail lacks `key`, without making the details."""
@@ -153,7 +163,7 @@ class Trace:
         values: list = []
         for chunk in self._chunks:
             detail = chunk["detail"]
-            if isinstance(detail, _Details):
+            if isinstance(detail, Details):
                 values += detail.values(key)
             else:
                 values += [d.get(key) for d in detail]
@@ -165,8 +175,8 @@ class Trace:
         keys: set[str] = set()
         for chunk in self._chunks:
             detail = chunk["detail"]
-            if isinstance(detail, _Details):
-                if detail.count and (kind is None or kind in _kinds(chunk["kind"])):
+            if isinstance(detail, Details):
+                if detail.count and (kind is None or kind in kinds_of(chunk["kind"])):
                     keys.update(detail.columns)
             else:
                 kinds = chunk["kind"]
@@ -198,11 +208,11 @@ class Trace:
         count = len(dsts)
         self._starts.append(self._count)
         self._chunks.append({
-            "src": _Same(src, count, np.int64), "dst": _Seq(dsts),
-            "size_bytes": _column(sizes, count, np.int64), "send_time_s": _Same(send_time_s, count, np.float64),
-            "start_time_s": _column(starts_s, count, np.float64),
-            "collective": _Same(collective, count), "call": _Same(call, count, np.int64),
-            "detail": _Details(details, count), "kind": _Same("message", count)})
+            "src": Shared(src, count, np.int64), "dst": Members(dsts),
+            "size_bytes": column_of(sizes, count, np.int64), "send_time_s": Shared(send_time_s, count, np.float64),
+            "start_time_s": column_of(starts_s, count, np.float64),
+            "collective": Shared(collective, count), "call": Shared(call, count, np.int64),
+            "detail": Details(details, count), "kind": Shared("message", count)})
         first = self._grow(count)
         if arrivals_s is not None:
             self._arrivals[first:first + count] = arrivals_s
@@ -260,7 +270,7 @@ class Trace:
         self._pack()
         if not self._chunks:
             return {name: np.zeros(0, _NUMERIC.get(name, object)) for name in FIELDS}
-        columns = {name: np.concatenate([_array(chunk[name]) for chunk in self._chunks]) for name in _STORED}
+        columns = {name: np.concatenate([array_of(chunk[name]) for chunk in self._chunks]) for name in _STORED}
         columns["arrival_time_s"] = self._arrivals[:self._count].copy()
         return {name: columns[name] for name in FIELDS}
 
@@ -295,9 +305,9 @@ class Trace:
             if name in _NUMERIC:
                 chunk[name] = np.array(column, _NUMERIC[name])
             elif name == "detail":
-                chunk[name] = _packed_details(column)
+                chunk[name] = packed_details(column)
             elif column.count(column[0]) == len(column):
-                chunk[name] = _Same(column[0], len(column))
+                chunk[name] = Shared(column[0], len(column))
             else:
                 chunk[name] = np.empty(len(column), object)
                 chunk[name][:] = column
@@ -311,151 +321,9 @@ class Trace:
         arrivals = iter(self._arrivals[:self._count].tolist())
         at = FIELDS.index("arrival_time_s")
         for chunk in self._chunks:
-            columns = [_array(chunk[name]).tolist() for name in _STORED]
+            columns = [array_of(chunk[name]).tolist() for name in _STORED]
             for row in zip(*columns):
                 yield row[:at] + (next(arrivals),) + row[at:]
-
-
-@dataclass(frozen=True)
-class Same:
-    """One detail value shared by every message of a batch (`Trace.append_batch`), kept once."""
-
-    value: Any
-
-
-class _Same:
-    """A chunk's column holding one value for all of its `count` records."""
-
-    __slots__ = ("count", "dtype", "value")
-
-    def __init__(self, value: Any, count: int, dtype: type | None = None) -> None:
-        self.value = value if dtype is None else dtype(value).item()  # read back as the array's item would be
-        self.count, self.dtype = count, dtype
-
-    def array(self) -> np.ndarray:
-        if self.dtype is not None:
-            return np.full(self.count, self.value, self.dtype)
-        return _constant(self.value, self.count)
-
-    def item(self, k: int) -> Any:
-        return self.value
-
-
-class _Seq:
-    """A chunk's column of device ids kept as the sequence it was given (a group's members, shared)."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, values: Sequence[int]) -> None:
-        self.values = values
-
-    def array(self) -> np.ndarray:
-        return np.asarray(self.values, np.int64)
-
-    def item(self, k: int) -> int:
-        return int(self.values[k])
-
-
-def _column(values: Sequence | float | int, count: int, dtype: type) -> np.ndarray | _Same:
-    if isinstance(values, (int, float, np.integer, np.floating)):
-        return _Same(values, count, dtype)
-    return np.array(values, dtype)
-
-
-class _Details:
-    """A batch's detail column, kept as one sequence (or one `Same` value) per key until someone reads it."""
-
-    def __init__(self, columns: dict[str, Any], count: int) -> None:
-        self.columns, self.count = columns, count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def values(self, key: str) -> list:
-        """Every record's value of `key` (None for all when no record has it)."""
-        column = self.columns.get(key)
-        if column is None:
-            return [None] * self.count
-        if isinstance(column, Same):
-            return [column.value] * self.count
-        if isinstance(column, np.ndarray):
-            return column.tolist() if column.ndim == 1 else [tuple(row) for row in column.tolist()]
-        return list(column)
-
-    def item(self, k: int) -> dict:
-        return {key: _value(column, k) for key, column in self.columns.items()}
-
-    def dicts(self) -> np.ndarray:
-        keys = list(self.columns)
-        rows = zip(*(self.values(key) for key in keys)) if keys else ((),) * self.count
-        values = np.empty(self.count, object)
-        values[:] = [dict(zip(keys, row)) for row in rows]
-        return values
-
-
-def _value(column: Any, k: int) -> Any:
-    """Record k's value in one key's detail column."""
-    if isinstance(column, Same):
-        return column.value
-    if isinstance(column, np.ndarray):
-        return column[k].item() if column.ndim == 1 else tuple(column[k].tolist())
-    return column[k]
-
-
-_SHARED = (int, str, type(None))  # values a column may keep once when all are equal (not floats: -0.0 == 0.0)
-
-
-def _packed_details(details: tuple[dict, ...]) -> Any:
-    """Staged rows' details as one column per key (each as compact as its values allow) when every
-    detail has the same keys in the same order; else one dict per row."""
-    keys = tuple(details[0])
-    if any(len(d) != len(keys) or tuple(d) != keys for d in details):
-        column = np.empty(len(details), object)
-        column[:] = details
-        return column
-    return _Details({key: _compact([d[key] for d in details]) for key in keys}, len(details))
-
-
-def _compact(values: list) -> Any:
-    """One key's values: `Same` when all are one plain value, an array when all are ints (or floats, or
-    tuples of as many ints), else the list."""
-    first = values[0]
-    kind = type(first)
-    if kind in _SHARED and values.count(first) == len(values) and all(type(v) is kind for v in values):
-        return Same(first)
-    if kind in (int, float) and all(type(v) is kind for v in values):
-        with contextlib.suppress(OverflowError):
-            return np.array(values, np.int64 if kind is int else np.float64)
-    if kind is tuple and all(type(v) is tuple and len(v) == len(first) and all(type(e) is int for e in v)
-                             for v in values) and first:
-        with contextlib.suppress(OverflowError):
-            return np.array(values, np.int64)
-    return values
-
-
-def _kinds(column: Any) -> set:
-    """The kinds a chunk's records have."""
-    return {column.value} if isinstance(column, _Same) else set(column.tolist())
-
-
-def _constant(value: str, count: int) -> np.ndarray:
-    column = np.empty(count, object)
-    column[:] = [value] * count if isinstance(value, (tuple, list, dict)) else value
-    return column
-
-
-def _array(column) -> np.ndarray:
-    if isinstance(column, _Details):
-        return column.dicts()
-    return column.array() if isinstance(column, (_Same, _Seq)) else column
-
-
-def _item(column, k: int):
-    """Element `k` of a chunk's column, as a Python value (a batch's detail made for this one record)."""
-    if isinstance(column, (_Details, _Same, _Seq)):
-        return column.item(k)
-    value = column[k]
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _record(row: tuple, route: tuple) -> MessageRecord:
