@@ -242,3 +242,53 @@ def test_one_link_flow_comparison_can_fail():
     shared = _timed(3, [(0.0, 0, [1, 1], [1000, 1000])], general=False)
     alone = _timed(3, [(0.0, 0, [1], [1000])], general=True)
     assert shared[0][0] != alone[0][0]
+
+
+# ------------------------------------------------------------------------------------- packed single records
+
+_VALUES = st.one_of(
+    st.integers(-3, 3), st.integers(-(1 << 70), 1 << 70), st.booleans(), st.none(), st.text(max_size=2),
+    st.sampled_from([0.0, -0.0, 1.5, float("inf"), float("nan")]),
+    st.tuples(st.integers(0, 9), st.integers(0, 9)), st.tuples(), st.tuples(st.integers(0, 9), st.booleans()),
+    st.lists(st.integers(0, 3), max_size=2))
+
+
+@st.composite
+def _records(draw):
+    """Records appended one by one: (kind, detail), the details' keys and values drawn to agree or differ."""
+    keys = draw(st.lists(st.sampled_from(["slice", "rows", "step", "peer"]), unique=True, max_size=3))
+    shared = draw(st.booleans())
+    records = []
+    for _ in range(draw(st.integers(1, 12))):
+        own = keys if shared else draw(st.lists(st.sampled_from(["slice", "rows", "step"]), unique=True, max_size=3))
+        records.append((draw(st.sampled_from(["message", "message", "pack"])), {k: draw(_VALUES) for k in own}))
+    return records
+
+
+def _read(trace: sim.Trace) -> tuple:
+    return ([repr(trace[k].detail) for k in range(len(trace))], [repr(m.detail) for m in trace],
+            {key: repr(trace.detail_column(key)) for key in ("slice", "rows", "step", "peer")},
+            sorted(trace.detail_keys()), sorted(trace.detail_keys("pack")), repr(trace.columns()["kind"].tolist()))
+
+
+@given(records=_records())
+def test_packed_records_read_back_as_recorded(records):
+    """Records packed into columns (a shared value once, ints, floats and int tuples as arrays) read back
+    with the very values and types recorded: bools stay bools, -0.0 and nan stay, huge ints and lists too."""
+    trace = sim.Trace()
+    for kind, detail in records:
+        trace.append(0, 0 if kind == "pack" else 1, 4, 0.0, 0.0, 1.0, "op", 0, dict(detail), kind=kind)
+    expected = ([repr(d) for _, d in records], [repr(d) for _, d in records],
+                {key: repr([d.get(key) for _, d in records]) for key in ("slice", "rows", "step", "peer")},
+                sorted({k for _, d in records for k in d}), sorted({k for kind, d in records if kind == "pack"
+                                                                    for k in d}),
+                repr([kind for kind, _ in records]))
+    assert _read(trace) == expected
+
+
+def test_packed_record_comparison_can_fail():
+    """A packing that turned a bool into an int would be told apart: True and 1 read back differently."""
+    one, true = sim.Trace(), sim.Trace()
+    one.append(0, 1, 4, 0.0, 0.0, 1.0, "op", 0, {"slice": 1})
+    true.append(0, 1, 4, 0.0, 0.0, 1.0, "op", 0, {"slice": True})
+    assert _read(one) != _read(true)

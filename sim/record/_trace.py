@@ -179,7 +179,7 @@ class Trace:
                 if detail.count and (kind is None or kind in kinds_of(chunk["kind"])):
                     keys.update(detail.columns)
             else:
-                kinds = chunk["kind"]
+                kinds = array_of(chunk["kind"])
                 keys.update(k for d, of in zip(detail, kinds) if kind is None or of == kind for k in d)
         return keys
 
