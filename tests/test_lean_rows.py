@@ -292,3 +292,35 @@ def test_packed_record_comparison_can_fail():
     one.append(0, 1, 4, 0.0, 0.0, 1.0, "op", 0, {"slice": 1})
     true.append(0, 1, 4, 0.0, 0.0, 1.0, "op", 0, {"slice": True})
     assert _read(one) != _read(true)
+
+
+def test_rows_posted_as_payload_lists_equal_one_array():
+    """Rows posted as lists of payloads (`send_each` / `recv_each`, a message object per message) give the
+    bytes, trace and times of rows posted as one array (`send_split` / `send_copies`)."""
+    def send_split(port, source, **details):
+        parts = np.split(source.reshape(-1), port.group.size)
+        _listed(port, parts, details)
+
+    def send_copies(port, source, **details):
+        _listed(port, [source.reshape(-1)] * port.group.size, details)
+
+    def recv_into(port, out):
+        messages = yield from port.recv_each()
+        np.concatenate([m.payload for m in messages], axis=None, out=out.reshape(-1))
+
+    def recv_column(port):
+        messages = yield from port.recv_each()
+        return np.stack([m.payload for m in messages])
+
+    for op, x in (("all_to_all", np.arange(64.0)), ("all_gather", np.arange(24, dtype=np.int32)),
+                  ("psum", np.linspace(0, 1, 40))):
+        whole = _run(op, 8, x, True)
+        with _patched((sim.Port, "send_split", send_split), (sim.Port, "send_copies", send_copies),
+                      (sim.Port, "recv_into", recv_into), (sim.Port, "recv_column", recv_column)):
+            assert _run(op, 8, x, True) == whole
+
+
+def _listed(port, payloads, details):
+    g = port.group.size
+    listed = {key: list(value) if isinstance(value, range) else [value] * g for key, value in details.items()}
+    port.send_each(payloads, [{}] * g, **listed)

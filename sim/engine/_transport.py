@@ -10,9 +10,10 @@ receivers are woken first (row exchanges in the order their receivers began wait
 payload is a view of its sender's memory, taken before the sender moves on.
 
 Collectives whose members all send one message to every member (all_to_all, all_gather, the direct
-all-reduce) may post whole rows instead (`send_each` / `recv_each`): one table per call holds every
-member's row and the arrival times of its messages, and each receiver takes its column with one event, so
-a call over n devices costs n events and n row postings, not n^2 mailbox entries.
+all-reduce) may post whole rows instead (`send_split` / `send_copies`, or `send_each` with a list of
+payloads): one table per call (`sim.engine._rows`) holds every member's row, and each receiver takes its
+column with one event and one copy (`recv_into` / `recv_column`; `recv_each` makes its messages), so a call
+over n devices costs n events and n row postings, not n^2 mailbox entries, and no object per message.
 
 The network's `Costs` are charged here too: a port launches its call before its first message to another
 device (`launch_s`) and issues its messages one after another, `per_message_s` each; a message (a row:
