@@ -39,7 +39,7 @@ import numpy as np
 from sim._errors import InvalidArgumentError
 from sim._simpy import NORMAL, fire
 from sim.network import _in_network, _topology
-from sim.network._inflight import Flows
+from sim.network._inflight import Flows, posted_columns
 from sim.network._parts import Parts
 
 if TYPE_CHECKING:
@@ -235,27 +235,15 @@ class LinkState:
 
     def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
         """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
-        counts = np.array([len(dsts) for _, dsts, _, _ in posted], np.int64)
-        src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
-        dst = np.concatenate([np.asarray(p[1], np.int64) for p in posted])
-        size = np.concatenate([np.broadcast_to(np.asarray(p[2], np.float64), len(p[1])) for p in posted])
-        sink = np.repeat(np.array([p[3] for p in posted], np.int64), counts)
-        slot = np.arange(len(dst), dtype=np.int64)
-        slot -= np.repeat(np.cumsum(counts) - counts, counts)
-        if self.placement is not None:
-            src, dst = self.placement[src], self.placement[dst]
-        instant = (src == dst) | (size == 0)
-        if instant.any():
-            now = np.full(int(instant.sum()), now_s)
-            remote = src[instant] != dst[instant]
+        (src, dst, size, sink, slot), instant = posted_columns(posted, self.placement)
+        if len(instant[0]):
+            isrc, idst, isink, islot = instant
+            now = np.full(len(isrc), now_s)
+            remote = isrc != idst
             if remote.any():
-                hops = _topology.segments(self.network, src[instant][remote], dst[instant][remote], self.devices)[3]
-                now[remote] += _topology.route_latency(self.network, src[instant][remote], dst[instant][remote], hops)
-            self._report(sink[instant], slot[instant], now)
-            keep = ~instant
-            src, dst, size, sink, slot = (c[keep] for c in (src, dst, size, sink, slot))
-            del keep
-        del instant
+                hops = _topology.segments(self.network, isrc[remote], idst[remote], self.devices)[3]
+                now[remote] += _topology.route_latency(self.network, isrc[remote], idst[remote], hops)
+            self._report(isink, islot, now)
         if self.network.store_and_forward:
             self._start_hops(now_s, src, dst, size, sink, slot)
             return

@@ -1,4 +1,5 @@
-"""`Flows`: the flows a `sim.network._flows.LinkState` has in flight, as columns."""
+"""`Flows`: the flows a `sim.network._flows.LinkState` has in flight, as columns; `posted_columns`: the
+messages posted in one instant, as columns."""
 
 from __future__ import annotations
 
@@ -102,3 +103,67 @@ def _joined(old: np.ndarray, new: np.ndarray, dtype: type) -> np.ndarray:
     if not len(old):
         return np.asarray(new, dtype)
     return np.concatenate([old, np.asarray(new, np.result_type(old.dtype, dtype))])
+
+
+_ROW_MESSAGES = 64  # posts of at least this many messages on average are split row by row
+
+
+def posted_columns(posted: list[tuple], placement: np.ndarray | None) -> tuple[tuple, tuple]:
+    """The messages of `posted` rows `(src, dsts, sizes, sink id)` (one size per message or one for the row)
+    as columns (topology src, dst, size, sink, slot) of those that become flows, and (src, dst, sink, slot)
+    of those that arrive at once (to oneself, or empty), both in posting order."""
+    if sum(len(p[1]) for p in posted) >= _ROW_MESSAGES * len(posted):
+        return _by_rows(posted, placement)
+    counts = np.array([len(dsts) for _, dsts, _, _ in posted], np.int64)
+    src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
+    dst = np.concatenate([np.asarray(p[1], np.int64) for p in posted])
+    size = np.concatenate([np.broadcast_to(np.asarray(p[2], np.float64), len(p[1])) for p in posted])
+    sink = np.repeat(np.array([p[3] for p in posted], np.int64), counts)
+    slot = np.arange(len(dst), dtype=np.int64)
+    slot -= np.repeat(np.cumsum(counts) - counts, counts)
+    if placement is not None:
+        src, dst = placement[src], placement[dst]
+    instant = (src == dst) | (size == 0)
+    if not instant.any():
+        return (src, dst, size, sink, slot), (np.zeros(0, np.int64),) * 4
+    now = tuple(column[instant] for column in (src, dst, sink, slot))
+    keep = ~instant
+    return tuple(column[keep] for column in (src, dst, size, sink, slot)), now
+
+
+def _by_rows(posted: list[tuple], placement: np.ndarray | None) -> tuple[tuple, tuple]:
+    """`posted_columns` of long rows: each row's instant messages found in the row, so no mask or gather
+    runs over all messages at once."""
+    kept, now = [], []
+    for src, dsts, sizes, sink in posted:
+        dsts, sizes = np.asarray(dsts, np.int64), np.asarray(sizes, np.float64)
+        if placement is not None:
+            src, dsts = int(placement[src]), placement[dsts]
+        instant = (dsts == src) | (sizes == 0)
+        if instant.any():
+            slots, keep = np.flatnonzero(instant), np.flatnonzero(~instant)
+            now.append((src, dsts[slots], sink, slots))
+            kept.append((src, dsts[keep], sizes if sizes.ndim == 0 else sizes[keep], sink, keep))
+        else:
+            kept.append((src, dsts, sizes, sink, None))
+    return _joined_rows(kept), _instant(now)
+
+
+def _instant(now: list[tuple]) -> tuple:
+    if not now:
+        return (np.zeros(0, np.int64),) * 4
+    src, dst, _, sink, slot = _joined_rows([(s, d, 0.0, k, slots) for s, d, k, slots in now])
+    return src, dst, sink, slot
+
+
+def _joined_rows(rows: list[tuple]) -> tuple:
+    """Columns (src, dst, size, sink, slot) of rows (src, dsts, sizes, sink, slots or None for all)."""
+    if not rows:
+        return (np.zeros(0, np.int64),) * 2 + (np.zeros(0),) + (np.zeros(0, np.int64),) * 2
+    counts = np.array([len(row[1]) for row in rows], np.int64)
+    src = np.repeat(np.array([row[0] for row in rows], np.int64), counts)
+    dst = np.concatenate([row[1] for row in rows])
+    size = np.concatenate([np.broadcast_to(row[2], len(row[1])) for row in rows]).astype(np.float64, copy=False)
+    sink = np.repeat(np.array([row[3] for row in rows], np.int64), counts)
+    slot = np.concatenate([np.arange(len(row[1]), dtype=np.int64) if row[4] is None else row[4] for row in rows])
+    return src, dst, size, sink, slot
