@@ -247,6 +247,11 @@ class LinkState:
         if self.network.store_and_forward:
             self._start_hops(now_s, src, dst, size, sink, slot)
             return
+        network = self.network
+        if network.topology == "fully_connected" and not network.multipath:  # one link each: (src, dst)'s own
+            start = src * self.devices + dst
+            self._add(now_s, sink, slot, size, np.full(len(start), 1 * network.latency_s), None, start, None)
+            return
         message, share, flow_of, start, stop, hops = _topology.subflows(self.network, src, dst, self.devices)
         latency = _topology.route_latency(self.network, src, dst, hops)
         del src, dst, hops
@@ -276,7 +281,8 @@ class LinkState:
         self._add(now_s, sink, slot, size, np.array(latencies), np.arange(len(links)), links, links + 1)
 
     def _add(self, now_s: float, sink: np.ndarray, slot: np.ndarray, size: np.ndarray, latency: np.ndarray,
-             flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray, whole: np.ndarray | None = None) -> None:
+             flow_of: np.ndarray | None, start: np.ndarray, stop: np.ndarray | None,
+             whole: np.ndarray | None = None) -> None:
         """Put flows in flight from now (rates are set by `_rerate`); `whole` keys the parts of split messages."""
         if not len(size):
             return
