@@ -15,7 +15,6 @@ from collectives._common import (
     axis_index,
     canonical_axis,
     group_of,
-    header_of,
     map_tree,
     operand,
     out_layout_of,
@@ -130,10 +129,8 @@ def _protocol(port: sim.Port, args: _Args):
         return (yield from gather_blocks(port, source, view, args.axis, args.tiled, algorithm, args.shape))
     if _rows_in_place(port):
         # nothing to pack or unpack: one row of identical messages each, blocks land in member order
-        port.send_each([source] * g, [header_of(args.buffer.layout.major_to_minor)] * g, slice=[me] * g,
-                       axis=[args.axis] * g, rows=[(me * n, (me + 1) * n)] * g)
-        messages = yield from port.recv_each()
-        np.concatenate([m.payload for m in messages], axis=None, out=view.reshape(-1))
+        port.send_copies(source, slice=me, axis=args.axis, rows=(me * n, (me + 1) * n))
+        yield from port.recv_into(view)
         return view
     payload, header = yield from pack_slice(port, source, args.buffer.layout, slice=me)
     for dst in port.group.members:

@@ -14,7 +14,6 @@ from collectives._common import (
     axis_index,
     canonical_axis,
     group_of,
-    header_of,
     map_tree,
     operand,
     out_layout_of,
@@ -124,21 +123,20 @@ def _protocol(port: sim.Port, args: _Args):
     source = port.memory.view(args.buffer)
     g, me = port.group.size, port.group.index
     step = source.shape[args.split_axis] // g if args.tiled else 1
-    chunks = [source[axis_index(source.shape, args.split_axis, slice(j * step, (j + 1) * step))] for j in range(g)]
-    rows = [_rows(args, chunk.shape, me) for chunk in chunks]
+    chunk = lambda j: source[axis_index(source.shape, args.split_axis, slice(j * step, (j + 1) * step))]
     view = port.memory.view(port.memory.alloc(source.dtype, _out_shape(args, source.shape, g), args.out_layout))
     algorithm = resolve(port, ALGORITHMS, args.algorithm, source.nbytes, args.shape)
+    if algorithm is DIRECT and _rows_in_place(port, chunk(0)):
+        # nothing to pack or unpack: the members exchange whole rows of messages (the chunks follow each
+        # other in the operand), and each receiver's blocks follow each other in member order
+        port.send_split(source, slice=range(g), axis=args.concat_axis, rows=_rows(args, chunk(0).shape, me))
+        yield from port.recv_into(view)
+        return view
+    chunks = [chunk(j) for j in range(g)]
+    rows = [_rows(args, chunk.shape, me) for chunk in chunks]
     if algorithm is not DIRECT:
         blocks = blocks_of(view, args.concat_axis, g, args.tiled)
         yield from exchange(port, algorithm, chunks, args.buffer.layout, blocks, rows, args.shape)
-        return view
-    if _rows_in_place(port, chunks):
-        # nothing to pack or unpack: the members exchange whole rows of messages, and each receiver's
-        # blocks follow each other in member order
-        port.send_each(chunks, [header_of(args.buffer.layout.major_to_minor)] * g, slice=list(range(g)),
-                       axis=[args.concat_axis] * g, rows=rows)
-        messages = yield from port.recv_each()
-        np.concatenate([m.payload for m in messages], axis=None, out=view.reshape(-1))
         return view
     for j, (dst, chunk) in enumerate(zip(port.group.members, chunks)):
         payload, header = yield from pack_slice(port, chunk, args.buffer.layout, slice=j)
@@ -151,11 +149,12 @@ def _protocol(port: sim.Port, args: _Args):
     return view
 
 
-def _rows_in_place(port: sim.Port, chunks: list[np.ndarray]) -> bool:
+def _rows_in_place(port: sim.Port, chunk: np.ndarray) -> bool:
     """Whether, for every member, each chunk is one contiguous run of its row-major operand and lands as
-    one in its row-major result (decided once per call, from what all members know statically)."""
+    one in its row-major result (decided once per call, from what all members know statically; the chunks
+    share their shape and strides, so the first tells for all)."""
     return port.once("in_place", lambda: row_major_everywhere(port.group_args, lambda a: a.concat_axis == 0)
-                     and all(chunk.flags.c_contiguous for chunk in chunks))
+                     and chunk.flags.c_contiguous)
 
 
 def _rows(args: _Args, chunk_shape: tuple[int, ...], i: int) -> tuple[int, int]:

@@ -76,7 +76,7 @@ from collectives._algorithm import (
 from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, resolve, ring_team
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
-from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
+from collectives._common import pack_slice, received, row_major_everywhere, unpack_into, unpack_values
 from collectives._halving import chunk_bounds, doubling_all_gather, halving_reduce_scatter
 from collectives._in_network import ALL_REDUCE as IN_NETWORK
 from collectives._in_network import all_reduce as in_network_all_reduce
@@ -108,11 +108,11 @@ def _direct(port: sim.Port, args: AllReduceArgs) -> Generator:
     if _in_place(port):
         # nothing to pack or unpack: one row of identical messages each, folded in group order at once
         g = port.group.size
-        port.send_each([source] * g, [header_of(args.buffer.layout.major_to_minor)] * g, step=[0] * g)
-        messages = yield from port.recv_each()
+        port.send_copies(source, step=0)
+        column = yield from port.recv_column()
         yield from sim.add_step(port, (g - 1) * source.nbytes)
         out = port.memory.view(port.memory.alloc(source.dtype, source.shape, args.out_layout))
-        out[...] = fold(args.reduction, np.stack([m.payload for m in messages]))
+        out[...] = fold(args.reduction, column.reshape((g, *source.shape)))
         return out
     payload, header = yield from pack_slice(port, source, args.buffer.layout)
     for dst in port.group.members:

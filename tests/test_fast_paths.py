@@ -77,9 +77,9 @@ def test_row_exchange_comparison_can_fail(monkeypatch):
     """A row exchange that puts blocks in the wrong order is told apart from the message-by-message run."""
     x = np.arange(16.0)
     honest = _run("all_to_all", 4, x, True)
-    real_send_each = sim.Port.send_each
-    monkeypatch.setattr(sim.Port, "send_each", lambda self, payloads, headers, **d:
-                        real_send_each(self, payloads[::-1], headers, **d))
+    real_send_split = sim.Port.send_split
+    monkeypatch.setattr(sim.Port, "send_split", lambda self, source, **d:
+                        real_send_split(self, np.ascontiguousarray(source[::-1]), **d))
     assert _run("all_to_all", 4, x, True)[0] != honest[0]
 
 

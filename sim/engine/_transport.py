@@ -10,9 +10,10 @@ receivers are woken first (row exchanges in the order their receivers began wait
 payload is a view of its sender's memory, taken before the sender moves on.
 
 Collectives whose members all send one message to every member (all_to_all, all_gather, the direct
-all-reduce) may post whole rows instead (`send_each` / `recv_each`): one table per call holds every
-member's row and the arrival times of its messages, and each receiver takes its column with one event, so
-a call over n devices costs n events and n row postings, not n^2 mailbox entries.
+all-reduce) may post whole rows instead (`send_split` / `send_copies`, or `send_each` with a list of
+payloads): one table per call (`sim.engine._rows`) holds every member's row, and each receiver takes its
+column with one event and one copy (`recv_into` / `recv_column`; `recv_each` makes its messages), so a call
+over n devices costs n events and n row postings, not n^2 mailbox entries, and no object per message.
 
 The network's `Costs` are charged here too: a port launches its call before its first message to another
 device (`launch_s`) and issues its messages one after another, `per_message_s` each; a message (a row:
@@ -31,11 +32,13 @@ import numpy as np
 import simpy
 
 from sim._simpy import fire_after as _fire
+from sim.engine._rows import Table, Whole
 from sim.engine._slices import SliceTables, receive_slices
 from sim.engine._switch import SwitchReductions
 from sim.memory._memory import LocalMemory
 from sim.network._flows import LinkState
 from sim.network._mesh import Group
+from sim.record._columns import Same
 from sim.record._trace import Trace
 
 if TYPE_CHECKING:
@@ -79,8 +82,8 @@ class Transport:
         # one mailbox and one table of waiting receives per device, keyed by (src, exchange, tag)
         self._inbox: list[dict[tuple, tuple[float, Message]]] = [{} for _ in range(devices)]
         self._waiting: list[dict[tuple, Any]] = [{} for _ in range(devices)]
-        self._tables: dict[int, _Table] = {}
-        self._ready: dict[int, _Table] = {}  # tables with a waiting receiver's column complete, by id
+        self._tables: dict[int, Table] = {}
+        self._ready: dict[int, Table] = {}  # tables with a waiting receiver's column complete, by id
         self._drained: list[Port] = []  # ports whose messages have all arrived, a sender waiting
         self.switch = SwitchReductions(self)  # the partial sums a reducing switch holds (`sim.engine._switch`)
         self.slices = SliceTables(self)  # rows of any number of messages per member (`sim.engine._slices`)
@@ -162,35 +165,70 @@ class Transport:
         """Send member `group.index`'s row of messages (one per member, in member order) now (or once the
         row is issued, at `issued_s`): record them, leave the row in the call's table and hand the messages
         to the network."""
+        sizes = [payload.nbytes for payload in payloads]
+        self._post_row(src, group, (payloads, headers), sizes, exchange, collective, call, details, port, issued_s)
+
+    def post_row(self, src: int, group: Group, source: np.ndarray, split: bool, exchange: int, collective: str,
+                 call: int, details: dict[str, Any], port: Port | None = None, issued_s: float | None = None) -> None:
+        """Send member `group.index`'s row as one array: part j of `source`'s bytes cut into `group.size`
+        equal parts to member j (`split`), or all of `source` to every member; `details` map a key to one
+        value per message or to `Same(value)`. Recorded, timed and delivered as `post_each` would the
+        same messages, without an object per message."""
+        size = source.nbytes // group.size if split else source.nbytes
+        self._post_row(src, group, Whole(source.reshape(-1), split), size, exchange, collective, call, details,
+                       port, issued_s)
+
+    def _post_row(self, src: int, group: Group, row: Any, sizes: list[int] | int, exchange: int, collective: str,
+                  call: int, details: dict[str, Any], port: Port | None, issued_s: float | None) -> None:
         now = self.env.now
         start = now if issued_s is None else max(now, issued_s)
         members = group.members
-        sizes = [payload.nbytes for payload in payloads]
-        first = self.trace.append_batch(src, members, sizes, now, [start] * len(members), None, collective, call,
-                                        details)
+        first = self.trace.append_batch(src, members, sizes, now, start, None, collective, call, details)
+        table = self._table(exchange, members)
+        table.post(group.index, row, first)
+        if self._free:
+            wire = sizes
+        elif isinstance(sizes, int):
+            wire = self.costs.wire_bytes(sizes)
+        else:
+            wire = [self.costs.wire_bytes(size) for size in sizes]
+        self._send(start, src, table.dsts, wire, _Row(self, table, group.index, start, port))
+
+    def _table(self, exchange: int, members: tuple[int, ...]) -> Table:
         table = self._tables.get(exchange)
         if table is None:
-            table = self._tables[exchange] = _Table(self, members)
-        table.post(group.index, payloads, headers)
-        wire = sizes if self._free else [self.costs.wire_bytes(size) for size in sizes]
-        self._send(start, src, list(members), wire, _Row(self, table, group.index, first, start, port))
+            table = self._tables[exchange] = Table(self, members)
+        return table
 
     def expect_each(self, exchange: int, members: tuple[int, ...], receiver: int) -> simpy.Event:
         """One event that fires once every member has posted its row and the last message to member
-        `receiver` has arrived; then `take_each` hands over the messages."""
-        table = self._tables.get(exchange)
-        if table is None:
-            table = self._tables[exchange] = _Table(self, members)
-        return table.expect(receiver)
+        `receiver` has arrived; then `take_each` (or `take_into`, `take_column`) hands over the messages."""
+        return self._table(exchange, members).expect(receiver)
 
     def take_each(self, exchange: int, receiver: int) -> list[Message]:
         """The message from every member to member `receiver`, in member order (after `expect_each` fired);
         the call's table goes once every member has taken its column."""
+        members, me = self._tables[exchange].members, self._tables[exchange].members[receiver]
+        return [Message(members[s], me, 0, payload, header, arrival, s)
+                for s, payload, header, arrival in self._taken(exchange, lambda table: table.take(receiver))]
+
+    def take_into(self, exchange: int, receiver: int, out: np.ndarray) -> None:
+        """Write the payload from every member to member `receiver` (rows posted with `post_row`) into row s
+        of `out` (a C-contiguous array of one row per member, in member order)."""
+        self._taken(exchange, lambda table: table.take_into(receiver, out))
+
+    def take_column(self, exchange: int, receiver: int) -> np.ndarray:
+        """The payloads from every member to member `receiver` (rows posted with `post_row`), flat, stacked
+        in member order: one row per member."""
+        return self._taken(exchange, lambda table: table.column(receiver))
+
+    def _taken(self, exchange: int, take: Callable[[Table], Any]) -> Any:
         table = self._tables[exchange]
-        messages = table.take(receiver)
+        taken = take(table)
+        table.served += 1
         if table.served == len(table.members):
             del self._tables[exchange]
-        return messages
+        return taken
 
 
 @dataclass(frozen=True)
@@ -224,71 +262,20 @@ class _Single:
 class _Row:
     """Where the network reports the arrivals of one member's row of a `send_each`."""
 
-    __slots__ = ("first", "port", "sender", "sent_s", "table", "transport")
+    __slots__ = ("port", "sender", "sent_s", "table", "transport")
 
-    def __init__(self, transport: Transport, table: _Table, sender: int, first: int, sent_s: float,
-                 port: Port | None) -> None:
-        self.transport, self.table, self.sender, self.first = transport, table, sender, first
+    def __init__(self, transport: Transport, table: Table, sender: int, sent_s: float, port: Port | None) -> None:
+        self.transport, self.table, self.sender = transport, table, sender
         self.sent_s, self.port = sent_s, port
 
     def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
         order = self.transport.order
         if order is not None:
             arrivals_s = np.array([order.arrival(self.sent_s, a) for a in arrivals_s.tolist()])
-        self.transport.trace.set_arrivals(self.first + slots, arrivals_s)
-        self.table.arrived(self.sender, slots, arrivals_s)
+        self.transport.trace.set_arrivals(self.table.firsts[self.sender] + slots, arrivals_s)
+        self.table.arrived(slots, arrivals_s)
         if self.port is not None:
             self.port.arrived(len(slots), float(arrivals_s.max()))
-
-
-class _Table:
-    """One call's all-pairs exchange: row s holds member s's message to every member, `arrivals[s, r]` when
-    the one to member r arrived; a receiver is served when its column has fully arrived."""
-
-    __slots__ = ("arrivals", "env", "known", "last", "members", "rows", "served", "transport", "waiting")
-
-    def __init__(self, transport: Transport, members: tuple[int, ...]) -> None:
-        self.transport, self.env, self.members = transport, transport.env, members
-        n = len(members)
-        self.rows: list[tuple | None] = [None] * n
-        self.arrivals = np.zeros((n, n))
-        self.known = np.zeros(n, np.int64)  # arrivals known, per receiver
-        self.last = np.zeros(n)  # the latest of them
-        self.served = 0
-        self.waiting: dict[int, simpy.Event] = {}
-
-    def post(self, sender: int, payloads: list[np.ndarray], headers: list[dict]) -> None:
-        self.rows[sender] = (payloads, headers)
-
-    def arrived(self, sender: int, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
-        """Messages of `sender`'s row to receivers `slots` arrived at `arrivals_s`."""
-        self.arrivals[sender, slots] = arrivals_s
-        self.known[slots] += 1
-        self.last[slots] = np.maximum(self.last[slots], arrivals_s)
-        if self.waiting and np.any(self.known[slots] == len(self.members)):
-            self.transport._ready[id(self)] = self
-
-    def serve(self) -> None:
-        """Wake the waiting receivers whose columns have fully arrived, in the order they began waiting."""
-        done = [r for r in self.waiting if self.known[r] == len(self.members)]
-        for receiver in done:
-            _fire(self.env, self.waiting.pop(receiver), None, self.last[receiver] - self.env.now)
-
-    def expect(self, receiver: int) -> simpy.Event:
-        event = self.env.event()
-        if self.known[receiver] == len(self.members):
-            _fire(self.env, event, None, self.last[receiver] - self.env.now)
-        else:
-            self.waiting[receiver] = event
-        return event
-
-    def take(self, receiver: int) -> list[Message]:
-        """Messages are made on taking, so a call over n members never holds n^2 of them at once."""
-        members, me = self.members, self.members[receiver]
-        self.served += 1
-        arrivals = self.arrivals[:, receiver].tolist()
-        return [Message(members[s], me, 0, payloads[receiver], headers[receiver], arrivals[s], s)
-                for s, (payloads, headers) in enumerate(self.rows)]  # type: ignore[misc]
 
 
 class Port:
@@ -385,6 +372,41 @@ class Port:
         issued = self.issue(self.group.size - 1)
         self.transport.post_each(self.device, self.group, payloads, headers, self.exchange, self.collective.name,
                                  self.call, details, self, issued)
+
+    def send_split(self, source: np.ndarray, **details: Any) -> None:
+        """Send part j of `source` (C-contiguous; its bytes cut into `group.size` equal parts in order) to
+        member j of the group, for every member, all now: `send_each` of those parts, as one array. A
+        `details` value that is a `range` gives one value per message; any other is every message's.
+        Members receive with `recv_into` or `recv_column`."""
+        self._send_row(source, True, details)
+
+    def send_copies(self, source: np.ndarray, **details: Any) -> None:
+        """Send all of `source` (C-contiguous) to every member of the group, all now: `send_each` of
+        `[source] * group.size`, as one array (`details` as for `send_split`)."""
+        self._send_row(source, False, details)
+
+    def _send_row(self, source: np.ndarray, split: bool, details: dict[str, Any]) -> None:
+        if not source.flags.c_contiguous:
+            raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        g = self.group.size
+        kept = {key: value if isinstance(value, range) else Same(value) for key, value in details.items()}
+        self.in_flight += g
+        issued = self.issue(g - 1)
+        self.transport.post_row(self.device, self.group, source, split, self.exchange, self.collective.name,
+                                self.call, kept, self, issued)
+
+    def recv_into(self, out: np.ndarray) -> Generator:
+        """Write the `send_split` / `send_copies` payload of every member to this one into row s of `out`
+        (C-contiguous, one row per member in member order), once the last has arrived:
+        `yield from port.recv_into(out)`."""
+        yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
+        self.transport.take_into(self.exchange, self.group.index, out)
+
+    def recv_column(self) -> Generator:
+        """The `send_split` / `send_copies` payloads of every member to this one, flat and stacked in member
+        order (read-only), once the last has arrived: `column = yield from port.recv_column()`."""
+        yield self.transport.expect_each(self.exchange, self.group.members, self.group.index)
+        return self.transport.take_column(self.exchange, self.group.index)
 
     def reduce_in_switch(self, parts: list[np.ndarray], owners: tuple[int, ...], receivers: list[tuple[int, ...]],
                          fold: Fold, **detail) -> None:

@@ -39,6 +39,7 @@ import numpy as np
 from sim._errors import InvalidArgumentError
 from sim._simpy import NORMAL, fire
 from sim.network import _in_network, _topology
+from sim.network._inflight import Flows, posted_columns
 from sim.network._parts import Parts
 
 if TYPE_CHECKING:
@@ -92,46 +93,6 @@ def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarr
     return np.cumsum(edges[:links])
 
 
-class _Flows:
-    """The flows in flight, as columns, and the intervals of links their routes cross."""
-
-    NAMES = ("sink", "slot", "whole", "left", "t0", "rate", "finish", "latency")
-
-    def __init__(self) -> None:
-        self.sink = np.zeros(0, np.int64)
-        self.slot = np.zeros(0, np.int64)
-        self.whole = np.zeros(0, np.int64)  # the `Parts` key of a message split over several flows, else -1
-        for name in ("left", "t0", "rate", "finish", "latency"):
-            setattr(self, name, np.zeros(0))
-        self.flow_of = np.zeros(0, np.int64)
-        self.start = np.zeros(0, np.int64)
-        self.stop = np.zeros(0, np.int64)
-
-    def __len__(self) -> int:
-        return len(self.sink)
-
-    def keep(self, mask: np.ndarray) -> None:
-        """Keep only the flows where `mask` is True."""
-        renumber = np.cumsum(mask) - 1
-        on = mask[self.flow_of]
-        self.flow_of, self.start, self.stop = renumber[self.flow_of[on]], self.start[on], self.stop[on]
-        for name in self.NAMES:
-            setattr(self, name, getattr(self, name)[mask])
-
-    def extend(self, columns: dict[str, np.ndarray], flow_of: np.ndarray, start: np.ndarray,
-               stop: np.ndarray) -> None:
-        """Append flows (`columns` by name) crossing the intervals [start, stop) of flow `flow_of` (numbered
-        from 0 among the new flows)."""
-        first = len(self)
-        if first == 0:
-            self.flow_of, self.start, self.stop = flow_of, start, stop
-        else:
-            self.flow_of = np.concatenate([self.flow_of, flow_of + first])
-            self.start, self.stop = np.concatenate([self.start, start]), np.concatenate([self.stop, stop])
-        for name in self.NAMES:
-            setattr(self, name, columns[name] if first == 0 else np.concatenate([getattr(self, name), columns[name]]))
-
-
 class LinkState:
     """The network's state during one run: the flows on its links, their rates and when they end.
 
@@ -148,12 +109,13 @@ class LinkState:
         self.links = _topology.link_count(network, devices)
         self._dense = self.links <= _DENSE_LINKS or network.topology != "fully_connected"
         self._capacity = _topology.capacities(network, np.arange(self.links), devices) if self._dense else None
+        self._uniform = network.topology == "fully_connected"  # every link has the network's bandwidth
         self._base_links = self.links  # a reducing switch's adders come after (`sim.network._in_network`)
         if _in_network.reduces(network):
             self._capacity = np.concatenate([self._capacity, _in_network.capacities(network, devices)])
             self.links += _in_network.link_count(network, devices)
         self._switched: list[tuple] = []  # reductions in the switch posted since the last step
-        self._flows = _Flows()
+        self._flows = Flows()
         self._parts = Parts()
         self._posted: list[tuple] = []  # (src, dsts, sizes, sink id, slots) posted since the last step
         self._hops: list[tuple] = []  # store-and-forward: (sink id, slot, size, links, hop, latency) due now
@@ -206,7 +168,10 @@ class LinkState:
         self._due.discard(now_s)
         flows = self._flows
         ended = flows.finish <= now_s
-        if ended.any():
+        if ended.all() and len(flows):  # every flow ends now: report them all, keep none
+            self._end(slice(None))
+            self._flows = flows = Flows()
+        elif ended.any():
             self._end(np.flatnonzero(ended))
             flows.keep(~ended)
         elif not self._posted and not self._hops and not self._switched:
@@ -218,16 +183,16 @@ class LinkState:
         if self.on_settled is not None:
             self.on_settled()
 
-    def _end(self, ended: np.ndarray) -> None:
+    def _end(self, ended: np.ndarray | slice) -> None:
         """Report the ended flows (store-and-forward: start their next hop after this one's latency)."""
         flows = self._flows
         sinks, slots = flows.sink[ended], flows.slot[ended]
         arrivals = flows.finish[ended] + flows.latency[ended]
         if self.network.store_and_forward:
             sinks, slots, arrivals = self._forward(sinks, slots, arrivals)
-        whole = flows.whole[ended]
-        split = whole >= 0
-        if split.any():  # a split message arrives with its last part
+        whole = flows.whole[ended] if flows._whole is not None else None
+        split = whole >= 0 if whole is not None else None
+        if split is not None and split.any():  # a split message arrives with its last part
             done = self._parts.end(whole[split], arrivals[split])
             sinks, slots, arrivals = (np.concatenate([a[~split], b]) for a, b in zip((sinks, slots, arrivals), done))
         self._report(sinks, slots, arrivals)
@@ -270,30 +235,31 @@ class LinkState:
 
     def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
         """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
-        counts = [len(dsts) for _, dsts, _, _ in posted]
-        src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
-        dst = np.concatenate([np.asarray(p[1], np.int64) for p in posted])
-        size = np.concatenate([np.asarray(p[2], np.float64) for p in posted])
-        sink = np.repeat(np.array([p[3] for p in posted], np.int64), counts)
-        slot = np.arange(len(dst)) - np.repeat(np.cumsum(counts) - counts, counts)
-        if self.placement is not None:
-            src, dst = self.placement[src], self.placement[dst]
-        instant = (src == dst) | (size == 0)
-        if instant.any():
-            now = np.full(int(instant.sum()), now_s)
-            remote = src[instant] != dst[instant]
+        (src, dst, size, sink, slot), instant = posted_columns(posted, self.placement)
+        if len(instant[0]):
+            isrc, idst, isink, islot = instant
+            now = np.full(len(isrc), now_s)
+            remote = isrc != idst
             if remote.any():
-                hops = _topology.segments(self.network, src[instant][remote], dst[instant][remote], self.devices)[3]
-                now[remote] += _topology.route_latency(self.network, src[instant][remote], dst[instant][remote], hops)
-            self._report(sink[instant], slot[instant], now)
-            src, dst, size, sink, slot = (c[~instant] for c in (src, dst, size, sink, slot))
+                hops = _topology.segments(self.network, isrc[remote], idst[remote], self.devices)[3]
+                now[remote] += _topology.route_latency(self.network, isrc[remote], idst[remote], hops)
+            self._report(isink, islot, now)
         if self.network.store_and_forward:
             self._start_hops(now_s, src, dst, size, sink, slot)
             return
+        network = self.network
+        if network.topology == "fully_connected" and not network.multipath:  # one link each: (src, dst)'s own
+            start = src * self.devices + dst
+            self._add(now_s, sink, slot, size, np.full(len(start), 1 * network.latency_s), None, start, None)
+            return
         message, share, flow_of, start, stop, hops = _topology.subflows(self.network, src, dst, self.devices)
         latency = _topology.route_latency(self.network, src, dst, hops)
-        parts = np.bincount(message, minlength=len(src))
-        whole = np.full(len(src), -1, np.int64)
+        del src, dst, hops
+        if not self.network.multipath:  # one path per message, all of it: sub-flow i is message i
+            self._add(now_s, sink, slot, size, latency, flow_of, start, stop)
+            return
+        parts = np.bincount(message, minlength=len(size))
+        whole = np.full(len(size), -1, np.int64)
         split = parts > 1
         if split.any():
             whole[split] = self._parts.add(sink[split], slot[split], parts[split])
@@ -315,30 +281,39 @@ class LinkState:
         self._add(now_s, sink, slot, size, np.array(latencies), np.arange(len(links)), links, links + 1)
 
     def _add(self, now_s: float, sink: np.ndarray, slot: np.ndarray, size: np.ndarray, latency: np.ndarray,
-             flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray, whole: np.ndarray | None = None) -> None:
+             flow_of: np.ndarray | None, start: np.ndarray, stop: np.ndarray | None,
+             whole: np.ndarray | None = None) -> None:
         """Put flows in flight from now (rates are set by `_rerate`); `whole` keys the parts of split messages."""
         if not len(size):
             return
         count = len(size)
-        whole = np.full(count, -1, np.int64) if whole is None else whole
-        columns = {"sink": sink, "slot": slot, "whole": whole, "left": size, "t0": np.full(count, now_s),
+        columns = {"sink": sink, "slot": slot, "left": size, "t0": np.full(count, now_s),
                    "rate": np.zeros(count), "finish": np.full(count, np.inf), "latency": latency}
-        self._flows.extend(columns, flow_of, start, stop)
+        self._flows.extend(columns, flow_of, start, stop, whole)
 
     def _rerate(self, now_s: float) -> None:
         """Recompute every flow's rate; flows whose rate changed get their bytes left and a new end."""
         flows = self._flows
-        single = len(flows.start) == len(flows) and bool(np.all(flows.stop - flows.start == 1))
-        if single:  # one link per flow: its fair share is the link's bandwidth over its flows
+        if flows.simple:  # one link per flow: its fair share is the link's bandwidth over its flows
             if self._dense:
                 count = np.bincount(flows.start, minlength=self.links)
                 rate = self._capacity[flows.start] / count[flows.start]
+            elif self.links <= 4 * len(flows) and self._uniform:
+                count = np.bincount(flows.start, minlength=self.links)
+                rate = float(self.network.bandwidth_bytes_per_s) / count[flows.start]
             else:
                 _, link, count = np.unique(flows.start, return_inverse=True, return_counts=True)
                 rate = _topology.capacities(self.network, flows.start, self.devices) / count[link]
         else:
             rate = max_min_rates(flows.flow_of, flows.start, flows.stop, self._capacity, len(flows))
-        changed = np.flatnonzero(rate != flows.rate)
+        changed = rate != flows.rate
+        if changed.all():  # every rate changed (a step that started them all): no gathering
+            left = np.maximum(flows.left - flows.rate * (now_s - flows.t0), 0.0)
+            flows.left, flows.rate = left, rate
+            flows.t0 = np.full(len(rate), now_s)
+            flows.finish = now_s + left / rate
+            return
+        changed = np.flatnonzero(changed)
         if len(changed):
             old = flows.rate[changed]
             left = np.maximum(flows.left[changed] - old * (now_s - flows.t0[changed]), 0.0)

@@ -11,10 +11,22 @@ someone iterates, so a run of a million messages stores a few dozen bytes per me
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
+
+from sim.record._columns import (
+    Details,
+    Members,
+    Shared,
+    array_of,
+    column_of,
+    item_of,
+    kinds_of,
+    packed_details,
+)
 
 FIELDS = ("src", "dst", "size_bytes", "send_time_s", "start_time_s", "arrival_time_s", "collective", "call",
           "detail", "kind")
@@ -132,7 +144,7 @@ class Trace:
         self._pack()
         at = bisect.bisect_right(self._starts, index) - 1
         chunk, k = self._chunks[at], index - self._starts[at]
-        row = [_item(chunk[name], k) for name in _STORED]
+        row = [item_of(chunk[name], k) for name in _STORED]
         row.insert(FIELDS.index("arrival_time_s"), float(self._arrivals[index]))
         return _record(tuple(row), self._route_of(row[0], row[1], row[-1]))
 
@@ -143,7 +155,7 @@ class Trace:
         self._pack()
         if not self._chunks:
             return np.zeros(0, _NUMERIC.get(name, object))
-        return np.concatenate([_array(chunk[name]) for chunk in self._chunks])
+        return np.concatenate([array_of(chunk[name]) for chunk in self._chunks])
 
     def detail_column(self, key: str) -> list:
         """Every record's `detail[key]`, None where its detail lacks `key`, without making the details."""
@@ -151,8 +163,8 @@ class Trace:
         values: list = []
         for chunk in self._chunks:
             detail = chunk["detail"]
-            if isinstance(detail, _Details):
-                values += detail.columns.get(key, [None] * detail.count)
+            if isinstance(detail, Details):
+                values += detail.values(key)
             else:
                 values += [d.get(key) for d in detail]
         return values
@@ -163,11 +175,11 @@ class Trace:
         keys: set[str] = set()
         for chunk in self._chunks:
             detail = chunk["detail"]
-            if isinstance(detail, _Details):
-                if detail.count and (kind is None or kind == "message"):
+            if isinstance(detail, Details):
+                if detail.count and (kind is None or kind in kinds_of(chunk["kind"])):
                     keys.update(detail.columns)
             else:
-                kinds = chunk["kind"]
+                kinds = array_of(chunk["kind"])
                 keys.update(k for d, of in zip(detail, kinds) if kind is None or of == kind for k in d)
         return keys
 
@@ -182,24 +194,33 @@ class Trace:
             self._pack()
         return index
 
-    def append_batch(self, src: int, dsts: list[int], sizes: list[int], send_time_s: float, starts_s: list[float],
-                     arrivals_s: list[float] | None, collective: str, call: int, details: dict[str, list]) -> int:
-        """Record messages from `src` to each of `dsts`, posted together; `details` maps each detail key to
-        its per-message values (a message's detail is made only when it is read). Returns the first one's
-        index; `arrivals_s` may be None, and the arrivals set later."""
+    def append_batch(self, src: int, dsts: Sequence[int], sizes: Sequence[int] | int, send_time_s: float,
+                     starts_s: Sequence[float] | float, arrivals_s: list[float] | None, collective: str, call: int,
+                     details: dict[str, Any]) -> int:
+        """Record messages from `src` to each of `dsts`, posted together; returns the first one's index
+        (`arrivals_s` may be None, and the arrivals set later).
+
+        `sizes` and `starts_s` are one value per message or one for all; `details` maps each detail key to
+        its per-message values (a list or a range) or to `Same(value)`, one value for all. Values shared by
+        the batch are kept once, so a recorded message costs a few bytes (its arrival time) plus what
+        differs between messages; a message's detail is made only when it is read."""
         self._pack()
         count = len(dsts)
         self._starts.append(self._count)
         self._chunks.append({
-            "src": np.full(count, src, np.int64), "dst": np.array(dsts, np.int64),
-            "size_bytes": np.array(sizes, np.int64), "send_time_s": np.full(count, send_time_s, np.float64),
-            "start_time_s": np.array(starts_s, np.float64),
-            "collective": _constant(collective, count), "call": np.full(count, call, np.int64),
-            "detail": _Details(details, count), "kind": _constant("message", count)})
+            "src": Shared(src, count, np.int64), "dst": Members(dsts),
+            "size_bytes": column_of(sizes, count, np.int64), "send_time_s": Shared(send_time_s, count, np.float64),
+            "start_time_s": column_of(starts_s, count, np.float64),
+            "collective": Shared(collective, count), "call": Shared(call, count, np.int64),
+            "detail": Details(details, count), "kind": Shared("message", count)})
         first = self._grow(count)
         if arrivals_s is not None:
             self._arrivals[first:first + count] = arrivals_s
         return first
+
+    def arrivals(self, indices: np.ndarray) -> np.ndarray:
+        """The arrival times of the records at `indices` (zero where not known yet)."""
+        return self._arrivals[indices]
 
     def set_arrivals(self, indices: np.ndarray | int, arrivals_s: np.ndarray | float) -> None:
         """Set the arrival times of the records at `indices` (as `append` and `append_batch` numbered them)."""
@@ -249,7 +270,7 @@ class Trace:
         self._pack()
         if not self._chunks:
             return {name: np.zeros(0, _NUMERIC.get(name, object)) for name in FIELDS}
-        columns = {name: np.concatenate([_array(chunk[name]) for chunk in self._chunks]) for name in _STORED}
+        columns = {name: np.concatenate([array_of(chunk[name]) for chunk in self._chunks]) for name in _STORED}
         columns["arrival_time_s"] = self._arrivals[:self._count].copy()
         return {name: columns[name] for name in FIELDS}
 
@@ -274,14 +295,19 @@ class Trace:
         return [m.to_dict() for m in self.messages]
 
     def _pack(self) -> None:
-        """Move the staged rows into a chunk of columns."""
+        """Move the staged rows into a chunk of columns: numbers as arrays, a value all rows share once,
+        details as one column per key when every row's detail has the same keys."""
         if not self._rows:
             return
         values = list(zip(*self._rows))
-        chunk = {}
+        chunk: dict[str, Any] = {}
         for name, column in zip(_STORED, values):
             if name in _NUMERIC:
                 chunk[name] = np.array(column, _NUMERIC[name])
+            elif name == "detail":
+                chunk[name] = packed_details(column)
+            elif column.count(column[0]) == len(column):
+                chunk[name] = Shared(column[0], len(column))
             else:
                 chunk[name] = np.empty(len(column), object)
                 chunk[name][:] = column
@@ -295,44 +321,9 @@ class Trace:
         arrivals = iter(self._arrivals[:self._count].tolist())
         at = FIELDS.index("arrival_time_s")
         for chunk in self._chunks:
-            columns = [_array(chunk[name]).tolist() for name in _STORED]
+            columns = [array_of(chunk[name]).tolist() for name in _STORED]
             for row in zip(*columns):
                 yield row[:at] + (next(arrivals),) + row[at:]
-
-
-class _Details:
-    """A batch's detail column, kept as one list per key until someone reads it."""
-
-    def __init__(self, columns: dict[str, list], count: int) -> None:
-        self.columns, self.count = columns, count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def dicts(self) -> np.ndarray:
-        keys = list(self.columns)
-        rows = zip(*self.columns.values()) if keys else ((),) * self.count
-        values = np.empty(self.count, object)
-        values[:] = [dict(zip(keys, row)) for row in rows]
-        return values
-
-
-def _constant(value: str, count: int) -> np.ndarray:
-    column = np.empty(count, object)
-    column[:] = value
-    return column
-
-
-def _array(column) -> np.ndarray:
-    return column.dicts() if isinstance(column, _Details) else column
-
-
-def _item(column, k: int):
-    """Element `k` of a chunk's column, as a Python value (a batch's detail made for this one record)."""
-    if isinstance(column, _Details):
-        return {key: values[k] for key, values in column.columns.items()}
-    value = column[k]
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _record(row: tuple, route: tuple) -> MessageRecord:

@@ -1,0 +1,158 @@
+"""The columns of a `Trace` chunk, kept as compactly as their values allow.
+
+A value every record of a chunk shares is kept once (`Shared`; `Same` for a detail value); a batch's
+receivers are the group's members as given (`Members`); details are one column per key (`Details`), each
+a list, a range, one shared value, or an array of ints, floats or int tuples; all read back as the plain
+Python values that were recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Same:
+    """One detail value shared by every message of a batch (`Trace.append_batch`), kept once."""
+
+    value: Any
+
+
+class Shared:
+    """A chunk's column holding one value for all of its `count` records."""
+
+    __slots__ = ("count", "dtype", "value")
+
+    def __init__(self, value: Any, count: int, dtype: type | None = None) -> None:
+        self.value = value if dtype is None else dtype(value).item()  # read back as the array's item would be
+        self.count, self.dtype = count, dtype
+
+    def array(self) -> np.ndarray:
+        if self.dtype is not None:
+            return np.full(self.count, self.value, self.dtype)
+        return constant(self.value, self.count)
+
+    def item(self, k: int) -> Any:
+        return self.value
+
+
+class Members:
+    """A chunk's column of device ids kept as the sequence it was given (a group's members, shared)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Sequence[int]) -> None:
+        self.values = values
+
+    def array(self) -> np.ndarray:
+        return np.asarray(self.values, np.int64)
+
+    def item(self, k: int) -> int:
+        return int(self.values[k])
+
+
+def column_of(values: Sequence | float | int, count: int, dtype: type) -> np.ndarray | Shared:
+    if isinstance(values, (int, float, np.integer, np.floating)):
+        return Shared(values, count, dtype)
+    return np.array(values, dtype)
+
+
+class Details:
+    """A batch's detail column, kept as one sequence (or one `Same` value) per key until someone reads it."""
+
+    def __init__(self, columns: dict[str, Any], count: int) -> None:
+        self.columns, self.count = columns, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def values(self, key: str) -> list:
+        """Every record's value of `key` (None for all when no record has it)."""
+        column = self.columns.get(key)
+        if column is None:
+            return [None] * self.count
+        if isinstance(column, Same):
+            return [column.value] * self.count
+        if isinstance(column, np.ndarray):
+            return column.tolist() if column.ndim == 1 else [tuple(row) for row in column.tolist()]
+        return list(column)
+
+    def item(self, k: int) -> dict:
+        return {key: _value(column, k) for key, column in self.columns.items()}
+
+    def dicts(self) -> np.ndarray:
+        keys = list(self.columns)
+        rows = zip(*(self.values(key) for key in keys)) if keys else ((),) * self.count
+        values = np.empty(self.count, object)
+        values[:] = [dict(zip(keys, row)) for row in rows]
+        return values
+
+
+def _value(column: Any, k: int) -> Any:
+    """Record k's value in one key's detail column."""
+    if isinstance(column, Same):
+        return column.value
+    if isinstance(column, np.ndarray):
+        return column[k].item() if column.ndim == 1 else tuple(column[k].tolist())
+    return column[k]
+
+
+_SHARED = (int, str, type(None))  # values a column may keep once when all are equal (not floats: -0.0 == 0.0)
+
+
+def packed_details(details: tuple[dict, ...]) -> Any:
+    """Staged rows' details as one column per key (each as compact as its values allow) when every
+    detail has the same keys in the same order; else one dict per row."""
+    keys = tuple(details[0])
+    if any(len(d) != len(keys) or tuple(d) != keys for d in details):
+        column = np.empty(len(details), object)
+        column[:] = details
+        return column
+    return Details({key: _compact([d[key] for d in details]) for key in keys}, len(details))
+
+
+def _compact(values: list) -> Any:
+    """One key's values: `Same` when all are one plain value, an array when all are ints (or floats, or
+    tuples of as many ints), else the list."""
+    first = values[0]
+    kind = type(first)
+    if kind in _SHARED and values.count(first) == len(values) and all(type(v) is kind for v in values):
+        return Same(first)
+    if kind in (int, float) and all(type(v) is kind for v in values):
+        with contextlib.suppress(OverflowError):
+            return np.array(values, np.int64 if kind is int else np.float64)
+    if kind is tuple and all(type(v) is tuple and len(v) == len(first) and all(type(e) is int for e in v)
+                             for v in values) and first:
+        with contextlib.suppress(OverflowError):
+            return np.array(values, np.int64)
+    return values
+
+
+def kinds_of(column: Any) -> set:
+    """The kinds a chunk's records have."""
+    return {column.value} if isinstance(column, Shared) else set(column.tolist())
+
+
+def constant(value: str, count: int) -> np.ndarray:
+    column = np.empty(count, object)
+    column[:] = [value] * count if isinstance(value, (tuple, list, dict)) else value
+    return column
+
+
+def array_of(column) -> np.ndarray:
+    if isinstance(column, Details):
+        return column.dicts()
+    return column.array() if isinstance(column, (Shared, Members)) else column
+
+
+def item_of(column, k: int):
+    """Element `k` of a chunk's column, as a Python value (a batch's detail made for this one record)."""
+    if isinstance(column, (Details, Shared, Members)):
+        return column.item(k)
+    value = column[k]
+    return value.item() if isinstance(value, np.generic) else value
