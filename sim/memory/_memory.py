@@ -15,6 +15,7 @@ bytes, so that placing inputs and assembling outputs need not copy:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +86,7 @@ class LocalMemory:
         self._top = 0
         self._by_address: dict[int, Buffer] = {}
         self._reserved: list[np.ndarray] = []
+        self._views: dict[int, tuple[Buffer, np.ndarray]] = {}  # by id(buffer), the buffer kept alive with it
 
     @property
     def size_bytes(self) -> int:
@@ -101,9 +103,10 @@ class LocalMemory:
             MemoryLimitError: the run's memories would hold more than its limit (with a `meter`).
         """
         shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
-        layout = layout or Layout.row_major(len(shape))
+        row_major = Layout.row_major(len(shape))
+        layout = layout or row_major
         size = layout.size_in_bytes(dtype, shape)
-        if layout == Layout.row_major(len(shape)):
+        if self._reserved and (layout is row_major or layout == row_major):
             for k, region in enumerate(self._reserved):
                 if region.dtype == dtype and region.shape == shape:
                     self._charge("a block of a global output", dtype, shape, size)
@@ -118,7 +121,9 @@ class LocalMemory:
             start = self._append(np.zeros(grown, np.uint8))
             self._open = self._segments[-1]
         self._top = start + size
-        return self._register(Buffer(self.device, start, dtype, shape, layout))
+        base, segment = self._open
+        raw = segment[start - base : start - base + math.prod(shape) * dtype.itemsize]
+        return self._register(Buffer(self.device, start, dtype, shape, layout), raw)
 
     def adopt(self, array: np.ndarray, layout: Layout | None = None) -> Buffer:
         """Hold `array` without copying it: a new segment that is a read-only view of its bytes.
@@ -174,7 +179,11 @@ class LocalMemory:
         raise InvalidArgumentError(f"offset {buffer.offset} is not in device {self.device}'s memory")
 
     def view(self, buffer: Buffer) -> np.ndarray:
-        """The logical array `buffer` holds, as a view of the memory (read-only for an adopted block)."""
+        """The logical array `buffer` holds, as a view of the memory (read-only for an adopted block); the
+        same view object each time for a buffer this memory handed out (decoded once)."""
+        entry = self._views.get(id(buffer))
+        if entry is not None and entry[0] is buffer:
+            return entry[1]
         return layouts.decode(self.raw(buffer), buffer.dtype, buffer.shape, buffer.layout)
 
     def store(self, array, layout: Layout | None = None) -> Buffer:
@@ -214,7 +223,8 @@ class LocalMemory:
         start = self._append(raw)
         self._open = None  # later small arrays start a segment of their own, after this one
         self._top = start + layout.size_in_bytes(dtype, shape)
-        return self._register(Buffer(self.device, start, dtype, shape, layout))
+        buffer = Buffer(self.device, start, dtype, shape, layout)
+        return self._register(buffer, self.raw(buffer))
 
     def _append(self, segment: np.ndarray) -> int:
         """Place `segment` at the next aligned offset past every segment (and every allocation)."""
@@ -233,6 +243,8 @@ class LocalMemory:
         if self.meter is not None:
             self.meter.charge(self.device, what, dtype, shape, size)
 
-    def _register(self, buffer: Buffer) -> Buffer:
-        self._by_address[self.raw(buffer).__array_interface__["data"][0]] = buffer
+    def _register(self, buffer: Buffer, raw: np.ndarray) -> Buffer:
+        """Know `buffer` (whose value bytes are `raw`) by its address, and decode its view once."""
+        self._by_address[raw.__array_interface__["data"][0]] = buffer
+        self._views[id(buffer)] = (buffer, layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout))
         return buffer
