@@ -102,10 +102,11 @@ class LocalMemory:
             ValueError: `layout` does not fit the rank of `shape`.
             MemoryLimitError: the run's memories would hold more than its limit (with a `meter`).
         """
-        shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+        shape, dtype = tuple(map(int, shape)), np.dtype(dtype)
         row_major = Layout.row_major(len(shape))
         layout = layout or row_major
-        size = layout.size_in_bytes(dtype, shape)
+        # a row-major layout made for this rank needs no check and pads nothing
+        size = math.prod(shape) * dtype.itemsize if layout is row_major else layout.size_in_bytes(dtype, shape)
         if self._reserved and (layout is row_major or layout == row_major):
             for k, region in enumerate(self._reserved):
                 if region.dtype == dtype and region.shape == shape:
