@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import simpy
 
 from sim._errors import MeshError
-from sim.engine._driver import FAILED, Activity, Phase
+from sim.engine._driver import FAILED
 from sim.engine._options import RunOptions
-from sim.engine._rendezvous import Collective, Rendezvous, Waiting
+from sim.engine._rendezvous import Collective, Rendezvous
 from sim.engine._transport import Port, Transport
 from sim.memory._memory import LocalMemory
 from sim.record._trace import CallRecord
@@ -44,8 +44,7 @@ class Calls:
         members = collective.group.members
         call = program.calls.get(members, 0)
         program.calls[members] = call + 1
-        program.last_call = Waiting(collective.name, call, members)
-        program.activity = Activity(Phase.WAITING, program.last_call)
+        program.wait_in(collective.name, call, members)
         enter_s = float(self.env.now)
         try:
             meeting = self.rendezvous.arrive(program.device, call, collective)
@@ -58,7 +57,8 @@ class Calls:
             if arrived is not None:
                 yield arrived
             # the algorithm a protocol resolved once for the call ('auto' picks), else the one asked for
-            algorithm = meeting.shared.get("algorithm", dict(collective.params).get("algorithm"))
+            shared = meeting.shared
+            algorithm = shared["algorithm"] if "algorithm" in shared else dict(collective.params).get("algorithm")
             self.records.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s,
                                            float(self.env.now), algorithm))
         except Exception as error:
