@@ -77,21 +77,23 @@ def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorit
 def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
     context, group = group_of(_OP, axis_name, None)
     x = operand(_OP, context.device, "x", x)
-    check_algorithm(_OP, context.device, algorithm, group.size, ALGORITHMS)
-    pairs = _checked_perm(context, perm, group.size, axis_name)
+    pairs = _checked_perm(context, perm, group.size, axis_name, algorithm)
     args = _Args(context.memory.resident(x), pairs, out_layout_of(_OP, context.device, out_layout, x.ndim))
     params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
     return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
 
 
-def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any) -> Perm:
-    """`check_perm` once per run for a permutation every device passes as the same object."""
-    key = ("ppermute", id(perm), size)
-    found = context.shared.get(key)
+def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any, algorithm: Any) -> Perm:
+    """`check_algorithm`, then `check_perm`, once per run for an algorithm name and a permutation every
+    device passes as the same object."""
+    key = ("ppermute", id(perm), size, algorithm) if isinstance(algorithm, str) else None
+    found = context.shared.get(key) if key is not None else None
     if found is not None and found[0] is perm:  # the entry keeps `perm` alive, so its id is not reused
         return found[1]
+    check_algorithm(_OP, context.device, algorithm, size, ALGORITHMS)
     pairs = check_perm(context.device, perm, size, axis_name)
-    context.shared[key] = (perm, pairs)
+    if key is not None:
+        context.shared[key] = (perm, pairs)
     return pairs
 
 

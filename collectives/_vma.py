@@ -40,9 +40,9 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
     context = sim.current()
     recorded, op, rule = definition.name, called or definition.name, definition.vma
     if not context.check_vma:
-        return sim.wrap(compute(), frozenset(), recorded, params, operands)
+        return sim.wrap(compute(), _NOTHING, recorded, params, operands, context)
     if rule == INVARIANT:  # JAX's abstract evaluation gives the result no varying axes, whatever it reads
-        return sim.wrap(compute(), frozenset(), recorded, params, operands)
+        return sim.wrap(compute(), _NOTHING, recorded, params, operands, context)
     try:
         axes = frozenset(context.mesh.axis_names_of(axis_name))
     except sim.MeshError as error:
@@ -67,4 +67,7 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
     vma = frozenset().union(*(sim.vma_of(x) for x in operands)) | axes
     if rule == REDUCE and not grouped:
         vma -= axes
-    return sim.wrap(compute(), vma, recorded, params, operands)
+    return sim.wrap(compute(), vma, recorded, params, operands, context)
+
+
+_NOTHING: frozenset = frozenset()

@@ -85,14 +85,18 @@ def vma_of(value: Any) -> frozenset:
     return value.vma if isinstance(value, Varying) else frozenset()
 
 
-def wrap(value: Any, vma: frozenset, op: str = "", params: dict | None = None, inputs: list | None = None) -> Varying:
-    """`value` as a `Varying` with `vma`, recorded as the output of `op` when `op` is given."""
+def wrap(value: Any, vma: frozenset, op: str = "", params: dict | None = None, inputs: list | None = None,
+         context: Any = None) -> Varying:
+    """`value` as a `Varying` with `vma`, recorded as the output of `op` when `op` is given (in the program of
+    `context`, by default the running device's)."""
     array = np.asarray(value).view(Varying)
-    array.vma = frozenset(vma)
-    context = current_or_none()
-    if op and context is not None:
-        array.var = context.program.new_var(array.dtype, array.shape, array.vma)
-        context.program.record(op, params or {}, [_ref(i) for i in inputs or []], [array.var])
+    array.vma = vma if type(vma) is frozenset else frozenset(vma)
+    if op:
+        context = context or current_or_none()
+        if context is not None:
+            program = context.program
+            array.var = program.new_var(array.dtype, array.shape, array.vma)
+            program.record(op, params or {}, [_ref(i) for i in inputs or []], [array.var])
     return array
 
 
