@@ -83,10 +83,12 @@ class LocalMemory:
         self.meter = meter  # counts every allocation against the run's limit; None counts nothing
         self._segments: list[tuple[int, np.ndarray]] = []
         self._open: tuple[int, np.ndarray] | None = None  # the segment the bump allocator fills
+        self._open_address = 0  # where its bytes start in the process's memory
         self._top = 0
         self._by_address: dict[int, Buffer] = {}
         self._reserved: list[np.ndarray] = []
         self._views: dict[int, tuple[Buffer, np.ndarray]] = {}  # by id(buffer), the buffer kept alive with it
+        self._owners: dict[int, tuple[np.ndarray, Buffer]] = {}  # the same by id(view), the view kept alive
 
     @property
     def size_bytes(self) -> int:
@@ -121,10 +123,12 @@ class LocalMemory:
             grown = max(size, min(2 * segment.size, _MAX_SPARE_BYTES), _MIN_SEGMENT_BYTES)
             start = self._append(np.zeros(grown, np.uint8))
             self._open = self._segments[-1]
+            self._open_address = _address(self._open[1])
         self._top = start + size
         base, segment = self._open
         raw = segment[start - base : start - base + math.prod(shape) * dtype.itemsize]
-        return self._register(Buffer(self.device, start, dtype, shape, layout), raw)
+        return self._register(Buffer(self.device, start, dtype, shape, layout), raw,
+                              self._open_address + start - base)
 
     def adopt(self, array: np.ndarray, layout: Layout | None = None) -> Buffer:
         """Hold `array` without copying it: a new segment that is a read-only view of its bytes.
@@ -198,7 +202,13 @@ class LocalMemory:
         """The buffer whose whole view `array` is, if any (so operands need no copy)."""
         if not isinstance(array, np.ndarray) or array.size == 0:
             return None
-        buffer = self._by_address.get(array.__array_interface__["data"][0])
+        owner = self._owners.get(id(array.base))
+        if owner is not None and owner[0] is array.base:  # a view of a buffer's view (a result, an input)
+            view, buffer = owner
+            # a view within `view` with its shape and strides starts where it does: it is the whole buffer
+            same = array.shape == view.shape and array.strides == view.strides and array.dtype == view.dtype
+            return buffer if same else None
+        buffer = self._by_address.get(_address(array))
         if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
             return None
         return buffer if self.view(buffer).strides == array.strides else None
@@ -225,7 +235,7 @@ class LocalMemory:
         self._open = None  # later small arrays start a segment of their own, after this one
         self._top = start + layout.size_in_bytes(dtype, shape)
         buffer = Buffer(self.device, start, dtype, shape, layout)
-        return self._register(buffer, self.raw(buffer))
+        return self._register(buffer, self.raw(buffer), _address(raw))
 
     def _append(self, segment: np.ndarray) -> int:
         """Place `segment` at the next aligned offset past every segment (and every allocation)."""
@@ -244,8 +254,16 @@ class LocalMemory:
         if self.meter is not None:
             self.meter.charge(self.device, what, dtype, shape, size)
 
-    def _register(self, buffer: Buffer, raw: np.ndarray) -> Buffer:
-        """Know `buffer` (whose value bytes are `raw`) by its address, and decode its view once."""
-        self._by_address[raw.__array_interface__["data"][0]] = buffer
-        self._views[id(buffer)] = (buffer, layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout))
+    def _register(self, buffer: Buffer, raw: np.ndarray, address: int) -> Buffer:
+        """Know `buffer` (whose value bytes are `raw`, at `address`) by its address, and decode its view
+        once (known by its id too)."""
+        self._by_address[address] = buffer
+        view = layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout)
+        self._views[id(buffer)] = (buffer, view)
+        self._owners[id(view)] = (view, buffer)
         return buffer
+
+
+def _address(array: np.ndarray) -> int:
+    """Where `array`'s first byte is in the process's memory."""
+    return array.__array_interface__["data"][0]
