@@ -76,9 +76,11 @@ def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorit
 
 def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
     context, group = group_of(_OP, axis_name, None)
-    x = operand(_OP, context.device, "x", x)
+    array = operand(_OP, context.device, "x", x)
     pairs = _checked_perm(context, perm, group.size, axis_name, algorithm)
-    args = _Args(context.memory.resident(x), pairs, out_layout_of(_OP, context.device, out_layout, x.ndim))
+    # an array made from a memory view (a program's value) is found by that view, unlike its plain copy
+    buffer = context.memory.resident(x if isinstance(x, np.ndarray) else array)
+    args = _Args(buffer, pairs, out_layout_of(_OP, context.device, out_layout, array.ndim))
     params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
     return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
 

@@ -202,12 +202,17 @@ class LocalMemory:
         """The buffer whose whole view `array` is, if any (so operands need no copy)."""
         if not isinstance(array, np.ndarray) or array.size == 0:
             return None
-        owner = self._owners.get(id(array.base))
-        if owner is not None and owner[0] is array.base:  # a view of a buffer's view (a result, an input)
-            view, buffer = owner
-            # a view within `view` with its shape and strides starts where it does: it is the whole buffer
-            same = array.shape == view.shape and array.strides == view.strides and array.dtype == view.dtype
-            return buffer if same else None
+        base = array.base
+        for _ in range(3):  # a view of a buffer's view (a result, an input), through a few views of views
+            owner = self._owners.get(id(base))
+            if owner is not None and owner[0] is base:
+                view, buffer = owner
+                # a view within `view` with its shape and strides starts where it does: it is the whole buffer
+                same = array.shape == view.shape and array.strides == view.strides and array.dtype == view.dtype
+                return buffer if same else None
+            if base is None:
+                break
+            base = getattr(base, "base", None)
         buffer = self._by_address.get(_address(array))
         if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
             return None
