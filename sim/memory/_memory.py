@@ -263,7 +263,10 @@ class LocalMemory:
         """Know `buffer` (whose value bytes are `raw`, at `address`) by its address, and decode its view
         once (known by its id too)."""
         self._by_address[address] = buffer
-        view = layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout)
+        if raw.size and buffer.layout is Layout.row_major(len(buffer.shape)):  # C order: decode's own view
+            view = np.ndarray(buffer.shape, buffer.dtype, buffer=raw)
+        else:
+            view = layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout)
         self._views[id(buffer)] = (buffer, view)
         self._owners[id(view)] = (view, buffer)
         return buffer
