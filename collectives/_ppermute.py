@@ -68,7 +68,7 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
 
 
 def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorithm: str = "direct") -> Any:
-    params = {"axis_name": axis_name, "perm": perm}
+    params = (("axis_name", axis_name), ("perm", perm))  # as the program records them: sorted by name
     call = lambda leaf: typed(PPERMUTE, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout,
                                                                           algorithm), params)
     return call(x) if isinstance(x, np.ndarray) else map_tree(call, x)  # an array is a tree of one leaf

@@ -30,7 +30,7 @@ from collectives._definition import Definition, Vma
 REDUCE, KEEP, INTRODUCE, INDEX, INVARIANT = Vma.REDUCE, Vma.KEEP, Vma.INTRODUCE, Vma.INDEX, Vma.INVARIANT
 
 
-def typed(definition: Definition, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict,
+def typed(definition: Definition, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict | tuple,
           grouped: bool = False, called: str | None = None) -> sim.Varying:
     """Run `compute` (the collective on plain arrays) and give its result the type `definition.vma` prescribes.
 

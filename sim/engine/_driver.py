@@ -72,6 +72,7 @@ class DeviceContext:
         self.program = program
         self.check_vma: bool = options.check_vma
         self.shared = shared
+        self.groups: dict[str, Any] = {}  # the device's group over each single axis name, once found
         # slices that land on the same rows are written in arrival order, not refused (arrival-order exploration)
         self.last_arrival_wins: bool = options.last_arrival_wins
 

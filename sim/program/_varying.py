@@ -85,7 +85,7 @@ def vma_of(value: Any) -> frozenset:
     return value.vma if isinstance(value, Varying) else frozenset()
 
 
-def wrap(value: Any, vma: frozenset, op: str = "", params: dict | None = None, inputs: list | None = None,
+def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None = None, inputs: list | None = None,
          context: Any = None) -> Varying:
     """`value` as a `Varying` with `vma`, recorded as the output of `op` when `op` is given (in the program of
     `context`, by default the running device's)."""
