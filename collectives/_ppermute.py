@@ -145,8 +145,10 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
             payload, header = yield from pack_slice(port, source, args.buffer.layout, pair=(src, dst))
         port.send(members[dst], payload, header=header, pair=(src, dst))
     out = port.memory.view(port.memory.alloc(source.dtype, source.shape, args.out_layout))
-    out[...] = 0
-    for src, dst in receives.get(me, ()):
+    arrivals = receives.get(me, ())
+    if not (plain and arrivals):  # (a row-major arrival overwrites every element)
+        out[...] = 0
+    for src, dst in arrivals:
         message = yield port.recv(members[src])
         if plain:
             out[...] = message.payload
