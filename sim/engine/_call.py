@@ -38,16 +38,29 @@ class Calls:
         self.transport = transport
         self.fail = fail
         self.records: list[CallRecord] = []
+        self._numbers: dict[tuple[int, ...], int] = {}  # each group's members, numbered in order of first call
+        self._by_id: dict[int, tuple[tuple[int, ...], int]] = {}  # the same by id(members), the tuple kept alive
+
+    def _number(self, members: tuple[int, ...]) -> int:
+        """The number of the group `members` (equal tuples, equal numbers), found without hashing a tuple
+        already seen (the members of a group share one)."""
+        entry = self._by_id.get(id(members))
+        if entry is not None and entry[0] is members:
+            return entry[1]
+        number = self._numbers.setdefault(members, len(self._numbers))
+        self._by_id[id(members)] = (members, number)
+        return number
 
     def run(self, program: DeviceProgram, collective: Collective) -> Generator:
         """The device's part of `collective`, in simulated time; its result."""
         members = collective.group.members
-        call = program.calls.get(members, 0)
-        program.calls[members] = call + 1
+        number = self._number(members)
+        call = program.calls.get(number, 0)
+        program.calls[number] = call + 1
         program.wait_in(collective.name, call, members)
         enter_s = float(self.env.now)
         try:
-            meeting = self.rendezvous.arrive(program.device, call, collective)
+            meeting = self.rendezvous.arrive(program.device, call, collective, number)
             yield meeting.event
             met_s = float(self.env.now)
             port = Port(self.transport, self.memories[program.device], program.device, collective, call,
