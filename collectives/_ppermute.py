@@ -137,7 +137,8 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     writes each arrival with one copy, as `pack_slice` and `unpack_into` would, without their steps."""
     source = port.memory.view(args.buffer)
     sends, receives, plain = port.once("ppermute", lambda: _facts(port, args, source.nbytes))
-    me, members = port.group.index, port.group.members
+    group = port.collective.group
+    me, members = group.index, group.members
     for src, dst in sends.get(me, ()):
         if plain:
             payload, header = source, _ROW_MAJOR_HEADERS[source.ndim]
