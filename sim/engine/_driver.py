@@ -161,6 +161,10 @@ class DeviceProgram:
             self._last_call = Waiting(*self._waiting)
         return self._last_call
 
+    @last_call.setter
+    def last_call(self, waiting: Waiting | None) -> None:
+        self._waiting, self._last_call = None, waiting
+
     def wait_in(self, collective: str, call: int, members: tuple[int, ...]) -> None:
         """Enter call number `call` of `collective` over `members`: the device now waits in it (the
         `Waiting` and `Activity` that say so are made only when read)."""
