@@ -17,6 +17,8 @@ import numpy as np
 from sim.engine._driver import current_or_none
 from sim.record._equations import Const, Var
 
+_INVARIANT: frozenset = frozenset()
+
 
 class Varying(np.ndarray):
     """A numpy array on one simulated device, with `vma` (the axes it may vary along) and its `var`."""
@@ -25,7 +27,7 @@ class Varying(np.ndarray):
     var: Var | None
 
     def __array_finalize__(self, obj: Any) -> None:
-        self.vma = getattr(obj, "vma", frozenset())
+        self.vma = getattr(obj, "vma", _INVARIANT)
         self.var = None
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out=None, **kwargs: Any):
