@@ -58,7 +58,8 @@ class DeviceContext:
 
     `program` records the typed equations the device executes; `check_vma` says whether device-variance
     types are inferred and checked; `shared` is one scratch dict for the whole run, where a check that
-    every device makes of the same argument (a permutation, say) can be done once. `mesh`, `check_vma`
+    every device makes of the same argument (a permutation, say) can be done once; `groups` holds the
+    device's group over each single axis name it has called a collective over. `mesh`, `check_vma`
     and `last_arrival_wins` are the run's `options` (`RunOptions`).
     """
 
