@@ -126,9 +126,14 @@ class LocalMemory:
             self._open_address = _address(self._open[1])
         self._top = start + size
         base, segment = self._open
-        raw = segment[start - base : start - base + math.prod(shape) * dtype.itemsize]
-        return self._register(Buffer(self.device, start, dtype, shape, layout), raw,
-                              self._open_address + start - base)
+        buffer = Buffer(self.device, start, dtype, shape, layout)
+        count = math.prod(shape)
+        if count and layout is row_major:  # C order over the segment's bytes: decode's own view, made directly
+            view = np.frombuffer(segment, dtype, count, start - base)
+            return self._register(buffer, None, self._open_address + start - base,
+                                  view if len(shape) == 1 else view.reshape(shape))
+        raw = segment[start - base : start - base + count * dtype.itemsize]
+        return self._register(buffer, raw, self._open_address + start - base)
 
     def adopt(self, array: np.ndarray, layout: Layout | None = None) -> Buffer:
         """Hold `array` without copying it: a new segment that is a read-only view of its bytes.
@@ -259,13 +264,12 @@ class LocalMemory:
         if self.meter is not None:
             self.meter.charge(self.device, what, dtype, shape, size)
 
-    def _register(self, buffer: Buffer, raw: np.ndarray, address: int) -> Buffer:
-        """Know `buffer` (whose value bytes are `raw`, at `address`) by its address, and decode its view
-        once (known by its id too)."""
+    def _register(self, buffer: Buffer, raw: np.ndarray | None, address: int, view: np.ndarray | None = None
+                  ) -> Buffer:
+        """Know `buffer` (whose value bytes are `raw`, at `address`) by its address, and its view (`view`, or
+        decoded from `raw`) by its id."""
         self._by_address[address] = buffer
-        if raw.size and buffer.layout is Layout.row_major(len(buffer.shape)):  # C order: decode's own view
-            view = np.ndarray(buffer.shape, buffer.dtype, buffer=raw)
-        else:
+        if view is None:
             view = layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout)
         self._views[id(buffer)] = (buffer, view)
         self._owners[id(view)] = (view, buffer)
