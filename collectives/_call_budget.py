@@ -31,7 +31,7 @@ _FEWEST: dict[str, int] = {}  # by collective: the fewest messages per peer any 
 
 
 def check_call(context: sim.DeviceContext, definition: Definition, operands: list, axis_name: Any,
-               params: dict, op: str) -> None:
+               params: dict | tuple, op: str) -> None:
     """Refuse the call of `definition` on `operands` (`op`, as the caller named it) that the device of
     `context` is making, when its estimate would take the run's memories past their limit (see the module's
     docstring). The estimate of a call over a whole axis is worked out once per run for each collective,
@@ -45,7 +45,7 @@ def check_call(context: sim.DeviceContext, definition: Definition, operands: lis
         return
     operand_bytes = getattr(operands[0], "nbytes", 0) if len(operands) == 1 else \
         sum(getattr(x, "nbytes", 0) for x in operands)
-    groups = params.get("axis_index_groups")
+    groups = (params if isinstance(params, dict) else dict(params)).get("axis_index_groups")
     estimates = context.shared.get(_ESTIMATES)
     if estimates is None:
         estimates = context.shared[_ESTIMATES] = {}

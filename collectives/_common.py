@@ -15,8 +15,17 @@ from sim import Group, InvalidArgumentError, InvalidTypeError
 def group_of(op: str, axis_name: Any, axis_index_groups: Any) -> tuple[sim.DeviceContext, Group]:
     """The calling device's context and its group for `op` over `axis_name`."""
     context = sim.current()
+    if axis_index_groups is None and type(axis_name) is str:  # the common call, looked up once per device
+        group = context.groups.get(axis_name)
+        if group is None:
+            group = context.groups[axis_name] = _group(op, context, axis_name, None)
+        return context, group
+    return context, _group(op, context, axis_name, axis_index_groups)
+
+
+def _group(op: str, context: sim.DeviceContext, axis_name: Any, axis_index_groups: Any) -> Group:
     try:
-        return context, context.mesh.group(context.device, axis_name, axis_index_groups)
+        return context.mesh.group(context.device, axis_name, axis_index_groups)
     except (InvalidArgumentError, InvalidTypeError) as error:
         raise type(error)(f"device {context.device}: {op}: {error}") from None
 
@@ -36,7 +45,7 @@ def canonical_axis(op: str, device: int, name: str, value: Any, rank: int, negat
 def operand(op: str, device: int, name: str, value: Any) -> np.ndarray:
     """`value` as a numeric numpy array, or a clear error."""
     array = np.asarray(value)
-    if not layouts.is_numeric(array.dtype):
+    if array.dtype.kind not in "biufc" and not layouts.is_numeric(array.dtype):
         raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {array.dtype}; it must be numeric")
     return array
 
@@ -66,6 +75,9 @@ def same_operands(op: str, group: Group) -> Callable[[list[Any]], list[sim.Viola
     """The group check of a collective whose every member passes one operand (`args.buffer`) of the same
     dtype and shape."""
     def check(args: list[Any]) -> list[sim.Violation]:
+        first = args[0].buffer
+        if all(a.buffer.shape == first.shape and a.buffer.dtype == first.dtype for a in args):
+            return []  # the common case, told without spelling out every member's operand
         kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
         return same_across_group(op, group.members, kinds, "x")
     return check

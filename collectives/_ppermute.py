@@ -12,7 +12,17 @@ import sim
 from collectives import _batch_rules as batch_rules
 from collectives._algorithm import direct_only
 from collectives._algorithms import check_algorithm, resolve
-from collectives._common import group_of, map_tree, operand, out_layout_of, pack_slice, same_operands, unpack_into
+from collectives._common import (
+    group_of,
+    header_of,
+    map_tree,
+    operand,
+    out_layout_of,
+    pack_slice,
+    row_major_everywhere,
+    same_operands,
+    unpack_into,
+)
 from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Transposition, Vma
 from collectives._facts import WHOLE, Peers, Sizes, Sweep
 from collectives._strategy import Axes, Sample, any_shape
@@ -58,29 +68,34 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
 
 
 def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorithm: str = "direct") -> Any:
-    return map_tree(lambda leaf: typed(PPERMUTE, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout,
-                                                                                  algorithm),
-                                       {"axis_name": axis_name, "perm": perm}), x)
+    params = (("axis_name", axis_name), ("perm", perm))  # as the program records them: sorted by name
+    call = lambda leaf: typed(PPERMUTE, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout,
+                                                                          algorithm), params)
+    return call(x) if isinstance(x, np.ndarray) else map_tree(call, x)  # an array is a tree of one leaf
 
 
 def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
     context, group = group_of(_OP, axis_name, None)
-    x = operand(_OP, context.device, "x", x)
-    check_algorithm(_OP, context.device, algorithm, group.size, ALGORITHMS)
-    pairs = _checked_perm(context, perm, group.size, axis_name)
-    args = _Args(context.memory.resident(x), pairs, out_layout_of(_OP, context.device, out_layout, x.ndim))
+    array = operand(_OP, context.device, "x", x)
+    pairs = _checked_perm(context, perm, group.size, axis_name, algorithm)
+    # an array made from a memory view (a program's value) is found by that view, unlike its plain copy
+    buffer = context.memory.resident(x if isinstance(x, np.ndarray) else array)
+    args = _Args(buffer, pairs, out_layout_of(_OP, context.device, out_layout, array.ndim))
     params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
     return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
 
 
-def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any) -> Perm:
-    """`check_perm` once per run for a permutation every device passes as the same object."""
-    key = ("ppermute", id(perm), size)
-    found = context.shared.get(key)
+def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any, algorithm: Any) -> Perm:
+    """`check_algorithm`, then `check_perm`, once per run for an algorithm name and a permutation every
+    device passes as the same object."""
+    key = ("ppermute", id(perm), size, algorithm) if isinstance(algorithm, str) else None
+    found = context.shared.get(key) if key is not None else None
     if found is not None and found[0] is perm:  # the entry keeps `perm` alive, so its id is not reused
         return found[1]
+    check_algorithm(_OP, context.device, algorithm, size, ALGORITHMS)
     pairs = check_perm(context.device, perm, size, axis_name)
-    context.shared[key] = (perm, pairs)
+    if key is not None:
+        context.shared[key] = (perm, pairs)
     return pairs
 
 
@@ -115,32 +130,47 @@ def _pairs(device: int, perm: Any, op: str = _OP) -> tuple[tuple[int, int], ...]
 
 
 def _protocol(port: sim.Port, args: _Args) -> Generator:
-    """Sources send; the destination unpacks the arrival into zeroed memory; everyone else keeps the zeros."""
+    """Sources send; the destination unpacks the arrival into zeroed memory; everyone else keeps the zeros.
+
+    What the call's members know alike (the algorithm, the pairs by endpoint, whether every operand and
+    result is row-major) is worked out once per call; a row-major call sends straight from memory and
+    writes each arrival with one copy, as `pack_slice` and `unpack_into` would, without their steps."""
     source = port.memory.view(args.buffer)
-    resolve(port, ALGORITHMS, dict(port.collective.params)["algorithm"], source.nbytes, ())
-    me, members = port.group.index, port.group.members
-    sends, receives = _pairs_of(port, args.perm)
+    sends, receives, plain = port.once("ppermute", lambda: _facts(port, args, source.nbytes))
+    group = port.collective.group
+    me, members = group.index, group.members
     for src, dst in sends.get(me, ()):
-        payload, header = yield from pack_slice(port, source, args.buffer.layout, pair=(src, dst))
+        if plain:
+            payload, header = source, _ROW_MAJOR_HEADERS[source.ndim]
+        else:
+            payload, header = yield from pack_slice(port, source, args.buffer.layout, pair=(src, dst))
         port.send(members[dst], payload, header=header, pair=(src, dst))
     out = port.memory.view(port.memory.alloc(source.dtype, source.shape, args.out_layout))
-    out[...] = 0
-    for src, dst in receives.get(me, ()):
+    arrivals = receives.get(me, ())
+    if not (plain and arrivals):  # (a row-major arrival overwrites every element)
+        out[...] = 0
+    for src, dst in arrivals:
         message = yield port.recv(members[src])
-        yield from unpack_into(port, message, out, pair=(src, dst))
+        if plain:
+            out[...] = message.payload
+        else:
+            yield from unpack_into(port, message, out, pair=(src, dst))
     return out
 
 
-def _pairs_of(port: sim.Port, perm: Perm) -> tuple[dict[int, list], dict[int, list]]:
-    """The pairs of `perm` by source and by destination, in perm order (worked out once per call)."""
-    def by_endpoint() -> tuple[dict[int, list], dict[int, list]]:
-        sends: dict[int, list] = {}
-        receives: dict[int, list] = {}
-        for pair in perm:
-            sends.setdefault(pair[0], []).append(pair)
-            receives.setdefault(pair[1], []).append(pair)
-        return sends, receives
-    return port.once("pairs", by_endpoint)
+def _facts(port: sim.Port, args: _Args, size_bytes: int) -> tuple[dict[int, list], dict[int, list], bool]:
+    """The call's algorithm (resolved for the engine's record), the pairs of `perm` by source and by
+    destination in perm order, and whether every member's operand and result are row-major."""
+    resolve(port, ALGORITHMS, dict(port.collective.params)["algorithm"], size_bytes, ())
+    sends: dict[int, list] = {}
+    receives: dict[int, list] = {}
+    for pair in args.perm:
+        sends.setdefault(pair[0], []).append(pair)
+        receives.setdefault(pair[1], []).append(pair)
+    return sends, receives, row_major_everywhere(port.group_args)
+
+
+_ROW_MAJOR_HEADERS = [header_of(tuple(range(rank))) for rank in range(33)]
 
 
 def _transpose(t: Transposition) -> list:

@@ -31,7 +31,7 @@ from collectives._definition import Definition, Vma
 REDUCE, KEEP, INTRODUCE, INDEX, INVARIANT = Vma.REDUCE, Vma.KEEP, Vma.INTRODUCE, Vma.INDEX, Vma.INVARIANT
 
 
-def typed(definition: Definition, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict,
+def typed(definition: Definition, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict | tuple,
           grouped: bool = False, called: str | None = None) -> sim.Varying:
     """Run `compute` (the collective on plain arrays) and give its result the type `definition.vma` prescribes.
 
@@ -42,9 +42,9 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
     recorded, op, rule = definition.name, called or definition.name, definition.vma
     check_call(context, definition, operands, axis_name, params, op)  # the call's memory, before it allocates
     if not context.check_vma:
-        return sim.wrap(compute(), frozenset(), recorded, params, operands)
+        return sim.wrap(compute(), _NOTHING, recorded, params, operands, context)
     if rule == INVARIANT:  # JAX's abstract evaluation gives the result no varying axes, whatever it reads
-        return sim.wrap(compute(), frozenset(), recorded, params, operands)
+        return sim.wrap(compute(), _NOTHING, recorded, params, operands, context)
     try:
         axes = frozenset(context.mesh.axis_names_of(axis_name))
     except sim.MeshError as error:
@@ -69,4 +69,7 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
     vma = frozenset().union(*(sim.vma_of(x) for x in operands)) | axes
     if rule == REDUCE and not grouped:
         vma -= axes
-    return sim.wrap(compute(), vma, recorded, params, operands)
+    return sim.wrap(compute(), vma, recorded, params, operands, context)
+
+
+_NOTHING: frozenset = frozenset()

@@ -62,7 +62,7 @@ def decode(raw: np.ndarray, dtype: Any, shape: tuple[int, ...], layout: Layout, 
     >>> decode(np.array([0, 0, 3, 0, 1, 0, 4, 0], np.uint8), np.int16, (2, 2), Layout((1, 0))).tolist()
     [[0, 1], [3, 4]]
     """
-    shape = tuple(int(n) for n in shape)
+    shape = tuple(map(int, shape))
     if apply_tiling and layout.tiling:
         slots = _tiled_slots(shape, layout)
         physical = np.empty(math.prod(shape), np.dtype(dtype))
@@ -72,8 +72,14 @@ def decode(raw: np.ndarray, dtype: Any, shape: tuple[int, ...], layout: Layout, 
     if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size != size:
         raise InvalidArgumentError(f"raw has {raw.dtype}[{raw.size}] but a {np.dtype(dtype)}{list(shape)} array "
                                    f"needs uint8[{size}]")
-    return np.ndarray(shape, np.dtype(dtype), buffer=raw, strides=strides(dtype, shape, layout)) if size else \
-        np.zeros(shape, np.dtype(dtype))
+    if not size:
+        return np.zeros(shape, np.dtype(dtype))
+    if layout.major_to_minor == _IDENTITY.get(len(shape)):  # the dense row-major placement: C strides
+        return np.ndarray(shape, np.dtype(dtype), buffer=raw)
+    return np.ndarray(shape, np.dtype(dtype), buffer=raw, strides=strides(dtype, shape, layout))
+
+
+_IDENTITY = {rank: tuple(range(rank)) for rank in range(33)}
 
 
 def encode(array: Any, layout: Layout, *, apply_tiling: bool = False) -> np.ndarray:

@@ -72,8 +72,14 @@ class Layout:
 
     @classmethod
     def row_major(cls, rank: int) -> Layout:
-        """The default layout of rank `rank`: dimension 0 most major (XLA's `{n-1,...,1,0}`)."""
-        return cls(tuple(range(rank)))
+        """The default layout of rank `rank`: dimension 0 most major (XLA's `{n-1,...,1,0}`); one shared
+        instance per rank (a layout is a value)."""
+        found = _ROW_MAJOR.get(rank) if cls is Layout else None
+        if found is None:
+            found = cls(tuple(range(rank)))
+            if cls is Layout:
+                _ROW_MAJOR[rank] = found
+        return found
 
     @classmethod
     def column_major(cls, rank: int) -> Layout:
@@ -122,6 +128,9 @@ class Layout:
         major = physical[: max(0, len(physical) - len(tile))]
         padded = [-(-d // t) * t for d, t in zip(minor, tile)]
         return int(np.prod([*major, *padded], dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+_ROW_MAJOR: dict[int, Layout] = {}
 
 
 def _check_order(value: Any) -> tuple[int, ...]:

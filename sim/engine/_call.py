@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import simpy
 
 from sim._errors import MeshError
-from sim.engine._driver import FAILED, Activity, Phase
+from sim.engine._driver import FAILED
 from sim.engine._options import RunOptions
-from sim.engine._rendezvous import Collective, Rendezvous, Waiting
+from sim.engine._rendezvous import Collective, Rendezvous
 from sim.engine._transport import Port, Transport
 from sim.memory._memory import LocalMemory
 from sim.record._trace import CallRecord
@@ -38,17 +38,29 @@ class Calls:
         self.transport = transport
         self.fail = fail
         self.records: list[CallRecord] = []
+        self._numbers: dict[tuple[int, ...], int] = {}  # each group's members, numbered in order of first call
+        self._by_id: dict[int, tuple[tuple[int, ...], int]] = {}  # the same by id(members), the tuple kept alive
+
+    def _number(self, members: tuple[int, ...]) -> int:
+        """The number of the group `members` (equal tuples, equal numbers), found without hashing a tuple
+        already seen (the members of a group share one)."""
+        entry = self._by_id.get(id(members))
+        if entry is not None and entry[0] is members:
+            return entry[1]
+        number = self._numbers.setdefault(members, len(self._numbers))
+        self._by_id[id(members)] = (members, number)
+        return number
 
     def run(self, program: DeviceProgram, collective: Collective) -> Generator:
         """The device's part of `collective`, in simulated time; its result."""
         members = collective.group.members
-        call = program.calls.get(members, 0)
-        program.calls[members] = call + 1
-        program.last_call = Waiting(collective.name, call, members)
-        program.activity = Activity(Phase.WAITING, program.last_call)
+        number = self._number(members)
+        call = program.calls.get(number, 0)
+        program.calls[number] = call + 1
+        program.wait_in(collective.name, call, members)
         enter_s = float(self.env.now)
         try:
-            meeting = self.rendezvous.arrive(program.device, call, collective)
+            meeting = self.rendezvous.arrive(program.device, call, collective, number)
             yield meeting.event
             met_s = float(self.env.now)
             port = Port(self.transport, self.memories[program.device], program.device, collective, call,
@@ -58,7 +70,8 @@ class Calls:
             if arrived is not None:
                 yield arrived
             # the algorithm a protocol resolved once for the call ('auto' picks), else the one asked for
-            algorithm = meeting.shared.get("algorithm", dict(collective.params).get("algorithm"))
+            shared = meeting.shared
+            algorithm = shared["algorithm"] if "algorithm" in shared else dict(collective.params).get("algorithm")
             self.records.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s,
                                            float(self.env.now), algorithm))
         except Exception as error:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import greenlet
 
+from sim.engine._rendezvous import Waiting
 from sim.memory._memory import LocalMemory
 from sim.network._mesh import Mesh
 from sim.record._equations import Program
@@ -26,7 +27,7 @@ from sim.record._equations import Program
 if TYPE_CHECKING:
     from sim.engine._call import Calls
     from sim.engine._options import RunOptions
-    from sim.engine._rendezvous import Collective, Waiting
+    from sim.engine._rendezvous import Collective
 
 # Greenlets whose program swallowed the abort and asked for another collective: they are never resumed,
 # and kept here so that no later garbage collection runs their code again.
@@ -57,7 +58,8 @@ class DeviceContext:
 
     `program` records the typed equations the device executes; `check_vma` says whether device-variance
     types are inferred and checked; `shared` is one scratch dict for the whole run, where a check that
-    every device makes of the same argument (a permutation, say) can be done once. `mesh`, `check_vma`
+    every device makes of the same argument (a permutation, say) can be done once; `groups` holds the
+    device's group over each single axis name it has called a collective over. `mesh`, `check_vma`
     and `last_arrival_wins` are the run's `options` (`RunOptions`).
     """
 
@@ -71,6 +73,7 @@ class DeviceContext:
         self.program = program
         self.check_vma: bool = options.check_vma
         self.shared = shared
+        self.groups: dict[str, Any] = {}  # the device's group over each single axis name, once found
         # slices that land on the same rows are written in arrival order, not refused (arrival-order exploration)
         self.last_arrival_wins: bool = options.last_arrival_wins
 
@@ -132,13 +135,41 @@ class DeviceProgram:
         self.done = False
         self.aborted = False
         self.result: Any = None
-        self.activity = NOT_STARTED
+        self._activity: Activity | None = NOT_STARTED  # None: waiting in `_waiting`, made on demand
         self.calls: dict[tuple[int, ...], int] = {}
-        self.last_call: Waiting | None = None  # the collective it called last
+        self._waiting: tuple | None = None  # (collective, call, members) of the collective it called last
+        self._last_call: Waiting | None = None
         self._lifecycle = calls
         self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
         self._greenlet.context = DeviceContext(self, calls.options, memory, program, shared)
         self._home = self._greenlet.parent
+
+    @property
+    def activity(self) -> Activity:
+        """What the device is doing now."""
+        if self._activity is None:
+            self._activity = Activity(Phase.WAITING, self.last_call)
+        return self._activity
+
+    @activity.setter
+    def activity(self, activity: Activity) -> None:
+        self._activity = activity
+
+    @property
+    def last_call(self) -> Waiting | None:
+        """The collective call it made last (`Waiting`), None before its first."""
+        if self._last_call is None and self._waiting is not None:
+            self._last_call = Waiting(*self._waiting)
+        return self._last_call
+
+    @last_call.setter
+    def last_call(self, waiting: Waiting | None) -> None:
+        self._waiting, self._last_call = None, waiting
+
+    def wait_in(self, collective: str, call: int, members: tuple[int, ...]) -> None:
+        """Enter call number `call` of `collective` over `members`: the device now waits in it (the
+        `Waiting` and `Activity` that say so are made only when read)."""
+        self._waiting, self._last_call, self._activity = (collective, call, members), None, None
 
     def call(self, collective: Collective) -> Any:
         """In the device's greenlet: hand `collective` to the process and return its result."""
@@ -154,7 +185,7 @@ class DeviceProgram:
         """The SimPy process: resume the program, run the collective it asks for, repeat until it returns."""
         resume: tuple = ()  # the first switch starts the program with no arguments
         while True:
-            self.activity = COMPUTING
+            self._activity = COMPUTING
             try:
                 request = self._greenlet.switch(*resume)
             except BaseException as error:  # handed to the simulation, which ends the run with it

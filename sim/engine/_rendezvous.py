@@ -128,12 +128,13 @@ class Rendezvous:
         self.env = env
         self.sanitize = sanitize
         self.violations: list[Violation] = []
-        self._meetings: dict[tuple[tuple[int, ...], int], _Meeting] = {}
+        self._meetings: dict[tuple[Hashable, int], _Meeting] = {}
         self._exchanges = 0
 
-    def arrive(self, device: int, call: int, collective: Collective) -> _Meeting:
+    def arrive(self, device: int, call: int, collective: Collective, group_key: Hashable = None) -> _Meeting:
         """Register `device`'s arrival; returns the meeting, whose `event` fires when all have arrived and
-        whose `exchange` number keeps this call's messages apart.
+        whose `exchange` number keeps this call's messages apart. `group_key` names the group's members
+        (by default the members themselves): any key equal for equal members.
 
         Raises:
             ProtocolError: `device` called a different collective (or other parameters) than the first
@@ -142,7 +143,7 @@ class Rendezvous:
                 sanitizing: a rule no skipped piece mends).
         """
         group = collective.group
-        key = (group.members, call)
+        key = (group.members if group_key is None else group_key, call)
         meeting = self._meetings.get(key)
         if meeting is None:
             meeting = self._meetings[key] = _Meeting(collective, device, self.env.event(), self._exchanges)

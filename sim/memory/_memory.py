@@ -15,6 +15,7 @@ bytes, so that placing inputs and assembling outputs need not copy:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,9 +83,12 @@ class LocalMemory:
         self.meter = meter  # counts every allocation against the run's limit; None counts nothing
         self._segments: list[tuple[int, np.ndarray]] = []
         self._open: tuple[int, np.ndarray] | None = None  # the segment the bump allocator fills
+        self._open_address = 0  # where its bytes start in the process's memory
         self._top = 0
         self._by_address: dict[int, Buffer] = {}
         self._reserved: list[np.ndarray] = []
+        self._views: dict[int, tuple[Buffer, np.ndarray]] = {}  # by id(buffer), the buffer kept alive with it
+        self._owners: dict[int, tuple[np.ndarray, Buffer]] = {}  # the same by id(view), the view kept alive
 
     @property
     def size_bytes(self) -> int:
@@ -100,10 +104,12 @@ class LocalMemory:
             ValueError: `layout` does not fit the rank of `shape`.
             MemoryLimitError: the run's memories would hold more than its limit (with a `meter`).
         """
-        shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
-        layout = layout or Layout.row_major(len(shape))
-        size = layout.size_in_bytes(dtype, shape)
-        if layout == Layout.row_major(len(shape)):
+        shape, dtype = tuple(map(int, shape)), np.dtype(dtype)
+        row_major = Layout.row_major(len(shape))
+        layout = layout or row_major
+        # a row-major layout made for this rank needs no check and pads nothing
+        size = math.prod(shape) * dtype.itemsize if layout is row_major else layout.size_in_bytes(dtype, shape)
+        if self._reserved and (layout is row_major or layout == row_major):
             for k, region in enumerate(self._reserved):
                 if region.dtype == dtype and region.shape == shape:
                     self._charge("a block of a global output", dtype, shape, size)
@@ -117,8 +123,17 @@ class LocalMemory:
             grown = max(size, min(2 * segment.size, _MAX_SPARE_BYTES), _MIN_SEGMENT_BYTES)
             start = self._append(np.zeros(grown, np.uint8))
             self._open = self._segments[-1]
+            self._open_address = _address(self._open[1])
         self._top = start + size
-        return self._register(Buffer(self.device, start, dtype, shape, layout))
+        base, segment = self._open
+        buffer = Buffer(self.device, start, dtype, shape, layout)
+        count = math.prod(shape)
+        if count and layout is row_major:  # C order over the segment's bytes: decode's own view, made directly
+            view = np.frombuffer(segment, dtype, count, start - base)
+            return self._register(buffer, None, self._open_address + start - base,
+                                  view if len(shape) == 1 else view.reshape(shape))
+        raw = segment[start - base : start - base + count * dtype.itemsize]
+        return self._register(buffer, raw, self._open_address + start - base)
 
     def adopt(self, array: np.ndarray, layout: Layout | None = None) -> Buffer:
         """Hold `array` without copying it: a new segment that is a read-only view of its bytes.
@@ -174,7 +189,11 @@ class LocalMemory:
         raise InvalidArgumentError(f"offset {buffer.offset} is not in device {self.device}'s memory")
 
     def view(self, buffer: Buffer) -> np.ndarray:
-        """The logical array `buffer` holds, as a view of the memory (read-only for an adopted block)."""
+        """The logical array `buffer` holds, as a view of the memory (read-only for an adopted block); the
+        same view object each time for a buffer this memory handed out (decoded once)."""
+        entry = self._views.get(id(buffer))
+        if entry is not None and entry[0] is buffer:
+            return entry[1]
         return layouts.decode(self.raw(buffer), buffer.dtype, buffer.shape, buffer.layout)
 
     def store(self, array, layout: Layout | None = None) -> Buffer:
@@ -188,7 +207,18 @@ class LocalMemory:
         """The buffer whose whole view `array` is, if any (so operands need no copy)."""
         if not isinstance(array, np.ndarray) or array.size == 0:
             return None
-        buffer = self._by_address.get(array.__array_interface__["data"][0])
+        base = array.base
+        for _ in range(3):  # a view of a buffer's view (a result, an input), through a few views of views
+            owner = self._owners.get(id(base))
+            if owner is not None and owner[0] is base:
+                view, buffer = owner
+                # a view within `view` with its shape and strides starts where it does: it is the whole buffer
+                same = array.shape == view.shape and array.strides == view.strides and array.dtype == view.dtype
+                return buffer if same else None
+            if base is None:
+                break
+            base = getattr(base, "base", None)
+        buffer = self._by_address.get(_address(array))
         if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
             return None
         return buffer if self.view(buffer).strides == array.strides else None
@@ -214,7 +244,8 @@ class LocalMemory:
         start = self._append(raw)
         self._open = None  # later small arrays start a segment of their own, after this one
         self._top = start + layout.size_in_bytes(dtype, shape)
-        return self._register(Buffer(self.device, start, dtype, shape, layout))
+        buffer = Buffer(self.device, start, dtype, shape, layout)
+        return self._register(buffer, self.raw(buffer), _address(raw))
 
     def _append(self, segment: np.ndarray) -> int:
         """Place `segment` at the next aligned offset past every segment (and every allocation)."""
@@ -233,6 +264,18 @@ class LocalMemory:
         if self.meter is not None:
             self.meter.charge(self.device, what, dtype, shape, size)
 
-    def _register(self, buffer: Buffer) -> Buffer:
-        self._by_address[self.raw(buffer).__array_interface__["data"][0]] = buffer
+    def _register(self, buffer: Buffer, raw: np.ndarray | None, address: int, view: np.ndarray | None = None
+                  ) -> Buffer:
+        """Know `buffer` (whose value bytes are `raw`, at `address`) by its address, and its view (`view`, or
+        decoded from `raw`) by its id."""
+        self._by_address[address] = buffer
+        if view is None:
+            view = layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout)
+        self._views[id(buffer)] = (buffer, view)
+        self._owners[id(view)] = (view, buffer)
         return buffer
+
+
+def _address(array: np.ndarray) -> int:
+    """Where `array`'s first byte is in the process's memory."""
+    return array.__array_interface__["data"][0]

@@ -17,6 +17,8 @@ import numpy as np
 from sim.engine._driver import current_or_none
 from sim.record._equations import Const, Var
 
+_INVARIANT: frozenset = frozenset()
+
 
 class Varying(np.ndarray):
     """A numpy array on one simulated device, with `vma` (the axes it may vary along) and its `var`."""
@@ -25,7 +27,7 @@ class Varying(np.ndarray):
     var: Var | None
 
     def __array_finalize__(self, obj: Any) -> None:
-        self.vma = getattr(obj, "vma", frozenset())
+        self.vma = getattr(obj, "vma", _INVARIANT)
         self.var = None
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out=None, **kwargs: Any):
@@ -85,14 +87,18 @@ def vma_of(value: Any) -> frozenset:
     return value.vma if isinstance(value, Varying) else frozenset()
 
 
-def wrap(value: Any, vma: frozenset, op: str = "", params: dict | None = None, inputs: list | None = None) -> Varying:
-    """`value` as a `Varying` with `vma`, recorded as the output of `op` when `op` is given."""
+def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None = None, inputs: list | None = None,
+         context: Any = None) -> Varying:
+    """`value` as a `Varying` with `vma`, recorded as the output of `op` when `op` is given (in the program of
+    `context`, by default the running device's)."""
     array = np.asarray(value).view(Varying)
-    array.vma = frozenset(vma)
-    context = current_or_none()
-    if op and context is not None:
-        array.var = context.program.new_var(array.dtype, array.shape, array.vma)
-        context.program.record(op, params or {}, [_ref(i) for i in inputs or []], [array.var])
+    array.vma = vma if type(vma) is frozenset else frozenset(vma)
+    if op:
+        context = context or current_or_none()
+        if context is not None:
+            program = context.program
+            array.var = program.new_var(array.dtype, array.shape, array.vma)
+            program.record(op, params or {}, [_ref(i) for i in inputs or []], [array.var])
     return array
 
 
