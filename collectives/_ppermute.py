@@ -139,6 +139,9 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     sends, receives, plain = port.once("ppermute", lambda: _facts(port, args, source.nbytes))
     group = port.collective.group
     me, members = group.index, group.members
+    if plain and port.once("ppermute pairs", lambda: port.pairs_apply()):
+        return (yield from _paired(port, source, sends.get(me, ()), receives.get(me, ()), len(args.perm),
+                                   args.out_layout))
     for src, dst in sends.get(me, ()):
         if plain:
             payload, header = source, _ROW_MAJOR_HEADERS[source.ndim]
@@ -155,6 +158,21 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
             out[...] = message.payload
         else:
             yield from unpack_into(port, message, out, pair=(src, dst))
+    return out
+
+
+def _paired(port: sim.Port, source: np.ndarray, sends: list, arrivals: list, senders: int, out_layout: Any
+            ) -> Generator:
+    """`_protocol` of a row-major call whose messages go as one batch (`sim.engine._pairs`): the same
+    messages, trace and times."""
+    members = port.collective.group.members
+    for src, dst in sends:
+        port.send_pair(members[dst], source, senders, pair=(src, dst))
+    out = port.memory.view(port.memory.alloc(source.dtype, source.shape, out_layout))
+    if not arrivals:
+        out[...] = 0
+        return out
+    out[...] = yield from port.recv_pair(senders)
     return out
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import simpy
 
 from sim._simpy import fire_after as _fire
+from sim.engine._pairs import PairTable, pairs_apply
 from sim.engine._rows import Table, Whole
 from sim.engine._slices import SliceTables, receive_slices
 from sim.engine._switch import SwitchReductions
@@ -229,6 +230,9 @@ class Transport:
         if table.served == len(table.members):
             del self._tables[exchange]
         return taken
+
+
+_PAIRS = ("sim.engine._pairs", "table")  # the meeting's key of its PairTable
 
 
 @dataclass(frozen=True)
@@ -447,6 +451,29 @@ class Port:
         `send_slices` messages to this member (senders in member order, each sender's in its order), once
         the last has arrived: `payloads, values = yield from port.recv_slices(count)`."""
         return (yield from receive_slices(self, count))
+
+    def pairs_apply(self) -> bool:
+        """Whether this call may use `send_pair` / `recv_pair` (see `sim.engine._pairs.pairs_apply`)."""
+        return pairs_apply(self)
+
+    def send_pair(self, dst: int, payload: np.ndarray, senders: int, **detail: Any) -> None:
+        """Post `payload` (C-contiguous) to device `dst` in a call where `senders` members each send one
+        message and each member receives at most one (`sim.engine._pairs`; only where `pairs_apply`): the
+        trace and times of `send`, the messages posted as one batch when the last sender has handed its
+        over. The receiver takes it with `recv_pair`."""
+        if not payload.flags.c_contiguous:
+            raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        self._pairs(senders).send(self, dst, payload, detail)
+
+    def recv_pair(self, senders: int) -> Generator:
+        """The payload of the `send_pair` message to this device, once it has arrived:
+        `payload = yield from port.recv_pair(senders)`."""
+        table = self._pairs(senders)
+        yield table.expect(self.device)
+        return table.payload(self.device)
+
+    def _pairs(self, senders: int) -> PairTable:
+        return self.meeting.once(_PAIRS, lambda: PairTable(self.transport, senders, self.collective.name, self.call))
 
     def recv(self, src: int, tag: Hashable = 0, channel: Hashable | None = None) -> simpy.Event:
         """An event that fires with the `Message` from `src` carrying `tag` (on `channel`, for a one-sided

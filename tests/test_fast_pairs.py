@@ -1,0 +1,107 @@
+"""ppermute's messages posted as one batch per call (`sim.engine._pairs`) equal the same messages posted one
+by one (`Port.send` / `Port.recv`): result bytes, every trace column, end time and call records. A batch
+forced onto calls whose messages are issued one by one is told apart, to show the comparison can fail."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import collectives
+import sim
+from sim import P
+from sim.engine import _pairs
+from sim.engine._transport import Port
+
+
+def _run(axes: dict[str, int], axis: str, perms: list[list[tuple[int, int]]], x: np.ndarray,
+         network: sim.Network | None) -> tuple:
+    """Output bytes, trace JSON and columns, end time and call records of one ppermute per perm."""
+    def body(v):
+        for perm in perms:
+            v = collectives.ppermute(v, axis, perm)
+        return v
+
+    mesh = sim.Mesh(axes) if network is None else sim.Mesh(axes, network=network)
+    run = sim.shard_map(body, mesh=mesh, in_specs=P(tuple(axes)), out_specs=P(tuple(axes)), check_vma=False).run(x)
+    calls = [(c.device, c.collective, c.call, c.members, c.enter_s, c.met_s, c.exit_s, c.algorithm)
+             for c in run.simulation.calls]
+    columns = {key: np.asarray(value).tolist() for key, value in run.trace.columns().items()}
+    return (run.outputs.tobytes(), json.dumps(run.trace.to_json()).encode(), columns, run.end_time_s, calls)
+
+
+def _batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the batches posted (one entry per batch, its messages)."""
+    posted: list[int] = []
+    post = _pairs.PairTable._post
+    monkeypatch.setattr(_pairs.PairTable, "_post", lambda table: (posted.append(len(table.dsts)), post(table)))
+    return posted
+
+
+_NETWORKS = [None, sim.Network(1e-6, 10e9), sim.Network(2e-6, 5e9, topology="ring"),
+             sim.Network.switch(1e-6, 1e9), sim.Network(1e-6, 1e9, topology="ring", store_and_forward=True),
+             sim.Network(1e-6, 1e9, costs=sim.Costs(efficiency=0.5, overhead_bytes=64))]
+
+
+@st.composite
+def _cases(draw):
+    n = draw(st.integers(1, 8))
+    axes, axis = ({"x": n}, "x") if draw(st.booleans()) or n < 2 else ({"y": 2, "x": n}, "x")
+    size = axes[axis]
+    perms = []
+    for _ in range(draw(st.integers(1, 3))):
+        sources = draw(st.lists(st.integers(0, size - 1), unique=True, max_size=size))
+        targets = draw(st.permutations(range(size)))[: len(sources)]
+        perms.append(list(zip(sources, targets)))
+    devices = int(np.prod(list(axes.values())))
+    shape = (devices * draw(st.integers(0, 3)),) + tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    dtype = draw(st.sampled_from(["int8", "int32", "float16", "float64"]))
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    x = np.frombuffer(draw(st.binary(min_size=nbytes, max_size=nbytes)), dtype).reshape(shape).copy()
+    return axes, axis, perms, x, draw(st.sampled_from(_NETWORKS))
+
+
+@given(case=_cases())
+def test_batched_pairs_equal_messages_one_by_one(case):
+    """Programs of several ppermutes (partial permutations, empty and self messages, any dtype, links
+    shared on a ring or a switch, protocol overheads, store-and-forward rings, calls over a whole mesh or
+    over one axis of two) give the same bytes, trace, end time and call records whether a call's messages
+    go as one batch or one by one."""
+    with pytest.MonkeyPatch.context() as patch:
+        posted = _batches(patch)
+        fast = _run(*case)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Port, "pairs_apply", lambda port: False)
+        slow = _run(*case)
+    assert fast == slow
+    axes, _, perms = case[:3]
+    if len(axes) == 1:  # a call over every device goes as one batch of its pairs
+        assert posted == [len(perm) for perm in perms if perm]
+
+
+def test_batches_apply_only_to_calls_over_every_device(monkeypatch):
+    """Calls over the one axis of a single-axis mesh are batched; over one axis of two, not."""
+    posted = _batches(monkeypatch)
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    _run({"x": 4}, "x", [ring, ring], np.arange(8.0), None)
+    assert posted == [4, 4]
+    _run({"x": 4, "y": 2}, "x", [ring], np.arange(8.0), None)
+    assert posted == [4, 4]
+
+
+def test_batched_pairs_comparison_can_fail(monkeypatch):
+    """Batches forced onto calls whose messages are issued one after another (`Costs.per_message_s`), which a
+    batch posts at once, are told apart from the messages one by one: same bytes, other times."""
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    case = ({"x": 4}, "x", [ring, ring], np.arange(4.0), sim.Network(1e-6, 1e9, costs=sim.Costs(per_message_s=1e-6)))
+    honest = _run(*case)
+    monkeypatch.setattr(Port, "pairs_apply", lambda port: True)
+    forced = _run(*case)
+    assert forced[0] == honest[0]
+    assert forced[2]["src"] == honest[2]["src"]
+    assert forced[2]["start_time_s"] != honest[2]["start_time_s"]
+    assert forced[3] != honest[3]
