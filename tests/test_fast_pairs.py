@@ -69,8 +69,8 @@ def _cases(draw):
 def test_batched_pairs_equal_messages_one_by_one(case):
     """Programs of several ppermutes (partial permutations, empty and self messages, any dtype, links
     shared on a ring or a switch, protocol overheads, store-and-forward rings, calls over a whole mesh or
-    over one axis of two) give the same bytes, trace, end time and call records whether a call's messages
-    go as one batch or one by one."""
+    over one axis of two, whose groups post in the same instant) give the same bytes, trace, end time and
+    call records whether each group's messages go as one batch or one by one."""
     with pytest.MonkeyPatch.context() as patch:
         posted = _batches(patch)
         fast = _run(*case)
@@ -79,18 +79,19 @@ def test_batched_pairs_equal_messages_one_by_one(case):
         slow = _run(*case)
     assert fast == slow
     axes, _, perms = case[:3]
-    if len(axes) == 1:  # a call over every device goes as one batch of its pairs
-        assert posted == [len(perm) for perm in perms if perm]
+    groups = axes.get("y", 1)  # one batch per group of each call: the whole mesh, or one per index along y
+    assert posted == [len(perm) for perm in perms if perm for _ in range(groups)]
 
 
-def test_batches_apply_only_to_calls_over_every_device(monkeypatch):
-    """Calls over the one axis of a single-axis mesh are batched; over one axis of two, not."""
+def test_each_group_posts_one_batch(monkeypatch):
+    """A call over one axis of a 4 x 2 mesh posts one batch per group, each as the group's members post:
+    two batches of four messages for each ring shift."""
     posted = _batches(monkeypatch)
     ring = [(i, (i + 1) % 4) for i in range(4)]
     _run({"x": 4}, "x", [ring, ring], np.arange(8.0), None)
     assert posted == [4, 4]
     _run({"x": 4, "y": 2}, "x", [ring], np.arange(8.0), None)
-    assert posted == [4, 4]
+    assert posted == [4, 4, 4, 4]
 
 
 def test_batched_pairs_comparison_can_fail(monkeypatch):

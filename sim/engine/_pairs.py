@@ -7,8 +7,11 @@ in the order they were handed over. A receiver waits on one event that fires at 
 (`Port.recv_pair`) and reads the payload (a view of the sender's memory) from the table.
 
 It gives the trace and the times of the same messages sent one by one (`Port.send` / `Port.recv`) as long
-as nothing else is posted while the call's members hand theirs over: `pairs_apply` says when that holds (the
-call spans every device, sending costs nothing but the links, the run is neither perturbed nor sanitized).
+as nothing else is posted while the call's members hand theirs over and every message is posted at once.
+The members of a call resume together when their meeting ends (one event, their processes one after another,
+nothing else in between), so a protocol that hands over its message before it first waits meets the first
+condition; `pairs_apply` says when the second holds (sending costs nothing but the links, and the run is
+neither perturbed, sanitized nor exploring arrival orders).
 For example, a ring shift over 4 devices posts the messages 0->1, 1->2, 2->3, 3->0 as one batch, and device
 2 wakes at the arrival of the message from device 1.
 """
@@ -29,11 +32,11 @@ if TYPE_CHECKING:
 
 def pairs_apply(port: Port) -> bool:
     """Whether `port`'s call may post through a `PairTable` with the same trace and times as message by
-    message: its group is every device of the run, issuing is free, the run is not perturbed, sanitized or
-    exploring arrival orders."""
+    message, its members handing their messages over before they first wait: issuing is free, the run is not
+    perturbed, sanitized or exploring arrival orders."""
     transport, costs = port.transport, port.transport.costs
     return (transport.order is None and not costs.per_message_s and not costs.launch_s
-            and port.group.size == len(transport._inbox) and not port.skipped and not port.last_arrival_wins)
+            and not port.skipped and not port.last_arrival_wins)
 
 
 class PairTable:
