@@ -106,3 +106,17 @@ def test_batched_pairs_comparison_can_fail(monkeypatch):
     assert forced[2]["src"] == honest[2]["src"]
     assert forced[2]["start_time_s"] != honest[2]["start_time_s"]
     assert forced[3] != honest[3]
+
+
+def test_perturbed_and_sanitized_runs_send_one_by_one(monkeypatch):
+    """A perturbed run (its own arrival draws per message) and a sanitized run post no batch."""
+    posted = _batches(monkeypatch)
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    body = lambda v: collectives.ppermute(v, "x", ring)
+    mesh, x = sim.Mesh({"x": 4}), np.arange(4.0)
+    program = sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    program.run_with((x,), perturbation=sim.Perturbation(3))
+    sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False, sanitize=True).run(x)
+    assert posted == []
+    program.run(x)
+    assert posted == [4]

@@ -36,7 +36,7 @@ def pairs_apply(port: Port) -> bool:
     perturbed, sanitized or exploring arrival orders."""
     transport, costs = port.transport, port.transport.costs
     return (transport.order is None and not costs.per_message_s and not costs.launch_s
-            and not port.skipped and not port.last_arrival_wins)
+            and not port.options.sanitize and not port.last_arrival_wins)
 
 
 class PairTable:
