@@ -46,7 +46,7 @@ from collectives._algorithm import (
     pairs,
 )
 from collectives._algorithm import whole as whole_operand
-from collectives._algorithms import Team, axis_teams, blocks_of, ring_team
+from collectives._algorithms import BlockMoves, Team, axis_teams, blocks_of, by_tables, group_index, ring_team
 from collectives._common import pack_slice, unpack_into, unpack_values
 from layouts import Layout
 
@@ -61,7 +61,7 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
     work[port.group.index, ...] = own
     if algorithm is RING:
         team = ring_team(port)
-        yield from ring(port, team, team.arrange([work[i, ...] for i in range(n)]), "ring")
+        yield from ring(port, team, work, "ring")
     elif algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
         yield from bidirectional.all_gather(port, team, team.arrange([work[i, ...].reshape(-1) for i in range(n)]), "")
@@ -75,8 +75,7 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
         grid = work.reshape((*shape, *source.shape))
         for k, team in axis_teams(port, shape):
             coords = np.unravel_index(port.group.index, shape)
-            units = [grid[(*coords[:k], t, ...)] for t in range(team.size)]
-            yield from ring(port, team, units, f"axis {k}")
+            yield from ring(port, team, grid[tuple(coords[:k])], f"axis {k}")
     if work is not target:
         yield from unpack_values(port, work, tuple(range(work.ndim)), target, phase="result")
     return result
@@ -86,9 +85,15 @@ def _alloc(port: sim.Port, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     return port.memory.view(port.memory.alloc(dtype, shape))
 
 
-def ring(port: sim.Port, team: Team, units: list[np.ndarray], phase: str) -> Generator:
-    """Pass `units` (contiguous views, the caller's own at `team.index` already filled) round `team`."""
+def ring(port: sim.Port, team: Team, blocks: np.ndarray, phase: str) -> Generator:
+    """Pass the blocks round `team`: team position t holds `blocks[team.order[t]]` (`blocks[t]` when the team
+    has no order), the caller's own already filled; each block is contiguous."""
     n, me = team.size, team.index
+    order = list(range(n)) if team.order is None else list(team.order)
+    if n > 1 and by_tables(port, phase, blocks):
+        yield from _ring_tables(port, team, blocks, order, phase)
+        return
+    units = [blocks[g, ...] for g in order]
     for step in range(n - 1):
         c = (me - step) % n
         port.send(team.at(1), units[c], tag=(phase, step), header={}, phase=phase, step=step, block=c)
@@ -97,12 +102,44 @@ def ring(port: sim.Port, team: Team, units: list[np.ndarray], phase: str) -> Gen
         yield from unpack_into(port, message, units[c], block=c)
 
 
+def _ring_tables(port: sim.Port, team: Team, blocks: np.ndarray, order: list[int], phase: str) -> Generator:
+    """`ring`'s steps run for every member at once (`sim.engine.Steps`): the same messages, times and bytes."""
+    n = team.size
+    steps = port.once(("steps", phase), lambda: _RingSteps(port, n, blocks[0].nbytes, phase))
+    yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (blocks, order))
+
+
+class _RingSteps:
+    """What `ring`'s messages carry, for all members: at step s the member at ring position p sends the
+    block of position p - s and writes the block of position p - 1 - s (`Steps` states: (blocks, order),
+    moved by `BlockMoves`)."""
+
+    def __init__(self, port: sim.Port, n: int, nbytes: int, phase: str) -> None:
+        self.n, self.nbytes, self.phase = n, nbytes, phase
+        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+        self.moves: BlockMoves | None = None
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        return np.full(len(senders), self.nbytes, np.int64)
+
+    def details(self, positions: np.ndarray, steps: np.ndarray) -> dict[str, list]:
+        return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
+                "block": ((positions - steps) % self.n).tolist()}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray) -> None:
+        positions = self.of.positions
+        if self.moves is None:
+            self.moves = BlockMoves(self.of.states, self.nbytes)
+        self.moves.move(receivers, (positions[receivers] - 1 - steps) % self.n, senders,
+                        (positions[senders] - steps) % self.n)
+
+
 def _hierarchical(port: sim.Port, work: np.ndarray) -> Generator:
     """Round a ring of the members of the caller's local rank across nodes, then every block held to every
     member of the node in one direct step (`collectives._hierarchical`)."""
     order, (nodes, k) = hierarchical.grid(port)
     node, across = hierarchical.node_teams(port)
-    yield from ring(port, across, [work[g, ...] for g in across.order], "inter-node")
+    yield from ring(port, across, work, "inter-node")
     units = [[work[order[v * k + t], ...] for v in range(nodes)] for t in range(k)]
     yield from hierarchical.all_gather(port, node, units, "intra-node")
 

@@ -86,6 +86,12 @@ def max_min_rates(flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray, capa
     return rate
 
 
+def _sources(posted: list[tuple], counts: list[int]) -> np.ndarray:
+    """The sender of every posted message: one per post from `LinkState.send`, one per message from
+    `send_table`."""
+    return np.concatenate([np.full(count, p[0], np.int64) for p, count in zip(posted, counts)])
+
+
 def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarray | None = None) -> np.ndarray:
     """How many intervals [start, stop) cover each link (each counted with its weight, if given)."""
     edges = np.bincount(start, weights, links + 1) - np.bincount(stop, weights, links + 1)
@@ -162,6 +168,7 @@ class LinkState:
         self._due: set[float] = set()  # times a step is scheduled for
         self.on_settled: Callable[[], None] | None = None  # told after each step's reports (see `Transport`)
         self._next_sink = 0
+        self._tabled = False  # whether some post came from `send_table` (a sender per message)
 
     def send(self, src: int, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
         """Post messages from mesh device `src` to each of mesh devices `dsts` (`sizes` bytes) now; `sink`
@@ -179,6 +186,12 @@ class LinkState:
         self._sinks[sink_id] = [sink, len(dsts)]
         self._posted.append((src, dsts, sizes, sink_id))
         self._schedule(float(self.env.now))  # any SimPy clock: an integer one too (simpy.Environment() starts at 0)
+
+    def send_table(self, srcs: np.ndarray, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
+        """Post messages from mesh devices `srcs[i]` to `dsts[i]` (`sizes[i]` bytes) now, as `send` posts
+        them one sender at a time (the same flows, in the same order); `sink` hears of message i as slot i."""
+        self.send(src=np.asarray(srcs, np.int64), dsts=dsts, sizes=sizes, sink=sink)  # type: ignore[arg-type]
+        self._tabled = True
 
     def send_reduced(self, contributors: tuple[int, ...], receivers: tuple[int, ...], size_bytes: int,
                      sink: Sink) -> None:
@@ -271,7 +284,8 @@ class LinkState:
     def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
         """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
         counts = [len(dsts) for _, dsts, _, _ in posted]
-        src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
+        src = (_sources(posted, counts) if self._tabled
+               else np.repeat(np.array([p[0] for p in posted], np.int64), counts))
         dst = np.concatenate([np.asarray(p[1], np.int64) for p in posted])
         size = np.concatenate([np.asarray(p[2], np.float64) for p in posted])
         sink = np.repeat(np.array([p[3] for p in posted], np.int64), counts)
