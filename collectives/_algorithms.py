@@ -162,15 +162,6 @@ def group_index(port: sim.Port, device: int) -> int:
     return port.once("group index", lambda: {d: i for i, d in enumerate(port.group.members)})[device]
 
 
-def by_tables(port: sim.Port, phase: str, blocks: np.ndarray) -> bool:
-    """Whether the call's `phase` runs its steps for every member at once (`sim.engine.Steps`): the run
-    allows it (`sim.engine.steps_fit`) and what members receive lands in one contiguous run (each block
-    of `blocks`, indexed along its first axis, is: no timed unpack). Decided once per call and phase, so
-    every member takes the same path."""
-    return port.once(("by tables", phase), lambda: sim.engine.steps_fit(port) and len(blocks) > 0
-                     and blocks[0].flags.c_contiguous)
-
-
 class BlockMoves:
     """Copies between members' blocks, as one copy after another would make them. `states[j]` is member
     j's (blocks, order): its block of position k is `blocks[order[k]]`, `nbytes` bytes, contiguous.

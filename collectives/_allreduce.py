@@ -56,6 +56,7 @@ import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
+from collectives import _ring_steps as ring_steps
 from collectives import _tree as tree
 from collectives._algorithm import (
     SUM_BOUND,
@@ -254,6 +255,10 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
         c = (team.index - 1) % team.size
         partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
         states.append([team, phase, own, partial, c])
+    if len(lanes) == 1 and lanes[0][0].size > 1 and ring_steps.by_tables(port, phase + "reduce-scatter", own[0],
+                                                                          reduction):
+        yield from ring_steps.reduce_scatter(port, team, own, partial, reduction, phase + "reduce-scatter")
+        return [partial[team.index]]
     for step in range(lanes[0][0].size - 1 if lanes else 0):
         for team, phase, _, partial, c in states:
             payload, header = yield from pack_slice(port, partial[c], Layout.row_major(partial[c].ndim))
@@ -272,6 +277,12 @@ def _ring_all_gather(port: sim.Port, lanes: list[tuple[Team, np.ndarray, list[np
     """Pass each lane's complete chunks around its ring into `chunks` (1-D row-major views), own chunk first."""
     for team, mine, chunks, _ in lanes:
         chunks[team.index][...] = mine
+    if len(lanes) == 1 and lanes[0][0].size > 1:
+        team, _, chunks, phase = lanes[0]
+        if ring_steps.by_tables(port, phase + "all-gather", chunks[0]):
+            order = list(range(team.size))
+            yield from ring_steps.gather(port, team, chunks, order, phase + "all-gather", "chunk")
+            return
     for step in range(lanes[0][0].size - 1):
         for team, _, chunks, phase in lanes:
             c = (team.index - step) % team.size

@@ -32,6 +32,7 @@ import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
+from collectives import _ring_steps as ring_steps
 from collectives._algorithm import (
     Algorithm,
     Pattern,
@@ -46,7 +47,7 @@ from collectives._algorithm import (
     pairs,
 )
 from collectives._algorithm import whole as whole_operand
-from collectives._algorithms import BlockMoves, Team, axis_teams, blocks_of, by_tables, group_index, ring_team
+from collectives._algorithms import Team, axis_teams, blocks_of, ring_team
 from collectives._common import pack_slice, unpack_into, unpack_values
 from layouts import Layout
 
@@ -90,8 +91,8 @@ def ring(port: sim.Port, team: Team, blocks: np.ndarray, phase: str) -> Generato
     has no order), the caller's own already filled; each block is contiguous."""
     n, me = team.size, team.index
     order = list(range(n)) if team.order is None else list(team.order)
-    if n > 1 and by_tables(port, phase, blocks):
-        yield from _ring_tables(port, team, blocks, order, phase)
+    if n > 1 and ring_steps.by_tables(port, phase, blocks[order[0]]):
+        yield from ring_steps.gather(port, team, blocks, order, phase, "block")
         return
     units = [blocks[g, ...] for g in order]
     for step in range(n - 1):
@@ -100,38 +101,6 @@ def ring(port: sim.Port, team: Team, blocks: np.ndarray, phase: str) -> Generato
         c = (me - 1 - step) % n
         message = yield port.recv(team.at(-1), tag=(phase, step))
         yield from unpack_into(port, message, units[c], block=c)
-
-
-def _ring_tables(port: sim.Port, team: Team, blocks: np.ndarray, order: list[int], phase: str) -> Generator:
-    """`ring`'s steps run for every member at once (`sim.engine.Steps`): the same messages, times and bytes."""
-    n = team.size
-    steps = port.once(("steps", phase), lambda: _RingSteps(port, n, blocks[0].nbytes, phase))
-    yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (blocks, order))
-
-
-class _RingSteps:
-    """What `ring`'s messages carry, for all members: at step s the member at ring position p sends the
-    block of position p - s and writes the block of position p - 1 - s (`Steps` states: (blocks, order),
-    moved by `BlockMoves`)."""
-
-    def __init__(self, port: sim.Port, n: int, nbytes: int, phase: str) -> None:
-        self.n, self.nbytes, self.phase = n, nbytes, phase
-        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
-        self.moves: BlockMoves | None = None
-
-    def sizes(self, senders: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        return np.full(len(senders), self.nbytes, np.int64)
-
-    def details(self, positions: np.ndarray, steps: np.ndarray) -> dict[str, list]:
-        return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
-                "block": ((positions - steps) % self.n).tolist()}
-
-    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray) -> None:
-        positions = self.of.positions
-        if self.moves is None:
-            self.moves = BlockMoves(self.of.states, self.nbytes)
-        self.moves.move(receivers, (positions[receivers] - 1 - steps) % self.n, senders,
-                        (positions[senders] - steps) % self.n)
 
 
 def _hierarchical(port: sim.Port, work: np.ndarray) -> Generator:

@@ -12,12 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import collectives
-import collectives._algorithms
-import collectives._gathering
+import collectives._ring_steps
 import sim
 from sim import P
 
-_ALGORITHMS = {"all_gather": ("ring", "per_axis", "hierarchical", "direct")}
+_ALGORITHMS = {"all_gather": ("ring", "per_axis", "hierarchical", "direct"),
+               "psum": ("ring", "per_axis", "hierarchical", "direct"),
+               "psum_scatter": ("ring", "hierarchical", "direct")}
 
 
 def _network(kind: str, shape: tuple[int, ...]) -> sim.Network:
@@ -40,7 +41,10 @@ def _network(kind: str, shape: tuple[int, ...]) -> sim.Network:
 def _call(op: str, x, axis_name, algorithm: str, tiled: bool):
     if op == "all_gather":
         return collectives.all_gather(x, axis_name, tiled=tiled, algorithm=algorithm)
-    raise AssertionError(op)
+    if op == "psum":
+        return collectives.psum(x, axis_name, algorithm=algorithm)
+    whole = np.concatenate([np.asarray(x).reshape(-1)] * collectives.axis_size(axis_name))  # scatters evenly
+    return collectives.psum_scatter(whole, axis_name, tiled=True, algorithm=algorithm)
 
 
 def _program(calls: list[tuple], axes: tuple[str, ...]):
@@ -90,7 +94,7 @@ def _cases(draw):
 
 def _member_by_member(case) -> tuple:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(collectives._algorithms, "by_tables", lambda *a: False)
+        patch.setattr(collectives._ring_steps, "by_tables", lambda *a: False)
         return _run(case)
 
 
@@ -105,8 +109,8 @@ def test_tables_comparison_can_fail(monkeypatch):
     """A table path that writes one step's blocks one place off is told apart from the member-by-member run."""
     case = ((4,), "switch", [("all_gather", 0, "ring", True)], np.arange(8.0))
     slow = _member_by_member(case)
-    real = collectives._gathering._RingSteps.move
-    monkeypatch.setattr(collectives._gathering._RingSteps, "move", lambda self, receivers, senders, steps:
+    real = collectives._ring_steps._Gather.move
+    monkeypatch.setattr(collectives._ring_steps._Gather, "move", lambda self, receivers, senders, steps:
                         real(self, receivers, senders, np.maximum(steps - 1, 0)))
     assert _run(case)[0] != slow[0]
 

@@ -1,0 +1,110 @@
+"""Ring passes run for every member of a call at once (`sim.engine.Steps`): one table per step.
+
+A ring pass is n - 1 steps round a team of n members; at step s the member at ring position p sends
+its unit of position p - s (a gather) or its partial sum of position p - 1 - s (a reduce-scatter) to the
+next member, and receives from the previous one. The member-by-member loops (`collectives._gathering.ring`,
+`collectives._allreduce.reduce_scatter_lanes`, `_ring_all_gather`) keep the same messages for the runs
+`sim.engine.steps_fit` refuses and for units laid out in strided memory; these classes say, for all members
+at once, what the messages carry (their bytes, their trace details) and what each receiver writes, read
+from the senders' memory when the messages arrive.
+
+Each member's `Steps` state is (units, order): its unit of ring position k is `units[order[k]]`, a
+contiguous view of its memory (an array indexed along its first axis, or a list of arrays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+
+import numpy as np
+
+import sim
+from collectives._algorithms import BlockMoves, Team, group_index
+from collectives._arithmetic import combine
+
+
+def by_tables(port: sim.Port, phase: str, unit: np.ndarray, reduction: str | None = None) -> bool:
+    """Whether the call's ring pass `phase` runs as tables: the run allows it (`sim.engine.steps_fit`), a
+    unit (`unit`, every member's alike) is one contiguous run (no timed pack or unpack), and adding is free
+    where the pass adds. Decided once per call and phase, so every member takes the same path."""
+    def decide() -> bool:
+        adds_free = reduction is None or port.transport.costs.reduce_s(1) <= 0
+        return sim.engine.steps_fit(port) and adds_free and unit.flags.c_contiguous
+    return port.once(("by tables", phase), decide)
+
+
+def gather(port: sim.Port, team: Team, units: Sequence[np.ndarray] | np.ndarray, order: Sequence[int],
+           phase: str, key: str) -> Generator:
+    """Pass the units round `team` (the caller's own, position `team.index`, already filled); each message's
+    trace detail names its unit under `key`."""
+    n = team.size
+    sizes = [units[g].nbytes for g in order]
+    steps = port.once(("steps", phase), lambda: _Gather(port, n, sizes, phase, key))
+    yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (units, order))
+
+
+def reduce_scatter(port: sim.Port, team: Team, own: list[np.ndarray], partial: list[np.ndarray], reduction: str,
+                   phase: str) -> Generator:
+    """Fold partial sums round `team`: `own[k]` is the caller's term of ring position k, `partial[k]` the
+    buffer its partial sum of position k is written to (that of position `team.index - 1` already holds its
+    own term). Afterwards `partial[team.index]` holds the complete sum of the caller's position."""
+    n = team.size
+    sizes = [part.nbytes for part in own]
+    steps = port.once(("steps", phase), lambda: _ReduceScatter(port, n, sizes, phase, reduction))
+    yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (own, partial))
+
+
+class _Gather:
+    """A gathering ring pass: the member at position p sends unit p - s at step s, writes unit p - 1 - s."""
+
+    def __init__(self, port: sim.Port, n: int, sizes: list[int], phase: str, key: str) -> None:
+        self.n, self.phase, self.key = n, phase, key
+        self.bytes = np.asarray(sizes, np.int64)
+        self.same = bool(np.all(self.bytes == self.bytes[0]))
+        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+        self.moves: BlockMoves | None = None
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        return self.bytes[(self.of.positions[senders] - steps) % self.n]
+
+    def details(self, positions: np.ndarray, steps: np.ndarray) -> dict[str, list]:
+        return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
+                self.key: ((positions - steps) % self.n).tolist()}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray) -> None:
+        positions = self.of.positions
+        into, out = (positions[receivers] - 1 - steps) % self.n, (positions[senders] - steps) % self.n
+        if self.same and isinstance(self.of.states[0][0], np.ndarray):
+            if self.moves is None:
+                self.moves = BlockMoves(self.of.states, int(self.bytes[0]))
+            self.moves.move(receivers, into, senders, out)
+            return
+        states = self.of.states
+        for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
+            units, order = states[r]
+            source, source_order = states[j]
+            units[order[a]][...] = source[source_order[b]]
+
+
+class _ReduceScatter:
+    """A reduce-scatter ring pass: the member at position p sends its partial sum p - 1 - s at step s, and
+    writes partial sum p - 2 - s: the one received plus its own term."""
+
+    def __init__(self, port: sim.Port, n: int, sizes: list[int], phase: str, reduction: str) -> None:
+        self.n, self.phase, self.reduction = n, phase, reduction
+        self.bytes = np.asarray(sizes, np.int64)
+        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        return self.bytes[(self.of.positions[senders] - 1 - steps) % self.n]
+
+    def details(self, positions: np.ndarray, steps: np.ndarray) -> dict[str, list]:
+        return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
+                "chunk": ((positions - 1 - steps) % self.n).tolist()}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray) -> None:
+        positions, states, reduction = self.of.positions, self.of.states, self.reduction
+        into, out = (positions[receivers] - 2 - steps) % self.n, (positions[senders] - 1 - steps) % self.n
+        for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
+            own, partial = states[r]
+            partial[a][...] = combine(reduction, states[j][1][b], own[a])
