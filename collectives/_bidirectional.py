@@ -30,9 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
-from collectives._algorithms import Team
+from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
+from collectives._ring_steps import by_tables
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -68,6 +69,13 @@ Lane = tuple[Team, Sequence[np.ndarray], str]  # (a ring, this member's flat uni
 def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
     """`all_gather` round several rings at once (lanes with distinct phase names): at each step every lane
     still running sends both ways, then receives both ways; a lane of a smaller ring stops earlier."""
+    if len(lanes) == 1 and lanes[0][0].size > 1:
+        team, units, phase = lanes[0]
+        if by_tables(port, "bidirectional " + phase, units[0]):
+            gathering = port.once(("steps", "bidirectional " + phase), lambda: _Gather(port, units, phase))
+            to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
+            yield from gathering.of.join(port, to, team.index, units)
+            return
     for step in range(max((steps(team.size) for team, _, _ in lanes), default=0)):
         running = [lane for lane in lanes if step < steps(lane[0].size)]
         for team, units, phase in running:
@@ -83,6 +91,39 @@ def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
                 c = (me - offset * (step + 1)) % n
                 message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
                 yield from unpack_into(port, message, units[c][_lane(units[c], offset, n, last)], block=c)
+
+
+class _Gather:
+    """`all_gather_lanes` of one lane for every member at once (`sim.engine.Steps`, two ways a step: the
+    clockwise message, then the counter-clockwise one). A member's `Steps` state is its units."""
+
+    def __init__(self, port: sim.Port, units: Sequence[np.ndarray], phase: str) -> None:
+        n = self.n = len(units)
+        self.names = [_phase(way, phase) for _, way in _WAYS]
+        self.offsets = np.array([offset for offset, _ in _WAYS])
+        self.r = steps(n)
+        self.bytes = np.array([[[units[c][_lane(units[c], offset, n, last)].nbytes for last in (False, True)]
+                                for offset, _ in _WAYS] for c in range(n)], np.int64)  # [unit, way, last step]
+        self.of = sim.engine.Steps(port, self.r, self.sizes, self.details, self.move, ways=2)
+
+    def _sent(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        return (positions - self.offsets[ways] * steps) % self.n
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        units = self._sent(self.of.positions[senders], steps, ways)
+        return self.bytes[units, ways, (steps == self.r - 1).astype(np.int64)]
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        names = self.names
+        return {"phase": [names[w] for w in ways.tolist()], "step": steps.tolist(),
+                "block": self._sent(positions, steps, ways).tolist()}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        n, states, offsets = self.n, self.of.states, self.offsets.tolist()
+        units = self._sent(self.of.positions[senders], steps, ways).tolist()
+        for r, j, c, w, s in zip(receivers.tolist(), senders.tolist(), units, ways.tolist(), steps.tolist()):
+            lane = _lane(states[r][c], offsets[w], n, s == self.r - 1)
+            states[r][c][lane] = states[j][c][lane]
 
 
 def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], reduction: str, phase: str) -> Generator:

@@ -64,14 +64,14 @@ class _Gather:
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
         self.moves: BlockMoves | None = None
 
-    def sizes(self, senders: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return self.bytes[(self.of.positions[senders] - steps) % self.n]
 
-    def details(self, positions: np.ndarray, steps: np.ndarray) -> dict[str, list]:
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
         return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
                 self.key: ((positions - steps) % self.n).tolist()}
 
-    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray) -> None:
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         positions = self.of.positions
         into, out = (positions[receivers] - 1 - steps) % self.n, (positions[senders] - steps) % self.n
         if self.same and isinstance(self.of.states[0][0], np.ndarray):
@@ -95,14 +95,14 @@ class _ReduceScatter:
         self.bytes = np.asarray(sizes, np.int64)
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
 
-    def sizes(self, senders: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return self.bytes[(self.of.positions[senders] - 1 - steps) % self.n]
 
-    def details(self, positions: np.ndarray, steps: np.ndarray) -> dict[str, list]:
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
         return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
                 "chunk": ((positions - 1 - steps) % self.n).tolist()}
 
-    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray) -> None:
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         positions, states, reduction = self.of.positions, self.of.states, self.reduction
         into, out = (positions[receivers] - 2 - steps) % self.n, (positions[senders] - 1 - steps) % self.n
         for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):

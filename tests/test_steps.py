@@ -16,8 +16,8 @@ import collectives._ring_steps
 import sim
 from sim import P
 
-_ALGORITHMS = {"all_gather": ("ring", "per_axis", "hierarchical", "direct"),
-               "psum": ("ring", "per_axis", "hierarchical", "direct"),
+_ALGORITHMS = {"all_gather": ("ring", "per_axis", "hierarchical", "direct", "bidirectional_ring", "multi_axis"),
+               "psum": ("ring", "per_axis", "hierarchical", "direct", "bidirectional_ring"),
                "psum_scatter": ("ring", "hierarchical", "direct")}
 
 
@@ -79,7 +79,7 @@ def _cases(draw):
         shape = (2, shape[0]) if shape[0] <= 4 else shape
         network = "hierarchical" if len(shape) == 2 else "switch"
     calls = draw(st.lists(st.tuples(st.sampled_from(sorted(_ALGORITHMS)), st.sampled_from([0, 1, "all"]),
-                                    st.integers(0, 3), st.booleans()), min_size=1, max_size=3))
+                                    st.integers(0, 5), st.booleans()), min_size=1, max_size=3))
     calls = [(op, which, _ALGORITHMS[op][k % len(_ALGORITHMS[op])], tiled) for op, which, k, tiled in calls]
     n = int(np.prod(shape))
     block = (draw(st.integers(1, 3)),) + tuple(draw(st.lists(st.integers(1, 3), max_size=1)))
@@ -110,13 +110,13 @@ def test_tables_comparison_can_fail(monkeypatch):
     case = ((4,), "switch", [("all_gather", 0, "ring", True)], np.arange(8.0))
     slow = _member_by_member(case)
     real = collectives._ring_steps._Gather.move
-    monkeypatch.setattr(collectives._ring_steps._Gather, "move", lambda self, receivers, senders, steps:
-                        real(self, receivers, senders, np.maximum(steps - 1, 0)))
+    monkeypatch.setattr(collectives._ring_steps._Gather, "move", lambda self, receivers, senders, steps, ways:
+                        real(self, receivers, senders, np.maximum(steps - 1, 0), ways))
     assert _run(case)[0] != slow[0]
 
 
 @pytest.mark.parametrize(("op", "algorithm"), [(op, a) for op, names in _ALGORITHMS.items() for a in names
-                                               if a != "direct"])
+                                               if a not in ("direct", "multi_axis")])
 def test_tables_are_used(op, algorithm, monkeypatch):
     """The table path really runs for each multi-step algorithm (else the equality above is vacuous)."""
     joined = []

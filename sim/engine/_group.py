@@ -1,26 +1,28 @@
 """`Steps`: the step loop of a multi-step algorithm run once for every member of a call.
 
-In a ring (or any algorithm whose members each take the same number of steps, sending one message and
-then receiving one in each), the per-member protocol costs a SimPy event, a mailbox entry and a generator
-switch per message. `Steps` runs the loop for all members at once instead: the messages every member posts
-at one instant go to the trace and the network as one table (`Trace.append_batch`, `LinkState.send_table`),
-the network reports each table's arrivals together, and the members woken at one instant are handled by one
-event. Every message still carries its sender's bytes to its receiver, and the network times it.
+In a ring (or any algorithm whose members each take the same number of steps, sending `ways` messages
+and then receiving `ways` messages, one after another, in each), the per-member protocol costs a SimPy
+event, a mailbox entry and a generator switch per message. `Steps` runs the loop for all members at once
+instead: the messages every member posts at one instant go to the trace and the network as one table
+(`Trace.append_batch`, `LinkState.send_table`), the network reports each table's arrivals together, and
+the members woken at one instant are handled by one event. Every message still carries its sender's bytes
+to its receiver, and the network times it.
 
-Nothing observable changes: a member posts its step s + 1 message exactly when the member-by-member loop
-would (when its step s message has arrived and it had posted step s), tables are posted in the order the
-members' own posts would have been, and the events that wake members stand where the members' own receives
-would stand in the clock's queue (one event per run of wakes at one instant; a member's last receive gets
-an event of its own, since the member's program goes on from there). The trace, the times and the bytes
-are those of the per-member loop; `steps_fit(port)` says when this holds: a run without perturbed arrivals
-(their random draws follow the per-message order) and without issue costs (`Costs.per_message_s`,
-`launch_s`: they delay each message on its own).
+Nothing observable changes: a member posts its step s + 1 messages exactly when the member-by-member loop
+would (when the last message of its step s has arrived), tables are posted in the order the members' own
+posts would have been, and the events that wake members stand where the members' own receives would stand
+in the clock's queue (one event per run of wakes at one instant scheduled with nothing between them; a
+member's last receive gets an event of its own, since the member's program goes on from there). The
+trace, the times and the bytes are those of the per-member loop; `steps_fit(port)` says when this holds: a
+run without perturbed arrivals (their random draws follow the per-message order) and without issue costs
+(`Costs.per_message_s`, `launch_s`: they delay each message on its own).
 
-The call's algorithm says once, for all members, what its messages carry: `sizes(senders, steps)` their
-bytes, `details(positions, steps)` their trace details, and `move(receivers, senders, steps)` writes what
-each receiver gets at each step from its sender's memory, when the message arrives (at once: no timed
-step). A member joins with `join(port, to, position, state)`, a generator that returns when the member's
-part is over: it sends to group index `to[s]` at step s and receives from whoever sends to it at step s.
+The call's algorithm says once, for all members, what its messages carry: `sizes(senders, steps, ways)`
+their bytes, `details(positions, steps, ways)` their trace details, and `move(receivers, senders, steps,
+ways)` writes what each receiver gets from its sender's memory, when the message arrives (at once: no
+timed step). A member joins with `join(port, to, position, state)`, a generator that returns when the
+member's part is over: at step s it sends message w (w < ways) to group index `to[s][w]`, then receives
+message w of step s, for w in order, from whoever sends it.
 """
 
 from __future__ import annotations
@@ -47,74 +49,80 @@ def steps_fit(port: Port) -> bool:
 
 
 class Steps:
-    """The loop of `count` steps of one call's members (see the module docstring for `sizes`, `details`,
-    `move`). Members are numbered by group index; `positions[j]` and `states[j]` are what member j joined
-    with (its place in its algorithm's order, and whatever `move` reads of it)."""
+    """The loop of `count` steps of `ways` messages each, of one call's members (see the module docstring
+    for `sizes`, `details`, `move`). Members are numbered by group index; `positions[j]` and `states[j]` are
+    what member j joined with (its place in its algorithm's order, and whatever `move` reads of it).
+    Message m = s * ways + w is a member's w-th of step s, sent and received in that order."""
 
-    def __init__(self, port: Port, count: int, sizes: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                 details: Callable[[np.ndarray, np.ndarray], dict],
-                 move: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> None:
+    def __init__(self, port: Port, count: int, sizes: Callable, details: Callable, move: Callable,
+                 ways: int = 1) -> None:
         self.transport: Transport = port.transport
         self.env: simpy.Environment = port.transport.env
         self.collective, self.call = port.collective.name, port.call
         self.members = np.asarray(port.group.members, np.int64)
-        self.count = count
+        self.count, self.ways = count, ways
         self.sizes, self.details, self.move = sizes, details, move
-        size = len(self.members)
-        self.to = np.zeros((count, size), np.int64)  # to[s, j]: whom member j sends to at step s
-        self.sender = np.zeros((count, size), np.int64)  # sender[s, r]: who sends to member r at step s
-        self.arrivals = np.full((count, size), np.nan)  # arrivals[s, r]: its arrival, once reported
+        size, total = len(self.members), count * ways
+        self.to = np.zeros((total, size), np.int64)  # to[m, j]: whom member j sends its message m to
+        self.sender = np.zeros((total, size), np.int64)  # sender[m, r]: who sends member r its message m
+        self.arrivals = np.full((total, size), np.nan)  # arrivals[m, r]: when it arrived, once reported
         self.positions = np.zeros(size, np.int64)
         self.states: list = [None] * size
         self.ports: list[Port | None] = [None] * size
         self.done: list[simpy.Event | None] = [None] * size
         self.posted = np.zeros(size, np.int64)  # steps each member has posted
-        self.waiting = np.full(size, -1, np.int64)  # the step each member waits to receive, -1 if none
+        self.cursor = np.zeros(size, np.int64)  # the message each member receives next (or is receiving)
+        self.waiting = np.full(size, -1, np.int64)  # the message each member waits for, -1 if none
         self.in_flight = np.zeros(size, np.int64)  # messages not yet arrived, per sender (until released)
         self.last = np.zeros(size)  # the latest arrival of each sender's messages (until released)
         self.released = np.zeros(size, bool)
         self.open_run: tuple[float, list, int] | None = None  # the last wake event scheduled: (time, run, ticket)
 
-    def join(self, port: Port, to: list[int], position: int, state: object) -> Generator:
-        """Member `port.group.index`'s part: post its first message, wait for its last; return when done."""
+    def join(self, port: Port, to: list, position: int, state: object) -> Generator:
+        """Member `port.group.index`'s part (`to[s]`: one group index per way, or one for all ways): post
+        its first step, wait for its last message; return when done."""
         j = port.group.index
         self.ports[j], self.positions[j], self.states[j] = port, position, state
+        to = np.broadcast_to(np.asarray(to, np.int64).reshape(self.count, -1), (self.count, self.ways)).reshape(-1)
         self.to[:, j] = to
-        self.sender[np.arange(self.count), to] = j
+        self.sender[np.arange(len(to)), to] = j
         if self.count == 0:
             self.released[j] = True
             return
         self.done[j] = self.env.event()
         members = np.array([j])
         self._post(members)
-        self._expect(members)
+        self._expect(members, np.zeros(1, np.int64))
         yield self.done[j]
         self._finish(j)
 
     def _post(self, senders: np.ndarray) -> None:
-        """Post each sender's next step's message, in order, as one table."""
-        steps = self.posted[senders]
+        """Post each sender's next step's messages, in order, as one table."""
+        steps = np.repeat(self.posted[senders], self.ways)
         self.posted[senders] += 1
-        receivers = self.to[steps, senders]
-        sizes = self.sizes(senders, steps)
+        senders = np.repeat(senders, self.ways)
+        ways = np.tile(np.arange(self.ways), len(senders) // self.ways)
+        receivers = self.to[steps * self.ways + ways, senders]
+        sizes = np.asarray(self.sizes(senders, steps, ways), np.int64)
         transport, now, count = self.transport, self.env.now, len(senders)
         srcs, dsts = self.members[senders], self.members[receivers]
+        details = self.details(self.positions[senders], steps, ways)
         first = transport.trace.append_batch(srcs, dsts.tolist(), sizes.tolist(), now, [now] * count, None,  # type: ignore[arg-type]
-                                             self.collective, self.call, self.details(self.positions[senders], steps))
+                                             self.collective, self.call, details)
         transport._posted += count
-        self.in_flight[senders] += 1
+        np.add.at(self.in_flight, senders, 1)
         wire = sizes if transport._free else np.array([transport.costs.wire_bytes(size) for size in sizes.tolist()])
-        table = _Table(self, first, senders, receivers, steps)
+        table = _Table(self, first, senders, receivers, steps * self.ways + ways)
         transport.links.send_table(srcs, dsts, np.asarray(wire, np.float64), table)
 
-    def _expect(self, receivers: np.ndarray) -> None:
-        """Each receiver waits for its current step's message; those already reported are woken, in order."""
-        steps = self.posted[receivers] - 1
-        arrivals = self.arrivals[steps, receivers]
+    def _expect(self, receivers: np.ndarray, messages: np.ndarray) -> None:
+        """Each receiver waits for its message; those already reported are woken, in order."""
+        self.cursor[receivers] = messages
+        arrivals = self.arrivals[messages, receivers]
         known = ~np.isnan(arrivals)
-        self.waiting[receivers[~known]] = steps[~known]
+        self.waiting[receivers[~known]] = messages[~known]
         if known.any():
-            self._wake(receivers[known], steps[known], arrivals[known])
+            self._wake(receivers[known], messages[known], arrivals[known])
 
     def arrived(self, table: _Table, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
         """The network's report: messages `slots` of `table` arrived at `arrivals_s`."""
@@ -122,27 +130,27 @@ class Steps:
             order = np.argsort(slots, kind="stable")
             slots, arrivals_s = slots[order], arrivals_s[order]
         self.transport.trace.set_arrivals(table.first + slots, arrivals_s)
-        senders, receivers, steps = table.senders[slots], table.receivers[slots], table.steps[slots]
-        self.in_flight[senders] -= 1
-        self.last[senders] = np.maximum(self.last[senders], arrivals_s)
+        senders, receivers, messages = table.senders[slots], table.receivers[slots], table.messages[slots]
+        np.subtract.at(self.in_flight, senders, 1)
+        np.maximum.at(self.last, senders, arrivals_s)
         released = self.released[senders]
         if released.any():
             for j, a in zip(senders[released].tolist(), arrivals_s[released].tolist()):
                 self.ports[j].arrived(1, a)  # type: ignore[union-attr]
-        self.arrivals[steps, receivers] = arrivals_s
-        woken = self.waiting[receivers] == steps
+        self.arrivals[messages, receivers] = arrivals_s
+        woken = self.waiting[receivers] == messages
         if woken.any():
             self.waiting[receivers[woken]] = -1
-            self._wake(receivers[woken], steps[woken], arrivals_s[woken])
+            self._wake(receivers[woken], messages[woken], arrivals_s[woken])
 
-    def _wake(self, receivers: np.ndarray, steps: np.ndarray, arrivals_s: np.ndarray) -> None:
+    def _wake(self, receivers: np.ndarray, messages: np.ndarray, arrivals_s: np.ndarray) -> None:
         """Schedule the receivers' wakes in order. Wakes at one instant scheduled one after another, with
         nothing else scheduled between them, share one event (the clock would run them in a row); a
         member's last receive gets an event of its own (its program goes on from there)."""
         env, now = self.env, self.env.now
         delays = arrivals_s - now
         delays[~(delays > 0)] = 0
-        final = steps == self.count - 1
+        final = messages == self.count * self.ways - 1
         if not final.any() and np.all(delays == delays[0]):
             self._run_at(float(delays[0]), receivers)
             return
@@ -168,19 +176,24 @@ class Steps:
         self.open_run = (when, run, ticket(env))
 
     def _step(self, run: list[np.ndarray]) -> None:
-        """Members woken together: each writes what it received, posts its next message and waits again."""
+        """Members woken together: each writes what it received, posts its next step's messages when that
+        was its step's last, and waits for its next message."""
         if self.open_run is not None and self.open_run[1] is run:
             self.open_run = None
         receivers = run[0] if len(run) == 1 else np.concatenate(run)
-        steps = self.posted[receivers] - 1
-        self.move(receivers, self.sender[steps, receivers], steps)
-        self._post(receivers)
-        self._expect(receivers)
+        messages = self.cursor[receivers]
+        self._move(receivers, messages)
+        ends = messages % self.ways == self.ways - 1
+        if ends.any():
+            self._post(receivers[ends])
+        self._expect(receivers, messages + 1)
+
+    def _move(self, receivers: np.ndarray, messages: np.ndarray) -> None:
+        self.move(receivers, self.sender[messages, receivers], messages // self.ways, messages % self.ways)
 
     def _finish(self, j: int) -> None:
         """Member j's last message arrived: write it and hand the member's accounts to its port."""
-        receivers, steps = np.array([j]), np.array([self.count - 1])
-        self.move(receivers, self.sender[steps, receivers], steps)
+        self._move(np.array([j]), np.array([self.count * self.ways - 1]))
         port = self.ports[j]
         port.in_flight += int(self.in_flight[j])  # type: ignore[union-attr]
         port.last_arrival_s = max(port.last_arrival_s, float(self.last[j]))  # type: ignore[union-attr]
@@ -190,12 +203,12 @@ class Steps:
 class _Table:
     """Where the network reports the arrivals of one table of a `Steps` loop."""
 
-    __slots__ = ("first", "receivers", "senders", "steps", "steps_of")
+    __slots__ = ("first", "messages", "receivers", "senders", "steps_of")
 
     def __init__(self, steps_of: Steps, first: int, senders: np.ndarray, receivers: np.ndarray,
-                 steps: np.ndarray) -> None:
+                 messages: np.ndarray) -> None:
         self.steps_of, self.first = steps_of, first
-        self.senders, self.receivers, self.steps = senders, receivers, steps
+        self.senders, self.receivers, self.messages = senders, receivers, messages
 
     def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
         self.steps_of.arrived(self, slots, arrivals_s)
