@@ -301,6 +301,13 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     inbox = port.memory.view(port.memory.alloc(source.dtype, source.shape, layout))
     yield from unpack_values(port, source, args.buffer.layout.major_to_minor, inbox, term="own")
     partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
+    n = port.group.size
+    if n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", inbox, args.reduction):
+        doubling = _Doubling(port, partial, inbox, args.reduction, layout)
+        count = n.bit_length() - 1
+        yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
+                                         doubling)
+        return doubling.partial
     distance = 1
     while distance < port.group.size:
         partner, step = me ^ distance, distance.bit_length() - 1
@@ -313,6 +320,23 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
         partial = _fresh(port, combine(args.reduction, low, high), layout)  # a new buffer: `partial` may still travel
         distance *= 2
     return partial
+
+
+class _Doubling:
+    """`_recursive_doubling`'s messages of one member, for `collectives._ring_steps.PerMember` (row-major
+    operands and results: nothing to pack or unpack)."""
+
+    def __init__(self, port: sim.Port, partial: np.ndarray, inbox: np.ndarray, reduction: str, layout: Layout) -> None:
+        self.port, self.partial, self.inbox, self.reduction, self.layout = port, partial, inbox, reduction, layout
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        return self.partial, {"phase": "recursive-doubling", "step": step}
+
+    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
+        me = self.port.group.index
+        self.inbox[...] = payload
+        low, high = (self.partial, self.inbox) if me < me ^ (1 << step) else (self.inbox, self.partial)
+        self.partial = _fresh(self.port, combine(self.reduction, low, high), self.layout)
 
 
 def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:

@@ -116,6 +116,11 @@ def _hierarchical(port: sim.Port, work: np.ndarray) -> Generator:
 def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
     """Swap the held run of blocks with the member whose index differs in bit k, k = 0, 1, ..."""
     members, me, n = port.group.members, port.group.index, port.group.size
+    if n > 1 and ring_steps.by_tables(port, "recursive-doubling", work[0]):
+        count = n.bit_length() - 1
+        yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
+                                         _Doubling(work, me))
+        return
     distance = 1
     while distance < n:
         partner, step = me ^ distance, distance.bit_length() - 1
@@ -125,6 +130,24 @@ def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
         message = yield port.recv(members[partner], tag=("doubling", step))
         yield from unpack_into(port, message, work[theirs:theirs + distance], step=step)
         distance *= 2
+
+
+class _Doubling:
+    """`_doubling`'s messages of one member, for `collectives._ring_steps.PerMember`."""
+
+    def __init__(self, work: np.ndarray, me: int) -> None:
+        self.work, self.me = work, me
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        distance = 1 << step
+        mine = self.me & ~(distance - 1)
+        return self.work[mine:mine + distance], {"phase": "recursive-doubling", "step": step,
+                                                  "blocks": (mine, mine + distance)}
+
+    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
+        distance = 1 << step
+        theirs = (self.me ^ distance) & ~(distance - 1)
+        self.work[theirs:theirs + distance] = payload
 
 
 # ---------------------------------------------------------------------------------------------- the records

@@ -108,3 +108,40 @@ class _ReduceScatter:
         for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
             own, partial = states[r]
             partial[a][...] = combine(reduction, states[j][1][b], own[a])
+
+
+class PerMember:
+    """A loop whose members each decide their own messages (recursive doubling and halving: a partner per
+    step, partial results that change each step), for every member at once. A member's `Steps` state has
+    `send(step, way) -> (payload, detail)`, called when it posts (the payload is a view of its memory, read
+    when the message arrives), and `receive(step, way, payload)`, called when the message arrives."""
+
+    def __init__(self, port: sim.Port, count: int, ways: int = 1) -> None:
+        self.ways = ways
+        self.sent: dict[tuple[int, int], np.ndarray] = {}  # (sender, message) -> payload in flight
+        self.posting: list[dict] = []  # the details of the messages being posted (`sizes`, then `details`)
+        self.of = sim.engine.Steps(port, count, self.sizes, self.details, self.move, ways)
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        states, sizes, self.posting = self.of.states, [], []
+        for j, s, w in zip(senders.tolist(), steps.tolist(), ways.tolist()):
+            payload, detail = states[j].send(s, w)
+            self.sent[(j, s * self.ways + w)] = payload
+            sizes.append(payload.nbytes)
+            self.posting.append(detail)
+        return np.array(sizes, np.int64)
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        posting = self.posting
+        return {key: [detail[key] for detail in posting] for key in posting[0]}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        states = self.of.states
+        for r, j, s, w in zip(receivers.tolist(), senders.tolist(), steps.tolist(), ways.tolist()):
+            states[r].receive(s, w, self.sent.pop((j, s * self.ways + w)))
+
+
+def per_member(port: sim.Port, phase: str, count: int, to: list[int], state: object) -> Generator:
+    """Run the caller's part of a `PerMember` loop of `count` steps (`to[s]`: its partner's group index)."""
+    loop = port.once(("steps", phase), lambda: PerMember(port, count))
+    yield from loop.of.join(port, to, port.group.index, state)

@@ -16,9 +16,11 @@ import collectives._ring_steps
 import sim
 from sim import P
 
-_ALGORITHMS = {"all_gather": ("ring", "per_axis", "hierarchical", "direct", "bidirectional_ring", "multi_axis"),
-               "psum": ("ring", "per_axis", "hierarchical", "direct", "bidirectional_ring"),
-               "psum_scatter": ("ring", "hierarchical", "direct")}
+_ALGORITHMS = {"all_gather": ("ring", "per_axis", "hierarchical", "direct", "bidirectional_ring", "multi_axis",
+                              "recursive_doubling"),
+               "psum": ("ring", "per_axis", "hierarchical", "direct", "bidirectional_ring", "recursive_doubling",
+                        "rabenseifner"),
+               "psum_scatter": ("ring", "hierarchical", "direct", "recursive_halving")}
 
 
 def _network(kind: str, shape: tuple[int, ...]) -> sim.Network:
@@ -70,6 +72,15 @@ def _run(case) -> tuple:
     return outputs, json.dumps(run.trace.to_json()).encode(), [str(c) for c in run.calls], run.end_time_s
 
 
+_POWERS_OF_TWO = ("recursive_doubling", "rabenseifner", "recursive_halving")
+
+
+def _fitting(algorithm: str, shape: tuple[int, ...], which) -> str:
+    """`algorithm`, or 'ring' where it needs a power-of-two group and the call's group is not one."""
+    size = int(np.prod(shape)) if which == "all" else shape[which % len(shape)]
+    return "ring" if algorithm in _POWERS_OF_TWO and size & (size - 1) else algorithm
+
+
 @st.composite
 def _cases(draw):
     shape = draw(st.sampled_from([(2,), (3,), (4,), (5,), (8,), (2, 2), (2, 3), (3, 2), (4, 2), (2, 4)]))
@@ -79,8 +90,9 @@ def _cases(draw):
         shape = (2, shape[0]) if shape[0] <= 4 else shape
         network = "hierarchical" if len(shape) == 2 else "switch"
     calls = draw(st.lists(st.tuples(st.sampled_from(sorted(_ALGORITHMS)), st.sampled_from([0, 1, "all"]),
-                                    st.integers(0, 5), st.booleans()), min_size=1, max_size=3))
-    calls = [(op, which, _ALGORITHMS[op][k % len(_ALGORITHMS[op])], tiled) for op, which, k, tiled in calls]
+                                    st.integers(0, 6), st.booleans()), min_size=1, max_size=3))
+    calls = [(op, which, _fitting(_ALGORITHMS[op][k % len(_ALGORITHMS[op])], shape, which), tiled)
+             for op, which, k, tiled in calls]
     n = int(np.prod(shape))
     block = (draw(st.integers(1, 3)),) + tuple(draw(st.lists(st.integers(1, 3), max_size=1)))
     dtype = draw(st.sampled_from(["int8", "int32", "float32", "float64"]))
