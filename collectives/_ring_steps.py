@@ -38,8 +38,8 @@ def gather(port: sim.Port, team: Team, units: Sequence[np.ndarray] | np.ndarray,
     """Pass the units round `team` (the caller's own, position `team.index`, already filled); each message's
     trace detail names its unit under `key`."""
     n = team.size
-    sizes = [units[g].nbytes for g in order]
-    steps = port.once(("steps", phase), lambda: _Gather(port, n, sizes, phase, key))
+    steps = port.once(("steps", phase), lambda: _Gather(port, n, phase, key))
+    steps.bytes[port.group.index] = [units[g].nbytes for g in order]
     yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (units, order))
 
 
@@ -49,23 +49,23 @@ def reduce_scatter(port: sim.Port, team: Team, own: list[np.ndarray], partial: l
     buffer its partial sum of position k is written to (that of position `team.index - 1` already holds its
     own term). Afterwards `partial[team.index]` holds the complete sum of the caller's position."""
     n = team.size
-    sizes = [part.nbytes for part in own]
-    steps = port.once(("steps", phase), lambda: _ReduceScatter(port, n, sizes, phase, reduction))
+    steps = port.once(("steps", phase), lambda: _ReduceScatter(port, n, phase, reduction))
+    steps.bytes[port.group.index] = [part.nbytes for part in own]
     yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (own, partial))
 
 
 class _Gather:
     """A gathering ring pass: the member at position p sends unit p - s at step s, writes unit p - 1 - s."""
 
-    def __init__(self, port: sim.Port, n: int, sizes: list[int], phase: str, key: str) -> None:
+    def __init__(self, port: sim.Port, n: int, phase: str, key: str) -> None:
         self.n, self.phase, self.key = n, phase, key
-        self.bytes = np.asarray(sizes, np.int64)
-        self.same = bool(np.all(self.bytes == self.bytes[0]))
+        self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's unit of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
         self.moves: BlockMoves | None = None
+        self.decided = False
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
-        return self.bytes[(self.of.positions[senders] - steps) % self.n]
+        return self.bytes[senders, (self.of.positions[senders] - steps) % self.n]
 
     def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
         return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
@@ -74,10 +74,8 @@ class _Gather:
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         positions = self.of.positions
         into, out = (positions[receivers] - 1 - steps) % self.n, (positions[senders] - steps) % self.n
-        if self.same and isinstance(self.of.states[0][0], np.ndarray):
-            if self.moves is None:
-                self.moves = BlockMoves(self.of.states, int(self.bytes[0]))
-            self.moves.move(receivers, into, senders, out)
+        if self._rows():
+            self.moves.move(receivers, into, senders, out)  # type: ignore[union-attr]
             return
         states = self.of.states
         for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
@@ -86,17 +84,30 @@ class _Gather:
             units[order[a]][...] = source[source_order[b]]
 
 
+    def _rows(self) -> bool:
+        """Whether blocks move through `BlockMoves` (arrays of equal blocks; decided once all have joined)."""
+        if self.decided:
+            return self.moves is not None
+        states = self.of.states
+        if any(state is None for state in states):
+            return False
+        self.decided = True
+        if isinstance(states[0][0], np.ndarray) and np.all(self.bytes == self.bytes[0, 0]):
+            self.moves = BlockMoves(states, int(self.bytes[0, 0]))
+        return self.moves is not None
+
+
 class _ReduceScatter:
     """A reduce-scatter ring pass: the member at position p sends its partial sum p - 1 - s at step s, and
     writes partial sum p - 2 - s: the one received plus its own term."""
 
-    def __init__(self, port: sim.Port, n: int, sizes: list[int], phase: str, reduction: str) -> None:
+    def __init__(self, port: sim.Port, n: int, phase: str, reduction: str) -> None:
         self.n, self.phase, self.reduction = n, phase, reduction
-        self.bytes = np.asarray(sizes, np.int64)
+        self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's term of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
-        return self.bytes[(self.of.positions[senders] - 1 - steps) % self.n]
+        return self.bytes[senders, (self.of.positions[senders] - 1 - steps) % self.n]
 
     def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
         return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
