@@ -33,7 +33,7 @@ import sim
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
-from collectives._ring_steps import by_tables
+from collectives._ring_steps import by_tables, per_member
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -147,6 +147,12 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[Lane], reduction: str) 
         r = steps(team.size)
         states.append(_Folding(team, phase, own, {offset: own[(team.index + offset * r) % team.size]
                                                    for offset, _ in _WAYS}, {}))
+    if len(states) == 1 and states[0].team.size > 1 and by_tables(port, "bidirectional reduce-scatter " + phase,
+                                                                  states[0].own[0], reduction):
+        team, key = states[0].team, "bidirectional reduce-scatter " + phase
+        to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
+        yield from per_member(port, key, steps(team.size), to, _Folder(port, states[0], reduction), ways=2)
+        return [_finish(port, states[0], reduction)]
     for step in range(max((steps(state.team.size) for state in states), default=0)):
         running = [state for state in states if step < steps(state.team.size)]
         for state in running:
@@ -168,6 +174,31 @@ class _Folding:
     own: list[np.ndarray]
     held: dict[int, np.ndarray]
     arrived: dict[int, tuple[slice, np.ndarray]]
+
+
+class _Folder:
+    """One member's messages of a one-lane `reduce_scatter_lanes`, for `collectives._ring_steps.PerMember`
+    (way 0 clockwise, way 1 counter-clockwise, as `_send_partials` and `_receive_partials` go)."""
+
+    def __init__(self, port: sim.Port, state: _Folding, reduction: str) -> None:
+        self.port, self.state, self.reduction = port, state, reduction
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        state, (offset, name) = self.state, _WAYS[way]
+        n, r = state.team.size, steps(state.team.size)
+        c = (state.team.index + offset * (r - step)) % n
+        payload = state.held[offset][_lane(state.own[c], offset, n, step == 0)]
+        return payload, {"phase": _phase(name, state.phase), "step": step, "chunk": c}
+
+    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
+        state, offset = self.state, _WAYS[way][0]
+        n, r = state.team.size, steps(state.team.size)
+        c = (state.team.index + offset * (r - step - 1)) % n
+        span = _lane(state.own[c], offset, n, step == 0)
+        if step == r - 1:
+            state.arrived[offset] = (span, payload)
+        else:
+            state.held[offset] = _fold(self.port, state.own[c], span, payload, self.reduction)
 
 
 def _send_partials(port: sim.Port, state: _Folding, step: int) -> None:

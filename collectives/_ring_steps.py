@@ -152,7 +152,8 @@ class PerMember:
             states[r].receive(s, w, self.sent.pop((j, s * self.ways + w)))
 
 
-def per_member(port: sim.Port, phase: str, count: int, to: list[int], state: object) -> Generator:
-    """Run the caller's part of a `PerMember` loop of `count` steps (`to[s]`: its partner's group index)."""
-    loop = port.once(("steps", phase), lambda: PerMember(port, count))
+def per_member(port: sim.Port, phase: str, count: int, to: list, state: object, ways: int = 1) -> Generator:
+    """Run the caller's part of a `PerMember` loop of `count` steps of `ways` messages (`to[s]`: the group
+    index of each message's receiver, or of its one partner)."""
+    loop = port.once(("steps", phase), lambda: PerMember(port, count, ways))
     yield from loop.of.join(port, to, port.group.index, state)
