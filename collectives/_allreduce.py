@@ -78,7 +78,7 @@ from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, resolve, ring_team
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import header_of, pack_slice, received, row_major_everywhere, unpack_into, unpack_values
-from collectives._halving import chunk_bounds, doubling_all_gather, halving_reduce_scatter
+from collectives._halving import SwappedPartials, chunk_bounds, doubling_all_gather, halving_reduce_scatter
 from collectives._in_network import ALL_REDUCE as IN_NETWORK
 from collectives._in_network import all_reduce as in_network_all_reduce
 from layouts import Layout
@@ -249,8 +249,8 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
     memory, states = port.memory, []
     for team, parts, phase in lanes:
         own = []
-        for c, part in enumerate(parts):
-            own.append((yield from _row_major(port, part, chunk=c)))
+        for c, part in enumerate(parts):  # a contiguous part is its own row-major values (no step, no copy)
+            own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
         partial = [memory.view(memory.alloc(p.dtype, p.shape)) for p in own]
         c = (team.index - 1) % team.size
         partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
@@ -303,7 +303,7 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
     n = port.group.size
     if n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", inbox, args.reduction):
-        doubling = _Doubling(port, partial, inbox, args.reduction, layout)
+        doubling = SwappedPartials(port, partial, inbox, args.reduction, layout)
         count = n.bit_length() - 1
         yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
                                          doubling)
@@ -320,23 +320,6 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
         partial = _fresh(port, combine(args.reduction, low, high), layout)  # a new buffer: `partial` may still travel
         distance *= 2
     return partial
-
-
-class _Doubling:
-    """`_recursive_doubling`'s messages of one member, for `collectives._ring_steps.PerMember` (row-major
-    operands and results: nothing to pack or unpack)."""
-
-    def __init__(self, port: sim.Port, partial: np.ndarray, inbox: np.ndarray, reduction: str, layout: Layout) -> None:
-        self.port, self.partial, self.inbox, self.reduction, self.layout = port, partial, inbox, reduction, layout
-
-    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
-        return self.partial, {"phase": "recursive-doubling", "step": step}
-
-    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
-        me = self.port.group.index
-        self.inbox[...] = payload
-        low, high = (self.partial, self.inbox) if me < me ^ (1 << step) else (self.inbox, self.partial)
-        self.partial = _fresh(self.port, combine(self.reduction, low, high), self.layout)
 
 
 def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:

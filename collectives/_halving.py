@@ -131,6 +131,26 @@ class _Doubling:
         self.out[self.bounds[theirs]:self.bounds[theirs + distance]] = payload
 
 
+class SwappedPartials:
+    """The all-reduce's recursive doubling (`collectives._allreduce`) of one member, for
+    `collectives._ring_steps.PerMember`: at step k it sends its partial result to the member whose index
+    differs in bit k and folds the one it gets back, lower index first, into a new buffer in `layout`
+    (row-major operands and results: nothing to pack or unpack)."""
+
+    def __init__(self, port: sim.Port, partial: np.ndarray, inbox: np.ndarray, reduction: str, layout: Layout) -> None:
+        self.port, self.partial, self.inbox, self.reduction, self.layout = port, partial, inbox, reduction, layout
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        return self.partial, {"phase": "recursive-doubling", "step": step}
+
+    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
+        me = self.port.group.index
+        self.inbox[...] = payload
+        low, high = (self.partial, self.inbox) if me < me ^ (1 << step) else (self.inbox, self.partial)
+        self.partial = self.port.memory.view(self.port.memory.store(np.asarray(combine(self.reduction, low, high)),
+                                                                  self.layout))
+
+
 def chunk_bounds(sizes: list[int]) -> list[int]:
     """Where each chunk of the given sizes starts in the flat vector, and where the last ends."""
     return [int(b) for b in np.cumsum([0, *sizes])]

@@ -138,3 +138,16 @@ def test_tables_are_used(op, algorithm, monkeypatch):
     which = 1 if algorithm == "multi_axis" else "all"  # over one axis: its bidirectional ring
     _run(((2, 4), "hierarchical", [(op, which, algorithm, True)], np.arange(16.0)))
     assert joined
+
+
+def test_ticket_reads_the_next_event_id_without_taking_it():
+    """`sim._simpy.ticket` (how `Steps` knows nothing was scheduled since its last wake event) reads SimPy's
+    next event id: unchanged by reading it, moved on by scheduling an event."""
+    import simpy
+
+    from sim._simpy import ticket
+    env = simpy.Environment()
+    first = ticket(env)
+    assert ticket(env) == first
+    env.timeout(1.0)
+    assert ticket(env) == first + 1
