@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Steps", "steps_fit"]
 
+_FEW = 8  # tables of at most this many messages are recorded message by message
+
 
 def steps_fit(port: Port) -> bool:
     """Whether a call on `port` may run its steps through `Steps` (see the module docstring)."""
@@ -104,16 +106,27 @@ class Steps:
         ways = np.tile(np.arange(self.ways), len(senders) // self.ways)
         receivers = self.to[steps * self.ways + ways, senders]
         sizes = np.asarray(self.sizes(senders, steps, ways), np.int64)
-        transport, now, count = self.transport, self.env.now, len(senders)
+        transport, count = self.transport, len(senders)
         srcs, dsts = self.members[senders], self.members[receivers]
         details = self.details(self.positions[senders], steps, ways)
-        first = transport.trace.append_batch(srcs, dsts.tolist(), sizes.tolist(), now, [now] * count, None,  # type: ignore[arg-type]
-                                             self.collective, self.call, details)
+        first = self._record(srcs, dsts, sizes, details)
         transport._posted += count
         np.add.at(self.in_flight, senders, 1)
         wire = sizes if transport._free else np.array([transport.costs.wire_bytes(size) for size in sizes.tolist()])
         table = _Table(self, first, senders, receivers, steps * self.ways + ways)
         transport.links.send_table(srcs, dsts, np.asarray(wire, np.float64), table)
+
+    def _record(self, srcs: np.ndarray, dsts: np.ndarray, sizes: np.ndarray, details: dict[str, list]) -> int:
+        """Record the messages being posted now; the index of the first. A few go in one by one, as their
+        own sends would record them (a table each would cost a chunk of columns)."""
+        trace, now, count = self.transport.trace, self.env.now, len(srcs)
+        if count > _FEW:
+            return trace.append_batch(srcs, dsts.tolist(), sizes.tolist(), now, [now] * count, None,  # type: ignore[arg-type]
+                                      self.collective, self.call, details)
+        rows = zip(srcs.tolist(), dsts.tolist(), sizes.tolist(), *details.values())
+        indices = [trace.append(src, dst, size, now, now, now, self.collective, self.call, dict(zip(details, values)))
+                   for src, dst, size, *values in rows]
+        return indices[0]
 
     def _expect(self, receivers: np.ndarray, messages: np.ndarray) -> None:
         """Each receiver waits for its message; those already reported are woken, in order."""
