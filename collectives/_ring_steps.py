@@ -114,11 +114,22 @@ class _ReduceScatter:
                 "chunk": ((positions - 1 - steps) % self.n).tolist()}
 
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
-        positions, states, reduction = self.of.positions, self.of.states, self.reduction
+        """Each receiver's partial sum: the one received plus its own term. The sums of terms of one shape
+        are taken together (the operation is elementwise: the same bits); each partial sum is written once
+        and read only after, so none read here is written here."""
+        positions, states = self.of.positions, self.of.states
         into, out = (positions[receivers] - 2 - steps) % self.n, (positions[senders] - 1 - steps) % self.n
+        alike: dict[tuple, list] = {}
         for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
-            own, partial = states[r]
-            partial[a][...] = combine(reduction, states[j][1][b], own[a])
+            own = states[r][0][a]
+            alike.setdefault(own.shape, []).append((states[r][1][a], states[j][1][b], own))
+        for shape, sums in alike.items():
+            if 0 in shape:
+                continue  # nothing to add
+            total = combine(self.reduction, np.stack([theirs for _, theirs, _ in sums]),
+                            np.stack([own for _, _, own in sums]))
+            for (target, _, _), values in zip(sums, total):
+                target[...] = values
 
 
 class PerMember:
