@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
+from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
-from collectives._ring_steps import by_tables, per_member
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -71,7 +71,7 @@ def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
     still running sends both ways, then receives both ways; a lane of a smaller ring stops earlier."""
     if len(lanes) == 1 and lanes[0][0].size > 1:
         team, units, phase = lanes[0]
-        if by_tables(port, "bidirectional " + phase, units[0]):
+        if ring_steps.by_tables(port, "bidirectional " + phase, units[0]):
             gathering = port.once(("steps", "bidirectional " + phase), lambda: _Gather(port, units, phase))
             to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
             yield from gathering.of.join(port, to, team.index, units)
@@ -105,6 +105,7 @@ class _Gather:
         self.bytes = np.array([[[units[c][_lane(units[c], offset, n, last)].nbytes for last in (False, True)]
                                 for offset, _ in _WAYS] for c in range(n)], np.int64)  # [unit, way, last step]
         self.of = sim.engine.Steps(port, self.r, self.sizes, self.details, self.move, ways=2)
+        self.lanes: dict[tuple[int, int, bool], slice] = {}  # (unit size, way, last step) -> the part it carries
 
     def _sent(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return (positions - self.offsets[ways] * steps) % self.n
@@ -119,11 +120,15 @@ class _Gather:
                 "block": self._sent(positions, steps, ways).tolist()}
 
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
-        n, states, offsets = self.n, self.of.states, self.offsets.tolist()
+        n, states, offsets, lanes = self.n, self.of.states, self.offsets.tolist(), self.lanes
         units = self._sent(self.of.positions[senders], steps, ways).tolist()
         for r, j, c, w, s in zip(receivers.tolist(), senders.tolist(), units, ways.tolist(), steps.tolist()):
-            lane = _lane(states[r][c], offsets[w], n, s == self.r - 1)
-            states[r][c][lane] = states[j][c][lane]
+            target = states[r][c]
+            key = (target.size, w, s == self.r - 1)
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = _lane(target, offsets[w], n, key[2])
+            target[lane] = states[j][c][lane]
 
 
 def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], reduction: str, phase: str) -> Generator:
@@ -147,11 +152,11 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[Lane], reduction: str) 
         r = steps(team.size)
         states.append(_Folding(team, phase, own, {offset: own[(team.index + offset * r) % team.size]
                                                    for offset, _ in _WAYS}, {}))
-    if len(states) == 1 and states[0].team.size > 1 and by_tables(port, "bidirectional reduce-scatter " + phase,
-                                                                  states[0].own[0], reduction):
-        team, key = states[0].team, "bidirectional reduce-scatter " + phase
+    key = "bidirectional reduce-scatter " + (states[0].phase if states else "")
+    if len(states) == 1 and states[0].team.size > 1 and ring_steps.by_tables(port, key, states[0].own[0], reduction):
+        team = states[0].team
         to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
-        yield from per_member(port, key, steps(team.size), to, _Folder(port, states[0], reduction), ways=2)
+        yield from ring_steps.per_member(port, key, steps(team.size), to, _Folder(port, states[0], reduction), ways=2)
         return [_finish(port, states[0], reduction)]
     for step in range(max((steps(state.team.size) for state in states), default=0)):
         running = [state for state in states if step < steps(state.team.size)]

@@ -24,7 +24,7 @@ Every block travels unchanged, so every algorithm gives 'direct''s bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 import numpy as np
 
@@ -65,7 +65,7 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
         yield from ring(port, team, work, "ring")
     elif algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
-        yield from bidirectional.all_gather(port, team, team.arrange([work[i, ...].reshape(-1) for i in range(n)]), "")
+        yield from bidirectional.all_gather(port, team, FlatBlocks(work, team.order), "")
     elif algorithm is RECURSIVE_DOUBLING:
         yield from _doubling(port, work)
     elif algorithm is HIERARCHICAL:
@@ -80,6 +80,20 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
     if work is not target:
         yield from unpack_values(port, work, tuple(range(work.ndim)), target, phase="result")
     return result
+
+
+class FlatBlocks(Sequence):
+    """The blocks of `work` (its first axis) as flat views, in ring position order (`order[k]` is the block
+    of position k; None: the identity), made when read rather than all at once."""
+
+    def __init__(self, work: np.ndarray, order: Sequence[int] | None) -> None:
+        self.work, self.order = work, order
+
+    def __len__(self) -> int:
+        return len(self.work)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        return self.work[k if self.order is None else self.order[k]].reshape(-1)
 
 
 def _alloc(port: sim.Port, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

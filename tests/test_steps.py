@@ -140,6 +140,18 @@ def test_tables_are_used(op, algorithm, monkeypatch):
     assert joined
 
 
+@pytest.mark.parametrize(("op", "algorithm"), [(op, a) for op, names in _ALGORITHMS.items() for a in names
+                                               if a != "direct"])
+def test_tables_can_be_switched_off(op, algorithm, monkeypatch):
+    """With `by_tables` refusing, no algorithm runs a table (so the equality above compares two paths)."""
+    joined = []
+    real = sim.engine.Steps.join
+    monkeypatch.setattr(sim.engine.Steps, "join", lambda self, *a: joined.append(1) or real(self, *a))
+    which = 1 if algorithm == "multi_axis" else "all"
+    _member_by_member(((2, 4), "hierarchical", [(op, which, algorithm, True)], np.arange(16.0)))
+    assert not joined
+
+
 def test_ticket_reads_the_next_event_id_without_taking_it():
     """`sim._simpy.ticket` (how `Steps` knows nothing was scheduled since its last wake event) reads SimPy's
     next event id: unchanged by reading it, moved on by scheduling an event."""
