@@ -39,7 +39,8 @@ def gather(port: sim.Port, team: Team, units: Sequence[np.ndarray] | np.ndarray,
     trace detail names its unit under `key`."""
     n = team.size
     steps = port.once(("steps", phase), lambda: _Gather(port, n, phase, key))
-    steps.bytes[port.group.index] = [units[g].nbytes for g in order]
+    steps.bytes[port.group.index] = (units[0].nbytes if isinstance(units, np.ndarray)  # equal blocks
+                                     else [units[g].nbytes for g in order])
     yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (units, order))
 
 
