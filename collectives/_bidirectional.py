@@ -71,7 +71,8 @@ def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
     still running sends both ways, then receives both ways; a lane of a smaller ring stops earlier."""
     if len(lanes) == 1 and lanes[0][0].size > 1:
         team, units, phase = lanes[0]
-        if ring_steps.by_tables(port, "bidirectional " + phase, units[0]):
+        if _even(port, "bidirectional " + phase, units) and ring_steps.by_tables(port, "bidirectional " + phase,
+                                                                                  units[0]):
             gathering = port.once(("steps", "bidirectional " + phase), lambda: _Gather(port, units, phase))
             to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
             yield from gathering.of.join(port, to, team.index, units)
@@ -91,6 +92,13 @@ def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
                 c = (me - offset * (step + 1)) % n
                 message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
                 yield from unpack_into(port, message, units[c][_lane(units[c], offset, n, last)], block=c)
+
+
+def _even(port: sim.Port, phase: str, units: Sequence[np.ndarray]) -> bool:
+    """Whether the units of a pass are all of one size (decided once per call and phase). Units of several
+    sizes make the members' messages of one step arrive at different times, so the members drift apart
+    and a table path would post a member at a time: those passes go member by member."""
+    return port.once(("even", phase), lambda: len({units[k].nbytes for k in range(len(units))}) <= 1)
 
 
 class _Gather:
@@ -153,7 +161,8 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[Lane], reduction: str) 
         states.append(_Folding(team, phase, own, {offset: own[(team.index + offset * r) % team.size]
                                                    for offset, _ in _WAYS}, {}))
     key = "bidirectional reduce-scatter " + (states[0].phase if states else "")
-    if len(states) == 1 and states[0].team.size > 1 and ring_steps.by_tables(port, key, states[0].own[0], reduction):
+    if (len(states) == 1 and states[0].team.size > 1 and _even(port, key, states[0].own)
+            and ring_steps.by_tables(port, key, states[0].own[0], reduction)):
         team = states[0].team
         to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
         yield from ring_steps.per_member(port, key, steps(team.size), to, _Folder(port, states[0], reduction), ways=2)
