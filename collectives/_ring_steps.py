@@ -10,6 +10,10 @@ from the senders' memory when the messages arrive.
 
 Each member's `Steps` state is (units, order): its unit of ring position k is `units[order[k]]`, a
 contiguous view of its memory (an array indexed along its first axis, or a list of arrays).
+
+`PerMember` runs the loops whose members each work out their own messages (recursive doubling and
+halving, the bidirectional reduce-scatter): one Python call per message, but still one table and one
+wake event per step for all members.
 """
 
 from __future__ import annotations
