@@ -124,6 +124,7 @@ class LinkState:
         self._due: set[float] = set()  # times a step is scheduled for
         self.on_settled: Callable[[], None] | None = None  # told after each step's reports (see `Transport`)
         self._next_sink = 0
+        self._tabled = False  # whether some post came from `send_table` (a sender per message)
 
     def send(self, src: int, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
         """Post messages from mesh device `src` to each of mesh devices `dsts` (`sizes` bytes) now; `sink`
@@ -141,6 +142,12 @@ class LinkState:
         self._sinks[sink_id] = [sink, len(dsts)]
         self._posted.append((src, dsts, sizes, sink_id))
         self._schedule(float(self.env.now))  # any SimPy clock: an integer one too (simpy.Environment() starts at 0)
+
+    def send_table(self, srcs: np.ndarray, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
+        """Post messages from mesh devices `srcs[i]` to `dsts[i]` (`sizes[i]` bytes) now, as `send` posts
+        them one sender at a time (the same flows, in the same order); `sink` hears of message i as slot i."""
+        self.send(src=np.asarray(srcs, np.int64), dsts=dsts, sizes=sizes, sink=sink)  # type: ignore[arg-type]
+        self._tabled = True
 
     def send_reduced(self, contributors: tuple[int, ...], receivers: tuple[int, ...], size_bytes: int,
                      sink: Sink) -> None:
@@ -235,7 +242,7 @@ class LinkState:
 
     def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
         """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
-        (src, dst, size, sink, slot), instant = posted_columns(posted, self.placement)
+        (src, dst, size, sink, slot), instant = posted_columns(posted, self.placement, self._tabled)
         if len(instant[0]):
             isrc, idst, isink, islot = instant
             now = np.full(len(isrc), now_s)

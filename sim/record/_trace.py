@@ -194,11 +194,12 @@ class Trace:
             self._pack()
         return index
 
-    def append_batch(self, src: int, dsts: Sequence[int], sizes: Sequence[int] | int, send_time_s: float,
-                     starts_s: Sequence[float] | float, arrivals_s: list[float] | None, collective: str, call: int,
-                     details: dict[str, Any]) -> int:
+    def append_batch(self, src: int | Sequence[int], dsts: Sequence[int], sizes: Sequence[int] | int,
+                     send_time_s: float, starts_s: Sequence[float] | float, arrivals_s: list[float] | None,
+                     collective: str, call: int, details: dict[str, Any]) -> int:
         """Record messages from `src` to each of `dsts`, posted together; returns the first one's index
-        (`arrivals_s` may be None, and the arrivals set later).
+        (`arrivals_s` may be None, and the arrivals set later). `src` is one sender for all or, for a table
+        of several members' messages, one per message.
 
         `sizes` and `starts_s` are one value per message or one for all; `details` maps each detail key to
         its per-message values (a list or a range) or to `Same(value)`, one value for all. Values shared by
@@ -208,7 +209,7 @@ class Trace:
         count = len(dsts)
         self._starts.append(self._count)
         self._chunks.append({
-            "src": Shared(src, count, np.int64), "dst": Members(dsts),
+            "src": column_of(src, count, np.int64), "dst": Members(dsts),
             "size_bytes": column_of(sizes, count, np.int64), "send_time_s": Shared(send_time_s, count, np.float64),
             "start_time_s": column_of(starts_s, count, np.float64),
             "collective": Shared(collective, count), "call": Shared(call, count, np.int64),
