@@ -24,7 +24,17 @@ from jax.extend import core
 import sim
 from oracles import _bridge_device
 from oracles._bridge_device import is_key, to_key
-from oracles._bridge_diagnostics import CHOICES, SLIPS, Diagnostic, JaxSlipError, differing, report, slip, source_line
+from oracles._bridge_diagnostics import (
+    CHOICES,
+    SLIPS,
+    Diagnostic,
+    JaxSlipError,
+    differing,
+    label,
+    report,
+    slip,
+    source_line,
+)
 from oracles._bridge_eval import BridgeError, Evaluator, contains
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_specs import Entry, assemble, every_device
@@ -157,14 +167,14 @@ class _Host:
             raise BridgeError(f"shard_map over axis_names={sorted(manual)} of a mesh with axes {list(axes)} at "
                               f"{source_line(eqn)}: the bridge runs shard_maps that map every mesh axis (drop "
                               f"axis_names=)")
-        watch = _bridge_device.Watch(self.strict)
+        watch = _bridge_device.Watch(self.strict, source_line(eqn))
         mapped = sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes)),
                                mesh=sim.Mesh(axes, network=self.network),
                                in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
                                out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
         run = mapped.run(*(_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)))
         self.runs.append(run)
-        self.labels.append(f"shard_map at {source_line(eqn)}")
+        self.labels.append(label(source_line(eqn)))
         if run.outputs is None:
             raise BridgeError(f"the simulated shard_map at {source_line(eqn)} stopped: {run.stopped}")
         self.diagnostics += slips(watch, axes)
@@ -198,7 +208,8 @@ def slips(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnost
         if len(values) == int(np.prod(sizes)):  # every device met the equation
             blocks = np.stack([values[d] for d in sorted(values)])
             differ = differing(blocks, sizes, tuple(names.index(a) for a in sorted(along)))
-        found.append(slip("typing slip", eqn.primitive.name, source_line(eqn), tuple(sorted(along)), differ,
+        line = source_line(eqn, watch.where)
+        found.append(slip("typing slip", eqn.primitive.name, line, tuple(sorted(along)), differ,
                           SLIPS[eqn.primitive.name]))
     return found
 

@@ -50,12 +50,14 @@ class Watch:
     """What one simulated shard_map met: each device's value at each typing slip, by equation."""
 
     strict: bool = False
+    where: str = ""  # the shard_map's source line, for equations whose own JAX did not keep
     slips: dict[int, tuple[core.JaxprEqn, frozenset, dict[int, np.ndarray]]] = field(default_factory=dict)
 
     def note(self, eqn: core.JaxprEqn, axes: frozenset, device: int, value: np.ndarray) -> None:
         """Device `device` computed `value` where JAX types `eqn`'s result invariant along `axes`."""
         if self.strict:
-            raise JaxSlipError(slip("typing slip", eqn.primitive.name, source_line(eqn), tuple(sorted(axes)), (),
+            line = source_line(eqn, self.where)
+            raise JaxSlipError(slip("typing slip", eqn.primitive.name, line, tuple(sorted(axes)), None,
                                     SLIPS[eqn.primitive.name]).message)
         self.slips.setdefault(id(eqn), (eqn, axes, {}))[2][device] = np.array(value, copy=True)
 
@@ -86,7 +88,8 @@ def _row(out: Any, vma: frozenset) -> sim.Varying:
 
 def is_key(aval: Any) -> bool:
     """Whether `aval` holds PRNG keys (a typed key array)."""
-    return jax.dtypes.issubdtype(getattr(aval, "dtype", None), jax.dtypes.prng_key)
+    dtype = getattr(aval, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def to_key(data: Any, aval: Any) -> Any:
@@ -122,10 +125,10 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list
                 for x, v in zip(ins, eqn.outvars)]
     elif name in PARALLEL:
         raise UnsupportedPrimitiveError(
-            f"primitive {name!r} at {source_line(eqn)} (in `{eqn}`) is a JAX collective meshsim does not "
+            f"primitive {name!r} at {source_line(eqn, watch.where)} (in `{eqn}`) is a JAX collective meshsim does not "
             f"implement; the bridge runs these: {sorted(p for d in REGISTRY.values() for p in d.jax.primitives)}")
     else:
-        outs = _local(eqn, ins)
+        outs = _local(eqn, ins, watch.where)
     if check_vma:
         for var, out in zip(eqn.outvars, outs):
             _check_type(eqn, var, out, watch)
@@ -139,7 +142,7 @@ def _definition(primitive: str) -> Definition | None:
         return None
 
 
-def _local(eqn: core.JaxprEqn, ins: list) -> list:
+def _local(eqn: core.JaxprEqn, ins: list, where: str) -> list:
     """A local primitive, evaluated by JAX on this device's values and recorded in its program."""
     in_avals = [v.aval for v in eqn.invars]
     out_avals = [v.aval for v in eqn.outvars]
@@ -151,7 +154,7 @@ def _local(eqn: core.JaxprEqn, ins: list) -> list:
                 result = eqn.primitive.bind(*operands, **eqn.params)
         except Exception as error:
             raise UnsupportedPrimitiveError(
-                f"device {sim.current().device}: primitive {eqn.primitive.name!r} at {source_line(eqn)} (in "
+                f"device {sim.current().device}: primitive {eqn.primitive.name!r} at {source_line(eqn, where)} (in "
                 f"`{eqn}`) could not be evaluated on one device's values: {type(error).__name__}: {error}"
             ) from error
         results = result if eqn.primitive.multiple_results else (result,)
@@ -193,6 +196,6 @@ def _check_type(eqn: core.JaxprEqn, var: Any, out: Any, watch: Watch) -> None:
         out.vma = expected
         return
     raise TypeMismatchError(
-        f"device {device}: `{eqn}` at {source_line(eqn)}: meshsim's result varies along {sorted(found)}, the "
-        f"jaxpr says {sorted(expected)} ({var}:{var.aval.str_short()}); meshsim's device-variance rule for "
-        f"{eqn.primitive.name!r} disagrees with JAX's")
+        f"device {device}: `{eqn}` at {source_line(eqn, watch.where)}: meshsim's result varies along "
+        f"{sorted(found)}, the jaxpr says {sorted(expected)} ({var}:{var.aval.str_short()}); meshsim's "
+        f"device-variance rule for {eqn.primitive.name!r} disagrees with JAX's")

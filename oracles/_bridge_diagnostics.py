@@ -64,12 +64,19 @@ class Diagnostic:
         return self.message
 
 
-def source_line(eqn: Any) -> str:
-    """The user's source line of `eqn` ('file:line:column (function)'), or '<unknown line>'."""
+def source_line(eqn: Any, fallback: str = "") -> str:
+    """The user's source line of `eqn` ('file:line:column (function)'). JAX keeps only the frames of the call
+    that traced it: where none is the user's (a body that is a JAX function, like `jnp.argsort`), a
+    shard_map is named by its body's function ('<lambda> at file:line') and any other equation by `fallback`
+    (the enclosing shard_map's line), else '<unknown line>'."""
     try:
-        return source_info_util.summarize(eqn.source_info)
+        line = source_info_util.summarize(eqn.source_info)
     except Exception:  # an equation built by hand has no traceback
-        return "<unknown line>"
+        line = ""
+    if not line and eqn.primitive.name == "shard_map":
+        info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+        line = f"the shard_map of {info.func_src_info}" if info is not None and info.func_src_info else ""
+    return line or fallback or "<unknown line>"
 
 
 def differing(blocks: np.ndarray, mesh_sizes: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -97,11 +104,16 @@ def _bits(blocks: np.ndarray) -> np.ndarray:
     return blocks.reshape(len(blocks), -1).view(np.uint8)
 
 
-def slip(kind: str, primitive: str, line: str, axes: tuple[str, ...], devices: tuple[int, ...],
+def slip(kind: str, primitive: str, line: str, axes: tuple[str, ...], devices: tuple[int, ...] | None,
          finding: int | None) -> Diagnostic:
-    """A diagnostic with its sentence."""
-    where = f"devices {list(devices)} differ from the first device along {list(axes)}" if devices else (
-        f"no device's value differs along {list(axes)} on these inputs")
+    """A diagnostic with its sentence; `devices` None when they are not known yet (a strict run stops at the
+    first device that meets the slip)."""
+    if devices is None:
+        where = "meshsim's type of it varies there"
+    elif devices:
+        where = f"devices {list(devices)} differ from the first device along {list(axes)}"
+    else:
+        where = f"no device's value differs along {list(axes)} on these inputs"
     if kind == "typing slip":
         said = (f"JAX types the result of {primitive!r} at {line} invariant along {list(axes)}, but it depends on "
                 f"the device: {where}")
@@ -110,12 +122,16 @@ def slip(kind: str, primitive: str, line: str, axes: tuple[str, ...], devices: t
                 f"first device's value")
     finding_said = f"FINDINGS.md {finding}" if finding is not None else "no FINDINGS.md entry"
     message = f"{said} ({finding_said}); the bridge returns what JAX returns (strict=True makes this an error)"
-    return Diagnostic(kind, primitive, line, tuple(axes), tuple(devices), finding, message)
+    return Diagnostic(kind, primitive, line, tuple(axes), tuple(devices or ()), finding, message)
+
+
+def label(line: str) -> str:
+    """A shard_map's name in a report, from its `source_line`."""
+    return line if line.startswith("the shard_map") else f"shard_map at {line}"
 
 
 def report(found: list[Diagnostic], strict: bool) -> None:
-    """Warn of each diagnostic that names differing devices (or of every one: typing slips too), or with
-    `strict` raise the first."""
+    """Warn of each diagnostic, or with `strict` raise the first."""
     for diagnostic in found:
         if strict:
             raise JaxSlipError(diagnostic.message)

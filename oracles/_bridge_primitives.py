@@ -83,24 +83,24 @@ def check_primitives(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> None:
         UnsupportedPrimitiveError: a refused primitive inside a shard_map body, or `xla_pmap` anywhere.
         BridgeError: a local primitive in a body whose own jaxpr holds collectives the bridge cannot reach.
     """
-    _check(jaxpr, inside=False)
+    _check(jaxpr, inside=False, where="")
 
 
-def _check(jaxpr: core.Jaxpr | core.ClosedJaxpr, inside: bool) -> None:
+def _check(jaxpr: core.Jaxpr | core.ClosedJaxpr, inside: bool, where: str) -> None:
     if isinstance(jaxpr, core.ClosedJaxpr):
         jaxpr = jaxpr.jaxpr
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         status, reason = support(name) if inside or name == "xla_pmap" else ("host", "")
         if status == "refused":
-            raise UnsupportedPrimitiveError(f"primitive {name!r} at {source_line(eqn)} cannot run on the simulated "
-                                            f"mesh: {reason} (in `{_short(eqn)}`)")
+            raise UnsupportedPrimitiveError(f"primitive {name!r} at {source_line(eqn, where)} cannot run on the "
+                                            f"simulated mesh: {reason} (in `{_short(eqn)}`)")
         subs = list(core.jaxprs_in_params(eqn.params))
         if status == "local" and any(_has_collective(sub) for sub in subs):
-            raise BridgeError(f"primitive {name!r} at {source_line(eqn)} holds collectives in a body the bridge "
+            raise BridgeError(f"primitive {name!r} at {source_line(eqn, where)} holds collectives in a body the bridge "
                               f"does not walk (it would run them outside the simulator)")
         for sub in subs:
-            _check(sub, inside or name == "shard_map")
+            _check(sub, inside or name == "shard_map", source_line(eqn, where) if name == "shard_map" else where)
 
 
 def _has_collective(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> bool:
