@@ -21,6 +21,7 @@ import jax
 import numpy as np
 from jax.extend import core
 
+import collectives
 import sim
 from oracles import _bridge_device
 from oracles._bridge_device import is_key, to_key
@@ -35,7 +36,7 @@ from oracles._bridge_diagnostics import (
     slip,
     source_line,
 )
-from oracles._bridge_eval import BridgeError, Evaluator, contains
+from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError, contains
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_specs import Entry, assemble, every_device
 
@@ -154,6 +155,8 @@ class _Host:
         if name in _bridge_device.PARALLEL:
             raise BridgeError(f"primitive {name!r} at {source_line(eqn)} (in `{eqn}`) runs outside jax.shard_map; "
                               f"the bridge runs collectives only inside a shard_map body")
+        if name in ("reshard", "sharding_constraint") and _unreduced(eqn.invars[0].aval):
+            return [self._reduce(eqn, ins[0])]
         if any(contains(sub, "shard_map") for sub in core.jaxprs_in_params(eqn.params)):
             self.unsimulated.append(f"a shard_map inside {name!r} at {source_line(eqn)}, run by JAX")
         out = eqn.primitive.bind(*(jax.numpy.asarray(x) for x in ins), **eqn.params)
@@ -186,6 +189,24 @@ class _Host:
             outs.append(to_key(found.value, var.aval) if is_key(var.aval) else found.value)
         return outs
 
+    def _reduce(self, eqn: core.JaxprEqn, partials: Any) -> np.ndarray:
+        """A reshard of a value held unreduced (one partial per member of its unreduced axes, as a shard_map
+        returns it) to a reduced one: the all-reduce JAX runs there, run as a psum on the simulated mesh."""
+        aval = eqn.invars[0].aval
+        axes, along = mesh_axes(aval.sharding.mesh), _unreduced(aval)
+        if _unreduced(eqn.outvars[0].aval):
+            raise UnsupportedPrimitiveError(f"primitive {eqn.primitive.name!r} at {source_line(eqn)} keeps a value "
+                                            f"unreduced along some axes: the bridge reduces all of {sorted(along)}")
+        names = tuple(n for n in axes if n in along)
+        spec = sim.P(names if len(names) > 1 else names[0])
+        mapped = sim.shard_map(lambda v: collectives.psum(v[0], names if len(names) > 1 else names[0]),
+                               mesh=sim.Mesh(axes, network=self.network), in_specs=spec, out_specs=sim.P(),
+                               **self.options)
+        run = mapped.run(np.asarray(partials))
+        self.runs.append(run)
+        self.labels.append(f"the all-reduce of {eqn.primitive.name} at {source_line(eqn)}")
+        return np.asarray(run.outputs)
+
     def _claim(self, eqn: core.JaxprEqn, k: int, found: Any, watch: _bridge_device.Watch) -> None:
         """Output `k` differs along axes its out_specs entry leaves out: the false claim, with the finding of
         the slip that let it through (or of the varying choice of a cond / while_loop in the body)."""
@@ -212,6 +233,12 @@ def slips(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnost
         found.append(slip("typing slip", eqn.primitive.name, line, tuple(sorted(along)), differ,
                           SLIPS[eqn.primitive.name]))
     return found
+
+
+def _unreduced(aval: Any) -> frozenset:
+    """The mesh axes a host value of `aval` is held unreduced along."""
+    spec = getattr(getattr(aval, "sharding", None), "spec", None)
+    return frozenset(getattr(spec, "unreduced", ()) or ())
 
 
 def _host_value(x: Any, aval: Any) -> np.ndarray:

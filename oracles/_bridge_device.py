@@ -38,7 +38,11 @@ _FIXED = {"all_to_all": {"tiled": True}}
 # Every collective primitive JAX defines; those the registry lacks are refused by name.
 PARALLEL = frozenset(p.name for p in vars(parallel).values() if isinstance(p, core.Primitive))
 # Casts between JAX's varying, unreduced and reduced types: no data moves, each device keeps its value.
-CASTS = frozenset(name for name in PARALLEL if name.endswith("_cast_p") or name.endswith("_cast"))
+CASTS = frozenset(name for name in PARALLEL if name.endswith(("_cast_p", "_cast"))) | {"preduced"}
+# JAX's collectives of unreduced and reduced values, and meshsim's collective that moves the same data (a
+# device holds an unreduced value as its own partial, a reduced one whole).
+ALIASES = {"unreduced_psum": "psum_invariant", "unreduced_reduce_scatter": "reduce_scatter",
+           "all_gather_reduced": "all_gather_invariant"}
 
 
 class TypeMismatchError(BridgeError):
@@ -137,7 +141,7 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list
 
 def _definition(primitive: str) -> Definition | None:
     try:
-        return REGISTRY.by_primitive(primitive)
+        return REGISTRY.by_primitive(ALIASES.get(primitive, primitive))
     except KeyError:
         return None
 

@@ -25,7 +25,7 @@ from jax._src.interpreters import ad, mlir
 from jax.extend import core
 
 from collectives import REGISTRY
-from oracles._bridge_device import CASTS, PARALLEL
+from oracles._bridge_device import ALIASES, CASTS, PARALLEL
 from oracles._bridge_diagnostics import source_line
 from oracles._bridge_eval import CALLS, CONTROL, BridgeError, UnsupportedPrimitiveError
 
@@ -49,7 +49,7 @@ def _on_cpu() -> frozenset[str]:
 
 def support(name: str) -> tuple[str, str]:
     """(status, reason) of the primitive `name` inside a shard_map body (see the module's list)."""
-    collective = {p for d in REGISTRY.values() for p in d.jax.primitives}
+    collective = {p for d in REGISTRY.values() for p in d.jax.primitives} | set(ALIASES)
     if name in collective or name in CASTS:
         return "collective", "run as meshsim's collective" if name in collective else "a type cast: no data moves"
     if (name in CALLS and CALLS[name] is not None) or name in CONTROL:
@@ -66,7 +66,9 @@ def support(name: str) -> tuple[str, str]:
     if name in CALLS:
         return "refused", "a call with no body to walk"
     if name not in _on_cpu():
-        return "refused", "XLA:CPU has no lowering for it (a GPU or TPU primitive)"
+        elsewhere = any(name in {p.name for p in table} for table in mlir._platform_specific_lowerings.values())
+        return "refused", ("XLA:CPU has no lowering for it (a GPU or TPU primitive)" if elsewhere else
+                           "JAX has no lowering for it: an internal primitive JAX replaces before lowering")
     return "local", "evaluated by JAX on each device"
 
 
