@@ -20,6 +20,7 @@ Outside shard_map every primitive runs with JAX on the host, except collectives 
 from __future__ import annotations
 
 import gc
+import importlib
 
 from jax._src.interpreters import ad, mlir
 from jax.extend import core
@@ -33,8 +34,15 @@ _REFS = frozenset({"new_ref", "empty_ref", "free_ref", "freeze", "get", "swap", 
                    "box_get", "box_set", "new_box", "new_log", "log_read", "log_extend"})
 
 
+# Modules whose primitives are registered only once imported; all are imported before primitives are listed.
+_MODULES = ("jax.numpy", "jax.lax", "jax.random", "jax.nn", "jax.scipy.special", "jax.experimental.multihost_utils",
+            "jax.experimental.custom_partitioning", "jax.experimental.checkify")
+
+
 def primitives() -> list[str]:
-    """The name of every primitive this process's JAX registers, sorted."""
+    """The name of every primitive JAX registers once `_MODULES` are imported, sorted."""
+    for module in _MODULES:
+        importlib.import_module(module)
     found = set(mlir._lowerings) | set(ad.primitive_jvps) | set(ad.primitive_transposes)
     for table in mlir._platform_specific_lowerings.values():
         found |= set(table)

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax._src.lax import parallel
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -181,11 +182,11 @@ def _pipeline(mk: Mk) -> Callable[..., Any]:
 
 def _transposes(mk: Mk) -> Callable[..., Any]:
     """The design note's five transposes in one program: an invariant times a varying operand, a psum of a
-    varying one, an all_gather, a broadcast of an invariant through sin, and a psum of a product."""
+    varying one, an invariant all_gather, a broadcast of an invariant through sin, and a psum of a product."""
     def body(x: Any, y: Any) -> tuple[Any, ...]:
         one = x * y
         two = lax.psum(x, "i") * y
-        three = lax.all_gather(x, "i", tiled=True) * jnp.sum(y)
+        three = parallel.all_gather_invariant(x, "i", tiled=True) * jnp.sum(y)
         four = jnp.sin(y) * x
         five = lax.psum(x * y, "i")
         return (jnp.sum(one) + jnp.sum(four))[None], two, three, five
@@ -366,19 +367,148 @@ def corpus() -> list[tuple]:
     return rows
 
 
-BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus}
+def _caught(call: Callable[[], Any]) -> tuple[Any, list[str], str]:
+    """(the call's result or None, the BridgeWarnings it gave, 'Kind: message' of its error or '')."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            result, error = call(), ""
+        except Exception as failure:
+            result, error = None, f"{type(failure).__name__}: {failure}"
+    said = [str(w.message) for w in seen if w.category.__name__ == "BridgeWarning"]
+    return result, said, error
+
+
+def _diagnosed(f: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """JAX's answer, the bridge's (bit for bit?), its diagnostics and warnings, and the strict run's error."""
+    want = np.asarray(jax.jit(f)(*args))
+    simulated, said, _ = _caught(lambda: oracles.simulate_jax(f, *args))
+    _, _, strict = _caught(lambda: oracles.simulate_jax(f, *args, strict=True))
+    got = np.asarray(simulated.outputs)
+    return {"same": want.dtype == got.dtype and want.tobytes() == got.tobytes(), "jax": want.tolist(),
+            "diagnostics": [(d.kind, d.primitive, d.line, d.axes, d.devices, d.finding) for d in
+                            simulated.diagnostics], "warnings": said, "strict": strict}
+
+
+def diagnostics() -> dict[str, dict[str, Any]]:
+    """Programs where JAX's own answer is wrong on some device, and a control where it is right: JAX's answer
+    returned bit for bit, each problem as a Diagnostic and a BridgeWarning, strict=True an error."""
+    two = jax.make_mesh((2,), ("i",), axis_types=(AxisType.Auto,))
+    four = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    keys = np.array([3, 1, 2, 0, 1, 2], np.float32)
+
+    def chosen(x: Any) -> Any:  # FINDINGS.md 13: the branch depends on the device, the type does not
+        return lax.cond(lax.axis_index("i") == 0, lambda: jnp.ones(2, x.dtype), lambda: jnp.zeros(2, x.dtype))
+
+    def called(x: Any) -> Any:  # FINDINGS.md 15: a callback of a varying value typed invariant
+        return jax.pure_callback(lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    cases = {
+        "argsort": (jax.shard_map(jnp.argsort, mesh=two, in_specs=P("i"), out_specs=P()), keys),
+        "argsort of a replicated array": (jax.shard_map(jnp.argsort, mesh=two, in_specs=P(), out_specs=P()),
+                                          keys),
+        "unchecked replication": (jax.shard_map(lambda v: v * 2, mesh=four, in_specs=P("i"), out_specs=P(),
+                                                check_vma=False), np.arange(8.0, dtype=np.float32)),
+        "cond on the device index": (jax.shard_map(chosen, mesh=four, in_specs=P("i"), out_specs=P()),
+                                     np.arange(8.0, dtype=np.float32)),
+        "pure_callback of a varying value": (jax.shard_map(called, mesh=four, in_specs=P("i"), out_specs=P()),
+                                             np.arange(8.0, dtype=np.float32)),
+    }
+    return {label: _diagnosed(f, x) for label, (f, x) in cases.items()}
+
+
+def reach() -> dict[str, Any]:
+    """What the bridge simulates and what it does not: a shard_map inside custom_linear_solve (which JAX runs
+    and the bridge does not walk) named as not simulated, and the same shard_map alone simulated; a gradient
+    with its forward and backward runs and their total; an asynchronous psum refused with its source line."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    inner = jax.shard_map(lambda v: v * 2.0 + lax.psum(v, "i") * 0.0, mesh=mesh, in_specs=P("i"),
+                          out_specs=P("i"))
+    x = np.arange(8.0, dtype=np.float32) + 1.0
+    solved = oracles.compare_jax(jax.jit(lambda b: lax.custom_linear_solve(inner, b, lambda mv, b: b / 2.0)), x)
+    alone = oracles.compare_jax(jax.jit(inner), x)
+    loss = jax.shard_map(lambda v: lax.psum(jnp.sum(jnp.sin(v)), "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
+    graded = oracles.simulate_jax(jax.jit(jax.grad(loss)), x)
+    from jax._src.lax import parallel
+
+    _, _, refused = _caught(lambda: oracles.simulate_jax(jax.shard_map(
+        lambda v: parallel.psum_start(v, "i").done(), mesh=mesh, in_specs=P("i"), out_specs=P()), x))
+    return {"solved agrees": solved.agrees, "solved": str(solved), "unsimulated": solved.simulated.unsimulated,
+            "alone agrees": alone.agrees, "alone runs": len(alone.simulated.runs),
+            "grad": str(graded), "grad messages": [len(r.trace.messages) for r in graded.runs],
+            "grad total": graded.messages, "grad time": (graded.time_s, [r.end_time_s for r in graded.runs]),
+            "async": refused}
+
+
+def explicit_types() -> dict[str, Any]:
+    """An Explicit mesh's unreduced and reduced types: a shard_map returning P(unreduced={'i'}) compared per
+    device with JAX's shards, a reshard of it to a replicated value (the all-reduce JAX runs there, simulated
+    as a run of its own), and a psum inside the body of a value cast to unreduced."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Explicit,))
+    x = jax.device_put(np.arange(8.0, dtype=np.float32) * 0.3, NamedSharding(mesh, P("i")))
+    found = {}
+    with jax.set_mesh(mesh):
+        partial = jax.shard_map(lambda v: jnp.sin(v), in_specs=P("i"), out_specs=P(unreduced={"i"}))
+        for label, f in (("unreduced output", jax.jit(partial)),
+                         ("reshard of it", jax.jit(lambda v: jax.sharding.reshard(partial(v), P())))):
+            report = oracles.compare_jax(f, x)
+            found[label] = (report.agrees, all(o.equal_bytes for o in report.outputs), len(report.simulated.runs),
+                            str(report))
+    return found
+
+
+def primitives() -> dict[str, tuple[str, str]]:
+    """The bridge's status of every primitive this JAX registers."""
+    from oracles._bridge_primitives import table
+
+    return table()
+
+
+def fusion() -> dict[str, Any]:
+    """A plain-JAX reproducer of the one kind of difference the corpus shows: XLA:CPU contracts `a * b - c` in
+    one jitted module into a fused multiply-add (one rounding), where op-by-op evaluation rounds twice. Returns
+    how many of 4096 random elements differ and the largest difference in ulps."""
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(4096).astype(np.float32) for _ in range(3))
+    fused = np.asarray(jax.jit(lambda a, b, c: a * b - c)(a, b, c))
+    stepwise = np.asarray(jax.jit(lambda p, c: p - c)(np.asarray(jax.jit(lambda a, b: a * b)(a, b)), c))
+    exact = (a.astype(np.float64) * b - c).astype(np.float32)
+    return {"differ": int((fused != stepwise).sum()), "ulps": _ulps(fused, stepwise),
+            "fused is the single rounding": bool(np.array_equal(fused, exact))}
+
+
+BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
+                                         "explicit_types": explicit_types, "primitives": primitives,
+                                         "fusion": fusion}
 
 
 def main(names: list[str]) -> None:
-    """Run the named batches; pickle {name: ("ok", result) or ("error", traceback)} to stdout."""
+    """Run the named batches; pickle {name: ("ok", result) or ("error", traceback)} to stdout (what the programs
+    print, jax.debug.print's lines among it, goes to stderr)."""
+    import contextlib
+
     results = {}
-    for name in names:
-        try:
-            results[name] = ("ok", BATCHES[name]())
-        except Exception:
-            results[name] = ("error", traceback.format_exc())
+    with contextlib.redirect_stdout(sys.stderr):
+        for name in names:
+            try:
+                results[name] = ("ok", BATCHES[name]())
+            except Exception:
+                results[name] = ("error", traceback.format_exc())
     sys.stdout.buffer.write(pickle.dumps(results))
 
 
+def write_primitives(path: str) -> None:
+    """Write the snapshot `tests/bridge_primitives.txt` reads: one 'name status' line per primitive."""
+    lines = ["# Every primitive JAX 0.10.2 registers and whether the bridge runs it inside a shard_map body",
+             "# (oracles._bridge_primitives.support): collective, walked, local or refused. Regenerate with",
+             "# `python tests/bridge_tutorial.py --primitives` after a JAX upgrade and review the changes."]
+    lines += [f"{name} {status}" for name, (status, _) in primitives().items()]
+    with open(path, "w") as out:
+        out.write("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--primitives"]:
+        write_primitives(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bridge_primitives.txt"))
+    else:
+        main(sys.argv[1:])
