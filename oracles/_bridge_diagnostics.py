@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from jax._src import source_info_util
 
+from layouts import MeshError
 from oracles._bridge_eval import BridgeError
 
 # The primitives JAX 0.10.2 types invariant while their result varies, and the FINDINGS.md entry of each.
@@ -33,8 +34,9 @@ SLIPS = {"sort": 4, "ragged_all_to_all": 5, "pure_callback": 15, "io_callback": 
 CHOICES = {"cond": 13, "while": 14}
 
 
-class BridgeWarning(UserWarning):
-    """JAX's answer is returned, but JAX's typing or its unchecked out_specs make it wrong on some devices."""
+class BridgeWarning(MeshError, UserWarning):
+    """JAX's answer is returned, but JAX's typing or its unchecked out_specs make it wrong on some devices (a
+    `MeshError` too, so that `warnings.simplefilter("error")` raises it as one of meshsim's errors)."""
 
 
 class JaxSlipError(BridgeError):
