@@ -367,6 +367,88 @@ def corpus() -> list[tuple]:
     return rows
 
 
+def _moe(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> Callable[..., Any]:
+    """An expert-parallel MoE layer written as open-source ones write it: router logits with jitter from the
+    RNG state passed in, top-k, tokens past an expert's capacity dropped, rows sorted by expert (argsort),
+    counts all_gathered, offsets from cumulative sums, a ragged dispatch into an empty buffer, grouped matmuls
+    (ragged_dot), a ragged combine back and the top-k weights applied. Experts are sharded over 'e'."""
+    mesh = jax.make_mesh((n,), ("e",), axis_types=(AxisType.Auto,))
+    local = experts // n
+
+    def route(x: Any, router: Any, key: Any) -> tuple[Any, Any, Any]:
+        key = jax.random.fold_in(key, lax.axis_index("e"))
+        logits = x @ router + jax.random.uniform(key, (x.shape[0], experts), x.dtype, -1e-2, 1e-2)
+        weight, chosen = lax.top_k(jax.nn.softmax(logits, axis=-1), k)
+        flat = chosen.reshape(-1)
+        rank = jnp.cumsum(jax.nn.one_hot(flat, experts, dtype=jnp.int32), axis=0)[jnp.arange(flat.size), flat] - 1
+        kept = rank < capacity
+        return jnp.where(kept, flat, experts), jnp.where(kept, weight.reshape(-1), 0.0), kept
+
+    def layer(x: Any, router: Any, w_in: Any, w_out: Any, key: Any) -> Any:
+        me = lax.axis_index("e")
+        bucket, weight, _ = route(x, router, key)
+        order = jnp.argsort(bucket, stable=True)                      # dropped rows sort last, never sent
+        rows = x[order // k]
+        counts = jnp.bincount(bucket, length=experts + 1)[:experts]   # an empty expert counts 0
+        sizes = counts.reshape(n, local).sum(1)
+        starts = jnp.cumsum(sizes) - sizes
+        table = lax.all_gather(counts, "e")                           # table[s, x]: rows s sends expert x
+        mine = lax.dynamic_slice_in_dim(table, me * local, local, axis=1)
+        recv = mine.sum(1)
+        per_dest = table.reshape(n, n, local).sum(2)
+        places = (jnp.cumsum(per_dest, axis=0) - per_dest)[me]
+        buffer = jnp.zeros((x.shape[0] * k * n, x.shape[1]), x.dtype)
+        buffer = lax.pcast(buffer, "e", to="varying") if check_vma else buffer
+        got = lax.ragged_all_to_all(rows, buffer, starts, sizes, places, recv, axis_name="e")
+        src_starts = jnp.cumsum(recv) - recv
+        row = jnp.arange(got.shape[0])
+        src = jnp.clip(jnp.searchsorted(src_starts, row, side="right") - 1, 0, n - 1)
+        expert = jnp.sum((row - src_starts[src])[:, None] >= jnp.cumsum(mine, axis=1)[src], axis=1)
+        regroup = jnp.argsort(jnp.where(row < recv.sum(), expert, local), stable=True)
+        group_sizes = mine.sum(0).astype(jnp.int32)
+        hidden = jax.nn.gelu(lax.ragged_dot(got[regroup], w_in, group_sizes))
+        done = jnp.zeros_like(got).at[regroup].set(lax.ragged_dot(hidden, w_out, group_sizes))
+        firsts = lax.all_gather(starts, "e")[:, me]
+        back = lax.ragged_all_to_all(done, jnp.zeros_like(rows), src_starts, recv, firsts, sizes, axis_name="e")
+        combined = jnp.zeros_like(back).at[order].set(back) * weight[:, None]
+        return combined.reshape(x.shape[0], k, -1).sum(1)
+
+    return jax.shard_map(layer, mesh=mesh, in_specs=(P("e"), P(), P("e"), P("e"), P()), out_specs=P("e"),
+                         check_vma=check_vma)
+
+
+def moe() -> list[tuple]:
+    """The MoE layer on 4 and 8 devices, check_vma on and off, forward and gradient: (devices, check_vma,
+    form, simulation == JAX evaluated op by op (bit for bit), jitted JAX == JAX op by op, compare_jax within
+    1e-4, diagnostics (kind, primitive, finding), messages per run)."""
+    oracles.install_cpu_ragged_all_to_all()
+    rows = []
+    for n in (4, 8):
+        experts, width, tokens = 2 * n, 4, 6
+        rng = np.random.default_rng(n)
+        router = rng.standard_normal((width, experts)).astype(np.float32)
+        router[:, 1] -= 50.0                                          # expert 1 is never chosen
+        args = (rng.standard_normal((tokens * n, width)).astype(np.float32), router,
+                rng.standard_normal((experts, width, 8)).astype(np.float32),
+                rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.key(0))
+        for check_vma in (True, False):
+            f = _moe(n, experts, k=2, capacity=3, check_vma=check_vma)
+            loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
+            for form, g in (("forward", f), ("grad", jax.grad(loss, argnums=(0, 1, 2, 3)))):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    with jax.disable_jit():
+                        eager = [np.asarray(x) for x in jax.tree.leaves(g(*args))]
+                    jitted = [np.asarray(x) for x in jax.tree.leaves(jax.jit(g)(*args))]
+                    report = oracles.compare_jax(jax.jit(g), *args, rtol=1e-4, atol=1e-4)
+                found = [np.asarray(x) for x in jax.tree.leaves(report.simulated.outputs)]
+                rows.append((n, check_vma, form, all(a.tobytes() == b.tobytes() for a, b in zip(eager, found)),
+                             all(a.tobytes() == b.tobytes() for a, b in zip(eager, jitted)), report.agrees,
+                             [(d.kind, d.primitive, d.finding) for d in report.simulated.diagnostics],
+                             [len(r.trace.messages) for r in report.simulated.runs], str(report)))
+    return rows
+
+
 def _caught(call: Callable[[], Any]) -> tuple[Any, list[str], str]:
     """(the call's result or None, the BridgeWarnings it gave, 'Kind: message' of its error or '')."""
     with warnings.catch_warnings(record=True) as seen:
@@ -479,7 +561,7 @@ def fusion() -> dict[str, Any]:
 
 BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
                                          "explicit_types": explicit_types, "primitives": primitives,
-                                         "fusion": fusion}
+                                         "fusion": fusion, "moe": moe}
 
 
 def main(names: list[str]) -> None:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.differential
 
 WORKER = Path(__file__).resolve().parent / "bridge_tutorial.py"
 SNAPSHOT = Path(__file__).resolve().parent / "bridge_primitives.txt"
-BATCHES = ("corpus", "diagnostics", "reach", "explicit_types", "primitives", "fusion")
+BATCHES = ("corpus", "diagnostics", "reach", "explicit_types", "primitives", "fusion", "moe")
 WAYS = {"mesh=", "set_mesh Auto", "set_mesh Explicit"}
 # The rows whose bits differ from jitted JAX's, by a few ulps: XLA:CPU compiles the local work around the
 # collectives of a jitted program as one module, fusing it and contracting a multiply and an add into one
@@ -187,3 +187,20 @@ def test_fusion_is_the_only_difference(results):
     found = _result(results, "fusion")
     assert found["fused is the single rounding"]
     assert found["differ"] > 0 and found["ulps"] >= 1
+
+
+def test_moe_layer_runs_as_jax_evaluates_it(results):
+    """An expert-parallel MoE layer as open-source ones write it (RNG state passed into the shard_map, top-k,
+    dropped tokens, an empty expert, argsort by expert, all_gather of counts, ragged dispatch into an empty
+    buffer, ragged_dot, ragged combine) on 4 and 8 devices with check_vma on and off, forward and gradient:
+    the simulation equals JAX evaluating the program op by op bit for bit, and jitted JAX within 1e-4 (jitted
+    JAX differs from JAX op by op there: XLA compiles the local work as one module); under check_vma=True the
+    two argsorts are JAX's typing slip (FINDINGS.md 4), reported and run as JAX runs them."""
+    rows = _result(results, "moe")
+    assert [(n, check_vma, form) for n, check_vma, form, *_ in rows] == [
+        (n, c, f) for n in (4, 8) for c in (True, False) for f in ("forward", "grad")]
+    for n, check_vma, form, same_as_eager, _, agrees, diagnostics, messages, report in rows:
+        assert same_as_eager and agrees, f"{n} devices, check_vma={check_vma}, {form}: {report}"
+        assert diagnostics == ([("typing slip", "sort", 4)] * 2 if check_vma else [])
+        assert len(messages) == (1 if form == "forward" else 2) and all(m > 0 for m in messages)
+    assert not all(row[4] for row in rows)  # jitted JAX is not JAX op by op everywhere: the comparison can fail
