@@ -26,7 +26,7 @@ from jax._src.interpreters import ad, mlir
 from jax.extend import core
 
 from collectives import REGISTRY
-from oracles._bridge_device import ALIASES, CASTS, PARALLEL
+from oracles._bridge_device import ALIASES, CASTS, DONES, PARALLEL, STARTS
 from oracles._bridge_diagnostics import source_line
 from oracles._bridge_eval import CALLS, CONTROL, BridgeError, UnsupportedPrimitiveError
 
@@ -60,11 +60,14 @@ def support(name: str) -> tuple[str, str]:
     collective = {p for d in REGISTRY.values() for p in d.jax.primitives} | set(ALIASES)
     if name in collective or name in CASTS:
         return "collective", "run as meshsim's collective" if name in collective else "a type cast: no data moves"
+    if name in STARTS and name.removesuffix("_start") in collective:
+        return "collective", "an asynchronous collective, run as meshsim's collective when it starts"
+    if name in DONES:
+        return "collective", "the end of an asynchronous collective: hands on its result"
     if (name in CALLS and CALLS[name] is not None) or name in CONTROL:
         return "walked", "its body walked per device"
     if name in PARALLEL:
-        kind = "an asynchronous collective" if name.endswith(("_start", "_done")) else "a JAX collective"
-        return "refused", f"{kind} meshsim does not implement (the bridge runs {sorted(collective)})"
+        return "refused", f"a JAX collective meshsim does not implement (the bridge runs {sorted(collective)})"
     if name == "xla_pmap":
         return "refused", "the bridge simulates jax.shard_map, not jax.pmap: write the program with jax.shard_map"
     if name == "shard_map":

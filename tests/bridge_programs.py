@@ -24,7 +24,6 @@ import jax.numpy as jnp
 import numpy as np
 from bridge_generated import batch
 from jax import lax
-from jax._src.lax import parallel
 from jax.sharding import PartitionSpec as P
 
 import oracles
@@ -398,7 +397,7 @@ def errors() -> dict[str, tuple[str, str]]:
         "no shard_map": _error(lambda: oracles.simulate_jax(jax.jit(lambda v: v * 2), x)),
         "collective outside shard_map": _error(lambda: oracles.simulate_jax(lambda v: lax.psum(v, "i"), x)),
         "unsupported primitive": _error(lambda: oracles.simulate_jax(jax.shard_map(
-            lambda v: parallel.psum_start(v, "i").done(), mesh=mesh, in_specs=P("i"), out_specs=P()), x)),
+            lambda v: lax.psum(jax.new_ref(v)[...], "i"), mesh=mesh, in_specs=P("i"), out_specs=P()), x)),
         "some mesh axes": _error(lambda: oracles.simulate_jax(jax.shard_map(
             lambda v: lax.psum(v, "i"), mesh=oracles.cpu_mesh({"i": 2, "j": 2}), in_specs=P("i"), out_specs=P(),
             axis_names={"i"}), x)),

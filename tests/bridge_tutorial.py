@@ -21,6 +21,7 @@ from typing import Any
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax
+import jax.experimental
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -449,6 +450,49 @@ def moe() -> list[tuple]:
     return rows
 
 
+def operands() -> list[tuple[str, bool, str]]:
+    """Keys and calls in and around bodies, each against jitted JAX bit for bit: a legacy key operand, typed
+    keys sharded one per device, keys as an output, a nested jit holding a psum, a custom_jvp function, and
+    an ordered io_callback."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    x = _rng(40, 8)
+
+    def noisy(key: Any, v: Any) -> Any:
+        return lax.psum(v * jax.random.uniform(jax.random.fold_in(key, lax.axis_index("i")), v.shape), "i")
+
+    @jax.custom_jvp
+    def soft(v: Any) -> Any:
+        return jnp.log1p(jnp.exp(v))
+
+    soft.defjvp(lambda p, t: (soft(p[0]), jax.nn.sigmoid(p[0]) * t[0]))
+    inner = jax.jit(lambda v: lax.psum(v * 3.0, "i"))
+    ordered = lambda v: jax.experimental.io_callback(lambda a: np.asarray(a) + 1, jax.ShapeDtypeStruct(
+        v.shape, v.dtype), v, ordered=True)
+    cases = {
+        "legacy key": (jax.shard_map(noisy, mesh=mesh, in_specs=(P(), P("i")), out_specs=P()),
+                       (jax.random.PRNGKey(2), x)),
+        "typed keys, one per device": (jax.shard_map(lambda k, v: lax.psum(v * jax.random.uniform(k[0], v.shape),
+                                                                           "i"), mesh=mesh,
+                                                     in_specs=(P("i"), P("i")), out_specs=P()),
+                                       (jax.random.split(jax.random.key(4), 4), x)),
+        "keys out": (jax.shard_map(lambda k: jax.random.split(k[0], 2)[None], mesh=mesh, in_specs=P("i"),
+                                   out_specs=P("i")), (jax.random.split(jax.random.key(5), 4),)),
+        "nested jit": (jax.shard_map(lambda v: inner(v) + 1.0, mesh=mesh, in_specs=P("i"), out_specs=P()), (x,)),
+        "custom_jvp under grad": (jax.grad(lambda v: jnp.sum(jax.shard_map(lambda u: lax.psum(soft(u), "i"),
+                                                                           mesh=mesh, in_specs=P("i"),
+                                                                           out_specs=P())(v))), (x,)),
+        "ordered io_callback": (jax.shard_map(lambda v: lax.psum(ordered(v), "i"), mesh=mesh, in_specs=P("i"),
+                                              out_specs=P()), (x,)),
+    }
+    rows = []
+    for label, (f, args) in cases.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = oracles.compare_jax(jax.jit(f), *args)
+        rows.append((label, report.agrees and all(o.equal_bytes for o in report.outputs), str(report)))
+    return rows
+
+
 def _caught(call: Callable[[], Any]) -> tuple[Any, list[str], str]:
     """(the call's result or None, the BridgeWarnings it gave, 'Kind: message' of its error or '')."""
     with warnings.catch_warnings(record=True) as seen:
@@ -502,7 +546,8 @@ def diagnostics() -> dict[str, dict[str, Any]]:
 def reach() -> dict[str, Any]:
     """What the bridge simulates and what it does not: a shard_map inside custom_linear_solve (which JAX runs
     and the bridge does not walk) named as not simulated, and the same shard_map alone simulated; a gradient
-    with its forward and backward runs and their total; an asynchronous psum refused with its source line."""
+    with its forward and backward runs and their total; asynchronous collectives (psum_start, ...) against
+    jitted JAX; a mutable reference in a body refused with its source line."""
     mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
     inner = jax.shard_map(lambda v: v * 2.0 + lax.psum(v, "i") * 0.0, mesh=mesh, in_specs=P("i"),
                           out_specs=P("i"))
@@ -511,15 +556,29 @@ def reach() -> dict[str, Any]:
     alone = oracles.compare_jax(jax.jit(inner), x)
     loss = jax.shard_map(lambda v: lax.psum(jnp.sum(jnp.sin(v)), "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
     graded = oracles.simulate_jax(jax.jit(jax.grad(loss)), x)
-    from jax._src.lax import parallel
+    def started(v: Any) -> tuple[Any, ...]:
+        ring = [(k, (k + 1) % 4) for k in range(4)]
+        gathered = parallel.all_gather_start(v, "i", tiled=True).done()
+        return (parallel.psum_start(v, "i").done(), gathered, parallel.ppermute_start(v, "i", ring).done(),
+                parallel.psum_scatter_start(gathered, "i", tiled=True).done(),
+                parallel.all_to_all_start(gathered, "i", 0, 0, tiled=True).done())
 
-    _, _, refused = _caught(lambda: oracles.simulate_jax(jax.shard_map(
-        lambda v: parallel.psum_start(v, "i").done(), mesh=mesh, in_specs=P("i"), out_specs=P()), x))
+    asynchronous = oracles.compare_jax(jax.jit(jax.shard_map(started, mesh=mesh, in_specs=P("i"), out_specs=(
+        P(), P("i"), P("i"), P("i"), P("i")))), x)
+
+    def mutated(v: Any) -> Any:
+        ref = jax.new_ref(v)
+        ref[...] = ref[...] * 2.0
+        return lax.psum(ref[...], "i")
+
+    _, _, refused = _caught(lambda: oracles.simulate_jax(jax.shard_map(mutated, mesh=mesh, in_specs=P("i"),
+                                                                       out_specs=P()), x))
     return {"solved agrees": solved.agrees, "solved": str(solved), "unsimulated": solved.simulated.unsimulated,
             "alone agrees": alone.agrees, "alone runs": len(alone.simulated.runs),
             "grad": str(graded), "grad messages": [len(r.trace.messages) for r in graded.runs],
             "grad total": graded.messages, "grad time": (graded.time_s, [r.end_time_s for r in graded.runs]),
-            "async": refused}
+            "async": (asynchronous.agrees and all(o.equal_bytes for o in asynchronous.outputs), str(asynchronous)),
+            "refused": refused}
 
 
 def explicit_types() -> dict[str, Any]:
@@ -561,7 +620,7 @@ def fusion() -> dict[str, Any]:
 
 BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
                                          "explicit_types": explicit_types, "primitives": primitives,
-                                         "fusion": fusion, "moe": moe}
+                                         "fusion": fusion, "moe": moe, "operands": operands}
 
 
 def main(names: list[str]) -> None:

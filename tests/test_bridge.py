@@ -165,8 +165,7 @@ ERRORS = [
     ("no shard_map", "BridgeError", "has no jax.shard_map.*wrap the per-device body in jax.shard_map"),
     ("collective outside shard_map", "BridgeError", "unbound axis name.*wrap the body in jax.shard_map"),
     ("unsupported primitive", "UnsupportedPrimitiveError",
-     r"primitive 'psum_invariant_start' at .*bridge_programs\.py:\d+:\d+ .*asynchronous collective.*"
-     r"\(in `.*psum_invariant_start\["),
+     r"primitive 'new_ref' at .*bridge_programs\.py:\d+:\d+ .*mutable references.*\(in `.*new_ref\["),
     ("some mesh axes", "BridgeError", r"axis_names=\['i'\] of a mesh with axes \['i', 'j'\]"),
     ("cpu_mesh too large", "DeviceCountError",
      r"\{'i': 16\} has 16 devices but JAX has 8.*xla_force_host_platform_device_count=16"),

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.differential
 
 WORKER = Path(__file__).resolve().parent / "bridge_tutorial.py"
 SNAPSHOT = Path(__file__).resolve().parent / "bridge_primitives.txt"
-BATCHES = ("corpus", "diagnostics", "reach", "explicit_types", "primitives", "fusion", "moe")
+BATCHES = ("corpus", "diagnostics", "reach", "explicit_types", "primitives", "fusion", "moe", "operands")
 WAYS = {"mesh=", "set_mesh Auto", "set_mesh Explicit"}
 # The rows whose bits differ from jitted JAX's, by a few ulps: XLA:CPU compiles the local work around the
 # collectives of a jitted program as one module, fusing it and contracting a multiply and an add into one
@@ -110,12 +110,20 @@ def test_compare_jax_never_agrees_for_work_it_did_not_simulate(results):
     assert found["alone agrees"] and found["alone runs"] == 1
 
 
+def test_asynchronous_collectives_equal_jitted_jax(results):
+    """psum_start, all_gather_start, ppermute_start, psum_scatter_start and all_to_all_start, each waited for
+    with .done(): run as meshsim's collectives when they start, bit for bit equal to jitted JAX."""
+    same, report = _result(results, "reach")["async"]
+    assert same, report
+    assert "5 collective calls" in report
+
+
 def test_what_the_bridge_cannot_run_is_refused_with_the_users_line(results):
-    """An asynchronous psum (psum_start) is refused before anything runs: the primitive, the user's file and
-    line, and why."""
-    said = _result(results, "reach")["async"]
-    assert re.match(r"UnsupportedPrimitiveError: primitive 'psum_invariant_start' at .*bridge_tutorial\.py:\d+:\d+ "
-                    r".*an asynchronous collective meshsim does not implement", said), said
+    """A mutable reference (jax.new_ref) in a body is refused before anything runs: the primitive, the user's
+    file and line, and why."""
+    said = _result(results, "reach")["refused"]
+    assert re.match(r"UnsupportedPrimitiveError: primitive 'new_ref' at .*bridge_tutorial\.py:\d+:\d+ "
+                    r"\(mutated\) cannot run on the simulated mesh: mutable references", said), said
 
 
 def test_unreduced_outputs_and_their_reduction(results):
@@ -174,8 +182,9 @@ def test_every_jax_primitive_has_a_status(results):
     expected = {"sin": "local", "dot_general": "local", "sort": "local", "pure_callback": "local",
                 "random_bits": "local", "psum_invariant": "collective", "ragged_all_to_all": "collective",
                 "unreduced_psum": "collective", "preduced": "collective", "cond": "walked", "scan": "walked",
-                "remat2": "walked", "custom_vjp_call": "walked", "psum_start": "refused",
-                "psum_invariant_start": "refused", "new_ref": "refused", "shard_map": "refused"}
+                "remat2": "walked", "custom_vjp_call": "walked", "psum_invariant_start": "collective",
+                "psum_done": "collective", "new_ref": "refused", "get": "refused", "shard_map": "refused",
+                "cudnn_fusion": "refused"}
     assert {name: table[name][0] for name in expected} == expected
     assert all(reason for status, reason in table.values() if status == "refused")
 
@@ -204,3 +213,15 @@ def test_moe_layer_runs_as_jax_evaluates_it(results):
         assert diagnostics == ([("typing slip", "sort", 4)] * 2 if check_vma else [])
         assert len(messages) == (1 if form == "forward" else 2) and all(m > 0 for m in messages)
     assert not all(row[4] for row in rows)  # jitted JAX is not JAX op by op everywhere: the comparison can fail
+
+
+def test_keys_and_calls_equal_jitted_jax(results):
+    """A legacy PRNG key operand, typed keys sharded one per device, keys returned from the body, a nested jit
+    holding a psum, a custom_jvp function under grad and an ordered io_callback: jitted JAX's outputs bit for
+    bit (key outputs compared as their key data)."""
+    rows = _result(results, "operands")
+    assert [label for label, _, _ in rows] == ["legacy key", "typed keys, one per device", "keys out", "nested jit",
+                                               "custom_jvp under grad", "ordered io_callback"]
+    for label, same, report in rows:
+        assert same, f"{label}: {report}"
+    assert "uint32[4, 2, 2]" in rows[2][2]
