@@ -92,7 +92,7 @@ def test_gradients_show_their_forward_and_backward_runs(results):
     total, each = found["grad time"]
     assert total == pytest.approx(sum(each)) and total > 0
     text = found["grad"]
-    assert re.search(r"run 1 of 2 \(the shard_map of <lambda> at .*bridge_tutorial\.py:\d+\)", text), text
+    assert re.search(r"run 1 of 2 \(the shard_map of <lambda> at .*bridge_reach\.py:\d+\)", text), text
     assert "run 2 of 2" in text and "total: 2 runs, 16 messages" in text, text
     rows = _result(results, "corpus")
     assert all(runs == 2 for _, _, form, *_, runs, _ in rows if form == "grad")
@@ -105,7 +105,7 @@ def test_compare_jax_never_agrees_for_work_it_did_not_simulate(results):
     found = _result(results, "reach")
     assert not found["solved agrees"]
     assert "bit-identical" in found["solved"] and "total: 0 runs" in found["solved"]
-    assert re.search(r"not simulated: a shard_map inside 'custom_linear_solve' at .*bridge_tutorial\.py:\d+",
+    assert re.search(r"not simulated: a shard_map inside 'custom_linear_solve' at .*bridge_reach\.py:\d+",
                      found["solved"]), found["solved"]
     assert found["alone agrees"] and found["alone runs"] == 1
 
@@ -122,8 +122,8 @@ def test_what_the_bridge_cannot_run_is_refused_with_the_users_line(results):
     """A mutable reference (jax.new_ref) in a body is refused before anything runs: the primitive, the user's
     file and line, and why."""
     said = _result(results, "reach")["refused"]
-    assert re.match(r"UnsupportedPrimitiveError: primitive 'new_ref' at .*bridge_tutorial\.py:\d+:\d+ "
-                    r"\(mutated\) cannot run on the simulated mesh: mutable references", said), said
+    assert re.match(r"UnsupportedPrimitiveError: primitive 'new_ref' at .*bridge_reach\.py:\d+:\d+ "
+                    r"\(reach\.<locals>\.mutated\) cannot run on the simulated mesh: mutable references", said), said
 
 
 def test_unreduced_outputs_and_their_reduction(results):
