@@ -56,6 +56,7 @@ import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
+from collectives import _ring_steps as ring_steps
 from collectives import _tree as tree
 from collectives._algorithm import (
     SUM_BOUND,
@@ -77,7 +78,7 @@ from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, resolve, ring_team
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import pack_slice, received, row_major_everywhere, unpack_into, unpack_values
-from collectives._halving import chunk_bounds, doubling_all_gather, halving_reduce_scatter
+from collectives._halving import SwappedPartials, chunk_bounds, doubling_all_gather, halving_reduce_scatter
 from collectives._in_network import ALL_REDUCE as IN_NETWORK
 from collectives._in_network import all_reduce as in_network_all_reduce
 from layouts import Layout
@@ -248,12 +249,16 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
     memory, states = port.memory, []
     for team, parts, phase in lanes:
         own = []
-        for c, part in enumerate(parts):
-            own.append((yield from _row_major(port, part, chunk=c)))
+        for c, part in enumerate(parts):  # a contiguous part is its own row-major values (no step, no copy)
+            own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
         partial = [memory.view(memory.alloc(p.dtype, p.shape)) for p in own]
         c = (team.index - 1) % team.size
         partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
         states.append([team, phase, own, partial, c])
+    if len(lanes) == 1 and lanes[0][0].size > 1 and ring_steps.by_tables(port, phase + "reduce-scatter", own[0],
+                                                                          reduction):
+        yield from ring_steps.reduce_scatter(port, team, own, partial, reduction, phase + "reduce-scatter")
+        return [partial[team.index]]
     for step in range(lanes[0][0].size - 1 if lanes else 0):
         for team, phase, _, partial, c in states:
             payload, header = yield from pack_slice(port, partial[c], Layout.row_major(partial[c].ndim))
@@ -272,6 +277,12 @@ def _ring_all_gather(port: sim.Port, lanes: list[tuple[Team, np.ndarray, list[np
     """Pass each lane's complete chunks around its ring into `chunks` (1-D row-major views), own chunk first."""
     for team, mine, chunks, _ in lanes:
         chunks[team.index][...] = mine
+    if len(lanes) == 1 and lanes[0][0].size > 1:
+        team, _, chunks, phase = lanes[0]
+        if ring_steps.by_tables(port, phase + "all-gather", chunks[0]):
+            order = list(range(team.size))
+            yield from ring_steps.gather(port, team, chunks, order, phase + "all-gather", "chunk")
+            return
     for step in range(lanes[0][0].size - 1):
         for team, _, chunks, phase in lanes:
             c = (team.index - step) % team.size
@@ -290,6 +301,13 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     inbox = port.memory.view(port.memory.alloc(source.dtype, source.shape, layout))
     yield from unpack_values(port, source, args.buffer.layout.major_to_minor, inbox, term="own")
     partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
+    n = port.group.size
+    if n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", inbox, args.reduction):
+        doubling = SwappedPartials(port, partial, inbox, args.reduction, layout)
+        count = n.bit_length() - 1
+        yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
+                                         doubling)
+        return doubling.partial
     distance = 1
     while distance < port.group.size:
         partner, step = me ^ distance, distance.bit_length() - 1

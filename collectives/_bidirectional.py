@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
-from collectives._algorithms import Team
+from collectives import _ring_steps as ring_steps
+from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
 from layouts import Layout
@@ -68,6 +69,14 @@ Lane = tuple[Team, Sequence[np.ndarray], str]  # (a ring, this member's flat uni
 def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
     """`all_gather` round several rings at once (lanes with distinct phase names): at each step every lane
     still running sends both ways, then receives both ways; a lane of a smaller ring stops earlier."""
+    if len(lanes) == 1 and lanes[0][0].size > 1:
+        team, units, phase = lanes[0]
+        if _even(port, "bidirectional " + phase, units) and ring_steps.by_tables(port, "bidirectional " + phase,
+                                                                                  units[0]):
+            gathering = port.once(("steps", "bidirectional " + phase), lambda: _Gather(port, units, phase))
+            to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
+            yield from gathering.of.join(port, to, team.index, units)
+            return
     for step in range(max((steps(team.size) for team, _, _ in lanes), default=0)):
         running = [lane for lane in lanes if step < steps(lane[0].size)]
         for team, units, phase in running:
@@ -83,6 +92,51 @@ def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
                 c = (me - offset * (step + 1)) % n
                 message = yield port.recv(team.at(-offset), tag=(_phase(way, phase), step))
                 yield from unpack_into(port, message, units[c][_lane(units[c], offset, n, last)], block=c)
+
+
+def _even(port: sim.Port, phase: str, units: Sequence[np.ndarray]) -> bool:
+    """Whether the units of a pass are all of one size (decided once per call and phase). Units of several
+    sizes make the members' messages of one step arrive at different times, so the members drift apart
+    and a table path would post a member at a time: those passes go member by member."""
+    return port.once(("even", phase), lambda: len({units[k].nbytes for k in range(len(units))}) <= 1)
+
+
+class _Gather:
+    """`all_gather_lanes` of one lane for every member at once (`sim.engine.Steps`, two ways a step: the
+    clockwise message, then the counter-clockwise one). A member's `Steps` state is its units."""
+
+    def __init__(self, port: sim.Port, units: Sequence[np.ndarray], phase: str) -> None:
+        n = self.n = len(units)
+        self.names = [_phase(way, phase) for _, way in _WAYS]
+        self.offsets = np.array([offset for offset, _ in _WAYS])
+        self.r = steps(n)
+        self.bytes = np.array([[[units[c][_lane(units[c], offset, n, last)].nbytes for last in (False, True)]
+                                for offset, _ in _WAYS] for c in range(n)], np.int64)  # [unit, way, last step]
+        self.of = sim.engine.Steps(port, self.r, self.sizes, self.details, self.move, ways=2)
+        self.lanes: dict[tuple[int, int, bool], slice] = {}  # (unit size, way, last step) -> the part it carries
+
+    def _sent(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        return (positions - self.offsets[ways] * steps) % self.n
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        units = self._sent(self.of.positions[senders], steps, ways)
+        return self.bytes[units, ways, (steps == self.r - 1).astype(np.int64)]
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        names = self.names
+        return {"phase": [names[w] for w in ways.tolist()], "step": steps.tolist(),
+                "block": self._sent(positions, steps, ways).tolist()}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        n, states, offsets, lanes = self.n, self.of.states, self.offsets.tolist(), self.lanes
+        units = self._sent(self.of.positions[senders], steps, ways).tolist()
+        for r, j, c, w, s in zip(receivers.tolist(), senders.tolist(), units, ways.tolist(), steps.tolist()):
+            target = states[r][c]
+            key = (target.size, w, s == self.r - 1)
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = _lane(target, offsets[w], n, key[2])
+            target[lane] = states[j][c][lane]
 
 
 def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], reduction: str, phase: str) -> Generator:
@@ -106,6 +160,13 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[Lane], reduction: str) 
         r = steps(team.size)
         states.append(_Folding(team, phase, own, {offset: own[(team.index + offset * r) % team.size]
                                                    for offset, _ in _WAYS}, {}))
+    key = "bidirectional reduce-scatter " + (states[0].phase if states else "")
+    if (len(states) == 1 and states[0].team.size > 1 and _even(port, key, states[0].own)
+            and ring_steps.by_tables(port, key, states[0].own[0], reduction)):
+        team = states[0].team
+        to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
+        yield from ring_steps.per_member(port, key, steps(team.size), to, _Folder(port, states[0], reduction), ways=2)
+        return [_finish(port, states[0], reduction)]
     for step in range(max((steps(state.team.size) for state in states), default=0)):
         running = [state for state in states if step < steps(state.team.size)]
         for state in running:
@@ -127,6 +188,31 @@ class _Folding:
     own: list[np.ndarray]
     held: dict[int, np.ndarray]
     arrived: dict[int, tuple[slice, np.ndarray]]
+
+
+class _Folder:
+    """One member's messages of a one-lane `reduce_scatter_lanes`, for `collectives._ring_steps.PerMember`
+    (way 0 clockwise, way 1 counter-clockwise, as `_send_partials` and `_receive_partials` go)."""
+
+    def __init__(self, port: sim.Port, state: _Folding, reduction: str) -> None:
+        self.port, self.state, self.reduction = port, state, reduction
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        state, (offset, name) = self.state, _WAYS[way]
+        n, r = state.team.size, steps(state.team.size)
+        c = (state.team.index + offset * (r - step)) % n
+        payload = state.held[offset][_lane(state.own[c], offset, n, step == 0)]
+        return payload, {"phase": _phase(name, state.phase), "step": step, "chunk": c}
+
+    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
+        state, offset = self.state, _WAYS[way][0]
+        n, r = state.team.size, steps(state.team.size)
+        c = (state.team.index + offset * (r - step - 1)) % n
+        span = _lane(state.own[c], offset, n, step == 0)
+        if step == r - 1:
+            state.arrived[offset] = (span, payload)
+        else:
+            state.held[offset] = _fold(self.port, state.own[c], span, payload, self.reduction)
 
 
 def _send_partials(port: sim.Port, state: _Folding, step: int) -> None:

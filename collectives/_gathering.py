@@ -24,7 +24,7 @@ Every block travels unchanged, so every algorithm gives 'direct''s bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 import numpy as np
 
@@ -32,6 +32,7 @@ import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
+from collectives import _ring_steps as ring_steps
 from collectives._algorithm import (
     Algorithm,
     Pattern,
@@ -61,10 +62,10 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
     work[port.group.index, ...] = own
     if algorithm is RING:
         team = ring_team(port)
-        yield from ring(port, team, team.arrange([work[i, ...] for i in range(n)]), "ring")
+        yield from ring(port, team, work, "ring")
     elif algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
-        yield from bidirectional.all_gather(port, team, team.arrange([work[i, ...].reshape(-1) for i in range(n)]), "")
+        yield from bidirectional.all_gather(port, team, FlatBlocks(work, team.order), "")
     elif algorithm is RECURSIVE_DOUBLING:
         yield from _doubling(port, work)
     elif algorithm is HIERARCHICAL:
@@ -75,20 +76,39 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
         grid = work.reshape((*shape, *source.shape))
         for k, team in axis_teams(port, shape):
             coords = np.unravel_index(port.group.index, shape)
-            units = [grid[(*coords[:k], t, ...)] for t in range(team.size)]
-            yield from ring(port, team, units, f"axis {k}")
+            yield from ring(port, team, grid[tuple(coords[:k])], f"axis {k}")
     if work is not target:
         yield from unpack_values(port, work, tuple(range(work.ndim)), target, phase="result")
     return result
+
+
+class FlatBlocks(Sequence):
+    """The blocks of `work` (its first axis) as flat views, in ring position order (`order[k]` is the block
+    of position k; None: the identity), made when read rather than all at once."""
+
+    def __init__(self, work: np.ndarray, order: Sequence[int] | None) -> None:
+        self.work, self.order = work, order
+
+    def __len__(self) -> int:
+        return len(self.work)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        return self.work[k if self.order is None else self.order[k]].reshape(-1)
 
 
 def _alloc(port: sim.Port, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return port.memory.view(port.memory.alloc(dtype, shape))
 
 
-def ring(port: sim.Port, team: Team, units: list[np.ndarray], phase: str) -> Generator:
-    """Pass `units` (contiguous views, the caller's own at `team.index` already filled) round `team`."""
+def ring(port: sim.Port, team: Team, blocks: np.ndarray, phase: str) -> Generator:
+    """Pass the blocks round `team`: team position t holds `blocks[team.order[t]]` (`blocks[t]` when the team
+    has no order), the caller's own already filled; each block is contiguous."""
     n, me = team.size, team.index
+    order = list(range(n)) if team.order is None else list(team.order)
+    if n > 1 and ring_steps.by_tables(port, phase, blocks[order[0]]):
+        yield from ring_steps.gather(port, team, blocks, order, phase, "block")
+        return
+    units = [blocks[g, ...] for g in order]
     for step in range(n - 1):
         c = (me - step) % n
         port.send(team.at(1), units[c], tag=(phase, step), header={}, phase=phase, step=step, block=c)
@@ -102,7 +122,7 @@ def _hierarchical(port: sim.Port, work: np.ndarray) -> Generator:
     member of the node in one direct step (`collectives._hierarchical`)."""
     order, (nodes, k) = hierarchical.grid(port)
     node, across = hierarchical.node_teams(port)
-    yield from ring(port, across, [work[g, ...] for g in across.order], "inter-node")
+    yield from ring(port, across, work, "inter-node")
     units = [[work[order[v * k + t], ...] for v in range(nodes)] for t in range(k)]
     yield from hierarchical.all_gather(port, node, units, "intra-node")
 
@@ -110,6 +130,11 @@ def _hierarchical(port: sim.Port, work: np.ndarray) -> Generator:
 def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
     """Swap the held run of blocks with the member whose index differs in bit k, k = 0, 1, ..."""
     members, me, n = port.group.members, port.group.index, port.group.size
+    if n > 1 and ring_steps.by_tables(port, "recursive-doubling", work[0]):
+        count = n.bit_length() - 1
+        yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
+                                         _Doubling(work, me))
+        return
     distance = 1
     while distance < n:
         partner, step = me ^ distance, distance.bit_length() - 1
@@ -119,6 +144,24 @@ def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
         message = yield port.recv(members[partner], tag=("doubling", step))
         yield from unpack_into(port, message, work[theirs:theirs + distance], step=step)
         distance *= 2
+
+
+class _Doubling:
+    """`_doubling`'s messages of one member, for `collectives._ring_steps.PerMember`."""
+
+    def __init__(self, work: np.ndarray, me: int) -> None:
+        self.work, self.me = work, me
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        distance = 1 << step
+        mine = self.me & ~(distance - 1)
+        return self.work[mine:mine + distance], {"phase": "recursive-doubling", "step": step,
+                                                  "blocks": (mine, mine + distance)}
+
+    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
+        distance = 1 << step
+        theirs = (self.me ^ distance) & ~(distance - 1)
+        self.work[theirs:theirs + distance] = payload
 
 
 # ---------------------------------------------------------------------------------------------- the records

@@ -21,6 +21,7 @@ from collections.abc import Generator
 import numpy as np
 
 import sim
+from collectives import _ring_steps as ring_steps
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
 from layouts import Layout
@@ -35,6 +36,12 @@ def halving_reduce_scatter(port: sim.Port, terms: np.ndarray, bounds: list[int],
     members, me, n = port.group.members, port.group.index, port.group.size
     partial = _fresh(port, terms.dtype, terms.size)
     partial[...] = combine(reduction, identity(reduction, terms.dtype), terms)
+    count = n.bit_length() - 1
+    if n > 1 and ring_steps.by_tables(port, "recursive-halving", terms, reduction):
+        halving = _Halving(port, partial, bounds, reduction)
+        yield from ring_steps.per_member(port, "recursive-halving", count, [me ^ (n >> (s + 1)) for s in range(count)],
+                                         halving)
+        return halving.partial
     lo, distance = 0, n // 2  # `partial` holds chunks lo .. lo + 2 * distance - 1
     while distance >= 1:
         partner, step = me ^ distance, n.bit_length() - 1 - distance.bit_length()
@@ -59,6 +66,11 @@ def doubling_all_gather(port: sim.Port, mine: np.ndarray, out: np.ndarray, bound
     """Fill the flat `out` with every member's complete chunk, this member's `mine` first."""
     members, me, n = port.group.members, port.group.index, port.group.size
     out[bounds[me]:bounds[me + 1]] = mine
+    if n > 1 and ring_steps.by_tables(port, "recursive-doubling", out):
+        count = n.bit_length() - 1
+        yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
+                                         _Doubling(out, bounds, me))
+        return
     distance = 1
     while distance < n:
         partner, step = me ^ distance, distance.bit_length() - 1
@@ -69,6 +81,74 @@ def doubling_all_gather(port: sim.Port, mine: np.ndarray, out: np.ndarray, bound
         message = yield port.recv(members[partner], tag=("doubling", step))
         yield from unpack_into(port, message, out[bounds[theirs]:bounds[theirs + distance]], step=step)
         distance *= 2
+
+
+class _Halving:
+    """`halving_reduce_scatter`'s messages of one member, for `collectives._ring_steps.PerMember`."""
+
+    def __init__(self, port: sim.Port, partial: np.ndarray, bounds: list[int], reduction: str) -> None:
+        self.port, self.partial, self.bounds, self.reduction = port, partial, bounds, reduction
+        self.me, self.n = port.group.index, port.group.size
+        self.lo = 0
+
+    def _split(self, step: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        distance, lo = self.n >> (step + 1), self.lo
+        mid = lo + distance
+        return ((mid, mid + distance), (lo, mid)) if self.me & distance else ((lo, mid), (mid, mid + distance))
+
+    def _run(self, chunks: tuple[int, int]) -> np.ndarray:
+        base = self.bounds[self.lo]
+        return self.partial[self.bounds[chunks[0]] - base:self.bounds[chunks[1]] - base]
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        give = self._split(step)[1]
+        return self._run(give), {"phase": "recursive-halving", "step": step, "chunks": give}
+
+    def receive(self, step: int, way: int, theirs: np.ndarray) -> None:
+        keep = self._split(step)[0]
+        mine = self._run(keep)
+        low, high = (mine, theirs) if self.me < self.me ^ (self.n >> (step + 1)) else (theirs, mine)
+        self.partial = _fresh(self.port, mine.dtype, mine.size)
+        self.partial[...] = combine(self.reduction, low, high)
+        self.lo = keep[0]
+
+
+class _Doubling:
+    """`doubling_all_gather`'s messages of one member, for `collectives._ring_steps.PerMember`."""
+
+    def __init__(self, out: np.ndarray, bounds: list[int], me: int) -> None:
+        self.out, self.bounds, self.me = out, bounds, me
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        distance = 1 << step
+        held = self.me & ~(distance - 1)
+        return self.out[self.bounds[held]:self.bounds[held + distance]], {
+            "phase": "recursive-doubling", "step": step, "chunks": (held, held + distance)}
+
+    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
+        distance = 1 << step
+        theirs = (self.me ^ distance) & ~(distance - 1)
+        self.out[self.bounds[theirs]:self.bounds[theirs + distance]] = payload
+
+
+class SwappedPartials:
+    """The all-reduce's recursive doubling (`collectives._allreduce`) of one member, for
+    `collectives._ring_steps.PerMember`: at step k it sends its partial result to the member whose index
+    differs in bit k and folds the one it gets back, lower index first, into a new buffer in `layout`
+    (row-major operands and results: nothing to pack or unpack)."""
+
+    def __init__(self, port: sim.Port, partial: np.ndarray, inbox: np.ndarray, reduction: str, layout: Layout) -> None:
+        self.port, self.partial, self.inbox, self.reduction, self.layout = port, partial, inbox, reduction, layout
+
+    def send(self, step: int, way: int) -> tuple[np.ndarray, dict]:
+        return self.partial, {"phase": "recursive-doubling", "step": step}
+
+    def receive(self, step: int, way: int, payload: np.ndarray) -> None:
+        me = self.port.group.index
+        self.inbox[...] = payload
+        low, high = (self.partial, self.inbox) if me < me ^ (1 << step) else (self.inbox, self.partial)
+        self.partial = self.port.memory.view(self.port.memory.store(np.asarray(combine(self.reduction, low, high)),
+                                                                  self.layout))
 
 
 def chunk_bounds(sizes: list[int]) -> list[int]:

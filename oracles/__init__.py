@@ -10,7 +10,8 @@ XLA:CPU compiles on in a process that has not started JAX yet. `check` compares 
 with both, bit for bit (`compare` is the one comparator of answers), or, for a float reduction whose
 algorithm adds in another order, within that order's rounding bound (`oracles._reordered`).
 
-The bridge (`simulate_jax`, `compare_jax`, `cpu_mesh` and their errors) runs real JAX programs on the
+The bridge (`simulate_jax`, `compare_jax`, `cpu_mesh`, their errors, and the `Diagnostic` and
+`BridgeWarning` it gives where JAX's own answer is wrong on some device) runs real JAX programs on the
 simulated mesh and imports jax in the calling process, so it is loaded on first use: `import oracles`
 alone never imports jax.
 """
@@ -39,6 +40,8 @@ _BRIDGE = {
     "JaxComparison": "oracles._bridge_compare", "OutputAgreement": "oracles._bridge_compare",
     "LoweringMissingError": "oracles._bridge_compare", "BridgeError": "oracles._bridge_eval",
     "UnsupportedPrimitiveError": "oracles._bridge_eval", "TypeMismatchError": "oracles._bridge_device",
+    "Diagnostic": "oracles._bridge_diagnostics", "BridgeWarning": "oracles._bridge_diagnostics",
+    "JaxSlipError": "oracles._bridge_diagnostics",
 }
 __all__ += sorted(_BRIDGE)
 

@@ -21,9 +21,24 @@ import jax
 import numpy as np
 from jax.extend import core
 
+import collectives
 import sim
 from oracles import _bridge_device
+from oracles._bridge_device import is_key, to_key
+from oracles._bridge_diagnostics import (
+    CHOICES,
+    SLIPS,
+    Diagnostic,
+    JaxSlipError,
+    differing,
+    label,
+    report,
+    slip,
+    source_line,
+)
 from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError, contains
+from oracles._bridge_primitives import check_primitives
+from oracles._bridge_specs import Entry, assemble, every_device
 
 
 class DeviceCountError(BridgeError):
@@ -32,12 +47,18 @@ class DeviceCountError(BridgeError):
 
 @dataclass(frozen=True)
 class Simulated:
-    """What `simulate_jax` returns: the outputs (numpy arrays, in `f`'s output structure), one `sim.Run`
-    per `shard_map` equation executed, in order, and the traced jaxpr."""
+    """What `simulate_jax` returns: the outputs (numpy arrays, PRNG keys as JAX key arrays, in `f`'s output
+    structure), one `sim.Run` per `shard_map` equation executed, in order (`labels` says which: the user's
+    source line of each), the traced jaxpr, every `Diagnostic` where JAX's own answer is wrong on some device,
+    and each shard_map JAX would run that the bridge did not simulate (`unsimulated`; empty for every
+    program the bridge runs whole). `print` it for one line per run and their total."""
 
     outputs: Any
     runs: tuple[sim.Run, ...]
     jaxpr: core.ClosedJaxpr
+    labels: tuple[str, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
+    unsimulated: tuple[str, ...] = ()
 
     @property
     def run(self) -> sim.Run:
@@ -51,15 +72,37 @@ class Simulated:
         """Each device's typed program in the last run; `print` one to see its ``{V:...}`` types."""
         return self.run.programs
 
+    @property
+    def messages(self) -> int:
+        """Messages sent in every run together."""
+        return sum(len(run.trace.messages) for run in self.runs)
 
-def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None = None, **options: Any
-                 ) -> Simulated:
+    @property
+    def time_s(self) -> float:
+        """Simulated time of every run together (the runs follow one another)."""
+        return float(sum(run.end_time_s for run in self.runs))
+
+    def __str__(self) -> str:
+        lines = [f"run {k + 1} of {len(self.runs)} ({label}): {run!r}"
+                 for k, (run, label) in enumerate(zip(self.runs, self.labels or ("",) * len(self.runs)))]
+        lines.append(f"total: {len(self.runs)} run{'' if len(self.runs) == 1 else 's'}, {self.messages} "
+                     f"message{'' if self.messages == 1 else 's'}, {self.time_s * 1e6:.3f} us simulated")
+        lines += [f"not simulated: {what}" for what in self.unsimulated]
+        lines += [f"{d.kind}: {d}" for d in self.diagnostics]
+        return "\n".join(lines)
+
+
+def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None = None, strict: bool = False,
+                 **options: Any) -> Simulated:
     """Run the JAX function `f` (jitted or not) on `args` with its `shard_map` bodies on the simulated mesh.
 
-    `f` uses `jax.shard_map` over a `jax.sharding.Mesh` (or `AbstractMesh`) and any `jax.lax` collectives
-    and `jax.numpy` operations, control flow included, and may be the output of `jax.grad`, `jax.vjp`,
-    `jax.jvp`, `jax.vmap` or `jax.linear_transpose`. Each shard_map runs on a `sim.Mesh` of the same axes
-    with `network`; `options` go to `sim.shard_map` (`sanitize`, `explore_orders`, `seed`).
+    `f` uses `jax.shard_map` over a `jax.sharding.Mesh` (or `AbstractMesh`, given by `mesh=` or made current
+    by `jax.set_mesh`) and any `jax.lax` collectives and `jax.numpy` operations, control flow, callbacks,
+    checkpoints and PRNG keys included, and may be the output of `jax.grad`, `jax.vjp`, `jax.jvp`, `jax.vmap`
+    or `jax.linear_transpose`. Each shard_map runs on a `sim.Mesh` of the same axes with `network`; `options`
+    go to `sim.shard_map` (`sanitize`, `explore_orders`, `seed`). Where JAX's own typing is wrong on some
+    device (`oracles._bridge_diagnostics`), the outputs are JAX's and each problem is a `BridgeWarning` and a
+    `Diagnostic` in `diagnostics`; with `strict=True` it raises `JaxSlipError` instead.
 
     Example on a 4-device mesh: `f = jax.shard_map(lambda x: jax.lax.psum(x, 'i'), mesh=mesh,
     in_specs=P('i'), out_specs=P())`; `simulate_jax(f, jnp.arange(8.0)).outputs` is `[12., 16.]`, and
@@ -67,36 +110,140 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
 
     Raises:
         BridgeError: `f` has no shard_map, runs a collective outside one, or maps only some mesh axes.
-        UnsupportedPrimitiveError: an equation the bridge cannot run (named with the equation).
+        UnsupportedPrimitiveError: an equation the bridge cannot run, named with its primitive and the
+            user's source line, before anything runs.
         TypeMismatchError: meshsim's device-variance type of a value differs from the jaxpr's.
+        JaxSlipError: with `strict=True`, JAX's typing or an unchecked out_specs claim is wrong here.
         MeshError: a collective's arguments break its rules (as in any simulated run).
     """
     closed, tree = trace(f, args)
-    return run_traced(closed, tree, args, network, options)
+    return run_traced(closed, tree, args, network, dict(options, strict=strict))
 
 
 def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Network | None,
                options: Mapping[str, Any]) -> Simulated:
     """`simulate_jax` of a function already traced to `closed` (its output tree `tree`) on `args`."""
-    runs: list[sim.Run] = []
+    check_primitives(closed)
+    options = dict(options)
+    host = _Host(network, bool(options.pop("strict", False)), options)
+    evaluator = Evaluator(host.apply, lambda lit: lit.val, lambda values, aval: jax.numpy.stack(values)
+                          if values else jax.numpy.zeros(aval.shape, aval.dtype))
+    flat = evaluator.run(closed, [canonical(x, aval) for x, aval in zip(jax.tree.leaves(args), closed.in_avals)])
+    outputs = jax.tree.unflatten(tree, [x if is_key(aval) else np.asarray(x)
+                                        for x, aval in zip(flat, closed.out_avals)])
+    report(host.diagnostics, strict=False)
+    return Simulated(outputs, tuple(host.runs), closed, tuple(host.labels), tuple(host.diagnostics),
+                     tuple(host.unsimulated))
 
-    def apply(eqn: core.JaxprEqn, ins: list) -> list:
-        if eqn.primitive.name == "shard_map":
-            return _shard_map(eqn, ins, runs, network, options)
-        if eqn.primitive.name == "xla_pmap":
-            raise UnsupportedPrimitiveError(f"primitive 'xla_pmap' (in `{eqn}`): the bridge simulates "
-                                            f"jax.shard_map, not jax.pmap; write the program with jax.shard_map")
-        if eqn.primitive.name in _bridge_device.PARALLEL:
-            raise BridgeError(f"primitive {eqn.primitive.name!r} (in `{eqn}`) runs outside jax.shard_map; "
+
+class _Host:
+    """The host's side of a program: equations outside any shard_map run with JAX; each shard_map runs on
+    the simulated mesh, its run, label and diagnostics kept here."""
+
+    def __init__(self, network: sim.Network | None, strict: bool, options: Mapping[str, Any]) -> None:
+        self.network, self.strict, self.options = network, strict, options
+        self.runs: list[sim.Run] = []
+        self.labels: list[str] = []
+        self.diagnostics: list[Diagnostic] = []
+        self.unsimulated: list[str] = []
+
+    def apply(self, eqn: core.JaxprEqn, ins: list) -> list:
+        """One host equation's outputs."""
+        name = eqn.primitive.name
+        if name == "shard_map":
+            return self._shard_map(eqn, ins)
+        if name in _bridge_device.PARALLEL:
+            raise BridgeError(f"primitive {name!r} at {source_line(eqn)} (in `{eqn}`) runs outside jax.shard_map; "
                               f"the bridge runs collectives only inside a shard_map body")
+        if name in ("reshard", "sharding_constraint") and _unreduced(eqn.invars[0].aval):
+            return [self._reduce(eqn, ins[0])]
+        if any(contains(sub, "shard_map") for sub in core.jaxprs_in_params(eqn.params)):
+            self.unsimulated.append(f"a shard_map inside {name!r} at {source_line(eqn)}, run by JAX")
         out = eqn.primitive.bind(*(jax.numpy.asarray(x) for x in ins), **eqn.params)
         return list(out) if eqn.primitive.multiple_results else [out]
 
-    host = Evaluator(apply, lambda lit: lit.val, lambda values, aval: jax.numpy.stack(values)
-                     if values else jax.numpy.zeros(aval.shape, aval.dtype))
-    flat = host.run(closed, [canonical(x, aval) for x, aval in zip(jax.tree.leaves(args), closed.in_avals)])
-    outputs = jax.tree.unflatten(tree, [np.asarray(x) for x in flat])
-    return Simulated(outputs, tuple(runs), closed)
+    def _shard_map(self, eqn: core.JaxprEqn, ins: list) -> list:
+        p = eqn.params
+        axes = mesh_axes(p["mesh"])
+        manual = p.get("newly_manual_axes", p.get("manual_axes", frozenset(axes)))
+        if set(manual) != set(axes):
+            raise BridgeError(f"shard_map over axis_names={sorted(manual)} of a mesh with axes {list(axes)} at "
+                              f"{source_line(eqn)}: the bridge runs shard_maps that map every mesh axis (drop "
+                              f"axis_names=)")
+        watch = _bridge_device.Watch(self.strict, source_line(eqn))
+        mapped = sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes)),
+                               mesh=sim.Mesh(axes, network=self.network),
+                               in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
+                               out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
+        run = mapped.run(*(_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)))
+        self.runs.append(run)
+        self.labels.append(label(source_line(eqn)))
+        if run.outputs is None:
+            raise BridgeError(f"the simulated shard_map at {source_line(eqn)} stopped: {run.stopped}")
+        self.diagnostics += slips(watch, axes)
+        outs = []
+        for k, (blocks, spec, var) in enumerate(zip(run.outputs, p["out_specs"], eqn.outvars)):
+            found = assemble(np.asarray(blocks), axes, Entry.of(spec))
+            if found.differing:
+                self._claim(eqn, k, found, watch)
+            outs.append(to_key(found.value, var.aval) if is_key(var.aval) else found.value)
+        return outs
+
+    def _reduce(self, eqn: core.JaxprEqn, partials: Any) -> np.ndarray:
+        """A reshard of a value held unreduced (one partial per member of its unreduced axes, as a shard_map
+        returns it) to a reduced one: the all-reduce JAX runs there, run as a psum on the simulated mesh."""
+        aval = eqn.invars[0].aval
+        axes, along = mesh_axes(aval.sharding.mesh), _unreduced(aval)
+        if _unreduced(eqn.outvars[0].aval):
+            raise UnsupportedPrimitiveError(f"primitive {eqn.primitive.name!r} at {source_line(eqn)} keeps a value "
+                                            f"unreduced along some axes: the bridge reduces all of {sorted(along)}")
+        names = tuple(n for n in axes if n in along)
+        spec = sim.P(names if len(names) > 1 else names[0])
+        mapped = sim.shard_map(lambda v: collectives.psum(v[0], names if len(names) > 1 else names[0]),
+                               mesh=sim.Mesh(axes, network=self.network), in_specs=spec, out_specs=sim.P(),
+                               **self.options)
+        run = mapped.run(np.asarray(partials))
+        self.runs.append(run)
+        self.labels.append(f"the all-reduce of {eqn.primitive.name} at {source_line(eqn)}")
+        return np.asarray(run.outputs)
+
+    def _claim(self, eqn: core.JaxprEqn, k: int, found: Any, watch: _bridge_device.Watch) -> None:
+        """Output `k` differs along axes its out_specs entry leaves out: the false claim, with the finding of
+        the slip that let it through (or of the varying choice of a cond / while_loop in the body)."""
+        findings = [SLIPS[e.primitive.name] for e, _, _ in watch.slips.values()]
+        findings += [CHOICES[n] for n in CHOICES if contains(eqn.params["jaxpr"], n)] if eqn.params["check_vma"] \
+            else []
+        diagnostic = slip("false replication claim", f"shard_map output {k}", source_line(eqn), found.replicated,
+                          found.differing, findings[0] if findings else None)
+        if self.strict:
+            raise JaxSlipError(diagnostic.message)
+        self.diagnostics.append(diagnostic)
+
+
+def slips(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnostic]:
+    """A diagnostic per equation where JAX's typing slipped, with the devices whose values differ."""
+    names, sizes = list(axes), tuple(axes.values())
+    found = []
+    for eqn, along, values in watch.slips.values():
+        differ: tuple[int, ...] = ()
+        if len(values) == int(np.prod(sizes)):  # every device met the equation
+            blocks = np.stack([values[d] for d in sorted(values)])
+            differ = differing(blocks, sizes, tuple(names.index(a) for a in sorted(along)))
+        line = source_line(eqn, watch.where)
+        found.append(slip("typing slip", eqn.primitive.name, line, tuple(sorted(along)), differ,
+                          SLIPS[eqn.primitive.name]))
+    return found
+
+
+def _unreduced(aval: Any) -> frozenset:
+    """The mesh axes a host value of `aval` is held unreduced along."""
+    spec = getattr(getattr(aval, "sharding", None), "spec", None)
+    return frozenset(getattr(spec, "unreduced", ()) or ())
+
+
+def _host_value(x: Any, aval: Any) -> np.ndarray:
+    """A shard_map operand as the simulator takes it: a numpy array (a PRNG key array as its key data)."""
+    return np.asarray(jax.random.key_data(x)) if is_key(aval) else np.asarray(x)
 
 
 def canonical(x: Any, aval: Any) -> Any:
@@ -130,32 +277,9 @@ def trace(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:
     return closed, jax.tree.structure(shape)
 
 
-def _shard_map(eqn: core.JaxprEqn, ins: list, runs: list, network: sim.Network | None,
-               options: Mapping[str, Any]) -> list:
-    p = eqn.params
-    axes = mesh_axes(p["mesh"])
-    manual = p.get("newly_manual_axes", p.get("manual_axes", frozenset(axes)))
-    if set(manual) != set(axes):
-        raise BridgeError(f"shard_map over axis_names={sorted(manual)} of a mesh with axes {list(axes)}: the "
-                          f"bridge runs shard_maps that map every mesh axis (drop axis_names=)")
-    mesh = sim.Mesh(axes, network=network)
-    mapped = sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"]), mesh=mesh,
-                           in_specs=tuple(_spec(s) for s in p["in_specs"]),
-                           out_specs=tuple(_spec(s) for s in p["out_specs"]), check_vma=p["check_vma"], **options)
-    run = mapped.run(*(np.asarray(x) for x in ins))
-    runs.append(run)
-    if run.outputs is None:
-        raise BridgeError(f"the simulated shard_map stopped: {run.stopped}")
-    return list(run.outputs)
-
-
 def mesh_axes(mesh: Any) -> dict[str, int]:
     """A JAX mesh's axis names and sizes, in order."""
     return dict(zip(mesh.axis_names, mesh.axis_sizes))
-
-
-def _spec(spec: Any) -> sim.PartitionSpec:
-    return sim.P(*tuple(spec))
 
 
 def meshes_of(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> list[dict[str, int]]:

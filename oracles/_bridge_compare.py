@@ -20,8 +20,10 @@ import numpy as np
 
 import layouts
 from collectives import REGISTRY
-from oracles._bridge import Simulated, check_devices, meshes_of, run_traced, trace
+from oracles._bridge import Simulated, check_devices, mesh_axes, meshes_of, run_traced, trace
+from oracles._bridge_device import is_key
 from oracles._bridge_eval import BridgeError, contains
+from oracles._bridge_specs import Entry, assemble, jax_blocks
 from oracles._device_bytes import raw_bytes
 
 
@@ -69,11 +71,14 @@ class JaxComparison:
 
     @property
     def agrees(self) -> bool:
-        """Every output agrees."""
-        return all(o.agrees for o in self.outputs)
+        """Every output agrees, and the bridge simulated every shard_map JAX ran (work it did not simulate is
+        never reported as agreeing: `simulated.unsimulated` names it)."""
+        return all(o.agrees for o in self.outputs) and not self.simulated.unsimulated
 
     def __str__(self) -> str:
-        return "\n".join(str(o) for o in self.outputs)
+        """One line per output, then the simulated runs (each with its source line) and their total, what was
+        not simulated and every diagnostic."""
+        return "\n".join([*(str(o) for o in self.outputs), str(self.simulated)])
 
 
 def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: float = 0.0, **options: Any
@@ -96,12 +101,24 @@ def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: floa
     expected = _run_jax(f, args, closed)
     simulated = run_traced(closed, tree, args, options.pop("network", None), options)
     paths = [jax.tree_util.keystr(path) or "out" for path, _ in jax.tree_util.tree_flatten_with_path(expected)[0]]
-    found = jax.tree.leaves(simulated.outputs)
+    found = [_readable(x) for x in jax.tree.leaves(simulated.outputs)]
     arrays = jax.tree.leaves(expected)
-    wanted = [np.asarray(x) for x in arrays]
+    wanted = [_readable(x) for x in arrays]
     rows = tuple(with_device_bytes(agreement(path, w, s, rtol, atol), a, s)
                  for path, w, s, a in zip(paths, wanted, found, arrays))
     return JaxComparison(rows, wanted, simulated)
+
+
+def _readable(x: Any) -> np.ndarray:
+    """An output as numpy: a PRNG key array as its key data; an array JAX holds unreduced (which JAX cannot
+    read whole) as each partial value, stacked as the bridge returns it (`oracles._bridge_specs`)."""
+    if is_key(x):
+        return np.asarray(jax.random.key_data(x))
+    spec = getattr(getattr(x, "sharding", None), "spec", None)
+    if spec is not None and getattr(spec, "unreduced", None):
+        mesh = x.sharding.mesh
+        return assemble(jax_blocks(x, mesh), mesh_axes(mesh), Entry.of(spec)).value
+    return np.asarray(x)
 
 
 def with_device_bytes(row: OutputAgreement, array: Any, found: Any) -> OutputAgreement:

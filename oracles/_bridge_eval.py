@@ -31,7 +31,7 @@ class UnsupportedPrimitiveError(BridgeError):
 
 
 # The parameter holding the body of a call-like primitive, by primitive name.
-_CALLS = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+CALLS = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
           "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "custom_jvp_call": "call_jaxpr",
           "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr", "custom_lin": None}
 
@@ -66,13 +66,13 @@ class Evaluator:
     def equation(self, eqn: core.JaxprEqn, ins: list) -> list:
         """One equation's outputs: walked here when it holds a body, else `apply`."""
         name = eqn.primitive.name
-        if name in _CALLS:
+        if name in CALLS:
             return self._call(eqn, ins)
-        handler = _CONTROL.get(name)
+        handler = CONTROL.get(name)
         return handler(self, eqn, ins) if handler else self.apply(eqn, ins)
 
     def _call(self, eqn: core.JaxprEqn, ins: list) -> list:
-        key = _CALLS[eqn.primitive.name]
+        key = CALLS[eqn.primitive.name]
         body = eqn.params.get(key) if key else None
         if body is None:
             raise UnsupportedPrimitiveError(f"primitive {eqn.primitive.name!r} has no body the bridge can walk "
@@ -118,7 +118,7 @@ def _scan(ev: Evaluator, eqn: core.JaxprEqn, ins: list) -> list:
     return [*carry, *(ev.stack([row[k] for row in ys], aval) for k, aval in enumerate(y_avals))]
 
 
-_CONTROL: dict[str, Callable[[Evaluator, core.JaxprEqn, list], list]] = {
+CONTROL: dict[str, Callable[[Evaluator, core.JaxprEqn, list], list]] = {
     "cond": _cond, "while": _while, "scan": _scan,
 }
 

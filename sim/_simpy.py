@@ -17,7 +17,7 @@ from typing import Any
 import simpy
 from simpy.core import NORMAL
 
-__all__ = ["NORMAL", "fire", "fire_after", "push"]
+__all__ = ["NORMAL", "fire", "fire_after", "push", "ticket"]
 
 
 def fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float, priority: int = NORMAL) -> None:
@@ -38,3 +38,9 @@ def push(env: simpy.Environment, event: simpy.Event, priority: int, delay_s: flo
     """Schedule `event` after `delay_s` like `Environment.schedule`, ordered by `tie` before the event id
     among the events of the same time and priority."""
     heappush(env._queue, (env._now + delay_s, priority, (tie, next(env._eid)), event))
+
+
+def ticket(env: simpy.Environment) -> int:
+    """The event id the clock gives the next event it schedules (read without taking it): equal before and
+    after some code when that code scheduled nothing."""
+    return env._eid.__reduce__()[1][0]

@@ -5,6 +5,7 @@ It is the only part of `sim` that touches SimPy's clock and greenlets."""
 from sim.engine._call import Calls
 from sim.engine._driver import Activity, DeviceContext, Phase, current, current_or_none
 from sim.engine._engine import Simulation
+from sim.engine._group import Steps, steps_fit
 from sim.engine._options import RunOptions
 from sim.engine._perturb import Perturbation
 from sim.engine._rendezvous import Collective, MeetingView, Waiting
@@ -12,5 +13,5 @@ from sim.engine._transport import Message, Port
 
 __all__ = [
     "Activity", "Calls", "Collective", "DeviceContext", "MeetingView", "Message", "Perturbation", "Phase", "Port",
-    "RunOptions", "Simulation", "Waiting", "current", "current_or_none",
+    "RunOptions", "Simulation", "Steps", "Waiting", "current", "current_or_none", "steps_fit",
 ]

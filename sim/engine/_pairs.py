@@ -2,7 +2,7 @@
 permutation, as ppermute's), posted together.
 
 Each sender hands its message to the table (`Port.send_pair`); when the call's last sender has, the table
-records them in the trace as one batch and gives them to the network as one entry (`LinkState.send_pairs`),
+records them in the trace as one batch and gives them to the network as one entry (`LinkState.send_table`),
 in the order they were handed over. A receiver waits on one event that fires at its message's arrival
 (`Port.recv_pair`) and reads the payload (a view of the sender's memory) from the table.
 
@@ -92,7 +92,7 @@ class PairTable:
                                                   self.call, self.details)
         transport._posted += len(sizes)  # the ranks message-by-message posts would have taken
         wire = sizes if transport._free else [transport.costs.wire_bytes(size) for size in sizes]
-        transport.links.send_pairs(np.asarray(self.srcs, np.int64), np.asarray(self.dsts, np.int64),
+        transport.links.send_table(np.asarray(self.srcs, np.int64), np.asarray(self.dsts, np.int64),
                                    np.asarray(wire, np.float64), self)
 
     def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None:

@@ -93,39 +93,6 @@ def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarr
     return np.cumsum(edges[:links])
 
 
-_PAIRS = "pairs"  # marks a `send_pairs` entry among the posted rows
-
-
-def _posted_columns(posted: list[tuple], placement: np.ndarray | None) -> tuple[tuple, tuple]:
-    """`posted_columns` of posted rows among which `send_pairs` entries may be, in posting order."""
-    if all(len(entry) == 4 for entry in posted):
-        return posted_columns(posted, placement)
-    parts, rows = [], []
-    for entry in posted + [None]:
-        if entry is not None and len(entry) == 4:
-            rows.append(entry)
-            continue
-        if rows:
-            parts.append(posted_columns(rows, placement))
-            rows = []
-        if entry is not None:
-            parts.append(_pair_columns(entry, placement))
-    flows = tuple(np.concatenate([part[0][k] for part in parts]) for k in range(5))
-    return flows, tuple(np.concatenate([part[1][k] for part in parts]) for k in range(4))
-
-
-def _pair_columns(entry: tuple, placement: np.ndarray | None) -> tuple[tuple, tuple]:
-    """The columns of one `send_pairs` entry, as `posted_columns` gives them."""
-    src, dst, size, sink_id, _ = entry
-    sink, slot = np.full(len(dst), sink_id, np.int64), np.arange(len(dst), dtype=np.int64)
-    if placement is not None:
-        src, dst = placement[src], placement[dst]
-    instant = (src == dst) | (size == 0)
-    keep = ~instant
-    return (src[keep], dst[keep], size[keep], sink[keep], slot[keep]), (src[instant], dst[instant], sink[instant],
-                                                                        slot[instant])
-
-
 class LinkState:
     """The network's state during one run: the flows on its links, their rates and when they end.
 
@@ -157,6 +124,7 @@ class LinkState:
         self._due: set[float] = set()  # times a step is scheduled for
         self.on_settled: Callable[[], None] | None = None  # told after each step's reports (see `Transport`)
         self._next_sink = 0
+        self._tabled = False  # whether some post came from `send_table` (a sender per message)
 
     def send(self, src: int, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
         """Post messages from mesh device `src` to each of mesh devices `dsts` (`sizes` bytes) now; `sink`
@@ -175,16 +143,11 @@ class LinkState:
         self._posted.append((src, dsts, sizes, sink_id))
         self._schedule(float(self.env.now))  # any SimPy clock: an integer one too (simpy.Environment() starts at 0)
 
-    def send_pairs(self, srcs: np.ndarray, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
-        """Post messages from mesh devices `srcs[i]` to `dsts[i]` (`sizes[i]` bytes) now, as one entry;
-        `sink` hears of message i as slot i. The same flows as `send` of each message in turn."""
-        if self.env is None:
-            raise InvalidArgumentError("LinkState.send_pairs needs the SimPy environment whose clock it runs on")
-        sink_id = self._next_sink
-        self._next_sink += 1
-        self._sinks[sink_id] = [sink, len(dsts)]
-        self._posted.append((srcs, dsts, sizes, sink_id, _PAIRS))
-        self._schedule(float(self.env.now))
+    def send_table(self, srcs: np.ndarray, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
+        """Post messages from mesh devices `srcs[i]` to `dsts[i]` (`sizes[i]` bytes) now, as `send` posts
+        them one sender at a time (the same flows, in the same order); `sink` hears of message i as slot i."""
+        self.send(src=np.asarray(srcs, np.int64), dsts=dsts, sizes=sizes, sink=sink)  # type: ignore[arg-type]
+        self._tabled = True
 
     def send_reduced(self, contributors: tuple[int, ...], receivers: tuple[int, ...], size_bytes: int,
                      sink: Sink) -> None:
@@ -279,7 +242,7 @@ class LinkState:
 
     def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
         """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
-        (src, dst, size, sink, slot), instant = _posted_columns(posted, self.placement)
+        (src, dst, size, sink, slot), instant = posted_columns(posted, self.placement, self._tabled)
         if len(instant[0]):
             isrc, idst, isink, islot = instant
             now = np.full(len(isrc), now_s)

@@ -108,14 +108,19 @@ def _joined(old: np.ndarray, new: np.ndarray, dtype: type) -> np.ndarray:
 _ROW_MESSAGES = 64  # posts of at least this many messages on average are split row by row
 
 
-def posted_columns(posted: list[tuple], placement: np.ndarray | None) -> tuple[tuple, tuple]:
-    """The messages of `posted` rows `(src, dsts, sizes, sink id)` (one size per message or one for the row)
-    as columns (topology src, dst, size, sink, slot) of those that become flows, and (src, dst, sink, slot)
-    of those that arrive at once (to oneself, or empty), both in posting order."""
-    if sum(len(p[1]) for p in posted) >= _ROW_MESSAGES * len(posted):
+def posted_columns(posted: list[tuple], placement: np.ndarray | None,
+                   tabled: bool = False) -> tuple[tuple, tuple]:
+    """The messages of `posted` rows `(src, dsts, sizes, sink id)` (one size per message or one for the row;
+    one sender for the row or, when `tabled`, possibly one per message) as columns (topology src, dst, size,
+    sink, slot) of those that become flows, and (src, dst, sink, slot) of those that arrive at once (to
+    oneself, or empty), both in posting order."""
+    if not tabled and sum(len(p[1]) for p in posted) >= _ROW_MESSAGES * len(posted):
         return _by_rows(posted, placement)
     counts = np.array([len(dsts) for _, dsts, _, _ in posted], np.int64)
-    src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
+    if tabled:
+        src = np.concatenate([np.broadcast_to(np.asarray(p[0], np.int64), (len(p[1]),)) for p in posted])
+    else:
+        src = np.repeat(np.array([p[0] for p in posted], np.int64), counts)
     dst = np.concatenate([np.asarray(p[1], np.int64) for p in posted])
     size = np.concatenate([np.broadcast_to(np.asarray(p[2], np.float64), len(p[1])) for p in posted])
     sink = np.repeat(np.array([p[3] for p in posted], np.int64), counts)

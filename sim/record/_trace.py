@@ -197,8 +197,9 @@ class Trace:
     def append_batch(self, src: int | Sequence[int], dsts: Sequence[int], sizes: Sequence[int] | int,
                      send_time_s: float, starts_s: Sequence[float] | float, arrivals_s: list[float] | None,
                      collective: str, call: int, details: dict[str, Any]) -> int:
-        """Record messages from `src` (one sender, or one per message) to each of `dsts`, posted together;
-        returns the first one's index (`arrivals_s` may be None, and the arrivals set later).
+        """Record messages from `src` to each of `dsts`, posted together; returns the first one's index
+        (`arrivals_s` may be None, and the arrivals set later). `src` is one sender for all or, for a table
+        of several members' messages, one per message.
 
         `sizes` and `starts_s` are one value per message or one for all; `details` maps each detail key to
         its per-message values (a list or a range) or to `Same(value)`, one value for all. Values shared by

@@ -1,0 +1,175 @@
+"""Ring passes run for every member of a call at once (`sim.engine.Steps`): one table per step.
+
+A ring pass is n - 1 steps round a team of n members; at step s the member at ring position p sends
+its unit of position p - s (a gather) or its partial sum of position p - 1 - s (a reduce-scatter) to the
+next member, and receives from the previous one. The member-by-member loops (`collectives._gathering.ring`,
+`collectives._allreduce.reduce_scatter_lanes`, `_ring_all_gather`) keep the same messages for the runs
+`sim.engine.steps_fit` refuses and for units laid out in strided memory; these classes say, for all members
+at once, what the messages carry (their bytes, their trace details) and what each receiver writes, read
+from the senders' memory when the messages arrive.
+
+Each member's `Steps` state is (units, order): its unit of ring position k is `units[order[k]]`, a
+contiguous view of its memory (an array indexed along its first axis, or a list of arrays).
+
+`PerMember` runs the loops whose members each work out their own messages (recursive doubling and
+halving, the bidirectional reduce-scatter): one Python call per message, but still one table and one
+wake event per step for all members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+
+import numpy as np
+
+import sim
+from collectives._algorithms import BlockMoves, Team, group_index
+from collectives._arithmetic import combine
+
+
+def by_tables(port: sim.Port, phase: str, unit: np.ndarray, reduction: str | None = None) -> bool:
+    """Whether the call's ring pass `phase` runs as tables: the run allows it (`sim.engine.steps_fit`), a
+    unit (`unit`, every member's alike) is one contiguous run (no timed pack or unpack), and adding is free
+    where the pass adds. Decided once per call and phase, so every member takes the same path."""
+    def decide() -> bool:
+        adds_free = reduction is None or port.transport.costs.reduce_s(1) <= 0
+        return sim.engine.steps_fit(port) and adds_free and unit.flags.c_contiguous
+    return port.once(("by tables", phase), decide)
+
+
+def gather(port: sim.Port, team: Team, units: Sequence[np.ndarray] | np.ndarray, order: Sequence[int],
+           phase: str, key: str) -> Generator:
+    """Pass the units round `team` (the caller's own, position `team.index`, already filled); each message's
+    trace detail names its unit under `key`."""
+    n = team.size
+    steps = port.once(("steps", phase), lambda: _Gather(port, n, phase, key))
+    steps.bytes[port.group.index] = (units[0].nbytes if isinstance(units, np.ndarray)  # equal blocks
+                                     else [units[g].nbytes for g in order])
+    yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (units, order))
+
+
+def reduce_scatter(port: sim.Port, team: Team, own: list[np.ndarray], partial: list[np.ndarray], reduction: str,
+                   phase: str) -> Generator:
+    """Fold partial sums round `team`: `own[k]` is the caller's term of ring position k, `partial[k]` the
+    buffer its partial sum of position k is written to (that of position `team.index - 1` already holds its
+    own term). Afterwards `partial[team.index]` holds the complete sum of the caller's position."""
+    n = team.size
+    steps = port.once(("steps", phase), lambda: _ReduceScatter(port, n, phase, reduction))
+    steps.bytes[port.group.index] = [part.nbytes for part in own]
+    yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (own, partial))
+
+
+class _Gather:
+    """A gathering ring pass: the member at position p sends unit p - s at step s, writes unit p - 1 - s."""
+
+    def __init__(self, port: sim.Port, n: int, phase: str, key: str) -> None:
+        self.n, self.phase, self.key = n, phase, key
+        self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's unit of position k
+        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+        self.moves: BlockMoves | None = None
+        self.decided = False
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        return self.bytes[senders, (self.of.positions[senders] - steps) % self.n]
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
+                self.key: ((positions - steps) % self.n).tolist()}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        positions = self.of.positions
+        into, out = (positions[receivers] - 1 - steps) % self.n, (positions[senders] - steps) % self.n
+        if self._rows():
+            self.moves.move(receivers, into, senders, out)  # type: ignore[union-attr]
+            return
+        states = self.of.states
+        for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
+            units, order = states[r]
+            source, source_order = states[j]
+            units[order[a]][...] = source[source_order[b]]
+
+
+    def _rows(self) -> bool:
+        """Whether blocks move through `BlockMoves` (arrays of equal blocks; decided once all have joined)."""
+        if self.decided:
+            return self.moves is not None
+        states = self.of.states
+        if any(state is None for state in states):
+            return False
+        self.decided = True
+        if isinstance(states[0][0], np.ndarray) and np.all(self.bytes == self.bytes[0, 0]):
+            self.moves = BlockMoves(states, int(self.bytes[0, 0]))
+        return self.moves is not None
+
+
+class _ReduceScatter:
+    """A reduce-scatter ring pass: the member at position p sends its partial sum p - 1 - s at step s, and
+    writes partial sum p - 2 - s: the one received plus its own term."""
+
+    def __init__(self, port: sim.Port, n: int, phase: str, reduction: str) -> None:
+        self.n, self.phase, self.reduction = n, phase, reduction
+        self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's term of position k
+        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        return self.bytes[senders, (self.of.positions[senders] - 1 - steps) % self.n]
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        return {"phase": [self.phase] * len(steps), "step": steps.tolist(),
+                "chunk": ((positions - 1 - steps) % self.n).tolist()}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        """Each receiver's partial sum: the one received plus its own term. The sums of terms of one shape
+        are taken together (the operation is elementwise: the same bits); each partial sum is written once
+        and read only after, so none read here is written here."""
+        positions, states = self.of.positions, self.of.states
+        into, out = (positions[receivers] - 2 - steps) % self.n, (positions[senders] - 1 - steps) % self.n
+        alike: dict[tuple, list] = {}
+        for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
+            own = states[r][0][a]
+            alike.setdefault(own.shape, []).append((states[r][1][a], states[j][1][b], own))
+        for shape, sums in alike.items():
+            if 0 in shape:
+                continue  # nothing to add
+            total = combine(self.reduction, np.stack([theirs for _, theirs, _ in sums]),
+                            np.stack([own for _, _, own in sums]))
+            for (target, _, _), values in zip(sums, total):
+                target[...] = values
+
+
+class PerMember:
+    """A loop whose members each decide their own messages (recursive doubling and halving: a partner per
+    step, partial results that change each step), for every member at once. A member's `Steps` state has
+    `send(step, way) -> (payload, detail)`, called when it posts (the payload is a view of its memory, read
+    when the message arrives), and `receive(step, way, payload)`, called when the message arrives."""
+
+    def __init__(self, port: sim.Port, count: int, ways: int = 1) -> None:
+        self.ways = ways
+        self.sent: dict[tuple[int, int], np.ndarray] = {}  # (sender, message) -> payload in flight
+        self.posting: list[dict] = []  # the details of the messages being posted (`sizes`, then `details`)
+        self.of = sim.engine.Steps(port, count, self.sizes, self.details, self.move, ways)
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        states, sizes, self.posting = self.of.states, [], []
+        for j, s, w in zip(senders.tolist(), steps.tolist(), ways.tolist()):
+            payload, detail = states[j].send(s, w)
+            self.sent[(j, s * self.ways + w)] = payload
+            sizes.append(payload.nbytes)
+            self.posting.append(detail)
+        return np.array(sizes, np.int64)
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        posting = self.posting
+        return {key: [detail[key] for detail in posting] for key in posting[0]}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        states = self.of.states
+        for r, j, s, w in zip(receivers.tolist(), senders.tolist(), steps.tolist(), ways.tolist()):
+            states[r].receive(s, w, self.sent.pop((j, s * self.ways + w)))
+
+
+def per_member(port: sim.Port, phase: str, count: int, to: list, state: object, ways: int = 1) -> Generator:
+    """Run the caller's part of a `PerMember` loop of `count` steps of `ways` messages (`to[s]`: the group
+    index of each message's receiver, or of its one partner)."""
+    loop = port.once(("steps", phase), lambda: PerMember(port, count, ways))
+    yield from loop.of.join(port, to, port.group.index, state)

@@ -1,0 +1,291 @@
+"""The bridge's reach beyond the tutorial corpus, run in the worker of `bridge_tutorial.py`: an MoE layer, keys
+and calls, JAX's answer with the truth beside it, what is and is not simulated, unreduced types, every
+primitive's status and the plain-JAX reproducer of XLA's multiply-add contraction. Each function is a batch
+of `bridge_tutorial.BATCHES`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax
+import jax.experimental
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax._src.lax import parallel
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import oracles
+
+
+def _rng(seed: int, *shape: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _ulps(wanted: Any, found: Any) -> int:
+    """The largest distance in units in the last place between two float arrays of one dtype (0 otherwise)."""
+    wanted, found = np.asarray(wanted), np.asarray(found)
+    if wanted.dtype != found.dtype or wanted.shape != found.shape or wanted.dtype.kind != "f" or not wanted.size:
+        return 0
+    width = {2: np.int16, 4: np.int32, 8: np.int64}[wanted.dtype.itemsize]
+    a, b = wanted.view(width).astype(np.int64), found.view(width).astype(np.int64)
+    a = np.where(a < 0, np.iinfo(width).min - a, a)
+    b = np.where(b < 0, np.iinfo(width).min - b, b)
+    return int(np.max(np.abs(a - b)))
+
+
+def _moe(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> Callable[..., Any]:
+    """An expert-parallel MoE layer written as open-source ones write it: router logits with jitter from the
+    RNG state passed in, top-k, tokens past an expert's capacity dropped, rows sorted by expert (argsort),
+    counts all_gathered, offsets from cumulative sums, a ragged dispatch into an empty buffer, grouped matmuls
+    (ragged_dot), a ragged combine back and the top-k weights applied. Experts are sharded over 'e'."""
+    mesh = jax.make_mesh((n,), ("e",), axis_types=(AxisType.Auto,))
+    local = experts // n
+
+    def route(x: Any, router: Any, key: Any) -> tuple[Any, Any, Any]:
+        key = jax.random.fold_in(key, lax.axis_index("e"))
+        logits = x @ router + jax.random.uniform(key, (x.shape[0], experts), x.dtype, -1e-2, 1e-2)
+        weight, chosen = lax.top_k(jax.nn.softmax(logits, axis=-1), k)
+        flat = chosen.reshape(-1)
+        rank = jnp.cumsum(jax.nn.one_hot(flat, experts, dtype=jnp.int32), axis=0)[jnp.arange(flat.size), flat] - 1
+        kept = rank < capacity
+        return jnp.where(kept, flat, experts), jnp.where(kept, weight.reshape(-1), 0.0), kept
+
+    def layer(x: Any, router: Any, w_in: Any, w_out: Any, key: Any) -> Any:
+        me = lax.axis_index("e")
+        bucket, weight, _ = route(x, router, key)
+        order = jnp.argsort(bucket, stable=True)                      # dropped rows sort last, never sent
+        rows = x[order // k]
+        counts = jnp.bincount(bucket, length=experts + 1)[:experts]   # an empty expert counts 0
+        sizes = counts.reshape(n, local).sum(1)
+        starts = jnp.cumsum(sizes) - sizes
+        table = lax.all_gather(counts, "e")                           # table[s, x]: rows s sends expert x
+        mine = lax.dynamic_slice_in_dim(table, me * local, local, axis=1)
+        recv = mine.sum(1)
+        per_dest = table.reshape(n, n, local).sum(2)
+        places = (jnp.cumsum(per_dest, axis=0) - per_dest)[me]
+        buffer = jnp.zeros((x.shape[0] * k * n, x.shape[1]), x.dtype)
+        buffer = lax.pcast(buffer, "e", to="varying") if check_vma else buffer
+        got = lax.ragged_all_to_all(rows, buffer, starts, sizes, places, recv, axis_name="e")
+        src_starts = jnp.cumsum(recv) - recv
+        row = jnp.arange(got.shape[0])
+        src = jnp.clip(jnp.searchsorted(src_starts, row, side="right") - 1, 0, n - 1)
+        expert = jnp.sum((row - src_starts[src])[:, None] >= jnp.cumsum(mine, axis=1)[src], axis=1)
+        regroup = jnp.argsort(jnp.where(row < recv.sum(), expert, local), stable=True)
+        group_sizes = mine.sum(0).astype(jnp.int32)
+        hidden = jax.nn.gelu(lax.ragged_dot(got[regroup], w_in, group_sizes))
+        done = jnp.zeros_like(got).at[regroup].set(lax.ragged_dot(hidden, w_out, group_sizes))
+        firsts = lax.all_gather(starts, "e")[:, me]
+        back = lax.ragged_all_to_all(done, jnp.zeros_like(rows), src_starts, recv, firsts, sizes, axis_name="e")
+        combined = jnp.zeros_like(back).at[order].set(back) * weight[:, None]
+        return combined.reshape(x.shape[0], k, -1).sum(1)
+
+    return jax.shard_map(layer, mesh=mesh, in_specs=(P("e"), P(), P("e"), P("e"), P()), out_specs=P("e"),
+                         check_vma=check_vma)
+
+
+def moe() -> list[tuple]:
+    """The MoE layer on 4 and 8 devices, check_vma on and off, forward and gradient: (devices, check_vma,
+    form, simulation == JAX evaluated op by op (bit for bit), jitted JAX == JAX op by op, compare_jax within
+    1e-4, diagnostics (kind, primitive, finding), messages per run)."""
+    oracles.install_cpu_ragged_all_to_all()
+    rows = []
+    for n in (4, 8):
+        experts, width, tokens = 2 * n, 4, 6
+        rng = np.random.default_rng(n)
+        router = rng.standard_normal((width, experts)).astype(np.float32)
+        router[:, 1] -= 50.0                                          # expert 1 is never chosen
+        args = (rng.standard_normal((tokens * n, width)).astype(np.float32), router,
+                rng.standard_normal((experts, width, 8)).astype(np.float32),
+                rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.key(0))
+        for check_vma in (True, False):
+            f = _moe(n, experts, k=2, capacity=3, check_vma=check_vma)
+            loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
+            for form, g in (("forward", f), ("grad", jax.grad(loss, argnums=(0, 1, 2, 3)))):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    with jax.disable_jit():
+                        eager = [np.asarray(x) for x in jax.tree.leaves(g(*args))]
+                    jitted = [np.asarray(x) for x in jax.tree.leaves(jax.jit(g)(*args))]
+                    report = oracles.compare_jax(jax.jit(g), *args, rtol=1e-4, atol=1e-4)
+                found = [np.asarray(x) for x in jax.tree.leaves(report.simulated.outputs)]
+                rows.append((n, check_vma, form, all(a.tobytes() == b.tobytes() for a, b in zip(eager, found)),
+                             all(a.tobytes() == b.tobytes() for a, b in zip(eager, jitted)), report.agrees,
+                             [(d.kind, d.primitive, d.finding) for d in report.simulated.diagnostics],
+                             [len(r.trace.messages) for r in report.simulated.runs], str(report)))
+    return rows
+
+
+def operands() -> list[tuple[str, bool, str]]:
+    """Keys and calls in and around bodies, each against jitted JAX bit for bit: a legacy key operand, typed
+    keys sharded one per device, keys as an output, a nested jit holding a psum, a custom_jvp function, and
+    an ordered io_callback."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    x = _rng(40, 8)
+
+    def noisy(key: Any, v: Any) -> Any:
+        return lax.psum(v * jax.random.uniform(jax.random.fold_in(key, lax.axis_index("i")), v.shape), "i")
+
+    @jax.custom_jvp
+    def soft(v: Any) -> Any:
+        return jnp.log1p(jnp.exp(v))
+
+    soft.defjvp(lambda p, t: (soft(p[0]), jax.nn.sigmoid(p[0]) * t[0]))
+    inner = jax.jit(lambda v: lax.psum(v * 3.0, "i"))
+    ordered = lambda v: jax.experimental.io_callback(lambda a: np.asarray(a) + 1, jax.ShapeDtypeStruct(
+        v.shape, v.dtype), v, ordered=True)
+    cases = {
+        "legacy key": (jax.shard_map(noisy, mesh=mesh, in_specs=(P(), P("i")), out_specs=P()),
+                       (jax.random.PRNGKey(2), x)),
+        "typed keys, one per device": (jax.shard_map(lambda k, v: lax.psum(v * jax.random.uniform(k[0], v.shape),
+                                                                           "i"), mesh=mesh,
+                                                     in_specs=(P("i"), P("i")), out_specs=P()),
+                                       (jax.random.split(jax.random.key(4), 4), x)),
+        "keys out": (jax.shard_map(lambda k: jax.random.split(k[0], 2)[None], mesh=mesh, in_specs=P("i"),
+                                   out_specs=P("i")), (jax.random.split(jax.random.key(5), 4),)),
+        "nested jit": (jax.shard_map(lambda v: inner(v) + 1.0, mesh=mesh, in_specs=P("i"), out_specs=P()), (x,)),
+        "custom_jvp under grad": (jax.grad(lambda v: jnp.sum(jax.shard_map(lambda u: lax.psum(soft(u), "i"),
+                                                                           mesh=mesh, in_specs=P("i"),
+                                                                           out_specs=P())(v))), (x,)),
+        "ordered io_callback": (jax.shard_map(lambda v: lax.psum(ordered(v), "i"), mesh=mesh, in_specs=P("i"),
+                                              out_specs=P()), (x,)),
+    }
+    rows = []
+    for label, (f, args) in cases.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = oracles.compare_jax(jax.jit(f), *args)
+        rows.append((label, report.agrees and all(o.equal_bytes for o in report.outputs), str(report)))
+    return rows
+
+
+def _caught(call: Callable[[], Any]) -> tuple[Any, list[str], str]:
+    """(the call's result or None, the BridgeWarnings it gave, 'Kind: message' of its error or '')."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            result, error = call(), ""
+        except Exception as failure:
+            result, error = None, f"{type(failure).__name__}: {failure}"
+    said = [str(w.message) for w in seen if w.category.__name__ == "BridgeWarning"]
+    return result, said, error
+
+
+def _diagnosed(f: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """JAX's answer, the bridge's (bit for bit?), its diagnostics and warnings, and the strict run's error."""
+    want = np.asarray(jax.jit(f)(*args))
+    simulated, said, _ = _caught(lambda: oracles.simulate_jax(f, *args))
+    _, _, strict = _caught(lambda: oracles.simulate_jax(f, *args, strict=True))
+    got = np.asarray(simulated.outputs)
+    return {"same": want.dtype == got.dtype and want.tobytes() == got.tobytes(), "jax": want.tolist(),
+            "diagnostics": [(d.kind, d.primitive, d.line, d.axes, d.devices, d.finding) for d in
+                            simulated.diagnostics], "warnings": said, "strict": strict}
+
+
+def diagnostics() -> dict[str, dict[str, Any]]:
+    """Programs where JAX's own answer is wrong on some device, and a control where it is right: JAX's answer
+    returned bit for bit, each problem as a Diagnostic and a BridgeWarning, strict=True an error."""
+    two = jax.make_mesh((2,), ("i",), axis_types=(AxisType.Auto,))
+    four = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    keys = np.array([3, 1, 2, 0, 1, 2], np.float32)
+
+    def chosen(x: Any) -> Any:  # FINDINGS.md 13: the branch depends on the device, the type does not
+        return lax.cond(lax.axis_index("i") == 0, lambda: jnp.ones(2, x.dtype), lambda: jnp.zeros(2, x.dtype))
+
+    def called(x: Any) -> Any:  # FINDINGS.md 15: a callback of a varying value typed invariant
+        return jax.pure_callback(lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    cases = {
+        "argsort": (jax.shard_map(jnp.argsort, mesh=two, in_specs=P("i"), out_specs=P()), keys),
+        "argsort of a replicated array": (jax.shard_map(jnp.argsort, mesh=two, in_specs=P(), out_specs=P()),
+                                          keys),
+        "unchecked replication": (jax.shard_map(lambda v: v * 2, mesh=four, in_specs=P("i"), out_specs=P(),
+                                                check_vma=False), np.arange(8.0, dtype=np.float32)),
+        "cond on the device index": (jax.shard_map(chosen, mesh=four, in_specs=P("i"), out_specs=P()),
+                                     np.arange(8.0, dtype=np.float32)),
+        "pure_callback of a varying value": (jax.shard_map(called, mesh=four, in_specs=P("i"), out_specs=P()),
+                                             np.arange(8.0, dtype=np.float32)),
+    }
+    return {label: _diagnosed(f, x) for label, (f, x) in cases.items()}
+
+
+def reach() -> dict[str, Any]:
+    """What the bridge simulates and what it does not: a shard_map inside custom_linear_solve (which JAX runs
+    and the bridge does not walk) named as not simulated, and the same shard_map alone simulated; a gradient
+    with its forward and backward runs and their total; asynchronous collectives (psum_start, ...) against
+    jitted JAX; a mutable reference in a body refused with its source line."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    inner = jax.shard_map(lambda v: v * 2.0 + lax.psum(v, "i") * 0.0, mesh=mesh, in_specs=P("i"),
+                          out_specs=P("i"))
+    x = np.arange(8.0, dtype=np.float32) + 1.0
+    solved = oracles.compare_jax(jax.jit(lambda b: lax.custom_linear_solve(inner, b, lambda mv, b: b / 2.0)), x)
+    alone = oracles.compare_jax(jax.jit(inner), x)
+    loss = jax.shard_map(lambda v: lax.psum(jnp.sum(jnp.sin(v)), "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
+    graded = oracles.simulate_jax(jax.jit(jax.grad(loss)), x)
+    def started(v: Any) -> tuple[Any, ...]:
+        ring = [(k, (k + 1) % 4) for k in range(4)]
+        gathered = parallel.all_gather_start(v, "i", tiled=True).done()
+        return (parallel.psum_start(v, "i").done(), gathered, parallel.ppermute_start(v, "i", ring).done(),
+                parallel.psum_scatter_start(gathered, "i", tiled=True).done(),
+                parallel.all_to_all_start(gathered, "i", 0, 0, tiled=True).done())
+
+    asynchronous = oracles.compare_jax(jax.jit(jax.shard_map(started, mesh=mesh, in_specs=P("i"), out_specs=(
+        P(), P("i"), P("i"), P("i"), P("i")))), x)
+
+    def mutated(v: Any) -> Any:
+        ref = jax.new_ref(v)
+        ref[...] = ref[...] * 2.0
+        return lax.psum(ref[...], "i")
+
+    _, _, refused = _caught(lambda: oracles.simulate_jax(jax.shard_map(mutated, mesh=mesh, in_specs=P("i"),
+                                                                       out_specs=P()), x))
+    return {"solved agrees": solved.agrees, "solved": str(solved), "unsimulated": solved.simulated.unsimulated,
+            "alone agrees": alone.agrees, "alone runs": len(alone.simulated.runs),
+            "grad": str(graded), "grad messages": [len(r.trace.messages) for r in graded.runs],
+            "grad total": graded.messages, "grad time": (graded.time_s, [r.end_time_s for r in graded.runs]),
+            "async": (asynchronous.agrees and all(o.equal_bytes for o in asynchronous.outputs), str(asynchronous)),
+            "refused": refused}
+
+
+def explicit_types() -> dict[str, Any]:
+    """An Explicit mesh's unreduced and reduced types: a shard_map returning P(unreduced={'i'}) compared per
+    device with JAX's shards, a reshard of it to a replicated value (the all-reduce JAX runs there, simulated
+    as a run of its own), and a psum inside the body of a value cast to unreduced."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Explicit,))
+    x = jax.device_put(np.arange(8.0, dtype=np.float32) * 0.3, NamedSharding(mesh, P("i")))
+    found = {}
+    with jax.set_mesh(mesh):
+        partial = jax.shard_map(lambda v: jnp.sin(v), in_specs=P("i"), out_specs=P(unreduced={"i"}))
+        for label, f in (("unreduced output", jax.jit(partial)),
+                         ("reshard of it", jax.jit(lambda v: jax.sharding.reshard(partial(v), P())))):
+            report = oracles.compare_jax(f, x)
+            found[label] = (report.agrees, all(o.equal_bytes for o in report.outputs), len(report.simulated.runs),
+                            str(report))
+    return found
+
+
+def primitives() -> dict[str, tuple[str, str]]:
+    """The bridge's status of every primitive this JAX registers."""
+    from oracles._bridge_primitives import table
+
+    return table()
+
+
+def fusion() -> dict[str, Any]:
+    """A plain-JAX reproducer of the one kind of difference the corpus shows: XLA:CPU contracts `a * b - c` in
+    one jitted module into a fused multiply-add (one rounding), where op-by-op evaluation rounds twice. Returns
+    how many of 4096 random elements differ and the largest difference in ulps."""
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(4096).astype(np.float32) for _ in range(3))
+    fused = np.asarray(jax.jit(lambda a, b, c: a * b - c)(a, b, c))
+    stepwise = np.asarray(jax.jit(lambda p, c: p - c)(np.asarray(jax.jit(lambda a, b: a * b)(a, b)), c))
+    exact = (a.astype(np.float64) * b - c).astype(np.float32)
+    return {"differ": int((fused != stepwise).sum()), "ulps": _ulps(fused, stepwise),
+            "fused is the single rounding": bool(np.array_equal(fused, exact))}

@@ -1,0 +1,390 @@
+"""Programs in the style of JAX's shard_map tutorial and design notes, run in a worker process with 8 CPU devices.
+
+Each program is written once as a body with its specs; `corpus()` runs it through `oracles.compare_jax` in
+three ways of giving the mesh (`mesh=` on an Auto mesh, `jax.set_mesh` of an Auto mesh, `jax.set_mesh` of an
+Explicit mesh with inputs placed by their specs), each forward, under `jax.grad` and, where a batch means
+something, under `jax.vmap`. `python tests/bridge_tutorial.py NAME...` pickles {NAME: result} to stdout, as
+`bridge_programs.py` does.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax
+import jax.experimental
+import jax.numpy as jnp
+import numpy as np
+from bridge_reach import _rng, _ulps, diagnostics, explicit_types, fusion, moe, operands, primitives, reach
+from jax import lax
+from jax._src.lax import parallel
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import oracles
+
+Mk = Callable[..., Callable[..., Any]]
+
+
+@dataclass(frozen=True)
+class Program:
+    """A tutorial-style program: `build(mk)` returns the function (calling `mk(body, in_specs, out_specs)` in
+    place of `jax.shard_map`), its arguments, each argument's spec at the top level (for the Explicit mesh),
+    and whether `jax.grad` (of the sum of its first output) and `jax.vmap` (over a new leading axis of every
+    argument) apply."""
+
+    name: str
+    axes: tuple[tuple[str, int], ...]
+    build: Callable[[Mk], Callable[..., Any]]
+    args: Callable[[], tuple]
+    arg_specs: tuple
+    grad: bool = True
+    vmap: bool = True
+
+
+def _psum_variance(mk: Mk) -> Callable[..., Any]:
+    """A sum over the mesh and the variance rule: the invariant weight is used by every device, so its
+    gradient is summed over the axis."""
+    return mk(lambda w, x: lax.psum(jnp.sum(jnp.sin(x) * w), "i"), (P(), P("i")), P())
+
+
+def _gather_matmul(mk: Mk) -> Callable[..., Any]:
+    """all_gather of row-sharded activations, then a local matmul with column-sharded weights."""
+    return mk(lambda x, w: lax.all_gather(x, "i", tiled=True) @ w, (P("i"), P(None, "i")), P(None, "i"))
+
+
+def _scatter_matmul(mk: Mk) -> Callable[..., Any]:
+    """A contraction over a sharded dimension finished by psum_scatter: each device keeps its rows."""
+    return mk(lambda x, w: lax.psum_scatter(x @ w, "i", tiled=True), (P(None, "i"), P("i")), P("i"))
+
+
+def _ring(mk: Mk) -> Callable[..., Any]:
+    """Each device sends its block one step around the ring, three times, scaling it each time."""
+    perm = [(k, (k + 1) % 4) for k in range(4)]
+
+    def body(x: Any) -> Any:
+        for _ in range(3):
+            x = lax.ppermute(x, "i", perm) * 0.5 + x
+        return x
+
+    return mk(body, P("i"), P("i"))
+
+
+def _exchange(mk: Mk) -> Callable[..., Any]:
+    """all_to_all turning a row sharding into a column sharding."""
+    return mk(lambda x: jnp.tanh(lax.all_to_all(x, "i", 1, 0, tiled=True)), P("i"), P(None, "i"))
+
+
+def _collective_matmul(mk: Mk) -> Callable[..., Any]:
+    """all_gather-matmul overlapped with ppermute: each step multiplies the block of rows it holds by its own
+    columns and passes the block on, instead of gathering every row first."""
+    size = 4
+    perm = [(k, (k - 1) % size) for k in range(size)]
+
+    def body(lhs: Any, rhs: Any) -> Any:
+        me = lax.axis_index("i")
+        rows = lhs.shape[0]
+        out = jnp.zeros((rows * size, rhs.shape[1]), lhs.dtype)
+        block = lhs
+        for step in range(size):
+            out = lax.dynamic_update_slice_in_dim(out, block @ rhs, ((me + step) % size) * rows, axis=0)
+            if step < size - 1:
+                block = lax.ppermute(block, "i", perm)
+        return out
+
+    return mk(body, (P("i"), P(None, "i")), P(None, "i"))
+
+
+def _reduce_scatter_matmul(mk: Mk) -> Callable[..., Any]:
+    """The other direction: each device computes a partial product for one block of rows at a time and
+    passes the running sum around the ring, so that each ends with its own rows fully reduced."""
+    size = 4
+    perm = [(k, (k + 1) % size) for k in range(size)]
+
+    def body(lhs: Any, rhs: Any) -> Any:
+        me = lax.axis_index("i")
+        rows = lhs.shape[0] // size
+        acc = jnp.zeros((rows, rhs.shape[1]), lhs.dtype)
+        for step in range(size):
+            target = (me - step - 1) % size
+            acc = lax.ppermute(acc, "i", perm) if step else acc
+            acc = acc + lax.dynamic_slice_in_dim(lhs, target * rows, rows, axis=0) @ rhs
+        return acc
+
+    return mk(body, (P(None, "i"), P("i")), P("i"))
+
+
+def _data_parallel(mk: Mk) -> Callable[..., Any]:
+    """Data parallel: replicated parameters, the batch sharded, the loss averaged over the axis."""
+    def body(w: Any, b: Any, x: Any, y: Any) -> Any:
+        pred = jnp.tanh(x @ w + b)
+        return lax.pmean(jnp.mean((pred - y) ** 2), "i")
+
+    return mk(body, (P(), P(), P("i"), P("i")), P())
+
+
+def _tensor_parallel(mk: Mk) -> Callable[..., Any]:
+    """Tensor parallel MLP: the first weight split by columns, the second by rows, one psum at the end."""
+    def body(x: Any, w1: Any, w2: Any) -> Any:
+        return lax.psum(jax.nn.relu(x @ w1) @ w2, "i")
+
+    def loss(x: Any, w1: Any, w2: Any) -> Any:
+        return jnp.sum(mk(body, (P(), P(None, "i"), P("i")), P())(x, w1, w2) ** 2)
+
+    return loss
+
+
+def _fsdp(mk: Mk) -> Callable[..., Any]:
+    """Fully sharded data parallel: each layer's weights all_gathered just before use, under checkpoint so the
+    gathered copy is not kept for the backward pass; the batch sharded over the same axis."""
+    def layer(w: Any, h: Any) -> Any:
+        return jnp.tanh(h @ lax.all_gather(w, "i", tiled=True))
+
+    def body(ws: Any, x: Any) -> Any:
+        h = x
+        for w in ws:
+            h = jax.checkpoint(layer)(w, h)
+        return lax.pmean(jnp.mean(h ** 2), "i")
+
+    return mk(body, ((P("i"), P("i")), P("i")), P())
+
+
+def _pipeline(mk: Mk) -> Callable[..., Any]:
+    """Pipeline parallel: each device holds one stage; microbatches enter at stage 0 and move to the next
+    stage with ppermute after every step of a scan."""
+    size = 4
+    perm = [(k, k + 1) for k in range(size - 1)]
+
+    def body(w: Any, xs: Any) -> Any:
+        me = lax.axis_index("i")
+
+        def step(carry: Any, x: Any) -> tuple[Any, Any]:
+            inp = jnp.where(me == 0, x, carry)
+            out = jnp.tanh(inp @ w[0])
+            return lax.ppermute(out, "i", perm), out
+
+        _, outs = lax.scan(step, lax.pcast(jnp.zeros_like(xs[0]), "i", to="varying"), xs)
+        return lax.psum(jnp.where(me == size - 1, jnp.sum(outs ** 2), 0.0), "i")
+
+    return mk(body, (P("i"), P()), P())
+
+
+def _transposes(mk: Mk) -> Callable[..., Any]:
+    """The design note's five transposes in one program: an invariant times a varying operand, a psum of a
+    varying one, an invariant all_gather, a broadcast of an invariant through sin, and a psum of a product."""
+    def body(x: Any, y: Any) -> tuple[Any, ...]:
+        one = x * y
+        two = lax.psum(x, "i") * y
+        three = parallel.all_gather_invariant(x, "i", tiled=True) * jnp.sum(y)
+        four = jnp.sin(y) * x
+        five = lax.psum(x * y, "i")
+        return (jnp.sum(one) + jnp.sum(four))[None], two, three, five
+
+    def loss(x: Any, y: Any) -> Any:
+        a, b, c, d = mk(body, (P("i"), P()), (P("i"), P(), P(), P()))(x, y)
+        return jnp.sum(a) + jnp.sum(b * 1.5) + jnp.sum(c * 0.25) + jnp.sum(d)
+
+    return loss
+
+
+def _pmap_style(mk: Mk) -> Callable[..., Any]:
+    """A pmap program migrated to shard_map: one leading row per device, `x[0]` inside, the device's index
+    from axis_index, a pmean across devices."""
+    def body(x: Any) -> Any:
+        me = lax.axis_index("i").astype(x.dtype)
+        local = x[0] * (me + 1.0)
+        return (local - lax.pmean(local, "i"))[None]
+
+    return mk(body, P("i"), P("i"))
+
+
+def _callbacks(mk: Mk) -> Callable[..., Any]:
+    """A host callback per device (jax.debug.print and a pure_callback of an invariant value), then a psum."""
+    def body(x: Any, w: Any) -> Any:
+        jax.debug.print("block {x}", x=x)
+        scale = jax.pure_callback(lambda v: (np.asarray(v) * 2.0).astype(np.float32),
+                                  jax.ShapeDtypeStruct(w.shape, w.dtype), w)
+        return lax.psum(x * scale, "i")
+
+    return mk(body, (P("i"), P()), P())
+
+
+def _remat_policy(mk: Mk) -> Callable[..., Any]:
+    """A checkpointed block with a saving policy (dots saved, the rest recomputed) around a psum_scatter."""
+    def block(x: Any, w: Any) -> Any:
+        return lax.psum_scatter(jnp.sin(x @ w), "i", tiled=True)
+
+    policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+
+    def body(x: Any, w: Any) -> Any:
+        return jax.checkpoint(block, policy=policy)(x, w)
+
+    return mk(body, (P(None, "i"), P("i")), P("i"))
+
+
+def _keys(mk: Mk) -> Callable[..., Any]:
+    """Random numbers inside the body: a typed key folded with the device index, dropout on each block."""
+    def body(key: Any, x: Any) -> Any:
+        key = jax.random.fold_in(key, lax.axis_index("i"))
+        keep = jax.random.bernoulli(key, 0.75, x.shape)
+        return lax.psum(jnp.sum(jnp.where(keep, x / 0.75, 0.0) * jax.random.normal(key, x.shape)), "i")
+
+    return mk(body, (P(), P("i")), P())
+
+
+PROGRAMS = (
+    Program("psum and the variance rule", (("i", 4),), _psum_variance,
+            lambda: (np.float32(0.5), _rng(1, 8)), (P(), P("i"))),
+    Program("all_gather matmul", (("i", 4),), _gather_matmul, lambda: (_rng(2, 8, 4), _rng(3, 4, 8)),
+            (P("i"), P(None, "i"))),
+    Program("psum_scatter matmul", (("i", 4),), _scatter_matmul, lambda: (_rng(4, 8, 8), _rng(5, 8, 4)),
+            (P(None, "i"), P("i"))),
+    Program("ppermute ring", (("i", 4),), _ring, lambda: (_rng(6, 8, 2),), (P("i"),)),
+    Program("all_to_all", (("i", 4),), _exchange, lambda: (_rng(7, 8, 8),), (P("i"),)),
+    Program("collective matmul (all_gather side)", (("i", 4),), _collective_matmul,
+            lambda: (_rng(8, 8, 8), _rng(9, 8, 4)), (P("i"), P(None, "i"))),
+    Program("collective matmul (reduce_scatter side)", (("i", 4),), _reduce_scatter_matmul,
+            lambda: (_rng(10, 8, 8), _rng(11, 8, 4)), (P(None, "i"), P("i"))),
+    Program("data parallel loss", (("i", 4),), _data_parallel,
+            lambda: (_rng(12, 4, 3), _rng(13, 3), _rng(14, 8, 4), _rng(15, 8, 3)), (P(), P(), P("i"), P("i"))),
+    Program("tensor parallel loss", (("i", 4),), _tensor_parallel,
+            lambda: (_rng(16, 2, 4), _rng(17, 4, 8), _rng(18, 8, 3)), (P(), P(None, "i"), P("i"))),
+    Program("FSDP loss with checkpoint", (("i", 4),), _fsdp,
+            lambda: ((_rng(19, 4, 4), _rng(20, 4, 4)), _rng(21, 8, 4)), ((P("i"), P("i")), P("i"))),
+    Program("pipeline parallel loss", (("i", 4),), _pipeline, lambda: (_rng(22, 4, 3, 3), _rng(23, 5, 2, 3)),
+            (P("i"), P())),
+    Program("the design note's five transposes", (("i", 4),), _transposes,
+            lambda: (_rng(24, 8), _rng(25, 2)), (P("i"), P())),
+    Program("pmap migration", (("i", 4),), _pmap_style, lambda: (_rng(26, 4, 3),), (P("i"),)),
+    Program("callbacks", (("i", 4),), _callbacks, lambda: (_rng(27, 8), _rng(28, 2)), (P("i"), P()),
+            grad=False, vmap=False),
+    Program("remat with a policy", (("i", 4),), _remat_policy, lambda: (_rng(29, 8, 8), _rng(30, 8, 4)),
+            (P(None, "i"), P("i"))),
+    Program("PRNG keys in the body", (("i", 4),), _keys, lambda: (jax.random.key(3), _rng(31, 8)), (P(), P("i")),
+            vmap=False),
+)
+
+WAYS = ("mesh=", "set_mesh Auto", "set_mesh Explicit")
+
+
+def _mesh(program: Program, explicit: bool) -> Any:
+    names = tuple(n for n, _ in program.axes)
+    kind = AxisType.Explicit if explicit else AxisType.Auto
+    return jax.make_mesh(tuple(s for _, s in program.axes), names, axis_types=(kind,) * len(names))
+
+
+def _forms(program: Program, f: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
+    first = lambda out: jax.tree.leaves(out)[0]
+    forms = {"forward": jax.jit(f)}
+    if program.grad:
+        forms["grad"] = jax.jit(jax.grad(lambda *a: jnp.sum(first(f(*a))), argnums=_float_args(program)))
+    if program.vmap:
+        forms["vmap"] = jax.jit(jax.vmap(f))
+    return forms
+
+
+def _float_args(program: Program) -> tuple[int, ...]:
+    return tuple(k for k, a in enumerate(program.args()) if not jax.dtypes.issubdtype(
+        getattr(a, "dtype", np.float32), jax.dtypes.prng_key))
+
+
+def _placed(args: tuple, specs: tuple, mesh: Any, batched: bool) -> tuple:
+    """`args` on the Explicit mesh, each sharded by its spec (behind the batch axis when `batched`)."""
+    flat_specs = jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, P))
+    flat, tree = jax.tree.flatten(args)
+    placed = [jax.device_put(a, NamedSharding(mesh, P(None, *s) if batched else s)) for a, s in zip(flat, flat_specs)]
+    return jax.tree.unflatten(tree, placed)
+
+
+def _batched(args: tuple) -> tuple:
+    return jax.tree.map(lambda a: np.stack([a, a * 0.5 + 1.0]), args)
+
+
+def run_one(program: Program, way: str) -> list[tuple[str, str, bool, bool, float, int, str]]:
+    """(program, way, form, agrees, bit-identical, largest difference in ulps, runs, report) per form."""
+    mesh = _mesh(program, way == "set_mesh Explicit")
+    given = way == "mesh="
+    mk = lambda body, in_specs, out_specs, **kw: jax.shard_map(
+        body, in_specs=in_specs, out_specs=out_specs, **({"mesh": mesh} if given else {}), **kw)
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with jax.set_mesh(mesh) if not given else _nothing():
+            f = program.build(mk)
+            for form, g in _forms(program, f).items():
+                args = program.args() if form != "vmap" else _batched(program.args())
+                if way == "set_mesh Explicit":
+                    args = _placed(args, program.arg_specs, mesh, batched=form == "vmap")
+                report = oracles.compare_jax(g, *args)
+                ulps = max((_ulps(w, s) for w, s in zip(report.expected, jax.tree.leaves(
+                    report.simulated.outputs))), default=0)
+                rows.append((program.name, way, form, report.agrees, all(o.equal_bytes for o in report.outputs),
+                             ulps, len(report.simulated.runs), str(report)))
+    return rows
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def corpus() -> list[tuple]:
+    """Every program in every way, each form."""
+    rows = []
+    for program in PROGRAMS:
+        for way in WAYS:
+            try:
+                rows += run_one(program, way)
+            except Exception as error:
+                rows.append((program.name, way, "error", False, False, 0, 0,
+                             f"{type(error).__name__}: {error}"[:2000]))
+    return rows
+
+
+BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
+                                         "explicit_types": explicit_types, "primitives": primitives,
+                                         "fusion": fusion, "moe": moe, "operands": operands}
+
+
+def main(names: list[str]) -> None:
+    """Run the named batches; pickle {name: ("ok", result) or ("error", traceback)} to stdout (what the programs
+    print, jax.debug.print's lines among it, goes to stderr)."""
+    import contextlib
+
+    results = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        for name in names:
+            try:
+                results[name] = ("ok", BATCHES[name]())
+            except Exception:
+                results[name] = ("error", traceback.format_exc())
+    sys.stdout.buffer.write(pickle.dumps(results))
+
+
+def write_primitives(path: str) -> None:
+    """Write the snapshot `tests/bridge_primitives.txt` reads: one 'name status' line per primitive."""
+    lines = ["# Every primitive JAX 0.10.2 registers and whether the bridge runs it inside a shard_map body",
+             "# (oracles._bridge_primitives.support): collective, walked, local or refused. Regenerate with",
+             "# `python tests/bridge_tutorial.py --primitives` after a JAX upgrade and review the changes."]
+    lines += [f"{name} {status}" for name, (status, _) in primitives().items()]
+    with open(path, "w") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--primitives"]:
+        write_primitives(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bridge_primitives.txt"))
+    else:
+        main(sys.argv[1:])

@@ -1,0 +1,165 @@
+"""Multi-step algorithms run for every member at once (`sim.engine.Steps`: one table per step) give the same
+bytes, trace, call records and times as the member-by-member loop they replace, on random programs, meshes
+and networks; the comparison is shown to fail on a wrong table path, and the table path is shown to run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import collectives
+import collectives._ring_steps
+import sim
+from sim import P
+
+_ALGORITHMS = {"all_gather": ("ring", "per_axis", "hierarchical", "direct", "bidirectional_ring", "multi_axis",
+                              "recursive_doubling"),
+               "psum": ("ring", "per_axis", "hierarchical", "direct", "bidirectional_ring", "recursive_doubling",
+                        "rabenseifner"),
+               "psum_scatter": ("ring", "hierarchical", "direct", "recursive_halving", "bidirectional_ring",
+                                "multi_axis")}
+
+
+def _network(kind: str, shape: tuple[int, ...]) -> sim.Network:
+    n = int(np.prod(shape))
+    if kind == "switch":
+        return sim.Network(topology="switch", latency_s=2e-6, bandwidth_bytes_per_s=5e9)
+    if kind == "ring":
+        return sim.Network(topology="ring", shape=(n,), latency_s=1e-6, bandwidth_bytes_per_s=1e9)
+    if kind == "torus":
+        return sim.Network(topology="torus", shape=shape if len(shape) == 2 else (n,), latency_s=3e-7)
+    if kind == "store_and_forward":
+        return sim.Network(topology="ring", shape=(n,), store_and_forward=True)
+    if kind == "costs":
+        return sim.Network(topology="switch", costs=sim.Costs(efficiency=0.75, overhead_bytes=64.0))
+    if kind == "hierarchical":
+        return sim.Network.hierarchical(shape[-1], n // shape[-1], 1e-6, 8e9, 5e-6, 1e9)
+    return sim.Network()
+
+
+def _call(op: str, x, axis_name, algorithm: str, tiled: bool):
+    if op == "all_gather":
+        return collectives.all_gather(x, axis_name, tiled=tiled, algorithm=algorithm)
+    if op == "psum":
+        return collectives.psum(x, axis_name, algorithm=algorithm)
+    whole = np.concatenate([np.asarray(x).reshape(-1)] * collectives.axis_size(axis_name))  # scatters evenly
+    return collectives.psum_scatter(whole, axis_name, tiled=True, algorithm=algorithm)
+
+
+def _program(calls: list[tuple], axes: tuple[str, ...]):
+    def body(x):
+        out = x
+        for op, which, algorithm, tiled in calls:
+            axis_name = axes if which == "all" else axes[which % len(axes)]
+            out = _call(op, x, axis_name, algorithm, tiled)
+            x = x + out.reshape(-1)[:x.size].reshape(x.shape).astype(x.dtype)
+        return x, out
+    return body
+
+
+def _run(case) -> tuple:
+    """Output bytes, trace JSON, call records and end time of a case."""
+    shape, network, calls, x = case
+    axes = tuple("xy"[:len(shape)])
+    mesh = sim.Mesh(dict(zip(axes, shape)), network=_network(network, shape))
+    f = sim.shard_map(_program(calls, axes), mesh=mesh, in_specs=P(axes), out_specs=(P(axes), P(axes)),
+                      check_vma=False)
+    run = f.run(x)
+    outputs = b"".join(np.asarray(o).tobytes() for o in run.outputs)
+    return outputs, json.dumps(run.trace.to_json()).encode(), [str(c) for c in run.calls], run.end_time_s
+
+
+_POWERS_OF_TWO = ("recursive_doubling", "rabenseifner", "recursive_halving")
+
+
+def _fitting(algorithm: str, shape: tuple[int, ...], which) -> str:
+    """`algorithm`, or 'ring' where it needs a power-of-two group and the call's group is not one."""
+    size = int(np.prod(shape)) if which == "all" else shape[which % len(shape)]
+    return "ring" if algorithm in _POWERS_OF_TWO and size & (size - 1) else algorithm
+
+
+@st.composite
+def _cases(draw):
+    shape = draw(st.sampled_from([(2,), (3,), (4,), (5,), (8,), (2, 2), (2, 3), (3, 2), (4, 2), (2, 4)]))
+    network = draw(st.sampled_from(["default", "switch", "ring", "torus", "store_and_forward", "costs",
+                                    "hierarchical"]))
+    if network == "hierarchical" and len(shape) == 1:
+        shape = (2, shape[0]) if shape[0] <= 4 else shape
+        network = "hierarchical" if len(shape) == 2 else "switch"
+    calls = draw(st.lists(st.tuples(st.sampled_from(sorted(_ALGORITHMS)), st.sampled_from([0, 1, "all"]),
+                                    st.integers(0, 6), st.booleans()), min_size=1, max_size=3))
+    calls = [(op, which, _fitting(_ALGORITHMS[op][k % len(_ALGORITHMS[op])], shape, which), tiled)
+             for op, which, k, tiled in calls]
+    n = int(np.prod(shape))
+    block = (draw(st.sampled_from([1, 2, 3, 4, 8])),) + tuple(draw(st.lists(st.integers(1, 3), max_size=1)))
+    dtype = draw(st.sampled_from(["int8", "int32", "float32", "float64"]))
+    size = n * int(np.prod(block)) * np.dtype(dtype).itemsize
+    raw = draw(st.binary(min_size=size, max_size=size))
+    x = np.frombuffer(raw, dtype).reshape((n * block[0],) + block[1:]).copy()
+    if x.dtype.kind == "f":
+        x = np.nan_to_num(x, nan=1.0, posinf=2.0, neginf=-2.0)
+    return shape, network, calls, x
+
+
+def _member_by_member(case) -> tuple:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(collectives._ring_steps, "by_tables", lambda *a: False)
+        return _run(case)
+
+
+@given(case=_cases())
+def test_tables_equal_member_by_member(case):
+    """Every multi-step algorithm gives the same bytes, trace (every column, in order), call records and end
+    time whether its steps run as tables for all members or member by member."""
+    assert _run(case) == _member_by_member(case)
+
+
+def test_tables_comparison_can_fail(monkeypatch):
+    """A table path that writes one step's blocks one place off is told apart from the member-by-member run."""
+    case = ((4,), "switch", [("all_gather", 0, "ring", True)], np.arange(8.0))
+    slow = _member_by_member(case)
+    real = collectives._ring_steps._Gather.move
+    monkeypatch.setattr(collectives._ring_steps._Gather, "move", lambda self, receivers, senders, steps, ways:
+                        real(self, receivers, senders, np.maximum(steps - 1, 0), ways))
+    assert _run(case)[0] != slow[0]
+
+
+@pytest.mark.parametrize(("op", "algorithm"), [(op, a) for op, names in _ALGORITHMS.items() for a in names
+                                               if a != "direct"])
+def test_tables_are_used(op, algorithm, monkeypatch):
+    """The table path really runs for each multi-step algorithm (else the equality above is vacuous)."""
+    joined = []
+    real = sim.engine.Steps.join
+    monkeypatch.setattr(sim.engine.Steps, "join", lambda self, *a: joined.append(1) or real(self, *a))
+    which = 1 if algorithm == "multi_axis" else "all"  # over one axis: its bidirectional ring
+    _run(((2, 4), "hierarchical", [(op, which, algorithm, True)], np.arange(128.0)))  # chunks of one size
+    assert joined
+
+
+@pytest.mark.parametrize(("op", "algorithm"), [(op, a) for op, names in _ALGORITHMS.items() for a in names
+                                               if a != "direct"])
+def test_tables_can_be_switched_off(op, algorithm, monkeypatch):
+    """With `by_tables` refusing, no algorithm runs a table (so the equality above compares two paths)."""
+    joined = []
+    real = sim.engine.Steps.join
+    monkeypatch.setattr(sim.engine.Steps, "join", lambda self, *a: joined.append(1) or real(self, *a))
+    which = 1 if algorithm == "multi_axis" else "all"
+    _member_by_member(((2, 4), "hierarchical", [(op, which, algorithm, True)], np.arange(16.0)))
+    assert not joined
+
+
+def test_ticket_reads_the_next_event_id_without_taking_it():
+    """`sim._simpy.ticket` (how `Steps` knows nothing was scheduled since its last wake event) reads SimPy's
+    next event id: unchanged by reading it, moved on by scheduling an event."""
+    import simpy
+
+    from sim._simpy import ticket
+    env = simpy.Environment()
+    first = ticket(env)
+    assert ticket(env) == first
+    env.timeout(1.0)
+    assert ticket(env) == first + 1
