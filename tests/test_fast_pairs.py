@@ -15,7 +15,7 @@ import collectives
 import sim
 from sim import P
 from sim.engine import _pairs
-from sim.engine._transport import Port
+from sim.engine._port import Port
 
 
 def _run(axes: dict[str, int], axis: str, perms: list[list[tuple[int, int]]], x: np.ndarray,

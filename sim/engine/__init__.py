@@ -8,8 +8,9 @@ from sim.engine._engine import Simulation
 from sim.engine._group import Steps, steps_fit
 from sim.engine._options import RunOptions
 from sim.engine._perturb import Perturbation
+from sim.engine._port import Port
 from sim.engine._rendezvous import Collective, MeetingView, Waiting
-from sim.engine._transport import Message, Port
+from sim.engine._transport import Message
 
 __all__ = [
     "Activity", "Calls", "Collective", "DeviceContext", "MeetingView", "Message", "Perturbation", "Phase", "Port",

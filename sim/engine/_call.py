@@ -16,8 +16,9 @@ import simpy
 from sim._errors import MeshError
 from sim.engine._driver import FAILED
 from sim.engine._options import RunOptions
+from sim.engine._port import Port
 from sim.engine._rendezvous import Collective, Rendezvous
-from sim.engine._transport import Port, Transport
+from sim.engine._transport import Transport
 from sim.memory._memory import LocalMemory
 from sim.record._trace import CallRecord
 

@@ -36,7 +36,8 @@ import simpy
 from sim._simpy import fire_after, ticket
 
 if TYPE_CHECKING:
-    from sim.engine._transport import Port, Transport
+    from sim.engine._port import Port
+    from sim.engine._transport import Transport
 
 __all__ = ["Steps", "steps_fit"]
 

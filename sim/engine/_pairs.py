@@ -27,7 +27,8 @@ from sim._simpy import fire_after as _fire
 if TYPE_CHECKING:
     import simpy
 
-    from sim.engine._transport import Port, Transport
+    from sim.engine._port import Port
+    from sim.engine._transport import Transport
 
 
 def pairs_apply(port: Port) -> bool:

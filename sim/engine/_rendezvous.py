@@ -19,7 +19,7 @@ from sim.network._mesh import Group
 from sim.record._violation import Violation, as_violation
 
 if TYPE_CHECKING:
-    from sim.engine._transport import Port
+    from sim.engine._port import Port
 
 
 @dataclass(frozen=True)

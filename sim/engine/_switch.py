@@ -29,7 +29,8 @@ import simpy
 from sim._simpy import fire_after as _fire
 
 if TYPE_CHECKING:
-    from sim.engine._transport import Port, Transport
+    from sim.engine._port import Port
+    from sim.engine._transport import Transport
 
 Fold = Callable[[list[np.ndarray]], np.ndarray]  # the sum of terms given in group order
 

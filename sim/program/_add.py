@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from sim.engine._transport import Port
+from sim.engine._port import Port
 from sim.record._trace import CopyRecord
 
 

@@ -18,8 +18,8 @@ import layouts
 from layouts import Layout
 from sim._errors import InvalidTypeError
 from sim.engine._driver import current_or_none
+from sim.engine._port import Port
 from sim.engine._rendezvous import Collective
-from sim.engine._transport import Port
 from sim.network._mesh import Group, Mesh
 from sim.network._network import CopyCost
 from sim.program._varying import Varying
