@@ -83,6 +83,8 @@ class _Gather:
             self.moves.move(receivers, into, senders, out)  # type: ignore[union-attr]
             return
         states = self.of.states
+        carrying = self.bytes[senders, out] > 0  # an empty unit moves nothing
+        receivers, into, senders, out = receivers[carrying], into[carrying], senders[carrying], out[carrying]
         for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
             units, order = states[r]
             source, source_order = states[j]
@@ -124,17 +126,30 @@ class _ReduceScatter:
         and read only after, so none read here is written here."""
         positions, states = self.of.positions, self.of.states
         into, out = (positions[receivers] - 2 - steps) % self.n, (positions[senders] - 1 - steps) % self.n
+        adding = self.bytes[receivers, into] > 0  # an empty term adds nothing
+        rows = list(zip(receivers[adding].tolist(), into[adding].tolist(), senders[adding].tolist(),
+                        out[adding].tolist()))
+        owns = [states[r][0][a] for r, a, _, _ in rows]
+        if not owns:
+            return
+        shape = owns[0].shape
+        if all(own.shape == shape for own in owns):
+            targets = [states[r][1][a] for r, a, _, _ in rows]
+            theirs = [states[j][1][b] for _, _, j, b in rows]
+            _add_into(self.reduction, targets, theirs, owns)
+            return
         alike: dict[tuple, list] = {}
-        for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
-            own = states[r][0][a]
+        for (r, a, j, b), own in zip(rows, owns):
             alike.setdefault(own.shape, []).append((states[r][1][a], states[j][1][b], own))
-        for shape, sums in alike.items():
-            if 0 in shape:
-                continue  # nothing to add
-            total = combine(self.reduction, np.stack([theirs for _, theirs, _ in sums]),
-                            np.stack([own for _, _, own in sums]))
-            for (target, _, _), values in zip(sums, total):
-                target[...] = values
+        for sums in alike.values():
+            _add_into(self.reduction, *(list(column) for column in zip(*sums)))
+
+
+def _add_into(reduction: str, targets: list, theirs: list, owns: list) -> None:
+    """`targets[i][...] = theirs[i] op owns[i]` for every i (arrays of one shape), the sums taken together."""
+    total = combine(reduction, np.stack(theirs), np.stack(owns))
+    for target, values in zip(targets, total):
+        target[...] = values
 
 
 class PerMember:

@@ -163,3 +163,37 @@ def test_ticket_reads_the_next_event_id_without_taking_it():
     assert ticket(env) == first
     env.timeout(1.0)
     assert ticket(env) == first + 1
+
+
+@given(length=st.integers(0, 40), n=st.integers(1, 12))
+def test_split_is_array_split(length, n):
+    """The ring's chunks are numpy.array_split's: the same views of the same array, in order."""
+    from collectives._allreduce import split
+
+    flat = np.arange(length)
+    ours, theirs = split(flat, n), np.array_split(flat, n)
+    assert [(p.base is flat, p.shape, p.tolist()) for p in ours] == [(p.base is flat, p.shape, p.tolist())
+                                                                      for p in theirs]
+
+
+def test_staging_is_one_allocation_of_the_same_bytes():
+    """The reduce-scatter's partial sums are zeroed views of one allocation holding each chunk's bytes."""
+    from collectives._allreduce import staging
+
+    memory = sim.LocalMemory(0, meter=sim.MemoryMeter())
+    like = [np.ones((2, 3), np.float32), np.ones((0, 3), np.float32), np.ones((1, 3), np.float32)]
+    parts = staging(memory, like)
+    assert [p.shape for p in parts] == [(2, 3), (0, 3), (1, 3)] and not any(p.any() for p in parts)
+    assert memory.meter.held_bytes == 36 and len({p.base.ctypes.data for p in parts if p.size}) == 1
+    mixed = staging(memory, [np.ones(2, np.int8), np.ones(1, np.float64)])
+    assert [p.dtype for p in mixed] == [np.int8, np.float64] and memory.meter.held_bytes == 46
+
+
+def test_reduce_scatter_comparison_can_fail(monkeypatch):
+    """A reduce-scatter table path that drops one step's additions is told apart from the member-by-member run."""
+    case = ((4,), "switch", [("psum", 0, "ring", True)], np.arange(16.0))
+    slow = _member_by_member(case)
+    real = collectives._ring_steps._ReduceScatter.move
+    monkeypatch.setattr(collectives._ring_steps._ReduceScatter, "move", lambda self, receivers, senders, steps, ways:
+                        None if steps[0] == 1 else real(self, receivers, senders, steps, ways))
+    assert _run(case)[0] != slow[0]
