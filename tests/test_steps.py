@@ -197,3 +197,19 @@ def test_reduce_scatter_comparison_can_fail(monkeypatch):
     monkeypatch.setattr(collectives._ring_steps._ReduceScatter, "move", lambda self, receivers, senders, steps, ways:
                         None if steps[0] == 1 else real(self, receivers, senders, steps, ways))
     assert _run(case)[0] != slow[0]
+
+
+@pytest.mark.parametrize(("shape", "dim", "tiled"), [((6, 2), 0, True), ((2, 6), 1, True), ((3, 3, 2), 1, False),
+                                                     ((4,), 0, False)])
+def test_scatter_chunks_are_slices(shape, dim, tiled):
+    """psum_scatter's chunks cut by one reshape are the same views as slicing the scatter dimension."""
+    from collectives._psum_scatter import _Args, _chunks
+
+    source = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    n = shape[dim] // 2 if tiled else shape[dim]
+    step = shape[dim] // n if tiled else 1
+    args = _Args(None, dim, tiled, "ring", None)  # type: ignore[arg-type]
+    index = [(slice(None),) * dim + (slice(j * step, (j + 1) * step),) for j in range(n)]
+    ours = _chunks(source, args, n)
+    assert [(c.shape, c.strides, c.tolist(), np.shares_memory(c, source)) for c in ours] == [
+        (source[i].shape, source[i].strides, source[i].tolist(), True) for i in index]
