@@ -112,6 +112,7 @@ class _ReduceScatter:
         self.n, self.phase, self.reduction = n, phase, reduction
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's term of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+        self.joined: tuple[list, list] | None = None
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return self.bytes[senders, (self.of.positions[senders] - 1 - steps) % self.n]
@@ -127,15 +128,16 @@ class _ReduceScatter:
         positions, states = self.of.positions, self.of.states
         into, out = (positions[receivers] - 2 - steps) % self.n, (positions[senders] - 1 - steps) % self.n
         adding = self.bytes[receivers, into] > 0  # an empty term adds nothing
-        rows = list(zip(receivers[adding].tolist(), into[adding].tolist(), senders[adding].tolist(),
-                        out[adding].tolist()))
-        owns = [states[r][0][a] for r, a, _, _ in rows]
-        if not owns:
+        receivers, into, senders, out = (v[adding].tolist() for v in (receivers, into, senders, out))
+        rows = list(zip(receivers, into, senders, out))
+        if not rows:
             return
+        terms, partials = self._columns()
+        owns = [terms[r][a] for r, a in zip(receivers, into)]
         shape = owns[0].shape
         if all(own.shape == shape for own in owns):
-            targets = [states[r][1][a] for r, a, _, _ in rows]
-            theirs = [states[j][1][b] for _, _, j, b in rows]
+            targets = [partials[r][a] for r, a in zip(receivers, into)]
+            theirs = [partials[j][b] for j, b in zip(senders, out)]
             _add_into(self.reduction, targets, theirs, owns)
             return
         alike: dict[tuple, list] = {}
@@ -144,12 +146,28 @@ class _ReduceScatter:
         for sums in alike.values():
             _add_into(self.reduction, *(list(column) for column in zip(*sums)))
 
+    def _columns(self) -> tuple[list, list]:
+        """Every member's terms and partial sums (lists by ring position), once all have joined."""
+        states = self.of.states
+        if any(state is None for state in states):
+            return [state and state[0] for state in states], [state and state[1] for state in states]
+        if self.joined is None:
+            self.joined = ([state[0] for state in states], [state[1] for state in states])
+        return self.joined
+
 
 def _add_into(reduction: str, targets: list, theirs: list, owns: list) -> None:
     """`targets[i][...] = theirs[i] op owns[i]` for every i (arrays of one shape), the sums taken together."""
-    total = combine(reduction, np.stack(theirs), np.stack(owns))
+    total = combine(reduction, _stacked(theirs), _stacked(owns))
     for target, values in zip(targets, total):
         target[...] = values
+
+
+def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    """`numpy.stack(arrays)` of arrays of one shape (joined along their first axis where they have one)."""
+    if arrays[0].ndim == 0:
+        return np.stack(arrays)
+    return np.concatenate(arrays).reshape((len(arrays), *arrays[0].shape))
 
 
 class PerMember:
