@@ -295,6 +295,9 @@ def staging(memory: sim.LocalMemory, like: Sequence[np.ndarray]) -> list[np.ndar
     flat = memory.view(memory.alloc(dtype, (sum(sizes),)))
     if isinstance(like, np.ndarray):  # equal parts along the first axis
         return flat.reshape(like.shape)
+    shape = like[0].shape
+    if shape and all(part.shape == shape for part in like):  # rows of one array (0-d rows would be scalars)
+        return list(flat.reshape((len(like), *shape)))
     bounds = np.cumsum([0, *sizes]).tolist()
     return [flat[a:b].reshape(part.shape) for (a, b), part in zip(pairwise(bounds), like)]
 

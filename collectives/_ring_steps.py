@@ -148,12 +148,13 @@ class _ReduceScatter:
 
     def _columns(self) -> tuple[list, list]:
         """Every member's terms and partial sums (lists by ring position), once all have joined."""
+        if self.joined is not None:
+            return self.joined
         states = self.of.states
-        if any(state is None for state in states):
-            return [state and state[0] for state in states], [state and state[1] for state in states]
-        if self.joined is None:
-            self.joined = ([state[0] for state in states], [state[1] for state in states])
-        return self.joined
+        columns = [state and state[0] for state in states], [state and state[1] for state in states]
+        if all(state is not None for state in states):
+            self.joined = columns
+        return columns
 
 
 def _add_into(reduction: str, targets: list, theirs: list, owns: list) -> None:
