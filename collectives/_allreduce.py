@@ -249,9 +249,11 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
     """
     memory, states = port.memory, []
     for team, parts, phase in lanes:
-        own = []
-        for c, part in enumerate(parts):  # a contiguous part is its own row-major values (no step, no copy)
-            own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
+        own = list(parts)
+        if not all(part.flags.c_contiguous for part in own):
+            own = []
+            for c, part in enumerate(parts):  # a contiguous part is its own row-major values (no step, no copy)
+                own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
         partial = staging(memory, own)
         c = (team.index - 1) % team.size
         partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
@@ -288,17 +290,19 @@ def split(flat: np.ndarray, n: int) -> list[np.ndarray]:
 def staging(memory: sim.LocalMemory, like: Sequence[np.ndarray]) -> list[np.ndarray] | np.ndarray:
     """Zeroed buffers of the shapes of `like`, as views of one new row-major array of `memory` (the bytes
     of one allocation per chunk, in one allocation). One allocation each where their dtypes differ."""
-    dtype = like[0].dtype if len(like) else None
-    if dtype is None or any(part.dtype != dtype for part in like):
+    dtypes = {part.dtype for part in like}
+    if len(dtypes) != 1:
         return [memory.view(memory.alloc(part.dtype, part.shape)) for part in like]
     sizes = [part.size for part in like]
-    flat = memory.view(memory.alloc(dtype, (sum(sizes),)))
+    flat = memory.view(memory.alloc(dtypes.pop(), (sum(sizes),)))
     if isinstance(like, np.ndarray):  # equal parts along the first axis
         return flat.reshape(like.shape)
-    shape = like[0].shape
-    if shape and all(part.shape == shape for part in like):  # rows of one array (0-d rows would be scalars)
-        return list(flat.reshape((len(like), *shape)))
+    shapes = {part.shape for part in like}
+    if len(shapes) == 1 and like[0].shape:  # rows of one array (0-d rows would be scalars)
+        return list(flat.reshape((len(like), *like[0].shape)))
     bounds = np.cumsum([0, *sizes]).tolist()
+    if all(len(shape) == 1 for shape in shapes):  # 1-D parts: plain slices
+        return [flat[a:b] for a, b in pairwise(bounds)]
     return [flat[a:b].reshape(part.shape) for (a, b), part in zip(pairwise(bounds), like)]
 
 

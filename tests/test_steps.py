@@ -187,12 +187,13 @@ def test_staging_is_one_allocation_of_the_same_bytes():
     assert memory.meter.held_bytes == 36 and len({p.base.ctypes.data for p in parts if p.size}) == 1
     mixed = staging(memory, [np.ones(2, np.int8), np.ones(1, np.float64)])
     assert [p.dtype for p in mixed] == [np.int8, np.float64] and memory.meter.held_bytes == 46
-    for like in ([np.ones(2, np.int16)] * 3, [np.ones((), np.int16)] * 2):  # rows of one shape, 0-d ones
+    for like in ([np.ones(2, np.int16)] * 3, [np.ones((), np.int16)] * 2,  # rows of one shape, 0-d ones
+                 [np.ones(2, np.int16), np.ones(0, np.int16), np.ones(1, np.int16)]):  # 1-D ones of any length
         parts = staging(memory, like)
         for k, part in enumerate(parts):
             part[...] = k + 1
         assert [(type(p), p.shape, p.tolist()) for p in parts] == [
-            (np.ndarray, like[0].shape, np.full(like[0].shape, k + 1).tolist()) for k in range(len(like))]
+            (np.ndarray, part.shape, np.full(part.shape, k + 1).tolist()) for k, part in enumerate(like)]
 
 
 def test_reduce_scatter_comparison_can_fail(monkeypatch):
