@@ -220,3 +220,30 @@ def test_scatter_chunks_are_slices(shape, dim, tiled):
     ours = _chunks(source, args, n)
     assert [(c.shape, c.strides, c.tolist(), np.shares_memory(c, source)) for c in ours] == [
         (source[i].shape, source[i].strides, source[i].tolist(), True) for i in index]
+
+
+@given(case=_cases())
+def test_few_flows_share_links_as_a_bincount_says(case):
+    """Flows sharing links are counted the same over the links in use as by a bincount over all links: the
+    same bytes, trace and times, fully connected networks included."""
+    import sim.network._flows as flows
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flows, "_FEW_FLOWS", 0)  # only the links in use
+        few = _run(case)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flows, "_FEW_FLOWS", 1 << 40)  # a bincount over all links
+        assert few == _run(case)
+
+
+def test_few_flows_comparison_can_fail(monkeypatch):
+    """Counting one flow too many on each link in use is told apart from the bincount over all links."""
+    import sim.network._flows as flows
+
+    case = ((4,), "default", [("psum", 0, "ring", True)], np.arange(16.0))
+    monkeypatch.setattr(flows, "_FEW_FLOWS", 1 << 40)
+    whole = _run(case)
+    real = np.unique
+    monkeypatch.setattr(flows, "_FEW_FLOWS", 0)
+    monkeypatch.setattr(flows.np, "unique", lambda *a, **k: (lambda u, i, c: (u, i, c + 1))(*real(*a, **k)))
+    assert _run(case)[1:] != whole[1:]
