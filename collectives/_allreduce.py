@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -216,13 +217,13 @@ Lane = tuple[Team, np.ndarray, str]  # (the ring's members in order, this member
 def _ring_all_reduce(port: sim.Port, lanes: list[Lane], reduction: str) -> Generator:
     """Ring reduce-scatter then ring all-gather of every lane at once; the lanes' results joined, flat."""
     n = lanes[0][0].size
-    cut = [np.array_split(terms, n) for _, terms, _ in lanes]
+    cut = [split(terms, n) for _, terms, _ in lanes]
     mine = yield from reduce_scatter_lanes(port, [(team, parts, phase) for (team, _, phase), parts in zip(lanes, cut)],
                                            reduction)
     total = sum(terms.size for _, terms, _ in lanes)
     flat = port.memory.view(port.memory.alloc(lanes[0][1].dtype, (total,)))
     bounds = np.cumsum([0] + [terms.size for _, terms, _ in lanes])
-    gathers = [(team, m, np.array_split(flat[bounds[k]:bounds[k + 1]], n), phase)
+    gathers = [(team, m, split(flat[bounds[k]:bounds[k + 1]], n), phase)
                for k, ((team, _, phase), m) in enumerate(zip(lanes, mine))]
     yield from _ring_all_gather(port, gathers)
     return flat
@@ -248,10 +249,12 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
     """
     memory, states = port.memory, []
     for team, parts, phase in lanes:
-        own = []
-        for c, part in enumerate(parts):  # a contiguous part is its own row-major values (no step, no copy)
-            own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
-        partial = [memory.view(memory.alloc(p.dtype, p.shape)) for p in own]
+        own = list(parts)
+        if not all(part.flags.c_contiguous for part in own):
+            own = []
+            for c, part in enumerate(parts):  # a contiguous part is its own row-major values (no step, no copy)
+                own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
+        partial = staging(memory, own)
         c = (team.index - 1) % team.size
         partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
         states.append([team, phase, own, partial, c])
@@ -271,6 +274,36 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
             yield from sim.add_step(port, own[c].nbytes, step=step, chunk=c)
             partial[c][...] = combine(reduction, received(message), own[c])
     return [partial[c] for _, _, _, partial, c in states]
+
+
+def split(flat: np.ndarray, n: int) -> list[np.ndarray]:
+    """`numpy.array_split(flat, n)` of a 1-D array: the same views, made by plain slicing.
+
+    >>> [part.tolist() for part in split(np.arange(5), 3)]
+    [[0, 1], [2, 3], [4]]
+    """
+    q, r = divmod(len(flat), n)
+    bounds = np.minimum(np.arange(n + 1), r) + np.arange(n + 1) * q
+    return [flat[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
+def staging(memory: sim.LocalMemory, like: Sequence[np.ndarray]) -> list[np.ndarray] | np.ndarray:
+    """Zeroed buffers of the shapes of `like`, as views of one new row-major array of `memory` (the bytes
+    of one allocation per chunk, in one allocation). One allocation each where their dtypes differ."""
+    dtypes = {part.dtype for part in like}
+    if len(dtypes) != 1:
+        return [memory.view(memory.alloc(part.dtype, part.shape)) for part in like]
+    sizes = [part.size for part in like]
+    flat = memory.view(memory.alloc(dtypes.pop(), (sum(sizes),)))
+    if isinstance(like, np.ndarray):  # equal parts along the first axis
+        return flat.reshape(like.shape)
+    shapes = {part.shape for part in like}
+    if len(shapes) == 1 and like[0].shape:  # rows of one array (0-d rows would be scalars)
+        return list(flat.reshape((len(like), *like[0].shape)))
+    bounds = np.cumsum([0, *sizes]).tolist()
+    if all(len(shape) == 1 for shape in shapes):  # 1-D parts: plain slices
+        return [flat[a:b] for a, b in pairwise(bounds)]
+    return [flat[a:b].reshape(part.shape) for (a, b), part in zip(pairwise(bounds), like)]
 
 
 def _ring_all_gather(port: sim.Port, lanes: list[tuple[Team, np.ndarray, list[np.ndarray], str]]) -> Generator:

@@ -83,6 +83,8 @@ class _Gather:
             self.moves.move(receivers, into, senders, out)  # type: ignore[union-attr]
             return
         states = self.of.states
+        carrying = self.bytes[senders, out] > 0  # an empty unit moves nothing
+        receivers, into, senders, out = receivers[carrying], into[carrying], senders[carrying], out[carrying]
         for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
             units, order = states[r]
             source, source_order = states[j]
@@ -110,6 +112,7 @@ class _ReduceScatter:
         self.n, self.phase, self.reduction = n, phase, reduction
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's term of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+        self.joined: tuple[list, list] | None = None
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return self.bytes[senders, (self.of.positions[senders] - 1 - steps) % self.n]
@@ -124,17 +127,48 @@ class _ReduceScatter:
         and read only after, so none read here is written here."""
         positions, states = self.of.positions, self.of.states
         into, out = (positions[receivers] - 2 - steps) % self.n, (positions[senders] - 1 - steps) % self.n
+        adding = self.bytes[receivers, into] > 0  # an empty term adds nothing
+        receivers, into, senders, out = (v[adding].tolist() for v in (receivers, into, senders, out))
+        rows = list(zip(receivers, into, senders, out))
+        if not rows:
+            return
+        terms, partials = self._columns()
+        owns = [terms[r][a] for r, a in zip(receivers, into)]
+        shape = owns[0].shape
+        if all(own.shape == shape for own in owns):
+            targets = [partials[r][a] for r, a in zip(receivers, into)]
+            theirs = [partials[j][b] for j, b in zip(senders, out)]
+            _add_into(self.reduction, targets, theirs, owns)
+            return
         alike: dict[tuple, list] = {}
-        for r, a, j, b in zip(receivers.tolist(), into.tolist(), senders.tolist(), out.tolist()):
-            own = states[r][0][a]
+        for (r, a, j, b), own in zip(rows, owns):
             alike.setdefault(own.shape, []).append((states[r][1][a], states[j][1][b], own))
-        for shape, sums in alike.items():
-            if 0 in shape:
-                continue  # nothing to add
-            total = combine(self.reduction, np.stack([theirs for _, theirs, _ in sums]),
-                            np.stack([own for _, _, own in sums]))
-            for (target, _, _), values in zip(sums, total):
-                target[...] = values
+        for sums in alike.values():
+            _add_into(self.reduction, *(list(column) for column in zip(*sums)))
+
+    def _columns(self) -> tuple[list, list]:
+        """Every member's terms and partial sums (lists by ring position), once all have joined."""
+        if self.joined is not None:
+            return self.joined
+        states = self.of.states
+        columns = [state and state[0] for state in states], [state and state[1] for state in states]
+        if all(state is not None for state in states):
+            self.joined = columns
+        return columns
+
+
+def _add_into(reduction: str, targets: list, theirs: list, owns: list) -> None:
+    """`targets[i][...] = theirs[i] op owns[i]` for every i (arrays of one shape), the sums taken together."""
+    total = combine(reduction, _stacked(theirs), _stacked(owns))
+    for target, values in zip(targets, total):
+        target[...] = values
+
+
+def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    """`numpy.stack(arrays)` of arrays of one shape (joined along their first axis where they have one)."""
+    if arrays[0].ndim == 0:
+        return np.stack(arrays)
+    return np.concatenate(arrays).reshape((len(arrays), *arrays[0].shape))
 
 
 class PerMember:

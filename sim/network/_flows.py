@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 _LATE = NORMAL + 1  # a step runs after every other event of its instant: it sees every message posted then
 _TOLERANCE = 1e-9
+_FEW_FLOWS = 4  # dense links: counted by a bincount over all links when at most this many per flow
 _DENSE_LINKS = 1 << 23  # above this many link indices (fully connected only), links in use are renumbered
 
 
@@ -302,9 +303,12 @@ class LinkState:
         """Recompute every flow's rate; flows whose rate changed get their bytes left and a new end."""
         flows = self._flows
         if flows.simple:  # one link per flow: its fair share is the link's bandwidth over its flows
-            if self._dense:
+            if self._dense and self.links <= _FEW_FLOWS * len(flows):
                 count = np.bincount(flows.start, minlength=self.links)
                 rate = self._capacity[flows.start] / count[flows.start]
+            elif self._dense:  # few flows over many links: count the links in use only
+                _, link, count = np.unique(flows.start, return_inverse=True, return_counts=True)
+                rate = self._capacity[flows.start] / count[link]
             elif self.links <= 4 * len(flows) and self._uniform:
                 count = np.bincount(flows.start, minlength=self.links)
                 rate = float(self.network.bandwidth_bytes_per_s) / count[flows.start]
