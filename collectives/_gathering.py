@@ -93,7 +93,7 @@ class FlatBlocks(Sequence):
         return len(self.work)
 
     def __getitem__(self, k):  # type: ignore[override]
-        return self.work[k if self.order is None else self.order[k]].reshape(-1)
+        return self.work[k if self.order is None else self.order[k], ...].reshape(-1)  # a view, also of scalars
 
 
 def _alloc(port: sim.Port, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

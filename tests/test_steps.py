@@ -247,3 +247,14 @@ def test_few_flows_comparison_can_fail(monkeypatch):
     monkeypatch.setattr(flows, "_FEW_FLOWS", 0)
     monkeypatch.setattr(flows.np, "unique", lambda *a, **k: (lambda u, i, c: (u, i, c + 1))(*real(*a, **k)))
     assert _run(case)[1:] != whole[1:]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "bidirectional_ring", "recursive_doubling"])
+def test_scalar_blocks_are_written_where_they_land(algorithm):
+    """Untiled all_gather of one scalar per device: each block is a view of the result (a scalar indexed
+    with `work[k]` alone would be a copy, and the blocks received into it lost)."""
+    n = 4
+    x = np.arange(1, n + 1, dtype=np.int8)
+    f = sim.shard_map(lambda v: collectives.all_gather(v.reshape(()), "x", algorithm=algorithm)[None],
+                      mesh=sim.Mesh({"x": n}), in_specs=sim.P("x"), out_specs=sim.P("x"), check_vma=False)
+    assert np.asarray(f.run(x).outputs).reshape(n, n).tolist() == [list(range(1, n + 1))] * n
