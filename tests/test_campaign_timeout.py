@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from timer_child import in_child
 
 from scenarios._fields import InText
 from scenarios.cli import main
@@ -23,11 +24,17 @@ def _quick(op: str, count: int, seed: int, kind: str) -> dict:
     return {"op": op, "kind": kind, "seed": seed, "cases": count, "agree": count, "known": {}, "findings": []}
 
 
-def test_a_job_past_its_timeout_is_an_error_record_the_results_file_takes(monkeypatch):
+def test_a_job_past_its_timeout_is_an_error_record_the_results_file_takes():
     """A job that never ends, bounded to 0.2 s, returns within seconds an error record naming --timeout, with
     no cases and no finding, that `check_record` accepts; its oracles are ended so the next job starts afresh."""
-    ended = []
-    monkeypatch.setattr("scenarios.cli._campaign_timeout._end_oracles", lambda: ended.append(True))
+    in_child(__file__, "_job_past_its_timeout")
+
+
+def _job_past_its_timeout() -> None:
+    import scenarios.cli._campaign_timeout as timeout
+
+    ended: list = []
+    timeout._end_oracles = lambda: ended.append(True)
     start = time.perf_counter()
     record = run_bounded(_forever, 0.2, ("psum", 5, 123))
     assert time.perf_counter() - start < 10 and ended == [True]

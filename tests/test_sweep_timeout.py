@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from timer_child import in_child
 
 from scenarios.cli import main
 from scenarios.sweep import Point, measure
@@ -23,6 +24,10 @@ def _point(devices: int, algorithm: str = "ring", collective: str = "all_gather"
 def test_a_deadline_stops_a_loop_in_another_thread_and_leaves_nothing_behind():
     """In a thread that is not the main one (as a Dask worker's), a block past its seconds raises
     `PastDeadline`; a block that ends in time raises nothing, then or later."""
+    in_child(__file__, "_deadline_in_a_thread")
+
+
+def _deadline_in_a_thread() -> None:
     seen: list = []
 
     def work() -> None:
@@ -51,29 +56,33 @@ def test_no_deadline_is_no_limit():
 
 
 def test_a_point_past_its_timeout_is_an_error_row_and_one_in_time_runs():
-    """A 512-device ring all_gather (261,632 messages: seconds of work) under timeout_s=0.3 gives a row whose
+    """A 700-device ring psum (977,900 messages: seconds of work) under timeout_s=0.3 gives a row whose
     error names --timeout, stopped well before it would have finished; a 4-device point under the same
     limit runs and has its figures."""
+    in_child(__file__, "_point_past_its_timeout")
+
+
+def _point_past_its_timeout() -> None:
     start = time.perf_counter()
-    row = measure(_point(512), timeout_s=0.3)
+    row = measure(_point(700, collective="psum"), timeout_s=0.3)
     assert row["error"] == ("stopped after --timeout 0.3 s: the point had not finished; raise --timeout, or make "
                             "the point smaller")
-    assert row["time_s"] is None and row["devices"] == 512
+    assert row["time_s"] is None and row["devices"] == 700
     assert time.perf_counter() - start < 20
     small = measure(_point(4), timeout_s=30)
     assert small["error"] is None and small["messages"] == 12
 
 
 def test_meshsim_sweep_timeout_gives_the_slow_point_an_error_row(tmp_path: Path, capsys):
-    """`meshsim sweep --timeout 0.5` on one worker: the 512-device point is stopped there and is an error row
-    naming --timeout; the 4-device point after it still runs on the same worker; exit 0."""
+    """`meshsim sweep --timeout 0.5` on one worker: the 700-device ring psum is stopped there and is an error
+    row naming --timeout; the 4-device point after it still runs on the same worker; exit 0."""
     path = tmp_path / "sweep.toml"
-    path.write_text('title = "one slow point"\ncollective = "all_gather"\nmesh = [{x = 512}, {x = 4}]\n'
+    path.write_text('title = "one slow point"\ncollective = "psum"\nmesh = [{x = 700}, {x = 4}]\n'
                     'size = "2KiB"\nalgorithm = "ring"\n', encoding="utf-8")
     argv = ["sweep", str(path), "-o", str(tmp_path / "out"), "--workers", "1", "--json", "--timeout", "0.5"]
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [row["devices"] for row in rows] == [512, 4]
+    assert [row["devices"] for row in rows] == [700, 4]
     assert rows[0]["error"].startswith("stopped after --timeout 0.5 s")
     assert rows[1]["error"] is None and rows[1]["time_s"] > 0
 
