@@ -4,12 +4,11 @@ show that it can fail."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from row_programs import row_calls, run_bytes
 
 import collectives
 import collectives._all_gather
@@ -17,57 +16,23 @@ import collectives._all_to_all
 import collectives._allreduce
 import sim
 from collectives._arithmetic import combine, fold, identity
-from sim import P
 
 _FAST = {"all_to_all": collectives._all_to_all, "all_gather": collectives._all_gather,
          "psum": collectives._allreduce}
 _SWITCH = {"all_to_all": "_rows_in_place", "all_gather": "_rows_in_place", "psum": "_in_place"}
 
 
-def _program(op: str, tiled: bool):
-    if op == "all_to_all":
-        return lambda x: collectives.all_to_all(x, "x", 0, 0, tiled=tiled)
-    if op == "all_gather":
-        return lambda x: collectives.all_gather(x, "x", tiled=tiled)
-    return lambda x: collectives.psum(x, "x")
-
-
-def _run(op: str, n: int, x: np.ndarray, tiled: bool) -> tuple[bytes, bytes, float]:
-    """Output bytes, trace JSON and end time of `op` on n devices."""
-    out_specs = P("x") if op == "all_to_all" else P()
-    f = sim.shard_map(_program(op, tiled), mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=out_specs,
-                      check_vma=False)
-    run = f.run(x)
-    return run.outputs.tobytes(), json.dumps(run.trace.to_json()).encode(), run.end_time_s
-
-
-@st.composite
-def _cases(draw):
-    op = draw(st.sampled_from(sorted(_FAST)))
-    n = draw(st.integers(1, 8))
-    tiled = draw(st.booleans()) or op == "psum"
-    # each device's block: all_to_all splits n rows (n k when tiled), the others take any number of rows
-    rows = n * draw(st.integers(1, 3))
-    if op == "all_to_all":
-        rows = n * n * (draw(st.integers(1, 2)) if tiled else 1)
-    shape = (rows,) + tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
-    dtype = draw(st.sampled_from(["int8", "int32", "float16", "float32", "float64"]))
-    raw = draw(st.binary(min_size=int(np.prod(shape)) * np.dtype(dtype).itemsize,
-                         max_size=int(np.prod(shape)) * np.dtype(dtype).itemsize))
-    return op, n, tiled, np.frombuffer(raw, dtype).reshape(shape).copy()
-
-
-@given(case=_cases())
+@given(case=row_calls())
 def test_row_exchanges_equal_message_by_message(case):
     """all_to_all, all_gather and the direct psum give the same bytes, trace and time whether members
     exchange whole rows or one message at a time."""
     op, n, tiled, x = case
-    fast = _run(op, n, x, tiled)
+    fast = run_bytes(op, n, x, tiled)
     module = _FAST[op]
     original = getattr(module, _SWITCH[op])
     setattr(module, _SWITCH[op], lambda *a: False)
     try:
-        slow = _run(op, n, x, tiled)
+        slow = run_bytes(op, n, x, tiled)
     finally:
         setattr(module, _SWITCH[op], original)
     assert fast == slow
@@ -76,11 +41,11 @@ def test_row_exchanges_equal_message_by_message(case):
 def test_row_exchange_comparison_can_fail(monkeypatch):
     """A row exchange that puts blocks in the wrong order is told apart from the message-by-message run."""
     x = np.arange(16.0)
-    honest = _run("all_to_all", 4, x, True)
+    honest = run_bytes("all_to_all", 4, x, True)
     real_send_split = sim.Port.send_split
     monkeypatch.setattr(sim.Port, "send_split", lambda self, source, **d:
                         real_send_split(self, np.ascontiguousarray(source[::-1]), **d))
-    assert _run("all_to_all", 4, x, True)[0] != honest[0]
+    assert run_bytes("all_to_all", 4, x, True)[0] != honest[0]
 
 
 def _loop(reduction: str, terms: np.ndarray) -> np.ndarray:
@@ -129,7 +94,7 @@ def test_row_exchanges_are_used(op):
     original = getattr(module, _SWITCH[op])
     setattr(module, _SWITCH[op], lambda *a: calls.append(original(*a)) or calls[-1])
     try:
-        _run(op, 4, np.arange(16.0), True)
+        run_bytes(op, 4, np.arange(16.0), True)
     finally:
         setattr(module, _SWITCH[op], original)
     assert calls and all(calls)

@@ -13,6 +13,7 @@ import numpy as np
 import simpy
 from hypothesis import given
 from hypothesis import strategies as st
+from row_programs import row_calls, run_bytes
 
 import collectives
 import collectives._all_gather
@@ -22,7 +23,6 @@ import sim
 import sim.engine._rows as rows
 import sim.network._flows as flows
 import sim.network._inflight as inflight
-from sim import P
 from sim.record._columns import Same
 
 _SWITCH = {"all_to_all": (collectives._all_to_all, "_rows_in_place"),
@@ -52,36 +52,9 @@ _TAKES = {
 }
 
 
-def _program(op: str, tiled: bool):
-    if op == "all_to_all":
-        return lambda x: collectives.all_to_all(x, "x", 0, 0, tiled=tiled)
-    if op == "all_gather":
-        return lambda x: collectives.all_gather(x, "x", tiled=tiled)
-    return lambda x: collectives.psum(x, "x")
-
-
-def _run(op: str, n: int, x: np.ndarray, tiled: bool) -> tuple[bytes, bytes, float]:
-    """Output bytes, trace JSON and end time of `op` on n devices."""
-    out_specs = P("x") if op == "all_to_all" else P()
-    f = sim.shard_map(_program(op, tiled), mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=out_specs,
-                      check_vma=False)
-    run = f.run(x)
-    return run.outputs.tobytes(), json.dumps(run.trace.to_json()).encode(), run.end_time_s
-
-
 @st.composite
 def _cases(draw):
-    op = draw(st.sampled_from(sorted(_SWITCH)))
-    n = draw(st.integers(1, 8))
-    tiled = draw(st.booleans()) or op == "psum"
-    rows = n * draw(st.integers(1, 3))
-    if op == "all_to_all":
-        rows = n * n * (draw(st.integers(1, 2)) if tiled else 1)
-    shape = (rows,) + tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
-    dtype = draw(st.sampled_from(["int8", "int32", "float16", "float32", "float64"]))
-    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    raw = draw(st.binary(min_size=size, max_size=size))
-    return op, n, tiled, np.frombuffer(raw, dtype).reshape(shape).copy(), draw(st.sampled_from(sorted(_TAKES)))
+    return (*draw(row_calls()), draw(st.sampled_from(sorted(_TAKES))))
 
 
 @given(case=_cases())
@@ -90,10 +63,10 @@ def test_columns_taken_any_way_equal_message_by_message(case):
     end time whether receivers read a view of the senders' rows, a stack of them or each part alone."""
     op, n, tiled, x, take = case
     with _patched(*_TAKES[take]):
-        fast = _run(op, n, x, tiled)
+        fast = run_bytes(op, n, x, tiled)
     module, switch = _SWITCH[op]
     with _patched((module, switch, lambda *a: False)):
-        slow = _run(op, n, x, tiled)
+        slow = run_bytes(op, n, x, tiled)
     assert fast == slow
 
 
@@ -112,7 +85,7 @@ def test_each_way_of_taking_is_used():
     x = np.arange(64.0)
     for take in ("view", "stack", "parts"):
         with _patched((rows.Table, "_stack", spy), *_TAKES[take]):
-            _run("all_to_all", 8, x, True)
+            run_bytes("all_to_all", 8, x, True)
         assert used and set(used) == {take}, (take, set(used))
         used.clear()
 
@@ -120,11 +93,11 @@ def test_each_way_of_taking_is_used():
 def test_column_comparison_can_fail():
     """A stacked column with its senders in the wrong order is told apart from the honest run."""
     x = np.arange(64.0)
-    honest = _run("all_to_all", 8, x, True)
+    honest = run_bytes("all_to_all", 8, x, True)
     real_stack = rows.Table._stack
     reversed_stack = lambda table: None if real_stack(table) is None else real_stack(table)[::-1]
     with _patched((rows.Table, "_stack", reversed_stack)):
-        assert _run("all_to_all", 8, x, True)[0] != honest[0]
+        assert run_bytes("all_to_all", 8, x, True)[0] != honest[0]
 
 
 # ------------------------------------------------------------------------------------- compact trace batches
@@ -315,10 +288,10 @@ def test_rows_posted_as_payload_lists_equal_one_array():
 
     for op, x in (("all_to_all", np.arange(64.0)), ("all_gather", np.arange(24, dtype=np.int32)),
                   ("psum", np.linspace(0, 1, 40))):
-        whole = _run(op, 8, x, True)
+        whole = run_bytes(op, 8, x, True)
         with _patched((sim.Port, "send_split", send_split), (sim.Port, "send_copies", send_copies),
                       (sim.Port, "recv_into", recv_into), (sim.Port, "recv_column", recv_column)):
-            assert _run(op, 8, x, True) == whole
+            assert run_bytes(op, 8, x, True) == whole
 
 
 def _listed(port, payloads, details):
