@@ -7,14 +7,10 @@ Every case runs in one worker process started with `XLA_FLAGS=--xla_force_host_p
 from __future__ import annotations
 
 import collections
-import importlib.util
-import os
-import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bridge_batches import result, run_batches
 
 pytestmark = pytest.mark.differential
 
@@ -28,26 +24,13 @@ PER_COLLECTIVE = 100
 @pytest.fixture(scope="module")
 def results() -> dict:
     """Every batch's result from one worker process with 8 CPU devices."""
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("needs the jax extra: pip install -e '.[jax]'")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parents[1]), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, str(WORKER), *BATCHES], capture_output=True, env=env, timeout=600,
-                          check=False)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    return pickle.loads(done.stdout)
-
-
-def _result(results: dict, name: str):
-    status, value = results[name]
-    assert status == "ok", value
-    return value
+    return run_batches(WORKER, BATCHES, 600)
 
 
 def test_the_bridge_page_runs_in_a_jax_process(results):
     """The code cells of docs/reference/jax-bridge.md run as written: grad of a psum program, its program and its
     messages, and a psum on a simulated tpu-v5e slice."""
-    printed = "".join(_result(results, "bridge_page"))
+    printed = "".join(result(results, "bridge_page"))
     assert "psum_invariant[axis_name='i']" in printed and "{V:i}" in printed
     assert "16 messages" in printed
     assert "64 messages, simulated time" in printed  # the tpu-v5e slice: 8 chips, each to each
@@ -56,7 +39,7 @@ def test_the_bridge_page_runs_in_a_jax_process(results):
 def test_numpy_64_bit_operands_are_canonicalised_as_jax_does(results):
     """A float64 or int64 numpy operand runs as JAX takes it in (float32, int32): `simulate_jax` returns
     jitted JAX's dtype and bits (`psum(np.linspace(0, 1, 8)) * 3` was float64 and 4.8e-7 off)."""
-    rows = _result(results, "canonical")
+    rows = result(results, "canonical")
     assert [(label, want, got) for label, want, got, _ in rows] == [("float64 linspace", "float32", "float32"),
                                                                    ("int64 arange", "int32", "int32")]
     assert all(same for *_, same in rows)
@@ -67,7 +50,7 @@ def test_checkpoint_runs_through_the_bridge(results):
     forward; under grad forward and backward, and around the shard_map the recomputed forward too) and equal
     to jitted JAX (forward bit for bit, gradients within 1e-5: op-by-op evaluation against XLA's fusion);
     around a shard_map the bridge walks into it rather than letting JAX run it unsimulated."""
-    rows = _result(results, "remat")
+    rows = result(results, "remat")
     assert [(label, runs) for label, _, runs, _ in rows] == [
         ("checkpoint in the body", 1), ("checkpoint around the shard_map", 1),
         ("grad, checkpoint in the body", 2), ("grad, checkpoint around", 3)]
@@ -81,7 +64,7 @@ def test_jax_0_10_2_collectives_run_through_the_bridge(results):
     pipeline traces with JAX's types and equals the same program with a ppermute run in JAX (XLA:CPU has no
     Send/Recv: ppermute is JAX's documented equivalent); JAX's own gradient of a non-scalar pbroadcast fails
     to trace (pinned); axis_size over a tuple of axes gives JAX's int32[] constant."""
-    rows = _result(results, "newops")
+    rows = result(results, "newops")
     assert [label for label, _, _ in rows] == ["pshuffle", "pswapaxes", "pcast", "pbroadcast", "psend/precv",
                                                "axis_size", "jax: grad of pbroadcast"]
     for label, agrees, report in rows:
@@ -91,7 +74,7 @@ def test_jax_0_10_2_collectives_run_through_the_bridge(results):
 def test_control_flow_with_collectives_equals_jax(results):
     """cond (a device-dependent one and one on a psum), scan with ppermute and psum in its body, and
     while_loop with psum in its body, walked per device: JAX's outputs bit for bit, and its gradient too."""
-    rows = _result(results, "control_flow")
+    rows = result(results, "control_flow")
     assert [label for label, _, _ in rows] == ["program", "grad"]
     for label, agrees, report in rows:
         assert agrees and "bit-identical" in report, f"{label}: {report}"
@@ -100,7 +83,7 @@ def test_control_flow_with_collectives_equals_jax(results):
 def test_jvp_vjp_linear_transpose_and_inner_vmap_equal_jax(results):
     """Programs made by jax.jvp, jax.vjp and jax.linear_transpose, a vmap inside the shard_map body, and
     custom_jvp / custom_vjp / checkpoint calls give JAX's outputs bit for bit through the bridge."""
-    rows = _result(results, "transforms")
+    rows = result(results, "transforms")
     assert [label for label, _, _ in rows] == ["jvp", "vjp", "linear_transpose", "vmap inside shard_map",
                                                "custom_jvp, custom_vjp, checkpoint"]
     for label, agrees, report in rows:
@@ -111,7 +94,7 @@ def test_linearize_and_composed_transformations_equal_jax(results):
     """jax.linearize, vmap of grad, grad of vmap and jvp of vmap of a shard_map with all_gather, psum_scatter
     and ppermute, and a fori_loop of checkpointed ppermute steps with its gradient (the rules campaign's
     jvp, compose and control_flow surfaces as whole programs): JAX's outputs bit for bit."""
-    rows = _result(results, "compositions")
+    rows = result(results, "compositions")
     assert [label for label, _, _ in rows] == ["linearize", "vmap of grad", "grad of vmap", "jvp of vmap",
                                                "fori_loop with checkpoint", "grad of fori_loop with checkpoint"]
     for label, agrees, report in rows:
@@ -122,7 +105,7 @@ def test_meshsim_batching_rules_equal_jax_vmap(results):
     """collectives.vmap on the simulated mesh gives what jax.vmap of the same jax.lax collective gives on
     real devices, on every device, for every batch axis of all_gather, psum_scatter, all_to_all (tiled and
     untiled), psum, pmin and ppermute."""
-    rows = _result(results, "batching")
+    rows = result(results, "batching")
     failures = [f"{label}: {detail}" for label, agrees, detail in rows if not agrees]
     assert not failures and len(rows) >= 40, failures
 
@@ -131,7 +114,7 @@ def test_meshsim_batching_rules_equal_jax_vmap(results):
 def test_generated_programs_equal_jax_bit_for_bit(results, batch):
     """About a hundred generated programs per collective (plain, under jax.grad, under jax.vmap) give
     JAX's outputs bit for bit through the bridge."""
-    rows = _result(results, batch)
+    rows = result(results, batch)
     failures = [f"{label}\n    {report}" for _, label, agrees, report in rows if not agrees]
     assert not failures, f"{len(failures)} of {len(rows)} differ:\n" + "\n".join(failures[:10])
     counts = collections.Counter(name for name, *_ in rows)
@@ -143,7 +126,7 @@ def test_generated_programs_equal_jax_bit_for_bit(results, batch):
 def test_moe_dispatch_and_combine_with_grad_agrees(results):
     """A mixture-of-experts layer (all_to_all dispatch, expert, all_to_all combine, psum loss): the loss is
     bit-identical to JAX's and its gradient agrees within float32 rounding."""
-    rows = _result(results, "moe")
+    rows = result(results, "moe")
     assert [label for label, _, _ in rows] == ["loss", "grad"]
     for label, agrees, report in rows:
         assert agrees, f"{label}: {report}"
@@ -155,7 +138,7 @@ def test_ragged_moe_with_grad_runs_through_the_bridge(results):
     op in its gradient) runs on the simulated mesh and gives the dense layer's loss and gradient as real
     JAX computes them; with `oracles.install_cpu_ragged_all_to_all` the ragged program's gradient is also
     compared with real JAX running it (key "jax")."""
-    found = _result(results, "moe_ragged")
+    found = result(results, "moe_ragged")
     assert found["loss"] and found["grad"], found
     assert found["grad messages"] > found["loss messages"] > 0
     assert found["jax"], found
@@ -198,7 +181,7 @@ def test_bad_input_is_a_clear_error(results, case, kind, match):
     here, so a change in JAX is noticed."""
     import re
 
-    found_kind, message = _result(results, "errors")[case]
+    found_kind, message = result(results, "errors")[case]
     assert found_kind == kind, message
     assert re.search(match, message, flags=re.S), message
 
@@ -206,7 +189,7 @@ def test_bad_input_is_a_clear_error(results, case, kind, match):
 def test_a_wrong_collective_in_the_bridge_is_caught(results):
     """With the bridge's psum_invariant deliberately run as meshsim's pmax, compare_jax reports the output
     as different from JAX's."""
-    agrees, report = _result(results, "mutation")
+    agrees, report = result(results, "mutation")
     assert not agrees
     assert "DIFFERS" in report
 
@@ -215,7 +198,7 @@ def test_device_bytes_are_compared_where_a_layout_is_given(results):
     """A result JAX lays out column-major (`out_shardings=Format(Layout((1, 0)), ...)`): compare_jax checks
     every device buffer byte for byte against meshsim's shard in that layout, and the check refuses other
     values."""
-    found = _result(results, "laid_out")
+    found = result(results, "laid_out")
     assert found["agrees"] and found["layout"] == (1, 0) and found["checked"] is True, found["row"]
     assert "device bytes in layout (1, 0) equal" in found["row"]
     assert found["other values refused"]

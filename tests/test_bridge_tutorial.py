@@ -8,15 +8,11 @@ JAX runs in one worker process with 8 CPU devices (`tests/bridge_tutorial.py`); 
 from __future__ import annotations
 
 import collections
-import importlib.util
-import os
-import pickle
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bridge_batches import result, run_batches
 
 pytestmark = pytest.mark.differential
 
@@ -35,27 +31,14 @@ FUSED = {("all_to_all", "grad"), ("data parallel loss", "grad"), ("FSDP loss wit
 @pytest.fixture(scope="module")
 def results() -> dict:
     """Every batch's result from one worker process with 8 CPU devices."""
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("needs the jax extra: pip install -e '.[jax]'")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parents[1]), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, str(WORKER), *BATCHES], capture_output=True, env=env, timeout=900,
-                          check=False)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    return pickle.loads(done.stdout)
-
-
-def _result(results: dict, name: str):
-    status, value = results[name]
-    assert status == "ok", value
-    return value
+    return run_batches(WORKER, BATCHES, 900)
 
 
 def test_every_tutorial_program_runs_every_way(results):
     """Each of the sixteen programs runs through the bridge with mesh=, with jax.set_mesh of an Auto mesh and
     of an Explicit mesh (inputs placed by their specs), in every form that applies, and compare_jax agrees
     (bit for bit or, for the fused rows, within float32 rounding)."""
-    rows = _result(results, "corpus")
+    rows = result(results, "corpus")
     errors = [f"{name} / {way}: {report}" for name, way, form, *_, report in rows if form == "error"]
     assert not errors, "\n".join(errors)
     programs = {name for name, *_ in rows}
@@ -69,7 +52,7 @@ def test_every_tutorial_program_runs_every_way(results):
 def test_tutorial_programs_equal_jitted_jax_bit_for_bit(results):
     """Every row is bit-identical to jitted JAX except the fused rows named in FUSED; those agree within
     float32 rounding (rtol 1e-5), and each way of giving the mesh gives the same verdict."""
-    rows = _result(results, "corpus")
+    rows = result(results, "corpus")
     differing = {(name, form) for name, _, form, _, identical, *_ in rows if not identical}
     assert differing <= FUSED, differing - FUSED
     for name, _, form, _, identical, _, _, report in rows:
@@ -87,14 +70,14 @@ def test_tutorial_programs_equal_jitted_jax_bit_for_bit(results):
 def test_gradients_show_their_forward_and_backward_runs(results):
     """A jax.grad program simulates its forward and its backward shard_map: two runs, each line labelled with
     the shard_map's source line, and a total that is the sum of their messages and times."""
-    found = _result(results, "reach")
+    found = result(results, "reach")
     assert found["grad messages"] == [16, 0] and found["grad total"] == 16
     total, each = found["grad time"]
     assert total == pytest.approx(sum(each)) and total > 0
     text = found["grad"]
     assert re.search(r"run 1 of 2 \(the shard_map of <lambda> at .*bridge_reach\.py:\d+\)", text), text
     assert "run 2 of 2" in text and "total: 2 runs, 16 messages" in text, text
-    rows = _result(results, "corpus")
+    rows = result(results, "corpus")
     assert all(runs == 2 for _, _, form, *_, runs, _ in rows if form == "grad")
 
 
@@ -102,7 +85,7 @@ def test_compare_jax_never_agrees_for_work_it_did_not_simulate(results):
     """A shard_map JAX runs inside custom_linear_solve (whose bodies the bridge does not walk) is named as not
     simulated, and compare_jax does not report agreement although the values are equal; the same shard_map
     alone is simulated and agrees."""
-    found = _result(results, "reach")
+    found = result(results, "reach")
     assert not found["solved agrees"]
     assert "bit-identical" in found["solved"] and "total: 0 runs" in found["solved"]
     assert re.search(r"not simulated: a shard_map inside 'custom_linear_solve' at .*bridge_reach\.py:\d+",
@@ -113,7 +96,7 @@ def test_compare_jax_never_agrees_for_work_it_did_not_simulate(results):
 def test_asynchronous_collectives_equal_jitted_jax(results):
     """psum_start, all_gather_start, ppermute_start, psum_scatter_start and all_to_all_start, each waited for
     with .done(): run as meshsim's collectives when they start, bit for bit equal to jitted JAX."""
-    same, report = _result(results, "reach")["async"]
+    same, report = result(results, "reach")["async"]
     assert same, report
     assert "5 collective calls" in report
 
@@ -121,7 +104,7 @@ def test_asynchronous_collectives_equal_jitted_jax(results):
 def test_what_the_bridge_cannot_run_is_refused_with_the_users_line(results):
     """A mutable reference (jax.new_ref) in a body is refused before anything runs: the primitive, the user's
     file and line, and why."""
-    said = _result(results, "reach")["refused"]
+    said = result(results, "reach")["refused"]
     assert re.match(r"UnsupportedPrimitiveError: primitive 'new_ref' at .*bridge_reach\.py:\d+:\d+ "
                     r"\(reach\.<locals>\.mutated\) cannot run on the simulated mesh: mutable references", said), said
 
@@ -130,7 +113,7 @@ def test_unreduced_outputs_and_their_reduction(results):
     """On an Explicit mesh, a shard_map returning P(unreduced={'i'}) gives each device's partial value, equal
     to JAX's shards bit for bit; resharding it to a replicated value runs the all-reduce JAX runs there as a
     second simulated run, bit for bit."""
-    found = _result(results, "explicit_types")
+    found = result(results, "explicit_types")
     agrees, identical, runs, report = found["unreduced output"]
     assert agrees and identical and runs == 1, report
     assert "float32[4, 2]" in report
@@ -156,7 +139,7 @@ def test_jax_answer_with_the_truth_beside_it(results, label):
     out_specs claim goes unchecked (check_vma=False), the bridge returns JAX's answer bit for bit, and each
     problem is a Diagnostic (kind, primitive, line, differing devices, FINDINGS.md entry) and a BridgeWarning;
     strict=True raises JaxSlipError. A program JAX types right gets none."""
-    found = _result(results, "diagnostics")[label]
+    found = result(results, "diagnostics")[label]
     assert found["same"], found
     assert [(kind, primitive, devices, finding) for kind, primitive, _, _, devices, finding in
             found["diagnostics"]] == DIAGNOSED[label]
@@ -175,7 +158,7 @@ def test_every_jax_primitive_has_a_status(results):
     """Every primitive JAX 0.10.2 registers is listed with whether the bridge runs it (the snapshot in
     tests/bridge_primitives.txt, regenerated by `python tests/bridge_tutorial.py --primitives`); the statuses
     of known primitives are right, each refusal has a reason."""
-    table = _result(results, "primitives")
+    table = result(results, "primitives")
     snapshot = dict(line.split() for line in SNAPSHOT.read_text().splitlines() if not line.startswith("#"))
     assert {name: status for name, (status, _) in table.items()} == snapshot
     assert len(table) > 250
@@ -193,7 +176,7 @@ def test_fusion_is_the_only_difference(results):
     """The plain-JAX reproducer of the fused rows: jitted `a * b - c` on XLA:CPU is the single rounding of the
     exact value (a fused multiply-add) and differs from computing `a * b` and then subtracting (two roundings,
     what the bridge's op-by-op evaluation does) on many elements."""
-    found = _result(results, "fusion")
+    found = result(results, "fusion")
     assert found["fused is the single rounding"]
     assert found["differ"] > 0 and found["ulps"] >= 1
 
@@ -205,7 +188,7 @@ def test_moe_layer_runs_as_jax_evaluates_it(results):
     the simulation equals JAX evaluating the program op by op bit for bit, and jitted JAX within 1e-4 (jitted
     JAX differs from JAX op by op there: XLA compiles the local work as one module); under check_vma=True the
     two argsorts are JAX's typing slip (FINDINGS.md 4), reported and run as JAX runs them."""
-    rows = _result(results, "moe")
+    rows = result(results, "moe")
     assert [(n, check_vma, form) for n, check_vma, form, *_ in rows] == [
         (n, c, f) for n in (4, 8) for c in (True, False) for f in ("forward", "grad")]
     for n, check_vma, form, same_as_eager, _, agrees, diagnostics, messages, report in rows:
@@ -219,7 +202,7 @@ def test_keys_and_calls_equal_jitted_jax(results):
     """A legacy PRNG key operand, typed keys sharded one per device, keys returned from the body, a nested jit
     holding a psum, a custom_jvp function under grad and an ordered io_callback: jitted JAX's outputs bit for
     bit (key outputs compared as their key data)."""
-    rows = _result(results, "operands")
+    rows = result(results, "operands")
     assert [label for label, _, _ in rows] == ["legacy key", "typed keys, one per device", "keys out", "nested jit",
                                                "custom_jvp under grad", "ordered io_callback"]
     for label, same, report in rows:
