@@ -36,6 +36,16 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
+def best_of(fn: Callable[[], object], repeat: int = 5) -> tuple[float, object]:
+    """The shortest wall time of `repeat` calls of `fn`, and the last call's result."""
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
 def check_repeat(repeat: int) -> int:
     """`repeat` if it is a positive number of repetitions."""
     if repeat < 1:

@@ -16,12 +16,12 @@ import argparse
 import cProfile
 import pstats
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
+from _timing import best_of
 
 import collectives
 import sim
@@ -40,16 +40,6 @@ def ring_program(n: int) -> sim.ShardMapped:
                          check_vma=False)
 
 
-def best_of(repeat: int, fn) -> tuple[float, object]:
-    """The shortest wall time of `repeat` calls of `fn`, and the last result."""
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=256)
@@ -59,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     n = args.devices
     x = np.arange(n, dtype=np.float32)
     program = ring_program(n)
-    simulated, run = best_of(args.repeat, lambda: program.run(x))
+    simulated, run = best_of(lambda: program.run(x), args.repeat)
 
     def in_numpy() -> np.ndarray:
         v = x
@@ -67,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
             v = np.roll(v, 1)
         return v
 
-    plain, expected = best_of(args.repeat, in_numpy)
+    plain, expected = best_of(in_numpy, args.repeat)
     if run.outputs.tobytes() != expected.tobytes():
         raise SystemExit("the simulator's result differs from numpy's: nothing timed")
     messages, device_calls = len(run.trace), n * (n - 1)

@@ -26,11 +26,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from _scale_cases import QUICK, Row, body, network, rows, simpy_events_per_s, workload
+from _timing import best_of
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))
@@ -61,7 +61,7 @@ def simulator_row(row: Row, profile: bool = False) -> dict:
     wall_s = time.perf_counter() - start
     if profiler is not None:
         profiler.disable()
-    numpy_s, expect = _best(lambda: evaluate(*inputs))
+    numpy_s, expect = best_of(lambda: evaluate(*inputs))
     if not np.array_equal(run.outputs, expect):
         raise SystemExit(f"{row.key}: the simulator's result differs from numpy's")
     picked = sorted({c.algorithm or "" for c in run.calls})
@@ -85,7 +85,7 @@ def jax_row(row: Row) -> dict:
     out = f(*placed).block_until_ready()
     if not np.array_equal(np.asarray(out), evaluate(*inputs)):
         raise SystemExit(f"{row.key}: JAX's result differs from numpy's")
-    best_s, _ = _best(lambda: f(*placed).block_until_ready())
+    best_s, _ = best_of(lambda: f(*placed).block_until_ready())
     return {"jax_s": best_s}
 
 
@@ -102,15 +102,6 @@ def _profile_text(profiler) -> str:
     from _profile import phases, top
 
     return phases(profiler) + "\n" + top(profiler, "tottime", PROFILE_LINES)
-
-
-def _best(fn: Callable, repeat: int = 5) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
 
 
 def _subprocess(args: list[str], env: dict | None = None) -> dict:
