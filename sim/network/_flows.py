@@ -125,7 +125,7 @@ class LinkState:
         self._due: set[float] = set()  # times a step is scheduled for
         self.on_settled: Callable[[], None] | None = None  # told after each step's reports (see `Transport`)
         self._next_sink = 0
-        self._tabled = False  # whether some post came from `send_table` (a sender per message)
+        self._tabled = False  # whether some post since the last step came from `send_table` (a sender per message)
 
     def send(self, src: int, dsts: np.ndarray, sizes: np.ndarray, sink: Sink) -> None:
         """Post messages from mesh device `src` to each of mesh devices `dsts` (`sizes` bytes) now; `sink`
@@ -226,7 +226,8 @@ class LinkState:
         """Turn the messages posted since the last step into flows (or arrivals, for the instant ones)."""
         if self._posted:
             posted, self._posted = self._posted, []
-            self._start_messages(now_s, posted)
+            tabled, self._tabled = self._tabled, False
+            self._start_messages(now_s, posted, tabled)
         if self._hops:
             hops, self._hops = self._hops, []
             sink, slot, size = (np.array([h[k] for h in hops]) for k in range(3))
@@ -241,9 +242,10 @@ class LinkState:
                 sink, size, latency, flow_of, start, stop = flows
                 self._add(now_s, sink, np.zeros(len(sink), np.int64), size, latency, flow_of, start, stop)
 
-    def _start_messages(self, now_s: float, posted: list[tuple]) -> None:
-        """Flows for posted messages; messages to oneself arrive now, empty ones after their latencies."""
-        (src, dst, size, sink, slot), instant = posted_columns(posted, self.placement, self._tabled)
+    def _start_messages(self, now_s: float, posted: list[tuple], tabled: bool) -> None:
+        """Flows for posted messages (`tabled`: some with a sender per message); messages to oneself arrive
+        now, empty ones after their latencies."""
+        (src, dst, size, sink, slot), instant = posted_columns(posted, self.placement, tabled)
         if len(instant[0]):
             isrc, idst, isink, islot = instant
             now = np.full(len(isrc), now_s)
