@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 import layouts
+from sim.memory import hollow_empty, is_hollow, logical_dtype
 
 REDUCTIONS = ("sum", "max", "min")
 _FLUSHED = (np.dtype(np.float32), np.dtype(np.float64))
@@ -82,6 +83,8 @@ def convert(wide: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 def combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     """`reduction(acc, x)` elementwise, as XLA:CPU computes it; `x` is the later term of the fold."""
+    if _abstract(acc, x):
+        return hollow_empty(np.broadcast_shapes(np.shape(acc), np.shape(x)), np.asarray(acc).dtype)
     acc, x = np.broadcast_arrays(np.asarray(acc), np.asarray(x))
     if accumulator(acc.dtype) != acc.dtype:  # one step in the wide dtype, rounded back
         return convert(combine(reduction, widen(acc), widen(x)), acc.dtype)
@@ -116,6 +119,8 @@ def fold(reduction: str, terms: np.ndarray) -> np.ndarray:
     and rounds once at the end, as XLA:CPU's promoted all-reduce does.
     """
     terms = np.asarray(terms)
+    if is_hollow(terms.dtype):  # abstract terms: a sum of their shape, without values
+        return hollow_empty(terms.shape[1:], terms.dtype)
     if accumulator(terms.dtype) != terms.dtype:
         return convert(fold(reduction, widen(terms)), terms.dtype)
     fast = _fold_vectorised(reduction, terms)
@@ -151,6 +156,11 @@ def _fold_vectorised(reduction: str, terms: np.ndarray) -> np.ndarray | None:
     return np.take_along_axis(flushed, first[None], axis=0)[0]
 
 
+def _abstract(*values: np.ndarray) -> bool:
+    """Whether any of `values` is an abstract payload (then arithmetic gives shapes, not values)."""
+    return any(is_hollow(np.asarray(v).dtype) for v in values)
+
+
 def _subnormal(a: np.ndarray) -> np.ndarray:
     return (np.abs(a) < np.finfo(a.dtype).smallest_normal) & (a != 0)
 
@@ -173,6 +183,8 @@ def mean_dtype(dtype: np.dtype) -> np.dtype:
 
 def scale_to_mean(total: np.ndarray, size: int) -> np.ndarray:
     """`total * (1 / size)` in pmean's dtype, the reciprocal rounded to that dtype, as XLA:CPU computes it."""
+    if is_hollow(np.asarray(total).dtype):
+        return hollow_empty(np.shape(total), mean_dtype(logical_dtype(total.dtype)))
     dtype = mean_dtype(total.dtype)
     value = np.asarray(total).astype(dtype)
     if dtype.kind == "c":

@@ -22,6 +22,16 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 NARROW_FLOATS: tuple[np.dtype, ...] = (BFLOAT16,)  # the ml_dtypes floats every layer accepts
 
 
+ABSTRACT_KEY = "meshsim.abstract"  # the metadata key of an abstract payload's dtype (`sim.memory._abstract`)
+
+
+def logical(dtype: Any) -> np.dtype:
+    """The dtype an abstract payload's hollow dtype stands for (kept in its metadata); any other dtype itself."""
+    dtype = np.dtype(dtype)
+    metadata = dtype.metadata
+    return metadata[ABSTRACT_KEY] if metadata is not None and ABSTRACT_KEY in metadata else dtype
+
+
 def is_float(dtype: Any) -> bool:
     """Whether `dtype` is a real floating type: numpy's float16/32/64 or one of `NARROW_FLOATS`."""
     dtype = np.dtype(dtype)
@@ -29,8 +39,9 @@ def is_float(dtype: Any) -> bool:
 
 
 def is_numeric(dtype: Any) -> bool:
-    """Whether `dtype` holds numbers a collective may move or reduce: bool, integers, floats, complex."""
-    dtype = np.dtype(dtype)
+    """Whether `dtype` holds numbers a collective may move or reduce: bool, integers, floats, complex (or
+    stands for them, without values: an abstract payload's dtype)."""
+    dtype = logical(dtype)
     return dtype.kind in "biufc" or dtype in NARROW_FLOATS
 
 
@@ -41,7 +52,7 @@ def finfo(dtype: Any) -> Any:
 
 def short_name(dtype: Any) -> str:
     """JAX's short name of `dtype` as a jaxpr prints it: f32, i8, u16, c64, bool, bf16."""
-    dtype = np.dtype(dtype)
+    dtype = logical(dtype)
     if dtype == BFLOAT16:
         return "bf16"
     short = {"f": "f", "i": "i", "u": "u", "c": "c", "b": "bool"}[dtype.kind]

@@ -1,6 +1,18 @@
 """Device memories and the arrays placed in them: buffers with layouts, shardings, partition specs, the
 global `Array`, and the layout choices of the compile model (AUTO)."""
 
+from sim.memory._abstract import (
+    AbstractValueError,
+    ShapeDtypeStruct,
+    abstract_like,
+    hollow_dtype,
+    hollow_empty,
+    hollow_ufunc,
+    is_abstract,
+    is_hollow,
+    is_struct,
+    logical_dtype,
+)
 from sim.memory._array import Array, Shard, device_put
 from sim.memory._memory import Buffer, LocalMemory
 from sim.memory._meter import MemoryMeter
@@ -10,4 +22,8 @@ from sim.memory._spec import P, PartitionSpec
 __all__ = [
     "Array", "Buffer", "LocalMemory", "MemoryMeter", "NamedSharding", "P", "PartitionSpec", "Shard",
     "SingleDeviceSharding", "device_put",
+]
+__all__ += [  # abstract payloads: shapes and dtypes without values
+    "AbstractValueError", "ShapeDtypeStruct", "abstract_like", "hollow_dtype", "hollow_empty", "hollow_ufunc",
+    "is_abstract", "is_hollow", "is_struct", "logical_dtype",
 ]

@@ -22,6 +22,7 @@ import numpy as np
 
 import layouts
 from layouts import InvalidArgumentError, Layout
+from sim.memory._abstract import hollow_empty, is_hollow
 from sim.memory._meter import MemoryMeter
 
 _ALIGN_BYTES = 64
@@ -109,6 +110,9 @@ class LocalMemory:
         layout = layout or row_major
         # a row-major layout made for this rank needs no check and pads nothing
         size = math.prod(shape) * dtype.itemsize if layout is row_major else layout.size_in_bytes(dtype, shape)
+        if is_hollow(dtype):  # an abstract array: address space only, never written
+            self._charge("a new abstract array", dtype, shape, size)
+            return self._attach(hollow_empty((size,), np.uint8).view(np.uint8), dtype, shape, layout, writable=True)
         if self._reserved and (layout is row_major or layout == row_major):
             for k, region in enumerate(self._reserved):
                 if region.dtype == dtype and region.shape == shape:
@@ -262,6 +266,9 @@ class LocalMemory:
 
     def _charge(self, what: str, dtype: np.dtype, shape: tuple[int, ...], size: int) -> None:
         if self.meter is not None:
+            if is_hollow(dtype):
+                self.meter.abstract_bytes += size  # counted, not held: nothing is allocated
+                return
             self.meter.charge(self.device, what, dtype, shape, size)
 
     def _register(self, buffer: Buffer, raw: np.ndarray | None, address: int, view: np.ndarray | None = None

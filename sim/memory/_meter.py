@@ -28,12 +28,16 @@ _KNOB = "raise the limit with --max-memory SIZE (meshsim) or max_memory_bytes=N 
 class MemoryMeter:
     """The bytes a run's device memories hold, and the limit they may not pass.
 
+    Abstract arrays (`sim.memory._abstract`) hold nothing: their logical bytes are counted in
+    `abstract_bytes`, apart, and no limit applies to them.
+
     `max_memory_bytes` None is the default limit, half the machine's memory (`sim.default_max_memory_bytes`).
     """
 
     def __init__(self, max_memory_bytes: int | None = None) -> None:
         self.max_memory_bytes = check_limit(max_memory_bytes)
         self.held_bytes = 0
+        self.abstract_bytes = 0  # what the run's abstract arrays would hold: counted, never allocated
 
     def charge(self, device: int, what: str, dtype: np.dtype, shape: tuple[int, ...], size: int) -> None:
         """Count `size` more bytes on `device` (`what`: which kind of array, of `dtype` and `shape`).

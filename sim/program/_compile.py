@@ -16,29 +16,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from layouts import AUTO, Format, Layout, layout_of
 from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim.memory._abstract import ShapeDtypeStruct  # noqa: F401  (re-exported: sim.program.ShapeDtypeStruct)
 from sim.memory._array import Array, device_put
 from sim.memory._sharding import Sharding, SingleDeviceSharding, check_sharding
 from sim.program._execute import Plan, execute, probe
-
-
-@dataclass(frozen=True)
-class ShapeDtypeStruct:
-    """The shape, dtype and (optional) sharding of an argument, without values: what `trace` compiles for."""
-
-    shape: tuple[int, ...]
-    dtype: Any
-    sharding: Sharding | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
 
 def jit(fn: Callable[..., Any], *, in_shardings: Any = None, out_shardings: Any = None) -> Jitted:

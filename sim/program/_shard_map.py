@@ -12,6 +12,7 @@ import numpy as np
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from sim.engine._driver import current
 from sim.engine._engine import Simulation
+from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_struct
 from sim.memory._array import Array
 from sim.memory._spec import PartitionSpec
 from sim.network._mesh import Mesh
@@ -156,11 +157,14 @@ class ShardMapped:
         out_specs = _expand(self.out_specs, results[0], "out_specs")
         results = [tree_map(lambda leaf: np.asarray(leaf), result) for result in results]
         out_paths = _paths(results[0], "out")
-        outputs = tree_map(
-            lambda path, spec, *per_device: assemble(self.mesh, spec, path, per_device, prepared.get(path)),
+        outputs = tree_map(  # abstract results come back as ShapeDtypeStructs, assembled from shapes alone
+            lambda path, spec, *per_device: global_struct(self.mesh, spec, path, per_device)
+            if is_abstract(per_device[0]) else assemble(self.mesh, spec, path, per_device, prepared.get(path)),
             out_paths, out_specs, *results,
         )
-        self._avals[signature] = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs)
+        avals = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs)
+        abstract = {path for path, out in zip(leaves(out_paths), leaves(outputs)) if is_struct(out)}
+        self._avals[signature] = {path: aval for path, aval in avals.items() if path not in abstract}
         self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
         return self.last_run
 
@@ -170,7 +174,7 @@ class ShardMapped:
         paths = _paths(args, "args")
         # an array placed with a Format keeps its layout in every device memory
         layouts = tree_map(lambda x: x.layout if isinstance(x, Array) and x.layout.tiling == () else None, args)
-        values = tree_map(np.asarray, args)  # an Array's values are gathered once, not once per device
+        values = tree_map(_value, args)  # an Array's values are gathered once, not once per device
 
         def program(device: int) -> Callable[[], Any]:
             memory, record = simulation.memories[device], simulation.programs[device]
@@ -240,6 +244,11 @@ def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_v
             raise InvalidArgumentError(f"spec {spec!r} must not use a mesh axis twice")
     _explore.check_orders(explore_orders, seed, allow_zero=True)
     return ShardMapped(f, mesh, in_specs, out_specs, check_vma, sanitize, explore_orders, seed)
+
+
+def _value(x: Any) -> np.ndarray:
+    """An input's values: a shape-dtype struct (sim's or JAX's) as an abstract array, sizes without bytes."""
+    return abstract_like(x) if is_struct(x) else np.asarray(x)
 
 
 def _expand(specs: Any, tree: Any, what: str) -> Any:

@@ -1,0 +1,221 @@
+"""Abstract payloads: arrays that have a shape, a dtype and a size in bytes, and no values.
+
+An abstract array is an ordinary numpy array whose dtype is a *hollow* stand-in for its real one: a
+structured dtype with no fields and the real dtype's itemsize, which carries the real dtype in its
+metadata. Everything a collective does to buffers works on it unchanged and costs nothing per byte:
+slicing, views, reshapes and transposes; `nbytes`, strides, contiguity and addresses are those of the real
+array, so messages, their sizes, the trace and the times are those of the run with real bytes. Copying a
+hollow array copies no bytes (numpy moves no data for a dtype without fields), and its storage is address
+space the operating system never backs (`hollow_empty` maps large ones without reserving memory), so a run
+grows with its messages, not with its bytes.
+
+What has no meaning without values is routed or refused: arithmetic on hollow operands gives a hollow
+result of numpy's result shape and dtype (`hollow_ufunc`), and reading values raises `AbstractValueError`.
+
+>>> x = hollow_empty((4, 1 << 20), np.float32)
+>>> x.nbytes, logical_dtype(x.dtype), is_abstract(x[1:3].reshape(-1))
+(16777216, dtype('float32'), True)
+>>> y = x[::2].copy()  # a copy moves no bytes
+>>> as_struct(y).shape, as_struct(y).dtype
+((2, 1048576), dtype('float32'))
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layouts import ABSTRACT_KEY as _KEY
+from layouts import logical
+from sim._errors import InvalidArgumentError, InvalidTypeError
+
+_MAP_NORESERVE = 0x4000  # Linux: map address space without reserving memory for it
+_MAPPED_BYTES = 1 << 20  # hollow arrays past this size are mapped, not allocated (no commit charge)
+_HOLLOW: dict[np.dtype, np.dtype] = {}
+
+
+@dataclass(frozen=True)
+class ShapeDtypeStruct:
+    """A shape, a dtype and (optionally) a sharding, without values (JAX's `jax.ShapeDtypeStruct`): what
+    `jit(...).trace` compiles for, and an abstract operand of `shard_map` (see the module docstring)."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    sharding: Any = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
+class AbstractValueError(InvalidArgumentError):
+    """An operation needed the values of an abstract (shape and dtype only) array."""
+
+
+def hollow_dtype(dtype: Any) -> np.dtype:
+    """The hollow stand-in of `dtype`: no fields, `dtype`'s itemsize, `dtype` in its metadata (one object
+    per dtype). A hollow dtype is its own stand-in."""
+    dtype = np.dtype(dtype)
+    if is_hollow(dtype):
+        return dtype
+    found = _HOLLOW.get(dtype)
+    if found is None:
+        found = _HOLLOW[dtype] = np.dtype({"names": [], "formats": [], "itemsize": dtype.itemsize},
+                                          metadata={_KEY: dtype})
+    return found
+
+
+def is_hollow(dtype: Any) -> bool:
+    """Whether `dtype` is a hollow stand-in (see `hollow_dtype`)."""
+    metadata = getattr(dtype, "metadata", None)
+    return metadata is not None and _KEY in metadata
+
+
+def logical_dtype(dtype: Any) -> np.dtype:
+    """The dtype `dtype` stands for: the real one of a hollow dtype, else `dtype` itself."""
+    return logical(dtype)
+
+
+def is_abstract(value: Any) -> bool:
+    """Whether `value` is an abstract array (a numpy array of a hollow dtype) or a shape-dtype struct."""
+    if isinstance(value, np.ndarray):
+        return is_hollow(value.dtype)
+    return is_struct(value)
+
+
+def is_struct(value: Any) -> bool:
+    """Whether `value` says a shape and a dtype without values: `sim.ShapeDtypeStruct`, or JAX's (told by its
+    name, so that JAX need not be imported)."""
+    return (not isinstance(value, np.ndarray) and type(value).__name__ == "ShapeDtypeStruct"
+            and hasattr(value, "shape") and hasattr(value, "dtype"))
+
+
+def hollow_empty(shape: Any, dtype: Any) -> np.ndarray:
+    """A writable, C-contiguous abstract array of `shape` standing for `dtype`: large ones in address space
+    mapped without reserving memory (never touched: no bytes are ever written to it).
+
+    Raises:
+        InvalidArgumentError: a negative dimension; a dtype that is no number.
+    """
+    shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    if any(n < 0 for n in shape):
+        raise InvalidArgumentError(f"shape={shape} must not have negative dimensions")
+    hollow = hollow_dtype(dtype)
+    count = 1
+    for n in shape:
+        count *= n
+    size = count * hollow.itemsize
+    if size <= _MAPPED_BYTES:
+        return np.zeros(shape, hollow)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+    return np.frombuffer(mmap.mmap(-1, size, flags=flags), hollow, count).reshape(shape)
+
+
+def abstract_like(value: Any) -> np.ndarray:
+    """An abstract array of `value`'s shape and dtype: a shape-dtype struct, an array (its values dropped) or
+    an abstract array (returned as it is).
+
+    Raises:
+        InvalidTypeError: `value` has no shape and dtype.
+    """
+    if isinstance(value, np.ndarray) and is_hollow(value.dtype):
+        return value
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        raise InvalidTypeError(f"value={value!r} must have a shape and a dtype (a ShapeDtypeStruct or an array)")
+    return hollow_empty(tuple(shape), np.dtype(dtype))
+
+
+def as_struct(value: np.ndarray) -> ShapeDtypeStruct:
+    """The `ShapeDtypeStruct` of an abstract array (its shape and real dtype)."""
+    return ShapeDtypeStruct(value.shape, logical_dtype(value.dtype))
+
+
+def global_struct(mesh: Any, spec: Any, path: str, per_device: tuple) -> ShapeDtypeStruct:
+    """The global `ShapeDtypeStruct` a `shard_map` output of abstract blocks `per_device` assembles to under
+    `spec` (the values are never put together: there are none).
+
+    Raises:
+        InvalidArgumentError: the devices' blocks differ in shape or dtype, or some are abstract and some not;
+            `spec` has more entries than the rank.
+    """
+    first = per_device[0]
+    for d, block in enumerate(per_device):
+        if block.shape != first.shape or block.dtype != first.dtype or not is_abstract(block):
+            kind = "an abstract" if is_abstract(block) else "a concrete"
+            raise InvalidArgumentError(
+                f"{path}: device {d} returned {kind} {logical_dtype(block.dtype)}{list(block.shape)} but device 0 "
+                f"returned an abstract {logical_dtype(first.dtype)}{list(first.shape)}; every device must return "
+                f"the same shape and dtype")
+    if len(spec) > first.ndim:
+        raise InvalidArgumentError(f"{path}: out_specs entry {spec!r} has more entries than rank {first.ndim}")
+    shape = [n * (mesh.axis_size(entry) if entry is not None else 1) for n, entry in
+             zip(first.shape, (*spec, *(None,) * (first.ndim - len(spec))))]
+    return ShapeDtypeStruct(tuple(shape), logical_dtype(first.dtype))
+
+
+def hollow_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
+    """What `getattr(ufunc, method)(*inputs, **kwargs)` gives on abstract operands, without values: an
+    abstract array of the shape and dtype numpy gives the same call on real arrays (the dtype worked out on
+    0-d stand-ins, the shape from the operands' shapes), written to `out` when given.
+
+    Raises:
+        AbstractValueError: the call is not elementwise or a reduction along axes (`method` other than
+            `__call__`, `reduce`, `accumulate`), or numpy refuses it on the real dtypes.
+    """
+    if method not in ("__call__", "reduce", "accumulate"):
+        raise AbstractValueError(f"ufunc={ufunc.__name__}.{method} needs values; abstract arrays have none")
+    kwargs = dict(kwargs)
+    out = kwargs.pop("out", None)
+    axis, keepdims = kwargs.pop("axis", 0), kwargs.pop("keepdims", False)
+    kwargs.pop("where", None)
+    try:
+        scalars = getattr(ufunc, method)(*[_stand_in(x) for x in inputs], **kwargs) if method == "__call__" \
+            else getattr(ufunc, method)(np.zeros(1, logical_dtype(np.asarray(inputs[0]).dtype)), **kwargs)
+        shape = _result_shape(method, [np.shape(x) for x in inputs], axis, keepdims)
+    except (TypeError, ValueError) as error:
+        raise AbstractValueError(f"ufunc={ufunc.__name__}.{method} on abstract operands: {error}") from None
+    results = scalars if isinstance(scalars, tuple) else (scalars,)
+    made = tuple(hollow_empty(shape, np.asarray(r).dtype) for r in results)
+    if out is not None:
+        return out if len(out) > 1 else out[0]
+    return made if isinstance(scalars, tuple) else made[0]
+
+
+def _result_shape(method: str, shapes: list[tuple[int, ...]], axis: Any, keepdims: bool) -> tuple[int, ...]:
+    """The shape a ufunc's `method` gives on operands of `shapes`."""
+    if method == "__call__":
+        return tuple(np.broadcast_shapes(*shapes))
+    shape = shapes[0]
+    if method == "accumulate":
+        return shape
+    axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    axes = {int(a) % max(len(shape), 1) for a in axes}
+    return tuple(1 if k in axes else n for k, n in enumerate(shape) if keepdims or k not in axes)
+
+
+def _stand_in(value: Any) -> Any:
+    """A 0-d real operand of the (real) dtype of `value`, for working out a result's dtype."""
+    if isinstance(value, np.ndarray):
+        return np.zeros((), logical_dtype(value.dtype))
+    return value
+
+
+__all__ = ["AbstractValueError", "ShapeDtypeStruct", "abstract_like", "as_struct", "global_struct", "hollow_dtype",
+           "hollow_empty", "hollow_ufunc", "is_abstract", "is_hollow", "is_struct", "logical_dtype"]
