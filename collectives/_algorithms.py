@@ -172,6 +172,7 @@ class BlockMoves:
     def __init__(self, states: Sequence[tuple[np.ndarray, Sequence[int]]], nbytes: int) -> None:
         self.blocks = [blocks for blocks, _ in states]
         self.order = np.array([order for _, order in states], np.int64)  # order[j, k]: member j's block index
+        self.hollow = sim.memory.is_hollow(self.blocks[0].dtype)  # abstract payloads: no values to move
         self.rows = _rows(self.blocks, nbytes)
         if self.rows is not None:
             starts, strides = _starts(self.blocks, self.rows)
@@ -180,6 +181,8 @@ class BlockMoves:
     def move(self, receivers: np.ndarray, into: np.ndarray, senders: np.ndarray, out: np.ndarray) -> None:
         """Copy the block of position `out[i]` of member `senders[i]` into the block of position `into[i]`
         of member `receivers[i]`, for each i in order."""
+        if self.hollow:
+            return
         if self.rows is not None:
             target, source = self.index[receivers, into], self.index[senders, out]
             if not np.intersect1d(target, source).size and np.unique(target).size == target.size:

@@ -121,7 +121,9 @@ def check_messages(what: str, messages: int, max_messages: int | None) -> int:
 
 
 _CALL_KNOB = ("raise the limit with sim.Mesh(..., max_memory_bytes=N) (or --max-memory SIZE, scenarios.load(path, "
-              "max_memory_bytes=N)), or make the operands smaller")
+              "max_memory_bytes=N)), make the operands smaller, or pass them as abstract payloads for a timing study "
+              "(sim.ShapeDtypeStruct(shape, dtype) operands, payload = \"abstract\" in a scenario): the same trace "
+              "and times without the bytes")
 
 
 def check_call(what: str, device: int, parts: dict[str, int], held_bytes: int, max_memory_bytes: int) -> None:
