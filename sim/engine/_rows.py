@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim._simpy import fire_after as _fire
+from sim.memory._abstract import restored
 
 if TYPE_CHECKING:
     import simpy
@@ -101,7 +102,8 @@ class Table:
         stacked = self._stack()
         if stacked is None:
             n = len(self.members)
-            return np.stack([row.part(n, receiver) for row in self.rows])
+            parts = [row.part(n, receiver) for row in self.rows]
+            return restored(np.stack(parts), parts)  # abstract payloads keep their dtype
         return stacked[:, receiver] if self.rows[0].split else stacked
 
     def take_into(self, receiver: int, out: np.ndarray) -> None:
@@ -129,7 +131,7 @@ class Table:
         if view is not None:
             self.stacked = view.reshape(shape)
         elif n * n > _STACK_MESSAGES and flats[0].nbytes // (n if self.rows[0].split else 1) < _STACK_MESSAGE_BYTES:
-            self.stacked = np.stack(flats).reshape(shape)
+            self.stacked = restored(np.stack(flats), flats).reshape(shape)  # abstract payloads keep their dtype
         return self.stacked
 
 

@@ -198,6 +198,54 @@ def hollow_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> A
     return made if isinstance(scalars, tuple) else made[0]
 
 
+_NEEDS_VALUES = frozenset({"nonzero", "argwhere", "flatnonzero", "unique", "extract", "compress", "tolist", "item",
+                           "array_equal", "allclose", "isclose", "count_nonzero", "searchsorted", "bincount"})
+
+
+def abstract_call(op: str, fn: Any, operands: list) -> Any:
+    """`fn(*operands)` (a local operation named `op`) where some operands are abstract: numpy's own answer
+    where it has one for hollow dtypes (views, reshapes, copies, concatenations: `restored`), else the shape
+    and dtype of `fn` on real stand-ins of the abstract operands (zeros, one element in memory, broadcast to
+    their shapes), as an abstract result.
+
+    Raises:
+        AbstractValueError: `op` answers from values (its result's shape or its Python value depends on them:
+            `nonzero`, `unique`, `item`, ...).
+    """
+    if op in _NEEDS_VALUES:
+        raise AbstractValueError(f"op={op!r} needs values (its result depends on them); abstract arrays have none: "
+                                 f"run it on real operands")
+    try:
+        return restored(fn(*operands), operands)
+    except TypeError:  # numpy has no rule for hollow dtypes here (promotion with a number, a cast)
+        pass
+    real = fn(*[_broadcast_stand_in(x) for x in operands])
+    if isinstance(real, tuple):
+        return tuple(hollow_empty(np.shape(r), np.asarray(r).dtype) for r in real)
+    return hollow_empty(np.shape(real), np.asarray(real).dtype) if isinstance(real, (np.ndarray, np.generic)) else real
+
+
+def _broadcast_stand_in(value: Any) -> Any:
+    """A read-only real array of an abstract operand's shape and real dtype, one element in memory."""
+    if isinstance(value, np.ndarray) and is_hollow(value.dtype):
+        return np.broadcast_to(np.zeros((), logical_dtype(value.dtype)), value.shape)
+    return value
+
+
+def restored(result: Any, operands: list) -> Any:
+    """`result` of a numpy function of `operands`, its hollow dtype put back where numpy's promotion of
+    structured dtypes dropped it (`concatenate`, `stack`, `where`... give a field-less dtype of itemsize 0):
+    the real dtype of the first abstract operand, whose itemsize numpy's own promotion would keep."""
+    if isinstance(result, tuple):
+        return tuple(restored(r, operands) for r in result)
+    if not isinstance(result, np.ndarray) or result.dtype.kind != "V" or is_hollow(result.dtype):
+        return result
+    first = next((x for x in operands if isinstance(x, np.ndarray) and is_hollow(x.dtype)), None)
+    if first is None or result.dtype.itemsize or result.dtype.names:
+        return result
+    return hollow_empty(result.shape, logical_dtype(first.dtype))
+
+
 def _result_shape(method: str, shapes: list[tuple[int, ...]], axis: Any, keepdims: bool) -> tuple[int, ...]:
     """The shape a ufunc's `method` gives on operands of `shapes`."""
     if method == "__call__":
@@ -217,5 +265,5 @@ def _stand_in(value: Any) -> Any:
     return value
 
 
-__all__ = ["AbstractValueError", "ShapeDtypeStruct", "abstract_like", "as_struct", "global_struct", "hollow_dtype",
-           "hollow_empty", "hollow_ufunc", "is_abstract", "is_hollow", "is_struct", "logical_dtype"]
+__all__ = ["AbstractValueError", "ShapeDtypeStruct", "abstract_call", "abstract_like", "as_struct", "global_struct", "hollow_dtype",
+           "hollow_empty", "hollow_ufunc", "is_abstract", "is_hollow", "is_struct", "logical_dtype", "restored"]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from sim.engine._driver import current_or_none
+from sim.memory._abstract import abstract_call, hollow_empty, hollow_ufunc, is_abstract
 from sim.record._equations import Const, Var
 
 _INVARIANT: frozenset = frozenset()
@@ -34,7 +35,10 @@ class Varying(np.ndarray):
         name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
         if out is not None:
             kwargs["out"] = tuple(np.asarray(o) for o in out)
-        result = apply(name, lambda *plain: getattr(ufunc, method)(*plain, **kwargs), list(inputs),
+        call = getattr(ufunc, method)
+        if any(is_abstract(x) for x in inputs):  # abstract payloads: the result's shape and dtype, no values
+            call = lambda *plain, **kw: hollow_ufunc(ufunc, method, plain, kw)  # noqa: E731
+        result = apply(name, lambda *plain: call(*plain, **kwargs), list(inputs),
                        {k: v for k, v in kwargs.items() if k != "out"})
         if out is None:
             return result
@@ -68,7 +72,8 @@ class Varying(np.ndarray):
         return self.transpose()
 
     def astype(self, dtype: Any, *args: Any, **kwargs: Any):
-        return apply("astype", lambda x: x.astype(dtype), [self], {"dtype": np.dtype(dtype).name})
+        cast = (lambda x: hollow_empty(x.shape, dtype)) if is_abstract(self) else (lambda x: x.astype(dtype))
+        return apply("astype", cast, [self], {"dtype": np.dtype(dtype).name})
 
     def ravel(self, *args: Any):
         return self.reshape(-1)
@@ -131,13 +136,16 @@ def apply(op: str, fn: Callable, operands: list, params: dict) -> Any:
     """Run the local operation `fn` on `operands` and type and record its result(s)."""
     context = current_or_none()
     if context is None:
-        return fn(*[np.asarray(x) if isinstance(x, Varying) else x for x in operands])
+        plain = [np.asarray(x) if isinstance(x, Varying) else x for x in operands]
+        return abstract_call(op, fn, plain) if any(is_abstract(x) for x in plain) else fn(*plain)
     vma = frozenset().union(*(vma_of(x) for x in operands))
     if context.check_vma:
         operands = [promote(x, vma) for x in operands]
     else:
         vma = frozenset()
-    result = fn(*[np.asarray(x) if isinstance(x, Varying) else x for x in operands])
+    plain = [np.asarray(x) if isinstance(x, Varying) else x for x in operands]
+    # abstract payloads: shapes and dtypes without values (`sim.memory.abstract_call`)
+    result = abstract_call(op, fn, plain) if any(is_abstract(x) for x in plain) else fn(*plain)
     if isinstance(result, tuple) and all(isinstance(r, np.ndarray) for r in result):
         outs = [wrap(r, vma) for r in result]
         for out in outs:
