@@ -265,5 +265,6 @@ def _stand_in(value: Any) -> Any:
     return value
 
 
-__all__ = ["AbstractValueError", "ShapeDtypeStruct", "abstract_call", "abstract_like", "as_struct", "global_struct", "hollow_dtype",
-           "hollow_empty", "hollow_ufunc", "is_abstract", "is_hollow", "is_struct", "logical_dtype", "restored"]
+__all__ = ["AbstractValueError", "ShapeDtypeStruct", "abstract_call", "abstract_like", "as_struct", "global_struct",
+           "hollow_dtype", "hollow_empty", "hollow_ufunc", "is_abstract", "is_hollow", "is_struct", "logical_dtype",
+           "restored"]

@@ -37,7 +37,7 @@ class Varying(np.ndarray):
             kwargs["out"] = tuple(np.asarray(o) for o in out)
         call = getattr(ufunc, method)
         if any(is_abstract(x) for x in inputs):  # abstract payloads: the result's shape and dtype, no values
-            call = lambda *plain, **kw: hollow_ufunc(ufunc, method, plain, kw)  # noqa: E731
+            call = lambda *plain, **kw: hollow_ufunc(ufunc, method, plain, kw)
         result = apply(name, lambda *plain: call(*plain, **kwargs), list(inputs),
                        {k: v for k, v in kwargs.items() if k != "out"})
         if out is None:
