@@ -22,7 +22,9 @@ import numpy as np
 from sim._budget import check_limit, format_bytes
 from sim._errors import MemoryLimitError
 
-_KNOB = "raise the limit with --max-memory SIZE (meshsim) or max_memory_bytes=N (scenarios.load, sim.Mesh)"
+_KNOB = ("raise the limit with --max-memory SIZE (meshsim) or max_memory_bytes=N (scenarios.load, sim.Mesh), or "
+         "for a timing study pass abstract payloads (sim.ShapeDtypeStruct operands, payload = \"abstract\" in a "
+         "scenario), which hold no bytes")
 
 
 class MemoryMeter:

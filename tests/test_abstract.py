@@ -1,0 +1,268 @@
+"""Abstract payloads (`sim.ShapeDtypeStruct` operands, `sim.memory._abstract`): a run with shapes and dtypes
+alone equals the run with real bytes in every trace column, every call record and its end time, on random
+calls of every collective and algorithm (dtypes, meshes of one and two axes, networks with costs, switches
+that reduce, nodes); outputs come back as ShapeDtypeStructs of the real outputs' shapes and dtypes; nothing
+is allocated for them; device programs compute shapes and dtypes as numpy would; what needs values is
+refused by name. A run whose abstract sizes are wrong is told apart, to show the comparison can fail."""
+
+from __future__ import annotations
+
+import json
+import resource
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import collectives
+import layouts
+import sim
+from sim import P
+from sim.memory import _abstract
+
+_NETWORKS = {
+    "fully_connected": sim.Network(1e-6, 10e9),
+    "ring": sim.Network(2e-6, 5e9, topology="ring"),
+    "switch": sim.Network(1e-6, 10e9, "switch", switch_reduces=True),
+    "nodes": sim.Network.hierarchical(2, None, latency_s=1e-6),
+    "costs": sim.Network(1e-6, 1e9, costs=sim.Costs(efficiency=0.5, overhead_bytes=64, per_message_s=1e-7)),
+}
+_DTYPES = [np.float32, np.int8, np.float16, layouts.BFLOAT16, np.complex64, np.int64]
+_MOVING = ["all_gather", "all_gather_invariant", "all_to_all", "pswapaxes", "ppermute", "pshuffle", "pbroadcast",
+           "pscatter"]
+_REDUCING = ["psum", "pmax", "pmin", "pmean", "psum_invariant", "psum_scatter"]
+
+
+def _body(op: str, algorithm: str, axis, size: int, draw):
+    """A per-device program calling `op` once over `axis` (a group of `size` members)."""
+    how = {"algorithm": algorithm}
+    lax = collectives
+    if op in ("all_gather", "all_gather_invariant", "pscatter"):
+        tiled = draw(st.booleans())
+        return lambda v: getattr(lax, op)(v, axis, tiled=tiled, **how)
+    if op == "all_to_all":
+        return lambda v: lax.all_to_all(v, axis, 0, 1, tiled=True, **how)
+    if op == "pswapaxes":
+        return lambda v: lax.pswapaxes(v, axis, 0, **how)
+    if op in ("ppermute", "pshuffle"):
+        targets = draw(st.permutations(range(size)))
+        perm = list(enumerate(targets))
+        if op == "ppermute":
+            perm = perm[: draw(st.integers(0, size))]
+        return lambda v: getattr(lax, op)(v, axis, perm, **how)
+    if op == "pbroadcast":
+        source = draw(st.integers(0, size - 1))
+        return lambda v: lax.pbroadcast(v, axis, source, **how)
+    if op == "psum_scatter":
+        return lambda v: lax.psum_scatter(v, axis, tiled=True, **how)
+    return lambda v: getattr(lax, op)(v, axis, **how)
+
+
+@st.composite
+def _cases(draw):
+    op = draw(st.sampled_from(_MOVING + _REDUCING))
+    algorithm = draw(st.sampled_from([a.name for a in collectives.definition(op).algorithms]))
+    if draw(st.booleans()):
+        axes, axis = {"x": draw(st.sampled_from([1, 2, 3, 4, 8]))}, "x"
+    else:
+        axes, axis = {"y": 2, "x": draw(st.sampled_from([2, 4]))}, ("y", "x")
+    size = int(np.prod(list(axes.values())))
+    network = draw(st.sampled_from(sorted(_NETWORKS)))
+    dtype = draw(st.sampled_from(_DTYPES))
+    if op == "pmean" and np.dtype(dtype) == np.complex64:
+        dtype = np.float32
+    if op in ("pmax", "pmin") and np.dtype(dtype).kind == "c":
+        dtype = np.int8
+    columns = size * draw(st.integers(1, 3))
+    rows = size * draw(st.integers(1, 3))
+    body = _body(op, algorithm, axis, size, draw)
+    return op, algorithm, axes, network, np.dtype(dtype), (rows * size, columns), body
+
+
+def _run(axes: dict, network: str, body, x) -> tuple:
+    """Trace JSON, columns, call records and end time of `body` over the mesh, and the outputs."""
+    mesh = sim.Mesh(axes, network=_NETWORKS[network])
+    spec = P(tuple(axes))
+    run = sim.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False).run(x)
+    calls = [(c.device, c.collective, c.call, c.members, c.enter_s, c.met_s, c.exit_s, c.algorithm)
+             for c in run.simulation.calls]
+    columns = {key: np.asarray(value).tolist() for key, value in run.trace.columns().items()}
+    return (json.dumps(run.trace.to_json()), columns, calls, run.end_time_s), run.outputs
+
+
+def _values(shape: tuple, dtype: np.dtype, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(-3, 4, size=shape).astype(dtype)
+
+
+def _outcome(axes, network, body, x):
+    """The run's records and outputs, or the error it raised (type and message)."""
+    try:
+        return _run(axes, network, body, x)
+    except sim.MeshError as error:
+        return (type(error), str(error)), None
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=_cases(), seed=st.integers(0, 2**16))
+def test_abstract_run_equals_real_run(case, seed):
+    """The same call with ShapeDtypeStruct operands gives the real run's trace (every column), call records and
+    end time, and its outputs' shapes and dtypes (or the same error)."""
+    op, algorithm, axes, network, dtype, shape, body = case
+    x = _values(shape, dtype, seed)
+    real, real_out = _outcome(axes, network, body, x)
+    abstract, abstract_out = _outcome(axes, network, body, sim.ShapeDtypeStruct(shape, dtype))
+    assert abstract == real, (op, algorithm, axes, network, dtype, shape)
+    if real_out is not None:
+        assert isinstance(abstract_out, sim.ShapeDtypeStruct)
+        assert (abstract_out.shape, abstract_out.dtype) == (real_out.shape, real_out.dtype)
+
+
+@st.composite
+def _ragged_cases(draw):
+    n = draw(st.sampled_from([1, 2, 3, 4]))
+    rows, width = draw(st.integers(1, 6)), draw(st.integers(1, 3))
+    sizes = draw(st.lists(st.lists(st.integers(0, 2), min_size=n, max_size=n), min_size=n, max_size=n))
+    offsets, sends, outs, recvs = [], [], [], []
+    for d in range(n):  # device d sends sizes[d][j] rows to j, which writes them after those of senders < d
+        sends.append(sizes[d])
+        offsets.append([min(sum(sizes[d][:j]), rows) for j in range(n)])
+        recvs.append([sizes[s][d] for s in range(n)])
+        outs.append([sum(sizes[s][j] for s in range(d)) for j in range(n)])
+    out_rows = max(1, max(sum(sizes[s][j] for s in range(n)) for j in range(n)))
+    need = max(sum(row) for row in sizes)
+    algorithm = draw(st.sampled_from([a.name for a in collectives.definition("ragged_all_to_all").algorithms]))
+    dtype = np.dtype(draw(st.sampled_from(_DTYPES)))
+    network = draw(st.sampled_from(sorted(_NETWORKS)))
+    return n, max(rows, need), out_rows, width, [np.array(v, np.int32) for v in (offsets, sends, outs, recvs)], \
+        algorithm, dtype, network
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=_ragged_cases(), seed=st.integers(0, 2**16))
+def test_abstract_ragged_equals_real(case, seed):
+    """ragged_all_to_all with abstract operand and output, its offsets and sizes concrete: the real run's trace,
+    call records and end time (or the same error)."""
+    n, rows, out_rows, width, (offsets, sends, outs, recvs), algorithm, dtype, network = case
+    operand, output = _values((n * rows, width), dtype, seed), np.zeros((n * out_rows, width), dtype)
+
+    def body(a, b, c, d, e, f):
+        return collectives.ragged_all_to_all(a, b, c.reshape(-1), d.reshape(-1), e.reshape(-1), f.reshape(-1),
+                                             axis_name="x", algorithm=algorithm)
+
+    def run(a, b):
+        try:
+            mesh = sim.Mesh({"x": n}, network=_NETWORKS[network])
+            f = sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+            result = f.run(a, b, offsets, sends, outs, recvs)
+        except sim.MeshError as error:
+            return (type(error), str(error)), None
+        calls = [(c.device, c.call, c.enter_s, c.met_s, c.exit_s) for c in result.simulation.calls]
+        return (json.dumps(result.trace.to_json()), calls, result.end_time_s), result.outputs
+
+    real, real_out = run(operand, output)
+    abstract, abstract_out = run(sim.ShapeDtypeStruct(operand.shape, dtype), sim.ShapeDtypeStruct(output.shape, dtype))
+    assert abstract == real
+    if real_out is not None:
+        assert (abstract_out.shape, abstract_out.dtype) == (real_out.shape, real_out.dtype)
+
+
+def test_comparison_can_fail(monkeypatch):
+    """Abstract payloads whose hollow dtype had the wrong itemsize would carry the wrong sizes: the comparison
+    of the property tests tells them apart (as it tells apart an operand of another dtype)."""
+    body = lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="ring")  # noqa: E731
+    x = np.arange(16, dtype=np.float32)
+    real, _ = _run({"x": 4}, "fully_connected", body, x)
+    assert _run({"x": 4}, "fully_connected", body, sim.ShapeDtypeStruct((16,), np.float32))[0] == real
+    assert _run({"x": 4}, "fully_connected", body, sim.ShapeDtypeStruct((16,), np.float64))[0] != real
+    wrong = lambda dtype: np.dtype({"names": [], "formats": [], "itemsize": 2 * np.dtype(dtype).itemsize},  # noqa: E731
+                                   metadata={layouts.ABSTRACT_KEY: np.dtype(dtype)})
+    monkeypatch.setattr(_abstract, "hollow_dtype", wrong)
+    assert _run({"x": 4}, "fully_connected", body, sim.ShapeDtypeStruct((16,), np.float32))[0] != real
+
+
+def test_jax_shape_dtype_struct_accepted_by_name():
+    """Any object named ShapeDtypeStruct with a shape and a dtype is an abstract operand (JAX's included,
+    without the core importing JAX); other objects are not."""
+    class ShapeDtypeStruct:
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype = shape, np.dtype(dtype)
+
+    assert sim.memory.is_struct(ShapeDtypeStruct((4,), np.float32))
+    assert not sim.memory.is_struct(np.zeros(3)) and not sim.memory.is_struct((4,))
+    f = sim.shard_map(lambda v: collectives.psum(v, "x"), mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P())
+    out = f(ShapeDtypeStruct((4,), np.int32))
+    assert (out.shape, out.dtype) == ((2,), np.dtype(np.int32))
+
+
+def test_nothing_allocated():
+    """A ring all_gather of 64 MiB per device over 64 devices (256 GiB of results with bytes) runs in well under
+    a GiB: the memories count the logical bytes apart (`MemoryMeter.abstract_bytes`), hold none, and the call
+    budget (half the machine by default) does not refuse it."""
+    n, per = 64, 1 << 24
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    f = sim.shard_map(lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="ring"), mesh=sim.Mesh({"x": n}),
+                      in_specs=P("x"), out_specs=P("x"))
+    run = f.run(sim.ShapeDtypeStruct((n * per,), np.float32))
+    grown_bytes = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    assert run.outputs == sim.ShapeDtypeStruct((n * n * per,), np.float32)
+    assert run.trace.total_bytes == n * (n - 1) * per * 4
+    meter = run.simulation.memories[0].meter
+    assert meter.held_bytes == 0 and meter.abstract_bytes == n * per * 4 * (1 + n)
+    assert grown_bytes < 1 << 30
+
+
+def test_real_bytes_refused_with_pointer_to_abstract():
+    """The same run with real bytes, from Python with the default budget, is refused before it allocates its
+    results, and the message points to abstract payloads; so is an allocation past a smaller limit."""
+    n, per = 64, 1 << 24
+    body = lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="ring")  # noqa: E731
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(sim.MemoryLimitError, match=r"256 GiB.*sim\.ShapeDtypeStruct\(shape, dtype\).*payload = "):
+        f.run(np.zeros(n * per, np.float32))  # the caller's zero pages, adopted untouched
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": n}, max_memory_bytes=1 << 30), in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(sim.MemoryLimitError, match=r"a new array float32\[16777216\].*abstract payloads"):
+        f.run(np.broadcast_to(np.float32(0), (n * per,)))
+
+
+def test_program_shapes_and_dtypes():
+    """Local numpy work on abstract values gives numpy's shapes and dtypes (ufuncs, casts, concatenate, stack,
+    where with a number, reductions), recorded with the real dtypes, and the same trace as with values."""
+    def body(v):
+        w = (v * 2 + 1).astype(np.float16)
+        g = collectives.all_gather(np.concatenate([w, w]), "x", tiled=True)
+        return np.stack([g, g]).sum(0), np.where(g > 0, g, 0) + collectives.axis_index("x")
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 4}), in_specs=P("x"), out_specs=(P("x"), P("x")))
+    real = f.run(np.ones(24, np.float32))
+    abstract = f.run(sim.ShapeDtypeStruct((24,), np.float32))
+    assert [(o.shape, o.dtype) for o in abstract.outputs] == [(o.shape, o.dtype) for o in real.outputs]
+    assert json.dumps(abstract.trace.to_json()) == json.dumps(real.trace.to_json())
+    assert str(abstract.program(0)) == str(real.program(0))
+
+
+@pytest.mark.parametrize("op, call", [
+    ("nonzero", lambda v: np.nonzero(v)),
+    ("unique", lambda v: np.unique(v)),
+])
+def test_values_refused(op, call):
+    """What needs values on an abstract array is refused, naming the operation."""
+    f = sim.shard_map(call, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(sim.memory.AbstractValueError, match=f"op='{op}' needs values"):
+        f.run(sim.ShapeDtypeStruct((4,), np.float32))
+
+
+def test_hollow_copies_move_nothing():
+    """A hollow array's copies and assignments write no bytes: a GiB of them leaves the process's memory as it
+    was (numpy moves no data for a dtype without fields), while sizes, strides and addresses are the real
+    ones."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    x = sim.memory.hollow_empty((1 << 28,), np.float32)
+    y = x.copy()
+    y[...] = x
+    x[1::2] = y[::2]
+    grown_bytes = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    assert x.nbytes == y.nbytes == 1 << 30 and x.strides == (4,) and x.flags.c_contiguous
+    assert grown_bytes < 1 << 28
+    assert sim.memory.logical_dtype(y.dtype) == np.float32
