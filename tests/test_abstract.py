@@ -171,12 +171,12 @@ def test_abstract_ragged_equals_real(case, seed):
 def test_comparison_can_fail(monkeypatch):
     """Abstract payloads whose hollow dtype had the wrong itemsize would carry the wrong sizes: the comparison
     of the property tests tells them apart (as it tells apart an operand of another dtype)."""
-    body = lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="ring")  # noqa: E731
+    body = lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="ring")
     x = np.arange(16, dtype=np.float32)
     real, _ = _run({"x": 4}, "fully_connected", body, x)
     assert _run({"x": 4}, "fully_connected", body, sim.ShapeDtypeStruct((16,), np.float32))[0] == real
     assert _run({"x": 4}, "fully_connected", body, sim.ShapeDtypeStruct((16,), np.float64))[0] != real
-    wrong = lambda dtype: np.dtype({"names": [], "formats": [], "itemsize": 2 * np.dtype(dtype).itemsize},  # noqa: E731
+    wrong = lambda dtype: np.dtype({"names": [], "formats": [], "itemsize": 2 * np.dtype(dtype).itemsize},
                                    metadata={layouts.ABSTRACT_KEY: np.dtype(dtype)})
     monkeypatch.setattr(_abstract, "hollow_dtype", wrong)
     assert _run({"x": 4}, "fully_connected", body, sim.ShapeDtypeStruct((16,), np.float32))[0] != real
@@ -217,7 +217,7 @@ def test_real_bytes_refused_with_pointer_to_abstract():
     """The same run with real bytes, from Python with the default budget, is refused before it allocates its
     results, and the message points to abstract payloads; so is an allocation past a smaller limit."""
     n, per = 64, 1 << 24
-    body = lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="ring")  # noqa: E731
+    body = lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="ring")
     f = sim.shard_map(body, mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=P("x"))
     with pytest.raises(sim.MemoryLimitError, match=r"256 GiB.*sim\.ShapeDtypeStruct\(shape, dtype\).*payload = "):
         f.run(np.zeros(n * per, np.float32))  # the caller's zero pages, adopted untouched
