@@ -77,6 +77,8 @@ class Budget:
         if max(devices, trace) > inputs:  # the mesh, not the arrays, is what makes the scenario large
             where = ("mesh", "axes")
         outputs = definition.sizes.result_bytes(inputs, group)
+        if data.get("payload") == "abstract":  # shapes and dtypes only: no array holds a byte
+            inputs = staging = outputs = 0
         self.check({"devices": devices, "inputs": inputs, "the loader's intermediates": staging,
                     "the run's global inputs": inputs, "outputs": outputs, "trace": trace}, *where)
         self.check_work(f"{definition.name} on {mesh.size} devices in groups of {group}", messages)

@@ -16,14 +16,16 @@ from scenarios._fields import InFile
 Inputs = tuple[dict[str, np.ndarray], ...]
 
 
-def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, params: dict[str, Any]) -> Inputs:
+def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, params: dict[str, Any],
+                  abstract: bool = False) -> Inputs:
     """The arrays of each device of `mesh` for the collective `spec` called with `params`, typed and checked.
 
     Data arrays take `[inputs] dtype`, else float32 when any literal is a float, int32 when they are
     integers, bool when booleans (JAX's defaults). Offsets and sizes take `[inputs] index_dtype`, int32
     (JAX's default) or int64. A literal array may also be `{fill = v, shape = [...]}` or, to give every
     bit (NaN payloads), `{bits = ["0x7fc1", ...]}` in `[inputs] dtype`. A collective without arrays
-    (axis_index) needs no inputs.
+    (axis_index) needs no inputs. With `abstract`, the data arrays (not the offsets and sizes) are abstract:
+    their shapes and dtypes without values (none is drawn from a seed).
 
     Raises:
         ScenarioError: missing or extra arguments, a table count that is not the device count, values that
@@ -40,7 +42,7 @@ def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, 
     if "seed" in settings or "shape" in settings:
         if devices is not None:
             raise source.error("device", None, "[[device]] tables and [inputs] seed/shape are alternatives; give one")
-        return _generated(source, settings, mesh, spec, params, dtype or np.dtype(np.float32))
+        return _generated(source, settings, mesh, spec, params, dtype or np.dtype(np.float32), abstract)
     if devices is None and not spec.arrays:
         return tuple({} for _ in range(count))
     if devices is None:
@@ -50,6 +52,9 @@ def device_inputs(source: Source, data: dict, mesh: sim.Mesh, spec: Definition, 
     _check_shapes(source, inputs)
     if spec.invariant_operand:
         _check_invariant(source, inputs, mesh, spec, params["axis_name"])
+    if abstract:
+        return tuple({name: x if name in spec.index_arrays else _hollow(x.shape, x.dtype) for name, x in mine.items()}
+                     for mine in inputs)
     return inputs
 
 
@@ -61,8 +66,15 @@ def _dtype(source: Source, name: Any) -> np.dtype | None:
                         example="'float32', 'bfloat16' or 'int32'")
 
 
+def _hollow(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A read-only abstract array: `shape` and `dtype`, no values."""
+    array = sim.memory.hollow_empty(shape, dtype)
+    array.flags.writeable = False
+    return array
+
+
 def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition, params: dict[str, Any],
-               dtype: np.dtype) -> Inputs:
+               dtype: np.dtype, abstract: bool = False) -> Inputs:
     """One draw of `x` per device from `numpy.random.default_rng(seed)`, in device order.
 
     For an operand that must be invariant along the axes (pvary, pscatter), the devices that differ
@@ -72,6 +84,8 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
                                              f"only x; {spec.name} needs literal [[device]] tables")
     seed = fields.integer(InFile(source, "inputs", "seed", "[inputs] "), settings.get("seed"), minimum=0)
     shape = fields.shape(InFile(source, "inputs", "shape", "[inputs] "), settings.get("shape"))
+    if abstract:
+        return tuple({"x": _hollow(shape, dtype)} for _ in mesh.devices)
     rng = np.random.default_rng(seed)
     drawn = [_frozen(_draw(rng, shape, dtype)) for _ in mesh.devices]
     if spec.invariant_operand:

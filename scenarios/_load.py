@@ -21,7 +21,9 @@ from scenarios._fields import InFile
 from scenarios._inputs import device_inputs
 from scenarios._program import ProgramScenario, load_program
 
-_TOP_KEYS = ("title", "description", "mesh", "network", "collective", "inputs", "device", "program", "args")
+_TOP_KEYS = ("title", "description", "mesh", "network", "collective", "inputs", "device", "program", "args",
+             "payload")
+PAYLOADS = ("bytes", "abstract")  # `payload`: real arrays, or shapes and dtypes alone (`sim.ShapeDtypeStruct`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,6 +42,7 @@ class Scenario:
     op: str
     params: dict[str, Any]
     inputs: tuple[dict[str, np.ndarray], ...]
+    payload: str = "bytes"
 
     @property
     def definition(self) -> Definition:
@@ -82,14 +85,27 @@ def load(path: str | os.PathLike, *, allow_code: bool = True, max_memory_bytes: 
         fields.string(InFile(source, "", key), data.get(key, ""))
     mesh = _mesh(source, data, budget)
     if "program" in data:
+        if "payload" in data:
+            raise source.error("", "payload", "payload goes with a [collective] scenario; a [program]'s [[args]] "
+                                              "are real arrays")
         check_args(source, data, mesh, budget)
         return load_program(source, data, mesh, data.get("title", Path(path).stem), data.get("description", ""),
                             allow_code)
+    payload = _payload(source, data)
     definition, params = _collective(source, source.table(data, "collective"), mesh)
     budget.check_collective(data, mesh, definition, params)
-    inputs = device_inputs(source, data, mesh, definition, params)
+    inputs = device_inputs(source, data, mesh, definition, params, payload == "abstract")
     return Scenario(str(path), data.get("title", Path(path).stem), data.get("description", ""), mesh,
-                    definition.name, params, inputs)
+                    definition.name, params, inputs, payload)
+
+
+def _payload(source: Source, data: dict) -> str:
+    """The top-level `payload`: "bytes" (the default) or "abstract"; a `[program]` scenario takes none."""
+    payload = data.get("payload", "bytes")
+    if payload not in PAYLOADS:
+        raise source.error("", "payload", f"payload={payload!r} must be one of {', '.join(map(repr, PAYLOADS))}: "
+                                          f"\"abstract\" runs shapes and dtypes without the bytes")
+    return payload
 
 
 def _parse(path: str) -> tuple[Source, dict]:

@@ -146,6 +146,10 @@ def run(scenario: Scenario | ProgramScenario, sanitize: bool = False) -> Scenari
             from error
     if outcome.stopped is not None:
         return ScenarioResult(scenario, (), (), outcome.trace, outcome.end_time_s, outcome)
+    if scenario.payload == "abstract":  # each device's result: its shape and dtype (`sim.ShapeDtypeStruct`)
+        each = sim.ShapeDtypeStruct(outcome.outputs.shape[1:], outcome.outputs.dtype)
+        return ScenarioResult(scenario, (each,) * mesh.size, (None,) * mesh.size, outcome.trace,
+                              outcome.end_time_s, outcome)
     outputs = tuple(_frozen(outcome.outputs[d]) for d in mesh.devices)
     return ScenarioResult(scenario, outputs, _provenance(outcome.trace, outputs, definition.keeps), outcome.trace,
                           outcome.end_time_s, outcome)
@@ -163,7 +167,15 @@ def mapped_call(scenario: Scenario, sanitize: bool = False) -> tuple[sim.ShardMa
 
     mapped = sim.shard_map(body, mesh=mesh, in_specs=(in_spec,) * len(names), out_specs=sim.P(mesh.axis_names),
                            sanitize=sanitize)
-    return mapped, tuple(np.stack([scenario.inputs[d][name] for d in devices]) for name in names)
+    return mapped, tuple(_stacked([scenario.inputs[d][name] for d in devices]) for name in names)
+
+
+def _stacked(arrays: list[np.ndarray]) -> Any:
+    """The devices' arrays stacked along a new leading axis; abstract ones as a `sim.ShapeDtypeStruct`."""
+    first = arrays[0]
+    if sim.memory.is_abstract(first):
+        return sim.ShapeDtypeStruct((len(arrays), *first.shape), sim.memory.logical_dtype(first.dtype))
+    return np.stack(arrays)
 
 
 def _holders(scenario: Scenario) -> tuple[list[int], sim.PartitionSpec]:

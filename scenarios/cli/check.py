@@ -20,7 +20,7 @@ from rich.text import Text
 import oracles
 import scenarios
 from oracles import Call, Comparison, Difference, Report
-from scenarios import Scenario
+from scenarios import Scenario, ScenarioError
 from scenarios.cli._limits import add_timeout, load_collective
 from scenarios.cli.render import DEVICE_EDGE, terminal_console
 
@@ -62,9 +62,13 @@ def _collective_scenario(path: str) -> Scenario:
     """The `[collective]` scenario at `path`; anything else is a ScenarioError saying what `check` supports."""
     limit = ("check supports [collective] scenarios (TOML): the spec and JAX answer one collective call; "
              "use `meshsim run` to see it")
-    return load_collective(path, f"a Python script gives no collective call to compare; {limit}",
-                           "a [program] has no independent answer (the spec and the JAX oracle run collectives, "
-                           f"not a program's source); {limit}")
+    scenario = load_collective(path, f"a Python script gives no collective call to compare; {limit}",
+                               "a [program] has no independent answer (the spec and the JAX oracle run "
+                               f"collectives, not a program's source); {limit}")
+    if scenario.payload == "abstract":  # nothing to compare: the run has shapes and dtypes, no values
+        raise ScenarioError(f"{path}: payload='abstract' has no values to check against the spec and JAX; check the "
+                            f"same scenario with payload = \"bytes\" (its trace and times are the same)")
+    return scenario
 
 
 def call_of(scenario: Scenario) -> Call:

@@ -70,6 +70,9 @@ def execute(args: argparse.Namespace) -> int:
         raise ScenarioError(f"{args.scenario}: explain takes TOML scenario files; run a Python scenario with "
                             f"`python {args.scenario}` or `meshsim run --allow-code {args.scenario}`")
     scenario = scenarios.load(args.scenario, allow_code=args.allow_code)
+    if getattr(scenario, "payload", "bytes") == "abstract":  # the walk shows values; an abstract run has none
+        raise ScenarioError(f"{args.scenario}: explain walks through values and payload='abstract' has none; explain "
+                            f"the scenario with payload = \"bytes\" at a small shape, or `meshsim run` / `trace` it")
     console = terminal_console(highlight=False, markup=False)  # brackets are array text
     pause = args.step and sys.stdin.isatty()
     if args.step and not pause:

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 import scenarios
+import sim
 from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli import _explore, _sanitize
 from scenarios.cli._limits import add_allow_code, add_budget, add_timeout, budget_of
@@ -201,6 +202,11 @@ def _print_array(console: Console, label: str, array: np.ndarray, provenance: Pr
                  full: bool) -> None:
     """`label` and the array's text, continuation lines indented under the first; a summarised array's
     first line gives its shape and dtype."""
+    if sim.memory.is_abstract(array):  # payload = "abstract": a shape and a dtype, no values
+        dtype = sim.memory.logical_dtype(array.dtype)
+        console.print(Text.assemble((f"  {label:<{width}}  ", "bold" if label == "result" else ""),
+                                    (f"abstract {dtype}{list(array.shape)} (no values)", "dim")), soft_wrap=True)
+        return
     lines = array_lines(array, provenance, full)
     if summarised(array, full):
         lines.insert(0, Text(f"shape {array.shape} {array.dtype} (edges shown; --full prints every element)",

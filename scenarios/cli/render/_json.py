@@ -17,6 +17,7 @@ from typing import TextIO
 
 import numpy as np
 
+import sim
 from scenarios import ProgramResult, ScenarioResult
 
 _CHUNK_ELEMENTS = 1 << 16  # elements turned into Python values at a time
@@ -62,7 +63,11 @@ def _summary(result: ScenarioResult) -> dict:
 
 def _write_array(array: np.ndarray | Sequence, stream: TextIO) -> None:
     """`array` (or a sequence such as a provenance's sources) as a JSON nested list on one line, written a
-    block of leading-axis rows at a time."""
+    block of leading-axis rows at a time; an abstract array (payload = "abstract") as its shape and dtype."""
+    if sim.memory.is_abstract(array):
+        dtype = sim.memory.logical_dtype(array.dtype)
+        stream.write(json.dumps({"abstract": True, "shape": list(array.shape), "dtype": str(dtype)}))
+        return
     if (isinstance(array, np.ndarray) and array.ndim == 0) or len(array) == 0:
         stream.write(json.dumps(_listed(array)))
         return
