@@ -34,7 +34,7 @@ _TAG = "in-network"
 def reducer(reduction: str) -> Callable[[list[np.ndarray]], np.ndarray]:
     """The switch's fold of `reduction` over terms given in group order: 'direct''s (`_arithmetic.fold`, from
     the identity; bfloat16 in float32, rounded once at the end)."""
-    return lambda terms: fold(reduction, np.stack(terms))
+    return lambda terms: fold(reduction, sim.memory.restored(np.stack(terms), terms))  # abstract terms kept
 
 
 def check_network(op: str, device: int, record: Algorithm, mesh: sim.Mesh) -> None:

@@ -214,6 +214,8 @@ def _recv_protocol(port: sim.Port, args: _Wanted) -> Generator:
     for (src, dst), channel in args.channels:
         message = yield port.recv(members[src], channel=channel)
         _check_pairs(port.device, members[src], message.header, args)
+        if sim.memory.is_abstract(message.payload) and not sim.memory.is_abstract(out):  # abstract payloads
+            out = port.memory.view(port.memory.alloc(message.payload.dtype, args.shape, args.out_layout))
         yield from unpack_into(port, message, out, pair=(src, dst))
     return out
 
@@ -224,7 +226,8 @@ def _check_pairs(device: int, sender: int, sent: dict, wanted: _Wanted) -> None:
               for name, mine, theirs in (("perm", list(wanted.perm), list(sent["perm"])),
                                          ("axis_name", wanted.axis_name, sent["axis_name"]),
                                          ("out_shape.shape", wanted.shape, sent["shape"]),
-                                         ("out_shape.dtype", str(wanted.dtype), str(sent["dtype"])))
+                                         ("out_shape.dtype", str(sim.memory.logical_dtype(wanted.dtype)),
+                                          str(sim.memory.logical_dtype(sent["dtype"]))))
               if mine != theirs]
     if broken:
         raise sim.InvalidArgumentError(

@@ -37,7 +37,7 @@ from scenarios.sweep._sweep_values import build_network
 
 COLUMNS = ("key", "collective", "mesh", "axis_name", "devices", "network", "algorithm", "algorithm_run", "dtype",
            "seed", "size_bytes", "count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "messages", "bytes_sent",
-           "wall_s", "error")
+           "wall_s", "error", "payload")
 
 
 # How a sweep times each collective it offers: its definition's `Sweep` record, by name.
@@ -94,7 +94,7 @@ def _row(point: Point) -> dict[str, Any]:
     """The point's row with its parameters filled in and every figure None."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(key=point.key, collective=point.collective, network=point.network_label, algorithm=point.algorithm,
-               dtype=point.dtype, seed=point.seed, size_bytes=point.size_bytes,
+               dtype=point.dtype, seed=point.seed, size_bytes=point.size_bytes, payload=point.payload,
                mesh=",".join(f"{name}={size}" for name, size in point.mesh.items()))
     return row
 
@@ -199,6 +199,8 @@ def _check_memory(what: str, point: Point, devices: int, in_bytes: int, size_byt
     (by default half the machine's): every device's input, output and messages in flight, and the trace's
     `sim.MESSAGE_BYTES` per message."""
     out_bytes = size_bytes if OPERATIONS[point.collective].blocks == "gathered" else in_bytes
+    if point.payload == "abstract":  # shapes and dtypes only: no buffer holds a byte
+        in_bytes = out_bytes = 0
     sim.check_memory(what, {"inputs": devices * in_bytes, "outputs": devices * out_bytes,
                             "messages": devices * in_bytes, "trace": messages * sim.MESSAGE_BYTES}, max_memory_bytes)
 
@@ -209,6 +211,10 @@ def _inputs(point: Point, mesh: sim.Mesh, axis_name: Any, dtype: np.dtype, per_d
     and whatever else the collective's `Sweep.inputs` makes of it (ragged's output buffers, offsets, sizes)."""
     rng = np.random.default_rng(point.seed)
     total = len(mesh.devices) * per_device
+    if point.payload == "abstract":  # the operand and the buffers made like it (ragged's output) are abstract
+        x = sim.memory.hollow_empty((total,), dtype)
+        index = np.array([mesh.axis_index(d, axis_name) for d in mesh.devices], dtype=np.int32)
+        return OPERATIONS[point.collective].inputs(x, index, count, per_device // count)
     if layouts.is_float(dtype):
         x = rng.standard_normal(total, dtype=np.float64 if dtype.itemsize > 4 else np.float32).astype(dtype)
     else:

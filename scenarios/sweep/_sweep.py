@@ -36,9 +36,10 @@ from scenarios.sweep._sweep_values import NETWORK_RULE, check_network, network_l
 # The collectives a sweep times: those whose definition says how (`Definition.sweep`, the nccl-tests operation
 # its columns follow; see _measure).
 SWEPT = tuple(name for name, definition in collectives.REGISTRY.items() if definition.sweep is not None)
-PARAMETERS = ("collective", "mesh", "axis_name", "size", "network", "algorithm", "dtype", "seed")
+PARAMETERS = ("collective", "mesh", "axis_name", "size", "network", "algorithm", "dtype", "seed", "payload")
 _DEFAULTS: dict[str, Any] = {"axis_name": None, "network": {"topology": "fully_connected"}, "algorithm": "direct",
-                             "dtype": "float32", "seed": 0}
+                             "dtype": "float32", "seed": 0, "payload": "bytes"}
+PAYLOADS = ("bytes", "abstract")  # real arrays, or shapes and dtypes alone (`sim.ShapeDtypeStruct`)
 _TOP_KEYS = PARAMETERS + ("sizes", "title", "description", "point")
 DTYPES = tuple(name for name in fields.DTYPE_NAMES if name != "bool")  # a sweep moves numbers
 MAX_POINTS = 1_000_000
@@ -51,7 +52,8 @@ class Point:
 
     `mesh` maps axis names to sizes in mesh order; `axis_name` is None for every axis of the mesh; `network`
     is a `[network]` table (the scenario files' vocabulary); `size_bytes` is the size asked for (nccl-tests'
-    meaning, per collective: see `scenarios.sweep._measure`).
+    meaning, per collective: see `scenarios.sweep._measure`); `payload` "abstract" runs the operands as shapes
+    and dtypes without bytes (the same trace and times).
     """
 
     collective: str
@@ -62,13 +64,16 @@ class Point:
     algorithm: str
     dtype: str
     seed: int
+    payload: str = "bytes"
 
     @property
     def params(self) -> dict[str, Any]:
-        """The parameters as a dict in `PARAMETERS` order (with `size_bytes` for `size`)."""
-        return {"collective": self.collective, "mesh": self.mesh, "axis_name": self.axis_name,
-                "size_bytes": self.size_bytes, "network": self.network, "algorithm": self.algorithm,
-                "dtype": self.dtype, "seed": self.seed}
+        """The parameters as a dict in `PARAMETERS` order (with `size_bytes` for `size`); `payload` only when it
+        is not the default, so a point of real bytes keeps the key it always had."""
+        params = {"collective": self.collective, "mesh": self.mesh, "axis_name": self.axis_name,
+                  "size_bytes": self.size_bytes, "network": self.network, "algorithm": self.algorithm,
+                  "dtype": self.dtype, "seed": self.seed}
+        return params if self.payload == "bytes" else {**params, "payload": self.payload}
 
     @property
     def key(self) -> str:
@@ -257,8 +262,15 @@ def _seed(where: InFile, value: Any) -> int:
     return fields.integer(where, value, minimum=0)
 
 
+def _payload(where: InFile, value: Any) -> str:
+    if value not in PAYLOADS:
+        raise where.error(f"payload={value!r} must be \"bytes\" or \"abstract\" (shapes and dtypes without the "
+                          "bytes: the same times), or a list of them")
+    return value
+
+
 _CHECKS = {"collective": _collective, "mesh": _mesh, "axis_name": _axis_name, "size": _size,
-           "network": _network, "algorithm": _algorithm, "dtype": _dtype, "seed": _seed}
+           "network": _network, "algorithm": _algorithm, "dtype": _dtype, "seed": _seed, "payload": _payload}
 
 
 def _expand(source: Source, where: tuple[str, int], values: dict[str, tuple[list, Any]]) -> list[Point]:

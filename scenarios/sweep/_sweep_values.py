@@ -128,6 +128,7 @@ ROW_FIELDS: dict[str, Callable[[Where, Any], Any]] = {
     "busbw_GB_per_s": _at_least(fields.number, 0), "messages": _at_least(fields.integer, 0),
     "bytes_sent": _at_least(fields.integer, 0), "wall_s": _at_least(fields.number, 0),
     "error": fields.optional(fields.string),
+    "payload": lambda where, value: fields.optional(fields.string)(where, value, ("bytes", "abstract")),
 }
 _FIGURES = ("count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "algorithm_run")
 

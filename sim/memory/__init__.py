@@ -12,6 +12,7 @@ from sim.memory._abstract import (
     is_hollow,
     is_struct,
     logical_dtype,
+    restored,
 )
 from sim.memory._array import Array, Shard, device_put
 from sim.memory._memory import Buffer, LocalMemory
@@ -25,5 +26,5 @@ __all__ = [
 ]
 __all__ += [  # abstract payloads: shapes and dtypes without values
     "AbstractValueError", "ShapeDtypeStruct", "abstract_like", "hollow_dtype", "hollow_empty", "hollow_ufunc",
-    "is_abstract", "is_hollow", "is_struct", "logical_dtype",
+    "is_abstract", "is_hollow", "is_struct", "logical_dtype", "restored",
 ]

@@ -1,0 +1,140 @@
+"""Abstract payloads from files: `payload = "abstract"` in a scenario gives the trace and end time of the same
+file with bytes, for every library `[collective]` scenario; `meshsim run` prints and `--json` writes the
+arrays as shapes and dtypes, `check` and `explain` refuse them with the reason; a sweep's `payload` axis
+gives rows equal to the bytes rows but for the column; bad values refused naming the field."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import scenarios
+import sim
+from scenarios import ScenarioError
+from scenarios.sweep import load_sweep
+from scenarios.sweep._measure import measure
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = sorted(p for p in (ROOT / "scenarios" / "library").glob("*.toml") if "[program]" not in p.read_text())
+
+
+def _abstract_copy(path: Path, tmp_path: Path) -> Path:
+    """The scenario file at `path` with `payload = "abstract"` as its first key."""
+    copy = tmp_path / path.name
+    copy.write_text('payload = "abstract"\n' + path.read_text())
+    return copy
+
+
+def _records(result) -> tuple:
+    return json.dumps(result.trace.to_json()), result.end_time_s, [
+        (c.device, c.collective, c.call, c.enter_s, c.met_s, c.exit_s) for c in result.run.calls]
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.stem)
+def test_library_scenarios_abstract_equal_bytes(path: Path, tmp_path: Path) -> None:
+    """Every library [collective] scenario run with abstract payloads has the bytes run's trace, end time and
+    call records; each device's result is a ShapeDtypeStruct of the real result's shape and dtype."""
+    real = scenarios.run(scenarios.load(path))
+    abstract = scenarios.run(scenarios.load(_abstract_copy(path, tmp_path)))
+    assert _records(abstract) == _records(real)
+    for mine, theirs in zip(abstract.outputs, real.outputs, strict=True):
+        assert isinstance(mine, sim.ShapeDtypeStruct)
+        assert (mine.shape, mine.dtype) == (theirs.shape, theirs.dtype)
+
+
+_BIG = """title = "ring all_gather of 64 MiB per device on 8 devices"
+payload = "{payload}"
+[mesh]
+axes = {{x = 8}}
+[collective]
+op = "all_gather"
+axis_name = "x"
+tiled = true
+algorithm = "ring"
+[inputs]
+seed = 0
+shape = [16777216]
+"""
+
+
+def test_big_scenario_abstract_loads_without_bytes(tmp_path: Path) -> None:
+    """A seeded scenario of 64 MiB per device asks for no values with payload = "abstract": none is drawn, and a
+    budget far below the bytes it stands for takes it; with bytes the same budget refuses it."""
+    path = tmp_path / "big.toml"
+    path.write_text(_BIG.format(payload="abstract"))
+    scenario = scenarios.load(path, max_memory_bytes=64 << 20)
+    assert scenario.payload == "abstract" and sim.memory.is_abstract(scenario.inputs[0]["x"])
+    result = scenarios.run(scenario)
+    assert result.outputs[0] == sim.ShapeDtypeStruct((8 << 24,), "float32")
+    assert result.trace.total_bytes == 8 * 7 * (64 << 20)
+    path.write_text(_BIG.format(payload="bytes"))
+    with pytest.raises(ScenarioError, match="max_memory_bytes"):
+        scenarios.load(path, max_memory_bytes=64 << 20)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('payload = "hollow"\n', "payload='hollow' must be one of 'bytes', 'abstract'"),
+    ('payload = 1\n', "payload=1 must be one of"),
+])
+def test_bad_payload_refused(tmp_path: Path, text: str, match: str) -> None:
+    """A payload other than "bytes" or "abstract" is refused naming the field and its line."""
+    path = tmp_path / "bad.toml"
+    path.write_text(text + (ROOT / "scenarios" / "library" / "psum_ring.toml").read_text())
+    with pytest.raises(ScenarioError, match=match):
+        scenarios.load(path)
+
+
+def _meshsim(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    return subprocess.run([sys.executable, "-m", "scenarios.cli", *args], cwd=ROOT, env={**env, "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_faces(tmp_path: Path) -> None:
+    """`meshsim run` prints abstract arrays as shapes and dtypes, `--json` writes them as such; `check` and
+    `explain` refuse an abstract scenario with exit 2 and the reason."""
+    path = tmp_path / "big.toml"
+    path.write_text(_BIG.format(payload="abstract"))
+    shown = _meshsim("run", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert "x       abstract float32[16777216] (no values)" in shown.stdout
+    assert "result  abstract float32[134217728] (no values)" in shown.stdout
+    written = _meshsim("run", str(path), "--json")
+    document = json.loads(written.stdout)
+    assert document["devices"][0]["output"] == {"abstract": True, "shape": [134217728], "dtype": "float32"}
+    for command, match in (("check", "no values to check"), ("explain", "payload='abstract' has none")):
+        refused = _meshsim(command, str(path))
+        assert refused.returncode == 2 and match in refused.stderr and "Traceback" not in refused.stderr
+
+
+_SWEEP = """title = "bytes against abstract"
+collective = ["all_gather", "psum", "psum_scatter", "all_to_all", "ragged_all_to_all"]
+mesh = {x = 4}
+size = ["4KiB", "256KiB"]
+algorithm = ["direct", "ring"]
+payload = ["bytes", "abstract"]
+"""
+
+
+def test_sweep_payload_axis(tmp_path: Path) -> None:
+    """A sweep's payload axis: each abstract row equals its bytes row but for key and payload; the bytes points
+    keep the keys they had before the axis existed."""
+    path = tmp_path / "sweep.toml"
+    path.write_text(_SWEEP)
+    points = load_sweep(path).points
+    rows = {(p.collective, p.size_bytes, p.algorithm, p.payload): measure(p) for p in points}
+    figures = ("time_s", "messages", "bytes_sent", "count", "algbw_GB_per_s", "error", "algorithm_run")
+    for (op, size, algorithm, payload), row in rows.items():
+        if payload == "abstract":
+            twin = rows[(op, size, algorithm, "bytes")]
+            assert [row[k] for k in figures] == [twin[k] for k in figures]
+    plain = [p for p in points if p.payload == "bytes"]
+    assert "payload" not in plain[0].params and "payload" in points[1].params
+    path.write_text(_SWEEP.replace('["bytes", "abstract"]', '"empty"'))
+    with pytest.raises(ScenarioError, match="payload='empty' must be"):
+        load_sweep(path)
