@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 PROGRAM_CALLS = 255  # the ppermute ring program: a value goes once around 256 devices, less one step
+ABSTRACT_FLOATS = 1 << 24  # the abstract rows: 64 MiB of float32 per device, shapes and dtypes only
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,14 @@ class Row:
     devices: int
     algorithm: str = "direct"
     network: str = "fully_connected"
+    payload: str = "bytes"  # "abstract": `ABSTRACT_FLOATS` per device as a sim.ShapeDtypeStruct (no bytes)
 
     @property
     def key(self) -> str:
         """The row's name on the command line (`--only`)."""
-        return f"{self.op}-{self.algorithm}-{self.devices}" + ("" if self.network == "fully_connected"
-                                                               else f"-{self.network}")
+        return (f"{self.op}-{self.algorithm}-{self.devices}" + ("" if self.network == "fully_connected"
+                                                                else f"-{self.network}")
+                + ("" if self.payload == "bytes" else f"-{self.payload}"))
 
 
 def _algorithm_rows(op: str, n: int) -> list[Row]:
@@ -55,7 +58,10 @@ def rows() -> list[Row]:
                   if row.key not in keys]
     networks = [Row("all_to_all, 1 float per destination, switch", "all_to_all", 1024, network="switch"),
                 Row("all_to_all, 1 float per destination, 32 x 32 torus", "all_to_all", 1024, network="torus")]
-    return why + algorithms + networks
+    abstract = [Row("all_gather of 64 MiB (abstract), algorithm='ring'", "all_gather", 1024, "ring",
+                    payload="abstract"),
+                Row("all_gather of 64 MiB (abstract), ring, == bytes", "all_gather", 8, "ring", payload="abstract")]
+    return why + algorithms + networks + abstract
 
 
 QUICK = [Row("all_to_all, 1 float per destination", "all_to_all", 64),
@@ -63,6 +69,19 @@ QUICK = [Row("all_to_all, 1 float per destination", "all_to_all", 64),
          Row("psum of 1 float (direct)", "psum", 64), Row("all_gather of 1 float, ring", "all_gather", 64, "ring"),
          Row("psum_scatter, ring", "psum_scatter", 64, "ring"),
          Row(f"shard_map body of {PROGRAM_CALLS} ppermutes around a ring", "ppermute_program", 16)]
+
+
+def abstract_workload(op: str, n: int) -> tuple[tuple, object, Callable[[], tuple[np.ndarray, ...]]]:
+    """An abstract row's global input (a `sim.ShapeDtypeStruct` of `ABSTRACT_FLOATS` float32 per device), the
+    global output it must come back as, and a maker of the same input with real bytes (zero pages, untouched
+    until written) for the rows small enough to run both."""
+    import sim
+
+    if op != "all_gather":
+        raise ValueError(f"op={op!r}: the abstract rows are tiled all_gathers")
+    shape = (n * ABSTRACT_FLOATS,)
+    return ((sim.ShapeDtypeStruct(shape, np.float32),), sim.ShapeDtypeStruct((n * shape[0],), np.float32),
+            lambda: (np.zeros(shape, np.float32),))
 
 
 def workload(op: str, n: int) -> tuple[tuple[np.ndarray, ...], Callable[..., np.ndarray]]:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _scale_cases import QUICK, Row, body, network, rows, simpy_events_per_s, workload
+from _scale_cases import QUICK, Row, abstract_workload, body, network, rows, simpy_events_per_s, workload
 from _timing import best_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,8 @@ def simulator_row(row: Row, profile: bool = False) -> dict:
     import collectives
     import sim
 
+    if row.payload == "abstract":
+        return _abstract_row(row)
     inputs, evaluate = workload(row.op, row.devices)
     mesh = sim.Mesh({"x": row.devices}, network=network(row.network, row.devices))
     specs = tuple(sim.P("x") for _ in inputs)
@@ -68,6 +70,37 @@ def simulator_row(row: Row, profile: bool = False) -> dict:
     return {"wall_s": wall_s, "messages": len(run.trace), "numpy_s": numpy_s, "ran": ",".join(picked),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "profile": None if profiler is None else _profile_text(profiler)}
+
+
+def _abstract_row(row: Row) -> dict:
+    """An abstract row: the run with shapes and dtypes only, its output's shape checked; on 8 devices or fewer
+    also the same run with real bytes, whose trace and times it must equal exactly (`ran` says so)."""
+    import json as _json
+    import resource
+
+    import collectives
+    import sim
+
+    inputs, expect, real = abstract_workload(row.op, row.devices)
+    mesh = sim.Mesh({"x": row.devices}, network=network(row.network, row.devices))
+    f = sim.shard_map(body(row.op, row.devices, row.algorithm, collectives), mesh=mesh, in_specs=sim.P("x"),
+                      out_specs=sim.P("x"), check_vma=False)
+    start = time.perf_counter()
+    run = f.run(*inputs)
+    wall_s = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if run.outputs != expect:
+        raise SystemExit(f"{row.key}: the abstract output is {run.outputs}, not {expect}")
+    ran = f"abstract, {run.trace.total_bytes / 2**30:,.0f} GiB over the network"
+    if row.devices <= 8:
+        bytes_run = f.run(*real())
+        same = (_json.dumps(bytes_run.trace.to_json()) == _json.dumps(run.trace.to_json())
+                and bytes_run.end_time_s == run.end_time_s)
+        if not same:
+            raise SystemExit(f"{row.key}: the abstract run's trace or times differ from the run with bytes")
+        ran += f"; trace and times == bytes (end {run.end_time_s * 1e3:.6f} ms)"
+    return {"wall_s": wall_s, "messages": len(run.trace), "numpy_s": float("nan"), "ran": ran,
+            "peak_rss_mib": peak, "profile": None}
 
 
 def jax_row(row: Row) -> dict:
@@ -117,7 +150,7 @@ def measure(row: Row, repeat: int, jax_max_devices: int, profile: bool) -> dict:
     good = [r for r in runs if "failed" not in r]
     result = min(good, key=lambda r: r["wall_s"]) if good else runs[0]
     if good and row.algorithm == "direct" and row.network == "fully_connected" and row.devices <= jax_max_devices \
-            and row.op != "ragged_all_to_all":  # XLA:CPU cannot run ragged_all_to_all
+            and row.op != "ragged_all_to_all" and row.payload == "bytes":  # XLA:CPU cannot run ragged_all_to_all
         env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={row.devices}")
         result.update(_subprocess(["--jax-row", json.dumps(row.__dict__)], env))
     if good and profile:
@@ -171,6 +204,8 @@ def line(row: Row, result: dict, simpy_rate: float) -> str:
     rate = result["messages"] / result["wall_s"]
     jax_s = result.get("jax_s")
     label = row.label + (f" (ran {result['ran']})" if row.algorithm == "auto" else "")
+    if row.payload != "bytes":
+        label = f"{row.label} ({result['ran']})"
     return (f"{label:<52} {row.devices:>7} {result['wall_s']:>8.3f} {result['messages']:>10,} {rate:>10,.0f} "
             f"{result['peak_rss_mib']:>5.0f} MiB {result['numpy_s']:>9.2e} "
             f"{'-' if jax_s is None else f'{jax_s:.2e}':>9} {rate / SIMGRID_MESSAGES_PER_S:>7.1f}x "
