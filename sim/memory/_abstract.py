@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from layouts import ABSTRACT_KEY as _KEY
-from layouts import logical
+from layouts import is_numeric, logical
 from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim.memory._sharding import Sharding
 
 _MAP_NORESERVE = 0x4000  # Linux: map address space without reserving memory for it
 _MAPPED_BYTES = 1 << 20  # hollow arrays past this size are mapped, not allocated (no commit charge)
@@ -45,7 +46,7 @@ class ShapeDtypeStruct:
 
     shape: tuple[int, ...]
     dtype: Any
-    sharding: Any = None
+    sharding: Sharding | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
@@ -111,11 +112,15 @@ def hollow_empty(shape: Any, dtype: Any) -> np.ndarray:
     mapped without reserving memory (never touched: no bytes are ever written to it).
 
     Raises:
-        InvalidArgumentError: a negative dimension; a dtype that is no number.
+        InvalidArgumentError: a negative dimension.
+        InvalidTypeError: a dtype that holds no numbers.
+        MemoryError: the process has no address space left for it (about 128 TiB at once on x86-64 Linux).
     """
     shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     if any(n < 0 for n in shape):
         raise InvalidArgumentError(f"shape={shape} must not have negative dimensions")
+    if not is_numeric(dtype):
+        raise InvalidTypeError(f"dtype={np.dtype(dtype)} must be numeric for an abstract array")
     hollow = hollow_dtype(dtype)
     count = 1
     for n in shape:
@@ -124,7 +129,12 @@ def hollow_empty(shape: Any, dtype: Any) -> np.ndarray:
     if size <= _MAPPED_BYTES:
         return np.zeros(shape, hollow)
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
-    return np.frombuffer(mmap.mmap(-1, size, flags=flags), hollow, count).reshape(shape)
+    try:
+        region = mmap.mmap(-1, size, flags=flags)
+    except OSError as error:
+        raise MemoryError(f"an abstract {logical(dtype)}{list(shape)} needs {size} bytes of address space and the "
+                          f"process has no more ({error}); run fewer or smaller abstract arrays at once") from None
+    return np.frombuffer(region, hollow, count).reshape(shape)
 
 
 def abstract_like(value: Any) -> np.ndarray:
