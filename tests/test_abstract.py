@@ -266,3 +266,13 @@ def test_hollow_copies_move_nothing():
     assert x.nbytes == y.nbytes == 1 << 30 and x.strides == (4,) and x.flags.c_contiguous
     assert grown_bytes < 1 << 28
     assert sim.memory.logical_dtype(y.dtype) == np.float32
+
+
+@pytest.mark.parametrize(("shape", "dtype", "error", "match"), [
+    ((-1,), np.float32, sim.InvalidArgumentError, r"shape=\(-1,\) must not have negative dimensions"),
+    ((2,), np.dtype("U3"), sim.InvalidTypeError, "dtype=<U3 must be numeric for an abstract array"),
+])
+def test_hollow_empty_refuses(shape, dtype, error, match):
+    """An abstract array of a negative shape or of a dtype holding no numbers is refused naming the argument."""
+    with pytest.raises(error, match=match):
+        sim.memory.hollow_empty(shape, dtype)
