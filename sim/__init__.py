@@ -73,6 +73,7 @@ from sim.program import (
     copy_step,
     explore,
     jit,
+    labelled,
     leaves,
     promote,
     shard_map,
@@ -82,6 +83,7 @@ from sim.program import (
     wrap,
 )
 from sim.record import CallRecord, Const, CopyRecord, Equation, MessageRecord, Program, Trace, Var, Violation, vma_str
+from sim.record import located as located
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network
@@ -122,3 +124,5 @@ __all__ += [  # for collectives: the protocol interface
 __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",
 ]
+
+__all__ += ["labelled", "located"]  # where calls were made, for the faces

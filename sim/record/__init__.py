@@ -18,6 +18,7 @@ from sim.record._html import (
     text,
     timeline,
 )
+from sim.record._labels import call_label, located
 from sim.record._order import time_order
 from sim.record._perfetto import trace_events
 from sim.record._perfetto import write as write_trace_events
@@ -30,3 +31,4 @@ __all__ = [
     "skipped_str", "summary", "svg", "tag", "text", "time_order", "timeline", "trace_events", "vma_str",
     "write_trace_events", "xml_text",
 ]
+__all__ += ["call_label", "located"]  # where calls were made

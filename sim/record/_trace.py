@@ -100,6 +100,7 @@ class CallRecord:
     met_s: float
     exit_s: float
     algorithm: str | None = None
+    label: str | None = None
 
 
 class Trace:
