@@ -82,8 +82,21 @@ from sim.program import (
     with_layout_constraint,
     wrap,
 )
-from sim.record import CallRecord, Const, CopyRecord, Equation, MessageRecord, Program, Trace, Var, Violation, vma_str
-from sim.record import located as located
+from sim.record import (
+    CallRecord,
+    Const,
+    CopyRecord,
+    Equation,
+    MessageRecord,
+    Program,
+    SavedRun,
+    Trace,
+    Var,
+    Violation,
+    load_run,
+    located,
+    vma_str,
+)
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network
@@ -125,4 +138,4 @@ __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",
 ]
 
-__all__ += ["labelled", "located"]  # where calls were made, for the faces
+__all__ += ["SavedRun", "labelled", "load_run", "located"]  # the faces of a run and where its calls were made

@@ -4,6 +4,7 @@ table). Imports nothing else of `sim` but its errors."""
 
 from sim.record._equations import Const, Equation, Program, Var, vma_str
 from sim.record._escape import printable, xml_text
+from sim.record._faces import Faces, SavedRun, load_run
 from sim.record._html import (
     PALETTE_HEX,
     Timeline,
@@ -22,8 +23,10 @@ from sim.record._labels import call_label, located
 from sim.record._order import time_order
 from sim.record._perfetto import trace_events
 from sim.record._perfetto import write as write_trace_events
+from sim.record._program_calls import ProgramCall, program_calls
 from sim.record._trace import CallRecord, CopyRecord, MessageRecord, Trace
 from sim.record._violation import Violation, grouped, skipped_str
+from sim.record._words import counted, plural
 
 __all__ = [
     "PALETTE_HEX", "CallRecord", "Const", "CopyRecord", "Equation", "MessageRecord", "Program", "Timeline", "Trace",
@@ -31,4 +34,5 @@ __all__ = [
     "skipped_str", "summary", "svg", "tag", "text", "time_order", "timeline", "trace_events", "vma_str",
     "write_trace_events", "xml_text",
 ]
-__all__ += ["call_label", "located"]  # where calls were made
+__all__ += ["Faces", "ProgramCall", "SavedRun", "call_label", "counted", "load_run", "located", "plural",
+            "program_calls"]  # the faces of a run; where calls were made; counts in words
