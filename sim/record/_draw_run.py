@@ -122,10 +122,10 @@ def _panel(faced: Faced, call: ProgramCall, top: float, full: bool) -> tuple[lis
              f"of {' or '.join(map(str, sizes))} {plural(sizes[-1], 'device')}",
              f"{counted(len(sent), 'message')}, {counted(int(size.sum()), 'byte')}",
              f"entered {seconds(call.enter_s)}, met {seconds(call.met_s)}, ended {seconds(call.exit_s)}"]
-    body += [text(20, top + 50 + 16 * i, fact, fill="#333", font_size=11) for i, fact in enumerate(facts)]
-    matrix, height = _matrix(len(faced.devices), src, dst, size, 440, top + 40, colour, full)
+    body += [text(20, top + 52 + 16 * i, fact, fill="#333", font_size=11) for i, fact in enumerate(facts)]
+    matrix, height = _matrix(len(faced.devices), src, dst, size, 440, top + 56, colour, full)
     body += matrix
-    return [tag("g", {"class_": "call", "data_call": call.number}, "".join(body))], top + max(110.0, height + 50)
+    return [tag("g", {"class_": "call", "data_call": call.number}, "".join(body))], top + max(110.0, height + 66)
 
 
 def _matrix(n: int, src: np.ndarray, dst: np.ndarray, size: np.ndarray, x0: float, y0: float, colour: str,
