@@ -13,7 +13,7 @@ import scenarios
 import sim
 from scenarios import ProgramScenario, ScenarioError, ScenarioResult
 from scenarios.cli._faces import is_saved, program_run, saved_run
-from scenarios.cli._limits import add_allow_code, add_timeout, load_collective
+from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli.render import page, picture
 
 _FORMATS = {".svg": picture, ".html": page}
@@ -89,11 +89,11 @@ def execute(args: argparse.Namespace) -> int:
     if suffix not in _FORMATS:
         raise ScenarioError(f"-o {args.output}: unknown extension {output.suffix or '(none)'!r}; "
                             f"the output must end in .svg (a picture) or .html (a page)")
-    run = _run(args.scenario, args.allow_code)
-    if run is None:
-        drawn = _FORMATS[suffix](_result(args.scenario), full=args.full)
+    loaded = _load(args.scenario, args.allow_code)
+    if isinstance(loaded, ScenarioResult):
+        drawn = _FORMATS[suffix](loaded, full=args.full)
     else:
-        drawn = (sim.record.draw_svg if suffix == ".svg" else sim.record.draw_page)(run, args.full)
+        drawn = (sim.record.draw_svg if suffix == ".svg" else sim.record.draw_page)(loaded, args.full)
     try:
         output.write_text(drawn, encoding="utf-8")
     except OSError as error:
@@ -102,22 +102,15 @@ def execute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(path: str, allow_code: bool) -> sim.record.Faced | None:
-    """The run to draw call by call: a saved run, or a `[program]` scenario's, titled with the scenario's title
-    (None for a `[collective]`)."""
+def _load(path: str, allow_code: bool) -> ScenarioResult | sim.record.Faced:
+    """The run to draw: a `[collective]` scenario's result (drawn row by row), or a saved run or a
+    `[program]` scenario's run, titled with its title (drawn call by call)."""
     if is_saved(path):
         return saved_run(path)
-    if path.endswith(".py") or not allow_code:
-        return None  # refused below with the reason, before any code runs
-    scenario = scenarios.load(path, allow_code=True)
-    if not isinstance(scenario, ProgramScenario):
-        return None
-    return dataclasses.replace(program_run(scenario).faced(), title=scenario.title)
-
-
-def _result(path: str) -> ScenarioResult:
-    """The run of the `[collective]` scenario at `path`; scripts have no rows to draw, programs need consent."""
-    return scenarios.run(load_collective(
-        path, "draw takes a TOML scenario with a [collective] or [program] table, not a script",
-        f"this scenario has a [program]: drawing it runs its code; give --allow-code to draw it "
-        f"(`meshsim draw --allow-code {path} -o ...`)"))
+    if path.endswith(".py"):
+        raise ScenarioError(f"{path}: draw takes a TOML scenario with a [collective] or [program] table, not a "
+                            f"script")
+    scenario = scenarios.load(path, allow_code=allow_code)  # a [program] without consent is refused here, unrun
+    if isinstance(scenario, ProgramScenario):
+        return dataclasses.replace(program_run(scenario).faced(), title=scenario.title)
+    return scenarios.run(scenario)
