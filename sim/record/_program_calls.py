@@ -62,7 +62,8 @@ def program_calls(trace: Trace, calls: Sequence[CallRecord]) -> list[ProgramCall
 def _owners(trace: Trace, parts: list[CallRecord], of: np.ndarray) -> np.ndarray:
     """For each trace record, the index (in `of`) of the call whose part sent it, -1 for none: a record is
     its sender's part of the same collective and call number; where a device has several such parts (calls
-    over different groups that share a number), the one whose meeting-to-end span holds the send time."""
+    over different groups that share a number), the one that met last before the record was sent (a part
+    sends nothing before its group meets, and the next part meets no earlier than the one before ended)."""
     owner = np.full(len(trace), -1, np.int64)
     if not len(trace) or not parts:
         return owner
@@ -81,6 +82,6 @@ def _owners(trace: Trace, parts: list[CallRecord], of: np.ndarray) -> np.ndarray
         rows = np.flatnonzero(message_keys == key)
         candidates = np.flatnonzero(part_keys == key).tolist()
         for row in rows:
-            inside = [k for k in candidates if parts[k].met_s <= send[row] <= parts[k].exit_s]
-            owner[row] = of[(inside or candidates)[0]]
+            met = [k for k in candidates if parts[k].met_s <= send[row]] or candidates
+            owner[row] = of[max(met, key=lambda k: parts[k].met_s)]
     return owner

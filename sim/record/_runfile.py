@@ -1,7 +1,7 @@
 """A run's file: what the faces (`explain`, `draw`) read of a run, written as JSON and read back.
 
 The file holds the mesh's axes, the end time, every device's part of every call (`CallRecord`, labels
-included) and the trace's columns (details as given, row spans as lists). Routes are not saved (they follow
+included) and the trace's columns (details as given, tuples marked). Routes are not saved (they follow
 from the mesh and the network, which are not).
 """
 
@@ -18,7 +18,7 @@ from sim._errors import InvalidArgumentError
 from sim.record._trace import FIELDS, CallRecord, Trace
 
 FORMAT, VERSION = "meshsim-run", 1
-_TUPLES = ("rows", "src_rows")  # detail values that are row spans
+_TUPLE = "tuple"  # a detail's tuple is written {"tuple": [...]}, so it reads back a tuple, not a list
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,7 @@ def write_run(faced: Faced, path: str | Path) -> None:
     """
     columns = faced.trace.columns()
     messages = {name: columns[name].tolist() for name in FIELDS if name != "detail"}
-    messages["detail"] = [{k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
-                          for d in columns["detail"].tolist()]
+    messages["detail"] = [{k: _encode(v) for k, v in d.items()} for d in columns["detail"].tolist()]
     document = {"format": FORMAT, "version": VERSION, "title": faced.title, "mesh": dict(faced.mesh_shape),
                 "end_time_s": faced.end_time_s, "calls": [list(astuple(c)) for c in faced.calls],
                 "messages": messages}
@@ -88,10 +87,27 @@ def _read(document: dict, title: str) -> Faced:
         raise ValueError("the message columns differ in length")
     for row in zip(*(messages[name] for name in FIELDS)):
         record = dict(zip(FIELDS, row))
-        record["detail"] = {k: tuple(v) if k in _TUPLES and isinstance(v, list) else v
-                            for k, v in record["detail"].items()}
+        record["detail"] = {k: _decode(v) for k, v in record["detail"].items()}
         trace.append(**record)
     return Faced(mesh, trace, calls, float(document["end_time_s"]), str(document.get("title") or title))
+
+
+def _encode(value: Any) -> Any:
+    """A detail's value as JSON keeps it: tuples marked, numpy values plain."""
+    if isinstance(value, tuple):
+        return {_TUPLE: [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    return _plain(value) if isinstance(value, (np.generic, np.ndarray)) else value
+
+
+def _decode(value: Any) -> Any:
+    """A detail's value as it was recorded (`_encode` undone)."""
+    if isinstance(value, dict) and list(value) == [_TUPLE]:
+        return tuple(_decode(v) for v in value[_TUPLE])
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:

@@ -21,6 +21,7 @@ from scenarios.cli.render._protocols import array_text
 from scenarios.cli.render._units import seconds as _seconds
 from scenarios.cli.render._units import span as _span
 from scenarios.picture import receiver_slot, slices_per_member
+from sim.record import counted
 
 Step = tuple[str, list[Any]]
 _INDEX = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
@@ -242,8 +243,8 @@ def _planned(scenario: Scenario, slices: Sequence[Slice], full: bool) -> list[An
     for s in sorted(slices, key=lambda s: s.recv_size == s.src_rows[1] - s.src_rows[0]):
         size = s.src_rows[1] - s.src_rows[0]
         recv = "?" if s.recv_size is None else s.recv_size
-        lines.append(Text(f"device {s.src} slice {s.i}: operand rows {_span(s.src_rows)} ({size} rows) -> device "
-                          f"{s.dst} slice {s.j}: output rows {_span(s.rows)}, recv_sizes[{s.j}]={recv}"
+        lines.append(Text(f"device {s.src} slice {s.i}: operand rows {_span(s.src_rows)} ({counted(size, 'row')}) "
+                          f"-> device {s.dst} slice {s.j}: output rows {_span(s.rows)}, recv_sizes[{s.j}]={recv}"
                           + ("" if s.recv_size == size else "  <- sizes disagree"), style=_colour(s.src)))
     return edges(lines, full, LINE_EDGE, "slices")
 
