@@ -23,6 +23,7 @@ from sim.record._words import counted, plural
 
 WIDTH, LEFT, PLOT_W, LANE_H = 760, 110, 620, 14
 LANES, SIDE, EDGE = 32, 16, 8
+CELL_ROWS = 1 << 16  # past this many records in a run, cells count messages (rows are read from each detail)
 MATRIX_W = 240
 
 
@@ -34,6 +35,7 @@ def draw_svg(faced: Faced, full: bool = False) -> str:
     lanes, top = _timeline(faced, calls, 60.0, full)
     body += lanes
     shown = calls if full or len(calls) <= 2 * EDGE else calls[:EDGE] + calls[-EDGE:]
+    landed = faced.trace.detail_column("rows") if len(faced.trace) <= CELL_ROWS else None
     if len(shown) < len(calls):
         left = len(calls) - len(shown)
         body.append(text(10, top + 14, f"panels for the first and last {EDGE} calls; {counted(left, 'call')} "
@@ -44,7 +46,7 @@ def draw_svg(faced: Faced, full: bool = False) -> str:
         if k == EDGE and len(shown) < len(calls):
             body.append(text(10, top + 14, f"... {counted(len(calls) - len(shown), 'call')} more ...", fill="#666"))
             top += 24
-        panel, top = _panel(faced, call, top + 10, full)
+        panel, top = _panel(faced, call, top + 10, full, landed)
         body += panel
     return svg(WIDTH, top + 20, body, f"{faced.title}: {counted(len(calls), 'call')}")
 
@@ -104,8 +106,10 @@ def _timeline(faced: Faced, calls: list[ProgramCall], top: float, full: bool) ->
     return body, top
 
 
-def _panel(faced: Faced, call: ProgramCall, top: float, full: bool) -> tuple[list[str], float]:
-    """One call: its title and label, its facts, and the matrix of bytes from each sender to each receiver."""
+def _panel(faced: Faced, call: ProgramCall, top: float, full: bool,
+           landed: list | None) -> tuple[list[str], float]:
+    """One call: its title and label, its facts, and the matrix of bytes from each sender to each receiver
+    (`landed`: each trace record's rows where it landed, or None when not read)."""
     colour = call_colour(call.number)
     body = [tag("rect", {"x": 4, "y": number(top), "width": 10, "height": 16, "fill": colour}),
             text(20, top + 13, f"call {call.number}: {call.collective}", font_weight="bold", class_="call-title",
@@ -123,34 +127,42 @@ def _panel(faced: Faced, call: ProgramCall, top: float, full: bool) -> tuple[lis
              f"{counted(len(sent), 'message')}, {counted(int(size.sum()), 'byte')}",
              f"entered {seconds(call.enter_s)}, met {seconds(call.met_s)}, ended {seconds(call.exit_s)}"]
     body += [text(20, top + 52 + 16 * i, fact, fill="#333", font_size=11) for i, fact in enumerate(facts)]
-    matrix, height = _matrix(len(faced.devices), src, dst, size, 440, top + 56, colour, full)
+    spans = [landed[k] for k in sent] if landed is not None and len(sent) else []
+    rows = (np.array([stop - start for start, stop in spans], np.int64)
+            if spans and all(r is not None for r in spans) else None)
+    matrix, height = _matrix(len(faced.devices), (src, dst, size, rows), 440, top + 56, colour, full)
     body += matrix
     return [tag("g", {"class_": "call", "data_call": call.number}, "".join(body))], top + max(110.0, height + 66)
 
 
-def _matrix(n: int, src: np.ndarray, dst: np.ndarray, size: np.ndarray, x0: float, y0: float, colour: str,
-            full: bool) -> tuple[list[str], float]:
-    """Bytes from each sender (row) to each receiver (column), a cell per device or per block of devices."""
+def _matrix(n: int, messages: tuple, x0: float, y0: float, colour: str, full: bool) -> tuple[list[str], float]:
+    """Bytes from each sender (row) to each receiver (column), a cell per device or per block of devices;
+    `messages` are the senders, receivers, sizes and (when every message says where it lands) row counts.
+    A cell says how many messages it holds, or how many rows when rows are known."""
+    src, dst, size, rows = messages
     per = 1 if full or n <= SIDE else math.ceil(n / SIDE)
     side = math.ceil(n / per)
     cell = max(2.0, min(22.0, MATRIX_W / side))
     grid = np.zeros((side, side))
     count = np.zeros((side, side), np.int64)
     np.add.at(grid, (src // per, dst // per), size)
-    np.add.at(count, (src // per, dst // per), 1)
+    np.add.at(count, (src // per, dst // per), 1 if rows is None else rows)
     peak = grid.max(initial=0) or 1.0
-    said = "sender (row) -> receiver (column)" + (f", blocks of {per} devices" if per > 1 else "")
+    noun = "message" if rows is None else "row"
+    said = (f"sender (row) -> receiver (column), {plural(2, noun)} in each cell"
+            + (f", blocks of {per} devices" if per > 1 else ""))
     body = [text(x0, y0 - 4, said, font_size=10, fill="#444")]
-    for i, j in zip(*np.nonzero(count)):
+    for i, j in zip(*np.nonzero(count | (grid > 0))):
         about = (f"{'devices' if per > 1 else 'device'} {_who(i, per, n)} -> {_who(j, per, n)}: "
-                 f"{counted(int(count[i, j]), 'message')}, {counted(int(grid[i, j]), 'byte')}")
+                 f"{counted(int(count[i, j]), noun)}, {counted(int(grid[i, j]), 'byte')}")
         body.append(tag("rect", {"x": number(x0 + j * cell), "y": number(y0 + i * cell), "width": number(cell),
                                  "height": number(cell), "fill": colour,
                                  "fill_opacity": number(0.15 + 0.85 * grid[i, j] / peak), "class_": "cell"},
                         tag("title", {}, xml_text(about))))
         if cell >= 18 and count[i, j] < 100:
             body.append(text(x0 + (j + 0.5) * cell, y0 + (i + 0.5) * cell + 4, str(int(count[i, j])),
-                             font_size=9, text_anchor="middle"))
+                             font_size=9, text_anchor="middle", stroke="white", stroke_width="2.5",
+                             paint_order="stroke", class_="cell-count"))
     body.append(tag("rect", {"x": x0, "y": number(y0), "width": number(side * cell), "height": number(side * cell),
                              "fill": "none", "stroke": "#999"}))
     return body, side * cell
