@@ -1,14 +1,16 @@
 """A run's file: what the faces (`explain`, `draw`) read of a run, written as JSON and read back.
 
 The file holds the mesh's axes, the end time, every device's part of every call (`CallRecord`, labels
-included) and the trace's columns (details as given, tuples marked). Routes are not saved (they follow
+included) and the trace's columns (details one column per key, None where a record lacks the key: a
+detail's None value reads back as absent). Routes are not saved (they follow
 from the mesh and the network, which are not).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +48,12 @@ def write_run(faced: Faced, path: str | Path) -> None:
     """
     columns = faced.trace.columns()
     messages = {name: columns[name].tolist() for name in FIELDS if name != "detail"}
-    messages["detail"] = [{k: _encode(v) for k, v in d.items()} for d in columns["detail"].tolist()]
+    messages["detail"] = {key: _column(faced.trace.detail_column(key)) for key in sorted(faced.trace.detail_keys())}
+    groups: dict[tuple[int, ...], int] = {}
+    calls = [[c.device, c.collective, c.call, groups.setdefault(c.members, len(groups)), c.enter_s, c.met_s,
+              c.exit_s, c.algorithm, c.label] for c in faced.calls]
     document = {"format": FORMAT, "version": VERSION, "title": faced.title, "mesh": dict(faced.mesh_shape),
-                "end_time_s": faced.end_time_s, "calls": [list(astuple(c)) for c in faced.calls],
+                "end_time_s": faced.end_time_s, "groups": [list(g) for g in groups], "calls": calls,
                 "messages": messages}
     Path(path).write_text(json.dumps(document, default=_plain), encoding="utf-8")
 
@@ -78,18 +83,52 @@ def read_run(path: str | Path) -> Faced:
 
 def _read(document: dict, title: str) -> Faced:
     mesh = {str(name): int(size) for name, size in document["mesh"].items()}
-    calls = tuple(CallRecord(int(d), str(c), int(k), tuple(int(m) for m in members), float(a), float(b),
-                             float(e), algorithm, label)
-                  for d, c, k, members, a, b, e, algorithm, label in document["calls"])
+    groups = [tuple(int(m) for m in members) for members in document["groups"]]
+    calls = tuple(CallRecord(int(d), str(c), int(k), groups[g], float(a), float(b), float(e), algorithm, label)
+                  for d, c, k, g, a, b, e, algorithm, label in document["calls"])
     messages, trace = document["messages"], Trace()
     count = len(messages["src"])
-    if any(len(messages[name]) != count for name in FIELDS):
+    keys = {key: _uncolumn(column) for key, column in messages["detail"].items()}
+    if any(len(messages[name]) != count for name in FIELDS if name != "detail") or any(
+            len(values) != count for values in keys.values()):
         raise ValueError("the message columns differ in length")
-    for row in zip(*(messages[name] for name in FIELDS)):
-        record = dict(zip(FIELDS, row))
-        record["detail"] = {k: _decode(v) for k, v in record["detail"].items()}
-        trace.append(**record)
+    if all(None not in values for values in keys.values()):  # every record has every key: one dict each
+        details = [dict(zip(keys, row)) for row in zip(*keys.values())] if keys else [{} for _ in range(count)]
+    else:
+        details = [{} for _ in range(count)]
+        for key, values in keys.items():
+            for detail, value in zip(details, values):
+                if value is not None:
+                    detail[key] = value
+    stored = [details if name == "detail" else messages[name] for name in FIELDS if name != "arrival_time_s"]
+    trace.extend(list(zip(*stored)), np.asarray(messages["arrival_time_s"], np.float64))
     return Faced(mesh, trace, calls, float(document["end_time_s"]), str(document.get("title") or title))
+
+
+def _column(values: list) -> dict:
+    """One detail key's values (None where a record lacks it) as JSON: plain, or lists for a key whose
+    values are all tuples (row spans), else each value encoded alone."""
+    if values and None not in values:
+        with contextlib.suppress(ValueError, TypeError):  # ragged or mixed: value by value below
+            kinds = {type(v) for v in values}
+            array = np.array(values)
+            if kinds == {tuple} and array.ndim == 2 and array.dtype.kind == "i":
+                return {"tuples": True, "values": array.tolist()}
+            if kinds in ({int}, {float}) and array.ndim == 1 and array.dtype.kind in "if":
+                return {"tuples": False, "values": array.tolist()}
+    if all(v is None or type(v) is tuple for v in values):
+        return {"tuples": True, "values": [None if v is None else _encode(list(v)) for v in values]}
+    return {"tuples": False, "values": [_encode(v) for v in values]}
+
+
+def _uncolumn(column: dict) -> list:
+    """`_column` undone."""
+    values = column["values"]
+    if column["tuples"]:
+        if None not in values and all(type(e) in (int, float) for v in values[:1] for e in v):
+            return list(map(tuple, values))
+        return [None if v is None else tuple(_decode(v)) for v in values]
+    return [_decode(v) for v in column["values"]]
 
 
 def _encode(value: Any) -> Any:

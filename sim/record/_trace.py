@@ -247,6 +247,17 @@ class Trace:
         if self._made:
             self._made = {}
 
+    def extend(self, rows: Sequence[tuple], arrivals_s: Sequence[float]) -> None:
+        """Record many messages at once (a trace read back from a file): `rows` are their fields in `FIELDS`
+        order without the arrival, `arrivals_s` their arrival times."""
+        self._pack()
+        for start in range(0, len(rows), _STAGE_ROWS):
+            part = rows[start:start + _STAGE_ROWS]
+            first = self._grow(len(part))
+            self._arrivals[first:first + len(part)] = arrivals_s[start:start + len(part)]
+            self._rows = list(part)
+            self._pack()
+
     def add(self, record: MessageRecord) -> None:
         """Record a `MessageRecord` (or `CopyRecord`)."""
         self.append(*(getattr(record, name) for name in FIELDS))
