@@ -215,3 +215,15 @@ def test_meshsim_draws_and_explains_a_saved_run(tmp_path, capsys):
     assert main(["explain", str(tmp_path / "run.json")]) == 0
     told = capsys.readouterr().out
     assert "Call 1 of 2: psum" in told and "made at first" in told and "made at second" in told
+
+
+def test_explain_summarises_operands_in_one_line_unless_full(capsys):
+    """moe_dispatch.toml's operands (6 x 4 per device): explain gives each its type and ends in one line, not
+    one line per row (row 3 of device 0, [3, 3.1, 3.2, 3.3], is not printed); --full prints every row."""
+    assert main(["explain", str(LIBRARY / "moe_dispatch.toml")]) == 0
+    brief = capsys.readouterr().out
+    assert main(["explain", "--full", str(LIBRARY / "moe_dispatch.toml")]) == 0
+    full = capsys.readouterr().out
+    row = re.compile(r"\[3\. *, 3\.1, 3\.2, 3\.3\]")
+    assert "f32[6,4]" in brief and not row.search(brief) and row.search(full)
+    assert len(brief.splitlines()) < 0.6 * len(full.splitlines())

@@ -28,7 +28,7 @@ from scenarios.cli.render import (
     LINE_EDGE,
     _protocols,
     _ragged,
-    array_text,
+    brief,
     edges,
     fill,
     message_table,
@@ -165,8 +165,7 @@ def _holdings(scenario: Scenario, full: bool) -> Table:
 
     def add(d: int) -> None:
         coords = ", ".join(f"{a}={i}" for a, i in scenario.mesh.coords(d).items())
-        table.add_row(str(d), coords, *(array_text(scenario.inputs[d][n], threshold=64 if full else 2 * DEVICE_EDGE)
-                                        if n in scenario.inputs[d] else
+        table.add_row(str(d), coords, *(brief(scenario.inputs[d][n], full, typed=True) if n in scenario.inputs[d] else
                                         Text("(the same as its group's first device)", style="dim")
                                         for n in names), style=_colour(d))
     fill(table, scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
@@ -214,7 +213,7 @@ def _results(result: ScenarioResult, full: bool) -> Table:
         provenance = result.provenance[d]
         sources = provenance.sources if provenance is not None and provenance.axis == 0 else None
         writers = (_writers(provenance, full),) if located else ()
-        table.add_row(str(d), array_text(result.outputs[d], sources), *writers)
+        table.add_row(str(d), brief(result.outputs[d], full, sources, typed=True), *writers)
     fill(table, result.scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
     return table
 
