@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 from sim.record._equations import Program
 
@@ -30,12 +31,13 @@ def located() -> Iterator[None]:
         _locating[0] -= 1
 
 
-def call_label(program: Program, frame: FrameType | None) -> str | None:
-    """The label of a call the device of `program` enters now, its program suspended at `frame`: the
-    program's `label`, else (inside `located()`) the innermost line of `frame`'s stack outside the simulator
-    and the collectives ('file:line (function)'), else None."""
+def call_label(program: Program, suspended: Any) -> str | None:
+    """The label of a call the device of `program` enters now, its program suspended in the greenlet
+    `suspended`: the program's `label`, else (inside `located()`) the innermost line of the greenlet's stack
+    outside the simulator and the collectives ('file:line (function)'), else None."""
     if program.label is not None or not _locating[0]:
         return program.label
+    frame: FrameType | None = suspended.gr_frame
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if not _library(path):
