@@ -227,3 +227,25 @@ def test_explain_summarises_operands_in_one_line_unless_full(capsys):
     row = re.compile(r"\[3\. *, 3\.1, 3\.2, 3\.3\]")
     assert "f32[6,4]" in brief and not row.search(brief) and row.search(full)
     assert len(brief.splitlines()) < 0.6 * len(full.splitlines())
+
+
+# '1 rows' and its kin, but not a number that is part of a name or a formula ('slice 1 rows', 'n - 1 steps')
+SAID_AS_MANY = re.compile(r"(?<![\d.:\[,-])(?<!slice )(?<!device )(?<!- )1 (messages|bytes|devices|calls|groups|"
+                          r"rows|slices|steps|local copies|members|entries)\b")
+
+
+@pytest.mark.parametrize("name", ["ragged_docs_representation", "moe_dispatch", "ragged_docs_example",
+                                  "moe_round_trip", "pswapaxes_groups"])
+def test_run_explain_and_draw_say_counts_of_one_in_the_singular(name, tmp_path, capsys):
+    """Library scenarios with one device, one-row slices, empty slices and programs: what `meshsim run`,
+    `explain` and `draw` (SVG and page) say never puts a count of one with a plural noun."""
+    path = str(LIBRARY / f"{name}.toml")
+    said = []
+    for argv in (["run", path], ["explain", path], ["draw", path, "-o", str(tmp_path / "x.svg")],
+                 ["draw", path, "-o", str(tmp_path / "x.html")]):
+        assert main([argv[0], "--allow-code", *argv[1:]]) == 0
+        said.append(capsys.readouterr().out + ((tmp_path / "x.html").read_text() if argv[-1].endswith("html") else
+                                               (tmp_path / "x.svg").read_text() if argv[0] == "draw" else ""))
+    wrong = [m.group(0) for text in said for m in SAID_AS_MANY.finditer(text)]
+    assert wrong == []
+    assert SAID_AS_MANY.search("mesh x=1 (1 devices)") and not SAID_AS_MANY.search("slice 1 rows 0:2")
