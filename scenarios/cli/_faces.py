@@ -102,6 +102,7 @@ def call_steps(faced: sim.record.Faces | Any, full: bool) -> list[Step]:
 
 
 def _call(trace: sim.Trace, call: sim.record.ProgramCall, full: bool) -> list[Any]:
+    """One call's step: where it was made, what the collective does, its groups and times, its messages by step."""
     counted = sim.record.counted
     body: list[Any] = [Text(f"made at {call.label}" if call.label else "where it was made is not recorded",
                             style="bold")]

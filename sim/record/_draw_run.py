@@ -66,6 +66,7 @@ def call_colour(number_: int) -> str:
 
 
 def _summary(faced: Faced, calls: list[ProgramCall]) -> str:
+    """The line under the title: mesh, calls, messages, end time."""
     axes = ", ".join(f"{name}={n}" for name, n in faced.mesh_shape.items())
     sent = faced.trace.column("kind") == "message"
     return (f"mesh {axes} ({counted(len(faced.devices), 'device')}); {counted(len(calls), 'call')}, "
@@ -169,4 +170,5 @@ def _matrix(n: int, messages: tuple, x0: float, y0: float, colour: str, full: bo
 
 
 def _who(block: int, per: int, n: int) -> str:
+    """A matrix cell's sender or receiver: a device, or a block of devices as `first-last`."""
     return str(block) if per == 1 else f"{block * per}-{min(n, (block + 1) * per) - 1}"

@@ -31,6 +31,7 @@ def explain_run(faced: Faced, full: bool = False) -> str:
 
 
 def _headline(faced: Faced, calls: list[ProgramCall]) -> str:
+    """One line for the whole run: mesh, calls, messages, bytes over the network, end time."""
     trace = faced.trace
     src, dst, size = trace.column("src"), trace.column("dst"), trace.column("size_bytes")
     between = (trace.column("kind") == "message") & (src != dst)
@@ -81,6 +82,7 @@ def _message(m: object) -> str:
 
 
 def _members(group: tuple[int, ...], full: bool) -> str:
+    """A group's members, or past `2 * EDGE` of them (unless `full`) the ends and how many between."""
     if full or len(group) <= 2 * EDGE:
         return str(list(group))
     return (f"[{', '.join(map(str, group[:EDGE]))}, ... {len(group) - 2 * EDGE} more ..., "

@@ -61,6 +61,7 @@ class SavedRun(Faced, Faces):
     """A run read back from its file (`load_run`): it explains, draws and saves itself as the run did."""
 
     def faced(self) -> Faced:
+        """The run itself: it holds what the faces read."""
         return self
 
 

@@ -82,6 +82,11 @@ def read_run(path: str | Path) -> Faced:
 
 
 def _read(document: dict, title: str) -> Faced:
+    """The run a parsed document holds (titled `title` when it has none).
+
+    Raises:
+        KeyError, TypeError, ValueError: the document is not a run's.
+    """
     mesh = {str(name): int(size) for name, size in document["mesh"].items()}
     groups = [tuple(int(m) for m in members) for members in document["groups"]]
     calls = tuple(CallRecord(int(d), str(c), int(k), groups[g], float(a), float(b), float(e), algorithm, label)
