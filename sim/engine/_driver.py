@@ -174,7 +174,7 @@ class DeviceProgram:
         self._waiting, self._last_call, self._activity = (collective, call, members), None, None
 
     def label(self) -> str | None:
-        """Where the program made the call it waits to enter (`sim.record.call_label`). [faces]"""
+        """Where the program made the call it waits to enter (`sim.record.call_label`): its label."""
         return call_label(self._record, self._greenlet)
 
     def call(self, collective: Collective) -> Any:
