@@ -94,7 +94,9 @@ from sim.record import (
     Var,
     Violation,
     load_run,
+    load_runs,
     located,
+    save_runs,
     vma_str,
 )
 
@@ -138,4 +140,4 @@ __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",
 ]
 
-__all__ += ["SavedRun", "labelled", "load_run", "located"]  # the faces of a run and where its calls were made
+__all__ += ["SavedRun", "labelled", "load_run", "load_runs", "located", "save_runs"]  # saved runs, call labels

@@ -1,6 +1,7 @@
 """A mixture-of-experts layer with ragged dispatch and combine, run through `oracles.simulate_jax`; its runs
 saved with `Run.save` for `meshsim draw` / `meshsim explain` (test_faces_jax.py runs this in a child process:
-`python tests/faces_moe.py OUT_DIR` writes forward.json and one file per run of the gradient).
+`python tests/faces_moe.py OUT_DIR` writes forward.json, and grad.json with the gradient's forward and
+backward runs).
 
 Each device holds its tokens and one expert. The router picks an expert per token; tokens are sorted by
 expert, the counts all_gathered, offsets taken from running sums, and the rows dispatched into an empty
@@ -18,6 +19,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+import sim
 from oracles import simulate_jax
 
 DEVICES, TOKENS, WIDTH = 4, 8, 4
@@ -58,8 +60,7 @@ def main(out: Path) -> None:
             rng.standard_normal((DEVICES, WIDTH, WIDTH)).astype(np.float32))
     layer = moe_layer(jax.sharding.AbstractMesh((DEVICES,), ("e",)))
     simulate_jax(jax.jit(layer), *args).run.save(out / "forward.json")
-    for k, run in enumerate(simulate_jax(jax.jit(jax.grad(layer, argnums=(0, 2))), *args).runs):
-        run.save(out / f"grad_{k}.json")
+    sim.save_runs(out / "grad.json", simulate_jax(jax.jit(jax.grad(layer, argnums=(0, 2))), *args).runs)
 
 
 if __name__ == "__main__":

@@ -284,3 +284,26 @@ def test_run_explain_and_draw_say_counts_of_one_in_the_singular(name, tmp_path, 
     wrong = [m.group(0) for text in said for m in SAID_AS_MANY.finditer(text)]
     assert wrong == []
     assert SAID_AS_MANY.search("mesh x=1 (1 devices)") and not SAID_AS_MANY.search("slice 1 rows 0:2")
+
+
+def test_several_runs_in_one_file_are_read_drawn_and_explained_in_order(tmp_path, capsys):
+    """`sim.save_runs` writes a forward-and-backward pair in one file: `sim.load_runs` gives both back in order
+    (titled 'runs.json run 1', 'run 2'), `sim.load_run` refuses the file naming `load_runs`, and `meshsim
+    draw` / `explain` show both, one after the other."""
+    first, second = _run_two_axes(), _ring(3, 2)
+    sim.save_runs(tmp_path / "runs.json", [first, second])
+    back = sim.load_runs(tmp_path / "runs.json")
+    assert [b.calls for b in back] == [tuple(first.calls), tuple(second.calls)]
+    assert [b.title for b in back] == ["runs.json run 1", "runs.json run 2"]
+    with pytest.raises(sim.InvalidArgumentError, match=r"holds 2 runs; sim\.load_runs reads them all"):
+        sim.load_run(tmp_path / "runs.json")
+    assert main(["draw", str(tmp_path / "runs.json"), "-o", str(tmp_path / "runs.svg")]) == 0
+    svg = ET.parse(tmp_path / "runs.svg").getroot()
+    titles = [t.text for t in svg.iter(SVG + "text") if t.get("class") == "title"]
+    assert titles == ["run 1 of 2: runs.json run 1", "run 2 of 2: runs.json run 2"]
+    panels = [g for g in svg.iter(SVG + "g") if g.get("class") == "call"]
+    assert len(panels) == 2 + 2
+    capsys.readouterr()
+    assert main(["explain", str(tmp_path / "runs.json")]) == 0
+    told = capsys.readouterr().out
+    assert told.index("Run 1 of 2") < told.index("Run 1, call 2 of 2: psum") < told.index("Run 2 of 2")

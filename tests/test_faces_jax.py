@@ -21,7 +21,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> Path:
-    """The directory where the child saved the MoE layer's runs (forward.json, grad_0.json, grad_1.json)."""
+    """The directory where the child saved the MoE layer's runs (forward.json; grad.json, forward and backward)."""
     pytest.importorskip("jax")
     out = tmp_path_factory.mktemp("moe")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
@@ -58,14 +58,16 @@ def test_draw_of_the_moe_run_shows_dispatch_and_combine_labelled_with_their_line
 
 
 def test_the_backward_run_labels_each_transpose_with_the_line_it_transposes(saved, tmp_path, capsys):
-    """The gradient's backward run: the combine's transpose comes first and the dispatch's last, each
-    labelled with its forward line; `meshsim explain` says the same."""
-    out = tmp_path / "back.svg"
-    assert main(["draw", str(saved / "grad_1.json"), "-o", str(out)]) == 0
+    """The gradient's file holds its forward and backward runs; drawn together, the backward run's ragged
+    calls come last: the combine's transpose first and the dispatch's last, each labelled with its forward
+    line; `meshsim explain` says the same."""
+    out = tmp_path / "grad.svg"
+    assert main(["draw", str(saved / "grad.json"), "-o", str(out)]) == 0
     ragged = [label for title, label in _panels(out) if title.endswith("ragged_all_to_all")]
-    assert [f"faces_moe.py:{_line(m)}:" in label for label, m in zip(ragged, ("# combine", "# dispatch"))] == [
-        True, True]
+    assert len(ragged) == 4
+    marks = ("# dispatch", "# combine", "# combine", "# dispatch")
+    assert [f"faces_moe.py:{_line(m)}:" in label for label, m in zip(ragged, marks)] == [True] * 4
     capsys.readouterr()
-    assert main(["explain", str(saved / "grad_1.json")]) == 0
+    assert main(["explain", str(saved / "grad.json")]) == 0
     told = capsys.readouterr().out.replace("\n", "")
-    assert f"faces_moe.py:{_line('# dispatch')}:" in told and "[dispatch]" in told
+    assert "Run 2 of 2" in told and f"faces_moe.py:{_line('# dispatch')}:" in told and "[dispatch]" in told

@@ -32,14 +32,14 @@ def is_saved(path: str) -> bool:
     return path.lower().endswith(SAVED)
 
 
-def saved_run(path: str) -> sim.SavedRun:
-    """The run saved at `path`.
+def saved_runs(path: str) -> tuple[sim.SavedRun, ...]:
+    """The runs saved at `path`, in order.
 
     Raises:
         ScenarioError: the file cannot be read or is not a saved run.
     """
     try:
-        return sim.load_run(path)
+        return sim.load_runs(path)
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read the file: {error.strerror}") from error
     except sim.MeshError as error:
@@ -82,10 +82,15 @@ def program_steps(scenario: ProgramScenario, full: bool) -> list[Step]:
 
 
 def saved_steps(path: str, full: bool) -> list[Step]:
-    """The walkthrough of the run saved at `path`: the whole, then each call."""
-    run = saved_run(path)
-    return [("The run", [Text(run.explain().splitlines()[0], style="bold"), Text(path, style="dim")]),
-            *call_steps(run, full)]
+    """The walkthrough of the runs saved at `path`: for each, the whole, then each call."""
+    runs = saved_runs(path)
+    steps: list[Step] = []
+    for k, run in enumerate(runs):
+        which = "The run" if len(runs) == 1 else f"Run {k + 1} of {len(runs)}"
+        steps.append((which, [Text(run.explain().splitlines()[0], style="bold"), Text(path, style="dim")]))
+        steps += [(title if len(runs) == 1 else f"Run {k + 1}, {title[0].lower()}{title[1:]}", body)
+                  for title, body in call_steps(run, full)]
+    return steps
 
 
 def call_steps(faced: sim.record.Faces | Any, full: bool) -> list[Step]:

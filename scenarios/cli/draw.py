@@ -12,7 +12,7 @@ from pathlib import Path
 import scenarios
 import sim
 from scenarios import ProgramScenario, ScenarioError, ScenarioResult
-from scenarios.cli._faces import is_saved, program_run, saved_run
+from scenarios.cli._faces import is_saved, program_run, saved_runs
 from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli.render import page, picture
 
@@ -102,11 +102,11 @@ def execute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(path: str, allow_code: bool) -> ScenarioResult | sim.record.Faced:
-    """The run to draw: a `[collective]` scenario's result (drawn row by row), or a saved run or a
+def _load(path: str, allow_code: bool) -> ScenarioResult | sim.record.Faced | tuple[sim.record.Faced, ...]:
+    """What to draw: a `[collective]` scenario's result (drawn row by row), or the runs saved in a file or a
     `[program]` scenario's run, titled with its title (drawn call by call)."""
     if is_saved(path):
-        return saved_run(path)
+        return saved_runs(path)
     if path.endswith(".py"):
         raise ScenarioError(f"{path}: draw takes a TOML scenario with a [collective] or [program] table, not a "
                             f"script")

@@ -12,6 +12,7 @@ above the run's message timeline and table (`run_html`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -27,12 +28,29 @@ CELL_ROWS = 1 << 16  # past this many records in a run, cells count messages (ro
 MATRIX_W = 240
 
 
-def draw_svg(faced: Faced, full: bool = False) -> str:
-    """The SVG text of the run: its timeline of calls and a panel per call (bounded unless `full`)."""
+def draw_svg(faced: Faced | Sequence[Faced], full: bool = False) -> str:
+    """The SVG text of the run (or of several runs, one under another, e.g. a gradient's forward and
+    backward runs): its timeline of calls and a panel per call (bounded unless `full`)."""
+    runs = [faced] if isinstance(faced, Faced) else list(faced)
+    body: list[str] = []
+    top = 0.0
+    for k, run in enumerate(runs):
+        if k:
+            body.append(tag("line", {"x1": 0, "y1": number(top + 6), "x2": WIDTH, "y2": number(top + 6),
+                                     "stroke": "#888", "stroke_width": 2}))
+            top += 12
+        drawn, top = _drawn(run, full, top, "" if len(runs) == 1 else f"run {k + 1} of {len(runs)}: ")
+        body += drawn
+    title = runs[0].title if len(runs) == 1 else f"{counted(len(runs), 'run')}: " + ", ".join(r.title for r in runs)
+    return svg(WIDTH, top + 20, body, title)
+
+
+def _drawn(faced: Faced, full: bool, top: float, heading: str) -> tuple[list[str], float]:
+    """One run's title, summary, timeline and call panels from `top`; returns them and where they end."""
     calls = program_calls(faced.trace, faced.calls)
-    body = [text(10, 22, faced.title, font_size=15, font_weight="bold", class_="title"),
-            text(10, 40, _summary(faced, calls), fill="#444", class_="summary")]
-    lanes, top = _timeline(faced, calls, 60.0, full)
+    body = [text(10, top + 22, heading + faced.title, font_size=15, font_weight="bold", class_="title"),
+            text(10, top + 40, _summary(faced, calls), fill="#444", class_="summary")]
+    lanes, top = _timeline(faced, calls, top + 60.0, full)
     body += lanes
     shown = calls if full or len(calls) <= 2 * EDGE else calls[:EDGE] + calls[-EDGE:]
     landed = faced.trace.detail_column("rows") if len(faced.trace) <= CELL_ROWS else None
@@ -48,16 +66,17 @@ def draw_svg(faced: Faced, full: bool = False) -> str:
             top += 24
         panel, top = _panel(faced, call, top + 10, full, landed)
         body += panel
-    return svg(WIDTH, top + 20, body, f"{faced.title}: {counted(len(calls), 'call')}")
+    return [tag("g", {"class_": "run"}, "".join(body))], top
 
 
-def draw_page(faced: Faced, full: bool = False) -> str:
-    """A self-contained HTML page: the picture, then the run's message timeline and table."""
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + xml_text(faced.title)
+def draw_page(faced: Faced | Sequence[Faced], full: bool = False) -> str:
+    """A self-contained HTML page: the picture, then each run's message timeline and table."""
+    runs = [faced] if isinstance(faced, Faced) else list(faced)
+    tables = "\n".join(run_html(r.trace, r.devices, r.end_time_s, r.title) for r in runs)
+    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + xml_text(runs[0].title)
             + "</title><style>body{font-family:sans-serif} table{border-collapse:collapse;font-size:12px} "
               "td,th{padding:1px 6px} .num{text-align:right}</style></head><body>\n"
-            + draw_svg(faced, full) + "\n" + run_html(faced.trace, faced.devices, faced.end_time_s, faced.title)
-            + "\n</body></html>\n")
+            + draw_svg(runs, full) + "\n" + tables + "\n</body></html>\n")
 
 
 def call_colour(number_: int) -> str:

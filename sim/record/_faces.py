@@ -3,13 +3,14 @@ from its file (`SavedRun`, from `load_run`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sim._errors import InvalidArgumentError
 from sim.record._draw_run import draw_page, draw_svg
 from sim.record._explain_run import explain_run
-from sim.record._runfile import Faced, read_run, write_run
+from sim.record._runfile import Faced, read_runs, write_runs
 
 _DRAWINGS = {".svg": draw_svg, ".html": draw_page}
 
@@ -53,7 +54,7 @@ class Faces:
         Raises:
             OSError: `path` cannot be written.
         """
-        write_run(self.faced(), path)
+        write_runs([self.faced()], path)
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,34 @@ class SavedRun(Faced, Faces):
         return self
 
 
-def load_run(path: str | Path) -> SavedRun:
-    """The run saved at `path` by `Run.save`.
+def save_runs(path: str | Path, runs: Sequence[Faces]) -> None:
+    """Write several runs to one file, in order (e.g. `simulated.runs` of a `simulate_jax` gradient: its
+    forward and backward runs); `meshsim draw` and `explain` show them one after another.
+
+    Raises:
+        OSError: `path` cannot be written.
+    """
+    write_runs([run.faced() for run in runs], path)
+
+
+def load_runs(path: str | Path) -> tuple[SavedRun, ...]:
+    """Every run saved at `path` (by `Run.save` or `save_runs`), in order.
 
     Raises:
         InvalidArgumentError: the file is not a saved run (names the file and what is wrong).
         OSError: the file cannot be read.
     """
-    faced = read_run(path)
-    title = Path(path).name if faced.title == Faced.title else faced.title
-    return SavedRun(faced.mesh_shape, faced.trace, faced.calls, faced.end_time_s, title)
+    return tuple(SavedRun(f.mesh_shape, f.trace, f.calls, f.end_time_s, f.title) for f in read_runs(path))
+
+
+def load_run(path: str | Path) -> SavedRun:
+    """The run saved at `path` by `Run.save`.
+
+    Raises:
+        InvalidArgumentError: the file is not a saved run, or holds several (`load_runs` reads them all).
+        OSError: the file cannot be read.
+    """
+    runs = load_runs(path)
+    if len(runs) != 1:
+        raise InvalidArgumentError(f"{path}: holds {len(runs)} runs; sim.load_runs reads them all")
+    return runs[0]

@@ -1,11 +1,11 @@
-"""A run's file: what the faces (`explain`, `draw`) read of a run, written as JSON and read back.
+"""A run's file: what the faces (`explain`, `draw`) read of runs, written as JSON and read back.
 
-The file holds the mesh's axes, the end time, every device's part of every call (`CallRecord`, labels
-included; each group's members once) and the trace's columns: numbers as base64 of their little-endian
-bytes, names as a table and codes, details one column per key (an array where its values are ints or
-tuples of ints, else JSON values with null where a record lacks the key, so a detail's None value reads
-back as absent). A million messages save and load in seconds. Routes are not saved (they follow from the
-mesh and the network, which are not).
+The file holds one or more runs (a gradient's forward and backward runs, say), each with the mesh's axes,
+the end time, every device's part of every call (`CallRecord`, labels included; each group's members
+once) and the trace's columns: numbers as base64 of their little-endian bytes, names as a table and codes,
+details one column per key (an array where its values are ints or tuples of ints, else JSON values with
+null where a record lacks the key, so a detail's None value reads back as absent). A million messages save
+and load in seconds. Routes are not saved (they follow from the mesh and the network, which are not).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,18 @@ class Faced:
         return range(int(np.prod(list(self.mesh_shape.values()), dtype=np.int64)))
 
 
-def write_run(faced: Faced, path: str | Path) -> None:
-    """Write `faced` to `path` as JSON.
+def write_runs(faceds: Sequence[Faced], path: str | Path) -> None:
+    """Write the runs `faceds` to `path` as JSON, in order.
 
     Raises:
         OSError: `path` cannot be written.
     """
+    document = {"format": FORMAT, "version": VERSION, "runs": [_document(faced) for faced in faceds]}
+    Path(path).write_text(json.dumps(document), encoding="utf-8")
+
+
+def _document(faced: Faced) -> dict:
+    """One run as JSON."""
     trace = faced.trace
     messages: dict[str, Any] = {}
     for name in FIELDS:
@@ -64,14 +71,12 @@ def write_run(faced: Faced, path: str | Path) -> None:
     groups: dict[tuple[int, ...], int] = {}
     calls = [[c.device, c.collective, c.call, groups.setdefault(c.members, len(groups)), c.enter_s, c.met_s,
               c.exit_s, c.algorithm, c.label] for c in faced.calls]
-    document = {"format": FORMAT, "version": VERSION, "title": faced.title, "mesh": dict(faced.mesh_shape),
-                "end_time_s": faced.end_time_s, "count": len(trace), "groups": [list(g) for g in groups],
-                "calls": calls, "messages": messages}
-    Path(path).write_text(json.dumps(document), encoding="utf-8")
+    return {"title": faced.title, "mesh": dict(faced.mesh_shape), "end_time_s": faced.end_time_s,
+            "count": len(trace), "groups": [list(g) for g in groups], "calls": calls, "messages": messages}
 
 
-def read_run(path: str | Path) -> Faced:
-    """The run written at `path` by `write_run` (`Run.save`).
+def read_runs(path: str | Path) -> list[Faced]:
+    """The runs written at `path` by `write_runs` (`Run.save`, `sim.save_runs`), in order.
 
     Raises:
         InvalidArgumentError: the file is not a saved run (names the file and what is wrong).
@@ -87,14 +92,16 @@ def read_run(path: str | Path) -> Faced:
     if document.get("version") != VERSION:
         raise InvalidArgumentError(f"{path}: saved run version={document.get('version')!r}; this meshsim reads "
                                    f"version {VERSION}")
+    name = Path(path).name
     try:
-        return _read(document, Path(path).name)
+        runs = document["runs"]
+        return [_read(run, name if len(runs) == 1 else f"{name} run {k + 1}") for k, run in enumerate(runs)]
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
         raise InvalidArgumentError(f"{path}: not a saved run: {type(error).__name__}: {error}") from None
 
 
 def _read(document: dict, title: str) -> Faced:
-    """The run a parsed document holds (titled `title` when it has none).
+    """The run a parsed document holds (titled `title` when it has none of its own).
 
     Raises:
         KeyError, TypeError, ValueError, AttributeError, IndexError: the document is not a run's.
@@ -119,7 +126,8 @@ def _read(document: dict, title: str) -> Faced:
         trace.extend_columns(columns, keys)  # every record has every key: kept as columns
     else:
         trace.extend_columns(columns, _dicts(keys, count))
-    return Faced(mesh, trace, calls, float(document["end_time_s"]), str(document.get("title") or title))
+    named = str(document.get("title") or Faced.title)
+    return Faced(mesh, trace, calls, float(document["end_time_s"]), title if named == Faced.title else named)
 
 
 def _dicts(keys: dict[str, Any], count: int) -> list[dict]:
