@@ -28,6 +28,7 @@ import sim
 from collectives import REGISTRY, Definition
 from oracles._bridge_diagnostics import SLIPS, JaxSlipError, slip, source_line
 from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError
+from oracles._bridge_labels import call_label
 
 # JAX's parameter names where meshsim's differ; every other parameter keeps its name, and those a
 # collective does not take (`axis_size`, JAX's own bookkeeping) are dropped.
@@ -127,7 +128,8 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list
     name = eqn.primitive.name
     definition = _definition(name)
     if definition is not None:
-        outs = _collective(definition, eqn, ins)
+        with sim.labelled(call_label(eqn, watch.where)):  # faces: each call labelled with its line
+            outs = _collective(definition, eqn, ins)
         if name in STARTS:
             return outs  # a future: its type is checked where it is done
     elif name in DONES:

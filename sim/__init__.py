@@ -73,6 +73,7 @@ from sim.program import (
     copy_step,
     explore,
     jit,
+    labelled,
     leaves,
     promote,
     shard_map,
@@ -81,7 +82,23 @@ from sim.program import (
     with_layout_constraint,
     wrap,
 )
-from sim.record import CallRecord, Const, CopyRecord, Equation, MessageRecord, Program, Trace, Var, Violation, vma_str
+from sim.record import (
+    CallRecord,
+    Const,
+    CopyRecord,
+    Equation,
+    MessageRecord,
+    Program,
+    SavedRun,
+    Trace,
+    Var,
+    Violation,
+    load_run,
+    load_runs,
+    located,
+    save_runs,
+    vma_str,
+)
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network
@@ -122,3 +139,5 @@ __all__ += [  # for collectives: the protocol interface
 __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",
 ]
+
+__all__ += ["SavedRun", "labelled", "load_run", "load_runs", "located", "save_runs"]  # saved runs, call labels

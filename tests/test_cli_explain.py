@@ -150,7 +150,7 @@ def test_a_program_scenario_is_explained(capsys):
     code, out, _ = explain(capsys, "--allow-code", "scenarios/library/transpose_4_all_gather_invariant.toml")
     assert code == 0
     assert "all_gather_invariant[axis=0, axis_name='i', tiled=True]" in out
-    assert "Call 0: all_gather_invariant" in out and "-> rows 6:8 of axis 0" in out
+    assert "Call 1 of 1: all_gather_invariant" in out and "-> rows 6:8 of axis 0" in out
     assert "pscatter[axis=0, axis_name='i', tiled=True]" in out and "adjoint identity" in out
 
 

@@ -55,7 +55,7 @@ def meshsim(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProce
     return done, time.monotonic() - start
 
 
-@pytest.mark.parametrize("command", [["run"], ["explain"], ["trace", "-o", "trace.json"]])
+@pytest.mark.parametrize("command", [["run"], ["explain"], ["trace", "-o", "trace.json"], ["draw", "-o", "out.svg"]])
 def test_a_program_source_does_not_run_without_consent(tmp_path, capsys, monkeypatch, command):
     """Without --allow-code, a `[program]` whose source runs a shell command exits 2, the command does not run
     (no marker file), and the message shows the source, its file and line, and how to allow it."""
@@ -71,7 +71,7 @@ def test_a_program_source_does_not_run_without_consent(tmp_path, capsys, monkeyp
     assert err.endswith("If you trust this file, add --allow-code to the command.\n")
 
 
-@pytest.mark.parametrize("command", [["run"], ["explain"], ["trace", "-o", "trace.json"]])
+@pytest.mark.parametrize("command", [["run"], ["explain"], ["trace", "-o", "trace.json"], ["draw", "-o", "out.svg"]])
 def test_with_consent_the_program_runs(tmp_path, capsys, monkeypatch, command):
     """With --allow-code the same file runs: its source's command runs and the command exits 0."""
     monkeypatch.chdir(tmp_path)
@@ -81,12 +81,10 @@ def test_with_consent_the_program_runs(tmp_path, capsys, monkeypatch, command):
 
 
 @pytest.mark.parametrize("command, message", [
-    (["draw", "-o", "out.svg"], r"draw takes a scenario with a \[collective\] table; this one has \[program\] "
-                                r"\(use `meshsim run --allow-code "),
     (["check", "--no-jax"], r"a \[program\] has no independent answer"),
 ])
-def test_draw_and_check_refuse_a_program_before_its_source_runs(tmp_path, capsys, monkeypatch, command, message):
-    """`draw` and `check` take no program: they refuse one with exit 2 and their own reason, without running it."""
+def test_check_refuses_a_program_before_its_source_runs(tmp_path, capsys, monkeypatch, command, message):
+    """`check` takes no program: it refuses one with exit 2 and its own reason, without running it."""
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "marker"
     assert main([*command, program(tmp_path, touching(marker))]) == 2

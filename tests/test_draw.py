@@ -151,12 +151,14 @@ def test_committed_picture_is_what_draw_makes_now():
     (["{root}/scenarios/library/moe_dispatch.toml", "-o", "{tmp}/out.png"], r"out\.png: unknown extension '\.png'"),
     (["{root}/scenarios/library/moe_dispatch.toml", "-o", "{tmp}/missing/out.svg"], r"cannot write the file"),
     (["{tmp}/broken.toml", "-o", "{tmp}/out.svg"], r"broken\.toml:\d+: .*axes"),
-    (["{root}/scenarios/library/transpose_1_psum_unmapped.toml", "-o", "{tmp}/out.html"], r"has \[program\]"),
+    (["{tmp}/not_a_run.json", "-o", "{tmp}/out.svg"], r"not_a_run\.json: not a saved run"),
     (["{root}/scenarios/library/layout_guide.py", "-o", "{tmp}/out.svg"], r"not a script"),
 ])
 def test_bad_input_exits_2_with_one_message(argv, message, tmp_path, capsys):
-    """An unknown extension, an unwritable path, a broken file, a program or a script: exit 2, one line."""
+    """An unknown extension, an unwritable path, a broken file, a script or a file that is not a saved run:
+    exit 2, one line (a program without --allow-code: test_consent.py)."""
     (tmp_path / "broken.toml").write_text('[mesh]\naxes = 4\n[collective]\nop = "psum"\naxis_name = "i"\n')
+    (tmp_path / "not_a_run.json").write_text('{"format": "something else"}')
     assert main(["draw", *(a.format(tmp=tmp_path, root=ROOT) for a in argv)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("meshsim: error: ") and re.search(message, err)

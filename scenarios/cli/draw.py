@@ -6,16 +6,29 @@ The page steps through the exchange (see `DESCRIPTION`, which `meshsim draw --he
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import scenarios
-from scenarios import ScenarioError, ScenarioResult
-from scenarios.cli._limits import add_timeout, load_collective
+import sim
+from scenarios import ProgramScenario, ScenarioError, ScenarioResult
+from scenarios.cli._faces import is_saved, program_run, saved_runs
+from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli.render import page, picture
 
 _FORMATS = {".svg": picture, ".html": page}
 DESCRIPTION = """\
-Draw a [collective] scenario. FILE.svg is the picture: each device's operand (left) and result (right) as
+Draw a scenario, or a saved run.
+
+A [program] scenario (run with --allow-code) or a run saved with Run.save (a .json file: a sim.Run, or a
+simulate_jax run's `.run`) is drawn call by call: a timeline of the calls with a lane per device, and a
+panel per call saying where the program made it (its source line, and JAX's name stack for a simulate_jax
+run), its algorithm, groups, messages, bytes and times, with a sender x receiver matrix of the bytes it
+moved. Past 32 devices the timeline shows the first lanes, past 16 devices a matrix cell is a block of
+devices, and past 16 calls the first and last 8 get panels; --full draws everything. FILE.html puts the
+picture above the run's message timeline and table.
+
+A [collective] scenario: FILE.svg is the picture: each device's operand (left) and result (right) as
 strips of rows coloured by the sending device, an arrow from the rows each message carries to the rows it
 writes; rows kept from `output` hatched, operand rows no slice sends grey, empty slices dashed. Collectives
 whose messages do not land on rows (the reductions, ppermute) get a box per device and an arrow per sender
@@ -46,43 +59,58 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                             "its messages, with a timeline and tables",
                                description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     draw.add_argument("scenario", metavar="SCENARIO",
-                      help="a [collective] scenario file (TOML), e.g. scenarios/library/moe_dispatch.toml")
+                      help="a scenario file (TOML) with a [collective] (e.g. scenarios/library/moe_dispatch.toml) "
+                           "or a [program] (with --allow-code), or a run saved with Run.save (a .json file, e.g. "
+                           "of a simulate_jax run)")
     draw.add_argument("-o", "--output", metavar="FILE", required=True,
                       help="where to write: FILE.svg (the picture) or FILE.html (a self-contained page)")
     draw.add_argument("--full", action="store_true",
                       help="draw every band and step through every message, however many (past 4,096 messages "
                            "or 64 devices the default bounds the picture and the stepper)")
+    add_allow_code(draw)
     add_timeout(draw)
     draw.set_defaults(execute=execute)
 
 
 def execute(args: argparse.Namespace) -> int:
-    """Run the scenario at `args.scenario` and write its picture or page to `args.output`.
+    """Run the scenario at `args.scenario` (or read the run saved there) and write its picture or page to
+    `args.output`.
 
     Returns:
         0 once the file is written.
 
     Raises:
         ScenarioError: the output's extension is neither .svg nor .html, the scenario is unreadable, breaks
-            the format, is a program or a script, or the simulator rejects it, or the output cannot be written.
+            the format, is a script, is a program without --allow-code, or the simulator rejects it, the saved
+            run is not one, or the output cannot be written.
     """
     output = Path(args.output)
-    render = _FORMATS.get(output.suffix.lower())
-    if render is None:
+    suffix = output.suffix.lower()
+    if suffix not in _FORMATS:
         raise ScenarioError(f"-o {args.output}: unknown extension {output.suffix or '(none)'!r}; "
                             f"the output must end in .svg (a picture) or .html (a page)")
-    result = _result(args.scenario)
+    loaded = _load(args.scenario, args.allow_code)
+    if isinstance(loaded, ScenarioResult):
+        drawn = _FORMATS[suffix](loaded, full=args.full)
+    else:
+        drawn = (sim.record.draw_svg if suffix == ".svg" else sim.record.draw_page)(loaded, args.full)
     try:
-        output.write_text(render(result, full=args.full), encoding="utf-8")
+        output.write_text(drawn, encoding="utf-8")
     except OSError as error:
         raise ScenarioError(f"-o {args.output}: cannot write the file: {error.strerror}") from error
     print(f"wrote {args.output}")
     return 0
 
 
-def _result(path: str) -> ScenarioResult:
-    """The run of the `[collective]` scenario at `path`; programs and scripts have no rows to draw."""
-    return scenarios.run(load_collective(
-        path, "draw takes a TOML scenario with a [collective] table, not a script",
-        f"draw takes a scenario with a [collective] table; this one has [program] (use `meshsim run --allow-code "
-        f"{path}`)"))
+def _load(path: str, allow_code: bool) -> ScenarioResult | sim.record.Faced | tuple[sim.record.Faced, ...]:
+    """What to draw: a `[collective]` scenario's result (drawn row by row), or the runs saved in a file or a
+    `[program]` scenario's run, titled with its title (drawn call by call)."""
+    if is_saved(path):
+        return saved_runs(path)
+    if path.endswith(".py"):
+        raise ScenarioError(f"{path}: draw takes a TOML scenario with a [collective] or [program] table, not a "
+                            f"script")
+    scenario = scenarios.load(path, allow_code=allow_code)  # a [program] without consent is refused here, unrun
+    if isinstance(scenario, ProgramScenario):
+        return dataclasses.replace(program_run(scenario).faced(), title=scenario.title)
+    return scenarios.run(scenario)

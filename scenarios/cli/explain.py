@@ -18,17 +18,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-import collectives
 import scenarios
 import sim
-from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult, run_forward
+from scenarios import ProgramScenario, Scenario, ScenarioError, ScenarioResult
+from scenarios.cli._faces import is_saved, program_steps, saved_steps
 from scenarios.cli._limits import add_allow_code, add_timeout
 from scenarios.cli.render import (
     DEVICE_EDGE,
     LINE_EDGE,
     _protocols,
     _ragged,
-    array_text,
+    brief,
     edges,
     fill,
     message_table,
@@ -39,6 +39,7 @@ from scenarios.cli.render import (
 from scenarios.cli.render import colour as _colour
 from scenarios.cli.render import seconds as _seconds
 from scenarios.cli.render import span as _span
+from sim.record import counted
 
 Step = tuple[str, list[Any]]
 
@@ -48,7 +49,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     explain = commands.add_parser("explain", help="walk through a scenario step by step: inputs, protocol, "
                                                   "messages, result, timeline")
     explain.add_argument("scenario", metavar="SCENARIO",
-                         help="a TOML scenario file, e.g. scenarios/library/ragged_docs_example.toml")
+                         help="a TOML scenario file, e.g. scenarios/library/ragged_docs_example.toml, or a run "
+                              "saved with Run.save (a .json file, e.g. of a simulate_jax run)")
     explain.add_argument("--step", action="store_true",
                          help="wait for Enter between steps (when stdin is a terminal; ignored otherwise)")
     explain.add_argument("--full", action="store_true",
@@ -69,7 +71,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.scenario.endswith(".py"):
         raise ScenarioError(f"{args.scenario}: explain takes TOML scenario files; run a Python scenario with "
                             f"`python {args.scenario}` or `meshsim run --allow-code {args.scenario}`")
-    scenario = scenarios.load(args.scenario, allow_code=args.allow_code)
+    scenario = None if is_saved(args.scenario) else scenarios.load(args.scenario, allow_code=args.allow_code)
     if getattr(scenario, "payload", "bytes") == "abstract":  # the walk shows values; an abstract run has none
         raise ScenarioError(f"{args.scenario}: explain walks through values and payload='abstract' has none; explain "
                             f"the scenario with payload = \"bytes\" at a small shape, or `meshsim run` / `trace` it")
@@ -77,8 +79,10 @@ def execute(args: argparse.Namespace) -> int:
     pause = args.step and sys.stdin.isatty()
     if args.step and not pause:
         print("meshsim: --step ignored: stdin is not a terminal", file=sys.stderr)
-    if isinstance(scenario, ProgramScenario):
-        walkthrough, refusal = _program_steps(scenario), None
+    if scenario is None:
+        walkthrough, refusal = saved_steps(args.scenario, args.full), None
+    elif isinstance(scenario, ProgramScenario):
+        walkthrough, refusal = program_steps(scenario, args.full), None
     else:
         walkthrough, refusal = _collective_steps(scenario, args.full)
     try:
@@ -144,7 +148,7 @@ def _call(scenario: Scenario, full: bool) -> list[Any]:
     told: list[Any] = [Text(scenario.title, style="bold"), Text(scenario.path, style="dim")]
     if scenario.description:
         told.append(Text(" ".join(scenario.description.split()), style="italic"))
-    told.append(Text(f"mesh {axes}: {mesh.size} devices; network {network.describe()}, latency "
+    told.append(Text(f"mesh {axes}: {counted(mesh.size, 'device')}; network {network.describe()}, latency "
                      f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s"))
     told.append(Text(_protocols.call_text(scenario.op, scenario.params), style="bold"))
     groups = {scenario.mesh.group(d, scenario.params["axis_name"], scenario.params.get("axis_index_groups")).members
@@ -164,8 +168,7 @@ def _holdings(scenario: Scenario, full: bool) -> Table:
 
     def add(d: int) -> None:
         coords = ", ".join(f"{a}={i}" for a, i in scenario.mesh.coords(d).items())
-        table.add_row(str(d), coords, *(array_text(scenario.inputs[d][n], threshold=64 if full else 2 * DEVICE_EDGE)
-                                        if n in scenario.inputs[d] else
+        table.add_row(str(d), coords, *(brief(scenario.inputs[d][n], full, typed=True) if n in scenario.inputs[d] else
                                         Text("(the same as its group's first device)", style="dim")
                                         for n in names), style=_colour(d))
     fill(table, scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
@@ -174,7 +177,7 @@ def _holdings(scenario: Scenario, full: bool) -> Table:
 
 def _broken(violations: Sequence[str]) -> list[Any]:
     """The simulator's list of broken rules, for a collective without words of its own for them."""
-    return [Text(f"The simulator refused the call: {len(violations)} broken rule(s).", style="bold red"),
+    return [Text(f"The simulator refused the call: {counted(len(violations), 'broken rule')}.", style="bold red"),
             *(Text(f"  {v}") for v in violations)]
 
 
@@ -185,7 +188,7 @@ def _message_steps(trace: sim.Trace, full: bool) -> list[Step]:
     if not groups:
         copies = int(np.count_nonzero(trace.column("kind") != "message"))
         return [("The messages", [Text("No message is sent: each device computes its result locally"
-                                       + (f" ({copies} local copy steps)." if copies else "."))])]
+                                       + (f" ({counted(copies, 'local copy step')})." if copies else "."))])]
     sizes, arrivals = trace.column("size_bytes"), trace.column("arrival_time_s")
     told: list[Step] = []
     for group in edges(groups, full, LINE_EDGE, "steps of messages"):
@@ -193,7 +196,7 @@ def _message_steps(trace: sim.Trace, full: bool) -> list[Step]:
             told.append(("More steps of messages", [group]))
             continue
         label, ks = group
-        note = Text(f"{len(ks)} messages, {int(sizes[ks].sum())} bytes; the last arrives at "
+        note = Text(f"{counted(len(ks), 'message')}, {counted(int(sizes[ks].sum()), 'byte')}; the last arrives at "
                     f"{_seconds(float(arrivals[ks].max()))}", style="dim")
         shown = edges(ks, full, LINE_EDGE, "messages")
         left_out = [item for item in shown if isinstance(item, Text)]
@@ -213,7 +216,7 @@ def _results(result: ScenarioResult, full: bool) -> Table:
         provenance = result.provenance[d]
         sources = provenance.sources if provenance is not None and provenance.axis == 0 else None
         writers = (_writers(provenance, full),) if located else ()
-        table.add_row(str(d), array_text(result.outputs[d], sources), *writers)
+        table.add_row(str(d), brief(result.outputs[d], full, sources, typed=True), *writers)
     fill(table, result.scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
     return table
 
@@ -266,53 +269,7 @@ def _timeline(result: ScenarioResult, full: bool) -> list[Any]:
     if sent.any():
         last_one = trace[int(np.flatnonzero(sent)[np.argmax(arrived)])]
         told.append(Text(f"The last message to arrive: device {last_one.src} -> device {last_one.dst}, "
-                         f"{last_one.size_bytes} bytes, at {_seconds(last_one.arrival_time_s)} (latency "
+                         f"{counted(last_one.size_bytes, 'byte')}, at {_seconds(last_one.arrival_time_s)} (latency "
                          f"{_seconds(result.scenario.mesh.network.latency_s)} plus bytes / bandwidth)."))
     told.append(Text.assemble(("simulated end time: ", "bold"), _seconds(result.end_time_s)))
-    return told
-
-
-def _program_steps(scenario: ProgramScenario) -> list[Step]:
-    """The program, its typed listing, each collective call's messages, the outputs and the transposes."""
-    run = run_forward(scenario)
-    program = run.program(0)
-    intro: list[Any] = [Text(scenario.title, style="bold"), Text(scenario.path, style="dim")]
-    if scenario.description:
-        intro.append(Text(" ".join(scenario.description.split()), style="italic"))
-    axes = ", ".join(f"{name}={size}" for name, size in scenario.mesh.shape.items())
-    intro += [Text(f"mesh {axes}; arguments: " + ", ".join(f"{a.dtype}{list(a.shape)}" for a in scenario.args)),
-              Text(scenario.source.strip(), style="bold")]
-    walkthrough = [("The program", intro),
-                   ("Its typed listing (device 0)", [Text(
-                       "Each variable carries its type and {V:axes}, the mesh axes along which it varies; "
-                       "a collective changes that set as its variance rule says.", style="dim"), Text(str(program))])]
-    calls: dict[tuple[int, str], list[int]] = {}
-    for k, key in enumerate(zip(run.trace.column("call").tolist(), run.trace.column("collective").tolist())):
-        calls.setdefault(key, []).append(k)
-    for (call, op), ks in calls.items():
-        body: list[Any] = [Text(_protocols.protocol(collectives.definition(op), {}, 0)[0])]
-        for label, messages in step_groups(run.trace, ks):
-            body += [Text(label, style="bold"), message_table(run.trace, messages)]
-        walkthrough.append((f"Call {call}: {op}", body))
-    outputs = run.outputs if isinstance(run.outputs, tuple) else (run.outputs,)
-    walkthrough.append(("The outputs and the time", [
-        *(Text.assemble(f"output {k}: ", array_text(o)) for k, o in enumerate(outputs)),
-        Text(f"{len(run.trace.sent)} messages, {run.trace.total_bytes} bytes across the network; simulated end "
-             f"time {_seconds(run.end_time_s)}")]))
-    if scenario.transpose:
-        walkthrough.append(("The transposed program", _transposed(scenario)))
-    return walkthrough
-
-
-def _transposed(scenario: ProgramScenario) -> list[Any]:
-    """The transposed program's listing and communication, and whether transposing twice gives it back."""
-    result = scenarios.run(scenario)
-    told: list[Any] = []
-    for name, one in (("transposed", result.transposed), ("transposed twice", result.twice)):
-        if one is not None:
-            told += [Text(f"{name}: {one.messages} messages, {one.network_bytes} bytes, simulated time "
-                          f"{_seconds(one.end_time_s)}", style="bold"), Text(str(one.program))]
-    if result.adjoint is not None:
-        lhs, rhs = result.adjoint
-        told.append(Text(f"adjoint identity: <f(x), ybar> = {lhs:.6g}, <x, t(f)(ybar)> = {rhs:.6g}"))
     return told

@@ -35,6 +35,7 @@ from scenarios.cli.render import (
 )
 from scenarios.cli.render import seconds as _seconds
 from scenarios.cli.render import span as _span
+from sim.record import counted
 
 _MESSAGE_EDGE = 50  # a table of more than twice this many messages shows this many at each end, unless --full
 _RUN_EDGE = 10  # a device's "rows ... from device ..." lines: beyond twice this many, this many at each end
@@ -156,7 +157,7 @@ def _header(console: Console, result: ScenarioResult) -> None:
     params = ", ".join(f"{key}={value!r}" for key, value in scenario.params.items())
     console.rule(Text(scenario.title, style="bold"))
     console.print(Text(scenario.path, style="dim"))
-    console.print(f"mesh {axes} ({mesh.size} devices); network {network.describe()}, latency "
+    console.print(f"mesh {axes} ({counted(mesh.size, 'device')}); network {network.describe()}, latency "
                   f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s",
                   markup=False, soft_wrap=True)
     console.print(Text(f"{scenario.op}({params})", style="bold"))

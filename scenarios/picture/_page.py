@@ -20,7 +20,7 @@ from scenarios.picture import _stepper
 from scenarios.picture._matrix import BLOCKS, SIDE_BLOCKS, matrix
 from scenarios.picture._steps import RAGGED, RECEIVED, order, received_offsets, steps_of
 from scenarios.picture._svg import SVG_DEVICES, SVG_MESSAGES, colour, picture
-from sim.record import Timeline, message_table, seconds, xml_text
+from sim.record import Timeline, counted, message_table, seconds, xml_text
 from sim.record import timeline as trace_timeline
 
 if TYPE_CHECKING:
@@ -126,9 +126,9 @@ def _heading(result: ScenarioResult) -> list[str]:
     scenario = result.scenario
     network = scenario.mesh.network
     axes = ", ".join(f"{name}={size}" for name, size in scenario.mesh.shape.items())
-    facts = (f"mesh {axes} ({scenario.mesh.size} devices); network {network.describe()}, latency "
+    facts = (f"mesh {axes} ({counted(scenario.mesh.size, 'device')}); network {network.describe()}, latency "
              f"{seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s; "
-             f"{len(result.trace)} messages; simulated time {seconds(result.end_time_s)}")
+             f"{counted(len(result.trace), 'message')}; simulated time {seconds(result.end_time_s)}")
     return [f"<h1>{xml_text(scenario.title)}</h1>", f"<p><code>{xml_text(scenario.path)}</code></p>",
             f"<p>{xml_text(' '.join(scenario.description.split()))}</p>" if scenario.description else "",
             f"<p>{xml_text(facts)}</p>"]

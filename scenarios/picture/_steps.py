@@ -123,15 +123,15 @@ def _generic_caption(result: ScenarioResult, k: int) -> str:
     detail = ", ".join(f"{key} {_plain(value)}" for key, value in m.detail.items())
     about = f"{m.collective} call {m.call}" + (f": {detail}" if detail else "")
     if m.kind != "message":
-        return f"device {m.src} copies {m.size_bytes} bytes locally ({m.kind}, {about}); {_when(m)}"
+        return f"device {m.src} copies {_count(m.size_bytes, 'byte')} locally ({m.kind}, {about}); {_when(m)}"
     if m.src == m.dst:
-        return f"device {m.src} sends {m.size_bytes} bytes to itself ({about}). {_moved(m)}"
-    return f"device {m.src} sends {m.size_bytes} bytes to device {m.dst} ({about}). {_moved(m)}"
+        return f"device {m.src} sends {_count(m.size_bytes, 'byte')} to itself ({about}). {_moved(m)}"
+    return f"device {m.src} sends {_count(m.size_bytes, 'byte')} to device {m.dst} ({about}). {_moved(m)}"
 
 
 def _moved(m: Any) -> str:
     """Bytes and times of a message."""
-    return f"{m.size_bytes} bytes; {_when(m)}"
+    return f"{_count(m.size_bytes, 'byte')}; {_when(m)}"
 
 
 def _when(m: Any) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scenarios.picture._matrix import matrix
-from sim.record import PALETTE_HEX, colour, svg, tag, text, xml_text
+from sim.record import PALETTE_HEX, colour, plural, svg, tag, text, xml_text
 from sim.record import number as _n
 
 if TYPE_CHECKING:
@@ -192,11 +192,6 @@ def _empty_mark(s: Strip, row: int, slices: list[int]) -> str:
                         "stroke_dasharray": "4 3", "stroke_width": "1.4"})
     said = f"{plural(len(slices), 'slice')} {', '.join(map(str, slices))} empty"
     return tag("g", {"class_": "empty-slice"}, line + text(s.x + STRIP_W + 36, y + 4, said, font_size=10, fill="#555"))
-
-
-def plural(n: int, noun: str) -> str:
-    """`noun` as n of them are said: 'row' for one, 'rows' for any other count."""
-    return f"{noun}{'s' * (n != 1)}"
 
 
 def _arrow(k: int, message: object, source: tuple[int, int], placed: dict[int, tuple[Strip, Strip]]) -> str:

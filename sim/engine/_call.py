@@ -59,6 +59,7 @@ class Calls:
         call = program.calls.get(number, 0)
         program.calls[number] = call + 1
         program.wait_in(collective.name, call, members)
+        label = program.label()  # faces: where the program made the call
         enter_s = float(self.env.now)
         try:
             meeting = self.rendezvous.arrive(program.device, call, collective, number)
@@ -74,7 +75,7 @@ class Calls:
             shared = meeting.shared
             algorithm = shared["algorithm"] if "algorithm" in shared else dict(collective.params).get("algorithm")
             self.records.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s,
-                                           float(self.env.now), algorithm))
+                                           float(self.env.now), algorithm, label))
         except Exception as error:
             if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened
                 error.add_note(f"raised on device {program.device} {program.activity}")

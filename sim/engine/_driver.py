@@ -23,6 +23,7 @@ from sim.engine._rendezvous import Waiting
 from sim.memory._memory import LocalMemory
 from sim.network._mesh import Mesh
 from sim.record._equations import Program
+from sim.record._labels import call_label
 
 if TYPE_CHECKING:
     from sim.engine._call import Calls
@@ -140,6 +141,7 @@ class DeviceProgram:
         self._waiting: tuple | None = None  # (collective, call, members) of the collective it called last
         self._last_call: Waiting | None = None
         self._lifecycle = calls
+        self._record = program  # faces: read by `label`
         self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
         self._greenlet.context = DeviceContext(self, calls.options, memory, program, shared)
         self._home = self._greenlet.parent
@@ -170,6 +172,10 @@ class DeviceProgram:
         """Enter call number `call` of `collective` over `members`: the device now waits in it (the
         `Waiting` and `Activity` that say so are made only when read)."""
         self._waiting, self._last_call, self._activity = (collective, call, members), None, None
+
+    def label(self) -> str | None:
+        """Where the program made the call it waits to enter (`sim.record.call_label`): its label."""
+        return call_label(self._record, self._greenlet)
 
     def call(self, collective: Collective) -> Any:
         """In the device's greenlet: hand `collective` to the process and return its result."""

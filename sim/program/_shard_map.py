@@ -22,6 +22,7 @@ from sim.program._tree import broadcast_prefix, leaves, tree_map
 from sim.program._varying import Varying, _ref, as_array, promote, vma_of
 from sim.record import _html, _perfetto
 from sim.record._equations import Program
+from sim.record._faces import Faces  # explain, draw, save
 from sim.record._trace import CallRecord, Trace
 from sim.record._violation import Violation, report
 
@@ -31,7 +32,7 @@ def _is_spec(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(Faces):
     """The outcome of one simulated call: outputs, the message trace, the simulated end time and the typed
     program each device executed.
 

@@ -60,12 +60,17 @@ class Equation:
 
 @dataclass
 class Program:
-    """One device's recorded program: inputs, equations in execution order, outputs."""
+    """One device's recorded program: inputs, equations in execution order, outputs.
+
+    `label` names the source of what the device runs now (a source line, a name stack: see
+    `sim.labelled`); each collective call the device enters is recorded with it (`CallRecord.label`).
+    """
 
     inputs: list = field(default_factory=list)
     equations: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     _count: int = 0
+    label: str | None = None
 
     def new_var(self, dtype, shape: tuple[int, ...], vma: frozenset) -> Var:
         """A fresh variable named a, b, ..., z, ba, bb, ... in creation order."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from sim.record._escape import xml_text
 from sim.record._trace import MessageRecord, Trace
+from sim.record._words import counted
 
 # The `meshsim run` palette (rich's bright_cyan, bright_magenta, bright_green, yellow, bright_blue,
 # bright_red, cyan, magenta, green, bright_yellow, blue, red) as the hex its default theme gives them.
@@ -272,11 +273,10 @@ def summary(messages: Sequence[MessageRecord] | Trace, devices: int, end_time_s:
     between = sent & (columns["src"] != columns["dst"])
     copies = int((~sent).sum())
     calls = len(set(zip(columns["collective"].tolist(), columns["call"].tolist())))
-    return (f"{devices} devices, {int(sent.sum())} messages ({int(between.sum())} between devices, "
-            f"{int(columns['size_bytes'][between].sum())} B over the network)"
-            + (f", {copies} local copies" if copies else "")
-            + f", {calls} collective call{'' if calls == 1 else 's'}, "
-            f"ends at {seconds(end_time_s)}")
+    return (f"{counted(devices, 'device')}, {counted(int(sent.sum()), 'message')} ({int(between.sum())} between "
+            f"devices, {int(columns['size_bytes'][between].sum())} B over the network)"
+            + (f", {counted(copies, 'local copy')}" if copies else "")
+            + f", {counted(calls, 'collective call')}, ends at {seconds(end_time_s)}")
 
 
 def run_html(trace: Trace, devices: Sequence[int], end_time_s: float, heading: str = "Run") -> str:

@@ -100,6 +100,7 @@ class CallRecord:
     met_s: float
     exit_s: float
     algorithm: str | None = None
+    label: str | None = None
 
 
 class Trace:
@@ -246,6 +247,25 @@ class Trace:
         if self._made:
             self._made = {}
 
+    def extend_columns(self, columns: dict[str, Any], details: dict[str, Any] | Sequence[dict]) -> None:
+        """Record many messages at once from columns (a trace read back from a file): `columns` holds every
+        field of `FIELDS` but `detail` (numbers as arrays, names as sequences), `details` either one column
+        per key that every record has (an array, 2-D for tuples of ints, or a list) or one dict per record."""
+        self._pack()
+        count = len(columns["src"])
+        chunk: dict[str, Any] = {}
+        for name in _STORED:
+            if name == "detail":
+                chunk[name] = Details(dict(details), count) if isinstance(details, dict) else _objects(details)
+            elif name in _NUMERIC:
+                chunk[name] = np.asarray(columns[name], _NUMERIC[name])
+            else:
+                chunk[name] = _objects(columns[name])
+        first = self._grow(count)
+        self._arrivals[first:first + count] = columns["arrival_time_s"]
+        self._starts.append(first)
+        self._chunks.append(chunk)
+
     def add(self, record: MessageRecord) -> None:
         """Record a `MessageRecord` (or `CopyRecord`)."""
         self.append(*(getattr(record, name) for name in FIELDS))
@@ -325,6 +345,13 @@ class Trace:
             columns = [array_of(chunk[name]).tolist() for name in _STORED]
             for row in zip(*columns):
                 yield row[:at] + (next(arrivals),) + row[at:]
+
+
+def _objects(values: Sequence) -> np.ndarray:
+    """`values` as an object column."""
+    column = np.empty(len(values), object)
+    column[:] = list(values)
+    return column
 
 
 def _record(row: tuple, route: tuple) -> MessageRecord:

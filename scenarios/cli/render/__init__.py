@@ -3,6 +3,7 @@ message tables (rich), the SVG picture and the HTML page of a run, the nccl-test
 JSON of a result, a spinner for long runs, units, and text from files made safe for a terminal."""
 
 from scenarios.cli.render._arrays import EDGEITEMS, KEPT, PALETTE, THRESHOLD, array_lines, colour, summarised
+from scenarios.cli.render._brief import brief
 from scenarios.cli.render._edges import DEVICE_EDGE, LINE_EDGE, edges, fill
 from scenarios.cli.render._json import write_json
 from scenarios.cli.render._nccl import nccl_table
@@ -19,3 +20,4 @@ __all__ = [
     "picture", "printable", "protocol", "seconds", "span", "step_groups", "summarised", "terminal_console",
     "timeline", "write_json",
 ]
+__all__ += ["brief"]  # arrays in one line for walkthroughs

@@ -16,11 +16,12 @@ from rich.text import Text
 
 from scenarios import Scenario, ScenarioResult
 from scenarios.cli.render._arrays import colour as _colour
+from scenarios.cli.render._brief import brief
 from scenarios.cli.render._edges import DEVICE_EDGE, LINE_EDGE, edges, fill
-from scenarios.cli.render._protocols import array_text
 from scenarios.cli.render._units import seconds as _seconds
 from scenarios.cli.render._units import span as _span
 from scenarios.picture import receiver_slot, slices_per_member
+from sim.record import counted
 
 Step = tuple[str, list[Any]]
 _INDEX = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
@@ -122,7 +123,7 @@ def _offsets_note(scenario: Scenario, full: bool) -> Text:
             lines.append(d.plain)
             continue
         inputs = scenario.inputs[d]
-        lines.append(f"device {d}: operand {array_text(inputs['operand'])}, output {array_text(inputs['output'])}")
+        lines.append(f"device {d}: operand {brief(inputs['operand'], full)}, output {brief(inputs['output'], full)}")
     return Text("\n".join(lines))
 
 
@@ -159,10 +160,10 @@ def _sends(result: ScenarioResult, full: bool) -> list[Any]:
             lines.append(m)
             continue
         start, stop = m.detail["src_rows"]
-        values = array_text(result.inputs[m.src]["operand"][start:stop])
+        values = brief(result.inputs[m.src]["operand"][start:stop], full)
         lines.append(Text(
             f"SEND device {m.src} slice {m.detail['slice']}: operand rows {start}:{stop} = {values} -> "
-            f"RECEIVE device {m.dst} at output rows {_span(m.detail['rows'])}; {m.size_bytes} bytes, sent "
+            f"RECEIVE device {m.dst} at output rows {_span(m.detail['rows'])}; {counted(m.size_bytes, 'byte')}, sent "
             f"{_seconds(m.send_time_s)}, arrived {_seconds(m.arrival_time_s)}"
             + (" (to itself: a local copy)" if m.src == m.dst else ""), style=_colour(m.src)))
     empty = [f"device {s.src} slice {s.i}" for s in _slices(result.scenario) if s.src_rows[0] == s.src_rows[1]]
@@ -183,7 +184,7 @@ def _kept(result: ScenarioResult, full: bool) -> list[Any]:
         sources = result.provenance[d].sources
         kept = [i for i, s in enumerate(sources) if s is None]
         runs = ", ".join(_span(r) for r in _ranges(kept)) or "none"
-        lines.append(Text.assemble(f"device {d}: result ", array_text(result.outputs[d], sources),
+        lines.append(Text.assemble(f"device {d}: result ", brief(result.outputs[d], full, sources),
                                    f"; rows kept from output: {runs}"))
     lines.append(Text("Rows no slice writes keep the value `output` had (dim above): the result starts as a copy "
                       "of output and each arrival overwrites its rows.", style="dim"))
@@ -242,8 +243,8 @@ def _planned(scenario: Scenario, slices: Sequence[Slice], full: bool) -> list[An
     for s in sorted(slices, key=lambda s: s.recv_size == s.src_rows[1] - s.src_rows[0]):
         size = s.src_rows[1] - s.src_rows[0]
         recv = "?" if s.recv_size is None else s.recv_size
-        lines.append(Text(f"device {s.src} slice {s.i}: operand rows {_span(s.src_rows)} ({size} rows) -> device "
-                          f"{s.dst} slice {s.j}: output rows {_span(s.rows)}, recv_sizes[{s.j}]={recv}"
+        lines.append(Text(f"device {s.src} slice {s.i}: operand rows {_span(s.src_rows)} ({counted(size, 'row')}) "
+                          f"-> device {s.dst} slice {s.j}: output rows {_span(s.rows)}, recv_sizes[{s.j}]={recv}"
                           + ("" if s.recv_size == size else "  <- sizes disagree"), style=_colour(s.src)))
     return edges(lines, full, LINE_EDGE, "slices")
 

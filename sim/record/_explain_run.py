@@ -1,0 +1,98 @@
+"""A run explained in words, call by call: what `Run.explain()` and `meshsim explain RUN.json` print.
+
+Each call of the program (`ProgramCall`) says where it was made, its algorithm and groups, when it began,
+met and ended, and its messages. Big runs stay readable: past `2 * EDGE` calls, members of a group or
+messages of a call, the first and last `EDGE` show and a line says how many were left out (`full` shows
+everything).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sim.record._html import seconds
+from sim.record._program_calls import ProgramCall, program_calls
+from sim.record._runfile import Faced
+from sim.record._words import counted, plural
+
+EDGE = 4
+
+
+def explain_run(faced: Faced, full: bool = False) -> str:
+    """The run as text: one line for the whole, then a paragraph per call (bounded unless `full`)."""
+    calls = program_calls(faced.trace, faced.calls)
+    lines = [_headline(faced, calls)]
+    for shown in _ends(calls, full, "call"):
+        lines.append("")
+        lines += [shown] if isinstance(shown, str) else _call(faced, shown, len(calls), full)
+    return "\n".join(lines) + "\n"
+
+
+def _headline(faced: Faced, calls: list[ProgramCall]) -> str:
+    """One line for the whole run: mesh, calls, messages, bytes over the network, end time."""
+    trace = faced.trace
+    src, dst, size = trace.column("src"), trace.column("dst"), trace.column("size_bytes")
+    between = (trace.column("kind") == "message") & (src != dst)
+    axes = ", ".join(f"{name}={n}" for name, n in faced.mesh_shape.items())
+    sent = int(np.count_nonzero(trace.column("kind") == "message"))
+    return (f"{faced.title}: mesh {axes} ({counted(len(faced.devices), 'device')}); {counted(len(calls), 'call')}, "
+            f"{_messages(sent, int(between.sum()), int(size[between].sum()))}; simulated end time "
+            f"{seconds(faced.end_time_s)}")
+
+
+def _messages(sent: int, between: int, size: int) -> str:
+    """'16 messages (12 between devices, 192 bytes over the network)'."""
+    return f"{counted(sent, 'message')} ({between} between devices, {counted(size, 'byte')} over the network)"
+
+
+def _call(faced: Faced, call: ProgramCall, total: int, full: bool) -> list[str]:
+    """The paragraph of one call."""
+    lines = [f"call {call.number} of {total}: {call.collective}" + (f" at {call.label}" if call.label else
+                                                                    " (where it was made is not recorded)")]
+    sizes = sorted({len(g) for g in call.groups})
+    members = _members(call.groups[0], full)
+    groups = (f"{counted(len(call.groups), 'group')} of {counted(sizes[0], 'device')}" if len(sizes) == 1 else
+              f"{counted(len(call.groups), 'group')} of {', '.join(map(str, sizes))} devices")
+    lines.append(f"  {'algorithm ' + call.algorithm + '; ' if call.algorithm else ''}{groups}"
+                 + (f" ({members})" if len(call.groups) == 1 else f", the first {members}"))
+    lines.append(f"  entered from {seconds(call.enter_s)}, every group met by {seconds(call.met_s)}, "
+                 f"ended by {seconds(call.exit_s)}")
+    trace = faced.trace
+    ks = call.messages
+    kinds = trace.column("kind")[ks] if len(ks) else np.zeros(0, object)
+    sent = ks[kinds == "message"]
+    copies = len(ks) - len(sent)
+    between = sent[trace.column("src")[sent] != trace.column("dst")[sent]]
+    size = int(trace.column("size_bytes")[between].sum())
+    lines.append(f"  {_messages(len(sent), len(between), size)}" + (f"; {counted(copies, 'local copy')}" if copies
+                                                                   else ""))
+    lines += ["    " + (k if isinstance(k, str) else _message(trace[int(k)])) for k in _ends(list(sent), full,
+                                                                                                   "message")]
+    return lines
+
+
+def _message(m: object) -> str:
+    """One message in a line: ends, bytes, where it landed, when it was sent and arrived."""
+    rows = m.detail.get("rows")
+    where = f", rows {rows[0]}:{rows[1]}" if rows is not None else ""
+    return (f"device {m.src} -> device {m.dst}: {counted(m.size_bytes, 'byte')}{where}, sent "
+            f"{seconds(m.send_time_s)}, arrived {seconds(m.arrival_time_s)}")
+
+
+def _members(group: tuple[int, ...], full: bool) -> str:
+    """A group's members, or past `2 * EDGE` of them (unless `full`) the ends and how many between."""
+    if full or len(group) <= 2 * EDGE:
+        return str(list(group))
+    return (f"[{', '.join(map(str, group[:EDGE]))}, ... {len(group) - 2 * EDGE} more ..., "
+            f"{', '.join(map(str, group[-EDGE:]))}]")
+
+
+def _ends(items: Sequence, full: bool, noun: str) -> list:
+    """`items`, or past `2 * EDGE` of them (unless `full`) the first and last `EDGE` around a line saying how
+    many were left out."""
+    if full or len(items) <= 2 * EDGE:
+        return list(items)
+    left = len(items) - 2 * EDGE
+    return [*items[:EDGE], f"... {left} more {plural(left, noun)} (--full for all) ...", *items[-EDGE:]]
