@@ -22,12 +22,15 @@ from sim.engine import (
     Collective,
     DeviceContext,
     Message,
+    Pending,
     Perturbation,
     Port,
     Simulation,
     Waiting,
+    compute,
     current,
     current_or_none,
+    start,
 )
 from sim.memory import (
     Array,
@@ -52,6 +55,7 @@ from sim.network import (
     LinkState,
     Mesh,
     Network,
+    Roofline,
     check_axis_index_groups,
     in_network_s,
     max_min_rates,
@@ -81,7 +85,19 @@ from sim.program import (
     with_layout_constraint,
     wrap,
 )
-from sim.record import CallRecord, Const, CopyRecord, Equation, MessageRecord, Program, Trace, Var, Violation, vma_str
+from sim.record import (
+    CallRecord,
+    ComputeRecord,
+    Const,
+    CopyRecord,
+    Equation,
+    MessageRecord,
+    Program,
+    Trace,
+    Var,
+    Violation,
+    vma_str,
+)
 
 # Grouped by purpose; each group is sorted on its own.
 __all__ = [  # the mesh, its devices and the network
@@ -97,6 +113,7 @@ __all__ = [  # the mesh, its devices and the network
     "LocalMemory",
     "Mesh",
     "Network",
+    "Roofline",
     "check_axis_index_groups",
     "in_network_s",
     "max_min_rates",
@@ -106,7 +123,8 @@ __all__ += [  # memory and work guards
     "check_call", "check_memory", "check_messages", "default_max_memory_bytes", "format_bytes", "parse_bytes",
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
-__all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records
+__all__ += ["CallRecord", "ComputeRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records
+__all__ += ["Pending", "compute", "start"]  # local work in time, and collectives that overlap it
 __all__ += ["OrderDifference", "OrderReport", "Perturbation", "RowsDiffer", "explore"]  # arrival orders
 __all__ += [  # typed values and programs
     "Const", "Equation", "Program", "Var", "Varying", "apply", "as_array", "promote", "vma_of", "vma_str", "wrap",
