@@ -297,3 +297,17 @@ def test_perfetto_shows_a_compute_and_a_communication_track_per_device():
     assert events["otherData"]["computes"] == 8
     plain = _mapped(lambda x: _CALLS["ppermute"](x, 4)).run(np.arange(8.0)).trace_events()
     assert "device 0" in _thread_names(plain) and "computes" not in plain["otherData"]
+
+
+@pytest.mark.parametrize("n_cols", [4096, 1024])  # the matmul dominating, then the messages
+def test_the_collective_matmul_on_a_preset_meets_its_forms(n_cols):
+    """`benchmarks/overlap.py`'s collective matmul on h100-nvlink (4 GPUs, 2 MiB blocks): plain within 10% of
+    (n - 1)(T_math + T_comm) + T_math and overlapped of (n - 1) max(T_math, T_comm) + T_math, both forms from
+    the preset's own figures; the overlapped one is faster, and the blocks come round the ring."""
+    from benchmarks.overlap import row
+
+    result = row("h100-nvlink", 4, 1024, 1024, n_cols)
+    assert (result["t_math_s"] > result["t_comm_s"]) == (n_cols == 4096)
+    for name in ("plain", "overlapped"):
+        assert result[name]["ratio"] == pytest.approx(1.0, rel=0.1)
+    assert result["overlapped"]["simulated_s"] < result["plain"]["simulated_s"]
