@@ -311,3 +311,32 @@ def test_the_collective_matmul_on_a_preset_meets_its_forms(n_cols):
     for name in ("plain", "overlapped"):
         assert result[name]["ratio"] == pytest.approx(1.0, rel=0.1)
     assert result["overlapped"]["simulated_s"] < result["plain"]["simulated_s"]
+
+
+def test_meshsim_trace_of_the_overlap_scenario_has_both_tracks(tmp_path):
+    """`meshsim trace` of the library's collective matmul writes every device's compute and communication
+    tracks, the matmuls as compute spans."""
+    from scenarios.cli import main
+
+    out = tmp_path / "overlap.json"
+    assert main(["trace", "--allow-code", "scenarios/library/collective_matmul_overlap.toml", "-o", str(out)]) == 0
+    events = json.loads(out.read_text())
+    names = _thread_names(events)
+    assert {f"device {d} {track}" for d in range(4) for track in ("compute", "communication")} <= set(names)
+    assert sum(e.get("name") == "block matmul" for e in events["traceEvents"]) == 16
+
+
+def test_scenario_files_give_a_roofline_to_any_topology(tmp_path):
+    """A `[network]` table takes a device's peak rates beside its links; one of the two required rates alone
+    is refused with the rule, at its line."""
+    import scenarios
+
+    body = '[mesh]\naxes = {i = 2}\n[collective]\nop = "psum"\naxis_name = "i"\n[inputs]\nseed = 0\nshape = [2]\n'
+    path = tmp_path / "rates.toml"
+    path.write_text(body + '[network]\ntopology = "switch"\npeak_flops_per_s = 1e15\nmemory_bytes_per_s = 3e12\n'
+                    'transcendentals_per_s = 4e12\n')
+    assert scenarios.load(path).mesh.network.roofline == sim.Roofline(1e15, 3e12, 4e12)
+    path.write_text(body + '[network]\npeak_flops_per_s = 1e15\n')
+    with pytest.raises(scenarios.ScenarioError, match="peak_flops_per_s needs both peak_flops_per_s and "
+                                                      "memory_bytes_per_s"):
+        scenarios.load(path)
