@@ -65,3 +65,26 @@ def test_without_a_roofline_nothing_is_charged(runs):
     comm = 2e-6 + 256 * 512 * 4 / 450e9
     for name in ("plain/plain", "overlapped/plain"):
         assert runs[name]["spans"] == [] and runs[name]["end_s"] == pytest.approx(4 * comm, rel=1e-9)
+
+
+def test_charge_cost_takes_xla_cost_analysis():
+    """`charge_cost` charges a compiled segment's `cost_analysis()` (a dict, or JAX's older list of dicts) on
+    the device's compute track by the roofline; nothing on a network without one, or outside a program."""
+    from oracles._device_time import charge_cost
+
+    roofline = sim.Roofline(1e12, 1e11)
+
+    def f(x):
+        charge_cost({"flops": 2e6, "bytes accessed": 1e5, "transcendentals": 0.0, "utilization0{}": 1.0}, "seg")
+        charge_cost([{"flops": 1e6}, {"bytes accessed": 2e5}], "listed")
+        return x
+
+    def mapped(network):
+        return sim.shard_map(f, mesh=sim.Mesh({"i": 2}, network=network), in_specs=sim.P("i"),
+                             out_specs=sim.P("i"))
+
+    run = mapped(sim.Network(roofline=roofline)).run(np.zeros(2))
+    mine = [(c.name, c.end_s - c.start_s) for c in run.trace.computes if c.device == 0]
+    assert mine == [("seg", pytest.approx(2e-6)), ("listed", pytest.approx(2e-6))]
+    assert mapped(sim.Network()).run(np.zeros(2)).trace.computes == []
+    charge_cost({"flops": 1.0})  # outside a program: nothing to charge

@@ -29,6 +29,7 @@ returns with a lane still running waits for it: its part of the run ends when it
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -57,9 +58,8 @@ class Lane:
         self.done = False
         self.result: Any = None
         self.finished = self._lifecycle.env.event()
-        context = object.__new__(DeviceContext)
-        context.__dict__.update(owner_context(self.root).__dict__)  # the device's groups, caches, options
-        context._driven = self
+        context = copy.copy(owner_context(self.root))  # the device's groups, caches and options, shared
+        context._driven = self  # a lane's requests come back to the lane
         self._greenlet = _DeviceGreenlet(fn, parent=self.root._home)
         self._greenlet.context = context
 
