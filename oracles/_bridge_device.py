@@ -29,6 +29,7 @@ from collectives import REGISTRY, Definition
 from oracles._bridge_diagnostics import SLIPS, JaxSlipError, slip, source_line
 from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError
 from oracles._bridge_labels import call_label
+from oracles._device_time import charge_equation, done, start_collective
 
 # JAX's parameter names where meshsim's differ; every other parameter keeps its name, and those a
 # collective does not take (`axis_size`, JAX's own bookkeeping) are dropped.
@@ -129,11 +130,11 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list
     definition = _definition(name)
     if definition is not None:
         with sim.labelled(call_label(eqn, watch.where)):  # faces: each call labelled with its line
+            if name in STARTS:  # a future: its messages fly beside the device's work until done (oracles._device_time)
+                return start_collective(lambda: _collective(definition, eqn, ins), len(eqn.outvars))
             outs = _collective(definition, eqn, ins)
-        if name in STARTS:
-            return outs  # a future: its type is checked where it is done
     elif name in DONES:
-        outs = list(ins)
+        outs = done(ins)
     elif name in CASTS:
         outs = [sim.wrap(np.asarray(x), _vma(v.aval) if check_vma else frozenset(), name, {}, [x])
                 for x, v in zip(ins, eqn.outvars)]
@@ -178,6 +179,7 @@ def _local(eqn: core.JaxprEqn, ins: list, where: str) -> list:
         return plain_out if eqn.primitive.multiple_results else plain_out[0]
 
     out = sim.apply(eqn.primitive.name, evaluate, list(ins), _recorded(eqn.params))
+    charge_equation(eqn)  # its time on the device's compute track (oracles._device_time)
     return list(out) if eqn.primitive.multiple_results else [out]
 
 

@@ -186,6 +186,13 @@ def _build_network(source: Source, table: dict, axes: tuple[int, ...]) -> sim.Ne
     else:
         network = sim.Network(**link, topology=topology)
     fields = {k: table[k] for k in _FIELD_KEYS if k in table}
+    rates = {k: table[k] for k in _ROOFLINE_KEYS if k in table}
+    if rates:  # a device's peak rates, for the work a program charges (`sim.compute`)
+        if not {"peak_flops_per_s", "memory_bytes_per_s"} <= set(rates):
+            key = next(iter(rates))
+            raise source.error("network", key, f"[network] {key} needs both peak_flops_per_s and memory_bytes_per_s "
+                                               f"(a device's roofline); transcendentals_per_s is optional")
+        fields["roofline"] = sim.Roofline(**rates)
     if fields:
         network = replace(network, **fields)
     return replace(network, store_and_forward=store_and_forward) if store_and_forward else network
@@ -205,8 +212,10 @@ _NETWORK_KEYS: dict[str, Callable[[Any], bool]] = {
     "store_and_forward": lambda v: isinstance(v, bool), "switch_reduces": lambda v: isinstance(v, bool),
     "switch_reduction_bytes_per_s": _number, "multipath": lambda v: isinstance(v, bool),
     "leaf_size": lambda v: type(v) is int, "rails": lambda v: isinstance(v, bool), "oversubscription": _number,
-    "spine_latency_s": _number,
+    "spine_latency_s": _number, "peak_flops_per_s": _number, "memory_bytes_per_s": _number,
+    "transcendentals_per_s": _number,
 }
+_ROOFLINE_KEYS = ("peak_flops_per_s", "memory_bytes_per_s", "transcendentals_per_s")
 # `Network` fields a table may set beside its topology's own arguments (each checked by `Network` itself)
 _FIELD_KEYS = ("switch_reduces", "switch_reduction_bytes_per_s", "multipath", "leaf_size", "rails",
                "oversubscription", "spine_latency_s")
@@ -218,7 +227,7 @@ _NETWORK_RULES = {
     "multipath": "true or false", "leaf_size": "an integer", "rails": "true or false",
 }
 _NETWORK_RULES.update({k: "a number" for k in _NETWORK_KEYS if k not in _NETWORK_RULES})
-_COMMON_KEYS = ("topology", "latency_s", "bandwidth_bytes_per_s", "store_and_forward")
+_COMMON_KEYS = ("topology", "latency_s", "bandwidth_bytes_per_s", "store_and_forward", *_ROOFLINE_KEYS)
 _TOPOLOGY_KEYS: dict[str, tuple[str, ...]] = {
     "fully_connected": (), "switch": ("switch_reduces", "switch_reduction_bytes_per_s"),
     "ring": ("wraparound", "multipath"), "torus": ("shape", "wraparound", "multipath"),

@@ -22,12 +22,15 @@ from sim.engine import (
     Collective,
     DeviceContext,
     Message,
+    Pending,
     Perturbation,
     Port,
     Simulation,
     Waiting,
+    compute,
     current,
     current_or_none,
+    start,
 )
 from sim.memory import (
     Array,
@@ -52,6 +55,7 @@ from sim.network import (
     LinkState,
     Mesh,
     Network,
+    Roofline,
     check_axis_index_groups,
     in_network_s,
     max_min_rates,
@@ -84,6 +88,7 @@ from sim.program import (
 )
 from sim.record import (
     CallRecord,
+    ComputeRecord,
     Const,
     CopyRecord,
     Equation,
@@ -114,6 +119,7 @@ __all__ = [  # the mesh, its devices and the network
     "LocalMemory",
     "Mesh",
     "Network",
+    "Roofline",
     "check_axis_index_groups",
     "in_network_s",
     "max_min_rates",
@@ -123,7 +129,8 @@ __all__ += [  # memory and work guards
     "check_call", "check_memory", "check_messages", "default_max_memory_bytes", "format_bytes", "parse_bytes",
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
-__all__ += ["CallRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records
+__all__ += ["CallRecord", "ComputeRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records
+__all__ += ["Pending", "compute", "start"]  # local work in time, and collectives that overlap it
 __all__ += ["OrderDifference", "OrderReport", "Perturbation", "RowsDiffer", "explore"]  # arrival orders
 __all__ += [  # typed values and programs
     "Const", "Equation", "Program", "Var", "Varying", "apply", "as_array", "promote", "vma_of", "vma_str", "wrap",

@@ -6,6 +6,7 @@ from sim.engine._call import Calls
 from sim.engine._driver import Activity, DeviceContext, Phase, current, current_or_none
 from sim.engine._engine import Simulation
 from sim.engine._group import Steps, steps_fit
+from sim.engine._lanes import Pending, compute, start
 from sim.engine._options import RunOptions
 from sim.engine._perturb import Perturbation
 from sim.engine._port import Port
@@ -13,6 +14,7 @@ from sim.engine._rendezvous import Collective, MeetingView, Waiting
 from sim.engine._transport import Message
 
 __all__ = [
-    "Activity", "Calls", "Collective", "DeviceContext", "MeetingView", "Message", "Perturbation", "Phase", "Port",
-    "RunOptions", "Simulation", "Steps", "Waiting", "current", "current_or_none", "steps_fit",
+    "Activity", "Calls", "Collective", "DeviceContext", "MeetingView", "Message", "Pending", "Perturbation", "Phase",
+    "Port", "RunOptions", "Simulation", "Steps", "Waiting", "compute", "current", "current_or_none", "start",
+    "steps_fit",
 ]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import greenlet
 
 from sim.engine._rendezvous import Waiting
+from sim.engine._request import Request
 from sim.memory._memory import LocalMemory
 from sim.network._mesh import Mesh
 from sim.record._equations import Program
@@ -145,6 +146,7 @@ class DeviceProgram:
         self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
         self._greenlet.context = DeviceContext(self, calls.options, memory, program, shared)
         self._home = self._greenlet.parent
+        self.lanes: list = []  # work the program started with `sim.start` (`sim.engine._lanes`)
 
     @property
     def activity(self) -> Activity:
@@ -199,9 +201,14 @@ class DeviceProgram:
                 self._lifecycle.fail(self._explained(error))
                 return
             if self._greenlet.dead:
+                if self.lanes:  # its part ends when the last lane it started does
+                    from sim.engine._lanes import join_lanes
+
+                    yield from join_lanes(self)
                 self.done, self.result, self.activity = True, request, FINISHED
                 return
-            resume = ((yield from self._lifecycle.run(self, request)),)
+            step = request.drive(self) if isinstance(request, Request) else self._lifecycle.run(self, request)
+            resume = ((yield from step),)
 
     def abort(self) -> None:
         """Unwind the program if it is suspended in a collective; a program never started is dropped."""

@@ -6,9 +6,23 @@ from sim.network._flows import LinkState, max_min_rates
 from sim.network._in_network import in_network_s
 from sim.network._mesh import Group, Mesh, check_axis_index_groups
 from sim.network._network import DEFAULT_COPY_COST, TOPOLOGIES, CopyCost, Network
-from sim.network._presets import CALIBRATIONS, PRESETS
+from sim.network._presets import CALIBRATIONS, PRESETS, ROOFLINES
+from sim.network._roofline import Roofline
 
 __all__ = [
-    "CALIBRATIONS", "DEFAULT_COPY_COST", "PRESETS", "TOPOLOGIES", "CopyCost", "Costs", "Group", "LinkState", "Mesh",
-    "Network", "check_axis_index_groups", "in_network_s", "max_min_rates",
+    "CALIBRATIONS",
+    "DEFAULT_COPY_COST",
+    "PRESETS",
+    "ROOFLINES",
+    "TOPOLOGIES",
+    "CopyCost",
+    "Costs",
+    "Group",
+    "LinkState",
+    "Mesh",
+    "Network",
+    "Roofline",
+    "check_axis_index_groups",
+    "in_network_s",
+    "max_min_rates",
 ]

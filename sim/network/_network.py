@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim.network import _fabric, _topology
 from sim.network._costs import FREE, Costs
+from sim.network._roofline import Roofline
 
 TOPOLOGIES = ("fully_connected", "switch", "ring", "torus", "hierarchical")
 
@@ -46,6 +47,10 @@ class Network:
     (`sim.network._in_network`); each port's reduction takes in at most `switch_reduction_bytes_per_s`
     (None: the port rate, the ideal).
 
+    `roofline`: each device's peak FLOP/s and memory bandwidth (`sim.Roofline`), what local work charged with
+    `sim.compute` takes; None (the default, as for a network that is not a preset): work given by its counts
+    cannot be timed, only work given in seconds.
+
     >>> Network.torus((4, 4), wraparound=(True, False)).route(0, 7)
     ((0, 4), (4, 5), (5, 6), (6, 7))
     """
@@ -68,9 +73,13 @@ class Network:
     oversubscription: float = 1.0
     spine_latency_s: float = 0.0
     costs: Costs = FREE
+    roofline: Roofline | None = None
 
     def __post_init__(self) -> None:
         _check_link("", self.latency_s, self.bandwidth_bytes_per_s)
+        if self.roofline is not None and not isinstance(self.roofline, Roofline):
+            raise InvalidTypeError(f"roofline={self.roofline!r} must be a sim.Roofline (peak FLOP/s and memory "
+                                   f"bandwidth of a device) or None")
         if not isinstance(self.costs, Costs):
             raise InvalidTypeError(f"costs={self.costs!r} must be a sim.Costs (launch, per-message, protocol "
                                    f"efficiency and reduction costs)")

@@ -7,6 +7,10 @@ the switch, not measured here.
 Each builder gives the hardware's links (`calibration='ideal'`: link rates, no cost besides the wire, the
 textbook forms); `calibration='measured'` (the default) adds the `Costs` fitted to published measurements
 (`MEASURED`, each with its source), so that a preset's times are those a user of the real system sees.
+
+Every preset also carries its device's peak rates (`ROOFLINES`: dense bfloat16 FLOP/s, memory bandwidth,
+transcendentals per second where published, each with its source), which time local work charged with
+`sim.compute` in both calibrations: they are the hardware's peaks, what a roofline model takes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import replace
 from sim._errors import InvalidArgumentError
 from sim.network._costs import FREE, Costs
 from sim.network._network import Network, _check_shape
+from sim.network._roofline import Roofline
 
 # NVLink SHARP (NVLS) on H100: nccl-tests all_reduce_perf on 8 GPUs peaks at busbw ~480 GB/s, algbw ~275 GB/s,
 # at large sizes (S. Jeaugey, NVIDIA, github.com/NVIDIA/nccl-tests/issues/212; the GTC 2024 talk S62129 figure
@@ -135,6 +140,32 @@ MEASURED: dict[str, Costs] = {
 }
 
 
+# Each device's peak rates: dense bfloat16 FLOP/s (no sparsity), memory bandwidth, and transcendentals per
+# second where published (GPUs: 16 results per clock per SM from the special function units, CUDA C++
+# Programming Guide, "Arithmetic Instructions", throughput table, compute capability 8.0 and 9.0).
+ROOFLINES: dict[str, Roofline] = {
+    # cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16, HBM2 1,200 GB/s per chip (How to Scale Your Model,
+    # "How to Think About TPUs", gives the same 2.75e14 and 1.2e12).
+    "tpu-v4p": Roofline(2.75e14, 1.2e12),
+    # cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16, HBM2e 2,765 GB/s per chip.
+    "tpu-v5p": Roofline(4.59e14, 2.765e12),
+    # cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, HBM2 819 GB/s per chip.
+    "tpu-v5e": Roofline(1.97e14, 8.19e11),
+    # cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, HBM 1,640 GB/s per chip.
+    "tpu-v6e": Roofline(9.18e14, 1.64e12),
+    # H100 SXM5 datasheet (nvidia.com/en-us/data-center/h100/): 1,979 TFLOP/s bf16 with sparsity, so 989.5
+    # dense; HBM3 3.35 TB/s. Transcendentals: 132 SMs x 16 per clock x 1.98 GHz boost = 4.18e12 per second.
+    "h100-nvlink": Roofline(9.895e14, 3.35e12, 132 * 16 * 1.98e9),
+    "h100-ib": Roofline(9.895e14, 3.35e12, 132 * 16 * 1.98e9),
+    # GB200 NVL72 (nvidia.com/en-us/data-center/gb200-nvl72/): 360 PFLOP/s FP16/BF16 with sparsity for 72
+    # GPUs, so 2.5 PFLOP/s dense per GPU; HBM3e 576 TB/s, 8 TB/s per GPU. No SM count is published.
+    "gb200-nvl72": Roofline(2.5e15, 8e12),
+    # A100 80GB SXM (A100 datasheet, nvidia.com/en-us/data-center/a100/): 312 TFLOP/s bf16 dense, HBM2e
+    # 2,039 GB/s. Transcendentals: 108 SMs x 16 per clock x 1.41 GHz boost = 2.44e12 per second.
+    "a100-hdr200": Roofline(3.12e14, 2.039e12, 108 * 16 * 1.41e9),
+}
+
+
 def preset(name: str, shape: tuple[int, ...] | None = None, calibration: str = "measured") -> Network:
     """The network of preset `name` over `shape` (its default when None), calibrated by `calibration`
     ('measured': the costs fitted to published measurements, `MEASURED`; 'ideal': the links alone).
@@ -153,7 +184,7 @@ def preset(name: str, shape: tuple[int, ...] | None = None, calibration: str = "
     if len(shape) != rank:
         count = f"{rank} numbers" if rank > 1 else "one number"
         raise InvalidArgumentError(f"preset={name!r}: shape={tuple(shape)} must be {meaning} ({count})")
-    network = build(tuple(shape))
+    network = replace(build(tuple(shape)), roofline=ROOFLINES[name])
     if network.topology == "switch":  # a switch holds any number of devices; the preset fixes its node
         network = replace(network, shape=tuple(shape))
     if calibration == "ideal":  # the links alone: a switch that reduces adds as fast as its ports take in

@@ -2,6 +2,7 @@
 equations each device executed, the rules a call broke, and the trace as HTML (a timeline and a message
 table). Imports nothing else of `sim` but its errors."""
 
+from sim.record._compute import ComputeRecord
 from sim.record._draw_run import draw_page, draw_svg
 from sim.record._equations import Const, Equation, Program, Var, vma_str
 from sim.record._escape import printable, xml_text
@@ -31,9 +32,9 @@ from sim.record._violation import Violation, grouped, skipped_str
 from sim.record._words import counted, plural
 
 __all__ = [
-    "PALETTE_HEX", "CallRecord", "Const", "CopyRecord", "Equation", "MessageRecord", "Program", "Timeline", "Trace",
-    "Var", "Violation", "colour", "grouped", "message_table", "number", "printable", "run_html", "seconds",
-    "skipped_str", "summary", "svg", "tag", "text", "time_order", "timeline", "trace_events", "vma_str",
+    "PALETTE_HEX", "CallRecord", "ComputeRecord", "Const", "CopyRecord", "Equation", "MessageRecord", "Program",
+    "Timeline", "Trace", "Var", "Violation", "colour", "grouped", "message_table", "number", "printable", "run_html",
+    "seconds", "skipped_str", "summary", "svg", "tag", "text", "time_order", "timeline", "trace_events", "vma_str",
     "write_trace_events", "xml_text",
 ]
 __all__ += [  # the faces of a run; where calls were made; counts in words

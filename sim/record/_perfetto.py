@@ -14,6 +14,11 @@ microseconds):
 - on a link: each message that crossed it (`cat` "transfer", from the first byte on the wire to arrival), on
   every link of its route.
 
+A run that charged local work (`sim.compute`: `Trace.computes`) gives every device two tracks: "device 3
+communication" (the spans above) and "device 3 compute" (`cat` "compute", one span per piece of work, named
+by its label, with its counts in `args`), so a collective started with `sim.start` shows beside the work
+it overlaps. A run without any keeps one track per device, named "device 3".
+
 A flow (`"ph": "s"` then `"f"`, `id` = the message's position in the run's trace plus one, `bp`: "e")
 joins each send to its receive. Viewers need the spans of one thread to nest, but messages overlap
 freely, so a track whose spans would cross is drawn on extra threads, its lanes ("device 3 (lane 2)"):
@@ -41,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.record._compute import ComputeRecord
 from sim.record._order import time_order
 from sim.record._trace import CallRecord, MessageRecord, Trace
 
@@ -95,14 +101,20 @@ def trace_events(trace: Trace, calls: Sequence[CallRecord], devices: int, limit:
     summarised = limit is not None and count > limit
     shown = time_order(trace, limit).tolist() if summarised else range(count)
     records = ((k, trace[k]) for k in shown) if summarised else enumerate(trace.messages)
-    spans = _call_spans(calls) + _record_spans(records)
+    computes = trace.computes
+    spans = _call_spans(calls) + _record_spans(records) + _compute_spans(computes)
     if summarised:
         spans += _summary_spans(trace, kinds, devices)
-    threads = _place(spans, [("device", d) for d in range(devices)])
-    events = _metadata(threads) + _complete_events(spans) + _flow_events(spans)
+    always = [("device", d) for d in range(devices)]
+    if computes:
+        always += [("device", d, "compute") for d in range(devices)]
+    threads = _place(spans, always)
+    events = _metadata(threads, bool(computes)) + _complete_events(spans) + _flow_events(spans)
     end_ps = max([s.end_ps for s in spans], default=0)
     other = {"generator": "meshsim", "devices": devices, "messages": sent, "copies": count - sent,
              "end_time_s": end_ps / _PS_PER_S}
+    if computes:
+        other["computes"] = len(computes)
     if summarised:
         events += _counters(trace, kinds)
         other["summarised"] = {"records": count, "in_full": len(shown), "rule": (
@@ -160,6 +172,13 @@ def _record_spans(records: Iterable[tuple[int, MessageRecord]]) -> list[_Span]:
         spans.append(_Span(("device", m.dst), start, arrival, f"receive from {m.src}", "receive", args,
                            flow=("f", k + 1)))
     return spans
+
+
+def _compute_spans(computes: Sequence[ComputeRecord]) -> list[_Span]:
+    """A span per piece of local work on its device's compute track."""
+    return [_Span(("device", c.device, "compute"), _ps(c.start_s), _ps(c.end_s), c.name or "compute", "compute",
+                  {"flops": c.flops, "bytes_accessed": c.bytes_accessed, "transcendentals": c.transcendentals})
+            for c in computes]
 
 
 def _summary_spans(trace: Trace, kinds: np.ndarray, devices: int) -> list[_Span]:
@@ -259,8 +278,9 @@ def _take(lane: _Lane, span: _Span) -> None:
     lane.spans.append(span)
 
 
-def _metadata(threads: dict[tuple, list[_Lane]]) -> list[dict]:
-    """Names and sort order of the two processes and of every thread (every lane of every track)."""
+def _metadata(threads: dict[tuple, list[_Lane]], two_tracks: bool = False) -> list[dict]:
+    """Names and sort order of the two processes and of every thread (every lane of every track); with
+    `two_tracks`, a device's tracks are named "communication" and "compute"."""
     events = []
     for pid, name in ((_DEVICES_PID, "devices"), (_LINKS_PID, "links")):
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
@@ -269,6 +289,8 @@ def _metadata(threads: dict[tuple, list[_Lane]]) -> list[dict]:
     for track in threads:  # in thread order
         pid = _DEVICES_PID if track[0] == "device" else _LINKS_PID
         base = f"device {track[1]}" if track[0] == "device" else f"link {_link_name(track[1])}"
+        if two_tracks and track[0] == "device":
+            base += f" {track[2]}" if len(track) > 2 else " communication"
         for lane in range(len(threads[track])):
             tid += 1
             name = base if lane == 0 else f"{base} (lane {lane + 1})"

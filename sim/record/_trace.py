@@ -27,6 +27,7 @@ from sim.record._columns import (
     kinds_of,
     packed_details,
 )
+from sim.record._compute import ComputeRecord
 
 FIELDS = ("src", "dst", "size_bytes", "send_time_s", "start_time_s", "arrival_time_s", "collective", "call",
           "detail", "kind")
@@ -121,6 +122,7 @@ class Trace:
         self._arrivals = np.zeros(1024)
         self._route = route
         self._routes: dict[tuple[int, int], tuple] = {}
+        self.computes: list[ComputeRecord] = []  # local work charged with `sim.compute`, in the order it began
 
     def __iter__(self) -> Iterator[MessageRecord]:
         return iter(self.messages)
