@@ -38,6 +38,7 @@ from sim.engine._driver import COMPUTING, FINISHED, Activity, DeviceContext, Pha
 from sim.engine._rendezvous import Waiting
 from sim.engine._request import Request
 from sim.record._compute import ComputeRecord
+from sim.record._labels import call_label
 
 if TYPE_CHECKING:
     from sim.engine._driver import DeviceProgram
@@ -67,6 +68,11 @@ class Lane:
         """Enter call number `call` of `collective` over `members` (as `DeviceProgram.wait_in`)."""
         self.last_call = Waiting(collective, call, members)
         self.activity = Activity(Phase.WAITING, self.last_call)
+
+    def label(self) -> str | None:
+        """Where the lane made the call it waits to enter: the program's label when it started (as
+        `DeviceProgram.label`)."""
+        return call_label(self.root._record, self._greenlet)
 
     def call(self, request: Any) -> Any:
         """In the lane's greenlet: hand `request` (a collective or a `Request`) to the lane's driver."""
