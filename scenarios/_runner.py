@@ -189,12 +189,12 @@ def _provenance(trace: sim.Trace, outputs: tuple[np.ndarray, ...], keeps: bool) 
 
     Worked on columns, not records: a million-message run's provenance costs a few numpy passes.
     """
-    rows = trace.detail_column("rows")
-    located = np.flatnonzero(np.fromiter((r is not None for r in rows), bool, len(rows)))
+    rows, present = trace.detail_numbers("rows", 2)
+    located = np.flatnonzero(present)
     if not len(located):
         return tuple(Provenance(0, (None,) * len(o), (None,) * len(o)) if keeps else None for o in outputs)
     axis = trace[int(located[0])].detail.get("axis", 0)
-    spans = np.array([rows[k] for k in located], np.int64).reshape(-1, 2)
+    spans = rows[located]
     lengths = np.array([o.shape[axis] for o in outputs], np.int64)
     offset = np.concatenate([[0], np.cumsum(lengths)])  # each device's first row in one flat row space
     count = spans[:, 1] - spans[:, 0]

@@ -85,12 +85,38 @@ class Details:
     def item(self, k: int) -> dict:
         return {key: _value(column, k) for key, column in self.columns.items()}
 
+    def numbers(self, key: str, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every record's value of `key` as int64 (`width` ints each when `width`), and which records have one."""
+        return numbers_of(self.columns.get(key), self.count, width)
+
     def dicts(self) -> np.ndarray:
         keys = list(self.columns)
         rows = zip(*(self.values(key) for key in keys)) if keys else ((),) * self.count
         values = np.empty(self.count, object)
         values[:] = [dict(zip(keys, row)) for row in rows]
         return values
+
+
+def numbers_of(column: Any, count: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """One key's detail column (None, `Same`, an array, or a sequence with None where a record lacks the key)
+    as int64 values of shape `(count,)` or `(count, width)`, zero where absent, and a mask of where present.
+
+    >>> numbers_of(Same((0, 2)), 3, 2)[0].tolist()
+    [[0, 2], [0, 2], [0, 2]]
+    """
+    shape = (count, width) if width else (count,)
+    if column is None or (isinstance(column, Same) and column.value is None):
+        return np.zeros(shape, np.int64), np.zeros(count, bool)
+    if isinstance(column, Same):
+        return np.broadcast_to(np.asarray(column.value, np.int64), shape), np.ones(count, bool)
+    if isinstance(column, np.ndarray):
+        return column.astype(np.int64, copy=False).reshape(shape), np.ones(count, bool)
+    present = np.fromiter((v is not None for v in column), bool, count)
+    if present.all():
+        return np.asarray(column, np.int64).reshape(shape), present
+    values = np.zeros(shape, np.int64)
+    values[present] = np.asarray([v for v in column if v is not None], np.int64).reshape((-1, *shape[1:]))
+    return values, present
 
 
 def _value(column: Any, k: int) -> Any:

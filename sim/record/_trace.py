@@ -25,6 +25,7 @@ from sim.record._columns import (
     column_of,
     item_of,
     kinds_of,
+    numbers_of,
     packed_details,
 )
 
@@ -168,6 +169,21 @@ class Trace:
             else:
                 values += [d.get(key) for d in detail]
         return values
+
+    def detail_numbers(self, key: str, width: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Every record's `detail[key]` as int64 (shape `(n,)`, or `(n, width)` for tuples of `width` ints,
+        e.g. `rows`), zero where a detail lacks `key`, and a mask of the records that have it: what
+        `detail_column` says, as two arrays, without a Python value per record where the chunks keep the
+        key as one shared value or an array.
+        """
+        self._pack()
+        shape = (0, width) if width else (0,)
+        if not self._chunks:
+            return np.zeros(shape, np.int64), np.zeros(0, bool)
+        parts = [chunk["detail"].numbers(key, width) if isinstance(chunk["detail"], Details) else
+                 numbers_of([d.get(key) for d in chunk["detail"]], len(chunk["detail"]), width)
+                 for chunk in self._chunks]
+        return np.concatenate([v for v, _ in parts]), np.concatenate([p for _, p in parts])
 
     def detail_keys(self, kind: str | None = None) -> set[str]:
         """The keys any record's detail has (of records of `kind` only, when given)."""
