@@ -179,3 +179,35 @@ def test_step_groups_of_a_run_equal_the_records(devices):
     assert _plain(step_groups(run.trace)) == _groups_by_records(run.trace)
     assert run_command._landing_bounds(_Result(run.trace), {0, devices - 1}) == \
         _bounds_by_records(run.trace, {0, devices - 1})
+
+
+@given(_TRACES, _TRACES)
+def test_columns_read_again_after_more_records_hold_them(first, more):
+    """A column read, then records added, then read again holds every record; each read is an array of
+    its own (writing into one changes neither the trace nor the next read)."""
+    trace = sim.Trace()
+    for source in (first, more):
+        for k in range(len(source)):
+            m = source[k]
+            trace.append(m.src, m.dst, m.size_bytes, m.send_time_s, m.start_time_s, m.arrival_time_s,
+                         m.collective, m.call, m.detail, m.kind)
+        read = trace.column("dst")
+        assert read.tolist() == [trace[k].dst for k in range(len(trace))]
+        read += 1
+        assert trace.column("dst").tolist() == [trace[k].dst for k in range(len(trace))]
+
+
+def test_a_run_provenance_equals_one_made_of_tuples():
+    """`Provenance.of_arrays` (a run's, tuples made when read) equals, hashes and prints as the provenance
+    made of the same tuples, and is frozen; a different one is told apart."""
+    import dataclasses
+
+    from scenarios import Provenance
+
+    made = Provenance.of_arrays(0, np.array([3, -1, 1]), np.array([7, -1, 2]))
+    given_ = Provenance(0, (3, None, 1), (7, None, 2))
+    assert made == given_ and hash(made) == hash(given_) and repr(made) == repr(given_)
+    assert made.to_dict() == {"axis": 0, "sources": [3, None, 1], "messages": [7, None, 2]}
+    assert made != Provenance(0, (3, None, 1), (7, None, 3)) and made != Provenance(1, (3, None, 1), (7, None, 2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.axis = 1

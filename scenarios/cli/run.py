@@ -231,10 +231,14 @@ def _landing_bounds(result: ScenarioResult, devices: set[int]) -> dict[int, set[
     can change."""
     rows, present = result.trace.detail_numbers("rows", 2)
     dst = result.trace.column("dst")
-    landed = present & np.isin(dst, list(devices))
-    ends = np.unique(np.column_stack([np.repeat(dst[landed], 2), rows[landed].ravel()]), axis=0)
+    shown = np.zeros(max(devices, default=-1) + 1, bool)
+    shown[list(devices)] = True
+    landed = present & shown[np.minimum(dst, len(shown) - 1)] & (dst < len(shown))
+    ends = rows[landed].ravel()
+    span = int(ends.max(initial=0)) + 1
+    keys = np.unique(np.repeat(dst[landed], 2) * span + ends)  # one int per (device, end): a plain sort
     bounds: dict[int, set[int]] = {device: set() for device in devices}
-    for device, end in ends.tolist():
+    for device, end in zip((keys // span).tolist(), (keys % span).tolist()):
         bounds[device].add(end)
     return bounds
 

@@ -176,6 +176,22 @@ def array_of(column) -> np.ndarray:
     return column.array() if isinstance(column, (Shared, Members)) else column
 
 
+def joined_column(columns: list) -> np.ndarray:
+    """The chunks' columns of one field as one array; the members of a group that many batches share
+    (`Members` of one sequence) are made an array once."""
+    members: dict[int, np.ndarray] = {}
+    parts = []
+    for column in columns:
+        if isinstance(column, Members):
+            made = members.get(id(column.values))
+            if made is None:
+                made = members[id(column.values)] = column.array()
+            parts.append(made)
+        else:
+            parts.append(array_of(column))
+    return np.concatenate(parts)
+
+
 def item_of(column, k: int):
     """Element `k` of a chunk's column, as a Python value (a batch's detail made for this one record)."""
     if isinstance(column, (Details, Shared, Members)):

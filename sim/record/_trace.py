@@ -24,6 +24,7 @@ from sim.record._columns import (
     array_of,
     column_of,
     item_of,
+    joined_column,
     kinds_of,
     numbers_of,
     packed_details,
@@ -121,6 +122,7 @@ class Trace:
         self._arrivals = np.zeros(1024)
         self._route = route
         self._routes: dict[tuple[int, int], tuple] = {}
+        self._columns: dict[str, np.ndarray] = {}  # columns read since the last record was added
 
     def __iter__(self) -> Iterator[MessageRecord]:
         return iter(self.messages)
@@ -150,13 +152,17 @@ class Trace:
         return _record(tuple(row), self._route_of(row[0], row[1], row[-1]))
 
     def column(self, name: str) -> np.ndarray:
-        """One field of every record, in record order (`detail` as dicts: `detail_column` reads one key)."""
+        """One field of every record, in record order (`detail` as dicts: `detail_column` reads one key); a
+        new array each time, joined from the chunks once until a record is added."""
         if name == "arrival_time_s":
             return self._arrivals[:self._count].copy()
         self._pack()
         if not self._chunks:
             return np.zeros(0, _NUMERIC.get(name, object))
-        return np.concatenate([array_of(chunk[name]) for chunk in self._chunks])
+        joined = self._columns.get(name)
+        if joined is None:
+            joined = self._columns[name] = joined_column([chunk[name] for chunk in self._chunks])
+        return joined.copy()
 
     def detail_column(self, key: str) -> list:
         """Every record's `detail[key]`, None where its detail lacks `key`, without making the details."""
@@ -261,6 +267,8 @@ class Trace:
         self._records = None
         if self._made:
             self._made = {}
+        if self._columns:
+            self._columns = {}
 
     def add(self, record: MessageRecord) -> None:
         """Record a `MessageRecord` (or `CopyRecord`)."""
