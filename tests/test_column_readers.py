@@ -211,3 +211,13 @@ def test_a_run_provenance_equals_one_made_of_tuples():
     assert made != Provenance(0, (3, None, 1), (7, None, 3)) and made != Provenance(1, (3, None, 1), (7, None, 2))
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.axis = 1
+
+
+def test_detail_numbers_of_batches_that_each_share_their_rows():
+    """Batches that each keep one `rows` for all their messages (a gather's) are read in one pass: the
+    same arrays as the records say, and a batch's count repeated, not its neighbour's."""
+    trace = _trace([{"src": s, "dsts": list(range(s + 1)), "send": 0.0, "details": {"rows": Same((s, s + 1))}}
+                    for s in range(4)])
+    values, present = trace.detail_numbers("rows", 2)
+    assert (values.tolist(), present.tolist()) == _numbers_by_records(trace, "rows", 2)
+    assert values.tolist() == [[0, 1], [1, 2], [1, 2], [2, 3], [2, 3], [2, 3], [3, 4], [3, 4], [3, 4], [3, 4]]

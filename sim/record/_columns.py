@@ -85,10 +85,6 @@ class Details:
     def item(self, k: int) -> dict:
         return {key: _value(column, k) for key, column in self.columns.items()}
 
-    def numbers(self, key: str, width: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every record's value of `key` as int64 (`width` ints each when `width`), and which records have one."""
-        return numbers_of(self.columns.get(key), self.count, width)
-
     def dicts(self) -> np.ndarray:
         keys = list(self.columns)
         rows = zip(*(self.values(key) for key in keys)) if keys else ((),) * self.count
@@ -117,6 +113,19 @@ def numbers_of(column: Any, count: int, width: int) -> tuple[np.ndarray, np.ndar
     values = np.zeros(shape, np.int64)
     values[present] = np.asarray([v for v in column if v is not None], np.int64).reshape((-1, *shape[1:]))
     return values, present
+
+
+def joined_numbers(details: list, key: str, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """`numbers_of` one key over the detail columns of every chunk (`Details`, or an array of dicts), joined;
+    batches that each share one value (a gather's `rows`) are repeated in one pass."""
+    columns = [d.columns.get(key) if isinstance(d, Details) else None for d in details]
+    if all(isinstance(c, Same) and c.value is not None for c in columns):
+        counts = [d.count for d in details]
+        values = np.array([c.value for c in columns], np.int64).reshape((len(columns), width) if width else -1)
+        return np.repeat(values, counts, axis=0), np.ones(sum(counts), bool)
+    parts = [numbers_of(column, d.count, width) if isinstance(d, Details) else
+             numbers_of([one.get(key) for one in d], len(d), width) for column, d in zip(columns, details)]
+    return np.concatenate([v for v, _ in parts]), np.concatenate([p for _, p in parts])
 
 
 def _value(column: Any, k: int) -> Any:
@@ -179,6 +188,9 @@ def array_of(column) -> np.ndarray:
 def joined_column(columns: list) -> np.ndarray:
     """The chunks' columns of one field as one array; the members of a group that many batches share
     (`Members` of one sequence) are made an array once."""
+    if all(isinstance(c, Shared) for c in columns) and _plain_shared(columns):  # e.g. each batch's sender
+        values = np.array([c.value for c in columns], columns[0].dtype or object)
+        return np.repeat(values, [c.count for c in columns])
     members: dict[int, np.ndarray] = {}
     parts = []
     for column in columns:
@@ -190,6 +202,14 @@ def joined_column(columns: list) -> np.ndarray:
         else:
             parts.append(array_of(column))
     return np.concatenate(parts)
+
+
+def _plain_shared(columns: list[Shared]) -> bool:
+    """Whether these shared values make one array as they are: numbers of one dtype, or strings."""
+    dtype = columns[0].dtype
+    if dtype is not None:
+        return all(c.dtype is dtype for c in columns)
+    return all(c.dtype is None and type(c.value) is str for c in columns)
 
 
 def item_of(column, k: int):

@@ -25,8 +25,8 @@ from sim.record._columns import (
     column_of,
     item_of,
     joined_column,
+    joined_numbers,
     kinds_of,
-    numbers_of,
     packed_details,
 )
 
@@ -186,10 +186,7 @@ class Trace:
         shape = (0, width) if width else (0,)
         if not self._chunks:
             return np.zeros(shape, np.int64), np.zeros(0, bool)
-        parts = [chunk["detail"].numbers(key, width) if isinstance(chunk["detail"], Details) else
-                 numbers_of([d.get(key) for d in chunk["detail"]], len(chunk["detail"]), width)
-                 for chunk in self._chunks]
-        return np.concatenate([v for v, _ in parts]), np.concatenate([p for _, p in parts])
+        return joined_numbers([chunk["detail"] for chunk in self._chunks], key, width)
 
     def detail_keys(self, kind: str | None = None) -> set[str]:
         """The keys any record's detail has (of records of `kind` only, when given)."""

@@ -57,25 +57,37 @@ def step_groups(trace: sim.Trace, indices: Sequence[int] | None = None) -> list[
     others are grouped by the time they were sent. Read from the trace's columns: no record is made, and
     the grouping is a few numpy passes, so a million messages cost little more than their columns.
     """
-    chosen = np.arange(len(trace)) if indices is None else np.asarray(indices, np.int64).reshape(-1)
-    chosen = chosen[trace.column("kind")[chosen] == "message"]
+    if indices is None:
+        chosen = np.flatnonzero(trace.column("kind") == "message")
+    else:
+        chosen = np.asarray(indices, np.int64).reshape(-1)
+        chosen = chosen[trace.column("kind")[chosen] == "message"]
     if not len(chosen):
         return []
     keys = trace.detail_keys("message")
     phase, phases = _codes(trace.detail_column("phase"), chosen) if "phase" in keys else _nones(chosen)
     step, steps = _codes(trace.detail_column("step"), chosen) if "step" in keys else _nones(chosen)
-    times, sent = np.unique(trace.column("send_time_s")[chosen], return_inverse=True)
     named = _not_none(phase, phases) | _not_none(step, steps)
-    key = np.where(named, phase * len(steps) + step, len(phases) * len(steps) + sent.reshape(-1))
+    sent = trace.column("send_time_s")
+    sent = sent if indices is None and len(chosen) == len(sent) else sent[chosen]
+    if named.all():
+        key = phase * len(steps) + step
+    elif not named.any():
+        key = sent
+    else:  # send times as codes past the (phase, step) codes; equal times share one
+        at = np.unique(sent, return_inverse=True)[1].reshape(-1)
+        key = np.where(named, phase * len(steps) + step, len(phases) * len(steps) + at)
+    if key.min() == key.max():  # one step (a one-shot exchange): nothing to sort
+        return [(_step_label((phases[phase[0]], steps[step[0]]) if named[0] else (float(sent[0]),)), chosen)]
     _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    labels = [_step_label((phases[phase[i]], steps[step[i]]) if named[i] else (float(sent[i]),))
+              for i in first.tolist()]
     order = np.argsort(first)  # groups in order of their first message
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     group = rank[group.reshape(-1)]
     members = np.split(chosen[np.argsort(group, kind="stable")], np.cumsum(np.bincount(group))[:-1])
-    labels = [_step_label((phases[phase[i]], steps[step[i]]) if named[i] else (float(times[sent[i]]),))
-              for i in first[order].tolist()]
-    return list(zip(labels, members))
+    return list(zip([labels[i] for i in order.tolist()], members))
 
 
 def _codes(values: list, chosen: np.ndarray) -> tuple[np.ndarray, list]:
