@@ -65,6 +65,9 @@ class Provenance:
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
+    def __reduce__(self) -> tuple:
+        return Provenance, (self.axis, self.sources, self.messages)
+
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented

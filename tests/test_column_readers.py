@@ -200,7 +200,9 @@ def test_columns_read_again_after_more_records_hold_them(first, more):
 def test_a_run_provenance_equals_one_made_of_tuples():
     """`Provenance.of_arrays` (a run's, tuples made when read) equals, hashes and prints as the provenance
     made of the same tuples, and is frozen; a different one is told apart."""
+    import copy
     import dataclasses
+    import pickle
 
     from scenarios import Provenance
 
@@ -211,6 +213,7 @@ def test_a_run_provenance_equals_one_made_of_tuples():
     assert made != Provenance(0, (3, None, 1), (7, None, 3)) and made != Provenance(1, (3, None, 1), (7, None, 2))
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.axis = 1
+    assert pickle.loads(pickle.dumps(made)) == given_ and copy.deepcopy(made) == given_
 
 
 def test_detail_numbers_of_batches_that_each_share_their_rows():

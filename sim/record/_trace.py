@@ -108,8 +108,9 @@ class Trace:
     """The messages of one run, in the order they were sent.
 
     `route(src, dst)` (e.g. `sim.Mesh.route`) gives each message's route; without it routes are empty.
-    `trace[k]` is message k, made alone; `column`, `detail_column` and `detail_keys` read a field of every
-    message without making a `MessageRecord` of any, so a reader of a million messages need not make them all.
+    `trace[k]` is message k, made alone; `column`, `detail_column`, `detail_numbers` and `detail_keys` read a
+    field of every message without making a `MessageRecord` of any, so a reader of a million messages need
+    not make them all.
     """
 
     def __init__(self, route: Callable[[int, int], tuple] | None = None) -> None:
