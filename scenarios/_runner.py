@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,26 +14,8 @@ import sim
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario
 from scenarios._program import ProgramResult, ProgramScenario, run_program
+from scenarios._provenance import Provenance, provenance_of
 from scenarios.picture import fragment
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Who wrote each index along `axis` (the leading axis for ragged_all_to_all) of one device's result.
-
-    `sources[i]` is the sending device and `messages[i]` the position in the trace of the message that
-    wrote index i; both are None where no message wrote it (the row kept the ragged op's `output` value).
-    Only collectives whose messages say where they land (`rows` in their detail: all_gather,
-    all_gather_invariant, all_to_all, ragged_all_to_all) have a provenance.
-    """
-
-    axis: int
-    sources: tuple[int | None, ...]
-    messages: tuple[int | None, ...]
-
-    def to_dict(self, array: Callable[[Sequence], Any] = list) -> dict:
-        """`axis`, `sources` and `messages` as JSON-ready values (`sources` and `messages` as `array` makes them)."""
-        return {"axis": self.axis, "sources": array(self.sources), "messages": array(self.messages)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,7 +132,7 @@ def run(scenario: Scenario | ProgramScenario, sanitize: bool = False) -> Scenari
         return ScenarioResult(scenario, (each,) * mesh.size, (None,) * mesh.size, outcome.trace,
                               outcome.end_time_s, outcome)
     outputs = tuple(_frozen(outcome.outputs[d]) for d in mesh.devices)
-    return ScenarioResult(scenario, outputs, _provenance(outcome.trace, outputs, definition.keeps), outcome.trace,
+    return ScenarioResult(scenario, outputs, provenance_of(outcome.trace, outputs, definition.keeps), outcome.trace,
                           outcome.end_time_s, outcome)
 
 
@@ -191,39 +172,6 @@ def _holders(scenario: Scenario) -> tuple[list[int], sim.PartitionSpec]:
     others = tuple(a for a in mesh.axis_names if a not in along)
     devices = [d for d in mesh.devices if all(mesh.coords(d)[a] == 0 for a in along)]
     return devices, sim.P(others) if others else sim.P()
-
-
-def _provenance(trace: sim.Trace, outputs: tuple[np.ndarray, ...], keeps: bool) -> tuple[Provenance | None, ...]:
-    """Each device's provenance, replayed from where its messages landed (their `rows` along the axis, in
-    trace order: a later message wins); unwritten rows stay None. When no message says where it landed,
-    None for every device, unless the collective `keeps` its output's rows (ragged_all_to_all with every
-    slice empty: every row kept `output`).
-
-    Worked on columns, not records: a million-message run's provenance costs a few numpy passes.
-    """
-    rows = trace.detail_column("rows")
-    located = np.flatnonzero(np.fromiter((r is not None for r in rows), bool, len(rows)))
-    if not len(located):
-        return tuple(Provenance(0, (None,) * len(o), (None,) * len(o)) if keeps else None for o in outputs)
-    axis = trace[int(located[0])].detail.get("axis", 0)
-    spans = np.array([rows[k] for k in located], np.int64).reshape(-1, 2)
-    lengths = np.array([o.shape[axis] for o in outputs], np.int64)
-    offset = np.concatenate([[0], np.cumsum(lengths)])  # each device's first row in one flat row space
-    count = spans[:, 1] - spans[:, 0]
-    first = np.repeat(offset[trace.column("dst")[located]] + spans[:, 0], count)
-    within = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-    writers = np.full(int(offset[-1]), -1, np.int64)
-    np.maximum.at(writers, first + within, np.repeat(located, count))  # trace order: the last write wins
-    sources = np.where(writers < 0, -1, trace.column("src")[np.maximum(writers, 0)])
-    return tuple(Provenance(axis, _or_none(sources[start:stop]), _or_none(writers[start:stop]))
-                 for start, stop in itertools.pairwise(offset.tolist()))
-
-
-def _or_none(values: np.ndarray) -> tuple[int | None, ...]:
-    """`values` as Python ints, None for -1."""
-    if values.min(initial=0) >= 0:
-        return tuple(values.tolist())
-    return tuple(None if v < 0 else v for v in values.tolist())
 
 
 def _listed(values: np.ndarray | Sequence) -> list:

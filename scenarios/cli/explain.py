@@ -238,11 +238,16 @@ def _writers(provenance: scenarios.Provenance | None, full: bool) -> Text:
     sources = provenance.sources
     for i in range(1, len(sources) + 1):
         if i == len(sources) or sources[i] != sources[start]:
-            who, style = ("kept", "dim") if sources[start] is None else (f"device {sources[start]}",
-                                                                         _colour(sources[start]))
-            runs.append(Text(f"{_span((start, i))} {who}", style=style))
+            runs.append((start, i, sources[start]))
             start = i
-    return Text("  ").join(edges(runs, full, DEVICE_EDGE, "runs"))
+    return Text("  ").join(run if isinstance(run, Text) else _writer(*run)
+                           for run in edges(runs, full, DEVICE_EDGE, "runs"))
+
+
+def _writer(start: int, stop: int, source: int | None) -> Text:
+    """`0:1 device 0`, or `2:4 kept` where no message wrote the rows, in the sender's colour."""
+    who, style = ("kept", "dim") if source is None else (f"device {source}", _colour(source))
+    return Text(f"{_span((start, stop))} {who}", style=style)
 
 
 def _timeline(result: ScenarioResult, full: bool) -> list[Any]:

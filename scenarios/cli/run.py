@@ -188,15 +188,16 @@ def _device(console: Console, result: ScenarioResult, device: int, bounds: set[i
         return False
     runs = _runs(provenance, bounds)
     indent = Text(" " * (width + 4))
-    for line in _edges(_written_by(result, provenance.axis, runs), full):
+    for line in _edges(runs, full):
+        line = line if isinstance(line, Text) else _written_by(result, provenance.axis, line)
         console.print(indent + line, soft_wrap=True)
     return any(k is None for _, _, k in runs)
 
 
-def _edges(lines: list[Text], full: bool) -> list[Text]:
-    """`lines`, or (unless `full`) beyond `2 * _RUN_EDGE` of them only as many at each end: a device of a
+def _edges(runs: list[tuple[int, int, int | None]], full: bool) -> list[tuple[int, int, int | None] | Text]:
+    """`runs`, or (unless `full`) beyond `2 * _RUN_EDGE` of them only as many at each end: a device of a
     1,000-device gather has 1,000 runs of rows, and every device printing all of them is a million lines."""
-    return edges(lines, full, _RUN_EDGE, "runs of rows")
+    return edges(runs, full, _RUN_EDGE, "runs of rows")
 
 
 def _print_array(console: Console, label: str, array: np.ndarray, provenance: Provenance | None, width: int,
@@ -217,32 +218,35 @@ def _print_array(console: Console, label: str, array: np.ndarray, provenance: Pr
         console.print(Text.assemble(prefix, line), soft_wrap=True)
 
 
-def _written_by(result: ScenarioResult, axis: int, runs: list[tuple[int, int, int | None]]) -> list[Text]:
-    """One line per run of rows written by one message (or by none), e.g. `rows 0:1 from device 0, ...`."""
+def _written_by(result: ScenarioResult, axis: int, run: tuple[int, int, int | None]) -> Text:
+    """The line of one run of rows written by one message (or by none), e.g. `rows 0:1 from device 0, slice 0`."""
     what = "rows" if axis == 0 else f"axis {axis} indices"
-    lines = []
-    for start, stop, k in runs:
-        if k is None:
-            lines.append(Text(f"{what} {start}:{stop} kept from output", style=KEPT))
-            continue
-        message = result.trace[k]
-        origin = f"{what} {start}:{stop} from device {message.src}"
-        if "slice" in message.detail:
-            origin += f", slice {message.detail['slice']}"
-        if "src_rows" in message.detail:
-            origin += f" (its operand rows {_span(message.detail['src_rows'])})"
-        lines.append(Text(origin, style=colour(message.src)))
-    return lines
+    start, stop, k = run
+    if k is None:
+        return Text(f"{what} {start}:{stop} kept from output", style=KEPT)
+    message = result.trace[k]
+    origin = f"{what} {start}:{stop} from device {message.src}"
+    if "slice" in message.detail:
+        origin += f", slice {message.detail['slice']}"
+    if "src_rows" in message.detail:
+        origin += f" (its operand rows {_span(message.detail['src_rows'])})"
+    return Text(origin, style=colour(message.src))
 
 
 def _landing_bounds(result: ScenarioResult, devices: set[int]) -> dict[int, set[int]]:
     """Per device of `devices`, the ends of the row ranges messages wrote into it: the only places its writer
     can change."""
+    rows, present = result.trace.detail_numbers("rows", 2)
+    dst = result.trace.column("dst")
+    shown = np.zeros(max(devices, default=-1) + 1, bool)
+    shown[list(devices)] = True
+    landed = present & shown[np.minimum(dst, len(shown) - 1)] & (dst < len(shown))
+    ends = rows[landed].ravel()
+    span = int(ends.max(initial=0)) + 1
+    keys = np.unique(np.repeat(dst[landed], 2) * span + ends)  # one int per (device, end): a plain sort
     bounds: dict[int, set[int]] = {device: set() for device in devices}
-    rows, dst = result.trace.detail_column("rows"), result.trace.column("dst")
-    for k in np.flatnonzero(np.isin(dst, list(devices))).tolist():
-        if rows[k] is not None:
-            bounds[int(dst[k])].update(rows[k])
+    for device, end in zip((keys // span).tolist(), (keys % span).tolist()):
+        bounds[device].add(end)
     return bounds
 
 

@@ -93,6 +93,41 @@ class Details:
         return values
 
 
+def numbers_of(column: Any, count: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """One key's detail column (None, `Same`, an array, or a sequence with None where a record lacks the key)
+    as int64 values of shape `(count,)` or `(count, width)`, zero where absent, and a mask of where present.
+
+    >>> numbers_of(Same((0, 2)), 3, 2)[0].tolist()
+    [[0, 2], [0, 2], [0, 2]]
+    """
+    shape = (count, width) if width else (count,)
+    if column is None or (isinstance(column, Same) and column.value is None):
+        return np.zeros(shape, np.int64), np.zeros(count, bool)
+    if isinstance(column, Same):
+        return np.broadcast_to(np.asarray(column.value, np.int64), shape), np.ones(count, bool)
+    if isinstance(column, np.ndarray):
+        return column.astype(np.int64, copy=False).reshape(shape), np.ones(count, bool)
+    present = np.fromiter((v is not None for v in column), bool, count)
+    if present.all():
+        return np.asarray(column, np.int64).reshape(shape), present
+    values = np.zeros(shape, np.int64)
+    values[present] = np.asarray([v for v in column if v is not None], np.int64).reshape((-1, *shape[1:]))
+    return values, present
+
+
+def joined_numbers(details: list, key: str, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """`numbers_of` one key over the detail columns of every chunk (`Details`, or an array of dicts), joined;
+    batches that each share one value (a gather's `rows`) are repeated in one pass."""
+    columns = [d.columns.get(key) if isinstance(d, Details) else None for d in details]
+    if all(isinstance(c, Same) and c.value is not None for c in columns):
+        counts = [d.count for d in details]
+        values = np.array([c.value for c in columns], np.int64).reshape((len(columns), width) if width else -1)
+        return np.repeat(values, counts, axis=0), np.ones(sum(counts), bool)
+    parts = [numbers_of(column, d.count, width) if isinstance(d, Details) else
+             numbers_of([one.get(key) for one in d], len(d), width) for column, d in zip(columns, details)]
+    return np.concatenate([v for v, _ in parts]), np.concatenate([p for _, p in parts])
+
+
 def _value(column: Any, k: int) -> Any:
     """Record k's value in one key's detail column."""
     if isinstance(column, Same):
@@ -148,6 +183,33 @@ def array_of(column) -> np.ndarray:
     if isinstance(column, Details):
         return column.dicts()
     return column.array() if isinstance(column, (Shared, Members)) else column
+
+
+def joined_column(columns: list) -> np.ndarray:
+    """The chunks' columns of one field as one array; the members of a group that many batches share
+    (`Members` of one sequence) are made an array once."""
+    if all(isinstance(c, Shared) for c in columns) and _plain_shared(columns):  # e.g. each batch's sender
+        values = np.array([c.value for c in columns], columns[0].dtype or object)
+        return np.repeat(values, [c.count for c in columns])
+    members: dict[int, np.ndarray] = {}
+    parts = []
+    for column in columns:
+        if isinstance(column, Members):
+            made = members.get(id(column.values))
+            if made is None:
+                made = members[id(column.values)] = column.array()
+            parts.append(made)
+        else:
+            parts.append(array_of(column))
+    return np.concatenate(parts)
+
+
+def _plain_shared(columns: list[Shared]) -> bool:
+    """Whether these shared values make one array as they are: numbers of one dtype, or strings."""
+    dtype = columns[0].dtype
+    if dtype is not None:
+        return all(c.dtype is dtype for c in columns)
+    return all(c.dtype is None and type(c.value) is str for c in columns)
 
 
 def item_of(column, k: int):

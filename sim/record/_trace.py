@@ -24,6 +24,8 @@ from sim.record._columns import (
     array_of,
     column_of,
     item_of,
+    joined_column,
+    joined_numbers,
     kinds_of,
     packed_details,
 )
@@ -108,8 +110,9 @@ class Trace:
     """The messages of one run, in the order they were sent.
 
     `route(src, dst)` (e.g. `sim.Mesh.route`) gives each message's route; without it routes are empty.
-    `trace[k]` is message k, made alone; `column`, `detail_column` and `detail_keys` read a field of every
-    message without making a `MessageRecord` of any, so a reader of a million messages need not make them all.
+    `trace[k]` is message k, made alone; `column`, `detail_column`, `detail_numbers` and `detail_keys` read a
+    field of every message without making a `MessageRecord` of any, so a reader of a million messages need
+    not make them all.
     """
 
     def __init__(self, route: Callable[[int, int], tuple] | None = None) -> None:
@@ -123,6 +126,7 @@ class Trace:
         self._route = route
         self._routes: dict[tuple[int, int], tuple] = {}
         self.computes: list[ComputeRecord] = []  # local work charged with `sim.compute`, in the order it began
+        self._columns: dict[str, np.ndarray] = {}  # columns read since the last record was added
 
     def __iter__(self) -> Iterator[MessageRecord]:
         return iter(self.messages)
@@ -152,13 +156,17 @@ class Trace:
         return _record(tuple(row), self._route_of(row[0], row[1], row[-1]))
 
     def column(self, name: str) -> np.ndarray:
-        """One field of every record, in record order (`detail` as dicts: `detail_column` reads one key)."""
+        """One field of every record, in record order (`detail` as dicts: `detail_column` reads one key); a
+        new array each time, joined from the chunks once until a record is added."""
         if name == "arrival_time_s":
             return self._arrivals[:self._count].copy()
         self._pack()
         if not self._chunks:
             return np.zeros(0, _NUMERIC.get(name, object))
-        return np.concatenate([array_of(chunk[name]) for chunk in self._chunks])
+        joined = self._columns.get(name)
+        if joined is None:
+            joined = self._columns[name] = joined_column([chunk[name] for chunk in self._chunks])
+        return joined.copy()
 
     def detail_column(self, key: str) -> list:
         """Every record's `detail[key]`, None where its detail lacks `key`, without making the details."""
@@ -171,6 +179,18 @@ class Trace:
             else:
                 values += [d.get(key) for d in detail]
         return values
+
+    def detail_numbers(self, key: str, width: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Every record's `detail[key]` as int64 (shape `(n,)`, or `(n, width)` for tuples of `width` ints,
+        e.g. `rows`), zero where a detail lacks `key`, and a mask of the records that have it: what
+        `detail_column` says, as two arrays, without a Python value per record where the chunks keep the
+        key as one shared value or an array.
+        """
+        self._pack()
+        shape = (0, width) if width else (0,)
+        if not self._chunks:
+            return np.zeros(shape, np.int64), np.zeros(0, bool)
+        return joined_numbers([chunk["detail"] for chunk in self._chunks], key, width)
 
     def detail_keys(self, kind: str | None = None) -> set[str]:
         """The keys any record's detail has (of records of `kind` only, when given)."""
@@ -248,6 +268,8 @@ class Trace:
         self._records = None
         if self._made:
             self._made = {}
+        if self._columns:
+            self._columns = {}
 
     def extend_columns(self, columns: dict[str, Any], details: dict[str, Any] | Sequence[dict]) -> None:
         """Record many messages at once from columns (a trace read back from a file): `columns` holds every
