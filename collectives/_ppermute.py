@@ -82,7 +82,8 @@ def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "
     buffer = context.memory.resident(x if isinstance(x, np.ndarray) else array)
     args = _Args(buffer, pairs, out_layout_of(_OP, context.device, out_layout, array.ndim))
     params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
-    return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
+    return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group),
+                                             _together))
 
 
 def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any, algorithm: Any) -> Perm:
@@ -174,6 +175,34 @@ def _paired(port: sim.Port, source: np.ndarray, sends: list, arrivals: list, sen
         return out
     out[...] = yield from port.recv_pair(senders)
     return out
+
+
+def _together(gathering: sim.Gathering) -> sim.Joint | None:
+    """The call run for its whole group at once (`sim.Pairs`) when every member sends one message and
+    receives one (a permutation of the whole group, as a ring shift), every operand and result is row-major
+    and the messages may go as one table; None otherwise (each member runs `_protocol`)."""
+    group_args, order = gathering.args, gathering.order
+    perm = group_args[0].perm
+    if len(perm) != gathering.group.size or not gathering.one_table() or not row_major_everywhere(group_args):
+        return None
+    to = dict(perm)
+    targets = [to[index] for index in order]
+
+    def fill() -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Each member's operand (a view of its memory) and its zeroed result, in the order the members'
+        protocols would make them."""
+        first = group_args[order[0]]
+        resolve(gathering.port(), ALGORITHMS, dict(gathering.collective.params)["algorithm"], first.buffer.nbytes,
+                ())
+        payloads, outs = [], [None] * len(order)
+        for index in order:
+            args, memory = group_args[index], gathering.memory(index)
+            buffer = args.buffer
+            payloads.append(memory.view(buffer))
+            outs[index] = memory.view(memory.alloc(buffer.dtype, buffer.shape, args.out_layout))
+        return payloads, outs  # type: ignore[return-value]
+
+    return sim.Pairs(gathering, targets, fill, {"pair": [(index, to[index]) for index in order]})
 
 
 def _facts(port: sim.Port, args: _Args, size_bytes: int) -> tuple[dict[int, list], dict[int, list], bool]:

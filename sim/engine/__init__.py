@@ -10,9 +10,11 @@ from sim.engine._options import RunOptions
 from sim.engine._perturb import Perturbation
 from sim.engine._port import Port
 from sim.engine._rendezvous import Collective, MeetingView, Waiting
+from sim.engine._together import Gathering, Joint, Pairs
 from sim.engine._transport import Message
 
 __all__ = [
-    "Activity", "Calls", "Collective", "DeviceContext", "MeetingView", "Message", "Perturbation", "Phase", "Port",
-    "RunOptions", "Simulation", "Steps", "Waiting", "current", "current_or_none", "steps_fit",
+    "Activity", "Calls", "Collective", "DeviceContext", "Gathering", "Joint", "MeetingView", "Message", "Pairs",
+    "Perturbation", "Phase", "Port", "RunOptions", "Simulation", "Steps", "Waiting", "current", "current_or_none",
+    "steps_fit",
 ]

@@ -20,6 +20,7 @@ from sim.record._violation import Violation, as_violation
 
 if TYPE_CHECKING:
     from sim.engine._port import Port
+    from sim.engine._together import Gathering, Joint
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,9 @@ class Collective:
     collective comes next). `validate(args_by_index)` sees every member's `args` and returns the broken
     rules, all of them (as `Violation`s, or plain messages), before any message is sent.
     `protocol(port, args)` is the device's part of the message exchange, a SimPy generator returning the
-    device's result.
+    device's result. `together(gathering)`, when given, may run the call for every member at once when the
+    last has arrived (`sim.engine._together`): it returns a `Joint` that does, or None to let each member
+    run `protocol`.
     """
 
     name: str
@@ -39,6 +42,7 @@ class Collective:
     args: Any
     protocol: Callable[[Port, Any], Generator]
     validate: Callable[[list[Any]], list[Violation | str]] | None = None
+    together: Callable[[Gathering], Joint | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,14 +75,16 @@ class _Meeting:
     Once all have, `args` holds every member's arguments by group index and `shared` holds what the
     members' protocols worked out once about the call (`Port.once`; never a result). `skipped`
     holds the pieces a sanitized run leaves out of the call (see `Violation.skip`). `view` is what the
-    members' ports see of it.
+    members' ports see of it; `order` the members' group indices in the order they arrived.
     """
 
-    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "shared", "skipped", "view")
+    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "order", "shared", "skipped",
+                 "view")
 
     def __init__(self, collective: Collective, device: int, event: simpy.Event, exchange: int) -> None:
         self.first, self.first_device = collective, device
         self.args: list[Any] = [None] * collective.group.size
+        self.order: list[int] = []
         self.count = 0
         self.event = event
         self.exchange = exchange
@@ -151,6 +157,7 @@ class Rendezvous:
         else:
             _check_same(meeting, device, call, collective)
         meeting.args[group.index] = collective.args
+        meeting.order.append(group.index)
         meeting.count += 1
         if meeting.count == group.size:
             del self._meetings[key]
