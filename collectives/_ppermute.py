@@ -27,12 +27,14 @@ from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Tra
 from collectives._facts import WHOLE, Peers, Sizes, Sweep
 from collectives._strategy import Axes, Sample, any_shape
 from collectives._vma import typed
+from sim._frozen import quick_init
 
 _OP = "ppermute"
 
 Perm = tuple[tuple[int, int], ...]
 
 
+@quick_init
 @dataclass(frozen=True)
 class _Args:
     buffer: sim.Buffer

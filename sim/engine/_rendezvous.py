@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from sim._errors import InvalidArgumentError, ProtocolError
+from sim._frozen import quick_init
 from sim.network._mesh import Group
 from sim.record._violation import Violation, as_violation
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from sim.engine._together import Gathering, Joint
 
 
+@quick_init
 @dataclass(frozen=True)
 class Collective:
     """One collective call as one device makes it.

@@ -53,7 +53,7 @@ class Gathering:
     arguments by group index, their memories, the transport, the run's options, and one `Port` (of the
     first member) for what the call works out once (`Port.once`, the algorithm)."""
 
-    __slots__ = ("calls", "call", "collective", "meeting", "order")
+    __slots__ = ("call", "calls", "collective", "meeting", "order")
 
     def __init__(self, calls: Calls, meeting: Any, collective: Collective, call: int) -> None:
         self.calls, self.meeting, self.collective, self.call = calls, meeting, collective, call
