@@ -55,16 +55,20 @@ class Calls:
 
     def run(self, program: DeviceProgram, collective: Collective) -> Generator:
         """The device's part of `collective`, in simulated time; its result."""
-        members = collective.group.members
-        number = self._number(members)
-        call = program.calls.get(number, 0)
-        program.calls[number] = call + 1
+        group = collective.group
+        members = group.members
+        entry = self._by_id.get(id(members))
+        number = entry[1] if entry is not None and entry[0] is members else self._number(members)
+        calls = program.calls
+        call = calls.get(number, 0)
+        calls[number] = call + 1
         program.wait_in(collective.name, call, members)
-        enter_s = float(self.env.now)
+        env = self.env
+        enter_s = float(env.now)
         try:
             meeting = self.rendezvous.arrive(program.device, call, collective, number)
             event = meeting.event
-            if collective.together is not None and meeting.count == collective.group.size:
+            if collective.together is not None and meeting.count == len(members):
                 event = self._joint(meeting, collective, call) or event
             joint = yield event
             if joint is None:
@@ -77,14 +81,14 @@ class Calls:
                     yield arrived
             else:  # the call ran as one (`sim.engine._together`): this member's part is done but for its wait
                 met_s = joint.met_s
-                result, arrived = joint.part(collective.group.index)
+                result, arrived = joint.part(group.index)
                 if arrived is not None:
                     yield arrived
             # the algorithm a protocol resolved once for the call ('auto' picks), else the one asked for
             shared = meeting.shared
             algorithm = shared["algorithm"] if "algorithm" in shared else dict(collective.params).get("algorithm")
             self.records.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s,
-                                           float(self.env.now), algorithm))
+                                           float(env.now), algorithm))
         except Exception as error:
             if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened
                 error.add_note(f"raised on device {program.device} {program.activity}")

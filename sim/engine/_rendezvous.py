@@ -157,11 +157,15 @@ class Rendezvous:
             meeting = self._meetings[key] = _Meeting(collective, device, self.env.event(), self._exchanges)
             self._exchanges += 1
         else:
-            _check_same(meeting, device, call, collective)
-        meeting.args[group.index] = collective.args
-        meeting.order.append(group.index)
+            first = meeting.first
+            if first.name != collective.name or (first.params is not collective.params
+                                                 and first.params != collective.params):
+                _mismatched(meeting, device, call, collective)
+        index = group.index
+        meeting.args[index] = collective.args
+        meeting.order.append(index)
         meeting.count += 1
-        if meeting.count == group.size:
+        if meeting.count == len(group.members):
             del self._meetings[key]
             if collective.validate is not None:
                 violations = collective.validate(meeting.args)
@@ -196,11 +200,11 @@ def _invalid(name: str, violations: list[Violation | str]) -> InvalidArgumentErr
     return error
 
 
-def _check_same(meeting: _Meeting, device: int, call: int, collective: Collective) -> None:
+def _mismatched(meeting: _Meeting, device: int, call: int, collective: Collective) -> None:
+    """Raise the error of `device` calling `collective` where the call's first member called another."""
     first = meeting.first
-    if first.name != collective.name or (first.params is not collective.params and first.params != collective.params):
-        raise ProtocolError(
-            f"mismatched collectives: call #{call} over {devices_str(collective.group.members)}: "
-            f"device {meeting.first_device} called {first.name}{first.params}, "
-            f"device {device} called {collective.name}{collective.params}"
-        )
+    raise ProtocolError(
+        f"mismatched collectives: call #{call} over {devices_str(collective.group.members)}: "
+        f"device {meeting.first_device} called {first.name}{first.params}, "
+        f"device {device} called {collective.name}{collective.params}"
+    )

@@ -162,11 +162,11 @@ class Pairs(Joint):
         message's arrival, when that is later or not known yet (as `Port.all_arrived`)."""
         out = self.outs[index]
         out[...] = self.payloads[self.slot_to[index]]
-        env = self.calls.env
         if self.reported[index]:
-            last = self.arrival[index]
-            return out, (env.timeout(last - env.now) if last > env.now else None)
-        event = self.waiting[index] = env.event()
+            last, env = self.arrival[index], self.calls.env
+            now = env.now
+            return out, (env.timeout(last - now) if last > now else None)
+        event = self.waiting[index] = self.calls.env.event()
         return out, event
 
 
