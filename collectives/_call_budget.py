@@ -45,7 +45,13 @@ def check_call(context: sim.DeviceContext, definition: Definition, operands: lis
         return
     operand_bytes = getattr(operands[0], "nbytes", 0) if len(operands) == 1 else \
         sum(getattr(x, "nbytes", 0) for x in operands)
-    groups = params.get("axis_index_groups") if isinstance(params, dict) else _param(params, "axis_index_groups")
+    if isinstance(params, dict):
+        groups = params.get("axis_index_groups")
+    else:
+        groups = None
+        for name, value in params:
+            if name == "axis_index_groups":
+                groups = value
     estimates = context.shared.get(_ESTIMATES)
     if estimates is None:
         estimates = context.shared[_ESTIMATES] = {}
@@ -66,14 +72,6 @@ def check_call(context: sim.DeviceContext, definition: Definition, operands: lis
     what = f"{op} of {sim.format_bytes(operand_bytes)} per device in groups of {n} on {context.mesh.size} devices"
     sim.check_call(what, context.device, {"outputs": outputs, "trace": trace}, meter.held_bytes,
                    meter.max_memory_bytes)
-
-
-def _param(params: tuple, name: str) -> Any:
-    """The value of `name` among the (name, value) pairs `params`, None when absent."""
-    for key, value in params:
-        if key == name:
-            return value
-    return None
 
 
 def _estimate(mesh: sim.Mesh, definition: Definition, operand_bytes: int, axis_name: Any,

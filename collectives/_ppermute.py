@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import layouts
 import sim
 from collectives import _batch_rules as batch_rules
 from collectives._algorithm import direct_only
@@ -202,7 +203,11 @@ def _together(gathering: sim.Gathering) -> sim.Joint | None:
     and the messages may go as one table; None otherwise (each member runs `_protocol`)."""
     group_args, order = gathering.args, gathering.order
     perm = group_args[0].perm
-    if len(perm) != gathering.group.size or not gathering.one_table() or not row_major_everywhere(group_args):
+    if len(perm) != gathering.group.size or not gathering.one_table():
+        return None
+    row_major = layouts.Layout.row_major(len(group_args[0].buffer.shape))  # one instance per rank
+    if not all(args.buffer.layout is row_major and args.out_layout is None for args in group_args) \
+            and not row_major_everywhere(group_args):
         return None
     to = dict(perm)
     targets = [to[index] for index in order]
