@@ -97,7 +97,7 @@ def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: A
     algorithm name and a permutation every device passes as the same object (their parameters then one
     object, which the rendezvous compares by identity)."""
     key = ("ppermute", id(perm), size, algorithm, axis_name) if isinstance(algorithm, str) and \
-        isinstance(axis_name, str) else None
+        isinstance(axis_name, (str, tuple)) else None
     found = context.shared.get(key) if key is not None else None
     if found is not None and found[0] is perm:  # the entry keeps `perm` alive, so its id is not reused
         return found[1], found[2]
