@@ -141,3 +141,32 @@ def test_joint_comparison_can_fail(monkeypatch):
     assert len(set(honest[2]["arrival_time_s"])) > 1
     assert forced[0] == honest[0]
     assert forced[4] != honest[4]
+
+
+@pytest.mark.parametrize(("network", "wait"), [
+    (sim.Network(1e-6, 1e9, topology="ring"), "arrival known"),
+    (sim.Network(1e-6, 1e9, topology="ring", store_and_forward=True), "arrival not reported"),
+], ids=["ring", "store-and-forward ring"])
+def test_members_whose_own_message_arrives_later_wait_for_it(network, wait, monkeypatch):
+    """On a ring where a permutation's messages take one hop or three, some members receive theirs before
+    their own has arrived: on a pipelined ring its arrival is known (they wait until then), on a
+    store-and-forward ring it is not reported yet (they wait to be told, as a member's port is). Either way
+    the joint calls equal the calls member by member."""
+    mixed = [(0, 3), (1, 0), (2, 1), (3, 2), (4, 5), (5, 4)]
+    case = ({"x": 6}, "x", [mixed, mixed], np.arange(600.0), network)
+    waits: list[str] = []
+    part = _together.Pairs.part
+
+    def counted(joint, index):
+        known = joint.reported[index]
+        result, event = part(joint, index)
+        if event is not None:
+            waits.append("arrival known" if known else "arrival not reported")
+        return result, event
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_together.Pairs, "part", counted)
+        joint = _run(*case)
+    monkeypatch.setattr(collectives._ppermute, "_together", lambda gathering: None)
+    assert joint == _run(*case)
+    assert set(waits) == {wait}
