@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim._simpy import fire_after as _fire
+from sim.engine._pairs import one_table
 
 if TYPE_CHECKING:
     import simpy
@@ -82,9 +83,7 @@ class Gathering:
     def one_table(self) -> bool:
         """Whether a call's messages may go as one table with the same trace and times as one by one: issuing
         is free, and the run is not perturbed, sanitized or exploring arrival orders (`Port.pairs_apply`)."""
-        transport, costs, options = self.calls.transport, self.calls.transport.costs, self.calls.options
-        return (transport.order is None and not costs.per_message_s and not costs.launch_s
-                and not options.sanitize and not options.last_arrival_wins)
+        return one_table(self.calls.transport, self.calls.options)
 
 
 class Pairs(Joint):
