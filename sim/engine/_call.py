@@ -57,8 +57,7 @@ class Calls:
         """The device's part of `collective`, in simulated time; its result."""
         group = collective.group
         members = group.members
-        entry = self._by_id.get(id(members))
-        number = entry[1] if entry is not None and entry[0] is members else self._number(members)
+        number = self._number(members)
         calls = program.calls
         call = calls.get(number, 0)
         calls[number] = call + 1
@@ -72,13 +71,8 @@ class Calls:
                 event = self._joint(meeting, collective, call) or event
             joint = yield event
             if joint is None:
-                met_s = float(self.env.now)
-                port = Port(self.transport, self.memories[program.device], program.device, collective, call,
-                            meeting.view, self.options)
-                result = yield from collective.protocol(port, collective.args)
-                arrived = port.all_arrived()
-                if arrived is not None:
-                    yield arrived
+                met_s = float(env.now)
+                result = yield from self._own_part(program.device, collective, call, meeting)
             else:  # the call ran as one (`sim.engine._together`): this member's part is done but for its wait
                 met_s = joint.met_s
                 result, arrived = joint.part(group.index)
@@ -95,6 +89,15 @@ class Calls:
             program.activity = FAILED
             self.fail(error)
             yield self.env.event()  # never fires: the run ends with the error
+        return result
+
+    def _own_part(self, device: int, collective: Collective, call: int, meeting: Any) -> Generator:
+        """The device's own part of the protocol, through its `Port`, until its messages have arrived."""
+        port = Port(self.transport, self.memories[device], device, collective, call, meeting.view, self.options)
+        result = yield from collective.protocol(port, collective.args)
+        arrived = port.all_arrived()
+        if arrived is not None:
+            yield arrived
         return result
 
     def _joint(self, meeting: Any, collective: Collective, call: int) -> simpy.Event | None:
