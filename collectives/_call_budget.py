@@ -45,7 +45,13 @@ def check_call(context: sim.DeviceContext, definition: Definition, operands: lis
         return
     operand_bytes = getattr(operands[0], "nbytes", 0) if len(operands) == 1 else \
         sum(getattr(x, "nbytes", 0) for x in operands)
-    groups = (params if isinstance(params, dict) else dict(params)).get("axis_index_groups")
+    if isinstance(params, dict):
+        groups = params.get("axis_index_groups")
+    else:
+        groups = None
+        for name, value in params:
+            if name == "axis_index_groups":
+                groups = value
     estimates = context.shared.get(_ESTIMATES)
     if estimates is None:
         estimates = context.shared[_ESTIMATES] = {}

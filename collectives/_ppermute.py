@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import layouts
 import sim
 from collectives import _batch_rules as batch_rules
 from collectives._algorithm import direct_only
@@ -27,12 +28,14 @@ from collectives._definition import AXIS_NAME, PERM, Definition, JaxBinding, Tra
 from collectives._facts import WHOLE, Peers, Sizes, Sweep
 from collectives._strategy import Axes, Sample, any_shape
 from collectives._vma import typed
+from sim._frozen import quick_init
 
 _OP = "ppermute"
 
 Perm = tuple[tuple[int, int], ...]
 
 
+@quick_init
 @dataclass(frozen=True)
 class _Args:
     buffer: sim.Buffer
@@ -69,34 +72,52 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
 
 def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorithm: str = "direct") -> Any:
     params = (("axis_name", axis_name), ("perm", perm))  # as the program records them: sorted by name
+    if isinstance(x, np.ndarray):  # an array is a tree of one leaf
+        return typed(PPERMUTE, axis_name, [x], lambda: _leaf(x, axis_name, perm, out_layout, algorithm), params)
     call = lambda leaf: typed(PPERMUTE, axis_name, [leaf], lambda: _leaf(leaf, axis_name, perm, out_layout,
                                                                           algorithm), params)
-    return call(x) if isinstance(x, np.ndarray) else map_tree(call, x)  # an array is a tree of one leaf
+    return map_tree(call, x)
 
 
 def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
     context, group = group_of(_OP, axis_name, None)
-    array = operand(_OP, context.device, "x", x)
-    pairs = _checked_perm(context, perm, group.size, axis_name, algorithm)
-    # an array made from a memory view (a program's value) is found by that view, unlike its plain copy
+    # a numeric array is its own operand; an array made from a memory view (a program's value) is found by
+    # that view, unlike its plain copy
+    array = x if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" else operand(_OP, context.device, "x", x)
+    pairs, params = _checked_perm(context, perm, len(group.members), axis_name, algorithm)
     buffer = context.memory.resident(x if isinstance(x, np.ndarray) else array)
-    args = _Args(buffer, pairs, out_layout_of(_OP, context.device, out_layout, array.ndim))
-    params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
-    return context.collective(sim.Collective(_OP, group, params, args, _protocol, same_operands(_OP, group)))
+    args = _Args(buffer, pairs, None if out_layout is None else out_layout_of(_OP, context.device, out_layout,
+                                                                               array.ndim))
+    return context.collective(sim.Collective(_OP, group, params, args, _protocol, _same(context, group), _together))
 
 
-def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any, algorithm: Any) -> Perm:
-    """`check_algorithm`, then `check_perm`, once per run for an algorithm name and a permutation every
-    device passes as the same object."""
-    key = ("ppermute", id(perm), size, algorithm) if isinstance(algorithm, str) else None
+def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any, algorithm: Any
+                  ) -> tuple[Perm, tuple]:
+    """`check_algorithm`, then `check_perm`; and the call's parameters. Once per run for an axis name, an
+    algorithm name and a permutation every device passes as the same object (their parameters then one
+    object, which the rendezvous compares by identity)."""
+    key = ("ppermute", id(perm), size, algorithm, axis_name) if isinstance(algorithm, str) and \
+        isinstance(axis_name, (str, tuple)) else None
     found = context.shared.get(key) if key is not None else None
     if found is not None and found[0] is perm:  # the entry keeps `perm` alive, so its id is not reused
-        return found[1]
+        return found[1], found[2]
     check_algorithm(_OP, context.device, algorithm, size, ALGORITHMS)
     pairs = check_perm(context.device, perm, size, axis_name)
+    params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
     if key is not None:
-        context.shared[key] = (perm, pairs)
-    return pairs
+        context.shared[key] = (perm, pairs, params)
+    return pairs, params
+
+
+def _same(context: sim.DeviceContext, group: sim.Group) -> Any:
+    """The group check `same_operands` of the group, made once per run for the members of a group."""
+    key = ("ppermute same", id(group.members))
+    found = context.shared.get(key)
+    if found is not None and found[0] is group.members:
+        return found[1]
+    check = same_operands(_OP, group)
+    context.shared[key] = (group.members, check)
+    return check
 
 
 def check_perm(device: int, perm: Any, size: int, axis_name: Any, op: str = _OP) -> Perm:
@@ -174,6 +195,39 @@ def _paired(port: sim.Port, source: np.ndarray, sends: list, arrivals: list, sen
         return out
     out[...] = yield from port.recv_pair(senders)
     return out
+
+
+def _together(gathering: sim.Gathering) -> sim.Joint | None:
+    """The call run for its whole group at once (`sim.Pairs`) when every member sends one message and
+    receives one (a permutation of the whole group, as a ring shift), every operand and result is row-major
+    and the messages may go as one table; None otherwise (each member runs `_protocol`)."""
+    group_args, order = gathering.args, gathering.order
+    perm = group_args[0].perm
+    if len(perm) != gathering.group.size or not gathering.one_table():
+        return None
+    row_major = layouts.Layout.row_major(len(group_args[0].buffer.shape))  # one instance per rank
+    if not all(args.buffer.layout is row_major and args.out_layout is None for args in group_args) \
+            and not row_major_everywhere(group_args):
+        return None
+    to = dict(perm)
+    targets = [to[index] for index in order]
+
+    def fill() -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Each member's operand (a view of its memory) and its zeroed result, in the order the members'
+        protocols would make them."""
+        first = group_args[order[0]]
+        resolve(gathering.port(), ALGORITHMS, dict(gathering.collective.params)["algorithm"], first.buffer.nbytes,
+                ())
+        payloads, outs = [], [None] * len(order)
+        memories, members = gathering.calls.memories, gathering.group.members
+        for index in order:
+            args, memory = group_args[index], memories[members[index]]
+            buffer = args.buffer
+            payloads.append(memory.view(buffer))
+            outs[index] = memory.view(memory.alloc(buffer.dtype, buffer.shape, args.out_layout))
+        return payloads, outs  # type: ignore[return-value]
+
+    return sim.Pairs(gathering, targets, fill, {"pair": [(index, to[index]) for index in order]})
 
 
 def _facts(port: sim.Port, args: _Args, size_bytes: int) -> tuple[dict[int, list], dict[int, list], bool]:

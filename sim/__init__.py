@@ -21,7 +21,10 @@ from sim._errors import InvalidArgumentError, InvalidTypeError, MemoryLimitError
 from sim.engine import (
     Collective,
     DeviceContext,
+    Gathering,
+    Joint,
     Message,
+    Pairs,
     Pending,
     Perturbation,
     Port,
@@ -143,6 +146,7 @@ __all__ += [  # for collectives: the protocol interface
     "Collective", "DeviceContext", "Message", "Port", "Violation", "Waiting", "add_step", "copy_step", "current",
     "current_or_none",
 ]
+__all__ += ["Gathering", "Joint", "Pairs"]  # for collectives: calls run for the whole group at once
 __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",
 ]

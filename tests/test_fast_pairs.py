@@ -1,6 +1,8 @@
 """ppermute's messages posted as one batch per call (`sim.engine._pairs`) equal the same messages posted one
 by one (`Port.send` / `Port.recv`): result bytes, every trace column, end time and call records. A batch
-forced onto calls whose messages are issued one by one is told apart, to show the comparison can fail."""
+forced onto calls whose messages are issued one by one is told apart, to show the comparison can fail.
+Every member runs its own protocol here (calls run as one, `sim.engine._together`, are
+`tests/test_joint_calls.py`'s)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import collectives
+import collectives._ppermute
 import sim
 from sim import P
 from sim.engine import _pairs
 from sim.engine._port import Port
+
+
+@pytest.fixture(autouse=True)
+def _members_run_their_own_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collectives._ppermute, "_together", lambda gathering: None)
 
 
 def _run(axes: dict[str, int], axis: str, perms: list[list[tuple[int, int]]], x: np.ndarray,

@@ -11,10 +11,12 @@ from sim.engine._options import RunOptions
 from sim.engine._perturb import Perturbation
 from sim.engine._port import Port
 from sim.engine._rendezvous import Collective, MeetingView, Waiting
+from sim.engine._together import Gathering, Joint, Pairs
 from sim.engine._transport import Message
 
 __all__ = [
-    "Activity", "Calls", "Collective", "DeviceContext", "MeetingView", "Message", "Pending", "Perturbation", "Phase",
-    "Port", "RunOptions", "Simulation", "Steps", "Waiting", "compute", "current", "current_or_none", "start",
+    "Activity", "Calls", "Collective", "DeviceContext", "Gathering", "Joint", "MeetingView", "Message", "Pairs",
+    "Pending", "Perturbation", "Phase", "Port", "RunOptions", "Simulation", "Steps", "Waiting", "compute", "current",
+    "current_or_none", "start",
     "steps_fit",
 ]

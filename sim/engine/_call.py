@@ -9,7 +9,7 @@ inside a protocol is noted with the device and the call, and ends the run.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -18,6 +18,7 @@ from sim.engine._driver import FAILED
 from sim.engine._options import RunOptions
 from sim.engine._port import Port
 from sim.engine._rendezvous import Collective, Rendezvous
+from sim.engine._together import Gathering
 from sim.engine._transport import Transport
 from sim.memory._memory import LocalMemory
 from sim.record._trace import CallRecord
@@ -54,28 +55,35 @@ class Calls:
 
     def run(self, program: DeviceProgram, collective: Collective) -> Generator:
         """The device's part of `collective`, in simulated time; its result."""
-        members = collective.group.members
+        group = collective.group
+        members = group.members
         number = self._number(members)
-        call = program.calls.get(number, 0)
-        program.calls[number] = call + 1
+        calls = program.calls
+        call = calls.get(number, 0)
+        calls[number] = call + 1
         program.wait_in(collective.name, call, members)
         label = program.label()  # faces: where the program made the call
-        enter_s = float(self.env.now)
+        env = self.env
+        enter_s = float(env.now)
         try:
             meeting = self.rendezvous.arrive(program.device, call, collective, number)
-            yield meeting.event
-            met_s = float(self.env.now)
-            port = Port(self.transport, self.memories[program.device], program.device, collective, call,
-                        meeting.view, self.options)
-            result = yield from collective.protocol(port, collective.args)
-            arrived = port.all_arrived()
-            if arrived is not None:
-                yield arrived
+            event = meeting.event
+            if collective.together is not None and meeting.count == len(members):
+                event = self._joint(meeting, collective, call) or event
+            joint = yield event
+            if joint is None:
+                met_s = float(env.now)
+                result = yield from self._own_part(program.device, collective, call, meeting)
+            else:  # the call ran as one (`sim.engine._together`): this member's part is done but for its wait
+                met_s = joint.met_s
+                result, arrived = joint.part(group.index)
+                if arrived is not None:
+                    yield arrived
             # the algorithm a protocol resolved once for the call ('auto' picks), else the one asked for
             shared = meeting.shared
             algorithm = shared["algorithm"] if "algorithm" in shared else dict(collective.params).get("algorithm")
             self.records.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s,
-                                           float(self.env.now), algorithm, label))
+                                           float(env.now), algorithm, label))
         except Exception as error:
             if not isinstance(error, MeshError):  # a failure inside a protocol: say where it happened
                 error.add_note(f"raised on device {program.device} {program.activity}")
@@ -83,3 +91,38 @@ class Calls:
             self.fail(error)
             yield self.env.event()  # never fires: the run ends with the error
         return result
+
+    def _own_part(self, device: int, collective: Collective, call: int, meeting: Any) -> Generator:
+        """The device's own part of the protocol, through its `Port`, until its messages have arrived."""
+        port = Port(self.transport, self.memories[device], device, collective, call, meeting.view, self.options)
+        result = yield from collective.protocol(port, collective.args)
+        arrived = port.all_arrived()
+        if arrived is not None:
+            yield arrived
+        return result
+
+    def _joint(self, meeting: Any, collective: Collective, call: int) -> simpy.Event | None:
+        """When the call's last member has arrived and its collective runs it as one (`Collective.together`):
+        the event the last member waits on instead of the meeting's, the meeting's event then starting the
+        joint call with every member's process callback; None when the members run their own parts."""
+        assert collective.together is not None
+        joint = collective.together(Gathering(self, meeting, collective, call))
+        if joint is None:
+            return None
+        earlier = meeting.event.callbacks  # the processes of the members that arrived before, in that order
+        last = self.env.event()  # never fires: the last member's process only leaves its callback here
+        order = meeting.order
+
+        def start(_: Any) -> None:
+            resumes: list[Any] = [None] * len(order)
+            for index, resume in zip(order, earlier + last.callbacks):
+                resumes[index] = resume
+            try:
+                joint.start(resumes)
+            except Exception as error:
+                if not isinstance(error, MeshError):
+                    error.add_note(f"raised in {collective.name} (call #{call}) run for its whole group")
+                self.fail(error)
+
+        meeting.event.callbacks = [start]
+        return last

@@ -27,17 +27,23 @@ from sim._simpy import fire_after as _fire
 if TYPE_CHECKING:
     import simpy
 
+    from sim.engine._options import RunOptions
     from sim.engine._port import Port
     from sim.engine._transport import Transport
 
 
 def pairs_apply(port: Port) -> bool:
     """Whether `port`'s call may post through a `PairTable` with the same trace and times as message by
-    message, its members handing their messages over before they first wait: issuing is free, the run is not
-    perturbed, sanitized or exploring arrival orders."""
-    transport, costs = port.transport, port.transport.costs
+    message, its members handing their messages over before they first wait (`one_table`)."""
+    return one_table(port.transport, port.options)
+
+
+def one_table(transport: Transport, options: RunOptions) -> bool:
+    """Whether a call's messages may go as one table with the same trace and times as one by one: issuing is
+    free, and the run is not perturbed, sanitized or exploring arrival orders."""
+    costs = transport.costs
     return (transport.order is None and not costs.per_message_s and not costs.launch_s
-            and not port.options.sanitize and not port.last_arrival_wins)
+            and not options.sanitize and not options.last_arrival_wins)
 
 
 class PairTable:

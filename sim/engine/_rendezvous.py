@@ -15,13 +15,16 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from sim._errors import InvalidArgumentError, ProtocolError
+from sim._frozen import quick_init
 from sim.network._mesh import Group
 from sim.record._violation import Violation, as_violation
 
 if TYPE_CHECKING:
     from sim.engine._port import Port
+    from sim.engine._together import Gathering, Joint
 
 
+@quick_init
 @dataclass(frozen=True)
 class Collective:
     """One collective call as one device makes it.
@@ -30,7 +33,9 @@ class Collective:
     collective comes next). `validate(args_by_index)` sees every member's `args` and returns the broken
     rules, all of them (as `Violation`s, or plain messages), before any message is sent.
     `protocol(port, args)` is the device's part of the message exchange, a SimPy generator returning the
-    device's result.
+    device's result. `together(gathering)`, when given, may run the call for every member at once when the
+    last has arrived (`sim.engine._together`): it returns a `Joint` that does, or None to let each member
+    run `protocol`.
     """
 
     name: str
@@ -39,6 +44,7 @@ class Collective:
     args: Any
     protocol: Callable[[Port, Any], Generator]
     validate: Callable[[list[Any]], list[Violation | str]] | None = None
+    together: Callable[[Gathering], Joint | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,14 +77,16 @@ class _Meeting:
     Once all have, `args` holds every member's arguments by group index and `shared` holds what the
     members' protocols worked out once about the call (`Port.once`; never a result). `skipped`
     holds the pieces a sanitized run leaves out of the call (see `Violation.skip`). `view` is what the
-    members' ports see of it.
+    members' ports see of it; `order` the members' group indices in the order they arrived.
     """
 
-    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "shared", "skipped", "view")
+    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "order", "shared", "skipped",
+                 "view")
 
     def __init__(self, collective: Collective, device: int, event: simpy.Event, exchange: int) -> None:
         self.first, self.first_device = collective, device
         self.args: list[Any] = [None] * collective.group.size
+        self.order: list[int] = []
         self.count = 0
         self.event = event
         self.exchange = exchange
@@ -149,10 +157,15 @@ class Rendezvous:
             meeting = self._meetings[key] = _Meeting(collective, device, self.env.event(), self._exchanges)
             self._exchanges += 1
         else:
-            _check_same(meeting, device, call, collective)
-        meeting.args[group.index] = collective.args
+            first = meeting.first
+            if first.name != collective.name or (first.params is not collective.params
+                                                 and first.params != collective.params):
+                _mismatched(meeting, device, call, collective)
+        index = group.index
+        meeting.args[index] = collective.args
+        meeting.order.append(index)
         meeting.count += 1
-        if meeting.count == group.size:
+        if meeting.count == len(group.members):
             del self._meetings[key]
             if collective.validate is not None:
                 violations = collective.validate(meeting.args)
@@ -187,11 +200,11 @@ def _invalid(name: str, violations: list[Violation | str]) -> InvalidArgumentErr
     return error
 
 
-def _check_same(meeting: _Meeting, device: int, call: int, collective: Collective) -> None:
+def _mismatched(meeting: _Meeting, device: int, call: int, collective: Collective) -> None:
+    """Raise the error of `device` calling `collective` where the call's first member called another."""
     first = meeting.first
-    if first.name != collective.name or (first.params is not collective.params and first.params != collective.params):
-        raise ProtocolError(
-            f"mismatched collectives: call #{call} over {devices_str(collective.group.members)}: "
-            f"device {meeting.first_device} called {first.name}{first.params}, "
-            f"device {device} called {collective.name}{collective.params}"
-        )
+    raise ProtocolError(
+        f"mismatched collectives: call #{call} over {devices_str(collective.group.members)}: "
+        f"device {meeting.first_device} called {first.name}{first.params}, "
+        f"device {device} called {collective.name}{collective.params}"
+    )

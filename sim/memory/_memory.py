@@ -22,6 +22,7 @@ import numpy as np
 
 import layouts
 from layouts import InvalidArgumentError, Layout
+from sim._frozen import quick_init
 from sim.memory._abstract import hollow_empty, is_hollow
 from sim.memory._meter import MemoryMeter
 
@@ -30,6 +31,7 @@ _MIN_SEGMENT_BYTES = 1 << 12  # one page: a mesh of many devices holding little 
 _MAX_SPARE_BYTES = 64 << 20
 
 
+@quick_init
 @dataclass(frozen=True)
 class Buffer:
     """An array living in a device memory: where, and how its bytes decode.

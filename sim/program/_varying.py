@@ -96,14 +96,15 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None =
          context: Any = None) -> Varying:
     """`value` as a `Varying` with `vma`, recorded as the output of `op` when `op` is given (in the program of
     `context`, by default the running device's)."""
-    array = np.asarray(value).view(Varying)
+    array = (value if type(value) is np.ndarray else np.asarray(value)).view(Varying)
     array.vma = vma if type(vma) is frozenset else frozenset(vma)
     if op:
-        context = context or current_or_none()
+        if context is None:
+            context = current_or_none()
         if context is not None:
             program = context.program
-            array.var = program.new_var(array.dtype, array.shape, array.vma)
-            program.record(op, params or {}, [_ref(i) for i in inputs or []], [array.var])
+            var = array.var = program.new_var(array.dtype, array.shape, array.vma)
+            program.record(op, params or {}, [_ref(i) for i in inputs] if inputs else [], [var])
     return array
 
 

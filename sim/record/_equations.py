@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 
 import layouts
+from sim._frozen import quick_init
 
 
+@quick_init
 @dataclass(frozen=True, eq=False)
 class Var:
     """A value a program computed: a name, its dtype and shape, and the axes it may vary along."""
@@ -42,6 +44,7 @@ class Const:
         return f"const:{_dtype_str(array.dtype)}{list(array.shape)}".replace(" ", "")
 
 
+@quick_init
 @dataclass(frozen=True, eq=False)
 class Equation:
     """`outputs = op[params](*inputs)`; inputs are `Var` or `Const` objects."""
@@ -74,13 +77,9 @@ class Program:
 
     def new_var(self, dtype, shape: tuple[int, ...], vma: frozenset) -> Var:
         """A fresh variable named a, b, ..., z, ba, bb, ... in creation order."""
-        n, name = self._count, ""
-        while True:
-            name = "abcdefghijklmnopqrstuvwxyz"[n % 26] + name
-            n //= 26
-            if not n:
-                break
-        self._count += 1
+        n = self._count
+        self._count = n + 1
+        name = _NAMES[n] if n < len(_NAMES) else _name(n)
         return Var(name, np.dtype(dtype), tuple(shape), frozenset(vma))
 
     def record(self, op: str, params: dict | tuple, inputs: list, outputs: list) -> None:
@@ -96,6 +95,22 @@ class Program:
         body = "".join(f"\n    {e}" for e in self.equations)
         outs = ", ".join(o.name if isinstance(o, Var) else str(o) for o in self.outputs)
         return f"{{ lambda ; {ins}. let{body}\n  in ({outs},) }}"
+
+
+_NAMES: list[str] = []  # the names of the first variables, spelled once for every program
+
+
+def _name(n: int) -> str:
+    """Variable number n's name (`Program.new_var`), the names up to it kept for later programs."""
+    while len(_NAMES) <= n:
+        k, name = len(_NAMES), ""
+        while True:
+            name = "abcdefghijklmnopqrstuvwxyz"[k % 26] + name
+            k //= 26
+            if not k:
+                break
+        _NAMES.append(name)
+    return _NAMES[n]
 
 
 def vma_str(vma: frozenset) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sim._frozen import quick_init
 from sim.record._columns import (
     Details,
     Members,
@@ -84,6 +85,7 @@ class CopyRecord(MessageRecord):
     kind: str = "pack"
 
 
+@quick_init
 @dataclass(frozen=True)
 class CallRecord:
     """One device's part in one collective call, as the engine ran it.
