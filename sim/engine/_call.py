@@ -106,6 +106,8 @@ class Calls:
         the event the last member waits on instead of the meeting's, the meeting's event then starting the
         joint call with every member's process callback; None when the members run their own parts."""
         assert collective.together is not None
+        if len(meeting.event.callbacks) != len(meeting.order) - 1:  # a member not yet waiting (a lane starting)
+            return None
         joint = collective.together(Gathering(self, meeting, collective, call))
         if joint is None:
             return None
