@@ -13,12 +13,15 @@ is set before jax is imported.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
+from jax._src import config as jax_config
+from jax._src import core as jax_core
 from jax.extend import core
 
 import collectives
@@ -36,8 +39,9 @@ from oracles._bridge_diagnostics import (
     slip,
     source_line,
 )
-from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError, contains
+from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
 from oracles._bridge_primitives import check_primitives
+from oracles._bridge_segments import execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
 
 
@@ -116,8 +120,30 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
         JaxSlipError: with `strict=True`, JAX's typing or an unchecked out_specs claim is wrong here.
         MeshError: a collective's arguments break its rules (as in any simulated run).
     """
-    closed, tree = trace(f, args)
+    closed, tree = traced(f, args)
     return run_traced(closed, tree, args, network, dict(options, strict=strict))
+
+
+_TRACES_KEPT = 64
+_traces: OrderedDict[tuple, tuple[core.ClosedJaxpr, Any]] = OrderedDict()
+
+
+def traced(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:
+    """`trace(f, args)`, kept per argument signature when `f` is jitted (as `jax.jit` keeps its trace: a
+    jitted function is pure by contract, so a warm call neither traces nor compiles again); a function that
+    is not jitted is traced on every call, as JAX traces it."""
+    if not hasattr(f, "lower"):
+        return trace(f, args)
+    leaves, structure = jax.tree.flatten(args)
+    key = (f, structure, tuple((jax_core.shaped_abstractify(x), getattr(x, "sharding", None)) for x in leaves),
+           jax_config.trace_context())
+    found = _traces.get(key)
+    if found is None:
+        found = _traces[key] = trace(f, args)
+        if len(_traces) > _TRACES_KEPT:
+            _traces.popitem(last=False)
+    _traces.move_to_end(key)
+    return found
 
 
 def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Network | None,
@@ -127,13 +153,17 @@ def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Ne
     options = dict(options)
     host = _Host(network, bool(options.pop("strict", False)), options)
     evaluator = Evaluator(host.apply, lambda lit: lit.val, lambda values, aval: jax.numpy.stack(values)
-                          if values else jax.numpy.zeros(aval.shape, aval.dtype))
+                          if values else jax.numpy.zeros(aval.shape, aval.dtype), _HOST)
     flat = evaluator.run(closed, [canonical(x, aval) for x, aval in zip(jax.tree.leaves(args), closed.in_avals)])
     outputs = jax.tree.unflatten(tree, [x if is_key(aval) else np.asarray(x)
                                         for x, aval in zip(flat, closed.out_avals)])
     report(host.diagnostics, strict=False)
     return Simulated(outputs, tuple(host.runs), closed, tuple(host.labels), tuple(host.diagnostics),
                      tuple(host.unsimulated))
+
+
+# Host equations between shard_maps compile as device ones do, under the user's mesh context.
+_HOST = Compile(lambda eqn: local(eqn, host=True), "host", lambda segment, values: execute(segment, values, host=True))
 
 
 class _Host:

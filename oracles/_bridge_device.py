@@ -21,13 +21,15 @@ from typing import Any
 import jax
 import numpy as np
 from jax._src import mesh as mesh_lib
-from jax._src.lax import parallel
 from jax.extend import core
 
 import sim
 from collectives import REGISTRY, Definition
+from oracles import _bridge_compiled
+from oracles._bridge_compiled import aval_vma as _vma
 from oracles._bridge_diagnostics import SLIPS, JaxSlipError, slip, source_line
-from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError
+from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError
+from oracles._bridge_segments import CASTS, PARALLEL, local
 
 # JAX's parameter names where meshsim's differ; every other parameter keeps its name, and those a
 # collective does not take (`axis_size`, JAX's own bookkeeping) are dropped.
@@ -35,10 +37,6 @@ _RENAMED = {"axes": "axis_name", "all_gather_dimension": "axis"}
 # The all_to_all primitive splits and concatenates in place whatever its `tiled` says: `lax.all_to_all`
 # adds and removes the untiled axis around it with expand_dims and squeeze.
 _FIXED = {"all_to_all": {"tiled": True}}
-# Every collective primitive JAX defines; those the registry lacks are refused by name.
-PARALLEL = frozenset(p.name for p in vars(parallel).values() if isinstance(p, core.Primitive))
-# Casts between JAX's varying, unreduced and reduced types: no data moves, each device keeps its value.
-CASTS = frozenset(name for name in PARALLEL if name.endswith(("_cast_p", "_cast"))) | {"preduced"}
 # JAX's collectives of unreduced and reduced values, and meshsim's collective that moves the same data (a
 # device holds an unreduced value as its own partial, a reduced one whole).
 ALIASES = {"unreduced_psum": "psum_invariant", "unreduced_reduce_scatter": "reduce_scatter",
@@ -77,7 +75,9 @@ def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]
     if jaxpr.constvars:
         raise BridgeError(f"shard_map body with constvars={jaxpr.constvars} cannot be run; JAX closes over "
                           f"constants as inputs, so this jaxpr was not made by jax.make_jaxpr")
-    evaluator = Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch), _literal, _stack)
+    compile = Compile(lambda eqn: local(eqn, check_vma=check_vma), f"device check_vma={check_vma}",
+                      lambda segment, values: _bridge_compiled.run(segment, values, check_vma))
+    evaluator = Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch), _literal, _stack, compile)
     everywhere = frozenset(axes) if check_vma else frozenset()
 
     def program(*args: Any) -> tuple:
@@ -115,12 +115,6 @@ def _stack(values: list, aval: Any) -> Any:
     if not values:
         return sim.wrap(np.zeros(aval.shape, aval.dtype), _vma(aval))
     return np.stack(values)
-
-
-def _vma(aval: Any) -> frozenset:
-    """The axes JAX types `aval` as varying along, and those it holds unreduced (a partial value per device)."""
-    mat = getattr(aval, "mat", None)
-    return frozenset(getattr(mat, "varying", ()) or ()) | frozenset(getattr(mat, "unreduced", ()) or ())
 
 
 def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list:
