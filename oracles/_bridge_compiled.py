@@ -20,7 +20,7 @@ import numpy as np
 from jax.extend import core
 
 import sim
-from oracles._bridge_segments import RETYPES, Segment, execute
+from oracles._bridge_segments import RETYPES, Segment, execute, held
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def typing(segment: Segment, inputs: tuple[tuple[bool, frozenset], ...], check_v
             index[var] = len(types)
             types.append(vma)
             varying.append(True)
-        avals = tuple((np.dtype(v.aval.dtype), tuple(v.aval.shape), vma) for v, vma in zip(eqn.outvars, vmas))
+        avals = tuple((*held(v.aval), vma) for v, vma in zip(eqn.outvars, vmas))
         steps.append(_Step(eqn.primitive.name, _params(eqn.primitive.name, eqn.params), operands, promoted, results,
                            avals, cast))
     outputs = tuple((index[v], types[index[v]]) for v in segment.outvars)

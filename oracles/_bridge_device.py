@@ -29,7 +29,7 @@ from oracles import _bridge_compiled
 from oracles._bridge_compiled import aval_vma as _vma
 from oracles._bridge_diagnostics import SLIPS, JaxSlipError, slip, source_line
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError
-from oracles._bridge_segments import CASTS, PARALLEL, local
+from oracles._bridge_segments import CASTS, PARALLEL, is_key, local
 
 # JAX's parameter names where meshsim's differ; every other parameter keeps its name, and those a
 # collective does not take (`axis_size`, JAX's own bookkeeping) are dropped.
@@ -68,16 +68,19 @@ class Watch:
         self.slips.setdefault(id(eqn), (eqn, axes, {}))[2][device] = np.array(value, copy=True)
 
 
-def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]) -> Callable[..., tuple]:
+def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...], compiled: bool = True
+         ) -> Callable[..., tuple]:
     """The per-device program of a shard_map equation whose body is `jaxpr`: each output comes back with one
     leading row (the device's block), typed along every mesh axis `axes`, for the bridge to assemble as JAX
-    does (`oracles._bridge_specs`)."""
+    does (`oracles._bridge_specs`); with `compiled`, the local work between collectives runs as compiled
+    segments (`oracles._bridge_compiled`)."""
     if jaxpr.constvars:
         raise BridgeError(f"shard_map body with constvars={jaxpr.constvars} cannot be run; JAX closes over "
                           f"constants as inputs, so this jaxpr was not made by jax.make_jaxpr")
     compile = Compile(lambda eqn: local(eqn, check_vma=check_vma), f"device check_vma={check_vma}",
                       lambda segment, values: _bridge_compiled.run(segment, values, check_vma))
-    evaluator = Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch), _literal, _stack, compile)
+    evaluator = Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch), _literal, _stack,
+                          compile if compiled else None)
     everywhere = frozenset(axes) if check_vma else frozenset()
 
     def program(*args: Any) -> tuple:
@@ -92,12 +95,6 @@ def _row(out: Any, vma: frozenset) -> sim.Varying:
     row = sim.wrap(np.asarray(out)[None], vma)
     row.var = getattr(out, "var", None)
     return row
-
-
-def is_key(aval: Any) -> bool:
-    """Whether `aval` holds PRNG keys (a typed key array)."""
-    dtype = getattr(aval, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def to_key(data: Any, aval: Any) -> Any:

@@ -111,37 +111,86 @@ def _segment(eqns: list, read_after: set) -> Segment:
 
 def local(eqn: core.JaxprEqn, *, check_vma: bool = False, host: bool = False) -> bool:
     """Whether `eqn` may be compiled into a segment: no collective (casts and pvary, which move no data, may), no
-    callback, no PRNG key in or out, no effect, and the same for every equation of its nested bodies; on a
-    device under `check_vma`, not a primitive whose JAX typing may slip (each device's value is watched
-    there); on the host, no shard_map anywhere in it."""
+    callback, no effect, and the same for every equation of its nested bodies; on a device under `check_vma`,
+    not a primitive whose JAX typing may slip (each device's value is watched there); on the host, no
+    shard_map and no PRNG key (a device holds keys as their key data, which its segments wrap and unwrap)."""
     name = eqn.primitive.name
     if name in CALLBACKS or eqn.effects or (name in PARALLEL and (host or name not in CASTS)):
         return False
     if name == "shard_map" or (check_vma and name == "sort"):
         return False
-    if any(_is_key(v.aval) for v in (*eqn.invars, *eqn.outvars)):
+    if host and any(_is_extended(v.aval) for v in (*eqn.invars, *eqn.outvars)):
         return False
     return all(local(inner, check_vma=check_vma, host=host)
                for sub in core.jaxprs_in_params(eqn.params) for inner in sub.eqns)
 
 
-def _is_key(aval: Any) -> bool:
+def _is_extended(aval: Any) -> bool:
     dtype = getattr(aval, "dtype", None)
     return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
 
 
-def compiled(segment: Segment, host: bool = False) -> Any:
-    """The segment's function jitted (made once); a device's under an empty mesh context, since a device's
-    values are local whatever mesh `jax.set_mesh` made current."""
+def is_key(aval: Any) -> bool:
+    """Whether `aval` holds PRNG keys (a typed key array)."""
+    dtype = getattr(aval, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def held(aval: Any) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape of a device's value of `aval`: a key array's are its key data's."""
+    if is_key(aval):
+        return np.dtype(np.uint32), (*aval.shape, *aval.dtype._impl.key_shape)
+    return np.dtype(aval.dtype), tuple(aval.shape)
+
+
+def compiled(segment: Segment) -> Any:
+    """The segment's function jitted, made once per segment and shared by every segment of the same
+    equations on the same input types (a program traced again, or traced with another way of giving its
+    mesh, compiles nothing new)."""
     if segment.jitted is None:
-        segment.jitted = jax.jit(_function(segment))
+        key = fingerprint(segment)
+        if "..." in key or not all(_plain(eqn) for eqn in segment.eqns):
+            key = f"{id(segment)}:{key}"  # shown in part only (constants, long arrays): never shared
+        segment.jitted = _jitted.get(key)
+        if segment.jitted is None:
+            segment.jitted = _jitted[key] = jax.jit(_function(segment))
+            while len(_jitted) > _PLANS_KEPT:
+                _jitted.popitem(last=False)
+        _jitted.move_to_end(key)
     return segment.jitted
+
+
+_jitted: OrderedDict[str, Any] = OrderedDict()
+
+
+def _plain(eqn: core.JaxprEqn) -> bool:
+    """Whether `eqn`'s text says all it computes: no body of it closes over constants, which print by name."""
+    for value in eqn.params.values():
+        for body in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(body, core.ClosedJaxpr) and body.consts:
+                return False
+    return all(_plain(inner) for sub in core.jaxprs_in_params(eqn.params) for inner in sub.eqns)
+
+
+def fingerprint(segment: Segment) -> str:
+    """The segment's equations and input types as text: equal for segments that compute the same thing."""
+    names = {var: f"v{k}" for k, var in enumerate(segment.invars)}
+    lines = [" ".join(f"{names[v]}:{v.aval.str_short()}" for v in segment.invars)]
+    for eqn in segment.eqns:
+        for var in eqn.outvars:
+            names.setdefault(var, f"v{len(names)}")
+        ins = " ".join(repr(v.val) + ":" + v.aval.str_short() if isinstance(v, core.Literal) else names[v]
+                       for v in eqn.invars)
+        outs = " ".join(names.get(v, "_") for v in eqn.outvars)
+        lines.append(f"{outs} = {eqn.primitive.name}{sorted(eqn.params.items(), key=lambda kv: kv[0])!r} {ins}")
+    lines.append(" ".join(names[v] for v in segment.outvars))
+    return "\n".join(lines)
 
 
 def _function(segment: Segment) -> Callable[..., list]:
     """The segment as a function JAX can trace: each equation bound on the traced values, casts passed on."""
     def run(*values: Any) -> list:
-        env = dict(zip(segment.invars, values))
+        env = {var: _wrapped(value, var.aval) for var, value in zip(segment.invars, values)}
         for eqn in segment.eqns:
             ins = [v.val if isinstance(v, core.Literal) else env[v] for v in eqn.invars]
             if eqn.primitive.name in RETYPES:
@@ -151,9 +200,14 @@ def _function(segment: Segment) -> Callable[..., list]:
                     out = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
                 outs = out if eqn.primitive.multiple_results else [out]
             env.update((var, o) for var, o in zip(eqn.outvars, outs) if not isinstance(var, core.DropVar))
-        return [env[v] for v in segment.outvars]
+        return [jax.random.key_data(env[v]) if is_key(v.aval) else env[v] for v in segment.outvars]
 
     return run
+
+
+def _wrapped(value: Any, aval: Any) -> Any:
+    """A device's value as the segment takes it: key data wrapped as the key array `aval` holds."""
+    return jax.random.wrap_key_data(value, impl=aval.dtype._impl.name) if is_key(aval) else value
 
 
 def execute(segment: Segment, values: Sequence[Any], host: bool = False) -> list[np.ndarray] | None:
@@ -161,7 +215,7 @@ def execute(segment: Segment, values: Sequence[Any], host: bool = False) -> list
     arrays, or None where XLA cannot compile it (the segment is then marked `eager`)."""
     if segment.eager:
         return None
-    function = compiled(segment, host)
+    function = compiled(segment)
     try:
         if host:
             outs = function(*values)

@@ -41,7 +41,7 @@ def _ulps(wanted: Any, found: Any) -> int:
     return int(np.max(np.abs(a - b)))
 
 
-def _moe(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> Callable[..., Any]:
+def moe_layer(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> Callable[..., Any]:
     """An expert-parallel MoE layer written as open-source ones write it: router logits with jitter from the
     RNG state passed in, top-k, tokens past an expert's capacity dropped, rows sorted by expert (argsort),
     counts all_gathered, offsets from cumulative sums, a ragged dispatch into an empty buffer, grouped matmuls
@@ -106,7 +106,7 @@ def moe() -> list[tuple]:
                 rng.standard_normal((experts, width, 8)).astype(np.float32),
                 rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.key(0))
         for check_vma in (True, False):
-            f = _moe(n, experts, k=2, capacity=3, check_vma=check_vma)
+            f = moe_layer(n, experts, k=2, capacity=3, check_vma=check_vma)
             loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
             for form, g in (("forward", f), ("grad", jax.grad(loss, argnums=(0, 1, 2, 3)))):
                 with warnings.catch_warnings():

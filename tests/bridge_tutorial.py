@@ -84,7 +84,7 @@ def _exchange(mk: Mk) -> Callable[..., Any]:
     return mk(lambda x: jnp.tanh(lax.all_to_all(x, "i", 1, 0, tiled=True)), P("i"), P(None, "i"))
 
 
-def _collective_matmul(mk: Mk) -> Callable[..., Any]:
+def collective_matmul(mk: Mk) -> Callable[..., Any]:
     """all_gather-matmul overlapped with ppermute: each step multiplies the block of rows it holds by its own
     columns and passes the block on, instead of gathering every row first."""
     size = 4
@@ -250,7 +250,7 @@ PROGRAMS = (
             (P(None, "i"), P("i"))),
     Program("ppermute ring", (("i", 4),), _ring, lambda: (_rng(6, 8, 2),), (P("i"),)),
     Program("all_to_all", (("i", 4),), _exchange, lambda: (_rng(7, 8, 8),), (P("i"),)),
-    Program("collective matmul (all_gather side)", (("i", 4),), _collective_matmul,
+    Program("collective matmul (all_gather side)", (("i", 4),), collective_matmul,
             lambda: (_rng(8, 8, 8), _rng(9, 8, 4)), (P("i"), P(None, "i"))),
     Program("collective matmul (reduce_scatter side)", (("i", 4),), _reduce_scatter_matmul,
             lambda: (_rng(10, 8, 8), _rng(11, 8, 4)), (P(None, "i"), P("i"))),
