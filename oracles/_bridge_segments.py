@@ -217,9 +217,9 @@ def execute(segment: Segment, values: Sequence[Any], host: bool = False) -> list
         return None
     function = compiled(segment)
     try:
-        if host:
+        if host or mesh_lib.get_abstract_mesh().empty:
             outs = function(*values)
-        else:
+        else:  # a device's values are local whatever mesh `jax.set_mesh` made current
             with mesh_lib.use_abstract_mesh(mesh_lib.empty_abstract_mesh):
                 outs = function(*values)
     except Exception:  # what XLA cannot compile runs one by one, where its errors are explained

@@ -24,7 +24,19 @@ import jax
 import jax.experimental
 import jax.numpy as jnp
 import numpy as np
-from bridge_reach import _rng, _ulps, diagnostics, explicit_types, fusion, moe, operands, primitives, reach
+from bridge_reach import (
+    _rng,
+    _ulps,
+    diagnostics,
+    explicit_types,
+    fusion,
+    moe,
+    operands,
+    primitives,
+    reach,
+    run_differences,
+    segments,
+)
 from jax import lax
 from jax._src.lax import parallel
 from jax.sharding import AxisType, NamedSharding
@@ -309,8 +321,10 @@ def _batched(args: tuple) -> tuple:
     return jax.tree.map(lambda a: np.stack([a, a * 0.5 + 1.0]), args)
 
 
-def run_one(program: Program, way: str) -> list[tuple[str, str, bool, bool, float, int, str]]:
-    """(program, way, form, agrees, bit-identical, largest difference in ulps, runs, report) per form."""
+def run_one(program: Program, way: str) -> list[tuple]:
+    """(program, way, form, agrees, bit-identical, largest difference in ulps, runs, report, differences) per
+    form; with `mesh=`, `differences` says where the run with compiled=False (each equation evaluated on its
+    own) differs from the compiled one in what it simulates (`bridge_reach.run_differences`), else None."""
     mesh = _mesh(program, way == "set_mesh Explicit")
     given = way == "mesh="
     mk = lambda body, in_specs, out_specs, **kw: jax.shard_map(
@@ -327,8 +341,10 @@ def run_one(program: Program, way: str) -> list[tuple[str, str, bool, bool, floa
                 report = oracles.compare_jax(g, *args)
                 ulps = max((_ulps(w, s) for w, s in zip(report.expected, jax.tree.leaves(
                     report.simulated.outputs))), default=0)
+                stepwise = run_differences(report.simulated, oracles.simulate_jax(g, *args, compiled=False)) \
+                    if given else None
                 rows.append((program.name, way, form, report.agrees, all(o.equal_bytes for o in report.outputs),
-                             ulps, len(report.simulated.runs), str(report)))
+                             ulps, len(report.simulated.runs), str(report), stepwise))
     return rows
 
 
@@ -349,13 +365,13 @@ def corpus() -> list[tuple]:
                 rows += run_one(program, way)
             except Exception as error:
                 rows.append((program.name, way, "error", False, False, 0, 0,
-                             f"{type(error).__name__}: {error}"[:2000]))
+                             f"{type(error).__name__}: {error}"[:2000], None))
     return rows
 
 
 BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
                                          "explicit_types": explicit_types, "primitives": primitives,
-                                         "fusion": fusion, "moe": moe, "operands": operands}
+                                         "fusion": fusion, "moe": moe, "operands": operands, "segments": segments}
 
 
 def main(names: list[str]) -> None:
