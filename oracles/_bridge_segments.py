@@ -32,6 +32,9 @@ CASTS = frozenset(name for name in PARALLEL if name.endswith(("_cast_p", "_cast"
 RETYPES = CASTS | {"pvary"}
 # Primitives that call back into Python on each device: run one by one, never compiled.
 CALLBACKS = frozenset({"pure_callback", "io_callback", "debug_callback", "debug_print"})
+# Host primitives that only place or constrain a value: run one by one (the host all-reduces an unreduced
+# value there).
+PLACEMENTS = frozenset({"reshard", "sharding_constraint"})
 # How many jaxprs keep their plans (a warm program reuses them; the oldest are dropped past this).
 _PLANS_KEPT = 1024
 
@@ -113,11 +116,12 @@ def local(eqn: core.JaxprEqn, *, check_vma: bool = False, host: bool = False) ->
     """Whether `eqn` may be compiled into a segment: no collective (casts and pvary, which move no data, may), no
     callback, no effect, and the same for every equation of its nested bodies; on a device under `check_vma`,
     not a primitive whose JAX typing may slip (each device's value is watched there); on the host, no
-    shard_map and no PRNG key (a device holds keys as their key data, which its segments wrap and unwrap)."""
+    shard_map, no PRNG key (a device holds keys as their key data, which its segments wrap and unwrap) and
+    no reshard or sharding constraint."""
     name = eqn.primitive.name
     if name in CALLBACKS or eqn.effects or (name in PARALLEL and (host or name not in CASTS)):
         return False
-    if name == "shard_map" or (check_vma and name == "sort"):
+    if name == "shard_map" or (check_vma and name == "sort") or (host and name in PLACEMENTS):
         return False
     if host and any(_is_extended(v.aval) for v in (*eqn.invars, *eqn.outvars)):
         return False
