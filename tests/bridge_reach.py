@@ -160,8 +160,9 @@ def _same_column(x: np.ndarray, y: np.ndarray) -> bool:
 
 
 def _collectives(program: Any) -> list:
-    """A device program's collective equations, each with its parameters and its operands' and results' types."""
-    named = {definition.name for definition in collectives.REGISTRY.values()}
+    """A device program's collective equations that move data, each with its parameters and its operands' and
+    results' types (`pvary` moves none: a compiled segment records a nested jit as one equation, pvary inside)."""
+    named = {definition.name for definition in collectives.REGISTRY.values()} - {"pvary"}
     kind = lambda v: (str(v.dtype), v.shape, sorted(v.vma)) if hasattr(v, "vma") else "const"
     return [(e.op, repr(e.params), [kind(v) for v in e.inputs], [kind(v) for v in e.outputs])
             for e in program.equations if e.op in named]
