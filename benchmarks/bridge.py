@@ -10,12 +10,13 @@ collective matmul that overlaps ppermute with the matmul (4 devices). Each is a 
 once before timing (so JAX and the bridge have compiled and traced what they keep).
 
 Columns, all best-of-`--repeat` wall times measured side by side in this run: `jax` JAX's warm call (result
-ready); `bridge` a warm `oracles.simulate_jax` call; `alone` the simulation alone: the same collective
-calls with the same operands, replayed as a `sim.shard_map` program per device (the messages, trace and
-simulated time of the bridge's run, without the local work and the jaxpr walk); `target` is alone + 2 x jax,
-the issue's bound, and `ok` says whether `bridge` is within it. Each bridge result is first checked equal to
-JAX's bit for bit. With `--cpu` each time is this process's CPU time (every thread), which other work on a
-shared machine disturbs less than the wall clock.
+ready); `bridge` a warm `oracles.simulate_jax` call; `stepwise` the same with `compiled=False` (every
+equation evaluated on its own); `alone` the simulation alone: the same collective calls with the same
+operands, replayed as a `sim.shard_map` program per device (the messages, trace and simulated time of the
+bridge's run, without the local work and the jaxpr walk); `target` is alone + 2 x jax, the issue's bound,
+and `ok` says whether `bridge` is within it. Each bridge result is first checked equal to JAX's bit for
+bit. With `--cpu` each time is this process's CPU time (every thread), which other work on a shared machine
+disturbs less than the wall clock.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def cpu_best_of(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
 
 
 def row(name: str, f: Callable[..., Any], args: tuple, repeat: int, cpu: bool = False) -> tuple:
-    """(name, jax s, bridge s, alone s, target s, ok) for one program, after checking the bridge's outputs
+    """(name, jax s, bridge s, stepwise s, alone s, target s, ok) for one program, after checking the bridge's outputs
     equal JAX's bit for bit."""
     expected = [np.asarray(x) for x in jax.tree.leaves(f(*args))]
     found = [np.asarray(x) for x in jax.tree.leaves(oracles.simulate_jax(f, *args).outputs)]
@@ -132,10 +133,12 @@ def row(name: str, f: Callable[..., Any], args: tuple, repeat: int, cpu: bool = 
     measure = cpu_best_of if cpu else best_of
     jax_s, _ = measure(lambda: jax.block_until_ready(f(*args)), repeat)
     bridge_s, _ = measure(lambda: oracles.simulate_jax(f, *args), repeat)
+    oracles.simulate_jax(f, *args, compiled=False)
+    stepwise_s, _ = measure(lambda: oracles.simulate_jax(f, *args, compiled=False), repeat)
     runs = replays(f, args)
     alone_s, _ = measure(lambda: [run() for run in runs], repeat)
     target = alone_s + 2 * jax_s
-    return name, jax_s, bridge_s, alone_s, target, bridge_s <= target
+    return name, jax_s, bridge_s, stepwise_s, alone_s, target, bridge_s <= target
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,13 +148,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu", action="store_true", help="measure CPU time instead of wall time")
     args = parser.parse_args(argv)
     repeat = check_repeat(args.repeat)
-    print(f"{'program':32} {'jax ms':>8} {'bridge ms':>10} {'alone ms':>9} {'target ms':>10}  ok")
+    print(f"{'program':30} {'jax ms':>7} {'bridge ms':>10} {'stepwise ms':>12} {'alone ms':>9} {'target ms':>10}  ok")
     for name, (f, operands) in cases().items():
         if args.only not in name:
             continue
-        name, jax_s, bridge_s, alone_s, target, ok = row(name, f, operands, repeat, args.cpu)
-        print(f"{name:32} {jax_s * 1e3:8.2f} {bridge_s * 1e3:10.2f} {alone_s * 1e3:9.2f} {target * 1e3:10.2f}  "
-              f"{'yes' if ok else 'NO'}")
+        name, jax_s, bridge_s, stepwise_s, alone_s, target, ok = row(name, f, operands, repeat, args.cpu)
+        print(f"{name:30} {jax_s * 1e3:7.2f} {bridge_s * 1e3:10.2f} {stepwise_s * 1e3:12.2f} {alone_s * 1e3:9.2f} "
+              f"{target * 1e3:10.2f}  {'yes' if ok else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -95,7 +95,8 @@ def moe_layer(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> C
 def moe() -> list[tuple]:
     """The MoE layer on 4 and 8 devices, check_vma on and off, forward and gradient: (devices, check_vma,
     form, simulation == jitted JAX bit for bit, where the simulation with compiled=False differs from it
-    (`run_differences`; 4 devices, else None), simulation with compiled=False == JAX evaluated op by op bit
+    (`run_differences`; 4 devices forward, else None: each equation compiled on its own makes the gradient
+    slow, and the corpus compares gradients), simulation with compiled=False == JAX evaluated op by op bit
     for bit (4 devices, check_vma=False, forward: JAX's eager evaluation of the layer takes seconds; else
     None), diagnostics (kind, primitive, finding), messages per run, compare_jax's report)."""
     oracles.install_cpu_ragged_all_to_all()
@@ -116,7 +117,7 @@ def moe() -> list[tuple]:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     report = oracles.compare_jax(jax.jit(g), *args)
-                    if n == 4:
+                    if n == 4 and form == "forward":
                         stepwise = oracles.simulate_jax(jax.jit(g), *args, compiled=False)
                         differences = run_differences(report.simulated, stepwise)
                     if n == 4 and not check_vma and form == "forward":
