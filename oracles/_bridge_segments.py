@@ -1,13 +1,12 @@
 """Segments: the local work between collectives, compiled with XLA as JAX compiles it.
 
 A jaxpr is cut into steps (`steps`): each maximal run of equations that an evaluator may compile (its
-`compilable` predicate: no collective, callback, PRNG key or effect, nor any inside a nested body) becomes one
+`compilable` predicate, `local`: no collective, callback or effect, nor any inside a nested body) becomes one
 `Segment`; every other equation stays a step of its own, walked or applied one by one. A segment is compiled
 once with `jax.jit` (`compiled`), so XLA fuses its work as it fuses it in the user's jitted program (a multiply
 and an add become one fused multiply-add, with one rounding), and `execute` runs it: the one place a compiled
-segment runs. Plans are cached per jaxpr and compiled segments per segment, so a warm call compiles nothing.
-
->>> # a body `psum(a * b + c)` is one segment [mul, add] and the psum: the segment runs as one XLA computation
+segment runs. Plans are cached per jaxpr and compiled functions per `fingerprint`, so a warm call compiles
+nothing. For example, a body `psum(a * b + c)` is two steps: the segment [mul, add], then the psum.
 """
 
 from __future__ import annotations
@@ -57,7 +56,6 @@ class Segment:
         return f"Segment({' '.join(e.primitive.name for e in self.eqns)})"
 
 
-Step = "core.JaxprEqn | Segment"
 _plans: OrderedDict[tuple[int, str], tuple[Any, tuple]] = OrderedDict()
 
 
