@@ -108,21 +108,22 @@ def typing(segment: Segment, inputs: tuple[tuple[bool, frozenset], ...], check_v
 def _record(typed: _Typed, values: list) -> list:
     """Record the typed segment's equations in the running device's program: the variables of its values."""
     program = sim.current().program
+    new_var, record = program.new_var, program.record
     refs: list = [v.var if isinstance(v, sim.Varying) and v.var is not None else sim.Const(np.asarray(v))
                   for v in values]
     refs += [None] * (typed.count - len(refs))
     for step in typed.steps:
-        ins = [refs[k] if isinstance(k, int) else k for k in step.operands]
+        ins = [refs[k] if k.__class__ is int else k for k in step.operands]
         for position, vma in step.promoted:
             low = ins[position]
-            ins[position] = program.new_var(low.dtype, low.shape, vma)
-            program.record("pvary", (("axes", tuple(sorted(vma - low.vma))),), [low], [ins[position]])
-        outs = [program.new_var(dtype, shape, vma) for dtype, shape, vma in step.avals]
+            ins[position] = new_var(low.dtype, low.shape, vma)
+            record("pvary", (("axes", tuple(sorted(vma - low.vma))),), [low], [ins[position]])
+        outs = [new_var(dtype, shape, vma) for dtype, shape, vma in step.avals]
         if step.cast:
             for i, o in zip(ins, outs):
-                program.record(step.op, step.params, [i], [o])
+                record(step.op, step.params, [i], [o])
         else:
-            program.record(step.op, step.params, ins, outs)
+            record(step.op, step.params, ins, outs)
         for k, var in zip(step.results, outs):
             refs[k] = var
     return refs
