@@ -13,12 +13,15 @@ is set before jax is imported.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
+from jax._src import config as jax_config
+from jax._src import core as jax_core
 from jax.extend import core
 
 import collectives
@@ -36,8 +39,9 @@ from oracles._bridge_diagnostics import (
     slip,
     source_line,
 )
-from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError, contains
+from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
 from oracles._bridge_primitives import check_primitives
+from oracles._bridge_segments import execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
 
 
@@ -93,7 +97,7 @@ class Simulated:
 
 
 def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None = None, strict: bool = False,
-                 **options: Any) -> Simulated:
+                 compiled: bool = True, **options: Any) -> Simulated:
     """Run the JAX function `f` (jitted or not) on `args` with its `shard_map` bodies on the simulated mesh.
 
     `f` uses `jax.shard_map` over a `jax.sharding.Mesh` (or `AbstractMesh`, given by `mesh=` or made current
@@ -103,6 +107,13 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
     go to `sim.shard_map` (`sanitize`, `explore_orders`, `seed`). Where JAX's own typing is wrong on some
     device (`oracles._bridge_diagnostics`), the outputs are JAX's and each problem is a `BridgeWarning` and a
     `Diagnostic` in `diagnostics`; with `strict=True` it raises `JaxSlipError` instead.
+
+    The local work between collectives (on each device, and on the host between shard_maps) runs as XLA
+    computations compiled as JAX compiles them (`oracles._bridge_segments`), so results equal jitted JAX's
+    bit for bit; a jitted `f` is traced once per argument signature and each segment compiled once, so a
+    warm call costs the simulation and little more. `compiled=False` evaluates every equation on its own,
+    as JAX does under `jax.disable_jit()` (the same messages, trace, times and typed programs; floats may
+    differ where XLA fuses, e.g. a multiply and an add into one rounding).
 
     Example on a 4-device mesh: `f = jax.shard_map(lambda x: jax.lax.psum(x, 'i'), mesh=mesh,
     in_specs=P('i'), out_specs=P())`; `simulate_jax(f, jnp.arange(8.0)).outputs` is `[12., 16.]`, and
@@ -116,18 +127,47 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
         JaxSlipError: with `strict=True`, JAX's typing or an unchecked out_specs claim is wrong here.
         MeshError: a collective's arguments break its rules (as in any simulated run).
     """
-    closed, tree = trace(f, args)
-    return run_traced(closed, tree, args, network, dict(options, strict=strict))
+    closed, tree = traced(f, args)
+    return run_traced(closed, tree, args, network, dict(options, strict=strict, compiled=compiled))
+
+
+_TRACES_KEPT = 64
+# Jitted functions' traces by argument signature, and the traced jaxprs whose primitives were checked.
+_traces: OrderedDict[tuple, Any] = OrderedDict()
+
+
+def traced(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:
+    """`trace(f, args)`, kept per argument signature when `f` is jitted (as `jax.jit` keeps its trace: a
+    jitted function is pure by contract, so a warm call neither traces nor compiles again); a function that
+    is not jitted is traced on every call, as JAX traces it."""
+    if not hasattr(f, "lower"):
+        return trace(f, args)
+    leaves, structure = jax.tree.flatten(args)
+    key = (f, structure, tuple((jax_core.shaped_abstractify(x), getattr(x, "sharding", None)) for x in leaves),
+           jax_config.trace_context())
+    return _kept(key, lambda: trace(f, args))
+
+
+def _kept(key: tuple, make: Callable[[], Any]) -> Any:
+    """`make()`, kept under `key` among the last `_TRACES_KEPT` made."""
+    found = _traces.get(key)
+    if found is None:
+        found = _traces[key] = make()
+    _traces.move_to_end(key)
+    while len(_traces) > _TRACES_KEPT:
+        _traces.popitem(last=False)
+    return found
 
 
 def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Network | None,
                options: Mapping[str, Any]) -> Simulated:
     """`simulate_jax` of a function already traced to `closed` (its output tree `tree`) on `args`."""
-    check_primitives(closed)
+    _kept(("checked", id(closed)), lambda: check_primitives(closed) or closed)
     options = dict(options)
-    host = _Host(network, bool(options.pop("strict", False)), options)
+    compiled = bool(options.pop("compiled", True))
+    host = _Host(network, bool(options.pop("strict", False)), compiled, options)
     evaluator = Evaluator(host.apply, lambda lit: lit.val, lambda values, aval: jax.numpy.stack(values)
-                          if values else jax.numpy.zeros(aval.shape, aval.dtype))
+                          if values else jax.numpy.zeros(aval.shape, aval.dtype), _HOST if compiled else None)
     flat = evaluator.run(closed, [canonical(x, aval) for x, aval in zip(jax.tree.leaves(args), closed.in_avals)])
     outputs = jax.tree.unflatten(tree, [x if is_key(aval) else np.asarray(x)
                                         for x, aval in zip(flat, closed.out_avals)])
@@ -136,12 +176,17 @@ def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Ne
                      tuple(host.unsimulated))
 
 
+# Host equations between shard_maps compile as device ones do, under the user's mesh context.
+_HOST = Compile(lambda eqn: local(eqn, host=True), "host", lambda segment, values: execute(segment, values, host=True))
+
+
 class _Host:
     """The host's side of a program: equations outside any shard_map run with JAX; each shard_map runs on
     the simulated mesh, its run, label and diagnostics kept here."""
 
-    def __init__(self, network: sim.Network | None, strict: bool, options: Mapping[str, Any]) -> None:
-        self.network, self.strict, self.options = network, strict, options
+    def __init__(self, network: sim.Network | None, strict: bool, compiled: bool, options: Mapping[str, Any]
+                 ) -> None:
+        self.network, self.strict, self.compiled, self.options = network, strict, compiled, options
         self.runs: list[sim.Run] = []
         self.labels: list[str] = []
         self.diagnostics: list[Diagnostic] = []
@@ -171,7 +216,7 @@ class _Host:
                               f"{source_line(eqn)}: the bridge runs shard_maps that map every mesh axis (drop "
                               f"axis_names=)")
         watch = _bridge_device.Watch(self.strict, source_line(eqn))
-        mapped = sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes)),
+        mapped = sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes), self.compiled),
                                mesh=sim.Mesh(axes, network=self.network),
                                in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
                                out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)

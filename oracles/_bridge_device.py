@@ -21,14 +21,16 @@ from typing import Any
 import jax
 import numpy as np
 from jax._src import mesh as mesh_lib
-from jax._src.lax import parallel
 from jax.extend import core
 
 import sim
 from collectives import REGISTRY, Definition
+from oracles import _bridge_compiled
+from oracles._bridge_compiled import aval_vma as _vma
 from oracles._bridge_diagnostics import SLIPS, JaxSlipError, slip, source_line
-from oracles._bridge_eval import BridgeError, Evaluator, UnsupportedPrimitiveError
+from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError
 from oracles._bridge_labels import call_label
+from oracles._bridge_segments import CASTS, PARALLEL, is_key, local
 from oracles._device_time import charge_equation, done, start_collective
 
 # JAX's parameter names where meshsim's differ; every other parameter keeps its name, and those a
@@ -37,10 +39,6 @@ _RENAMED = {"axes": "axis_name", "all_gather_dimension": "axis"}
 # The all_to_all primitive splits and concatenates in place whatever its `tiled` says: `lax.all_to_all`
 # adds and removes the untiled axis around it with expand_dims and squeeze.
 _FIXED = {"all_to_all": {"tiled": True}}
-# Every collective primitive JAX defines; those the registry lacks are refused by name.
-PARALLEL = frozenset(p.name for p in vars(parallel).values() if isinstance(p, core.Primitive))
-# Casts between JAX's varying, unreduced and reduced types: no data moves, each device keeps its value.
-CASTS = frozenset(name for name in PARALLEL if name.endswith(("_cast_p", "_cast"))) | {"preduced"}
 # JAX's collectives of unreduced and reduced values, and meshsim's collective that moves the same data (a
 # device holds an unreduced value as its own partial, a reduced one whole).
 ALIASES = {"unreduced_psum": "psum_invariant", "unreduced_reduce_scatter": "reduce_scatter",
@@ -72,14 +70,19 @@ class Watch:
         self.slips.setdefault(id(eqn), (eqn, axes, {}))[2][device] = np.array(value, copy=True)
 
 
-def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]) -> Callable[..., tuple]:
+def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...], compiled: bool = True
+         ) -> Callable[..., tuple]:
     """The per-device program of a shard_map equation whose body is `jaxpr`: each output comes back with one
     leading row (the device's block), typed along every mesh axis `axes`, for the bridge to assemble as JAX
-    does (`oracles._bridge_specs`)."""
+    does (`oracles._bridge_specs`); with `compiled`, the local work between collectives runs as compiled
+    segments (`oracles._bridge_compiled`)."""
     if jaxpr.constvars:
         raise BridgeError(f"shard_map body with constvars={jaxpr.constvars} cannot be run; JAX closes over "
                           f"constants as inputs, so this jaxpr was not made by jax.make_jaxpr")
-    evaluator = Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch), _literal, _stack)
+    compile = Compile(lambda eqn: local(eqn, check_vma=check_vma), f"device check_vma={check_vma}",
+                      lambda segment, values: _bridge_compiled.run(segment, values, check_vma))
+    evaluator = Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch), _literal, _stack,
+                          compile if compiled else None)
     everywhere = frozenset(axes) if check_vma else frozenset()
 
     def program(*args: Any) -> tuple:
@@ -94,12 +97,6 @@ def _row(out: Any, vma: frozenset) -> sim.Varying:
     row = sim.wrap(np.asarray(out)[None], vma)
     row.var = getattr(out, "var", None)
     return row
-
-
-def is_key(aval: Any) -> bool:
-    """Whether `aval` holds PRNG keys (a typed key array)."""
-    dtype = getattr(aval, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def to_key(data: Any, aval: Any) -> Any:
@@ -117,12 +114,6 @@ def _stack(values: list, aval: Any) -> Any:
     if not values:
         return sim.wrap(np.zeros(aval.shape, aval.dtype), _vma(aval))
     return np.stack(values)
-
-
-def _vma(aval: Any) -> frozenset:
-    """The axes JAX types `aval` as varying along, and those it holds unreduced (a partial value per device)."""
-    mat = getattr(aval, "mat", None)
-    return frozenset(getattr(mat, "varying", ()) or ()) | frozenset(getattr(mat, "unreduced", ()) or ())
 
 
 def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list:

@@ -11,15 +11,27 @@ iterations: control flow that depends on device values is interpreted per device
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from jax.extend import core
 
 import sim
+from oracles._bridge_segments import Segment, steps
 
 Apply = Callable[[core.JaxprEqn, list], list]
 Literal = Callable[[core.Literal], Any]
+
+
+@dataclass(frozen=True)
+class Compile:
+    """How an evaluator compiles: `local(eqn)` says which equations may join a segment, `kind` names that
+    predicate (plans are cached by it), `run(segment, values)` runs one (None: run its equations one by one)."""
+
+    local: Callable[[core.JaxprEqn], bool]
+    kind: str
+    run: Callable[[Segment, list], list | None]
 
 
 class BridgeError(sim.InvalidArgumentError):
@@ -40,11 +52,14 @@ class Evaluator:
     """Walks jaxprs: control flow and calls here, every other equation through `apply(eqn, inputs)`.
 
     `literal(lit)` turns a literal of the jaxpr into a value of this evaluator (a host array, or a
-    device-local constant); `stack(values, aval)` stacks a scan's per-iteration outputs.
+    device-local constant); `stack(values, aval)` stacks a scan's per-iteration outputs. With `compile`
+    (a `Compile`), each run of equations its `local` predicate accepts is one `Segment`, run by its `run`
+    (compiled with XLA; None to run the equations one by one instead).
     """
 
-    def __init__(self, apply: Apply, literal: Literal, stack: Callable[[list, Any], Any]) -> None:
-        self.apply, self.literal, self.stack = apply, literal, stack
+    def __init__(self, apply: Apply, literal: Literal, stack: Callable[[list, Any], Any],
+                 compile: Compile | None = None) -> None:
+        self.apply, self.literal, self.stack, self.compile = apply, literal, stack, compile
 
     def run(self, jaxpr: core.Jaxpr | core.ClosedJaxpr, args: Sequence[Any], consts: Sequence[Any] = ()) -> list:
         """The outputs of `jaxpr` on `args` (a closed jaxpr brings its own consts)."""
@@ -56,12 +71,26 @@ class Evaluator:
         def read(v: Any) -> Any:
             return self.literal(v) if isinstance(v, core.Literal) else env[v]
 
-        for eqn in jaxpr.eqns:
-            outs = self.equation(eqn, [read(v) for v in eqn.invars])
-            for var, value in zip(eqn.outvars, outs):
-                if not isinstance(var, core.DropVar):
-                    env[var] = value
+        for step in self._steps(jaxpr):
+            if isinstance(step, Segment):
+                outs = self.compile.run(step, [env[v] for v in step.invars])
+                if outs is not None:
+                    env.update(zip(step.outvars, outs))
+                    continue
+                eqns = step.eqns
+            else:
+                eqns = (step,)
+            for eqn in eqns:
+                outs = self.equation(eqn, [read(v) for v in eqn.invars])
+                for var, value in zip(eqn.outvars, outs):
+                    if not isinstance(var, core.DropVar):
+                        env[var] = value
         return [read(v) for v in jaxpr.outvars]
+
+    def _steps(self, jaxpr: core.Jaxpr) -> tuple:
+        if self.compile is None:
+            return tuple(jaxpr.eqns)
+        return steps(jaxpr, self.compile.local, self.compile.kind)
 
     def equation(self, eqn: core.JaxprEqn, ins: list) -> list:
         """One equation's outputs: walked here when it holds a body, else `apply`."""

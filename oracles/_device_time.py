@@ -35,7 +35,9 @@ _MOVES = frozenset({"reshape", "broadcast_in_dim", "transpose", "slice", "dynami
                     "copy_p", "pad", "rev", "select_n", "iota", "bitcast_convert_type", "split"})
 
 
-def _charging() -> bool:
+def charging() -> bool:
+    """Whether the running device's work is charged time: inside a simulated program on a network with a
+    roofline."""
     context = sim.current_or_none()
     return context is not None and context.mesh.network.roofline is not None
 
@@ -44,7 +46,7 @@ def charge_cost(cost: Mapping[str, float] | Sequence[Mapping[str, float]] | None
     """Charge work the running device has just done, given as XLA's cost analysis of it (a dict, or JAX's
     older list of one dict per computation: 'flops', 'bytes accessed', 'transcendentals'), on its compute
     track. Nothing happens outside a simulated program or on a network without a roofline."""
-    if cost is None or not _charging():
+    if cost is None or not charging():
         return
     parts = [cost] if isinstance(cost, Mapping) else list(cost)
     totals = [sum(max(float(p.get(key, 0.0) or 0.0), 0.0) for p in parts)
@@ -80,7 +82,7 @@ def _itemsize(dtype: Any) -> int:
 def charge_equation(eqn: Any) -> None:
     """Charge one equation the device has just evaluated alone (`equation_time_counts` of its avals); nothing
     without a roofline."""
-    if not _charging():
+    if not charging():
         return
     shaped = [(v.aval.dtype, tuple(v.aval.shape)) for v in eqn.invars if hasattr(v.aval, "shape")]
     results = [(v.aval.dtype, tuple(v.aval.shape)) for v in eqn.outvars if hasattr(v.aval, "shape")]

@@ -22,6 +22,7 @@ from jax._src.lax import parallel
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+import collectives
 import oracles
 
 
@@ -41,7 +42,7 @@ def _ulps(wanted: Any, found: Any) -> int:
     return int(np.max(np.abs(a - b)))
 
 
-def _moe(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> Callable[..., Any]:
+def moe_layer(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> Callable[..., Any]:
     """An expert-parallel MoE layer written as open-source ones write it: router logits with jitter from the
     RNG state passed in, top-k, tokens past an expert's capacity dropped, rows sorted by expert (argsort),
     counts all_gathered, offsets from cumulative sums, a ragged dispatch into an empty buffer, grouped matmuls
@@ -93,8 +94,11 @@ def _moe(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> Callab
 
 def moe() -> list[tuple]:
     """The MoE layer on 4 and 8 devices, check_vma on and off, forward and gradient: (devices, check_vma,
-    form, simulation == JAX evaluated op by op (bit for bit), jitted JAX == JAX op by op, compare_jax within
-    1e-4, diagnostics (kind, primitive, finding), messages per run)."""
+    form, simulation == jitted JAX bit for bit, where the simulation with compiled=False differs from it
+    (`run_differences`; 4 devices forward, else None: each equation compiled on its own makes the gradient
+    slow, and the corpus compares gradients), simulation with compiled=False == JAX evaluated op by op bit
+    for bit (4 devices, check_vma=False, forward: JAX's eager evaluation of the layer takes seconds; else
+    None), diagnostics (kind, primitive, finding), messages per run, compare_jax's report)."""
     oracles.install_cpu_ragged_all_to_all()
     rows = []
     for n in (4, 8):
@@ -106,21 +110,63 @@ def moe() -> list[tuple]:
                 rng.standard_normal((experts, width, 8)).astype(np.float32),
                 rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.key(0))
         for check_vma in (True, False):
-            f = _moe(n, experts, k=2, capacity=3, check_vma=check_vma)
+            f = moe_layer(n, experts, k=2, capacity=3, check_vma=check_vma)
             loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
             for form, g in (("forward", f), ("grad", jax.grad(loss, argnums=(0, 1, 2, 3)))):
+                differences, eager = None, None
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    with jax.disable_jit():
-                        eager = [np.asarray(x) for x in jax.tree.leaves(g(*args))]
-                    jitted = [np.asarray(x) for x in jax.tree.leaves(jax.jit(g)(*args))]
-                    report = oracles.compare_jax(jax.jit(g), *args, rtol=1e-4, atol=1e-4)
-                found = [np.asarray(x) for x in jax.tree.leaves(report.simulated.outputs)]
-                rows.append((n, check_vma, form, all(a.tobytes() == b.tobytes() for a, b in zip(eager, found)),
-                             all(a.tobytes() == b.tobytes() for a, b in zip(eager, jitted)), report.agrees,
-                             [(d.kind, d.primitive, d.finding) for d in report.simulated.diagnostics],
-                             [len(r.trace.messages) for r in report.simulated.runs], str(report)))
+                    report = oracles.compare_jax(jax.jit(g), *args)
+                    if n == 4 and form == "forward":
+                        stepwise = oracles.simulate_jax(jax.jit(g), *args, compiled=False)
+                        differences = run_differences(report.simulated, stepwise)
+                    if n == 4 and not check_vma and form == "forward":
+                        with jax.disable_jit():
+                            eager = same_bits(jax.tree.leaves(g(*args)), jax.tree.leaves(stepwise.outputs))
+                found = report.simulated
+                rows.append((n, check_vma, form, report.agrees and all(o.equal_bytes for o in report.outputs),
+                             differences, eager, [(d.kind, d.primitive, d.finding) for d in found.diagnostics],
+                             [len(r.trace.messages) for r in found.runs], str(report)))
     return rows
+
+
+def same_bits(wanted: list, found: list) -> bool:
+    """Whether two lists of arrays hold the same dtypes, shapes and bytes."""
+    wanted, found = [np.asarray(x) for x in wanted], [np.asarray(x) for x in found]
+    return len(wanted) == len(found) and all(a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+                                             for a, b in zip(wanted, found))
+
+
+def run_differences(a: Any, b: Any) -> list[str]:
+    """Where two simulations of one program differ in what was simulated: the number of runs, every column of
+    each run's trace, its end time, the collective equations each device's program records (op, parameters
+    and the types of their operands and results), and the outputs' dtypes and shapes. Values are left out:
+    compiled segments round as XLA does, equation-by-equation evaluation as JAX's eager mode does."""
+    found = [] if len(a.runs) == len(b.runs) else [f"{len(a.runs)} runs against {len(b.runs)}"]
+    for k, (x, y) in enumerate(zip(a.runs, b.runs)):
+        cx, cy = x.trace.columns(), y.trace.columns()
+        found += [f"run {k}: trace column {name}" for name in cx if not _same_column(cx[name], cy[name])]
+        if x.end_time_s != y.end_time_s:
+            found.append(f"run {k}: ends at {x.end_time_s} against {y.end_time_s}")
+        found += [f"run {k}: device {d}'s collectives" for d, (p, q) in enumerate(zip(x.programs, y.programs))
+                  if _collectives(p) != _collectives(q)]
+    shapes = [[(np.asarray(v).dtype, np.shape(v)) for v in jax.tree.leaves(s.outputs)] for s in (a, b)]
+    return found + ([f"outputs {shapes[0]} against {shapes[1]}"] if shapes[0] != shapes[1] else [])
+
+
+def _same_column(x: np.ndarray, y: np.ndarray) -> bool:
+    if x.dtype != object and y.dtype != object:
+        return x.shape == y.shape and x.dtype == y.dtype and bool(np.array_equal(x, y, equal_nan=True))
+    return list(x) == list(y)
+
+
+def _collectives(program: Any) -> list:
+    """A device program's collective equations that move data, each with its parameters and its operands' and
+    results' types (`pvary` moves none: a compiled segment records a nested jit as one equation, pvary inside)."""
+    named = {definition.name for definition in collectives.REGISTRY.values()} - {"pvary"}
+    kind = lambda v: (str(v.dtype), v.shape, sorted(v.vma)) if hasattr(v, "vma") else "const"
+    return [(e.op, repr(e.params), [kind(v) for v in e.inputs], [kind(v) for v in e.outputs])
+            for e in program.equations if e.op in named]
 
 
 def operands() -> list[tuple[str, bool, str]]:
@@ -279,13 +325,35 @@ def primitives() -> dict[str, tuple[str, str]]:
 
 
 def fusion() -> dict[str, Any]:
-    """A plain-JAX reproducer of the one kind of difference the corpus shows: XLA:CPU contracts `a * b - c` in
-    one jitted module into a fused multiply-add (one rounding), where op-by-op evaluation rounds twice. Returns
-    how many of 4096 random elements differ and the largest difference in ulps."""
-    rng = np.random.default_rng(0)
-    a, b, c = (rng.standard_normal(4096).astype(np.float32) for _ in range(3))
-    fused = np.asarray(jax.jit(lambda a, b, c: a * b - c)(a, b, c))
-    stepwise = np.asarray(jax.jit(lambda p, c: p - c)(np.asarray(jax.jit(lambda a, b: a * b)(a, b)), c))
-    exact = (a.astype(np.float64) * b - c).astype(np.float32)
-    return {"differ": int((fused != stepwise).sum()), "ulps": _ulps(fused, stepwise),
-            "fused is the single rounding": bool(np.array_equal(fused, exact))}
+    """A plain-JAX reproducer of the one difference the corpus keeps ('pmap migration' under vmap): XLA
+    compiles the jitted program as one module and recomputes `x[0] * (me + 1)` after the all-reduce, inside
+    the fusion that subtracts the mean, contracting the multiply and the subtraction into one fused
+    multiply-add (one rounding); the same program cut at the collective (each side jitted apart, as the
+    bridge compiles it) rounds the product first. Returns how many elements differ, the largest difference in
+    ulps, whether jitted JAX is the single rounding of the exact value and the cut program the double one,
+    and whether simulate_jax equals the cut program bit for bit."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    shard = lambda body: jax.jit(jax.vmap(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))))
+    scaled = lambda v: v[0] * (lax.axis_index("i").astype(v.dtype) + 1.0)
+    whole = shard(lambda v: (scaled(v) - lax.pmean(scaled(v), "i"))[None])
+    x = np.stack([_rng(26, 4, 3), _rng(26, 4, 3) * 0.5 + 1.0])
+    local = shard(lambda v: scaled(v)[None])(x)
+    mean = shard(lambda v: lax.pmean(v[0], "i")[None])(local)
+    cut = np.asarray(jax.jit(lambda a, b: a - b)(local, mean))
+    fused = np.asarray(whole(x))
+    factor = (np.arange(4, dtype=np.float64) + 1.0)[None, :, None]
+    single = (x.astype(np.float64) * factor - np.asarray(mean, np.float64)).astype(np.float32)
+    double = (np.asarray(local, np.float64) - np.asarray(mean, np.float64)).astype(np.float32)
+    simulated = np.asarray(oracles.simulate_jax(whole, x).outputs)
+    return {"differ": int((fused != cut).sum()), "ulps": _ulps(fused, cut),
+            "jitted is the single rounding": bool(np.array_equal(fused, single)),
+            "cut is the double rounding": bool(np.array_equal(cut, double)),
+            "bridge is the cut program": same_bits([cut], [simulated])}
+
+
+def segments() -> dict[str, Any]:
+    """The comparison of two simulations, made to fail: one psum program on 8 and on 16 rows."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    f = jax.jit(jax.shard_map(lambda v: lax.psum(v * 2.0, "i"), mesh=mesh, in_specs=P("i"), out_specs=P()))
+    small, large = (oracles.simulate_jax(f, _rng(50, rows)) for rows in (8, 16))
+    return {"different programs": run_differences(small, large)}

@@ -24,7 +24,19 @@ import jax
 import jax.experimental
 import jax.numpy as jnp
 import numpy as np
-from bridge_reach import _rng, _ulps, diagnostics, explicit_types, fusion, moe, operands, primitives, reach
+from bridge_reach import (
+    _rng,
+    _ulps,
+    diagnostics,
+    explicit_types,
+    fusion,
+    moe,
+    operands,
+    primitives,
+    reach,
+    run_differences,
+    segments,
+)
 from jax import lax
 from jax._src.lax import parallel
 from jax.sharding import AxisType, NamedSharding
@@ -84,7 +96,7 @@ def _exchange(mk: Mk) -> Callable[..., Any]:
     return mk(lambda x: jnp.tanh(lax.all_to_all(x, "i", 1, 0, tiled=True)), P("i"), P(None, "i"))
 
 
-def _collective_matmul(mk: Mk) -> Callable[..., Any]:
+def collective_matmul(mk: Mk) -> Callable[..., Any]:
     """all_gather-matmul overlapped with ppermute: each step multiplies the block of rows it holds by its own
     columns and passes the block on, instead of gathering every row first."""
     size = 4
@@ -250,7 +262,7 @@ PROGRAMS = (
             (P(None, "i"), P("i"))),
     Program("ppermute ring", (("i", 4),), _ring, lambda: (_rng(6, 8, 2),), (P("i"),)),
     Program("all_to_all", (("i", 4),), _exchange, lambda: (_rng(7, 8, 8),), (P("i"),)),
-    Program("collective matmul (all_gather side)", (("i", 4),), _collective_matmul,
+    Program("collective matmul (all_gather side)", (("i", 4),), collective_matmul,
             lambda: (_rng(8, 8, 8), _rng(9, 8, 4)), (P("i"), P(None, "i"))),
     Program("collective matmul (reduce_scatter side)", (("i", 4),), _reduce_scatter_matmul,
             lambda: (_rng(10, 8, 8), _rng(11, 8, 4)), (P(None, "i"), P("i"))),
@@ -309,8 +321,10 @@ def _batched(args: tuple) -> tuple:
     return jax.tree.map(lambda a: np.stack([a, a * 0.5 + 1.0]), args)
 
 
-def run_one(program: Program, way: str) -> list[tuple[str, str, bool, bool, float, int, str]]:
-    """(program, way, form, agrees, bit-identical, largest difference in ulps, runs, report) per form."""
+def run_one(program: Program, way: str) -> list[tuple]:
+    """(program, way, form, agrees, bit-identical, largest difference in ulps, runs, report, differences) per
+    form; with `mesh=`, `differences` says where the run with compiled=False (each equation evaluated on its
+    own) differs from the compiled one in what it simulates (`bridge_reach.run_differences`), else None."""
     mesh = _mesh(program, way == "set_mesh Explicit")
     given = way == "mesh="
     mk = lambda body, in_specs, out_specs, **kw: jax.shard_map(
@@ -327,8 +341,10 @@ def run_one(program: Program, way: str) -> list[tuple[str, str, bool, bool, floa
                 report = oracles.compare_jax(g, *args)
                 ulps = max((_ulps(w, s) for w, s in zip(report.expected, jax.tree.leaves(
                     report.simulated.outputs))), default=0)
+                stepwise = run_differences(report.simulated, oracles.simulate_jax(g, *args, compiled=False)) \
+                    if given else None
                 rows.append((program.name, way, form, report.agrees, all(o.equal_bytes for o in report.outputs),
-                             ulps, len(report.simulated.runs), str(report)))
+                             ulps, len(report.simulated.runs), str(report), stepwise))
     return rows
 
 
@@ -349,13 +365,13 @@ def corpus() -> list[tuple]:
                 rows += run_one(program, way)
             except Exception as error:
                 rows.append((program.name, way, "error", False, False, 0, 0,
-                             f"{type(error).__name__}: {error}"[:2000]))
+                             f"{type(error).__name__}: {error}"[:2000], None))
     return rows
 
 
 BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
                                          "explicit_types": explicit_types, "primitives": primitives,
-                                         "fusion": fusion, "moe": moe, "operands": operands}
+                                         "fusion": fusion, "moe": moe, "operands": operands, "segments": segments}
 
 
 def main(names: list[str]) -> None:

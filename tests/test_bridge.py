@@ -24,7 +24,7 @@ PER_COLLECTIVE = 100
 @pytest.fixture(scope="module")
 def results() -> dict:
     """Every batch's result from one worker process with 8 CPU devices."""
-    return run_batches(WORKER, BATCHES, 600)
+    return run_batches(WORKER, BATCHES, 900)
 
 
 def test_the_bridge_page_runs_in_a_jax_process(results):

@@ -1,0 +1,161 @@
+"""A warm `simulate_jax` call against JAX's warm call and against the simulation alone.
+
+    python benchmarks/bridge.py              # best of 5 of each, in one process with 8 CPU devices
+    python benchmarks/bridge.py --repeat 9
+    python benchmarks/bridge.py --cpu        # process CPU time instead of wall time (a busy machine)
+
+Programs: the expert-parallel MoE layer of the bridge tests (top-k routing, argsort by expert, all_gather of
+counts, ragged dispatch, grouped matmuls, ragged combine) on 4 and 8 devices, forward and gradient, and the
+collective matmul that overlaps ppermute with the matmul (4 devices). Each is a jitted function, called
+once before timing (so JAX and the bridge have compiled and traced what they keep).
+
+Columns, all best-of-`--repeat` wall times measured side by side in this run: `jax` JAX's warm call (result
+ready); `bridge` a warm `oracles.simulate_jax` call; `stepwise` the same with `compiled=False` (every
+equation evaluated on its own); `alone` the simulation alone: the same collective calls with the same
+operands, replayed as a `sim.shard_map` program per device (the messages, trace and simulated time of the
+bridge's run, without the local work and the jaxpr walk); `target` is alone + 2 x jax, the issue's bound,
+and `ok` says whether `bridge` is within it. Each bridge result is first checked equal to JAX's bit for
+bit. With `--cpu` each time is this process's CPU time (every thread), which other work on a shared machine
+disturbs less than the wall clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _timing import best_of, check_repeat
+from bridge_reach import moe_layer
+from bridge_tutorial import collective_matmul
+from jax.sharding import AxisType
+
+import oracles
+import sim
+from oracles import _bridge_device
+
+
+def _moe_case(n: int) -> tuple[Callable[..., Any], tuple]:
+    experts, width, tokens = 2 * n, 4, 6
+    rng = np.random.default_rng(n)
+    args = (rng.standard_normal((tokens * n, width)).astype(np.float32),
+            rng.standard_normal((width, experts)).astype(np.float32),
+            rng.standard_normal((experts, width, 8)).astype(np.float32),
+            rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.key(0))
+    return moe_layer(n, experts, k=2, capacity=3, check_vma=False), args
+
+
+def cases() -> dict[str, tuple[Callable[..., Any], tuple]]:
+    """Each benchmark row's jitted function and arguments."""
+    oracles.install_cpu_ragged_all_to_all()
+    found = {}
+    for n in (4, 8):
+        f, args = _moe_case(n)
+        found[f"moe forward, {n} devices"] = (jax.jit(f), args)
+        grad = jax.grad(lambda *a, f=f: jnp.sum(f(*a) ** 2), argnums=(0, 1, 2, 3))
+        found[f"moe grad, {n} devices"] = (jax.jit(grad), args)
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    matmul = collective_matmul(lambda body, i, o: jax.shard_map(body, mesh=mesh, in_specs=i, out_specs=o))
+    rng = np.random.default_rng(0)
+    found["collective matmul, 4 devices"] = (jax.jit(matmul), (rng.standard_normal((512, 256)).astype(np.float32),
+                                                              rng.standard_normal((256, 512)).astype(np.float32)))
+    return found
+
+
+def replays(f: Callable[..., Any], args: tuple) -> list[Callable[[], Any]]:
+    """One function per shard_map the bridge runs for `f(*args)`: its devices' collective calls, with the
+    operands each device passed, replayed as a `sim.shard_map` program on the same mesh."""
+    meshes: list[sim.Mesh] = []
+    calls: list[dict[int, list]] = []
+    collective, shard_map = _bridge_device._collective, sim.shard_map
+
+    def record_call(definition: Any, eqn: Any, ins: list) -> list:
+        calls[-1][sim.current().device].append((definition, eqn, [np.array(x) for x in ins]))
+        return collective(definition, eqn, ins)
+
+    def record_mesh(*a: Any, mesh: sim.Mesh, **kw: Any) -> Any:
+        meshes.append(mesh)
+        calls.append(defaultdict(list))
+        return shard_map(*a, mesh=mesh, **kw)
+
+    _bridge_device._collective, sim.shard_map = record_call, record_mesh
+    try:
+        oracles.simulate_jax(f, *args)
+    finally:
+        _bridge_device._collective, sim.shard_map = collective, shard_map
+    return [_replay(mesh, table) for mesh, table in zip(meshes, calls)]
+
+
+def _replay(mesh: sim.Mesh, table: dict[int, list]) -> Callable[[], Any]:
+    """The recorded calls of each device of `mesh` as one run of a `sim.shard_map` program."""
+    names = tuple(mesh.shape)
+
+    def program(block: Any) -> Any:
+        for definition, eqn, ins in table[sim.current().device]:
+            _bridge_device._collective(definition, eqn, ins)
+        return block
+
+    spec = sim.P(names if len(names) > 1 else names[0])
+    mapped = sim.shard_map(program, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    block = np.zeros(int(np.prod(list(mesh.shape.values()))), np.float32)
+    return lambda: mapped.run(block)
+
+
+def cpu_best_of(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
+    """`best_of` measured in this process's CPU seconds."""
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.process_time()
+        result = fn()
+        times.append(time.process_time() - start)
+    return min(times), result
+
+
+def row(name: str, f: Callable[..., Any], args: tuple, repeat: int, cpu: bool = False) -> tuple:
+    """(name, jax s, bridge s, stepwise s, alone s, target s, ok) for one program, after checking the bridge's outputs
+    equal JAX's bit for bit."""
+    expected = [np.asarray(x) for x in jax.tree.leaves(f(*args))]
+    found = [np.asarray(x) for x in jax.tree.leaves(oracles.simulate_jax(f, *args).outputs)]
+    if not all(a.dtype == b.dtype and a.tobytes() == b.tobytes() for a, b in zip(expected, found)):
+        raise AssertionError(f"{name}: simulate_jax differs from jitted JAX")
+    measure = cpu_best_of if cpu else best_of
+    jax_s, _ = measure(lambda: jax.block_until_ready(f(*args)), repeat)
+    bridge_s, _ = measure(lambda: oracles.simulate_jax(f, *args), repeat)
+    oracles.simulate_jax(f, *args, compiled=False)
+    stepwise_s, _ = measure(lambda: oracles.simulate_jax(f, *args, compiled=False), repeat)
+    runs = replays(f, args)
+    alone_s, _ = measure(lambda: [run() for run in runs], repeat)
+    target = alone_s + 2 * jax_s
+    return name, jax_s, bridge_s, stepwise_s, alone_s, target, bridge_s <= target
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default="", help="run the rows whose name contains this text")
+    parser.add_argument("--cpu", action="store_true", help="measure CPU time instead of wall time")
+    args = parser.parse_args(argv)
+    repeat = check_repeat(args.repeat)
+    print(f"{'program':30} {'jax ms':>7} {'bridge ms':>10} {'stepwise ms':>12} {'alone ms':>9} {'target ms':>10}  ok")
+    for name, (f, operands) in cases().items():
+        if args.only not in name:
+            continue
+        name, jax_s, bridge_s, stepwise_s, alone_s, target, ok = row(name, f, operands, repeat, args.cpu)
+        print(f"{name:30} {jax_s * 1e3:7.2f} {bridge_s * 1e3:10.2f} {stepwise_s * 1e3:12.2f} {alone_s * 1e3:9.2f} "
+              f"{target * 1e3:10.2f}  {'yes' if ok else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

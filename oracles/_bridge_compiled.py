@@ -1,0 +1,147 @@
+"""A device's compiled segment: typed as equation-by-equation evaluation types it, recorded in the device's
+program equation by equation, and run as one XLA computation.
+
+The types of a segment's values depend only on its inputs' types, so they are worked out once per segment and
+input types (`typing`): each local equation's result varies along the union of its operands' axes (under
+`check_vma`, an operand that varies along fewer is first promoted by a recorded `pvary`, as `sim.apply` does),
+a cast takes the type the jaxpr gives it. Where a result's type differs from the jaxpr's, the segment is not
+compiled: its equations run one by one, where the mismatch is reported on the equation that makes it.
+
+>>> # in a body `x * w` with x varying along 'i' and w invariant, the segment records
+>>> #   b = pvary[axes=('i',)] w ; c = mul a b   (c varies along 'i', as the jaxpr says)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from jax.extend import core
+
+import sim
+from oracles._bridge_segments import RETYPES, Segment, execute, held
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One equation of a typed segment: its op and recorded params, each operand (a segment value's index, or
+    a constant), the operands promoted and to which axes, and its results' indices and types."""
+
+    op: str
+    params: tuple
+    operands: tuple[int | sim.Const, ...]
+    promoted: tuple[tuple[int, frozenset], ...]  # (position among the operands, the axes it is raised to)
+    results: tuple[int, ...]
+    avals: tuple[tuple[np.dtype, tuple[int, ...], frozenset], ...]  # each result's dtype, shape and vma
+    cast: bool
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """A segment typed for one set of input types: its steps, how many values it names, and where each of the
+    segment's outputs is among them with its type."""
+
+    steps: tuple[_Step, ...]
+    count: int
+    outputs: tuple[tuple[int, frozenset], ...]
+
+
+def run(segment: Segment, values: list, check_vma: bool) -> list | None:
+    """A device's outputs of `segment` on its `values`, each a `sim.Varying` recorded in the device's program;
+    None where the segment must run equation by equation (its types differ from the jaxpr's, or XLA cannot
+    compile it)."""
+    if segment.eager:
+        return None
+    key = (check_vma, tuple((isinstance(v, sim.Varying), sim.vma_of(v)) for v in values))
+    typed = segment.typed.get(key)
+    if typed is None:
+        typed = segment.typed[key] = typing(segment, key[1], check_vma) or False
+    if typed is False:
+        return None
+    outs = execute(segment, [np.asarray(v) for v in values])
+    if outs is None:
+        return None
+    refs = _record(typed, values)
+    found = []
+    for out, (index, vma) in zip(outs, typed.outputs):
+        value = sim.wrap(out, vma)
+        value.var = refs[index]
+        found.append(value)
+    return found
+
+
+def typing(segment: Segment, inputs: tuple[tuple[bool, frozenset], ...], check_vma: bool) -> _Typed | None:
+    """`segment`'s steps for inputs of these (is a `Varying`, vma) types; None where a result's type differs
+    from the one the jaxpr gives it."""
+    index = {var: k for k, var in enumerate(segment.invars)}
+    types = [vma if check_vma else frozenset() for _, vma in inputs]
+    varying = [is_varying for is_varying, _ in inputs]
+    steps = []
+    for eqn in segment.eqns:
+        operands = tuple(sim.Const(np.asarray(v.val, dtype=v.aval.dtype)) if isinstance(v, core.Literal)
+                         else index[v] for v in eqn.invars)
+        cast = eqn.primitive.name in RETYPES
+        if cast:
+            vmas = tuple(aval_vma(v.aval) if check_vma else frozenset() for v in eqn.outvars)
+            promoted: tuple = ()
+        else:
+            union = frozenset().union(*(types[k] for k in operands if isinstance(k, int))) if check_vma \
+                else frozenset()
+            promoted = tuple((p, union) for p, k in enumerate(operands)
+                             if isinstance(k, int) and varying[k] and types[k] != union)
+            vmas = (union,) * len(eqn.outvars)
+        if check_vma and any(vma != aval_vma(v.aval) for vma, v in zip(vmas, eqn.outvars)):
+            return None
+        results = tuple(range(len(types), len(types) + len(eqn.outvars)))
+        for var, vma in zip(eqn.outvars, vmas):
+            index[var] = len(types)
+            types.append(vma)
+            varying.append(True)
+        avals = tuple((*held(v.aval), vma) for v, vma in zip(eqn.outvars, vmas))
+        steps.append(_Step(eqn.primitive.name, _params(eqn.primitive.name, eqn.params), operands, promoted, results,
+                           avals, cast))
+    outputs = tuple((index[v], types[index[v]]) for v in segment.outvars)
+    return _Typed(tuple(steps), len(types), outputs)
+
+
+def _record(typed: _Typed, values: list) -> list:
+    """Record the typed segment's equations in the running device's program: the variables of its values."""
+    program = sim.current().program
+    new_var, record = program.new_var, program.record
+    refs: list = [v.var if isinstance(v, sim.Varying) and v.var is not None else sim.Const(np.asarray(v))
+                  for v in values]
+    refs += [None] * (typed.count - len(refs))
+    for step in typed.steps:
+        ins = [refs[k] if k.__class__ is int else k for k in step.operands]
+        for position, vma in step.promoted:
+            low = ins[position]
+            ins[position] = new_var(low.dtype, low.shape, vma)
+            record("pvary", (("axes", tuple(sorted(vma - low.vma))),), [low], [ins[position]])
+        outs = [new_var(dtype, shape, vma) for dtype, shape, vma in step.avals]
+        if step.cast:
+            for i, o in zip(ins, outs):
+                record(step.op, step.params, [i], [o])
+        else:
+            record(step.op, step.params, ins, outs)
+        for k, var in zip(step.results, outs):
+            refs[k] = var
+    return refs
+
+
+def _params(name: str, params: dict) -> tuple:
+    """The parameters a program records, sorted as `Program.record` sorts them: bodies shown by name; none
+    for a cast, and `pvary`'s axes as meshsim's pvary records them."""
+    if name == "pvary":
+        axes = tuple(params["axes"])
+        return (("axis_name", axes[0] if len(axes) == 1 else axes),)
+    if name in RETYPES:
+        return ()
+    return tuple(sorted((k, "<jaxpr>" if isinstance(v, (core.Jaxpr, core.ClosedJaxpr)) else v)
+                        for k, v in params.items()))
+
+
+def aval_vma(aval: Any) -> frozenset:
+    """The axes JAX types `aval` as varying along, and those it holds unreduced."""
+    mat = getattr(aval, "mat", None)
+    return frozenset(getattr(mat, "varying", ()) or ()) | frozenset(getattr(mat, "unreduced", ()) or ())
