@@ -235,7 +235,8 @@ def execute(segment: Segment, values: Sequence[Any], host: bool = False) -> list
         return None
     segment.ran = True
     if not host and charging():  # its time on the device's compute track (oracles._device_time)
-        charge_cost(_cost(segment, function, values, local_mesh), f"segment of {len(segment.eqns)} equations")
+        n = len(segment.eqns)
+        charge_cost(_cost(segment, function, values, local_mesh), f"segment of {n} equation{'s' * (n != 1)}")
     return [np.asarray(o) for o in outs]
 
 

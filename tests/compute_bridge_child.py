@@ -1,7 +1,8 @@
 """A child process for test_compute_bridge.py: the collective matmul step of JAX's shard_map tutorial, plain and
 with `ppermute_start(...).done()`, through `oracles.simulate_jax` on 4 CPU devices, on h100-nvlink's preset
 (with its roofline) and on a network without one. Prints one JSON object: per program and network, the
-simulated end time, device 0's compute spans (name, start, end) and whether the outputs equal jitted JAX's."""
+simulated end time, device 0's compute spans (name, start, end) and whether the outputs equal jitted JAX's,
+each evaluated equation by equation and (".../compiled") as compiled segments."""
 
 from __future__ import annotations
 
@@ -49,12 +50,13 @@ def main() -> None:
     for f in (plain, overlapped):
         g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i")))
         expected = np.asarray(g(x, w))
-        for key, network in networks.items():
-            simulated = oracles.simulate_jax(g, x, w, network=network)
+        for (key, network), compiled in ((n, c) for n in networks.items() for c in (False, True)):
+            simulated = oracles.simulate_jax(g, x, w, network=network, compiled=compiled)
             run = simulated.run
             spans = [(c.name, c.start_s, c.end_s) for c in run.trace.computes if c.device == 0]
-            out[f"{f.__name__}/{key}"] = {"end_s": run.end_time_s, "spans": spans,
-                                          "equal": bool(np.array_equal(np.asarray(simulated.outputs), expected))}
+            out[f"{f.__name__}/{key}" + ("/compiled" if compiled else "")] = {
+                "end_s": run.end_time_s, "spans": spans,
+                "equal": bool(np.array_equal(np.asarray(simulated.outputs), expected))}
     print(json.dumps(out))
 
 

@@ -59,11 +59,25 @@ def test_the_bridge_charges_every_equation_and_overlaps_async_collectives(runs):
     assert all(r["equal"] for r in runs.values())
 
 
+def test_compiled_segments_are_charged_by_xla_cost_analysis(runs):
+    """Compiled, each segment between collectives is charged once (XLA's cost analysis of the fused segment,
+    so less than its equations one by one): plain, the steps add up; with ppermute_start/done, each step after
+    the first segment takes the larger of its segment and the message."""
+    _, _, comm = _forms()
+    plain = [end - start for _, start, end in runs["plain/preset/compiled"]["spans"]]
+    assert len(plain) == 4 and runs["plain/preset/compiled"]["end_s"] == pytest.approx(sum(plain) + 4 * comm)
+    assert sum(plain) < sum(end - start for _, start, end in runs["plain/preset"]["spans"])
+    spans = [end - start for _, start, end in runs["overlapped/preset/compiled"]["spans"]]
+    expected = spans[0] + sum(max(d, comm) for d in spans[1:])
+    assert len(spans) == 5 and runs["overlapped/preset/compiled"]["end_s"] == pytest.approx(expected, rel=1e-9)
+    assert all(name.startswith("segment of ") for name, _, _ in runs["overlapped/preset/compiled"]["spans"])
+
+
 def test_without_a_roofline_nothing_is_charged(runs):
     """On a network without a roofline the runs record no compute and take the messages' time alone, the same
     in both versions (nothing to overlap)."""
     comm = 2e-6 + 256 * 512 * 4 / 450e9
-    for name in ("plain/plain", "overlapped/plain"):
+    for name in ("plain/plain", "overlapped/plain", "plain/plain/compiled", "overlapped/plain/compiled"):
         assert runs[name]["spans"] == [] and runs[name]["end_s"] == pytest.approx(4 * comm, rel=1e-9)
 
 
