@@ -49,6 +49,7 @@ from collectives._algorithm import (
 from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, blocks_of, ring_team
 from collectives._common import pack_slice, unpack_into, unpack_values
+from collectives._joint import joint
 from layouts import Layout
 
 
@@ -82,6 +83,14 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
     return result
 
 
+def result_buffer(port: sim.Port, dtype: np.dtype, shape: tuple[int, ...], layout: Layout | None) -> np.ndarray:
+    """The member's result buffer: row-major (`layout` None or row-major), a row of one array shared by the
+    call's members (`collectives._joint.joint`), so a step's blocks move as one copy; else a plain allocation."""
+    if layout is None or layout == Layout.row_major(len(shape)):
+        return joint(port, "result", dtype, shape)
+    return port.memory.view(port.memory.alloc(dtype, shape, layout))
+
+
 class FlatBlocks(Sequence):
     """The blocks of `work` (its first axis) as flat views, in ring position order (`order[k]` is the block
     of position k; None: the identity), made when read rather than all at once."""
@@ -97,7 +106,7 @@ class FlatBlocks(Sequence):
 
 
 def _alloc(port: sim.Port, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    return port.memory.view(port.memory.alloc(dtype, shape))
+    return joint(port, "blocks", dtype, shape)
 
 
 def ring(port: sim.Port, team: Team, blocks: np.ndarray, phase: str) -> Generator:

@@ -23,8 +23,9 @@ from collections.abc import Generator, Sequence
 import numpy as np
 
 import sim
-from collectives._algorithms import BlockMoves, Team, group_index
+from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine
+from collectives._joint import UnitRows
 
 
 def by_tables(port: sim.Port, phase: str, unit: np.ndarray, reduction: str | None = None) -> bool:
@@ -66,7 +67,7 @@ class _Gather:
         self.n, self.phase, self.key = n, phase, key
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's unit of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
-        self.moves: BlockMoves | None = None
+        self.moves: UnitRows | None = None
         self.decided = False
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
@@ -79,8 +80,9 @@ class _Gather:
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         positions = self.of.positions
         into, out = (positions[receivers] - 1 - steps) % self.n, (positions[senders] - steps) % self.n
-        if self._rows():
-            self.moves.move(receivers, into, senders, out)  # type: ignore[union-attr]
+        rows = self._rows()
+        # apart: the units a step writes are ones no member has sent yet, so none is read by a move
+        if rows is not None and rows.move(receivers, into, senders, out, apart=True):
             return
         states = self.of.states
         carrying = self.bytes[senders, out] > 0  # an empty unit moves nothing
@@ -90,18 +92,17 @@ class _Gather:
             source, source_order = states[j]
             units[order[a]][...] = source[source_order[b]]
 
-
-    def _rows(self) -> bool:
-        """Whether blocks move through `BlockMoves` (arrays of equal blocks; decided once all have joined)."""
+    def _rows(self) -> UnitRows | None:
+        """The members' units as rows of one array (`collectives._joint.UnitRows`), decided once all have
+        joined; None where they are not, or not all have joined yet."""
         if self.decided:
-            return self.moves is not None
+            return self.moves
         states = self.of.states
         if any(state is None for state in states):
-            return False
+            return None
         self.decided = True
-        if isinstance(states[0][0], np.ndarray) and np.all(self.bytes == self.bytes[0, 0]):
-            self.moves = BlockMoves(states, int(self.bytes[0, 0]))
-        return self.moves is not None
+        self.moves = UnitRows.of(states)
+        return self.moves
 
 
 class _ReduceScatter:
