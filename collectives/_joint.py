@@ -16,26 +16,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from itertools import pairwise
 
 import numpy as np
 
 import sim
 
-__all__ = ["JOINT_MAX_BYTES", "Cut", "Rows", "UnitRows", "cut", "joint", "units_of"]
+__all__ = ["JOINT_MAX_BYTES", "Cut", "FoldRows", "Rows", "UnitRows", "cut", "joint", "staged", "units_of"]
 
 JOINT_MAX_BYTES = 64 << 20  # past this the messages carry enough bytes that one copy each costs little more
 _RUN_MAX = 256  # longest unit moved by fancy indexing (an index per element); longer ones are sliced
 
 
-class Cut(list):
-    """A flat buffer cut into units: `self[k]` is `flat[bounds[k]:bounds[k + 1]]` (a list of those views
-    that also remembers `flat` and `bounds`)."""
+class Cut(Sequence):
+    """A flat buffer cut into units: `self[k]` is `flat[bounds[k]:bounds[k + 1]]` (reshaped to `shapes[k]`
+    where given), made when read, so that cutting costs nothing per unit."""
 
-    def __init__(self, flat: np.ndarray, bounds: Sequence[int]) -> None:
-        bounds = list(bounds)
-        super().__init__(flat[a:b] for a, b in pairwise(bounds))
-        self.flat, self.bounds = flat, np.asarray(bounds, np.int64)
+    def __init__(self, flat: np.ndarray, bounds: Sequence[int] | np.ndarray,
+                 shapes: Sequence[tuple[int, ...]] | None = None) -> None:
+        self.flat, self.bounds, self.shapes = flat, np.asarray(bounds, np.int64), shapes
+        self._edges = self.bounds.tolist()
+
+    def __len__(self) -> int:
+        return len(self._edges) - 1
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        k = range(len(self))[k]
+        view = self.flat[self._edges[k]:self._edges[k + 1]]
+        return view if self.shapes is None else view.reshape(self.shapes[k])
+
+    def nbytes(self) -> np.ndarray:
+        """Each unit's bytes."""
+        return np.diff(self.bounds) * self.flat.dtype.itemsize
 
 
 def cut(flat: np.ndarray, n: int) -> Cut:
@@ -45,7 +58,7 @@ def cut(flat: np.ndarray, n: int) -> Cut:
     [[0, 1], [2, 3], [4]]
     """
     q, r = divmod(len(flat), n)
-    return Cut(flat, (np.minimum(np.arange(n + 1), r) + np.arange(n + 1) * q).tolist())
+    return Cut(flat, np.minimum(np.arange(n + 1), r) + np.arange(n + 1) * q)
 
 
 def joint(port: sim.Port, key: Hashable, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -68,11 +81,24 @@ def joint(port: sim.Port, key: Hashable, dtype: np.dtype, shape: tuple[int, ...]
     return view
 
 
+def staged(port: sim.Port, key: Hashable, like: Sequence[np.ndarray]) -> Cut | None:
+    """Zeroed buffers of the shapes of `like` (one dtype) cut from one `joint` flat buffer, in order: the
+    bytes of one allocation of them all; None where their dtypes differ."""
+    if isinstance(like, Cut):
+        bounds = like.bounds - like.bounds[0]
+        return Cut(joint(port, key, like.flat.dtype, (int(bounds[-1]),)), bounds, like.shapes)
+    dtypes = {part.dtype for part in like}
+    if len(dtypes) != 1:
+        return None
+    bounds = np.cumsum([0, *(part.size for part in like)]).tolist()
+    return Cut(joint(port, key, dtypes.pop(), (bounds[-1],)), bounds, [part.shape for part in like])
+
+
 def units_of(units: object) -> tuple[np.ndarray, np.ndarray] | None:
     """A member's units as (flat buffer, element bounds of each unit), when they are a `Cut` or the rows of
     a C-contiguous array; else None."""
     if isinstance(units, Cut):
-        return units.flat, units.bounds
+        return units.flat[units.bounds[0]:], units.bounds - units.bounds[0]
     if isinstance(units, np.ndarray) and units.ndim and units.flags.c_contiguous and type(units) is np.ndarray:
         per = math.prod(units.shape[1:])
         return units.reshape(-1), np.arange(len(units) + 1, dtype=np.int64) * per
@@ -86,12 +112,12 @@ class Rows:
         self.flat, self.starts = flat, starts
 
     @staticmethod
-    def of(flats: Sequence[np.ndarray]) -> Rows | None:
-        """The rows of `flats` (1-D, one dtype, contiguous), or None where they do not share one writable
-        C-contiguous array's memory at whole elements."""
+    def of(flats: Sequence[np.ndarray], writable: bool = True) -> Rows | None:
+        """The rows of `flats` (1-D, one dtype, contiguous), or None where they do not share one (with
+        `writable`, writable) C-contiguous array's memory at whole elements."""
         first = flats[0]
         dtype, root = first.dtype, _root(first)
-        if (type(root) is not np.ndarray or not root.flags.c_contiguous or not root.flags.writeable
+        if (type(root) is not np.ndarray or not root.flags.c_contiguous or (writable and not root.flags.writeable)
                 or root.dtype.hasobject or dtype.hasobject):
             return None
         if any(f.dtype != dtype or f.ndim != 1 or not f.flags.c_contiguous or _root(f) is not root for f in flats):
@@ -178,6 +204,72 @@ class UnitRows:
         if not np.array_equal(lengths, bounds[a + 1] - bounds[a]):
             return False
         return self.rows.copy(receivers, bounds[a], senders, bounds[b], lengths)
+
+
+class FoldRows:
+    """A reduce-scatter's partial sums and terms as rows: `states[j]` is member j's (terms, partials), each a
+    list by ring position cut alike (`units_of`); partial k of member r becomes partial k' of its sender
+    plus its own term k. The terms are read where they lie when they share one array's memory, else from
+    one copy of them all taken when every member has joined (a member's terms do not change while its
+    part of the call runs)."""
+
+    def __init__(self, partials: Rows, terms: Rows, bounds: np.ndarray, combine: Callable) -> None:
+        self.partials, self.terms, self.bounds, self.combine = partials, terms, bounds, combine
+        sizes = np.diff(bounds)
+        self.size = int(sizes[0]) if len(sizes) and np.all(sizes == sizes[0]) and 0 < sizes[0] <= _RUN_MAX else 0
+
+    @staticmethod
+    def of(states: Sequence[tuple[object, object]], combine: Callable) -> FoldRows | None:
+        """The members' partial sums and terms as rows, or None where the partial sums are not rows of one
+        array cut alike, or a term is not cut as they are."""
+        partials = [units_of(partial) for _, partial in states]
+        if any(p is None for p in partials):
+            return None
+        bounds = partials[0][1]  # type: ignore[index]
+        if any(not np.array_equal(p[1], bounds) for p in partials) or bounds[-1] > _RUN_MAX * len(bounds):  # type: ignore[index]
+            return None
+        rows = Rows.of([p[0] for p in partials])  # type: ignore[index]
+        if rows is None or any(len(own) != len(bounds) - 1 for own, _ in states):  # type: ignore[arg-type]
+            return None
+        terms = _terms([own for own, _ in states], bounds, rows.flat.dtype)  # type: ignore[misc]
+        return None if terms is None else FoldRows(rows, terms, bounds, combine)
+
+    def fold(self, receivers: np.ndarray, into: np.ndarray, senders: np.ndarray, out: np.ndarray) -> bool:
+        """Partial `into[i]` of member `receivers[i]` = partial `out[i]` of member `senders[i]` combined with the
+        receiver's term `into[i]`, for every i (each partial written once, read only after it was written,
+        so none read here is written here); False (nothing done) where the units differ in size."""
+        bounds = self.bounds
+        lengths = bounds[into + 1] - bounds[into]
+        if not np.array_equal(lengths, bounds[out + 1] - bounds[out]):
+            return False
+        put = self.partials.starts[receivers] + bounds[into]
+        take = self.partials.starts[senders] + bounds[out]
+        own = self.terms.starts[receivers] + bounds[into]
+        flat, terms = self.partials.flat, self.terms.flat
+        for length in [self.size] if self.size else np.unique(lengths).tolist():
+            if length == 0:
+                continue
+            pick = slice(None) if self.size else lengths == length
+            span = np.arange(length)
+            flat[put[pick][:, None] + span] = self.combine(flat[take[pick][:, None] + span],
+                                                           terms[own[pick][:, None] + span])
+        return True
+
+
+def _terms(owns: Sequence[Sequence[np.ndarray]], bounds: np.ndarray, dtype: np.dtype) -> Rows | None:
+    """Every member's terms as rows cut at `bounds`: where they lie, or a copy of them all."""
+    sizes = np.diff(bounds)
+    if any(own[k].dtype != dtype for own in owns for k in (0, -1)):
+        return None
+    cuts = [units_of(own) for own in owns]
+    if all(c is not None and np.array_equal(c[1], bounds) for c in cuts):
+        rows = Rows.of([c[0] for c in cuts], writable=False)  # type: ignore[index]
+        if rows is not None:
+            return rows
+    if any(own[k].size != sizes[k] for own in owns for k in range(len(sizes))):
+        return None
+    copy = np.concatenate([part.reshape(-1) for own in owns for part in own]) if len(sizes) else np.zeros(0, dtype)
+    return Rows(copy, np.arange(len(owns), dtype=np.int64) * int(bounds[-1]))
 
 
 def _runs(at: np.ndarray, into: np.ndarray, lengths: np.ndarray):
