@@ -163,8 +163,8 @@ def _bidirectional_ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     team = ring_team(port)
     parts = np.array_split(terms.reshape(-1), team.size)
     mine = yield from bidirectional.reduce_scatter(port, team, parts, args.reduction, "reduce-scatter")
-    flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
-    units = np.array_split(flat, team.size)
+    units = cut(joint(port, "all-gather", source.dtype, (source.size,)), team.size)
+    flat = units.flat
     units[team.index][...] = mine
     yield from bidirectional.all_gather(port, team, units, "all-gather")
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))

@@ -34,6 +34,7 @@ from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
+from collectives._joint import UnitRows
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -114,6 +115,8 @@ class _Gather:
                                 for offset, _ in _WAYS] for c in range(n)], np.int64)  # [unit, way, last step]
         self.of = sim.engine.Steps(port, self.r, self.sizes, self.details, self.move, ways=2)
         self.lanes: dict[tuple[int, int, bool], slice] = {}  # (unit size, way, last step) -> the part it carries
+        self.moves: UnitRows | None = None
+        self.decided = False
 
     def _sent(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return (positions - self.offsets[ways] * steps) % self.n
@@ -129,14 +132,42 @@ class _Gather:
 
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         n, states, offsets, lanes = self.n, self.of.states, self.offsets.tolist(), self.lanes
-        units = self._sent(self.of.positions[senders], steps, ways).tolist()
-        for r, j, c, w, s in zip(receivers.tolist(), senders.tolist(), units, ways.tolist(), steps.tolist()):
+        units = self._sent(self.of.positions[senders], steps, ways)
+        rows = self._rows()
+        # a step writes units (or their halves) no message in flight reads, each once
+        if rows is not None and rows.move(receivers, units, senders, units, self._spans(rows, units, steps, ways)):
+            return
+        for r, j, c, w, s in zip(receivers.tolist(), senders.tolist(), units.tolist(), ways.tolist(), steps.tolist()):
             target = states[r][c]
             key = (target.size, w, s == self.r - 1)
             lane = lanes.get(key)
             if lane is None:
                 lane = lanes[key] = _lane(target, offsets[w], n, key[2])
             target[lane] = states[j][c][lane]
+
+    def _spans(self, rows: UnitRows, units: np.ndarray, steps: np.ndarray,
+               ways: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The elements [lo, hi) of each unit a message carries (`_lane`); None where all carry whole units."""
+        if self.n % 2 or not np.any(steps == self.r - 1):
+            return None
+        sizes = rows.sizes[units]
+        half = (sizes + 1) // 2  # numpy.array_split's first half
+        split = steps == self.r - 1
+        lo = np.where(split & (ways == 1), half, 0)
+        hi = np.where(split & (ways == 0), half, sizes)
+        return lo, hi
+
+    def _rows(self) -> UnitRows | None:
+        """The members' units as rows of one array, decided once all have joined (None until then, or
+        where they are not)."""
+        if self.decided:
+            return self.moves
+        states = self.of.states
+        if any(state is None for state in states):
+            return None
+        self.decided = True
+        self.moves = UnitRows.of([(units, None) for units in states])
+        return self.moves
 
 
 def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], reduction: str, phase: str) -> Generator:

@@ -5,11 +5,11 @@ memory to another member's. Where every member's buffer is its own allocation th
 per message; where they lie in one array's memory, a step's messages move as one fancy-indexed copy of
 that memory. `joint` allocates a call's per-member buffers that way (each still a buffer of its own
 member's memory, allocated and charged there as any other), `Cut` is a flat buffer cut into units, and
-`Rows` finds the members' flat buffers in their common memory and makes a step's copies and sums.
+`UnitRows` / `FoldRows` find the members' units in their common memory and make a step's copies and sums.
 
-Worked example (two members, a buffer of 3 floats each, cut [0:1] and [1:3]): `Rows.of([f0, f1], cuts)`
-over two rows of one (2, 3) array; `rows.copy(dst=[1], dst_units=[0], src=[0], src_units=[0])` writes
-f1[0:1] = f0[0:1], as `f1[0:1] = f0[0:1]` one message at a time would.
+Worked example (two members, 3 floats each, cut into units [0:1] and [1:3]): member 0's and member 1's
+buffers are rows 0 and 1 of one (2, 3) array; moving unit 1 of member 0 into unit 1 of member 1 is
+`rows.flat[[4, 5]] = rows.flat[[1, 2]]`, what `f1[1:3] = f0[1:3]` one message at a time writes.
 """
 
 from __future__ import annotations
@@ -28,27 +28,44 @@ _RUN_MAX = 256  # longest unit moved by fancy indexing (an index per element); l
 
 
 class Cut(Sequence):
-    """A flat buffer cut into units: `self[k]` is `flat[bounds[k]:bounds[k + 1]]` (reshaped to `shapes[k]`
+    """A flat buffer cut into units: `self[k]` is `flat[at[k]:at[k] + sizes[k]]` (reshaped to `shapes[k]`
     where given), made when read, so that cutting costs nothing per unit."""
 
-    def __init__(self, flat: np.ndarray, bounds: Sequence[int] | np.ndarray,
+    def __init__(self, flat: np.ndarray, at: Sequence[int] | np.ndarray, sizes: Sequence[int] | np.ndarray,
                  shapes: Sequence[tuple[int, ...]] | None = None) -> None:
-        self.flat, self.bounds, self.shapes = flat, np.asarray(bounds, np.int64), shapes
-        self._edges = self.bounds.tolist()
+        self.flat, self.shapes = flat, shapes
+        self.at, self.sizes = np.asarray(at, np.int64), np.asarray(sizes, np.int64)
+        self._at, self._sizes = self.at.tolist(), self.sizes.tolist()
+
+    @staticmethod
+    def bounded(flat: np.ndarray, bounds: Sequence[int] | np.ndarray,
+                shapes: Sequence[tuple[int, ...]] | None = None) -> Cut:
+        """Consecutive units: unit k is `flat[bounds[k]:bounds[k + 1]]`."""
+        bounds = np.asarray(bounds, np.int64)
+        return Cut(flat, bounds[:-1], np.diff(bounds), shapes)
+
+    @staticmethod
+    def blocks(work: np.ndarray, order: Sequence[int] | None = None) -> Cut:
+        """The blocks of `work` (C-contiguous, along its first axis) as flat units, unit k being block
+        `order[k]` (the identity without an order)."""
+        n, size = len(work), math.prod(work.shape[1:])
+        index = np.arange(n, dtype=np.int64) if order is None else np.asarray(order, np.int64)
+        return Cut(work.reshape(-1), index * size, np.full(n, size, np.int64))
 
     def __len__(self) -> int:
-        return len(self._edges) - 1
+        return len(self._at)
 
     def __getitem__(self, k):  # type: ignore[override]
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
         k = range(len(self))[k]
-        view = self.flat[self._edges[k]:self._edges[k + 1]]
+        a = self._at[k]
+        view = self.flat[a:a + self._sizes[k]]
         return view if self.shapes is None else view.reshape(self.shapes[k])
 
     def nbytes(self) -> np.ndarray:
         """Each unit's bytes."""
-        return np.diff(self.bounds) * self.flat.dtype.itemsize
+        return self.sizes * self.flat.dtype.itemsize
 
 
 def cut(flat: np.ndarray, n: int) -> Cut:
@@ -58,7 +75,7 @@ def cut(flat: np.ndarray, n: int) -> Cut:
     [[0, 1], [2, 3], [4]]
     """
     q, r = divmod(len(flat), n)
-    return Cut(flat, np.minimum(np.arange(n + 1), r) + np.arange(n + 1) * q)
+    return Cut.bounded(flat, np.minimum(np.arange(n + 1), r) + np.arange(n + 1) * q)
 
 
 def joint(port: sim.Port, key: Hashable, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -82,26 +99,26 @@ def joint(port: sim.Port, key: Hashable, dtype: np.dtype, shape: tuple[int, ...]
 
 
 def staged(port: sim.Port, key: Hashable, like: Sequence[np.ndarray]) -> Cut | None:
-    """Zeroed buffers of the shapes of `like` (one dtype) cut from one `joint` flat buffer, in order: the
+    """Zeroed buffers of the shapes of `like` (one dtype), in order, cut from one `joint` flat buffer: the
     bytes of one allocation of them all; None where their dtypes differ."""
     if isinstance(like, Cut):
-        bounds = like.bounds - like.bounds[0]
-        return Cut(joint(port, key, like.flat.dtype, (int(bounds[-1]),)), bounds, like.shapes)
+        bounds = np.concatenate([[0], np.cumsum(like.sizes)])
+        return Cut.bounded(joint(port, key, like.flat.dtype, (int(bounds[-1]),)), bounds, like.shapes)
     dtypes = {part.dtype for part in like}
     if len(dtypes) != 1:
         return None
-    bounds = np.cumsum([0, *(part.size for part in like)]).tolist()
-    return Cut(joint(port, key, dtypes.pop(), (bounds[-1],)), bounds, [part.shape for part in like])
+    bounds = np.cumsum([0, *(part.size for part in like)])
+    return Cut.bounded(joint(port, key, dtypes.pop(), (int(bounds[-1]),)), bounds, [part.shape for part in like])
 
 
-def units_of(units: object) -> tuple[np.ndarray, np.ndarray] | None:
-    """A member's units as (flat buffer, element bounds of each unit), when they are a `Cut` or the rows of
-    a C-contiguous array; else None."""
+def units_of(units: object) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A member's units as (flat buffer, where each unit starts in it, its size), when they are a `Cut` or
+    the rows of a C-contiguous array; else None."""
     if isinstance(units, Cut):
-        return units.flat[units.bounds[0]:], units.bounds - units.bounds[0]
+        return units.flat, units.at, units.sizes
     if isinstance(units, np.ndarray) and units.ndim and units.flags.c_contiguous and type(units) is np.ndarray:
         per = math.prod(units.shape[1:])
-        return units.reshape(-1), np.arange(len(units) + 1, dtype=np.int64) * per
+        return units.reshape(-1), np.arange(len(units), dtype=np.int64) * per, np.full(len(units), per, np.int64)
     return None
 
 
@@ -129,181 +146,143 @@ class Rows:
             return None
         return Rows(flat, offsets // dtype.itemsize)
 
-    def copy(self, dst: np.ndarray, dst_at: np.ndarray, src: np.ndarray, src_at: np.ndarray,
-             lengths: np.ndarray) -> bool:
-        """Copy `lengths[i]` elements from element `src_at[i]` of member `src[i]` to element `dst_at[i]` of
-        member `dst[i]`, for every i, as one copy after another would; False (nothing done) where a
-        target overlaps another or a source, whose order would then matter."""
-        at, into = self.starts[src] + src_at, self.starts[dst] + dst_at
-        if not _apart(into, at, lengths):
-            return False
-        flat = self.flat
-        for run, src_idx, dst_idx in _runs(at, into, lengths):
-            flat[dst_idx] = flat[src_idx] if run else flat[src_idx[0]:src_idx[1]]
-        return True
 
-    def fold(self, combine: Callable, dst: np.ndarray, dst_at: np.ndarray, src: np.ndarray, src_at: np.ndarray,
-             terms: np.ndarray, terms_at: np.ndarray, lengths: np.ndarray) -> bool:
-        """`dst elements = combine(src elements, terms elements)` for each i (`terms`: a flat array,
-        `terms_at` where each run starts in it); False (nothing done) where targets overlap sources."""
-        at, into = self.starts[src] + src_at, self.starts[dst] + dst_at
-        if not _apart(into, at, lengths):
-            return False
-        flat = self.flat
-        for length in np.unique(lengths).tolist():
-            if length == 0:
-                continue
-            pick = lengths == length
-            span = np.arange(length)
-            take, put, own = (v[pick][:, None] + span for v in (at, into, terms_at))
-            flat[put] = combine(flat[take], terms[own])
-        return True
+def _alike(cuts: list) -> tuple[Rows, np.ndarray, np.ndarray] | None:
+    """The rows of members' units (`units_of` each) when all are cut alike; else None."""
+    if any(c is None for c in cuts):
+        return None
+    _, at, sizes = cuts[0]
+    if any(not (np.array_equal(c[1], at) and np.array_equal(c[2], sizes)) for c in cuts[1:]):
+        return None
+    rows = Rows.of([c[0] for c in cuts])
+    return None if rows is None else (rows, at, sizes)
+
+
+def _uniform(sizes: np.ndarray) -> int:
+    """The one size of every unit when they are all of one short size (> 0), else 0."""
+    return int(sizes[0]) if len(sizes) and 0 < sizes[0] <= _RUN_MAX and np.all(sizes == sizes[0]) else 0
 
 
 class UnitRows:
-    """Members' units in one array's memory: `states[j]` is member j's (units, order), its unit of
-    position k being `units[order[k]]`; every member's units are cut alike (`units_of`) and ordered alike."""
+    """Members' units in one array's memory: `states[j]` is member j's (units, order), its unit of position
+    k being `units[order[k]]`; every member's units are cut alike (`units_of`) and ordered alike."""
 
-    def __init__(self, rows: Rows, bounds: np.ndarray, order: np.ndarray) -> None:
-        self.rows, self.bounds, self.order = rows, bounds, order
-        sizes = np.diff(bounds)
-        self.size = int(sizes[0]) if len(sizes) and np.all(sizes == sizes[0]) and 0 < sizes[0] <= _RUN_MAX else 0
+    def __init__(self, rows: Rows, at: np.ndarray, sizes: np.ndarray, order: np.ndarray | None) -> None:
+        self.rows, self.order = rows, order
+        self.at, self.sizes = (at, sizes) if order is None else (at[order], sizes[order])  # by position
+        self.size = _uniform(sizes)
         self.span = np.arange(self.size)
 
     @staticmethod
-    def of(states: Sequence[tuple[object, Sequence[int]]]) -> UnitRows | None:
+    def of(states: Sequence[tuple[object, Sequence[int] | None]]) -> UnitRows | None:
         """The members' units as rows of one array, or None where they are not (see the class)."""
-        cuts = [units_of(units) for units, _ in states]
-        if any(c is None for c in cuts):
+        found = _alike([units_of(units) for units, _ in states])
+        if found is None:
             return None
-        bounds, order = cuts[0][1], list(states[0][1])  # type: ignore[index]
-        if any(not np.array_equal(c[1], bounds) for c in cuts) or any(list(o) != order for _, o in states):  # type: ignore[index]
-            return None
-        rows = Rows.of([c[0] for c in cuts])  # type: ignore[index]
-        return None if rows is None else UnitRows(rows, bounds, np.asarray(order, np.int64))
+        order = states[0][1]
+        if order is not None:
+            order = list(order)
+            if any(o is None or list(o) != order for _, o in states):
+                return None
+        return UnitRows(*found, None if order is None else np.asarray(order, np.int64))
 
     def move(self, receivers: np.ndarray, into: np.ndarray, senders: np.ndarray, out: np.ndarray,
-             apart: bool = False) -> bool:
+             lanes: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
         """Copy unit of position `out[i]` of member `senders[i]` into that of position `into[i]` of member
-        `receivers[i]`, for each i in order; False (nothing done) where that cannot be one copy.
-
-        With `apart`, the caller knows no target overlaps another or a source (a ring's step writes units
-        that no message in flight reads), and units of one short size move without a check."""
-        a, b = self.order[into], self.order[out]
-        if apart and self.size:
-            rows, size = self.rows, self.size
-            put, take = rows.starts[receivers] + a * size, rows.starts[senders] + b * size
-            if size == 1:
+        `receivers[i]` (or only elements [lo, hi) of both, `lanes` = (lo, hi)), for each i. The caller knows
+        no target overlaps another or a source (a step writes units no message in flight reads). False
+        (nothing done) where the units differ in size."""
+        rows, at, sizes = self.rows, self.at, self.sizes
+        if lanes is None and self.size:
+            put, take = rows.starts[receivers] + at[into], rows.starts[senders] + at[out]
+            if self.size == 1:
                 rows.flat[put] = rows.flat[take]
             else:
-                span = self.span
-                rows.flat[put[:, None] + span] = rows.flat[take[:, None] + span]
+                rows.flat[put[:, None] + self.span] = rows.flat[take[:, None] + self.span]
             return True
-        bounds = self.bounds
-        lengths = bounds[b + 1] - bounds[b]
-        if not np.array_equal(lengths, bounds[a + 1] - bounds[a]):
+        if not np.array_equal(sizes[into], sizes[out]):
             return False
-        return self.rows.copy(receivers, bounds[a], senders, bounds[b], lengths)
+        lo, hi = (np.zeros(len(into), np.int64), sizes[into]) if lanes is None else lanes
+        put, take = rows.starts[receivers] + at[into] + lo, rows.starts[senders] + at[out] + lo
+        _copy(rows.flat, put, take, hi - lo)
+        return True
 
 
 class FoldRows:
     """A reduce-scatter's partial sums and terms as rows: `states[j]` is member j's (terms, partials), each a
     list by ring position cut alike (`units_of`); partial k of member r becomes partial k' of its sender
-    plus its own term k. The terms are read where they lie when they share one array's memory, else from
-    one copy of them all taken when every member has joined (a member's terms do not change while its
-    part of the call runs)."""
+    combined with its own term k. The terms are read where they lie when they share one array's memory,
+    else from one copy of them all taken when every member has joined (a member's terms do not change
+    while its part of the call runs)."""
 
-    def __init__(self, partials: Rows, terms: Rows, bounds: np.ndarray, combine: Callable) -> None:
-        self.partials, self.terms, self.bounds, self.combine = partials, terms, bounds, combine
-        sizes = np.diff(bounds)
-        self.size = int(sizes[0]) if len(sizes) and np.all(sizes == sizes[0]) and 0 < sizes[0] <= _RUN_MAX else 0
+    def __init__(self, partials: Rows, at: np.ndarray, terms: Rows, terms_at: np.ndarray, sizes: np.ndarray,
+                 combine: Callable) -> None:
+        self.partials, self.at, self.terms, self.terms_at = partials, at, terms, terms_at
+        self.sizes, self.combine = sizes, combine
 
     @staticmethod
     def of(states: Sequence[tuple[object, object]], combine: Callable) -> FoldRows | None:
         """The members' partial sums and terms as rows, or None where the partial sums are not rows of one
-        array cut alike, or a term is not cut as they are."""
-        partials = [units_of(partial) for _, partial in states]
-        if any(p is None for p in partials):
+        array cut alike, units are long, or the terms are not cut as the partial sums are."""
+        found = _alike([units_of(partial) for _, partial in states])
+        if found is None:
             return None
-        bounds = partials[0][1]  # type: ignore[index]
-        if any(not np.array_equal(p[1], bounds) for p in partials) or bounds[-1] > _RUN_MAX * len(bounds):  # type: ignore[index]
+        rows, at, sizes = found
+        if sizes.sum() > _RUN_MAX * len(sizes):
             return None
-        rows = Rows.of([p[0] for p in partials])  # type: ignore[index]
-        if rows is None or any(len(own) != len(bounds) - 1 for own, _ in states):  # type: ignore[arg-type]
-            return None
-        terms = _terms([own for own, _ in states], bounds, rows.flat.dtype)  # type: ignore[misc]
-        return None if terms is None else FoldRows(rows, terms, bounds, combine)
+        terms = _terms([own for own, _ in states], sizes, rows.flat.dtype)  # type: ignore[misc]
+        return None if terms is None else FoldRows(rows, at, terms[0], terms[1], sizes, combine)
 
     def fold(self, receivers: np.ndarray, into: np.ndarray, senders: np.ndarray, out: np.ndarray) -> bool:
         """Partial `into[i]` of member `receivers[i]` = partial `out[i]` of member `senders[i]` combined with the
         receiver's term `into[i]`, for every i (each partial written once, read only after it was written,
         so none read here is written here); False (nothing done) where the units differ in size."""
-        bounds = self.bounds
-        lengths = bounds[into + 1] - bounds[into]
-        if not np.array_equal(lengths, bounds[out + 1] - bounds[out]):
+        sizes = self.sizes[into]
+        if not np.array_equal(sizes, self.sizes[out]):
             return False
-        put = self.partials.starts[receivers] + bounds[into]
-        take = self.partials.starts[senders] + bounds[out]
-        own = self.terms.starts[receivers] + bounds[into]
+        put = self.partials.starts[receivers] + self.at[into]
+        take = self.partials.starts[senders] + self.at[out]
+        own = self.terms.starts[receivers] + self.terms_at[into]
         flat, terms = self.partials.flat, self.terms.flat
-        for length in [self.size] if self.size else np.unique(lengths).tolist():
+        first = sizes[0] if len(sizes) else 0
+        for length in [first] if np.all(sizes == first) else np.unique(sizes).tolist():
             if length == 0:
                 continue
-            pick = slice(None) if self.size else lengths == length
+            pick = sizes == length
             span = np.arange(length)
             flat[put[pick][:, None] + span] = self.combine(flat[take[pick][:, None] + span],
                                                            terms[own[pick][:, None] + span])
         return True
 
 
-def _terms(owns: Sequence[Sequence[np.ndarray]], bounds: np.ndarray, dtype: np.dtype) -> Rows | None:
-    """Every member's terms as rows cut at `bounds`: where they lie, or a copy of them all."""
-    sizes = np.diff(bounds)
-    if any(own[k].dtype != dtype for own in owns for k in (0, -1)):
-        return None
+def _terms(owns: Sequence[Sequence[np.ndarray]], sizes: np.ndarray, dtype: np.dtype) -> tuple[Rows, np.ndarray] | None:
+    """Every member's terms as rows (and where each unit starts in a row): where they lie, or a copy."""
     cuts = [units_of(own) for own in owns]
-    if all(c is not None and np.array_equal(c[1], bounds) for c in cuts):
+    if all(c is not None and np.array_equal(c[2], sizes) and np.array_equal(c[1], cuts[0][1]) for c in cuts):
         rows = Rows.of([c[0] for c in cuts], writable=False)  # type: ignore[index]
-        if rows is not None:
-            return rows
-    if any(own[k].size != sizes[k] for own in owns for k in range(len(sizes))):
+        if rows is not None and rows.flat.dtype == dtype:
+            return rows, cuts[0][1]  # type: ignore[index]
+    if any(len(own) != len(sizes) or own[k].dtype != dtype or own[k].size != sizes[k]
+           for own in owns for k in range(len(sizes))):
         return None
     copy = np.concatenate([part.reshape(-1) for own in owns for part in own]) if len(sizes) else np.zeros(0, dtype)
-    return Rows(copy, np.arange(len(owns), dtype=np.int64) * int(bounds[-1]))
+    at = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return Rows(copy, np.arange(len(owns), dtype=np.int64) * int(sizes.sum())), at
 
 
-def _runs(at: np.ndarray, into: np.ndarray, lengths: np.ndarray):
-    """(fancy?, source index, target index) per group of equal short lengths, or per long run."""
+def _copy(flat: np.ndarray, put: np.ndarray, take: np.ndarray, lengths: np.ndarray) -> None:
+    """`flat[put[i]:put[i] + lengths[i]] = flat[take[i]:...]` for every i (runs apart): short runs of one
+    length by one fancy-indexed copy, long ones by slices."""
     for length in np.unique(lengths).tolist():
         if length == 0:
             continue
         pick = np.flatnonzero(lengths == length)
         if length <= _RUN_MAX:
             span = np.arange(length)
-            yield True, at[pick][:, None] + span, into[pick][:, None] + span
+            flat[put[pick][:, None] + span] = flat[take[pick][:, None] + span]
             continue
-        for a, b in zip(at[pick].tolist(), into[pick].tolist()):
-            yield False, (a, a + length), slice(b, b + length)
-
-
-def _apart(into: np.ndarray, at: np.ndarray, lengths: np.ndarray) -> bool:
-    """Whether the runs [into, into + length) are pairwise apart and apart from every [at, at + length)."""
-    keep = lengths > 0
-    into, at, lengths = into[keep], at[keep], lengths[keep]
-    if len(into) == 0:
-        return True
-    starts = np.concatenate([into, at])
-    ends = starts + np.concatenate([lengths, lengths])
-    is_target = np.concatenate([np.ones(len(into), bool), np.zeros(len(at), bool)])
-    order = np.argsort(starts, kind="stable")
-    starts, ends, is_target = starts[order], ends[order], is_target[order]
-    reach = np.maximum.accumulate(ends)[:-1]  # the furthest end of any run starting earlier
-    overlapping = starts[1:] < reach
-    if not overlapping.any():
-        return True
-    # sources may overlap sources; any overlap that involves a target is refused
-    prior_target_reach = np.maximum.accumulate(np.where(is_target, ends, starts))[:-1]
-    return not np.any((starts[1:] < prior_target_reach) | (overlapping & is_target[1:]))
+        for a, b in zip(take[pick].tolist(), put[pick].tolist()):
+            flat[b:b + length] = flat[a:a + length]
 
 
 def _address(array: np.ndarray) -> int:

@@ -82,8 +82,8 @@ class _Gather:
         positions = self.of.positions
         into, out = (positions[receivers] - 1 - steps) % self.n, (positions[senders] - steps) % self.n
         rows = self._rows()
-        # apart: the units a step writes are ones no member has sent yet, so none is read by a move
-        if rows is not None and rows.move(receivers, into, senders, out, apart=True):
+        # the units a step writes are ones no member has sent yet, so none is read by a move
+        if rows is not None and rows.move(receivers, into, senders, out):
             return
         states = self.of.states
         carrying = self.bytes[senders, out] > 0  # an empty unit moves nothing
