@@ -238,7 +238,8 @@ def ring_reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], reduction: 
     member's index.
     """
     team = ring_team(port)
-    return (yield from reduce_scatter_lanes(port, [(team, team.arrange(list(parts)), "")], reduction))[0]
+    arranged = parts if team.order is None else team.arrange(list(parts))  # a Cut stays one, uncut
+    return (yield from reduce_scatter_lanes(port, [(team, arranged, "")], reduction))[0]
 
 
 def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]], reduction: str) -> Generator:

@@ -56,6 +56,7 @@ from collectives._facts import MOVES, WHOLE, Reduction, Sweep
 from collectives._halving import chunk_bounds, halving_reduce_scatter
 from collectives._in_network import REDUCE_SCATTER as IN_NETWORK
 from collectives._in_network import check_network, reduce_scatter
+from collectives._joint import Cut
 from collectives._strategy import split_shape
 from collectives._vma import typed
 from layouts import Layout
@@ -162,6 +163,9 @@ def _chunks(source: np.ndarray, args: _Args, n: int) -> list[np.ndarray]:
     """The n chunks of `source` along the scatter dimension (views; untiled, that dimension kept as 1)."""
     step = source.shape[args.scatter_dimension] // n if args.tiled else 1
     d = args.scatter_dimension
+    if source.flags.c_contiguous and d == 0 and source.size:  # consecutive rows: cut when read (`Cut`)
+        shape = (step, *source.shape[1:])
+        return Cut.bounded(source.reshape(-1), np.arange(n + 1) * math.prod(shape), [shape] * n)
     if source.flags.c_contiguous:  # the same views, cut by one reshape (splitting one axis never copies)
         return list(np.moveaxis(source.reshape(source.shape[:d] + (n, step) + source.shape[d + 1:]), d, 0))
     return [source[axis_index(source.shape, args.scatter_dimension, slice(j * step, (j + 1) * step))]
@@ -172,7 +176,7 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Chunk j of every member goes to member j (direct) or around the ring (ring)."""
     parts = _chunks(port.memory.view(args.buffer), args, port.group.size)
     shape = _out_shape(parts[0].shape, args)
-    algorithm = resolve(port, ALGORITHMS, args.algorithm, sum(p.nbytes for p in parts), args.shape)
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, port.memory.view(args.buffer).nbytes, args.shape)
     if algorithm is RING:
         mine = yield from ring_reduce_scatter(port, parts, "sum")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
