@@ -161,7 +161,7 @@ def _bidirectional_ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
     terms = yield from _row_major(port, source, phase="operand")
     team = ring_team(port)
-    parts = np.array_split(terms.reshape(-1), team.size)
+    parts = cut(terms.reshape(-1), team.size)
     mine = yield from bidirectional.reduce_scatter(port, team, parts, args.reduction, "reduce-scatter")
     units = cut(joint(port, "all-gather", source.dtype, (source.size,)), team.size)
     flat = units.flat

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
+from collectives import _bidirectional_rows as bidirectional_rows
 from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
-from collectives._joint import UnitRows
+from collectives._joint import Cut, UnitRows
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -72,8 +73,10 @@ def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
     still running sends both ways, then receives both ways; a lane of a smaller ring stops earlier."""
     if len(lanes) == 1 and lanes[0][0].size > 1:
         team, units, phase = lanes[0]
-        if _even(port, "bidirectional " + phase, units) and ring_steps.by_tables(port, "bidirectional " + phase,
-                                                                                  units[0]):
+        # units of several sizes let the members drift apart (a table then holds fewer members), but a
+        # step's copies are still one over the members' rows
+        if (_even(port, "bidirectional " + phase, units) or isinstance(units, Cut)) and ring_steps.by_tables(
+                port, "bidirectional " + phase, units[0]):
             gathering = port.once(("steps", "bidirectional " + phase), lambda: _Gather(port, units, phase))
             to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
             yield from gathering.of.join(port, to, team.index, units)
@@ -184,14 +187,19 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[Lane], reduction: str) 
     `all_gather_lanes` does; returns each lane's complete chunk of the caller's position."""
     states = []
     for team, parts, phase in lanes:
-        own = []
-        for c, part in enumerate(parts):
+        own = parts if isinstance(parts, Cut) and parts.shapes is None else []  # a flat Cut: its own values
+        for c, part in enumerate(parts if own is not parts else ()):
             values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
             own.append(values.reshape(-1))
         r = steps(team.size)
         states.append(_Folding(team, phase, own, {offset: own[(team.index + offset * r) % team.size]
                                                    for offset, _ in _WAYS}, {}))
     key = "bidirectional reduce-scatter " + (states[0].phase if states else "")
+    if (len(states) == 1 and states[0].team.size > 1 and ring_steps.by_tables(port, key, states[0].own[0], reduction)
+            and bidirectional_rows.fits(port, states[0].team, states[0].own)):
+        names = [_phase(way, states[0].phase) for _, way in _WAYS]
+        yield from bidirectional_rows.reduce_scatter(port, states[0].team, states[0], reduction, key, names)
+        return [_finish(port, states[0], reduction)]
     if (len(states) == 1 and states[0].team.size > 1 and _even(port, key, states[0].own)
             and ring_steps.by_tables(port, key, states[0].own[0], reduction)):
         team = states[0].team

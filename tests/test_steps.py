@@ -262,11 +262,13 @@ def test_scalar_blocks_are_written_where_they_land(algorithm):
 
 def _per_message_moves(case) -> tuple:
     """The case with tables, but each message's copy or sum made on its own (no joint rows)."""
+    import collectives._bidirectional_rows as bidirectional_rows
     import collectives._joint as joint
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(joint.UnitRows, "of", staticmethod(lambda *a: None))
         patch.setattr(joint.FoldRows, "of", staticmethod(lambda *a: None))
+        patch.setattr(bidirectional_rows, "fits", lambda *a: False)
         return _run(case)
 
 
@@ -295,6 +297,23 @@ def test_joint_rows_are_used(op, algorithm, monkeypatch):
         monkeypatch.setattr(kind, "of", staticmethod(lambda *a, real=real: made.append(real(*a)) or made[-1]))
     _run(((8,), "default", [(op, 0, algorithm, True)], np.arange(64.0)))
     assert any(found is not None for found in made)
+
+
+def test_bidirectional_folds_over_rows_are_used(monkeypatch):
+    """The bidirectional reduce-scatter folds over rows (`collectives._bidirectional_rows`) in psum and
+    psum_scatter, and a fold that drops the receiver's own term is told apart from per-message folds."""
+    import collectives._bidirectional_rows as bidirectional_rows
+
+    entered = []
+    real = bidirectional_rows._Folds.enter
+    monkeypatch.setattr(bidirectional_rows._Folds, "enter", lambda self, *a: entered.append(1) or real(self, *a))
+    for op in ("psum", "psum_scatter"):
+        _run(((6,), "default", [(op, 0, "bidirectional_ring", True)], np.arange(36.0)))
+    assert len(entered) == 12
+    case = ((6,), "switch", [("psum_scatter", 0, "bidirectional_ring", True)], np.arange(36.0))
+    slow = _per_message_moves(case)
+    monkeypatch.setattr(bidirectional_rows, "combine", lambda reduction, a, b: np.asarray(a) + 0 * np.asarray(b))
+    assert _run(case)[0] != slow[0]
 
 
 @pytest.mark.parametrize("kind", ["copy", "fold"])
