@@ -25,7 +25,7 @@ import numpy as np
 import sim
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
-from collectives._joint import JOINT_MAX_BYTES, Cut
+from collectives._joint import JOINT_MAX_BYTES, Cut, ragged
 
 __all__ = ["fits", "reduce_scatter"]
 
@@ -147,25 +147,15 @@ class _Folds:
         own = receivers * self.terms.shape[1] + self.chunk_at[chunks]
         whole = self.sizes[chunks]
         rows, reduction = self.rows, self.reduction
-        rows[_ragged(put, whole)] = combine(reduction, identity(reduction, self.dtype), terms[_ragged(own, whole)])
+        rows[ragged(put, whole)] = combine(reduction, identity(reduction, self.dtype), terms[ragged(own, whole)])
         carried = hi - lo
         for source, pick in ((terms, first), (rows, ~first)):
             if pick.any():
-                take = _ragged(start[pick] + lo[pick], carried[pick])
-                rows[_ragged(put[pick] + lo[pick], carried[pick])] = combine(
-                    reduction, source[take], terms[_ragged(own[pick] + lo[pick], carried[pick])])
+                take = ragged(start[pick] + lo[pick], carried[pick])
+                rows[ragged(put[pick] + lo[pick], carried[pick])] = combine(
+                    reduction, source[take], terms[ragged(own[pick] + lo[pick], carried[pick])])
 
 
 def _consecutive(own: Sequence[np.ndarray]) -> bool:
     """Whether `own` is a `Cut` whose units follow one another in its flat buffer."""
     return isinstance(own, Cut) and bool(np.all(own.at[1:] == own.at[:-1] + own.sizes[:-1]))
-
-
-def _ragged(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The indices of the runs [starts[i], starts[i] + lengths[i]), one after another.
-
-    >>> _ragged(np.array([10, 3]), np.array([2, 3])).tolist()
-    [10, 11, 3, 4, 5]
-    """
-    ends = np.cumsum(lengths)
-    return np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)

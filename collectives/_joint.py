@@ -21,7 +21,7 @@ import numpy as np
 
 import sim
 
-__all__ = ["JOINT_MAX_BYTES", "Cut", "FoldRows", "Rows", "UnitRows", "cut", "joint", "staged", "units_of"]
+__all__ = ["JOINT_MAX_BYTES", "Cut", "FoldRows", "Rows", "UnitRows", "cut", "joint", "ragged", "staged", "units_of"]
 
 JOINT_MAX_BYTES = 64 << 20  # past this the messages carry enough bytes that one copy each costs little more
 _RUN_MAX = 256  # longest unit moved by fancy indexing (an index per element); longer ones are sliced
@@ -190,8 +190,9 @@ class UnitRows:
              lanes: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
         """Copy unit of position `out[i]` of member `senders[i]` into that of position `into[i]` of member
         `receivers[i]` (or only elements [lo, hi) of both, `lanes` = (lo, hi)), for each i. The caller knows
-        no target overlaps another or a source (a step writes units no message in flight reads). False
-        (nothing done) where the units differ in size."""
+        that units `into[i]` and `out[i]` are of one size (a ring pass writes the unit it reads: the same
+        position of members cut alike) and that no target overlaps another or a source (a step writes units
+        no message in flight reads)."""
         rows, at, sizes = self.rows, self.at, self.sizes
         if lanes is None and self.size:
             put, take = rows.starts[receivers] + at[into], rows.starts[senders] + at[out]
@@ -200,8 +201,6 @@ class UnitRows:
             else:
                 rows.flat[put[:, None] + self.span] = rows.flat[take[:, None] + self.span]
             return True
-        if not np.array_equal(sizes[into], sizes[out]):
-            return False
         lo, hi = (np.zeros(len(into), np.int64), sizes[into]) if lanes is None else lanes
         put, take = rows.starts[receivers] + at[into] + lo, rows.starts[senders] + at[out] + lo
         _copy(rows.flat, put, take, hi - lo)
@@ -236,22 +235,20 @@ class FoldRows:
     def fold(self, receivers: np.ndarray, into: np.ndarray, senders: np.ndarray, out: np.ndarray) -> bool:
         """Partial `into[i]` of member `receivers[i]` = partial `out[i]` of member `senders[i]` combined with the
         receiver's term `into[i]`, for every i (each partial written once, read only after it was written,
-        so none read here is written here); False (nothing done) where the units differ in size."""
-        sizes = self.sizes[into]
-        if not np.array_equal(sizes, self.sizes[out]):
-            return False
+        so none read here is written here). Always True (the caller may fall back on False)."""
+        sizes = self.sizes[into]  # those of `out` too: a ring pass folds one chunk from member to member
         put = self.partials.starts[receivers] + self.at[into]
         take = self.partials.starts[senders] + self.at[out]
         own = self.terms.starts[receivers] + self.terms_at[into]
         flat, terms = self.partials.flat, self.terms.flat
-        first = sizes[0] if len(sizes) else 0
-        for length in [first] if np.all(sizes == first) else np.unique(sizes).tolist():
-            if length == 0:
-                continue
-            pick = sizes == length
-            span = np.arange(length)
-            flat[put[pick][:, None] + span] = self.combine(flat[take[pick][:, None] + span],
-                                                           terms[own[pick][:, None] + span])
+        first = int(sizes[0]) if len(sizes) else 0
+        if first and np.all(sizes == first):  # one size: a (messages, size) block of indices
+            span = np.arange(first)
+            put, take, own = put[:, None] + span, take[:, None] + span, own[:, None] + span
+        else:  # several sizes: the runs one after another
+            put, take, own = (ragged(v, sizes) for v in (put, take, own))
+        if put.size:
+            flat[put] = self.combine(flat[take], terms[own])
         return True
 
 
@@ -283,6 +280,16 @@ def _copy(flat: np.ndarray, put: np.ndarray, take: np.ndarray, lengths: np.ndarr
             continue
         for a, b in zip(take[pick].tolist(), put[pick].tolist()):
             flat[b:b + length] = flat[a:a + length]
+
+
+def ragged(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of the runs [starts[i], starts[i] + lengths[i]), one after another.
+
+    >>> ragged(np.array([10, 3]), np.array([2, 3])).tolist()
+    [10, 11, 3, 4, 5]
+    """
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
 
 
 def _address(array: np.ndarray) -> int:
