@@ -187,8 +187,9 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[Lane], reduction: str) 
     `all_gather_lanes` does; returns each lane's complete chunk of the caller's position."""
     states = []
     for team, parts, phase in lanes:
-        own = parts if isinstance(parts, Cut) and parts.shapes is None else []  # a flat Cut: its own values
-        for c, part in enumerate(parts if own is not parts else ()):
+        # a Cut's units are contiguous: their row-major values are its flat units, with no pack
+        own = Cut(parts.flat, parts.at, parts.sizes) if isinstance(parts, Cut) else []
+        for c, part in enumerate(parts if not isinstance(own, Cut) else ()):
             values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
             own.append(values.reshape(-1))
         r = steps(team.size)

@@ -190,7 +190,8 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         return (yield from _multi_axis(port, parts, shape, args))
     if algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
-        mine = yield from bidirectional.reduce_scatter(port, team, team.arrange(parts), "sum", "reduce-scatter")
+        arranged = parts if team.order is None else team.arrange(parts)  # a Cut stays one, uncut
+        mine = yield from bidirectional.reduce_scatter(port, team, arranged, "sum", "reduce-scatter")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     for j, dst in enumerate(port.group.members):
         payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)
