@@ -40,7 +40,8 @@ def fits(port: sim.Port, team: Team, own: Sequence[np.ndarray]) -> bool:
         if dtype.hasobject or any(part.dtype != dtype for part in (own[0], own[-1])):
             return False
         total = sum(part.size for part in own) if not isinstance(own, Cut) else int(own.sizes.sum())
-        return port.group.size * total * dtype.itemsize * (team.size // 2 + 1) <= JOINT_MAX_BYTES
+        # each member's arrival buffers hold about its whole operand, and so does the copy of its terms
+        return 2 * port.group.size * total * dtype.itemsize <= JOINT_MAX_BYTES
     return port.once(("bidirectional rows", team.size), decide)
 
 
