@@ -91,7 +91,7 @@ def joint(port: sim.Port, key: Hashable, dtype: np.dtype, shape: tuple[int, ...]
     region = rows[port.group.index]
     memory.reserve(region)
     view = memory.view(memory.alloc(dtype, shape))
-    if _address(view) != _address(region):  # an earlier reservation of this shape was taken instead
+    if type(view) is not np.ndarray or _address(view) != _address(region):  # the region was not taken
         for other in memory.release():
             if other is not region:
                 memory.reserve(other)
