@@ -37,7 +37,7 @@ def fits(port: sim.Port, team: Team, own: Sequence[np.ndarray]) -> bool:
     limit (decided once per call from this member's chunks, which every member's match)."""
     def decide() -> bool:
         dtype = own[0].dtype
-        if dtype.hasobject or any(part.dtype != dtype for part in (own[0], own[-1])):
+        if dtype.hasobject or any(type(part) is not np.ndarray or part.dtype != dtype for part in (own[0], own[-1])):
             return False
         total = sum(part.size for part in own) if not isinstance(own, Cut) else int(own.sizes.sum())
         # each member's arrival buffers hold about its whole operand, and so does the copy of its terms
