@@ -201,11 +201,16 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
 
 def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout) -> Generator:
     """Every chunk packed in row-major order into one flat vector, then reduce-scattered by recursive halving."""
-    flat = port.memory.view(port.memory.alloc(parts[0].dtype, (sum(p.size for p in parts),)))
-    bounds = chunk_bounds([p.size for p in parts])
-    for c, part in enumerate(parts):
-        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
-        flat[bounds[c]:bounds[c + 1]] = values.reshape(-1)
+    sizes = parts.sizes.tolist() if isinstance(parts, Cut) else [p.size for p in parts]
+    flat = port.memory.view(port.memory.alloc(parts[0].dtype, (sum(sizes),)))
+    bounds = chunk_bounds(sizes)
+    start = int(parts.at[0]) if isinstance(parts, Cut) else 0
+    if isinstance(parts, Cut) and bool(np.all(parts.at == np.asarray(bounds[:-1]) + start)):  # chunks in order
+        flat[...] = parts.flat[start:start + bounds[-1]]  # the chunks' values, as copied one by one
+    else:
+        for c, part in enumerate(parts):
+            values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
+            flat[bounds[c]:bounds[c + 1]] = values.reshape(-1)
     mine = yield from halving_reduce_scatter(port, flat, bounds, "sum")
     return (yield from laid_out(port, mine.reshape(shape), layout, phase="result"))
 
