@@ -123,10 +123,16 @@ def ring_team(port: sim.Port) -> Team:
     """The call's whole group as a team in the order a ring visits it (`collectives._ring_order.ring_order`:
     a cycle of physical neighbours on a ring or torus where one exists, never more hops than group order)."""
     members = port.group.members
-    order = port.once("ring order", lambda: ring_order(port.mesh, members))
-    if order == tuple(range(len(members))):
+
+    def visit() -> tuple[tuple[int, ...] | None, tuple[int, ...], dict[int, int]]:
+        order = ring_order(port.mesh, members)
+        if order == tuple(range(len(members))):
+            return None, members, {}
+        return order, tuple(members[g] for g in order), {g: t for t, g in enumerate(order)}
+    order, ringed, position = port.once("ring order", visit)  # worked out once per call, not per member
+    if order is None:
         return whole(port)
-    return Team(tuple(members[g] for g in order), order.index(port.group.index), order)
+    return Team(ringed, position[port.group.index], order)
 
 
 def axis_teams(port: sim.Port, shape: tuple[int, ...]) -> list[tuple[int, Team]]:
@@ -160,64 +166,3 @@ def blocks_of(view: np.ndarray, axis: int, count: int, tiled: bool) -> np.ndarra
 def group_index(port: sim.Port, device: int) -> int:
     """The group index of member `device` of the call's group."""
     return port.once("group index", lambda: {d: i for i, d in enumerate(port.group.members)})[device]
-
-
-class BlockMoves:
-    """Copies between members' blocks, as one copy after another would make them. `states[j]` is member
-    j's (blocks, order): its block of position k is `blocks[order[k]]`, `nbytes` bytes, contiguous.
-
-    Where every member's blocks lie in one array's memory at whole multiples of a block's size (blocks of
-    one global output), a step's blocks move as rows of that memory in one copy; else one by one."""
-
-    def __init__(self, states: Sequence[tuple[np.ndarray, Sequence[int]]], nbytes: int) -> None:
-        self.blocks = [blocks for blocks, _ in states]
-        self.order = np.array([order for _, order in states], np.int64)  # order[j, k]: member j's block index
-        self.hollow = sim.memory.is_hollow(self.blocks[0].dtype)  # abstract payloads: no values to move
-        self.rows = _rows(self.blocks, nbytes)
-        if self.rows is not None:
-            starts, strides = _starts(self.blocks, self.rows)
-            self.index = starts[:, None] + self.order * strides[:, None]  # index[j, k]: its row
-
-    def move(self, receivers: np.ndarray, into: np.ndarray, senders: np.ndarray, out: np.ndarray) -> None:
-        """Copy the block of position `out[i]` of member `senders[i]` into the block of position `into[i]`
-        of member `receivers[i]`, for each i in order."""
-        if self.hollow:
-            return
-        if self.rows is not None:
-            target, source = self.index[receivers, into], self.index[senders, out]
-            if not np.intersect1d(target, source).size and np.unique(target).size == target.size:
-                self.rows[target] = self.rows[source]
-                return
-        blocks = self.blocks
-        for r, a, j, b in zip(receivers.tolist(), self.order[receivers, into].tolist(), senders.tolist(),
-                              self.order[senders, out].tolist()):
-            blocks[r][a] = blocks[j][b]
-
-
-def _rows(blocks: Sequence[np.ndarray], nbytes: int) -> np.ndarray | None:
-    """The memory every array of `blocks` lies in, as rows of `nbytes` bytes, when there is one and each
-    array's blocks start at whole rows (else None)."""
-    root = _root(blocks[0])
-    if (nbytes == 0 or any(_root(b) is not root for b in blocks) or not root.flags.c_contiguous
-            or not root.flags.writeable):
-        return None
-    rows = root.reshape(-1).view(np.uint8)
-    rows = rows[:len(rows) // nbytes * nbytes].reshape(-1, nbytes)
-    starts, strides = _starts(blocks, rows)
-    return rows if not (np.any(starts < 0) or np.any(strides < 0)) else None
-
-
-def _starts(blocks: Sequence[np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each array's first block and block stride in rows of `rows` (-1 where not whole rows)."""
-    nbytes, base = rows.shape[1], rows.__array_interface__["data"][0]
-    starts = np.array([b.__array_interface__["data"][0] - base for b in blocks], np.int64)
-    strides = np.array([b.strides[0] for b in blocks], np.int64)
-    whole = (starts % nbytes == 0) & (strides % nbytes == 0)
-    return np.where(whole, starts // nbytes, -1), np.where(whole, strides // nbytes, -1)
-
-
-def _root(array: np.ndarray) -> np.ndarray:
-    """The array that owns `array`'s memory (following views' bases)."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array

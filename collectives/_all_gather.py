@@ -34,7 +34,7 @@ from collectives._definition import (
     integer,
 )
 from collectives._facts import GATHERS, WHOLE, Sweep
-from collectives._gathering import ALGORITHMS, DIRECT, gather_blocks
+from collectives._gathering import ALGORITHMS, DIRECT, gather_blocks, result_buffer
 from collectives._strategy import Axes, Sample, dims
 from collectives._vma import typed
 
@@ -124,9 +124,10 @@ def _protocol(port: sim.Port, args: _Args):
         shape[args.axis] *= g
     else:
         shape.insert(args.axis, g)
-    view = port.memory.view(port.memory.alloc(source.dtype, tuple(shape), args.out_layout))
     if algorithm is not DIRECT:
+        view = result_buffer(port, source.dtype, tuple(shape), args.out_layout)
         return (yield from gather_blocks(port, source, view, args.axis, args.tiled, algorithm, args.shape))
+    view = port.memory.view(port.memory.alloc(source.dtype, tuple(shape), args.out_layout))
     if _rows_in_place(port):
         # nothing to pack or unpack: one row of identical messages each, blocks land in member order
         port.send_copies(source, slice=me, axis=args.axis, rows=(me * n, (me + 1) * n))

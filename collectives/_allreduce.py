@@ -82,6 +82,7 @@ from collectives._common import pack_slice, received, row_major_everywhere, unpa
 from collectives._halving import SwappedPartials, chunk_bounds, doubling_all_gather, halving_reduce_scatter
 from collectives._in_network import ALL_REDUCE as IN_NETWORK
 from collectives._in_network import all_reduce as in_network_all_reduce
+from collectives._joint import Cut, cut, joint, staged
 from layouts import Layout
 
 
@@ -160,10 +161,10 @@ def _bidirectional_ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
     terms = yield from _row_major(port, source, phase="operand")
     team = ring_team(port)
-    parts = np.array_split(terms.reshape(-1), team.size)
+    parts = cut(terms.reshape(-1), team.size)
     mine = yield from bidirectional.reduce_scatter(port, team, parts, args.reduction, "reduce-scatter")
-    flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
-    units = np.array_split(flat, team.size)
+    units = cut(joint(port, "all-gather", source.dtype, (source.size,)), team.size)
+    flat = units.flat
     units[team.index][...] = mine
     yield from bidirectional.all_gather(port, team, units, "all-gather")
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
@@ -217,13 +218,13 @@ Lane = tuple[Team, np.ndarray, str]  # (the ring's members in order, this member
 def _ring_all_reduce(port: sim.Port, lanes: list[Lane], reduction: str) -> Generator:
     """Ring reduce-scatter then ring all-gather of every lane at once; the lanes' results joined, flat."""
     n = lanes[0][0].size
-    cut = [split(terms, n) for _, terms, _ in lanes]
-    mine = yield from reduce_scatter_lanes(port, [(team, parts, phase) for (team, _, phase), parts in zip(lanes, cut)],
-                                           reduction)
+    pieces = [cut(terms, n) for _, terms, _ in lanes]
+    mine = yield from reduce_scatter_lanes(
+        port, [(team, parts, phase) for (team, _, phase), parts in zip(lanes, pieces)], reduction)
     total = sum(terms.size for _, terms, _ in lanes)
-    flat = port.memory.view(port.memory.alloc(lanes[0][1].dtype, (total,)))
+    flat = joint(port, "all-gather", lanes[0][1].dtype, (total,))
     bounds = np.cumsum([0] + [terms.size for _, terms, _ in lanes])
-    gathers = [(team, m, split(flat[bounds[k]:bounds[k + 1]], n), phase)
+    gathers = [(team, m, cut(flat[bounds[k]:bounds[k + 1]], n), phase)
                for k, ((team, _, phase), m) in enumerate(zip(lanes, mine))]
     yield from _ring_all_gather(port, gathers)
     return flat
@@ -237,7 +238,8 @@ def ring_reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], reduction: 
     member's index.
     """
     team = ring_team(port)
-    return (yield from reduce_scatter_lanes(port, [(team, team.arrange(list(parts)), "")], reduction))[0]
+    arranged = parts if team.order is None else team.arrange(list(parts))  # a Cut stays one, uncut
+    return (yield from reduce_scatter_lanes(port, [(team, arranged, "")], reduction))[0]
 
 
 def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]], reduction: str) -> Generator:
@@ -249,12 +251,12 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
     """
     memory, states = port.memory, []
     for team, parts, phase in lanes:
-        own = list(parts)
-        if not all(part.flags.c_contiguous for part in own):
+        own = parts if isinstance(parts, Cut) else list(parts)  # a Cut's units are contiguous
+        if not isinstance(own, Cut) and not all(part.flags.c_contiguous for part in own):
             own = []
             for c, part in enumerate(parts):  # a contiguous part is its own row-major values (no step, no copy)
                 own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
-        partial = staging(memory, own)
+        partial = (len(lanes) == 1 and staged(port, phase + "partials", own)) or staging(memory, own)
         c = (team.index - 1) % team.size
         partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
         states.append([team, phase, own, partial, c])

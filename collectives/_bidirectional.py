@@ -30,10 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 import sim
+from collectives import _bidirectional_rows as bidirectional_rows
 from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
+from collectives._joint import Cut, UnitRows
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -71,8 +73,10 @@ def all_gather_lanes(port: sim.Port, lanes: Sequence[Lane]) -> Generator:
     still running sends both ways, then receives both ways; a lane of a smaller ring stops earlier."""
     if len(lanes) == 1 and lanes[0][0].size > 1:
         team, units, phase = lanes[0]
-        if _even(port, "bidirectional " + phase, units) and ring_steps.by_tables(port, "bidirectional " + phase,
-                                                                                  units[0]):
+        # units of several sizes let the members drift apart (a table then holds fewer members), but a
+        # step's copies are still one over the members' rows
+        if (_even(port, "bidirectional " + phase, units) or isinstance(units, Cut)) and ring_steps.by_tables(
+                port, "bidirectional " + phase, units[0]):
             gathering = port.once(("steps", "bidirectional " + phase), lambda: _Gather(port, units, phase))
             to = [[group_index(port, team.at(offset)) for offset, _ in _WAYS]] * steps(team.size)
             yield from gathering.of.join(port, to, team.index, units)
@@ -114,6 +118,8 @@ class _Gather:
                                 for offset, _ in _WAYS] for c in range(n)], np.int64)  # [unit, way, last step]
         self.of = sim.engine.Steps(port, self.r, self.sizes, self.details, self.move, ways=2)
         self.lanes: dict[tuple[int, int, bool], slice] = {}  # (unit size, way, last step) -> the part it carries
+        self.moves: UnitRows | None = None
+        self.decided = False
 
     def _sent(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return (positions - self.offsets[ways] * steps) % self.n
@@ -129,14 +135,42 @@ class _Gather:
 
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         n, states, offsets, lanes = self.n, self.of.states, self.offsets.tolist(), self.lanes
-        units = self._sent(self.of.positions[senders], steps, ways).tolist()
-        for r, j, c, w, s in zip(receivers.tolist(), senders.tolist(), units, ways.tolist(), steps.tolist()):
+        units = self._sent(self.of.positions[senders], steps, ways)
+        rows = self._rows()
+        # a step writes units (or their halves) no message in flight reads, each once
+        if rows is not None and rows.move(receivers, units, senders, units, self._spans(rows, units, steps, ways)):
+            return
+        for r, j, c, w, s in zip(receivers.tolist(), senders.tolist(), units.tolist(), ways.tolist(), steps.tolist()):
             target = states[r][c]
             key = (target.size, w, s == self.r - 1)
             lane = lanes.get(key)
             if lane is None:
                 lane = lanes[key] = _lane(target, offsets[w], n, key[2])
             target[lane] = states[j][c][lane]
+
+    def _spans(self, rows: UnitRows, units: np.ndarray, steps: np.ndarray,
+               ways: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The elements [lo, hi) of each unit a message carries (`_lane`); None where all carry whole units."""
+        if self.n % 2 or not np.any(steps == self.r - 1):
+            return None
+        sizes = rows.sizes[units]
+        half = (sizes + 1) // 2  # numpy.array_split's first half
+        split = steps == self.r - 1
+        lo = np.where(split & (ways == 1), half, 0)
+        hi = np.where(split & (ways == 0), half, sizes)
+        return lo, hi
+
+    def _rows(self) -> UnitRows | None:
+        """The members' units as rows of one array, decided once all have joined (None until then, or
+        where they are not)."""
+        if self.decided:
+            return self.moves
+        states = self.of.states
+        if any(state is None for state in states):
+            return None
+        self.decided = True
+        self.moves = UnitRows.of([(units, None) for units in states])
+        return self.moves
 
 
 def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], reduction: str, phase: str) -> Generator:
@@ -153,14 +187,20 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[Lane], reduction: str) 
     `all_gather_lanes` does; returns each lane's complete chunk of the caller's position."""
     states = []
     for team, parts, phase in lanes:
-        own = []
-        for c, part in enumerate(parts):
+        # a Cut's units are contiguous: their row-major values are its flat units, with no pack
+        own = Cut(parts.flat, parts.at, parts.sizes) if isinstance(parts, Cut) else []
+        for c, part in enumerate(parts if not isinstance(own, Cut) else ()):
             values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
             own.append(values.reshape(-1))
         r = steps(team.size)
         states.append(_Folding(team, phase, own, {offset: own[(team.index + offset * r) % team.size]
                                                    for offset, _ in _WAYS}, {}))
     key = "bidirectional reduce-scatter " + (states[0].phase if states else "")
+    if (len(states) == 1 and states[0].team.size > 1 and ring_steps.by_tables(port, key, states[0].own[0], reduction)
+            and bidirectional_rows.fits(port, states[0].team, states[0].own)):
+        names = [_phase(way, states[0].phase) for _, way in _WAYS]
+        yield from bidirectional_rows.reduce_scatter(port, states[0].team, states[0], reduction, key, names)
+        return [_finish(port, states[0], reduction)]
     if (len(states) == 1 and states[0].team.size > 1 and _even(port, key, states[0].own)
             and ring_steps.by_tables(port, key, states[0].own[0], reduction)):
         team = states[0].team

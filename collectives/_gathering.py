@@ -24,7 +24,7 @@ Every block travels unchanged, so every algorithm gives 'direct''s bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from collectives._algorithm import (
 from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, blocks_of, ring_team
 from collectives._common import pack_slice, unpack_into, unpack_values
+from collectives._joint import Cut, joint
 from layouts import Layout
 
 
@@ -65,7 +66,7 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
         yield from ring(port, team, work, "ring")
     elif algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
-        yield from bidirectional.all_gather(port, team, FlatBlocks(work, team.order), "")
+        yield from bidirectional.all_gather(port, team, Cut.blocks(work, team.order), "")
     elif algorithm is RECURSIVE_DOUBLING:
         yield from _doubling(port, work)
     elif algorithm is HIERARCHICAL:
@@ -82,22 +83,16 @@ def gather_blocks(port: sim.Port, source: np.ndarray, result: np.ndarray, axis: 
     return result
 
 
-class FlatBlocks(Sequence):
-    """The blocks of `work` (its first axis) as flat views, in ring position order (`order[k]` is the block
-    of position k; None: the identity), made when read rather than all at once."""
-
-    def __init__(self, work: np.ndarray, order: Sequence[int] | None) -> None:
-        self.work, self.order = work, order
-
-    def __len__(self) -> int:
-        return len(self.work)
-
-    def __getitem__(self, k):  # type: ignore[override]
-        return self.work[k if self.order is None else self.order[k], ...].reshape(-1)  # a view, also of scalars
+def result_buffer(port: sim.Port, dtype: np.dtype, shape: tuple[int, ...], layout: Layout | None) -> np.ndarray:
+    """The member's result buffer: row-major (`layout` None or row-major), a row of one array shared by the
+    call's members (`collectives._joint.joint`), so a step's blocks move as one copy; else a plain allocation."""
+    if layout is None or layout == Layout.row_major(len(shape)):
+        return joint(port, "result", dtype, shape)
+    return port.memory.view(port.memory.alloc(dtype, shape, layout))
 
 
 def _alloc(port: sim.Port, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    return port.memory.view(port.memory.alloc(dtype, shape))
+    return joint(port, "blocks", dtype, shape)
 
 
 def ring(port: sim.Port, team: Team, blocks: np.ndarray, phase: str) -> Generator:

@@ -56,6 +56,7 @@ from collectives._facts import MOVES, WHOLE, Reduction, Sweep
 from collectives._halving import chunk_bounds, halving_reduce_scatter
 from collectives._in_network import REDUCE_SCATTER as IN_NETWORK
 from collectives._in_network import check_network, reduce_scatter
+from collectives._joint import Cut
 from collectives._strategy import split_shape
 from collectives._vma import typed
 from layouts import Layout
@@ -162,6 +163,9 @@ def _chunks(source: np.ndarray, args: _Args, n: int) -> list[np.ndarray]:
     """The n chunks of `source` along the scatter dimension (views; untiled, that dimension kept as 1)."""
     step = source.shape[args.scatter_dimension] // n if args.tiled else 1
     d = args.scatter_dimension
+    if source.flags.c_contiguous and d == 0 and source.size:  # consecutive rows: cut when read (`Cut`)
+        shape = (step, *source.shape[1:])
+        return Cut.bounded(source.reshape(-1), np.arange(n + 1) * math.prod(shape), [shape] * n)
     if source.flags.c_contiguous:  # the same views, cut by one reshape (splitting one axis never copies)
         return list(np.moveaxis(source.reshape(source.shape[:d] + (n, step) + source.shape[d + 1:]), d, 0))
     return [source[axis_index(source.shape, args.scatter_dimension, slice(j * step, (j + 1) * step))]
@@ -172,7 +176,7 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Chunk j of every member goes to member j (direct) or around the ring (ring)."""
     parts = _chunks(port.memory.view(args.buffer), args, port.group.size)
     shape = _out_shape(parts[0].shape, args)
-    algorithm = resolve(port, ALGORITHMS, args.algorithm, sum(p.nbytes for p in parts), args.shape)
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, port.memory.view(args.buffer).nbytes, args.shape)
     if algorithm is RING:
         mine = yield from ring_reduce_scatter(port, parts, "sum")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
@@ -186,7 +190,8 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         return (yield from _multi_axis(port, parts, shape, args))
     if algorithm is BIDIRECTIONAL_RING:
         team = ring_team(port)
-        mine = yield from bidirectional.reduce_scatter(port, team, team.arrange(parts), "sum", "reduce-scatter")
+        arranged = parts if team.order is None else team.arrange(parts)  # a Cut stays one, uncut
+        mine = yield from bidirectional.reduce_scatter(port, team, arranged, "sum", "reduce-scatter")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     for j, dst in enumerate(port.group.members):
         payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)
@@ -196,11 +201,16 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
 
 def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout) -> Generator:
     """Every chunk packed in row-major order into one flat vector, then reduce-scattered by recursive halving."""
-    flat = port.memory.view(port.memory.alloc(parts[0].dtype, (sum(p.size for p in parts),)))
-    bounds = chunk_bounds([p.size for p in parts])
-    for c, part in enumerate(parts):
-        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
-        flat[bounds[c]:bounds[c + 1]] = values.reshape(-1)
+    sizes = parts.sizes.tolist() if isinstance(parts, Cut) else [p.size for p in parts]
+    flat = port.memory.view(port.memory.alloc(parts[0].dtype, (sum(sizes),)))
+    bounds = chunk_bounds(sizes)
+    start = int(parts.at[0]) if isinstance(parts, Cut) else 0
+    if isinstance(parts, Cut) and bool(np.all(parts.at == np.asarray(bounds[:-1]) + start)):  # chunks in order
+        flat[...] = parts.flat[start:start + bounds[-1]]  # the chunks' values, as copied one by one
+    else:
+        for c, part in enumerate(parts):
+            values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
+            flat[bounds[c]:bounds[c + 1]] = values.reshape(-1)
     mine = yield from halving_reduce_scatter(port, flat, bounds, "sum")
     return (yield from laid_out(port, mine.reshape(shape), layout, phase="result"))
 

@@ -23,8 +23,9 @@ from collections.abc import Generator, Sequence
 import numpy as np
 
 import sim
-from collectives._algorithms import BlockMoves, Team, group_index
+from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine
+from collectives._joint import Cut, FoldRows, UnitRows
 
 
 def by_tables(port: sim.Port, phase: str, unit: np.ndarray, reduction: str | None = None) -> bool:
@@ -44,6 +45,7 @@ def gather(port: sim.Port, team: Team, units: Sequence[np.ndarray] | np.ndarray,
     n = team.size
     steps = port.once(("steps", phase), lambda: _Gather(port, n, phase, key))
     steps.bytes[port.group.index] = (units[0].nbytes if isinstance(units, np.ndarray)  # equal blocks
+                                     else units.nbytes()[order] if isinstance(units, Cut)
                                      else [units[g].nbytes for g in order])
     yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (units, order))
 
@@ -55,7 +57,7 @@ def reduce_scatter(port: sim.Port, team: Team, own: list[np.ndarray], partial: l
     own term). Afterwards `partial[team.index]` holds the complete sum of the caller's position."""
     n = team.size
     steps = port.once(("steps", phase), lambda: _ReduceScatter(port, n, phase, reduction))
-    steps.bytes[port.group.index] = [part.nbytes for part in own]
+    steps.bytes[port.group.index] = own.nbytes() if isinstance(own, Cut) else [part.nbytes for part in own]
     yield from steps.of.join(port, [group_index(port, team.at(1))] * (n - 1), team.index, (own, partial))
 
 
@@ -66,7 +68,7 @@ class _Gather:
         self.n, self.phase, self.key = n, phase, key
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's unit of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
-        self.moves: BlockMoves | None = None
+        self.moves: UnitRows | None = None
         self.decided = False
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
@@ -79,8 +81,9 @@ class _Gather:
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         positions = self.of.positions
         into, out = (positions[receivers] - 1 - steps) % self.n, (positions[senders] - steps) % self.n
-        if self._rows():
-            self.moves.move(receivers, into, senders, out)  # type: ignore[union-attr]
+        rows = self._rows()
+        # the units a step writes are ones no member has sent yet, so none is read by a move
+        if rows is not None and rows.move(receivers, into, senders, out):
             return
         states = self.of.states
         carrying = self.bytes[senders, out] > 0  # an empty unit moves nothing
@@ -90,18 +93,17 @@ class _Gather:
             source, source_order = states[j]
             units[order[a]][...] = source[source_order[b]]
 
-
-    def _rows(self) -> bool:
-        """Whether blocks move through `BlockMoves` (arrays of equal blocks; decided once all have joined)."""
+    def _rows(self) -> UnitRows | None:
+        """The members' units as rows of one array (`collectives._joint.UnitRows`), decided once all have
+        joined; None where they are not, or not all have joined yet."""
         if self.decided:
-            return self.moves is not None
+            return self.moves
         states = self.of.states
         if any(state is None for state in states):
-            return False
+            return None
         self.decided = True
-        if isinstance(states[0][0], np.ndarray) and np.all(self.bytes == self.bytes[0, 0]):
-            self.moves = BlockMoves(states, int(self.bytes[0, 0]))
-        return self.moves is not None
+        self.moves = UnitRows.of(states)
+        return self.moves
 
 
 class _ReduceScatter:
@@ -113,6 +115,8 @@ class _ReduceScatter:
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's term of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
         self.joined: tuple[list, list] | None = None
+        self.folds: FoldRows | None = None
+        self.decided = False
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return self.bytes[senders, (self.of.positions[senders] - 1 - steps) % self.n]
@@ -127,6 +131,9 @@ class _ReduceScatter:
         and read only after, so none read here is written here."""
         positions, states = self.of.positions, self.of.states
         into, out = (positions[receivers] - 2 - steps) % self.n, (positions[senders] - 1 - steps) % self.n
+        rows = self._rows()
+        if rows is not None and rows.fold(receivers, into, senders, out):
+            return
         adding = self.bytes[receivers, into] > 0  # an empty term adds nothing
         receivers, into, senders, out = (v[adding].tolist() for v in (receivers, into, senders, out))
         rows = list(zip(receivers, into, senders, out))
@@ -145,6 +152,19 @@ class _ReduceScatter:
             alike.setdefault(own.shape, []).append((states[r][1][a], states[j][1][b], own))
         for sums in alike.values():
             _add_into(self.reduction, *(list(column) for column in zip(*sums)))
+
+    def _rows(self) -> FoldRows | None:
+        """The members' partial sums and terms as rows (`collectives._joint.FoldRows`), decided once all have
+        joined; None where they are not, or not all have joined yet."""
+        if self.decided:
+            return self.folds
+        states = self.of.states
+        if any(state is None for state in states):
+            return None
+        self.decided = True
+        reduction = self.reduction
+        self.folds = FoldRows.of(states, lambda theirs, owns: combine(reduction, theirs, owns))
+        return self.folds
 
     def _columns(self) -> tuple[list, list]:
         """Every member's terms and partial sums (lists by ring position), once all have joined."""

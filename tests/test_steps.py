@@ -258,3 +258,131 @@ def test_scalar_blocks_are_written_where_they_land(algorithm):
     f = sim.shard_map(lambda v: collectives.all_gather(v.reshape(()), "x", algorithm=algorithm)[None],
                       mesh=sim.Mesh({"x": n}), in_specs=sim.P("x"), out_specs=sim.P("x"), check_vma=False)
     assert np.asarray(f.run(x).outputs).reshape(n, n).tolist() == [list(range(1, n + 1))] * n
+
+
+def _per_message_moves(case) -> tuple:
+    """The case with tables, but each message's copy or sum made on its own (no joint rows)."""
+    import collectives._bidirectional_rows as bidirectional_rows
+    import collectives._joint as joint
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(joint.UnitRows, "of", staticmethod(lambda *a: None))
+        patch.setattr(joint.FoldRows, "of", staticmethod(lambda *a: None))
+        patch.setattr(bidirectional_rows, "fits", lambda *a: False)
+        return _run(case)
+
+
+@given(case=_cases())
+def test_joint_rows_equal_per_message_moves(case):
+    """A step's copies and sums made at once over the members' joint rows give the same bytes, trace, call
+    records and end time as one copy or sum per message, and as buffers allocated apart (no joint rows)."""
+    import collectives._joint as joint
+
+    rows = _run(case)
+    assert rows == _per_message_moves(case)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(joint, "JOINT_MAX_BYTES", 0)  # every buffer its own allocation
+        assert rows == _run(case)
+
+
+@pytest.mark.parametrize(("op", "algorithm"), [("all_gather", "ring"), ("all_gather", "bidirectional_ring"),
+                                               ("psum", "ring"), ("psum_scatter", "ring")])
+def test_joint_rows_are_used(op, algorithm, monkeypatch):
+    """The joint-rows path really runs for the ring passes (else the equality above is vacuous)."""
+    import collectives._joint as joint
+
+    made = []
+    for kind in (joint.UnitRows, joint.FoldRows):
+        real = kind.of
+        monkeypatch.setattr(kind, "of", staticmethod(lambda *a, real=real: made.append(real(*a)) or made[-1]))
+    _run(((8,), "default", [(op, 0, algorithm, True)], np.arange(64.0)))
+    assert any(found is not None for found in made)
+
+
+def test_bidirectional_folds_over_rows_are_used(monkeypatch):
+    """The bidirectional reduce-scatter folds over rows (`collectives._bidirectional_rows`) in psum and
+    psum_scatter, and a fold that drops the receiver's own term is told apart from per-message folds."""
+    import collectives._bidirectional_rows as bidirectional_rows
+
+    entered = []
+    real = bidirectional_rows._Folds.enter
+    monkeypatch.setattr(bidirectional_rows._Folds, "enter", lambda self, *a: entered.append(1) or real(self, *a))
+    for op in ("psum", "psum_scatter"):
+        _run(((6,), "default", [(op, 0, "bidirectional_ring", True)], np.arange(36.0)))
+    assert len(entered) == 12
+    case = ((6,), "switch", [("psum_scatter", 0, "bidirectional_ring", True)], np.arange(36.0))
+    slow = _per_message_moves(case)
+    monkeypatch.setattr(bidirectional_rows, "combine", lambda reduction, a, b: np.asarray(a) + 0 * np.asarray(b))
+    assert _run(case)[0] != slow[0]
+
+
+@pytest.mark.parametrize("kind", ["copy", "fold"])
+def test_joint_rows_comparison_can_fail(kind, monkeypatch):
+    """Joint rows that copy into the wrong unit, or fold in a wrong term, are told apart from per-message moves."""
+    import collectives._joint as joint
+
+    op = "all_gather" if kind == "copy" else "psum"
+    case = ((4,), "switch", [(op, 0, "ring", True)], np.arange(16.0))
+    slow = _per_message_moves(case)
+    if kind == "copy":
+        real = joint.UnitRows.move
+        monkeypatch.setattr(joint.UnitRows, "move", lambda self, r, into, s, out, lanes=None:
+                            real(self, r, (into + 1) % 4, s, (out + 1) % 4, lanes))
+    else:
+        real = joint.FoldRows.__init__
+
+        def wrong(self, *args):
+            real(self, *args)
+            self.combine = lambda theirs, owns: theirs  # the receiver's own term dropped
+        monkeypatch.setattr(joint.FoldRows, "__init__", wrong)
+    assert _run(case)[0] != slow[0]
+
+
+@given(length=st.integers(0, 40), n=st.integers(1, 12))
+def test_cut_is_array_split(length, n):
+    """A `Cut` of a flat buffer is numpy.array_split's views of it, in order, made when read."""
+    from collectives._joint import cut
+
+    flat = np.arange(length)
+    ours, theirs = cut(flat, n), np.array_split(flat, n)
+    assert len(ours) == n and ours.nbytes().tolist() == [p.nbytes for p in theirs]
+    assert [(np.shares_memory(p, flat) or not p.size, p.shape, p.tolist()) for p in ours] == [
+        (True, p.shape, p.tolist()) for p in theirs]
+
+
+class _Member:
+    """What `joint` reads of a port: the member's memory, its group place, the call's `once`."""
+
+    def __init__(self, index: int, size: int, facts: dict) -> None:
+        self.memory = sim.LocalMemory(index, meter=sim.MemoryMeter())
+        self.group = type("Group", (), {"index": index, "size": size})()
+        self.facts = facts
+
+    def once(self, key, compute):
+        if key not in self.facts:
+            self.facts[key] = compute()
+        return self.facts[key]
+
+
+def test_joint_buffers_are_rows_charged_as_allocations():
+    """Each member's `joint` buffer is its row of one shared array, zeroed and charged to its own memory as
+    an allocation of the same shape; past the byte limit, or where an earlier reservation of the memory
+    takes the allocation, each is a buffer of its own (the reservation kept for nothing else)."""
+    from collectives import _joint as joint
+
+    facts: dict = {}
+    members = [_Member(j, 3, facts) for j in range(3)]
+    views = [joint.joint(m, "k", np.float32, (2, 4)) for m in members]
+    assert [m.memory.meter.held_bytes for m in members] == [32] * 3
+    assert not any(v.any() for v in views) and len({id(joint._root(v)) for v in views}) == 1
+    assert joint.Rows.of([v.reshape(-1) for v in views]).starts.tolist() == [0, 8, 16]
+    alone = _Member(0, 3, {})
+    earlier = np.zeros((2, 4), np.float32)
+    alone.memory.reserve(earlier)
+    view = joint.joint(alone, "k", np.float32, (2, 4))
+    assert np.shares_memory(view, earlier) and alone.memory.release() == []
+    big = _Member(0, 3, {})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(joint, "JOINT_MAX_BYTES", 8)
+        view = joint.joint(big, "k", np.float32, (2, 4))
+    assert "k" not in str(big.facts) and big.memory.meter.held_bytes == 32

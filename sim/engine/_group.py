@@ -101,20 +101,27 @@ class Steps:
 
     def _post(self, senders: np.ndarray) -> None:
         """Post each sender's next step's messages, in order, as one table."""
-        steps = np.repeat(self.posted[senders], self.ways)
-        self.posted[senders] += 1
-        senders = np.repeat(senders, self.ways)
-        ways = np.tile(np.arange(self.ways), len(senders) // self.ways)
-        receivers = self.to[steps * self.ways + ways, senders]
+        self.in_flight[senders] += self.ways  # each sender appears once here
+        if self.ways == 1:
+            steps = self.posted[senders]
+            self.posted[senders] += 1
+            ways = np.zeros(len(senders), np.int64)
+            messages = steps
+        else:
+            steps = np.repeat(self.posted[senders], self.ways)
+            self.posted[senders] += 1
+            senders = np.repeat(senders, self.ways)
+            ways = np.tile(np.arange(self.ways), len(senders) // self.ways)
+            messages = steps * self.ways + ways
+        receivers = self.to[messages, senders]
         sizes = np.asarray(self.sizes(senders, steps, ways), np.int64)
         transport, count = self.transport, len(senders)
         srcs, dsts = self.members[senders], self.members[receivers]
         details = self.details(self.positions[senders], steps, ways)
         first = self._record(srcs, dsts, sizes, details)
         transport._posted += count
-        np.add.at(self.in_flight, senders, 1)
         wire = sizes if transport._free else np.array([transport.costs.wire_bytes(size) for size in sizes.tolist()])
-        table = _Table(self, first, senders, receivers, steps * self.ways + ways)
+        table = _Table(self, first, senders, receivers, messages)
         transport.links.send_table(srcs, dsts, np.asarray(wire, np.float64), table)
 
     def _record(self, srcs: np.ndarray, dsts: np.ndarray, sizes: np.ndarray, details: dict[str, list]) -> int:
@@ -145,8 +152,12 @@ class Steps:
             slots, arrivals_s = slots[order], arrivals_s[order]
         self.transport.trace.set_arrivals(table.first + slots, arrivals_s)
         senders, receivers, messages = table.senders[slots], table.receivers[slots], table.messages[slots]
-        np.subtract.at(self.in_flight, senders, 1)
-        np.maximum.at(self.last, senders, arrivals_s)
+        if self.ways == 1:  # one message per sender in a table: no sender twice
+            self.in_flight[senders] -= 1
+            self.last[senders] = np.maximum(self.last[senders], arrivals_s)
+        else:
+            np.subtract.at(self.in_flight, senders, 1)
+            np.maximum.at(self.last, senders, arrivals_s)
         released = self.released[senders]
         if released.any():
             for j, a in zip(senders[released].tolist(), arrivals_s[released].tolist()):
