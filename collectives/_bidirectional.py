@@ -35,7 +35,7 @@ from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
-from collectives._joint import Cut, UnitRows
+from collectives._joint import Cut, UnitRows, hollow
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -135,6 +135,8 @@ class _Gather:
 
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         n, states, offsets, lanes = self.n, self.of.states, self.offsets.tolist(), self.lanes
+        if hollow(states[receivers[0]]):  # abstract payloads: nothing to copy
+            return
         units = self._sent(self.of.positions[senders], steps, ways)
         rows = self._rows()
         # a step writes units (or their halves) no message in flight reads, each once

@@ -163,6 +163,13 @@ def _uniform(sizes: np.ndarray) -> int:
     return int(sizes[0]) if len(sizes) and 0 < sizes[0] <= _RUN_MAX and np.all(sizes == sizes[0]) else 0
 
 
+def hollow(units: Cut | Sequence[np.ndarray]) -> bool:
+    """Whether `units` are abstract (`sim.memory.is_hollow`): moves of theirs carry no values, so none is made
+    (a copy of a hollow array still walks every element)."""
+    first = units.flat if isinstance(units, Cut) else (units[0] if len(units) else None)
+    return first is not None and sim.memory.is_hollow(first.dtype)
+
+
 class UnitRows:
     """Members' units in one array's memory: `states[j]` is member j's (units, order), its unit of position
     k being `units[order[k]]`; every member's units are cut alike (`units_of`) and ordered alike."""

@@ -25,7 +25,7 @@ import numpy as np
 import sim
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine
-from collectives._joint import Cut, FoldRows, UnitRows
+from collectives._joint import Cut, FoldRows, UnitRows, hollow
 
 
 def by_tables(port: sim.Port, phase: str, unit: np.ndarray, reduction: str | None = None) -> bool:
@@ -79,6 +79,8 @@ class _Gather:
                 self.key: ((positions - steps) % self.n).tolist()}
 
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        if hollow(self.of.states[receivers[0]][0]):  # abstract payloads: nothing to copy
+            return
         positions = self.of.positions
         into, out = (positions[receivers] - 1 - steps) % self.n, (positions[senders] - steps) % self.n
         rows = self._rows()
