@@ -30,8 +30,8 @@ from oracles._bridge_compiled import aval_vma as _vma
 from oracles._bridge_diagnostics import SLIPS, JaxSlipError, slip, source_line
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError
 from oracles._bridge_labels import call_label
-from oracles._bridge_segments import CASTS, PARALLEL, is_key, local
-from oracles._device_time import charge_equation, done, start_collective
+from oracles._bridge_segments import CASTS, PARALLEL, RETYPES, is_key, local
+from oracles._device_time import charge_equation, charging, done, hoisted, ready, start_collective
 
 # JAX's parameter names where meshsim's differ; every other parameter keeps its name, and those a
 # collective does not take (`axis_size`, JAX's own bookkeeping) are dropped.
@@ -80,13 +80,15 @@ def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]
         raise BridgeError(f"shard_map body with constvars={jaxpr.constvars} cannot be run; JAX closes over "
                           f"constants as inputs, so this jaxpr was not made by jax.make_jaxpr")
     compile = Compile(lambda eqn: local(eqn, check_vma=check_vma), f"device check_vma={check_vma}",
-                      lambda segment, values: _bridge_compiled.run(segment, values, check_vma))
+                      lambda segment, values: _bridge_compiled.run(segment, ready(values), check_vma))
     evaluator = Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch), _literal, _stack,
-                          compile if compiled else None)
+                          compile if compiled else None, ready)
     everywhere = frozenset(axes) if check_vma else frozenset()
 
     def program(*args: Any) -> tuple:
-        outs = evaluator.run(jaxpr, list(args))
+        # where work takes time, collectives start as soon as their operands are ready (oracles._device_time)
+        run = hoisted(jaxpr, _moves_data) if charging() else jaxpr
+        outs = evaluator.run(run, list(args))
         return tuple(_row(out, everywhere) for out in outs)
 
     return program
@@ -117,12 +119,16 @@ def _stack(values: list, aval: Any) -> Any:
 
 
 def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list:
+    ins = ready(ins)  # an operand still in flight is waited for here, where it is first read
     name = eqn.primitive.name
     definition = _definition(name)
     if definition is not None:
         with sim.labelled(call_label(eqn, watch.where)):  # faces: each call labelled with its line
             if name in STARTS:  # a future: its messages fly beside the device's work until done (oracles._device_time)
                 return start_collective(lambda: _collective(definition, eqn, ins), len(eqn.outvars))
+            if charging():  # dataflow: the device goes on with work that does not read the outputs
+                check = (lambda k, out: _check_type(eqn, eqn.outvars[k], out, watch)) if check_vma else None
+                return start_collective(lambda: _collective(definition, eqn, ins), len(eqn.outvars), check)
             outs = _collective(definition, eqn, ins)
     elif name in DONES:
         outs = done(ins)
@@ -139,6 +145,11 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list
         for var, out in zip(eqn.outvars, outs):
             _check_type(eqn, var, out, watch)
     return outs
+
+
+def _moves_data(eqn: core.JaxprEqn) -> bool:
+    """Whether `eqn` is a collective that sends messages (not a cast between varying and invariant types)."""
+    return eqn.primitive.name not in RETYPES and _definition(eqn.primitive.name) is not None
 
 
 def _definition(primitive: str) -> Definition | None:

@@ -54,12 +54,14 @@ class Evaluator:
     `literal(lit)` turns a literal of the jaxpr into a value of this evaluator (a host array, or a
     device-local constant); `stack(values, aval)` stacks a scan's per-iteration outputs. With `compile`
     (a `Compile`), each run of equations its `local` predicate accepts is one `Segment`, run by its `run`
-    (compiled with XLA; None to run the equations one by one instead).
+    (compiled with XLA; None to run the equations one by one instead). `ready(values)` turns values that may
+    be futures (collectives still in flight) into values, where an equation, a body or the caller reads them.
     """
 
     def __init__(self, apply: Apply, literal: Literal, stack: Callable[[list, Any], Any],
-                 compile: Compile | None = None) -> None:
+                 compile: Compile | None = None, ready: Callable[[list], list] | None = None) -> None:
         self.apply, self.literal, self.stack, self.compile = apply, literal, stack, compile
+        self.ready = ready or (lambda values: values)
 
     def run(self, jaxpr: core.Jaxpr | core.ClosedJaxpr, args: Sequence[Any], consts: Sequence[Any] = ()) -> list:
         """The outputs of `jaxpr` on `args` (a closed jaxpr brings its own consts)."""
@@ -85,7 +87,7 @@ class Evaluator:
                 for var, value in zip(eqn.outvars, outs):
                     if not isinstance(var, core.DropVar):
                         env[var] = value
-        return [read(v) for v in jaxpr.outvars]
+        return self.ready([read(v) for v in jaxpr.outvars])
 
     def _steps(self, jaxpr: core.Jaxpr) -> tuple:
         if self.compile is None:
@@ -96,9 +98,9 @@ class Evaluator:
         """One equation's outputs: walked here when it holds a body, else `apply`."""
         name = eqn.primitive.name
         if name in CALLS:
-            return self._call(eqn, ins)
+            return self._call(eqn, self.ready(ins))
         handler = CONTROL.get(name)
-        return handler(self, eqn, ins) if handler else self.apply(eqn, ins)
+        return handler(self, eqn, self.ready(ins)) if handler else self.apply(eqn, ins)
 
     def _call(self, eqn: core.JaxprEqn, ins: list) -> list:
         key = CALLS[eqn.primitive.name]

@@ -9,6 +9,9 @@ so that work and messages share one clock. Without a roofline nothing is charged
 
 JAX's asynchronous collectives (`ppermute_start(...)` ... `.done()`) run as lanes (`sim.start`): the messages
 fly while the device goes on with the work between the start and the done, as XLA's async collectives do.
+Where time is charged, every other collective runs as dataflow too: it starts when its operands are ready
+and its outputs are futures, waited for where an equation first reads them (`ready`), so work that does
+not depend on it goes on meanwhile.
 
 >>> f32 = np.dtype("float32")
 >>> equation_time_counts(((f32, (64, 32)), (f32, (32, 16))), ((f32, (64, 16)),), "dot_general", 32)
@@ -22,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from jax.extend import core
 
 import sim
 
@@ -98,16 +102,81 @@ def charge_equation(eqn: Any) -> None:
 class Started:
     """Output `index` of an asynchronous collective started as a lane, until its done hands it on."""
 
-    def __init__(self, pending: sim.Pending, index: int) -> None:
-        self.pending, self.index = pending, index
+    def __init__(self, pending: sim.Pending, index: int, check: Callable[[int, Any], None] | None = None) -> None:
+        self.pending, self.index, self.check = pending, index, check
+
+    def value(self) -> Any:
+        """The output, waiting for its collective where it has not ended; checked (`check(index, value)`)
+        the first time it is read."""
+        out = self.pending.result()[self.index]
+        if self.check is not None:
+            check, self.check = self.check, None
+            check(self.index, out)
+        return out
 
 
-def start_collective(run: Callable[[], list], count: int) -> list[Started]:
-    """Start `run()` (a collective's outputs) beside the device's work: its `count` futures."""
+def start_collective(run: Callable[[], list], count: int,
+                     check: Callable[[int, Any], None] | None = None) -> list[Started]:
+    """Start `run()` (a collective's outputs) beside the device's work: its `count` futures, each checked
+    with `check(index, value)` when first read."""
     pending = sim.start(run)
-    return [Started(pending, k) for k in range(count)]
+    return [Started(pending, k, check) for k in range(count)]
 
 
 def done(values: Sequence[Any]) -> list:
     """The outputs the futures `values` stand for, waiting for their collective where it has not ended."""
-    return [v.pending.result()[v.index] if isinstance(v, Started) else v for v in values]
+    return [v.value() if isinstance(v, Started) else v for v in values]
+
+
+def ready(values: list) -> list:
+    """`values` with every future among them waited for (`done`); `values` itself when it holds none."""
+    return done(values) if any(isinstance(v, Started) for v in values) else values
+
+
+_hoisted: dict[int, tuple[Any, Any]] = {}
+
+
+def hoisted(jaxpr: Any, collective: Callable[[Any], bool]) -> Any:
+    """`jaxpr` with each equation `collective` accepts moved up to where its operands are ready: just after
+    the equations that make them or, for an operand another collective makes, just before the first
+    equation that reads that one (where the device waits for it anyway); never above an earlier collective
+    or an equation with effects, so every device still calls its collectives in one order. The order in
+    which a device that starts each collective as soon as its operands are ready meets them; made once per
+    jaxpr.
+
+    For a body `y = x @ w; z = ppermute(x)`, the ppermute comes first: its messages fly during the matmul.
+    """
+    cached = _hoisted.get(id(jaxpr))
+    if cached is not None and cached[0] is jaxpr:
+        return cached[1]
+    order: list[Any] = []
+    for eqn in jaxpr.eqns:
+        if collective(eqn):
+            order.insert(_ready_at(order, eqn, collective), eqn)
+        else:
+            order.append(eqn)
+    result = jaxpr.replace(eqns=order)
+    _hoisted[id(jaxpr)] = (jaxpr, result)
+    return result
+
+
+def _ready_at(order: list, eqn: Any, collective: Callable[[Any], bool]) -> int:
+    """Where in `order` the collective `eqn` starts (see `hoisted`)."""
+    ins = set(_variables(eqn))
+    at = 0
+    for k, e in enumerate(order):
+        if collective(e) or e.effects:
+            at = k + 1
+        made = ins.intersection(e.outvars)
+        if made:
+            at = max(at, k + 1)
+            if collective(e):  # wait where the device first reads it anyway
+                readers = [j for j in range(k + 1, len(order))
+                           if not collective(order[j]) and any(v in made for v in _variables(order[j]))]
+                at = max(at, readers[0] if readers else len(order))
+    return at
+
+
+def _variables(eqn: Any) -> list:
+    """The variables `eqn` reads (its operands but literals)."""
+    return [v for v in eqn.invars if not isinstance(v, core.Literal)]

@@ -1,8 +1,9 @@
 """A child process for test_compute_bridge.py: the collective matmul step of JAX's shard_map tutorial, plain and
-with `ppermute_start(...).done()`, through `oracles.simulate_jax` on 4 CPU devices, on h100-nvlink's preset
-(with its roofline) and on a network without one. Prints one JSON object: per program and network, the
-simulated end time, device 0's compute spans (name, start, end) and whether the outputs equal jitted JAX's,
-each evaluated equation by equation and (".../compiled") as compiled segments."""
+with `ppermute_start(...).done()`, and a matmul of a ppermute's result (which must wait for it), through
+`oracles.simulate_jax` on 4 CPU devices, on h100-nvlink's preset (with its roofline) and on a network without
+one. Prints one JSON object: per program and network, the simulated end time, device 0's compute spans (name,
+start, end) and whether the outputs equal jitted JAX's, each evaluated equation by equation and
+(".../compiled") as compiled segments."""
 
 from __future__ import annotations
 
@@ -41,13 +42,17 @@ def overlapped(x, w):
     return acc
 
 
+def dependent(x, w):
+    return jax.lax.ppermute(x, "i", RING) @ w
+
+
 def main() -> None:
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
     x = np.random.default_rng(0).standard_normal((4 * 256, 512)).astype(np.float32)
     w = np.random.default_rng(1).standard_normal((512, 512)).astype(np.float32)
     networks = {"preset": sim.Network.preset("h100-nvlink", (4,)), "plain": sim.Network.switch(2e-6, 450e9)}
     out = {}
-    for f in (plain, overlapped):
+    for f in (plain, overlapped, dependent):
         g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i")))
         expected = np.asarray(g(x, w))
         for (key, network), compiled in ((n, c) for n in networks.items() for c in (False, True)):
