@@ -82,10 +82,12 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
     if spec.arrays != ("x",):
         raise source.error("inputs", "seed", f"[inputs] seed draws the one array x of a collective that takes "
                                              f"only x; {spec.name} needs literal [[device]] tables")
-    seed = fields.integer(InFile(source, "inputs", "seed", "[inputs] "), settings.get("seed"), minimum=0)
     shape = fields.shape(InFile(source, "inputs", "shape", "[inputs] "), settings.get("shape"))
-    if abstract:
+    if abstract:  # nothing is drawn: a seed is optional (and checked when given)
+        if "seed" in settings:
+            fields.integer(InFile(source, "inputs", "seed", "[inputs] "), settings["seed"], minimum=0)
         return tuple({"x": _hollow(shape, dtype)} for _ in mesh.devices)
+    seed = fields.integer(InFile(source, "inputs", "seed", "[inputs] "), settings.get("seed"), minimum=0)
     rng = np.random.default_rng(seed)
     drawn = [_frozen(_draw(rng, shape, dtype)) for _ in mesh.devices]
     if spec.invariant_operand:

@@ -77,6 +77,20 @@ def test_big_scenario_abstract_loads_without_bytes(tmp_path: Path) -> None:
         scenarios.load(path, max_memory_bytes=64 << 20)
 
 
+def test_an_abstract_scenario_needs_no_seed(tmp_path: Path) -> None:
+    """Nothing is drawn for abstract inputs, so `[inputs] seed` may be left out; with bytes it is still
+    required, and a bad seed is refused either way."""
+    path = tmp_path / "unseeded.toml"
+    path.write_text(_BIG.format(payload="abstract").replace("seed = 0\n", ""))
+    assert sim.memory.is_abstract(scenarios.load(path).inputs[0]["x"])
+    path.write_text(_BIG.format(payload="bytes").replace("seed = 0\n", ""))
+    with pytest.raises(ScenarioError, match="seed=None must be a non-negative integer"):
+        scenarios.load(path, max_memory_bytes=8 << 30)
+    path.write_text(_BIG.format(payload="abstract").replace("seed = 0", "seed = -1"))
+    with pytest.raises(ScenarioError, match="seed=-1 must be a non-negative integer"):
+        scenarios.load(path)
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ('payload = "hollow"\n', "payload='hollow' must be one of 'bytes', 'abstract'"),
     ('payload = 1\n', "payload=1 must be one of"),
