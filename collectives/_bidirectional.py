@@ -35,7 +35,7 @@ from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
-from collectives._joint import Cut, UnitRows, hollow
+from collectives._joint import Cut, Decided, UnitRows, hollow
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -118,8 +118,7 @@ class _Gather:
                                 for offset, _ in _WAYS] for c in range(n)], np.int64)  # [unit, way, last step]
         self.of = sim.engine.Steps(port, self.r, self.sizes, self.details, self.move, ways=2)
         self.lanes: dict[tuple[int, int, bool], slice] = {}  # (unit size, way, last step) -> the part it carries
-        self.moves: UnitRows | None = None
-        self.decided = False
+        self.moves = Decided()
 
     def _sent(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return (positions - self.offsets[ways] * steps) % self.n
@@ -165,14 +164,7 @@ class _Gather:
     def _rows(self) -> UnitRows | None:
         """The members' units as rows of one array, decided once all have joined (None until then, or
         where they are not)."""
-        if self.decided:
-            return self.moves
-        states = self.of.states
-        if any(state is None for state in states):
-            return None
-        self.decided = True
-        self.moves = UnitRows.of([(units, None) for units in states])
-        return self.moves
+        return self.moves.get(self.of.states, lambda states: UnitRows.of([(units, None) for units in states]))
 
 
 def reduce_scatter(port: sim.Port, team: Team, parts: Sequence[np.ndarray], reduction: str, phase: str) -> Generator:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
 import sim
 
-__all__ = ["JOINT_MAX_BYTES", "Cut", "FoldRows", "Rows", "UnitRows", "cut", "joint", "ragged", "staged", "units_of"]
+__all__ = ["JOINT_MAX_BYTES", "Cut", "Decided", "FoldRows", "Rows", "UnitRows", "cut", "joint", "ragged", "staged",
+           "units_of"]
 
 JOINT_MAX_BYTES = 64 << 20  # past this the messages carry enough bytes that one copy each costs little more
 _RUN_MAX = 256  # longest unit moved by fancy indexing (an index per element); longer ones are sliced
@@ -161,6 +163,21 @@ def _alike(cuts: list) -> tuple[Rows, np.ndarray, np.ndarray] | None:
 def _uniform(sizes: np.ndarray) -> int:
     """The one size of every unit when they are all of one short size (> 0), else 0."""
     return int(sizes[0]) if len(sizes) and 0 < sizes[0] <= _RUN_MAX and np.all(sizes == sizes[0]) else 0
+
+
+class Decided:
+    """What a step table's members make one array of (`UnitRows`, `FoldRows`), decided once every member has
+    joined: `get(states, make)` is None until then, then `make(states)`, made once."""
+
+    def __init__(self) -> None:
+        self.decided, self.value = False, None
+
+    def get(self, states: Sequence[Any], make: Callable[[Sequence[Any]], Any]) -> Any:
+        if not self.decided:
+            if any(state is None for state in states):
+                return None
+            self.decided, self.value = True, make(states)
+        return self.value
 
 
 def hollow(units: Cut | Sequence[np.ndarray]) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 import sim
 from collectives._algorithms import Team, group_index
 from collectives._arithmetic import combine
-from collectives._joint import Cut, FoldRows, UnitRows, hollow
+from collectives._joint import Cut, Decided, FoldRows, UnitRows, hollow
 
 
 def by_tables(port: sim.Port, phase: str, unit: np.ndarray, reduction: str | None = None) -> bool:
@@ -68,8 +68,7 @@ class _Gather:
         self.n, self.phase, self.key = n, phase, key
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's unit of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
-        self.moves: UnitRows | None = None
-        self.decided = False
+        self.moves = Decided()
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return self.bytes[senders, (self.of.positions[senders] - steps) % self.n]
@@ -98,14 +97,7 @@ class _Gather:
     def _rows(self) -> UnitRows | None:
         """The members' units as rows of one array (`collectives._joint.UnitRows`), decided once all have
         joined; None where they are not, or not all have joined yet."""
-        if self.decided:
-            return self.moves
-        states = self.of.states
-        if any(state is None for state in states):
-            return None
-        self.decided = True
-        self.moves = UnitRows.of(states)
-        return self.moves
+        return self.moves.get(self.of.states, UnitRows.of)
 
 
 class _ReduceScatter:
@@ -117,8 +109,7 @@ class _ReduceScatter:
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's term of position k
         self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
         self.joined: tuple[list, list] | None = None
-        self.folds: FoldRows | None = None
-        self.decided = False
+        self.folds = Decided()
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
         return self.bytes[senders, (self.of.positions[senders] - 1 - steps) % self.n]
@@ -158,15 +149,9 @@ class _ReduceScatter:
     def _rows(self) -> FoldRows | None:
         """The members' partial sums and terms as rows (`collectives._joint.FoldRows`), decided once all have
         joined; None where they are not, or not all have joined yet."""
-        if self.decided:
-            return self.folds
-        states = self.of.states
-        if any(state is None for state in states):
-            return None
-        self.decided = True
         reduction = self.reduction
-        self.folds = FoldRows.of(states, lambda theirs, owns: combine(reduction, theirs, owns))
-        return self.folds
+        return self.folds.get(self.of.states, lambda states: FoldRows.of(
+            states, lambda theirs, owns: combine(reduction, theirs, owns)))
 
     def _columns(self) -> tuple[list, list]:
         """Every member's terms and partial sums (lists by ring position), once all have joined."""
