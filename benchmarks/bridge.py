@@ -113,16 +113,6 @@ def _replay(mesh: sim.Mesh, table: dict[int, list]) -> Callable[[], Any]:
     return lambda: mapped.run(block)
 
 
-def cpu_best_of(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    """`best_of` measured in this process's CPU seconds."""
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.process_time()
-        result = fn()
-        times.append(time.process_time() - start)
-    return min(times), result
-
-
 def row(name: str, f: Callable[..., Any], args: tuple, repeat: int, cpu: bool = False) -> tuple:
     """(name, jax s, bridge s, stepwise s, alone s, target s, ok) for one program, after checking the bridge's outputs
     equal JAX's bit for bit."""
@@ -130,7 +120,11 @@ def row(name: str, f: Callable[..., Any], args: tuple, repeat: int, cpu: bool = 
     found = [np.asarray(x) for x in jax.tree.leaves(oracles.simulate_jax(f, *args).outputs)]
     if not all(a.dtype == b.dtype and a.tobytes() == b.tobytes() for a, b in zip(expected, found)):
         raise AssertionError(f"{name}: simulate_jax differs from jitted JAX")
-    measure = cpu_best_of if cpu else best_of
+    clock = time.process_time if cpu else time.perf_counter
+
+    def measure(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
+        return best_of(fn, repeat, clock)
+
     jax_s, _ = measure(lambda: jax.block_until_ready(f(*args)), repeat)
     bridge_s, _ = measure(lambda: oracles.simulate_jax(f, *args), repeat)
     oracles.simulate_jax(f, *args, compiled=False)
