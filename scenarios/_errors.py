@@ -38,6 +38,15 @@ class Source:
         line = self.line_of(table, key, index)
         return ScenarioError(f"{self.path}{'' if line is None else f':{line}'}: {message}")
 
+    def lines_before(self, text: str) -> int | None:
+        """How many lines of the file come before the multi-line string `text`, when the file holds it line
+        for line (a literal or escape-free triple-quoted string); else None."""
+        wanted = text.splitlines()
+        if not wanted:
+            return None
+        return next((start for start, line in enumerate(self.lines)
+                     if line == wanted[0] and self.lines[start:start + len(wanted)] == wanted), None)
+
     def line_of(self, table: str, key: str | None, index: int = 0) -> int | None:
         """The 1-based line of `key` in `table` (number `index` of that name), else of the table's header.
 

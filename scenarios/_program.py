@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 import numpy as np
@@ -121,7 +122,7 @@ def _defined_f(source: Source, code: str, max_memory_bytes: int | None) -> Any:
                  **{name: d.function for name, d in collectives.REGISTRY.items()}}
     with user_code(source.path), address_space_limit(max_memory_bytes, source.path):
         try:
-            exec(compile(code, f"{source.path}:[program].source", "exec"), namespace)
+            exec(_compiled(source, code), namespace)
         except (TimeLimitError, MemoryError):
             raise
         except Exception as error:  # the file's code is the user's: report any failure as a scenario error
@@ -130,6 +131,15 @@ def _defined_f(source: Source, code: str, max_memory_bytes: int | None) -> Any:
     if not callable(namespace.get("f")):
         raise source.error("program", "source", "[program] source must define a function f")
     return namespace["f"]
+
+
+def _compiled(source: Source, code: str) -> CodeType:
+    """The `[program]` source compiled so that its line numbers (in labels, tracebacks and errors) are the
+    scenario file's own; a source the file does not hold line for line is named `path:[program].source`."""
+    before = source.lines_before(code)
+    if before is None:
+        return compile(code, f"{source.path}:[program].source", "exec")
+    return compile("\n" * before + code, str(source.path), "exec")
 
 
 def _arg(source: Source, index: int, spec: dict) -> np.ndarray:

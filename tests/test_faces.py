@@ -19,6 +19,7 @@ import collectives
 import scenarios
 import sim
 from scenarios.cli import main
+from scenarios.cli._faces import program_run
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "scenarios" / "library"
@@ -228,15 +229,27 @@ def test_meshsim_draws_and_explains_a_program_scenario_with_its_lines(tmp_path, 
     titles = [t.text for t in svg.iter(SVG + "text") if t.get("class") == "call-title"]
     labels = [t.text for t in svg.iter(SVG + "text") if t.get("class") == "call-label"]
     assert titles[2] == "call 3: ragged_all_to_all" and titles[4] == "call 5: ragged_all_to_all"
-    program = tomllib.loads((LIBRARY / "moe_round_trip.toml").read_text())["program"]["source"].splitlines()
-    dispatch = 1 + next(k for k, line in enumerate(program) if "experts = ragged_all_to_all" in line)
-    combine = 1 + next(k for k, line in enumerate(program) if "home = ragged_all_to_all" in line)
-    assert labels[2].endswith(f"[program].source:{dispatch} (f)")
-    assert labels[4].endswith(f"[program].source:{combine} (f)")
+    text = (LIBRARY / "moe_round_trip.toml").read_text()
+    assert "experts = ragged_all_to_all" in tomllib.loads(text)["program"]["source"]
+    dispatch = 1 + next(k for k, line in enumerate(text.splitlines()) if "experts = ragged_all_to_all" in line)
+    combine = 1 + next(k for k, line in enumerate(text.splitlines()) if "home = ragged_all_to_all" in line)
+    assert labels[2].endswith(f"moe_round_trip.toml:{dispatch} (f)")
+    assert labels[4].endswith(f"moe_round_trip.toml:{combine} (f)")
     capsys.readouterr()
     assert main(["explain", "--allow-code", str(LIBRARY / "moe_round_trip.toml")]) == 0
     told = capsys.readouterr().out
-    assert f"[program].source:{dispatch} (f)" in told.replace("\n", "")
+    assert f"moe_round_trip.toml:{dispatch} (f)" in told.replace("\n", "")
+
+
+def test_a_program_source_the_file_does_not_hold_line_for_line_is_named_as_the_source(tmp_path):
+    """A `[program]` source written as a one-line basic string (escapes) is not in the file line for line:
+    its calls are labelled with lines of the source, under `path:[program].source`."""
+    path = tmp_path / "one_line.toml"
+    path.write_text('[mesh]\naxes = {i = 2}\n[program]\nin_specs = "P(\'i\')"\nout_specs = "P(\'i\')"\n'
+                    'source = "def f(x):\\n    return psum(x, \'i\')\\n"\n'
+                    '[[args]]\nshape = [2]\n')
+    run = program_run(scenarios.load(path, allow_code=True))
+    assert run.calls[0].label == f"{path}:[program].source:2 (f)"
 
 
 def test_meshsim_draws_and_explains_a_saved_run(tmp_path, capsys):
