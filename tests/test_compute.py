@@ -340,3 +340,25 @@ def test_scenario_files_give_a_roofline_to_any_topology(tmp_path):
     with pytest.raises(scenarios.ScenarioError, match="peak_flops_per_s needs both peak_flops_per_s and "
                                                       "memory_bytes_per_s"):
         scenarios.load(path)
+
+
+def test_the_html_timeline_shows_compute_beside_the_messages():
+    """A run's HTML (`Run._repr_html_`, `Run.draw`'s tables) draws each piece of local work as a `compute` bar on
+    its device's lane, at its times, under the messages that fly meanwhile; the summary counts the spans."""
+    import xml.etree.ElementTree as ET
+
+    def overlapped(x):
+        started = sim.start(collectives.ppermute, x, "i", _ring(4))
+        sim.compute(seconds=4e-6, name="matmul")
+        return started.result()
+
+    run = _mapped(overlapped).run(np.arange(4, dtype=np.float32))
+    page = run._repr_html_()
+    assert "4 compute spans" in page
+    picture = ET.fromstring(page[page.index("<svg"):page.index("</svg>") + 6])
+    rects = [r for r in picture.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "compute"]
+    assert len(rects) == 4 and all("computes matmul from 0 s to 4 us" in r.findtext(
+        "{http://www.w3.org/2000/svg}title") for r in rects)
+    messages = [r for r in picture.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "message"]
+    starts = sorted(float(r.get("x")) for r in messages)
+    assert float(rects[0].get("x")) <= starts[0] < float(rects[0].get("x")) + float(rects[0].get("width"))

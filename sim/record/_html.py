@@ -1,7 +1,8 @@
 """A run's trace as HTML: an SVG timeline of its messages and a table of them, bounded for big runs.
 
 `timeline` draws one lane per device (its span of activity, local copies) and one per sender -> receiver
-pair; past `PAIR_LANES` pairs each message sits on its sender's lane instead, past `DEVICE_LANES` devices
+pair, with the local work a device charged (`sim.compute`) as a dark strip at the foot of its lane; past
+`PAIR_LANES` pairs each message sits on its sender's lane instead, past `DEVICE_LANES` devices
 only the first ones get lanes, and past `max_bars` messages only the first are drawn; each cut is said in
 the timeline's `note`. `message_table` lists messages up to a limit and says how many it left out.
 `run_html` puts both under a summary line, as `sim.Run` shows itself in a notebook.
@@ -18,6 +19,7 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
+from sim.record._compute import ComputeRecord
 from sim.record._escape import xml_text
 from sim.record._trace import MessageRecord, Trace
 from sim.record._words import counted
@@ -117,7 +119,9 @@ def timeline(messages: Sequence[MessageRecord] | Trace, devices: Sequence[int], 
     cost a record each: a `Trace` of a million messages draws its first bars quickly.
     """
     fields = _fields(messages)
-    end = max(end_time_s, float(fields["arrival_time_s"].max(initial=end_time_s))) or 1.0
+    computes = messages.computes if isinstance(messages, Trace) else ()
+    end = max(end_time_s, float(fields["arrival_time_s"].max(initial=end_time_s)),
+              max((c.end_s for c in computes), default=0.0)) or 1.0
     shown = list(devices)[:DEVICE_LANES]
     src, dst = fields["src"], fields["dst"]
     device_lane = _lookup(shown, src, dst)
@@ -140,9 +144,12 @@ def timeline(messages: Sequence[MessageRecord] | Trace, devices: Sequence[int], 
     chosen = candidates if max_bars is None else candidates[:max_bars]
     titled = len(src) <= TITLED
     body += _bars(fields, chosen, lanes, scale, titled)
+    body += _compute_bars(computes, shown, scale, max_bars)
     if cursor:
         body.append(_cursor(TOP + ROW_H * len(labels)))
     note = _note(len(devices), len(shown), len(pairs), paired, len(chosen), len(src))
+    if max_bars is not None and len(computes) > max_bars:
+        note += ("; " if note else "") + f"{max_bars} of {len(computes)} compute spans drawn"
     if not titled:
         note += ("; " if note else "") + f"bars have no tooltip past {TITLED} messages"
     picture = svg(LABEL_W + PLOT_W + 30, TOP + ROW_H * len(labels) + 30, body,
@@ -206,6 +213,17 @@ def _spans(fields: dict[str, np.ndarray], devices: Sequence[int], scale: Timelin
     return [_bar(scale.x(a), scale.x(b), TOP + ROW_H * i + 3, ROW_H - 6, colour(d), "0.18", "span",
                  f"device {d} busy from {seconds(a)} to {seconds(b)}")
             for i, (d, a, b) in enumerate(zip(devices, first.tolist(), last.tolist())) if a != np.inf]
+
+
+def _compute_bars(computes: Sequence[ComputeRecord], devices: Sequence[int], scale: Timeline,
+                  max_bars: int | None) -> list[str]:
+    """A dark strip along the foot of its device's lane for each piece of local work (`sim.compute`), so a
+    message flying over a strip is communication overlapped with compute."""
+    lane = {d: i for i, d in enumerate(devices)}
+    drawn = [c for c in computes if c.device in lane][:max_bars]
+    return [_bar(scale.x(c.start_s), scale.x(c.end_s), TOP + ROW_H * lane[c.device] + ROW_H - 7, 4, "#333",
+                 "0.85", "compute", f"device {c.device} computes {c.name or 'work'} from {seconds(c.start_s)} "
+                 f"to {seconds(c.end_s)}") for c in drawn]
 
 
 def _note(devices: int, shown: int, pairs: int, paired: bool, drawn: int, messages: int) -> str:
@@ -276,6 +294,8 @@ def summary(messages: Sequence[MessageRecord] | Trace, devices: int, end_time_s:
     return (f"{counted(devices, 'device')}, {counted(int(sent.sum()), 'message')} ({int(between.sum())} between "
             f"devices, {int(columns['size_bytes'][between].sum())} B over the network)"
             + (f", {counted(copies, 'local copy')}" if copies else "")
+            + (f", {counted(len(messages.computes), 'compute span')}"
+               if isinstance(messages, Trace) and messages.computes else "")
             + f", {counted(calls, 'collective call')}, ends at {seconds(end_time_s)}")
 
 
