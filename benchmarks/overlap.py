@@ -2,6 +2,7 @@
 
     python benchmarks/overlap.py                 # h100-nvlink, 8 GPUs, the matmul dominating, then the messages
     python benchmarks/overlap.py --json          # the rows as JSON
+    python benchmarks/overlap.py --bridge        # and the tutorial's JAX program through oracles.simulate_jax
 
 The program is the all-gather collective matmul of JAX's shard_map tutorial: each of n devices holds a block
 of lhs rows [m, K] (bfloat16, as 2-byte words) and its columns of rhs [K, N / n]. In n steps every device
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,11 +61,12 @@ def collective_matmul(n: int, m: int, k: int, n_cols: int, overlapped: bool):
     return body
 
 
-def forms(network: sim.Network, n: int, m: int, k: int, n_cols: int) -> tuple[float, float, float, float]:
-    """(T_math, T_comm, plain form, overlapped form) from the preset's figures."""
+def forms(network: sim.Network, n: int, m: int, k: int, n_cols: int,
+          word_bytes: int = WORD_BYTES) -> tuple[float, float, float, float]:
+    """(T_math, T_comm, plain form, overlapped form) from the preset's figures, for words of `word_bytes`."""
     roofline = network.roofline
-    t_math = roofline.seconds(2.0 * m * k * n_cols, WORD_BYTES * (m * k + k * n_cols + m * n_cols))
-    t_comm = network.latency_s + network.costs.wire_bytes(WORD_BYTES * m * k) / network.bandwidth_bytes_per_s
+    t_math = roofline.seconds(2.0 * m * k * n_cols, word_bytes * (m * k + k * n_cols + m * n_cols))
+    t_comm = network.latency_s + network.costs.wire_bytes(word_bytes * m * k) / network.bandwidth_bytes_per_s
     return t_math, t_comm, (n - 1) * (t_math + t_comm) + t_math, (n - 1) * max(t_math, t_comm) + t_math
 
 
@@ -88,19 +91,40 @@ def row(preset: str, n: int, m: int, k: int, n_cols: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--bridge", action="store_true",
+                        help="also run the tutorial's JAX program through the bridge (overlap_bridge.py)")
     args = parser.parse_args(argv)
     rows = [row("h100-nvlink", 8, 1024, 8192, 8192), row("h100-nvlink", 8, 1024, 8192, 1024)]
+    bridged = _bridge_rows() if args.bridge else []
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"programs": rows, "bridge": bridged}, indent=1))
         return 0
+    _table(rows)
+    if bridged:
+        print("\nthrough the bridge (jax.lax program, 4 devices, float32; last column: device 0's messages "
+              "sent while it computes)")
+        _table(bridged, overlap=True)
+    return 0
+
+
+def _bridge_rows() -> list[dict]:
+    """The rows of `overlap_bridge.py`, run in its own process."""
+    script = Path(__file__).resolve().parent / "overlap_bridge.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"overlap_bridge.py failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _table(rows: list[dict], overlap: bool = False) -> None:
     print(f"{'preset':12} {'n':>2} {'T_math us':>10} {'T_comm us':>10} {'version':>10} {'simulated us':>13} "
           f"{'form us':>10} {'ratio':>6}")
     for r in rows:
         for name in ("plain", "overlapped"):
             v = r[name]
             print(f"{r['preset']:12} {r['devices']:>2} {r['t_math_s'] * 1e6:>10.2f} {r['t_comm_s'] * 1e6:>10.2f} "
-                  f"{name:>10} {v['simulated_s'] * 1e6:>13.2f} {v['form_s'] * 1e6:>10.2f} {v['ratio']:>6.3f}")
-    return 0
+                  f"{name:>10} {v['simulated_s'] * 1e6:>13.2f} {v['form_s'] * 1e6:>10.2f} {v['ratio']:>6.3f}"
+                  + (f" {v['messages_under_compute']:>4}" if overlap else ""))
 
 
 if __name__ == "__main__":
