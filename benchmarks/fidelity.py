@@ -87,21 +87,35 @@ def expected(collective: str, x: np.ndarray, p: int) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(p, p, -1).transpose(1, 0, 2)).reshape(-1)
 
 
-def measure(case: Case, size_bytes: int) -> float:
+def measure(case: Case, size_bytes: int, *, abstract: bool = False) -> float:
     """The simulated seconds of `case` with `size_bytes` per device (at most the row's `most_bytes`), its
-    result checked against numpy (a large run's buffers freed at once, as in `measure_published`)."""
-    seconds = max(call.exit_s for call in _run(case, case.sized(size_bytes)).calls)
-    if size_bytes >= 1 << 20:
-        gc.collect()
-    return seconds
+    result checked against numpy; `abstract` runs shapes and dtypes alone (`sim.ShapeDtypeStruct`: the same
+    messages and times, no bytes and no result to check)."""
+    return _timed(case, case.sized(size_bytes), abstract)[1]
 
 
-def pick(case: Case, size_bytes: int) -> str:
+def pick(case: Case, size_bytes: int, *, abstract: bool = False) -> str:
     """The algorithm the call of `case` ran with (what 'auto' chose)."""
-    return _run(case, size_bytes).calls[0].algorithm
+    return _timed(case, size_bytes, abstract)[0]
 
 
-def _run(case: Case, size_bytes: int) -> sim.Run:
+_TIMED: dict[tuple, tuple[str, float]] = {}  # a row's (algorithm run, seconds) by row, operand bytes and payload
+
+
+def _timed(case: Case, size_bytes: int, abstract: bool) -> tuple[str, float]:
+    """The algorithm `case` ran with and its simulated seconds, each (row, size, payload) simulated once
+    (a large run's buffers freed at once, as in `measure_published`)."""
+    key = (case.collective, case.algorithm, case.topology, case.axes, case.costs, size_bytes, abstract)
+    if key not in _TIMED:
+        run = _run(case, size_bytes, abstract)
+        _TIMED[key] = (run.calls[0].algorithm, max(call.exit_s for call in run.calls))
+        del run
+        if size_bytes >= 1 << 20 and not abstract:
+            gc.collect()
+    return _TIMED[key]
+
+
+def _run(case: Case, size_bytes: int, abstract: bool = False) -> sim.Run:
     names = tuple(name for name, _ in case.axes)
     axis_name = names if len(names) > 1 else names[0]
     p = case.devices
@@ -109,7 +123,8 @@ def _run(case: Case, size_bytes: int) -> sim.Run:
     links = links if case.costs is None else replace(links, costs=case.costs)
     mesh = sim.Mesh(dict(case.axes), network=links, copy_cost=FREE_COPIES)
     # small integers in float32, so every order of addition is exact
-    x = (np.arange(p * size_bytes // 4) % 7).astype(np.float32).reshape(p, -1)
+    x = (sim.memory.hollow_empty((p, size_bytes // 4), np.float32) if abstract else
+         (np.arange(p * size_bytes // 4) % 7).astype(np.float32).reshape(p, -1))
     spec = sim.P(names)
     # the call as a sweep makes it (`Sweep.call`, `Sweep.inputs`): ragged slices equal, in member order
     sweep = collectives.definition(case.collective).sweep
@@ -117,7 +132,7 @@ def _run(case: Case, size_bytes: int) -> sim.Run:
     f = sim.shard_map(sweep.call(axis_name, p, case.algorithm), mesh=mesh, in_specs=(spec,) * len(args),
                       out_specs=spec, check_vma=False)
     run = f.run(*args)
-    if not np.array_equal(np.asarray(run.outputs), expected(case.collective, x, p)):
+    if not abstract and not np.array_equal(np.asarray(run.outputs), expected(case.collective, x, p)):
         raise SystemExit(f"{case.name}: the simulator's result differs from numpy's")
     return run
 
@@ -201,30 +216,27 @@ PUBLISHED = [
 
 def measure_published(case: Published, algorithm: str | None = None) -> float:
     """Simulated seconds of a published case on its preset, with its algorithm or `algorithm` (for the ragged
-    exchange, its growth). A run's
-    device programs hold reference cycles, so its gigabytes of buffers go at once (`gc.collect`), not whenever
-    the collector runs."""
+    exchange, its growth)."""
     if case.collective == "ragged_all_to_all":
         return growth_s(case.calibration, case.empty_slices)
-    seconds = max(call.exit_s for call in run_published(case, algorithm).calls)
-    gc.collect()
-    return seconds
+    return max(call.exit_s for call in run_published(case, algorithm).calls)
 
 
 def run_published(case: Published, algorithm: str | None = None) -> sim.Run:
     """The run of a published case on its preset, with its algorithm or `algorithm` (its calls name the
-    algorithm 'auto' picked)."""
+    algorithm 'auto' picked). Its operand is a `sim.ShapeDtypeStruct`: the figures are times alone, and an
+    abstract run sends the same messages at the same times as one with bytes, without a byte in memory."""
     network = sim.Network.preset(case.preset, case.shape, case.calibration)
     mesh = sim.Mesh(dict(case.axes), network=network, copy_cost=FREE_COPIES)
     spec, axis, algorithm = sim.P(*case.spec), case.axis_name, algorithm or case.algorithm
     if case.collective == "all_to_all":
-        x = np.zeros(len(mesh.devices) * case.size_bytes, np.uint8)
+        x = sim.ShapeDtypeStruct((len(mesh.devices) * case.size_bytes,), np.uint8)
         call = lambda v: collectives.all_to_all(v, axis, 0, 0, tiled=True, algorithm=algorithm)
     elif case.collective == "psum":
-        x = np.zeros(case.array, layouts.BFLOAT16)
+        x = sim.ShapeDtypeStruct(case.array, layouts.BFLOAT16)
         call = lambda v: collectives.psum(v, axis, algorithm=algorithm)
     else:
-        x = np.zeros(case.array, layouts.BFLOAT16)
+        x = sim.ShapeDtypeStruct(case.array, layouts.BFLOAT16)
         call = lambda v: collectives.all_gather(v, axis, tiled=True, algorithm=algorithm)
     f = sim.shard_map(call, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
     return f.run(x)
@@ -247,9 +259,10 @@ class Pick:
         return self.auto_s <= self.fastest_s * 1.01
 
 
-def auto_picks(size_bytes: int, rows: list[Case] | None = None) -> list[Pick]:
+def auto_picks(size_bytes: int, rows: list[Case] | None = None, *, abstract: bool = False) -> list[Pick]:
     """For each (collective, topology, grid) of the table's rows, every algorithm that fits simulated at
-    `size_bytes` (the row's `sized`), and 'auto''s pick beside the fastest."""
+    `size_bytes` (the row's `sized`; shapes and dtypes alone if `abstract`), and 'auto''s pick beside the
+    fastest."""
     groups: dict[tuple, Case] = {}
     for case in cases() if rows is None else rows:
         groups.setdefault((case.collective, case.topology, case.axes), case)
@@ -259,12 +272,12 @@ def auto_picks(size_bytes: int, rows: list[Case] | None = None) -> list[Pick]:
         reduces = network(case.topology, case.axes).switch_reduces
         names = [a.name for a in collectives.definition(case.collective).algorithms
                  if not a.auto and a.fits(p) and (grid or not a.grid) and (reduces or not a.in_network)]
-        times = {name: measure(dataclasses.replace(case, algorithm=name), size_bytes) for name in names}
+        times = {name: measure(dataclasses.replace(case, algorithm=name), size_bytes, abstract=abstract)
+                 for name in names}
         fastest = min(times, key=times.get)
-        auto = dataclasses.replace(case, algorithm="auto")
-        run = _run(auto, case.sized(size_bytes))
-        found.append(Pick(case.name.replace("/" + case.algorithm, ""), case.sized(size_bytes),
-                          run.calls[0].algorithm, max(call.exit_s for call in run.calls), fastest, times[fastest]))
+        picked, auto_s = _timed(dataclasses.replace(case, algorithm="auto"), case.sized(size_bytes), abstract)
+        found.append(Pick(case.name.replace("/" + case.algorithm, ""), case.sized(size_bytes), picked, auto_s,
+                          fastest, times[fastest]))
     return found
 
 

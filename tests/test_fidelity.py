@@ -45,16 +45,37 @@ LARGE = [c for c in CASES if (c.collective, c.algorithm) in (("all_gather", "rin
 @pytest.mark.parametrize("case", LARGE, ids=[case.name for case in LARGE])
 def test_large_messages_come_within_two_percent_of_the_textbook_form(case):
     """With 8 MiB per device the published bandwidth-only form (nccl-tests, Thakur et al., the ICI forms)
-    is within 2% of the simulated time."""
-    simulated, form = measure(case, LARGE_BYTES), case.textbook(case.sized(LARGE_BYTES))
+    is within 2% of the simulated time (of an abstract run: its times are those of the run with bytes, as
+    `test_abstract_runs_take_the_times_of_the_runs_with_bytes` checks; the values are checked at 64 B and
+    256 KiB)."""
+    simulated, form = measure(case, LARGE_BYTES, abstract=True), case.textbook(case.sized(LARGE_BYTES))
     assert abs(simulated / form - 1) <= 0.02
+
+
+@pytest.mark.parametrize("case", LARGE, ids=[case.name for case in LARGE])
+def test_abstract_runs_take_the_times_of_the_runs_with_bytes(case):
+    """Each large row run on shapes and dtypes alone (`sim.ShapeDtypeStruct`) ends at the very time its run
+    with bytes ends and runs the same algorithm, at 64 B and 256 KiB (the runs whose values
+    `test_simulated_time_is_the_alpha_beta_form` checks), and so does 'auto' on it: the checks of times alone
+    (the large rows, 'auto''s picks, the presets) run abstract."""
+    auto = dataclasses.replace(case, algorithm="auto")
+    for size in (TINY_BYTES, MID_BYTES):
+        assert measure(case, size, abstract=True) == measure(case, size), size
+        assert (pick(auto, case.sized(size), abstract=True), measure(auto, size, abstract=True)) == (
+            pick(auto, case.sized(size)), measure(auto, size)), size
+
+
+def test_the_abstract_comparison_can_fail():
+    """The abstract run's time is not the same whatever the size: the equality above is not vacuous."""
+    case = LARGE[0]
+    assert measure(case, MID_BYTES, abstract=True) != measure(case, MID_BYTES // 2)
 
 
 def test_the_in_network_rows_can_fail():
     """An NVLS form that charged the ring's 2(p-1)/p n/W (no in-switch reduction) is caught at 8 MiB."""
     row = next(c for c in CASES if c.algorithm == "in_network" and c.collective == "psum")
     ring_form = 2 * (row.devices - 1) / row.devices * LARGE_BYTES / 10e9
-    assert abs(measure(row, LARGE_BYTES) / ring_form - 1) > 0.02
+    assert abs(measure(row, LARGE_BYTES, abstract=True) / ring_form - 1) > 0.02
 
 
 def test_the_closed_forms_can_fail():
@@ -108,9 +129,9 @@ def test_auto_picks_the_fastest_simulated_algorithm(topology, size):
     rows = [dataclasses.replace(base, algorithm=name) for name in
             names + (("hierarchical", "tree") if topology == "hierarchical" else ())
             + (("in_network",) if topology.endswith("reduces") else ())]
-    best = min(measure(c, size) for c in rows)
+    best = min(measure(c, size, abstract=True) for c in rows)
     auto = dataclasses.replace(rows[0], algorithm="auto")
-    assert measure(auto, size) <= best * 1.01
+    assert measure(auto, size, abstract=True) <= best * 1.01
 
 
 def test_auto_takes_the_hierarchical_algorithms_between_nodes():
@@ -119,14 +140,16 @@ def test_auto_takes_the_hierarchical_algorithms_between_nodes():
     for collective in ("psum", "psum_scatter", "all_gather"):
         row = next(c for c in CASES if c.collective == collective and c.topology == "hierarchical")
         auto = dataclasses.replace(row, algorithm="auto")
-        assert (pick(auto, TINY_BYTES), pick(auto, MID_BYTES)) == ("direct", "hierarchical"), collective
+        assert (pick(auto, TINY_BYTES, abstract=True), pick(auto, MID_BYTES, abstract=True)) == (
+            "direct", "hierarchical"), collective
 
 
 def test_auto_changes_its_pick_with_the_message_size():
     """On a switch, 'auto' psum takes the one-step 'direct' for 64 bytes and a bandwidth-optimal algorithm for
     256 KiB, and the run records both picks."""
     switch = next(c for c in CASES if c.collective == "psum" and c.topology == "switch")
-    picks = {size: pick(dataclasses.replace(switch, algorithm="auto"), size) for size in (TINY_BYTES, MID_BYTES)}
+    picks = {size: pick(dataclasses.replace(switch, algorithm="auto"), size, abstract=True)
+             for size in (TINY_BYTES, MID_BYTES)}
     assert picks[TINY_BYTES] == "direct" and picks[MID_BYTES] in ("ring", "rabenseifner", "bidirectional_ring",
                                                                   "hierarchical")
 
@@ -135,7 +158,7 @@ def test_auto_changes_its_pick_with_the_message_size():
 def test_auto_picks_within_one_percent_of_the_fastest_in_every_group_of_rows(size):
     """For each collective on each topology and grid of the table, 'auto''s simulated time is within 1% of
     the fastest algorithm simulated there, for tiny and for mid-sized operands."""
-    picks = auto_picks(size)
+    picks = auto_picks(size, abstract=True)
     assert picks and all(p.fastest_s > 0 for p in picks)
     assert [p.group for p in picks if not p.ok] == []
 

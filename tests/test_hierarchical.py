@@ -137,13 +137,15 @@ def test_without_nodes_the_psum_is_two_direct_steps():
 @pytest.mark.parametrize("n, node_size", [(16, 8), (12, 4), (6, 2)])
 def test_the_cost_model_prices_the_messages_it_sends(op, n, node_size):
     """On nodes joined by a slower fabric (the h100-ib figures), the simulated time of a hierarchical call
-    equals the cost model's estimate over the node grid, and it is 'auto''s pick for 3 MiB operands."""
+    equals the cost model's estimate over the node grid, and it is 'auto''s pick for 3 MiB operands (times
+    alone: the operands are shapes and dtypes, `sim.ShapeDtypeStruct`, whose runs take the times of runs with
+    bytes)."""
     network = nodes(node_size, latency_s=2e-6, bandwidth_bytes_per_s=450e9, inter_latency_s=5e-6,
                     inter_bandwidth_bytes_per_s=50e9)
-    xs = np.zeros((n, 12 << 16), np.float32)  # chunks of equal size on every grid
+    xs = sim.ShapeDtypeStruct((n, 12 << 16), np.float32)  # chunks of equal size on every grid
     outcome = run(n, BODIES[op]("hierarchical"), xs, network)
     mesh = sim.Mesh({"x": n}, network=network)
-    estimate = collectives.estimate_s(op, "hierarchical", mesh, tuple(range(n)), (n,), xs[0].nbytes)
+    estimate = collectives.estimate_s(op, "hierarchical", mesh, tuple(range(n)), (n,), (12 << 16) * 4)
     assert outcome.end_time_s == pytest.approx(estimate, rel=1e-9)
     assert run(n, BODIES[op]("auto"), xs, network).calls[0].algorithm == "hierarchical"
     assert math.isfinite(estimate)
