@@ -24,8 +24,8 @@ import numpy as np
 
 import sim
 from collectives._algorithms import Team, group_index
-from collectives._arithmetic import combine, identity
-from collectives._joint import JOINT_MAX_BYTES, Cut, ragged
+from collectives._arithmetic import identity
+from collectives._joint import JOINT_MAX_BYTES, Cut, ragged, summed
 
 __all__ = ["fits", "reduce_scatter"]
 
@@ -148,12 +148,12 @@ class _Folds:
         own = receivers * self.terms.shape[1] + self.chunk_at[chunks]
         whole = self.sizes[chunks]
         rows, reduction = self.rows, self.reduction
-        rows[ragged(put, whole)] = combine(reduction, identity(reduction, self.dtype), terms[ragged(own, whole)])
+        rows[ragged(put, whole)] = summed(reduction, identity(reduction, self.dtype), terms[ragged(own, whole)])
         carried = hi - lo
         for source, pick in ((terms, first), (rows, ~first)):
             if pick.any():
                 take = ragged(start[pick] + lo[pick], carried[pick])
-                rows[ragged(put[pick] + lo[pick], carried[pick])] = combine(
+                rows[ragged(put[pick] + lo[pick], carried[pick])] = summed(
                     reduction, source[take], terms[ragged(own[pick] + lo[pick], carried[pick])])
 
 
