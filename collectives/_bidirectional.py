@@ -137,6 +137,8 @@ class _Gather:
         if hollow(states[receivers[0]]):  # abstract payloads: nothing to copy
             return
         units = self._sent(self.of.positions[senders], steps, ways)
+        if not self.bytes[units, ways, (steps == self.r - 1).astype(np.int64)].any():  # nothing carried
+            return
         rows = self._rows()
         # a step writes units (or their halves) no message in flight reads, each once
         if rows is not None and rows.move(receivers, units, senders, units, self._spans(rows, units, steps, ways)):

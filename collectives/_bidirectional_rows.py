@@ -128,10 +128,12 @@ class _Folds:
     def _move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         positions = self.of.positions[receivers]
         chunks = self._chunk(positions, steps, ways, 1)
+        last = steps == self.r - 1
+        if not last.any() and not self.sizes[chunks].any():  # empty chunks: nothing to write
+            return
         lo, hi = self._span(chunks, steps, ways)
         first, start = self._source(senders, steps, ways, chunks)
         terms = self.terms.reshape(-1)
-        last = steps == self.r - 1
         if last.any():
             for i in np.flatnonzero(last).tolist():
                 where = terms if first[i] else self.rows
