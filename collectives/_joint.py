@@ -267,6 +267,8 @@ class FoldRows:
                  combine: Callable) -> None:
         self.partials, self.at, self.terms, self.terms_at = partials, at, terms, terms_at
         self.sizes, self.combine = sizes, combine
+        self.size = _uniform(sizes)
+        self.span = np.arange(self.size)
 
     @staticmethod
     def of(states: Sequence[tuple[object, object]], combine: Callable) -> FoldRows | None:
@@ -285,16 +287,15 @@ class FoldRows:
         """Partial `into[i]` of member `receivers[i]` = partial `out[i]` of member `senders[i]` combined with the
         receiver's term `into[i]`, for every i (each partial written once, read only after it was written,
         so none read here is written here). Always True (the caller may fall back on False)."""
-        sizes = self.sizes[into]  # those of `out` too: a ring pass folds one chunk from member to member
         put = self.partials.starts[receivers] + self.at[into]
         take = self.partials.starts[senders] + self.at[out]
         own = self.terms.starts[receivers] + self.terms_at[into]
         flat, terms = self.partials.flat, self.terms.flat
-        first = int(sizes[0]) if len(sizes) else 0
-        if first and np.all(sizes == first):  # one size: a (messages, size) block of indices
-            span = np.arange(first)
+        if self.size > 1:  # every unit of one size: a (messages, size) block of indices
+            span = self.span
             put, take, own = put[:, None] + span, take[:, None] + span, own[:, None] + span
-        else:  # several sizes: the runs one after another
+        elif not self.size:  # several sizes: the runs one after another
+            sizes = self.sizes[into]  # those of `out` too: a ring pass folds one chunk from member to member
             put, take, own = (ragged(v, sizes) for v in (put, take, own))
         if put.size:
             flat[put] = self.combine(flat[take], terms[own])

@@ -425,7 +425,7 @@ def test_summed_comparison_can_fail(monkeypatch):
 
     acc, x = np.array([1e-40, 1.0], np.float32), np.array([0.0, 1.0], np.float32)
     assert joint.summed("sum", acc, x).tobytes() == combine("sum", acc, x).tobytes()
-    monkeypatch.setattr(joint, "_PLAIN", {dtype: 0.0 for dtype in joint._PLAIN})
+    monkeypatch.setattr(joint, "_PLAIN", dict.fromkeys(joint._PLAIN, 0.0))
     assert joint.summed("sum", acc, x).tobytes() != combine("sum", acc, x).tobytes()
 
 
