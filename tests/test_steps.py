@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
@@ -458,6 +458,7 @@ def _scatter_by_messages(n: int, x: np.ndarray, tiled: bool, network: str = "def
         return _scatter_run(n, x, tiled, network)
 
 
+@settings(max_examples=60)
 @given(case=_scatters(), network=st.sampled_from(["default", "switch", "costs"]))
 def test_direct_scatter_rows_equal_message_by_message(case, network):
     """The direct psum_scatter as one row and one column per member gives the same bytes, trace (every
@@ -479,3 +480,43 @@ def test_direct_scatter_rows_are_used_and_can_fail(monkeypatch):
     assert _scatter_run(4, x, True) == slow and rows
     monkeypatch.setattr(psum_scatter, "fold", lambda reduction, terms: terms.sum(0) + terms[0])
     assert _scatter_run(4, x, True)[0] != slow[0]
+
+
+@st.composite
+def _uneven(draw):
+    """A psum (or all_gather) of a few floats per device over up to 12 devices on a fully connected network:
+    most chunks empty, one of a few bytes, so the members' steps drift apart in time."""
+    shape = draw(st.sampled_from([(2,), (3,), (5,), (6,), (8,), (11,), (12,), (2, 3), (3, 4), (2, 2)]))
+    op = draw(st.sampled_from(["psum", "psum", "all_gather", "psum_scatter"]))
+    algorithm = draw(st.sampled_from(["bidirectional_ring", "multi_axis", "ring", "per_axis"]))
+    if algorithm == "per_axis" and op == "psum_scatter":
+        algorithm = "ring"
+    per = draw(st.integers(1, 3))
+    n = int(np.prod(shape))
+    values = draw(st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.5, 3e38, 1e-40, np.inf]), min_size=n * per,
+                           max_size=n * per))
+    which = "all" if algorithm in ("multi_axis", "per_axis") or draw(st.booleans()) else 0
+    return shape, "default", [(op, which, algorithm, True)], np.array(values, np.float32)
+
+
+@settings(max_examples=40)
+@given(case=_uneven())
+def test_uneven_chunks_tables_equal_member_by_member(case):
+    """Chunks of several sizes, most of them empty (members drifting apart), give the same bytes, trace
+    (every column), call records and end time as tables, member by member, and with one move per message."""
+    tables = _run(case)
+    assert tables == _member_by_member(case)
+    assert tables == _per_message_moves(case)
+
+
+def test_skipping_moves_comparison_can_fail(monkeypatch):
+    """A bidirectional gather that also skips moves carrying a few bytes (not only empty ones) is told apart
+    from the member-by-member run."""
+    from collectives import _bidirectional as bidirectional
+
+    case = ((6,), "default", [("psum", 0, "bidirectional_ring", True)], np.arange(1.0, 7.0))
+    slow = _member_by_member(case)
+    real = bidirectional._Gather.move
+    monkeypatch.setattr(bidirectional._Gather, "move", lambda self, r, s, steps, ways:
+                        None if steps.max() == 0 else real(self, r, s, steps, ways))
+    assert _run(case)[0] != slow[0]
