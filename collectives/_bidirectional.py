@@ -33,9 +33,9 @@ import sim
 from collectives import _bidirectional_rows as bidirectional_rows
 from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
-from collectives._arithmetic import combine, identity
+from collectives._arithmetic import identity
 from collectives._common import pack_slice, received, unpack_into
-from collectives._joint import Cut, Decided, UnitRows, hollow
+from collectives._joint import Cut, Decided, UnitRows, hollow, summed
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -137,6 +137,8 @@ class _Gather:
         if hollow(states[receivers[0]]):  # abstract payloads: nothing to copy
             return
         units = self._sent(self.of.positions[senders], steps, ways)
+        if not self.bytes[units, ways, (steps == self.r - 1).astype(np.int64)].any():  # nothing carried
+            return
         rows = self._rows()
         # a step writes units (or their halves) no message in flight reads, each once
         if rows is not None and rows.move(receivers, units, senders, units, self._spans(rows, units, steps, ways)):
@@ -281,14 +283,14 @@ def _finish(port: sim.Port, state: _Folding, reduction: str) -> np.ndarray:
     for offset, _ in _WAYS:
         if offset in state.arrived:
             span, values = state.arrived[offset]
-            mine[span] = combine(reduction, mine[span], values) if offset == -1 else combine(reduction, values,
-                                                                                          mine[span])
+            mine[span] = summed(reduction, mine[span], values) if offset == -1 else summed(reduction, values,
+                                                                                        mine[span])
     return mine
 
 
 def _fold(port: sim.Port, own: np.ndarray, span: slice, values: np.ndarray, reduction: str) -> np.ndarray:
     """A new flat buffer holding `own` (folded into the identity) with the partial sum `values` added on `span`."""
     out = port.memory.view(port.memory.alloc(own.dtype, own.shape))
-    out[...] = combine(reduction, identity(reduction, own.dtype), own)
-    out[span] = combine(reduction, values, own[span])
+    out[...] = summed(reduction, identity(reduction, own.dtype), own)
+    out[span] = summed(reduction, values, own[span])
     return out

@@ -24,8 +24,8 @@ import numpy as np
 
 import sim
 from collectives._algorithms import Team, group_index
-from collectives._arithmetic import combine, identity
-from collectives._joint import JOINT_MAX_BYTES, Cut, ragged
+from collectives._arithmetic import identity
+from collectives._joint import JOINT_MAX_BYTES, Cut, ragged, summed
 
 __all__ = ["fits", "reduce_scatter"]
 
@@ -128,10 +128,12 @@ class _Folds:
     def _move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         positions = self.of.positions[receivers]
         chunks = self._chunk(positions, steps, ways, 1)
+        last = steps == self.r - 1
+        if not last.any() and not self.sizes[chunks].any():  # empty chunks: nothing to write
+            return
         lo, hi = self._span(chunks, steps, ways)
         first, start = self._source(senders, steps, ways, chunks)
         terms = self.terms.reshape(-1)
-        last = steps == self.r - 1
         if last.any():
             for i in np.flatnonzero(last).tolist():
                 where = terms if first[i] else self.rows
@@ -141,20 +143,28 @@ class _Folds:
         keep = ~last
         if not keep.any():
             return
-        receivers, steps, ways, chunks, lo, hi, first, start = (
-            v[keep] for v in (receivers, steps, ways, chunks, lo, hi, first, start))
+        if not keep.all():
+            receivers, steps, ways, chunks, lo, hi, first, start = (
+                v[keep] for v in (receivers, steps, ways, chunks, lo, hi, first, start))
         positions = self.of.positions[receivers]
         put = self.held[positions] + self.at[positions, steps, ways]
         own = receivers * self.terms.shape[1] + self.chunk_at[chunks]
         whole = self.sizes[chunks]
         rows, reduction = self.rows, self.reduction
-        rows[ragged(put, whole)] = combine(reduction, identity(reduction, self.dtype), terms[ragged(own, whole)])
+        rows[_runs(put, whole)] = summed(reduction, identity(reduction, self.dtype), terms[_runs(own, whole)])
         carried = hi - lo
         for source, pick in ((terms, first), (rows, ~first)):
             if pick.any():
-                take = ragged(start[pick] + lo[pick], carried[pick])
-                rows[ragged(put[pick] + lo[pick], carried[pick])] = combine(
-                    reduction, source[take], terms[ragged(own[pick] + lo[pick], carried[pick])])
+                take = _runs(start[pick] + lo[pick], carried[pick])
+                rows[_runs(put[pick] + lo[pick], carried[pick])] = summed(
+                    reduction, source[take], terms[_runs(own[pick] + lo[pick], carried[pick])])
+
+
+def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`collectives._joint.ragged(starts, lengths)`: the starts themselves where every run is one long."""
+    if len(lengths) and lengths.min() == 1 == lengths.max():
+        return starts
+    return ragged(starts, lengths)
 
 
 def _consecutive(own: Sequence[np.ndarray]) -> bool:

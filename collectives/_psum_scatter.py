@@ -32,6 +32,7 @@ from collectives._algorithm import (
 from collectives._algorithm import part as share
 from collectives._algorithms import axes_shape, check_algorithm, named, resolve, ring_team
 from collectives._allreduce import fold_arrivals, laid_out, reduce_scatter_lanes, ring_reduce_scatter
+from collectives._arithmetic import fold
 from collectives._common import (
     axis_index,
     canonical_axis,
@@ -40,6 +41,7 @@ from collectives._common import (
     operand,
     out_layout_of,
     pack_slice,
+    row_major_everywhere,
     same_operands,
 )
 from collectives._definition import (
@@ -193,10 +195,33 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         arranged = parts if team.order is None else team.arrange(parts)  # a Cut stays one, uncut
         mine = yield from bidirectional.reduce_scatter(port, team, arranged, "sum", "reduce-scatter")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
+    if _in_place(port):
+        return (yield from _direct_rows(port, args, parts[0].dtype, shape))
     for j, dst in enumerate(port.group.members):
         payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)
         port.send(dst, payload, header=header, chunk=j)
     return (yield from fold_arrivals(port, "sum", parts[0].dtype, shape, args.out_layout))
+
+
+def _in_place(port: sim.Port) -> bool:
+    """Whether every member's chunks are consecutive row-major parts of its operand and its result is
+    row-major, and adding is free (decided once per call): then 'direct' sends and takes whole rows."""
+    def decide() -> bool:
+        return port.transport.costs.reduce_s(1) <= 0 and row_major_everywhere(
+            port.group_args, lambda args: args.scatter_dimension == 0)
+    return port.once("in_place", decide)
+
+
+def _direct_rows(port: sim.Port, args: _Args, dtype: np.dtype, shape: tuple[int, ...]) -> Generator:
+    """'direct' as one row per member (`Port.send_split`: chunk j to member j) and one column per member,
+    folded in group order at once: the messages, the allocations and the bits of `fold_arrivals`."""
+    source = port.memory.view(args.buffer)
+    port.send_split(source, chunk=range(port.group.size))
+    column = yield from port.recv_column()
+    memory = port.memory
+    out, _ = (memory.view(memory.alloc(dtype, shape, args.out_layout)) for _ in range(2))  # the result, an inbox
+    out[...] = fold("sum", column.reshape((port.group.size, *shape)))
+    return out
 
 
 def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout) -> Generator:

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
@@ -312,7 +312,7 @@ def test_bidirectional_folds_over_rows_are_used(monkeypatch):
     assert len(entered) == 12
     case = ((6,), "switch", [("psum_scatter", 0, "bidirectional_ring", True)], np.arange(36.0))
     slow = _per_message_moves(case)
-    monkeypatch.setattr(bidirectional_rows, "combine", lambda reduction, a, b: np.asarray(a) + 0 * np.asarray(b))
+    monkeypatch.setattr(bidirectional_rows, "summed", lambda reduction, a, b: np.asarray(a) + 0 * np.asarray(b))
     assert _run(case)[0] != slow[0]
 
 
@@ -386,3 +386,137 @@ def test_joint_buffers_are_rows_charged_as_allocations():
         patch.setattr(joint, "JOINT_MAX_BYTES", 8)
         view = joint.joint(big, "k", np.float32, (2, 4))
     assert "k" not in str(big.facts) and big.memory.meter.held_bytes == 32
+
+
+_SPECIAL = [0.0, -0.0, 1.0, -1.5, np.inf, -np.inf, np.nan, 1e-40, -1e-310, 3e38, -3e38, 1.7e308, 2.0**-126,
+            2.0**-1022]
+
+
+@given(data=st.data(), dtype=st.sampled_from(["float32", "float64", "int32", "float16"]),
+       reduction=st.sampled_from(["sum", "max", "min"]), size=st.integers(0, 6), scalar=st.booleans())
+def test_summed_is_combine_bit_for_bit(data, dtype, reduction, size, scalar):
+    """`summed` gives `combine`'s bits on any terms: NaN (signalling ones too), subnormals, infinities,
+    signed zeros, overflowing sums, a one-value accumulator, other dtypes and reductions."""
+    from collectives._arithmetic import combine
+    from collectives._joint import summed
+
+    def values(count):
+        if np.dtype(dtype).kind == "i":
+            return np.array(data.draw(st.lists(st.integers(-2**31, 2**31 - 1), min_size=count, max_size=count)),
+                            dtype)
+        picked = data.draw(st.lists(st.sampled_from(_SPECIAL) | st.floats(allow_nan=True), min_size=count,
+                                    max_size=count))
+        with np.errstate(all="ignore"):
+            out = np.array(picked, np.float64).astype(dtype)
+        if out.size and data.draw(st.booleans()):  # a signalling NaN
+            bits = np.dtype(dtype).itemsize * 8
+            out.view(f"uint{bits}")[0] = {16: 0x7C01, 32: 0x7F800001, 64: 0x7FF0000000000001}[bits]
+        return out
+    acc = values(1).reshape(()) if scalar and size else values(size)
+    x = values(size)
+    ours, theirs = summed(reduction, acc, x), combine(reduction, acc, x)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape and ours.tobytes() == theirs.tobytes()
+
+
+def test_summed_comparison_can_fail(monkeypatch):
+    """A `summed` that lets subnormals through as a plain sum (where `combine` flushes them) is told apart."""
+    import collectives._joint as joint
+    from collectives._arithmetic import combine
+
+    acc, x = np.array([1e-40, 1.0], np.float32), np.array([0.0, 1.0], np.float32)
+    assert joint.summed("sum", acc, x).tobytes() == combine("sum", acc, x).tobytes()
+    monkeypatch.setattr(joint, "_PLAIN", dict.fromkeys(joint._PLAIN, 0.0))
+    assert joint.summed("sum", acc, x).tobytes() != combine("sum", acc, x).tobytes()
+
+
+@st.composite
+def _scatters(draw):
+    """(devices, global input, tiled) of a direct psum_scatter along dimension 0, any dtype and trailing shape."""
+    n = draw(st.integers(1, 8))
+    tiled = draw(st.booleans())
+    rows = n * (n * draw(st.integers(1, 2)) if tiled else n)
+    shape = (rows,) + tuple(draw(st.lists(st.integers(0, 3), min_size=0 if tiled else 1, max_size=2)))
+    dtype = draw(st.sampled_from(["int8", "int32", "float16", "float32", "float64"]))
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    x = np.frombuffer(draw(st.binary(min_size=size, max_size=size)), dtype).reshape(shape).copy()
+    return n, x, tiled
+
+
+def _scatter_run(n: int, x: np.ndarray, tiled: bool, network: str = "default") -> tuple:
+    f = sim.shard_map(lambda v: collectives.psum_scatter(v, "x", tiled=tiled), mesh=sim.Mesh(
+        {"x": n}, network=_network(network, (n,))), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    run = f.run(x)
+    return (np.asarray(run.outputs).tobytes(), json.dumps(run.trace.to_json()).encode(), [str(c) for c in run.calls],
+            run.end_time_s)
+
+
+def _scatter_by_messages(n: int, x: np.ndarray, tiled: bool, network: str = "default") -> tuple:
+    import collectives._psum_scatter as psum_scatter
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psum_scatter, "_in_place", lambda *a: False)
+        return _scatter_run(n, x, tiled, network)
+
+
+@settings(max_examples=60)
+@given(case=_scatters(), network=st.sampled_from(["default", "switch", "costs"]))
+def test_direct_scatter_rows_equal_message_by_message(case, network):
+    """The direct psum_scatter as one row and one column per member gives the same bytes, trace (every
+    column), call records and end time as one message and one fold per chunk."""
+    n, x, tiled = case
+    assert _scatter_run(n, x, tiled, network) == _scatter_by_messages(n, x, tiled, network)
+
+
+def test_direct_scatter_rows_are_used_and_can_fail(monkeypatch):
+    """The row path runs (else the equality above is vacuous), and one that folds a member's own chunk
+    twice is told apart from the message-by-message run."""
+    from collectives import _psum_scatter as psum_scatter
+
+    x = np.arange(32.0)
+    slow = _scatter_by_messages(4, x, True)
+    rows = []
+    real = psum_scatter._direct_rows
+    monkeypatch.setattr(psum_scatter, "_direct_rows", lambda *a: rows.append(1) or real(*a))
+    assert _scatter_run(4, x, True) == slow and rows
+    monkeypatch.setattr(psum_scatter, "fold", lambda reduction, terms: terms.sum(0) + terms[0])
+    assert _scatter_run(4, x, True)[0] != slow[0]
+
+
+@st.composite
+def _uneven(draw):
+    """A psum (or all_gather) of a few floats per device over up to 12 devices on a fully connected network:
+    most chunks empty, one of a few bytes, so the members' steps drift apart in time."""
+    shape = draw(st.sampled_from([(2,), (3,), (5,), (6,), (8,), (11,), (12,), (2, 3), (3, 4), (2, 2)]))
+    op = draw(st.sampled_from(["psum", "psum", "all_gather", "psum_scatter"]))
+    algorithm = draw(st.sampled_from(["bidirectional_ring", "multi_axis", "ring", "per_axis"]))
+    if algorithm == "per_axis" and op == "psum_scatter":
+        algorithm = "ring"
+    per = draw(st.integers(1, 3))
+    n = int(np.prod(shape))
+    values = draw(st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.5, 3e38, 1e-40, np.inf]), min_size=n * per,
+                           max_size=n * per))
+    which = "all" if algorithm in ("multi_axis", "per_axis") or draw(st.booleans()) else 0
+    return shape, "default", [(op, which, algorithm, True)], np.array(values, np.float32)
+
+
+@settings(max_examples=40)
+@given(case=_uneven())
+def test_uneven_chunks_tables_equal_member_by_member(case):
+    """Chunks of several sizes, most of them empty (members drifting apart), give the same bytes, trace
+    (every column), call records and end time as tables, member by member, and with one move per message."""
+    tables = _run(case)
+    assert tables == _member_by_member(case)
+    assert tables == _per_message_moves(case)
+
+
+def test_skipping_moves_comparison_can_fail(monkeypatch):
+    """A bidirectional gather that also skips moves carrying a few bytes (not only empty ones) is told apart
+    from the member-by-member run."""
+    from collectives import _bidirectional as bidirectional
+
+    case = ((6,), "default", [("psum", 0, "bidirectional_ring", True)], np.arange(1.0, 7.0))
+    slow = _member_by_member(case)
+    real = bidirectional._Gather.move
+    monkeypatch.setattr(bidirectional._Gather, "move", lambda self, r, s, steps, ways:
+                        None if steps.max() == 0 else real(self, r, s, steps, ways))
+    assert _run(case)[0] != slow[0]

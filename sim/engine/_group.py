@@ -79,6 +79,8 @@ class Steps:
         self.in_flight = np.zeros(size, np.int64)  # messages not yet arrived, per sender (until released)
         self.last = np.zeros(size)  # the latest arrival of each sender's messages (until released)
         self.released = np.zeros(size, bool)
+        self.ends = np.full(size, np.nan)  # when each member's last message arrives (its `done` event's time)
+        self.moved = np.zeros(size, bool)  # whether each member's last message is written
         self.open_run: tuple[float, list, int] | None = None  # the last wake event scheduled: (time, run, ticket)
 
     def join(self, port: Port, to: list, position: int, state: object) -> Generator:
@@ -182,6 +184,7 @@ class Steps:
         for r, delay, last in zip(receivers.tolist(), delays.tolist(), final.tolist()):
             if last:
                 fire_after(env, self.done[r], None, delay)  # type: ignore[arg-type]
+                self.ends[r] = now + (delay if delay > 0 else 0)  # the clock's own sum
             else:
                 self._run_at(delay, np.array([r]))
 
@@ -217,8 +220,15 @@ class Steps:
         self.move(receivers, self.sender[messages, receivers], messages // self.ways, messages % self.ways)
 
     def _finish(self, j: int) -> None:
-        """Member j's last message arrived: write it and hand the member's accounts to its port."""
-        self._move(np.array([j]), np.array([self.count * self.ways - 1]))
+        """Member j's last message arrived: write it and hand the member's accounts to its port. The last
+        messages of every member whose part ends at this instant are written together (each member reads
+        only its own buffers until its own part ends, and none of those messages' sources changes)."""
+        if not self.moved[j]:
+            ending = (self.ends == self.env.now) & ~self.moved
+            ending[j] = True
+            ending = np.flatnonzero(ending)
+            self.moved[ending] = True
+            self._move(ending, np.full(len(ending), self.count * self.ways - 1))
         port = self.ports[j]
         port.in_flight += int(self.in_flight[j])  # type: ignore[union-attr]
         port.last_arrival_s = max(port.last_arrival_s, float(self.last[j]))  # type: ignore[union-attr]
