@@ -63,13 +63,21 @@ def grid(port: sim.Port) -> tuple[tuple[int, ...], tuple[int, int]]:
 def node_teams(port: sim.Port) -> tuple[Team, Team]:
     """(the caller's node team, its rank team): row and column of the group's grid (`grid`); each team's
     `order` holds the group indices of its positions."""
+    where, rows, columns = port.once("node teams", lambda: _lines(port))
+    u, j = where[port.group.index]
+    return Team(rows[u][0], j, rows[u][1]), Team(columns[j][0], u, columns[j][1])
+
+
+def _lines(port: sim.Port) -> tuple[dict[int, tuple[int, int]], list[tuple], list[tuple]]:
+    """Each group index's (node, local rank), and the grid's rows and columns as (device ids, group
+    indices): worked out once per call, so a member's teams cost no walk over the group."""
     members = port.group.members
     order, (nodes, k) = grid(port)
-    u, j = divmod(order.index(port.group.index), k)
-    row = tuple(order[u * k + t] for t in range(k))
-    column = tuple(order[v * k + j] for v in range(nodes))
-    return (Team(tuple(members[g] for g in row), j, row),
-            Team(tuple(members[g] for g in column), u, column))
+    where = {g: divmod(i, k) for i, g in enumerate(order)}
+    rows = [order[u * k:(u + 1) * k] for u in range(nodes)]
+    columns = [order[j::k] for j in range(k)]
+    return (where, [(tuple(members[g] for g in row), row) for row in rows],
+            [(tuple(members[g] for g in column), column) for column in columns])
 
 
 def reduce_scatter(port: sim.Port, team: Team, pieces: Sequence[Sequence[np.ndarray]], reduction: str,
