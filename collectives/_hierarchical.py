@@ -45,6 +45,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 
 import sim
+from collectives import _direct_steps as direct_steps
 from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step
 from collectives._algorithms import Team
 from collectives._arithmetic import combine, identity
@@ -84,7 +85,11 @@ def reduce_scatter(port: sim.Port, team: Team, pieces: Sequence[Sequence[np.ndar
                    phase: str) -> Generator:
     """Direct reduce-scatter inside `team`: `pieces[t]` are this member's terms (flat, row-major memory views)
     for team position t, one message each; position t folds every member's terms in team order into the
-    identity. Returns the caller's folded pieces, each a new buffer of its memory."""
+    identity. Returns the caller's folded pieces, each a new buffer of its memory. Runs as tables
+    (`collectives._direct_steps`) where the call allows it."""
+    if team.size > 1 and direct_steps.by_tables(port, phase, pieces):
+        sums = yield from direct_steps.reduce_scatter(port, team, pieces, reduction, phase)
+        return [_stored(port, total) for total in sums]
     me = team.index
     for t, dst in enumerate(team.members):
         for v, piece in enumerate(pieces[t] if t != me else ()):
@@ -106,7 +111,11 @@ def _stored(port: sim.Port, values: np.ndarray) -> np.ndarray:
 
 def all_gather(port: sim.Port, team: Team, units: Sequence[Sequence[np.ndarray]], phase: str) -> Generator:
     """Direct all-gather inside `team`: `units[t]` are the places (contiguous memory views) of team position
-    t's pieces, the caller's own filled; each goes to every other member in one message."""
+    t's pieces, the caller's own filled; each goes to every other member in one message. Runs as tables
+    (`collectives._direct_steps`) where the call allows it."""
+    if team.size > 1 and direct_steps.by_tables(port, phase, units):
+        yield from direct_steps.all_gather(port, team, units, phase)
+        return
     me = team.index
     for t, dst in enumerate(team.members):
         for v, unit in enumerate(units[me] if t != me else ()):
