@@ -12,11 +12,11 @@ the member's own term in when the member before it in team order has been receiv
 order, from the reduction's identity).
 
 Worked example, a team of 3 (group indices 4, 5, 6), one piece each: member 5 (team position 1) sends to
-4 then 6, and receives from 4 then 6; its message to 4 is 4's second receive (4 receives from 5, 6), its
-message to 6 is 6's second (6 receives from 4, 5): `received_as` of member 5 is [1, 1].
+4 then 6, and receives from 4 then 6; its message to 4 is 4's first receive (4 receives from 5, 6), its
+message to 6 is 6's second (6 receives from 4, 5): `received_as` of member 5 is [0, 1].
 
 >>> received_places(3, 1, 1).tolist()
-[1, 1]
+[0, 1]
 >>> received_places(3, 0, 2).tolist()
 [0, 1, 0, 1]
 """
@@ -31,7 +31,19 @@ import sim
 from collectives._algorithms import Team
 from collectives._arithmetic import combine, identity
 
-__all__ = ["all_gather", "by_tables", "received_places", "reduce_scatter"]
+__all__ = ["all_gather", "by_tables", "received_places", "reduce_scatter", "singles"]
+
+
+def singles(flat: np.ndarray, k: int) -> list[list[np.ndarray]]:
+    """`[[part] for part in numpy.array_split(flat, k)]` of a 1-D array (the same views), by plain slicing:
+    a direct phase's pieces, one per team position.
+
+    >>> [[part.tolist() for part in row] for row in singles(np.arange(5), 3)]
+    [[[0, 1]], [[2, 3]], [[4]]]
+    """
+    q, r = divmod(len(flat), k)
+    bounds = [t * q + min(t, r) for t in range(k + 1)]
+    return [[flat[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def by_tables(port: sim.Port, phase: str, places: Sequence[Sequence[np.ndarray]]) -> bool:
