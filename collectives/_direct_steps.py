@@ -23,6 +23,7 @@ message to 6 is 6's second (6 receives from 4, 5): `received_as` of member 5 is 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Generator, Sequence
 
 import numpy as np
@@ -43,7 +44,7 @@ def singles(flat: np.ndarray, k: int) -> list[list[np.ndarray]]:
     """
     q, r = divmod(len(flat), k)
     bounds = [t * q + min(t, r) for t in range(k + 1)]
-    return [[flat[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
+    return [[flat[a:b]] for a, b in itertools.pairwise(bounds)]
 
 
 def by_tables(port: sim.Port, phase: str, places: Sequence[Sequence[np.ndarray]]) -> bool:
@@ -165,7 +166,7 @@ class _Fold(_Direct):
         states, reduction = self.of.states, self.reduction
         sources, pieces = self.sources(receivers, ways)
         alike: dict[tuple, list] = {}
-        for r, j, s, v in zip(receivers.tolist(), senders.tolist(), sources.tolist(), pieces.tolist()):
+        for r, j, v in zip(receivers.tolist(), senders.tolist(), pieces.tolist()):
             member = states[r]
             theirs = states[j].rows[member.index][v]
             alike.setdefault((theirs.shape, theirs.dtype), []).append((member, v, theirs))

@@ -139,8 +139,8 @@ def test_comparison_can_fail(wrong):
 
 def _own_term_last(self, receivers, senders, steps, ways):
     """`_Fold.move` folding each member's own term after every other (not in team order)."""
-    states, reduction = self.of.states, self.reduction
-    sources, pieces = self.sources(receivers, ways)
+    states = self.of.states
+    _, pieces = self.sources(receivers, ways)
     for r, j, v in zip(receivers.tolist(), senders.tolist(), pieces.tolist()):
         member = states[r]
         theirs = states[j].rows[member.index][v]
