@@ -29,6 +29,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 
 import sim
+from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team
 from collectives._arithmetic import combine, identity
 
@@ -48,14 +49,17 @@ def singles(flat: np.ndarray, k: int) -> list[list[np.ndarray]]:
 
 
 def by_tables(port: sim.Port, phase: str, places: Sequence[Sequence[np.ndarray]]) -> bool:
-    """Whether the call's direct phase `phase` runs as tables: the run allows it (`sim.engine.steps_fit`),
-    every team position has as many pieces, and every place is one contiguous run (no timed unpack).
-    Decided once per call and phase, so every member takes the same path."""
+    """Whether the call's direct phase `phase` runs as tables: where the call's step tables do
+    (`collectives._ring_steps.by_tables`: the run allows them), every team position has as many pieces,
+    and every place is one contiguous run (no timed unpack). Decided once per call and phase, so every
+    member takes the same path."""
     def decide() -> bool:
         counts = {len(row) for row in places}
-        return (sim.engine.steps_fit(port) and len(counts) == 1 and counts.pop() > 0
-                and all(place.flags.c_contiguous for row in places for place in row))
-    return port.once(("direct tables", phase), decide)
+        return len(counts) == 1 and counts.pop() > 0 and all(place.flags.c_contiguous for row in places
+                                                               for place in row)
+    first = next((row[0] for row in places if len(row)), None)
+    return first is not None and ring_steps.by_tables(port, phase, first) and port.once(("direct tables", phase),
+                                                                                         decide)
 
 
 def received_places(k: int, me: int, pieces: int) -> np.ndarray:
