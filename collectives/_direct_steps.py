@@ -23,7 +23,6 @@ message to 6 is 6's second (6 receives from 4, 5): `received_as` of member 5 is 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Generator, Sequence
 
 import numpy as np
@@ -32,20 +31,9 @@ import sim
 from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team
 from collectives._arithmetic import combine, identity
+from collectives._direct_rows import Joint, Pieces
 
-__all__ = ["all_gather", "by_tables", "received_places", "reduce_scatter", "singles"]
-
-
-def singles(flat: np.ndarray, k: int) -> list[list[np.ndarray]]:
-    """`[[part] for part in numpy.array_split(flat, k)]` of a 1-D array (the same views), by plain slicing:
-    a direct phase's pieces, one per team position.
-
-    >>> [[part.tolist() for part in row] for row in singles(np.arange(5), 3)]
-    [[[0, 1]], [[2, 3]], [[4]]]
-    """
-    q, r = divmod(len(flat), k)
-    bounds = [t * q + min(t, r) for t in range(k + 1)]
-    return [[flat[a:b]] for a, b in itertools.pairwise(bounds)]
+__all__ = ["all_gather", "by_tables", "received_places", "reduce_scatter"]
 
 
 def by_tables(port: sim.Port, phase: str, places: Sequence[Sequence[np.ndarray]]) -> bool:
@@ -54,6 +42,8 @@ def by_tables(port: sim.Port, phase: str, places: Sequence[Sequence[np.ndarray]]
     and every place is one contiguous run (no timed unpack). Decided once per call and phase, so every
     member takes the same path."""
     def decide() -> bool:
+        if isinstance(places, Pieces):  # slices of one C-contiguous buffer, as many per position
+            return len(places) > 0 and places.per > 0
         counts = {len(row) for row in places}
         return len(counts) == 1 and counts.pop() > 0 and all(place.flags.c_contiguous for row in places
                                                                for place in row)
@@ -112,13 +102,39 @@ class _Direct:
         ways = (k - 1) * pieces
         self.bytes = np.zeros((port.group.size, ways), np.int64)  # bytes[j, m]: member j's message m
         self.of = sim.engine.Steps(port, 1, self.sizes, self.details, self.move, ways)
+        self.decided, self.joint = False, None
+
+    def rows(self) -> Joint | None:
+        """Every member's pieces as rows of one snapshot (`collectives._direct_rows.Joint`), decided at the
+        phase's first receive: where every member has joined by then and their pieces are cut alike; else
+        None, and every receive of the phase is made on its own."""
+        if not self.decided:
+            self.decided = True
+            states = self.of.states
+            if all(state is not None for state in states):
+                self.joint = Joint.of([state.rows for state in states])
+                if self.joint is not None and not self.prepare(self.joint):
+                    self.joint = None
+        return self.joint
+
+    def prepare(self, joint: Joint) -> bool:
+        """Ready `joint` for this phase's receives; False where it cannot take them."""
+        return True
 
     def join(self, port: sim.Port, team: Team, member: _Member) -> Generator:
         k, pieces, me = self.k, self.pieces, team.index
-        others = [t for t in range(k) if t != me]
-        self.bytes[port.group.index] = [part.nbytes for t in others for part in self.carried(member, t)]
-        to = [team.order[t] for t in others for _ in range(pieces)]
+        others = np.delete(np.arange(k, dtype=np.int64), me)
+        q = (others[:, None] * pieces + np.arange(pieces)).reshape(-1)  # the pieces sent, in order
+        if isinstance(member.rows, Pieces):
+            self.bytes[port.group.index] = member.rows.nbytes(self.sent(q, me))
+        else:
+            self.bytes[port.group.index] = [part.nbytes for t in others.tolist() for part in self.carried(member, t)]
+        to = np.asarray(team.order, np.int64)[q // pieces]
         yield from self.of.join(port, to, me, member, received_places(k, me, pieces))
+
+    def sent(self, q: np.ndarray, me: int) -> np.ndarray:
+        """The pieces (t * pieces + v) a member at position `me` sends as messages q, in order."""
+        raise NotImplementedError
 
     def carried(self, member: _Member, t: int) -> Sequence[np.ndarray]:
         """What `member` sends to team position t, piece by piece."""
@@ -146,8 +162,19 @@ class _Gather(_Direct):
     def carried(self, member: _Member, t: int) -> Sequence[np.ndarray]:
         return member.rows[member.index]
 
+    def sent(self, q: np.ndarray, me: int) -> np.ndarray:
+        return me * self.pieces + q % self.pieces
+
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         states = self.of.states
+        joint = self.rows()
+        if joint is not None:  # a member's places are written when its last message has arrived
+            for r in receivers[ways == self.of.ways - 1].tolist():
+                member = states[r]
+                others = np.delete(np.arange(self.k, dtype=np.int64), member.index)
+                q = (others[:, None] * self.pieces + np.arange(self.pieces)).reshape(-1)
+                joint.gather_into(member.rows.flat, np.asarray(member.team.order, np.int64)[q // self.pieces], q)
+            return
         sources, pieces = self.sources(receivers, ways)
         for r, j, s, v in zip(receivers.tolist(), senders.tolist(), sources.tolist(), pieces.tolist()):
             source = states[j].rows[states[j].index][v]
@@ -166,9 +193,21 @@ class _Fold(_Direct):
     def carried(self, member: _Member, t: int) -> Sequence[np.ndarray]:
         return member.rows[t]
 
+    def sent(self, q: np.ndarray, me: int) -> np.ndarray:
+        return q
+
+    def prepare(self, joint: Joint) -> bool:
+        started = {j: [(state.index * self.pieces + v, values) for v, values in enumerate(state.sums)]
+                   for j, state in enumerate(self.of.states) if state.sums[0] is not None}
+        return joint.start_sums(self.reduction, started)
+
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         states, reduction = self.of.states, self.reduction
         sources, pieces = self.sources(receivers, ways)
+        joint = self.rows()
+        if joint is not None:
+            self.fold_rows(joint, receivers, senders, sources, pieces, ways)
+            return
         alike: dict[tuple, list] = {}
         for r, j, v in zip(receivers.tolist(), senders.tolist(), pieces.tolist()):
             member = states[r]
@@ -179,6 +218,22 @@ class _Fold(_Direct):
         last = (pieces == self.pieces - 1) & (sources == self.of.positions[receivers] - 1)
         for r in receivers[last].tolist():
             states[r].fold_own(reduction)
+
+
+    def fold_rows(self, joint: Joint, receivers: np.ndarray, senders: np.ndarray, sources: np.ndarray,
+                  pieces: np.ndarray, ways: np.ndarray) -> None:
+        """`move` on the rows of `joint`: the run's receives in one sum, then the own terms of the
+        receivers whose predecessor in team order has now been received, each piece."""
+        V, positions = self.pieces, self.of.positions[receivers]
+        joint.fold(self.reduction, receivers, senders, positions * V + pieces)
+        last = (pieces == V - 1) & (sources == positions - 1)
+        if last.any():
+            own = np.repeat(receivers[last], V)
+            joint.fold(self.reduction, own, own, (positions[last][:, None] * V + np.arange(V)).reshape(-1))
+        states = self.of.states
+        for r in receivers[ways == self.of.ways - 1].tolist():
+            member = states[r]
+            member.sums = joint.sums_of(r, [member.index * V + v for v in range(V)])
 
 
 def _fold_together(reduction: str, folds: list, shape: tuple, dtype: np.dtype) -> None:
