@@ -55,7 +55,7 @@ def by_tables(port: sim.Port, phase: str, places: Sequence[Sequence[np.ndarray]]
 def received_places(k: int, me: int, pieces: int) -> np.ndarray:
     """Where each of member `me`'s (k - 1) * pieces messages comes among its receiver's: the message of
     piece v to team position t is the receiver's receive (me or me - 1) * pieces + v."""
-    others = np.array([t for t in range(k) if t != me], np.int64)
+    others = np.delete(np.arange(k, dtype=np.int64), me)
     before = np.where(me < others, me, me - 1)
     return (np.repeat(before, pieces) * pieces + np.tile(np.arange(pieces), k - 1)).astype(np.int64)
 
