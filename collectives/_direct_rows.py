@@ -26,7 +26,7 @@ import numpy as np
 
 import sim
 from collectives._arithmetic import combine, identity
-from collectives._joint import JOINT_MAX_BYTES, ragged
+from collectives._joint import JOINT_MAX_BYTES, Rows, ragged
 
 __all__ = ["Joint", "Pieces", "blocks", "singles"]
 
@@ -52,6 +52,21 @@ class Pieces(Sequence):
         views = [self.flat[a:a + n] for a, n in zip(self._at[t * self.per:(t + 1) * self.per],
                                                      self._sizes[t * self.per:(t + 1) * self.per])]
         return views if self.shape is None else [view.reshape(self.shape) for view in views]
+
+    @staticmethod
+    def of_views(rows: Sequence[Sequence[np.ndarray]]) -> Pieces | None:
+        """`rows` (as many 1-D C-contiguous pieces per position, one dtype) as `Pieces` of the one buffer
+        they lie in, trimmed to the run they span; None where they do not lie in one buffer."""
+        per = len(rows[0]) if len(rows) else 0
+        views = [view for row in rows for view in row]
+        if not per or any(len(row) != per for row in rows) or any(view.ndim != 1 for view in views):
+            return None
+        found = Rows.of(views, writable=False)
+        if found is None:
+            return None
+        sizes = np.array([view.size for view in views], np.int64)
+        low, high = int(found.starts.min()), int((found.starts + sizes).max())
+        return Pieces(found.flat[low:high], found.starts - low, sizes, per)
 
     def nbytes(self, q: np.ndarray) -> np.ndarray:
         """The bytes of pieces `q`."""

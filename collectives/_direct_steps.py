@@ -64,7 +64,7 @@ def reduce_scatter(port: sim.Port, team: Team, pieces: Sequence[Sequence[np.ndar
                    phase: str) -> Generator:
     """`collectives._hierarchical.reduce_scatter` as tables: the caller's folded pieces (not yet stored)."""
     fold = port.once(("direct steps", phase), lambda: _Fold(port, team.size, len(pieces[0]), phase, reduction))
-    member = _Member(team, pieces, None)
+    member = _Member(team, pieces if isinstance(pieces, Pieces) else Pieces.of_views(pieces) or pieces, None)
     if team.index == 0:
         member.fold_own(reduction)
     yield from fold.join(port, team, member)
