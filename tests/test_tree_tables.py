@@ -1,7 +1,8 @@
-"""The direct phases of the hierarchical algorithms run as one `sim.engine.Steps` loop for all members
-(`collectives._direct_steps`) and give the same bytes, trace (every column, in order), call records and
-times as the member-by-member loop they replace, on random programs, meshes, node shapes and networks; the
-comparison is shown to fail on a wrong table path, and the table path is shown to run."""
+"""The tree all-reduce (`collectives._tree_steps.Programs`: every member's program of sends and receives run
+for all members at once) and the direct phases of the hierarchical algorithms (one `sim.engine.Steps` loop
+for all members, `collectives._direct_steps`) give the same bytes, trace (every column, in order), call
+records and times as the member-by-member loops they replace, on random programs, meshes, node shapes and
+networks; the comparison is shown to fail on a wrong table path, and the table paths are shown to run."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
 import collectives._direct_steps as direct_steps
+import collectives._ring_steps as ring_steps
+import collectives._tree_steps as tree_steps
 import sim
 from sim import P
 
-_OPS = ("psum", "pmax", "all_gather", "psum_scatter")
+_OPS = ("psum", "pmax", "all_gather", "psum_scatter", "psum tree", "pmax tree")
 
 
 def _network(kind: str, shape: tuple[int, ...]) -> sim.Network:
@@ -34,6 +37,10 @@ def _network(kind: str, shape: tuple[int, ...]) -> sim.Network:
 
 
 def _call(op: str, x, axis_name):
+    if op == "psum tree":
+        return collectives.psum(x, axis_name, algorithm="tree")
+    if op == "pmax tree":
+        return collectives.pmax(x, axis_name, algorithm="tree")
     if op == "psum":
         return collectives.psum(x, axis_name, algorithm="hierarchical")
     if op == "pmax":
@@ -89,13 +96,15 @@ def _cases(draw):
 def _member_by_member(case) -> tuple:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(direct_steps, "by_tables", lambda *a: False)
+        patch.setattr(ring_steps, "by_tables", lambda *a: False)
         return _run(case)
 
 
+@settings(max_examples=min(120, settings.default.max_examples))  # each example runs its program twice
 @given(case=_cases())
 def test_tables_equal_member_by_member(case):
-    """Every hierarchical direct phase gives the same bytes, trace (every column, in order), call records
-    and end time whether it runs as a table for all members or member by member."""
+    """The tree and every hierarchical direct phase give the same bytes, trace (every column, in order), call
+    records and end time whether they run as tables for all members or member by member."""
     assert _run(case) == _member_by_member(case)
 
 
@@ -116,6 +125,53 @@ def test_tables_run():
         _run(_FIXED)
     assert sorted(set(joined)) == ["intra-node", "intra-node all-gather", "intra-node reduce-scatter"]
     assert len(joined) == 4 * 8  # psum: two phases, all_gather and psum_scatter one each, 8 members
+
+
+def test_tree_tables_run():
+    """A tree all-reduce over 2 nodes of 4 runs every member's program as tables (and the member-by-member
+    path runs none)."""
+    joined = []
+    real = tree_steps.Programs.join
+
+    def spy(self, port, program):
+        joined.append(len(program))
+        return (yield from real(self, port, program))
+    case = ((2, 4), "hierarchical", [("psum tree", "all")], np.arange(8 * 3, dtype=np.float32))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tree_steps.Programs, "join", spy)
+        _run(case)
+        assert len(joined) == 8
+        joined.clear()
+        _member_by_member(case)
+        assert not joined
+
+
+@pytest.mark.parametrize("wrong", ["tables reversed", "a message dropped", "woken early"])
+def test_tree_comparison_can_fail(wrong):
+    """A tree table path that posts a table's messages in reverse order, drops one message's fold, or wakes
+    members before their messages arrive is caught by the comparison."""
+    case = ((2, 4), "hierarchical", [("psum tree", "all")], np.arange(8 * 3, dtype=np.float32) * 0.5 - 3)
+    with pytest.MonkeyPatch.context() as patch:
+        if wrong == "tables reversed":
+            real_post = tree_steps.Programs._post
+            patch.setattr(tree_steps.Programs, "_post", lambda self, posts: real_post(self, posts[::-1]))
+        elif wrong == "a message dropped":
+            real_take = tree_steps.Programs._take
+
+            def dropping(self, r):
+                op = self.programs[r][self.pc[r]]
+                if op.key == ("chain up", 1):
+                    self.inbox.pop((r, op.source, op.key))
+                    self.pc[r] += 1
+                    return
+                real_take(self, r)
+            patch.setattr(tree_steps.Programs, "_take", dropping)
+        else:
+            real_wake = tree_steps.Programs._wake
+            patch.setattr(tree_steps.Programs, "_wake",
+                          lambda self, woken: real_wake(self, [(r, self.env.now) for r, _ in woken]))
+        tables = _run(case)
+    assert tables != _member_by_member(case)
 
 
 @pytest.mark.parametrize("wrong", ["own term last", "pieces swapped", "details"])
