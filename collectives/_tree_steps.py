@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import simpy
 
 import sim
 from sim._simpy import fire_after, ticket
@@ -71,7 +70,7 @@ class Programs:
 
     def __init__(self, port: sim.Port) -> None:
         self.transport = port.transport
-        self.env: simpy.Environment = port.transport.env
+        self.env = port.transport.env  # the run's SimPy clock
         self.collective, self.call = port.collective.name, port.call
         self.members = port.group.members
         size = len(self.members)
@@ -79,7 +78,7 @@ class Programs:
         self.pc = [0] * size  # the operation each member is at
         self.last = [-1] * size  # the index of each member's last receive
         self.ports: list[Any] = [None] * size
-        self.done: list[simpy.Event | None] = [None] * size
+        self.done: list[Any] = [None] * size  # the event each member waits on for its last receive
         self.inbox: dict[tuple, tuple[float, np.ndarray]] = {}  # (receiver, sender, key) -> (arrival, payload)
         self.waiting: set[tuple] = set()  # (receiver, sender, key) a member waits for
         self.in_flight = [0] * size  # messages not yet arrived, per sender (until released)
