@@ -69,15 +69,18 @@ def double_tree(nodes: int) -> tuple[Parents, Parents]:
     return heap, mirror
 
 
-def _children(parents: Parents, v: int) -> list[int]:
-    return [c for c, p in enumerate(parents) if p == v]
+@lru_cache(maxsize=4096)
+def _children(parents: Parents, v: int) -> tuple[int, ...]:
+    return tuple(c for c, p in enumerate(parents) if p == v)
 
 
+@lru_cache(maxsize=4096)
 def _height(parents: Parents, v: int) -> int:
     """Steps before node v's subtree is reduced (0 for a leaf)."""
     return max((1 + _height(parents, c) for c in _children(parents, v)), default=0)
 
 
+@lru_cache(maxsize=4096)
 def _depth(parents: Parents, v: int) -> int:
     return 0 if parents[v] is None else 1 + _depth(parents, parents[v])
 
