@@ -55,6 +55,7 @@ import numpy as np
 
 import sim
 from collectives import _bidirectional as bidirectional
+from collectives import _direct_rows as direct_rows
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
 from collectives import _ring_steps as ring_steps
@@ -176,12 +177,12 @@ def _hierarchical(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
     terms = (yield from _row_major(port, source, phase="operand")).reshape(-1)
     node, across = hierarchical.node_teams(port)
-    parts = [[part] for part in np.array_split(terms, node.size)]
+    parts = direct_rows.singles(terms, node.size)
     [mine] = yield from hierarchical.reduce_scatter(port, node, parts, args.reduction, "intra-node reduce-scatter")
     if across.size > 1:
         mine = yield from _ring_all_reduce(port, [(across, mine, "inter-node ")], args.reduction)
     flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
-    units = [[unit] for unit in np.array_split(flat, node.size)]
+    units = direct_rows.singles(flat, node.size)
     units[node.index][0][...] = mine
     yield from hierarchical.all_gather(port, node, units, "intra-node all-gather")
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))

@@ -30,6 +30,7 @@ import numpy as np
 
 import sim
 from collectives import _bidirectional as bidirectional
+from collectives import _direct_rows as direct_rows
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
 from collectives import _ring_steps as ring_steps
@@ -118,7 +119,7 @@ def _hierarchical(port: sim.Port, work: np.ndarray) -> Generator:
     order, (nodes, k) = hierarchical.grid(port)
     node, across = hierarchical.node_teams(port)
     yield from ring(port, across, work, "inter-node")
-    units = [[work[order[v * k + t], ...] for v in range(nodes)] for t in range(k)]
+    units = direct_rows.blocks(work, order, nodes, k)
     yield from hierarchical.all_gather(port, node, units, "intra-node")
 
 

@@ -45,6 +45,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 
 import sim
+from collectives import _direct_steps as direct_steps
 from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step
 from collectives._algorithms import Team
 from collectives._arithmetic import combine, identity
@@ -63,20 +64,32 @@ def grid(port: sim.Port) -> tuple[tuple[int, ...], tuple[int, int]]:
 def node_teams(port: sim.Port) -> tuple[Team, Team]:
     """(the caller's node team, its rank team): row and column of the group's grid (`grid`); each team's
     `order` holds the group indices of its positions."""
+    where, rows, columns = port.once("node teams", lambda: _lines(port))
+    u, j = where[port.group.index]
+    return Team(rows[u][0], j, rows[u][1]), Team(columns[j][0], u, columns[j][1])
+
+
+def _lines(port: sim.Port) -> tuple[dict[int, tuple[int, int]], list[tuple], list[tuple]]:
+    """Each group index's (node, local rank), and the grid's rows and columns as (device ids, group
+    indices): worked out once per call, so a member's teams cost no walk over the group."""
     members = port.group.members
     order, (nodes, k) = grid(port)
-    u, j = divmod(order.index(port.group.index), k)
-    row = tuple(order[u * k + t] for t in range(k))
-    column = tuple(order[v * k + j] for v in range(nodes))
-    return (Team(tuple(members[g] for g in row), j, row),
-            Team(tuple(members[g] for g in column), u, column))
+    where = {g: divmod(i, k) for i, g in enumerate(order)}
+    rows = [order[u * k:(u + 1) * k] for u in range(nodes)]
+    columns = [order[j::k] for j in range(k)]
+    return (where, [(tuple(members[g] for g in row), row) for row in rows],
+            [(tuple(members[g] for g in column), column) for column in columns])
 
 
 def reduce_scatter(port: sim.Port, team: Team, pieces: Sequence[Sequence[np.ndarray]], reduction: str,
                    phase: str) -> Generator:
     """Direct reduce-scatter inside `team`: `pieces[t]` are this member's terms (flat, row-major memory views)
     for team position t, one message each; position t folds every member's terms in team order into the
-    identity. Returns the caller's folded pieces, each a new buffer of its memory."""
+    identity. Returns the caller's folded pieces, each a new buffer of its memory. Runs as tables
+    (`collectives._direct_steps`) where the call allows it."""
+    if team.size > 1 and direct_steps.by_tables(port, phase, pieces):
+        sums = yield from direct_steps.reduce_scatter(port, team, pieces, reduction, phase)
+        return [_stored(port, total) for total in sums]
     me = team.index
     for t, dst in enumerate(team.members):
         for v, piece in enumerate(pieces[t] if t != me else ()):
@@ -98,7 +111,11 @@ def _stored(port: sim.Port, values: np.ndarray) -> np.ndarray:
 
 def all_gather(port: sim.Port, team: Team, units: Sequence[Sequence[np.ndarray]], phase: str) -> Generator:
     """Direct all-gather inside `team`: `units[t]` are the places (contiguous memory views) of team position
-    t's pieces, the caller's own filled; each goes to every other member in one message."""
+    t's pieces, the caller's own filled; each goes to every other member in one message. Runs as tables
+    (`collectives._direct_steps`) where the call allows it."""
+    if team.size > 1 and direct_steps.by_tables(port, phase, units):
+        yield from direct_steps.all_gather(port, team, units, phase)
+        return
     me = team.index
     for t, dst in enumerate(team.members):
         for v, unit in enumerate(units[me] if t != me else ()):

@@ -49,10 +49,12 @@ from functools import lru_cache
 import numpy as np
 
 import sim
+from collectives import _ring_steps as ring_steps
 from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step
 from collectives._arithmetic import combine, identity
 from collectives._common import received, unpack_into
 from collectives._hierarchical import grid, node_teams
+from collectives._tree_steps import Do, Programs, Receive, Send
 
 __all__ = ["ALL_REDUCE", "all_reduce", "double_tree", "down_steps", "up_steps"]
 
@@ -67,15 +69,18 @@ def double_tree(nodes: int) -> tuple[Parents, Parents]:
     return heap, mirror
 
 
-def _children(parents: Parents, v: int) -> list[int]:
-    return [c for c, p in enumerate(parents) if p == v]
+@lru_cache(maxsize=4096)
+def _children(parents: Parents, v: int) -> tuple[int, ...]:
+    return tuple(c for c, p in enumerate(parents) if p == v)
 
 
+@lru_cache(maxsize=4096)
 def _height(parents: Parents, v: int) -> int:
     """Steps before node v's subtree is reduced (0 for a leaf)."""
     return max((1 + _height(parents, c) for c in _children(parents, v)), default=0)
 
 
+@lru_cache(maxsize=4096)
 def _depth(parents: Parents, v: int) -> int:
     return 0 if parents[v] is None else 1 + _depth(parents, parents[v])
 
@@ -108,7 +113,8 @@ def down_steps(nodes: int) -> tuple[tuple[tuple[int, int], ...], ...]:
 
 
 def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
-    """The tree all-reduce of this member's flat row-major `terms`; returns a new flat buffer with the result."""
+    """The tree all-reduce of this member's flat row-major `terms`; returns a new flat buffer with the result.
+    Runs as tables for all members (`collectives._tree_steps`) where the call allows it."""
     _, (nodes, _) = grid(port)
     node, across = node_teams(port)
     j, k = node.index, node.size
@@ -116,6 +122,10 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
     out = memory.view(memory.alloc(terms.dtype, terms.shape))
     halves = np.array_split(out, 2)
     partial = [combine(reduction, identity(reduction, t.dtype), t) for t in np.array_split(terms, 2)]
+    if ring_steps.by_tables(port, "tree", out):
+        programs = port.once(("programs", "tree"), lambda: Programs(port))
+        yield from programs.join(port, _program(node, across, nodes, partial, halves, reduction))
+        return out
     if j < k - 1:
         for t in (0, 1):
             message = yield port.recv(node.members[j + 1], tag=("chain up", t))
@@ -134,6 +144,46 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
             port.send(node.members[j + 1], halves[t], tag=("chain down", t), header={}, phase="chain broadcast",
                       tree=t)
     return out
+
+
+def _program(node, across, nodes: int, partial: list, halves: list, reduction: str) -> list:
+    """`all_reduce`'s member-by-member protocol as a `Programs` program (peers by group index): the same
+    messages, folds and writes in the same order."""
+    j, k = node.index, node.size
+
+    def fold(t: int):
+        return lambda payload: partial.__setitem__(t, combine(reduction, partial[t], payload))
+
+    def write(t: int) -> Do:
+        return Do(lambda: halves[t].__setitem__(Ellipsis, partial[t]))
+
+    def store(t: int):
+        return lambda payload: halves[t].__setitem__(Ellipsis, payload)
+
+    def send(to: int, key: str, phase: str, t: int) -> Send:
+        return Send(to, (key, t), lambda: halves[t], {"phase": phase, "tree": t})
+
+    ops: list = []
+    if j < k - 1:
+        ops += [Receive(node.order[j + 1], ("chain up", t), fold(t)) for t in (0, 1)]
+    if j > 0:
+        for t in (0, 1):
+            ops += [write(t), send(node.order[j - 1], "chain up", "chain reduce", t)]
+        ops += [Receive(node.order[j - 1], ("chain down", t), store(t)) for t in (0, 1)]
+    else:
+        u, trees = across.index, double_tree(nodes)
+        for t in sorted((0, 1), key=lambda t: _height(trees[t], u)):
+            ops += [Receive(across.order[c], ("tree up", t), fold(t)) for c in _children(trees[t], u)]
+            ops.append(write(t))
+            if trees[t][u] is not None:
+                ops.append(send(across.order[trees[t][u]], "tree up", "tree reduce", t))
+        for t in sorted((0, 1), key=lambda t: _depth(trees[t], u)):
+            if trees[t][u] is not None:
+                ops.append(Receive(across.order[trees[t][u]], ("tree down", t), store(t)))
+            ops += [send(across.order[c], "tree down", "tree broadcast", t) for c in _children(trees[t], u)]
+    if j < k - 1:
+        ops += [send(node.order[j + 1], "chain down", "chain broadcast", t) for t in (0, 1)]
+    return ops
 
 
 def _across(port: sim.Port, team, nodes: int, partial: list, halves: list, reduction: str) -> Generator:

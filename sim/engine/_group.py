@@ -68,6 +68,7 @@ class Steps:
         size, total = len(self.members), count * ways
         self.to = np.zeros((total, size), np.int64)  # to[m, j]: whom member j sends its message m to
         self.sender = np.zeros((total, size), np.int64)  # sender[m, r]: who sends member r its message m
+        self.as_received: np.ndarray | None = None  # [m, j]: where member j's message m comes at its receiver
         self.arrivals = np.full((total, size), np.nan)  # arrivals[m, r]: when it arrived, once reported
         self.positions = np.zeros(size, np.int64)
         self.states: list = [None] * size
@@ -83,14 +84,22 @@ class Steps:
         self.moved = np.zeros(size, bool)  # whether each member's last message is written
         self.open_run: tuple[float, list, int] | None = None  # the last wake event scheduled: (time, run, ticket)
 
-    def join(self, port: Port, to: list, position: int, state: object) -> Generator:
+    def join(self, port: Port, to: list, position: int, state: object, received_as: object = None) -> Generator:
         """Member `port.group.index`'s part (`to[s]`: one group index per way, or one for all ways): post
-        its first step, wait for its last message; return when done."""
+        its first step, wait for its last message; return when done. `received_as[m]` is where among its
+        receiver's messages this member's message m comes (by default m itself: every member's message m
+        of a step goes to a different member, who takes it as its own m-th)."""
         j = port.group.index
         self.ports[j], self.positions[j], self.states[j] = port, position, state
         to = np.broadcast_to(np.asarray(to, np.int64).reshape(self.count, -1), (self.count, self.ways)).reshape(-1)
         self.to[:, j] = to
-        self.sender[np.arange(len(to)), to] = j
+        if received_as is None:
+            self.sender[np.arange(len(to)), to] = j
+        else:
+            if self.as_received is None:
+                self.as_received = np.zeros(self.to.shape, np.int64)
+            self.as_received[:, j] = received_as
+            self.sender[self.as_received[:, j], to] = j
         if self.count == 0:
             self.released[j] = True
             return
@@ -123,7 +132,8 @@ class Steps:
         first = self._record(srcs, dsts, sizes, details)
         transport._posted += count
         wire = sizes if transport._free else np.array([transport.costs.wire_bytes(size) for size in sizes.tolist()])
-        table = _Table(self, first, senders, receivers, messages)
+        places = messages if self.as_received is None else self.as_received[messages, senders]
+        table = _Table(self, first, senders, receivers, places)
         transport.links.send_table(srcs, dsts, np.asarray(wire, np.float64), table)
 
     def _record(self, srcs: np.ndarray, dsts: np.ndarray, sizes: np.ndarray, details: dict[str, list]) -> int:
