@@ -165,9 +165,25 @@ class LocalMemory:
     def place(self, array, layout: Layout | None = None) -> Buffer:
         """`array` held in `layout` (default row-major): adopted when its bytes allow it, else copied."""
         array = np.asarray(array)
+        if layout is None and array.flags.c_contiguous and array.size and not array.dtype.hasobject \
+                and not is_hollow(array.dtype):
+            return self._adopt_rows(array)
         if bytes_in_layout(array, layout or Layout.row_major(array.ndim)) is None:
             return self.store(array, layout)
         return self.adopt(array, layout)
+
+    def _adopt_rows(self, array: np.ndarray) -> Buffer:
+        """`adopt` of a non-empty C-contiguous array in row-major order (what most input blocks are): the same
+        segment, buffer and view, made without the general layout's checks."""
+        dtype, shape, size = array.dtype, array.shape, array.nbytes
+        self._charge("an input block held", dtype, shape, size)
+        raw = array.reshape(-1).view(np.uint8)  # a new view: the caller's array keeps its own flags
+        raw.flags.writeable = False
+        start = self._append(raw)
+        self._open = None  # later small arrays start a segment of their own, after this one
+        self._top = start + size
+        buffer = Buffer(self.device, start, dtype, shape, Layout.row_major(len(shape)))
+        return self._register(buffer, None, _address(raw), np.ndarray(shape, dtype, buffer=raw))
 
     def reserve(self, region: np.ndarray) -> None:
         """Offer `region` (writable, C-contiguous, non-empty) to the next row-major `alloc` of its dtype and
