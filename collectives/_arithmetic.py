@@ -105,7 +105,7 @@ def quick_combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray 
     bits = _FLOAT_BITS.get(acc.dtype)
     if (bits is None or acc.dtype.metadata is not None or x.dtype != acc.dtype or x.dtype.metadata is not None
             or (acc.shape != x.shape and min(acc.ndim, x.ndim) != 0) or max(acc.ndim, x.ndim) == 0
-            or not acc.size or not x.size or not acc.flags.c_contiguous or not x.flags.c_contiguous):
+            or not acc.flags.c_contiguous or not x.flags.c_contiguous):
         return None
     unsigned, magnitude, smallest_normal, infinity = bits
     if reduction == "sum":

@@ -27,11 +27,11 @@ _SPECIAL_BITS = {
 
 @st.composite
 def _operands(draw):
-    """Two float32/float64 operands of one shape (or one of them 0-d), from special and random bit patterns
-    (mostly ordinary values, so that the quick path answers often)."""
+    """Two float32/float64 operands of one shape (or one of them 0-d; empty ones too), from special and
+    random bit patterns (mostly ordinary values, so that the quick path answers often)."""
     dtype = draw(st.sampled_from(sorted(_FLOATS)))
     unsigned = np.dtype(_FLOATS[dtype])
-    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=2)))
+    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=1, max_size=2)))
 
     def operand(shape: tuple[int, ...]) -> np.ndarray:
         size = int(np.prod(shape))
