@@ -156,7 +156,7 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
         d not in prepared.taken or _is_view(blocks[d], prepared.array[index]) for d, index in regions.items())
     out = prepared.array if fits else np.empty(aval.shape, aval.dtype)  # every element is written below
     for d, index in regions.items():
-        if not _is_view(blocks[d], out[index]):
+        if not fits or not _is_view(blocks[d], out[index]):  # no block is a view of a new array
             out[index] = blocks[d]
     return out
 
