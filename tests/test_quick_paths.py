@@ -1,16 +1,24 @@
 """The quick paths of a run's start and of the reductions equal the general ones: `quick_combine` returns the
-rules' bytes wherever it answers, and an input block adopted by `LocalMemory.place`'s row-major path is held
-exactly as the general `adopt` holds it (offsets, buffer, view, bytes). Each comparison also meets a
-deliberately wrong quick path, to show that it can fail."""
+rules' bytes wherever it answers, an input block adopted by `LocalMemory.place`'s row-major path is held
+exactly as the general `adopt` holds it (offsets, buffer, view, bytes), and device programs run by the idle
+worker greenlets of earlier runs run as on new greenlets. Each comparison also meets a deliberately wrong
+quick path or a different run, to show that it can fail."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+
 import numpy as np
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import collectives
+import sim
 from collectives._arithmetic import combine, combine_by_rules, quick_combine
 from layouts import Layout
+from sim.engine import _driver
 from sim.memory._memory import LocalMemory
 from sim.memory._meter import MemoryMeter
 
@@ -137,3 +145,78 @@ def test_row_major_adoption_comparison_can_fail():
     block = np.arange(6, dtype=np.float32)
     quick, copied = LocalMemory(0, MemoryMeter(None)), LocalMemory(0, MemoryMeter(None))
     assert _held(quick, [quick.place(block)]) != _held(copied, [copied.store(block)])
+
+
+def _program(x):
+    """A program with several calls of several algorithms and local work between them."""
+    total = collectives.psum(x, "x", algorithm="recursive_doubling")
+    shifted = collectives.ppermute(x * 2, "x", [(i, (i + 1) % 8) for i in range(8)])
+    return collectives.psum(total + shifted, "x", algorithm="ring")
+
+
+def _record(x: np.ndarray) -> tuple:
+    """A run's output bytes, trace, call records and end time, and each device's program."""
+    f = sim.shard_map(_program, mesh=sim.Mesh({"x": 8}), in_specs=sim.P("x"), out_specs=sim.P("x"))
+    run = f.run(x)
+    return (run.outputs.tobytes(), json.dumps(run.trace.to_json()), [str(c) for c in run.calls], run.end_time_s,
+            [str(p) for p in run.programs])
+
+
+def _fails(x: np.ndarray) -> str:
+    """A run in which device 3 raises after its first collective, while the others wait in the second."""
+    def program(v):
+        total = collectives.psum(v, "x")
+        if int(collectives.axis_index("x")) == 3:
+            raise RuntimeError("device 3 stops")
+        return collectives.psum(total, "x")
+
+    f = sim.shard_map(program, mesh=sim.Mesh({"x": 8}), in_specs=sim.P("x"), out_specs=sim.P("x"))
+    with pytest.raises(RuntimeError, match="device 3 stops") as caught:
+        f.run(x)
+    return str(caught.value.__notes__)
+
+
+@settings(max_examples=20)  # one program whose values alone vary: more cases repeat the same switches
+@given(values=st.lists(st.integers(-50, 50), min_size=8, max_size=8))
+def test_idle_workers_run_programs_as_new_greenlets_do(values):
+    """Device programs run by idle workers of earlier runs (after a run that ended in an error, too) give
+    the output bytes, trace, call records, end time and programs they give on new greenlets."""
+    x = np.array(values, np.float32)
+    with _fresh_greenlets():
+        fresh, failure = _record(x), _fails(x)
+    assert _fails(x) == failure
+    _record(x)  # leaves the workers idle
+    assert _idle_workers() >= 8
+    assert _record(x) == fresh
+
+
+def test_idle_workers_are_reused():
+    """A run takes the idle workers an earlier run left (else the equality above would be vacuous)."""
+    x = np.arange(8, dtype=np.float32)
+    _record(x)
+    before = set(map(id, _driver._workers.idle))
+    _record(x)
+    assert before and before <= set(map(id, _driver._workers.idle))
+
+
+def test_worker_comparison_can_fail():
+    """The record compared above tells apart runs that differ in one input element."""
+    x = np.arange(8, dtype=np.float32)
+    y = x.copy()
+    y[5] += 1
+    assert _record(x) != _record(y)
+
+
+def _idle_workers() -> int:
+    return len(getattr(_driver._workers, "idle", []))
+
+
+@contextlib.contextmanager
+def _fresh_greenlets():
+    """Within the block, every device program runs on a new greenlet (no idle worker is kept or taken)."""
+    kept, limit = getattr(_driver._workers, "idle", []), _driver._IDLE_WORKERS_MAX
+    _driver._workers.idle, _driver._IDLE_WORKERS_MAX = [], 0
+    try:
+        yield
+    finally:
+        _driver._workers.idle, _driver._IDLE_WORKERS_MAX = kept, limit
