@@ -1,7 +1,8 @@
 """The quick paths of a run's start and of the reductions equal the general ones: `quick_combine` returns the
 rules' bytes wherever it answers, an input block adopted by `LocalMemory.place`'s row-major path is held
-exactly as the general `adopt` holds it (offsets, buffer, view, bytes), and device programs run by the idle
-worker greenlets of earlier runs run as on new greenlets. Each comparison also meets a deliberately wrong
+exactly as the general `adopt` holds it (offsets, buffer, view, bytes), every device's block index found at
+once is the one found device by device, and device programs run by the idle worker greenlets of earlier runs
+run as on new greenlets. Each comparison also meets a deliberately wrong
 quick path or a different run, to show that it can fail."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from layouts import Layout
 from sim.engine import _driver
 from sim.memory._memory import LocalMemory
 from sim.memory._meter import MemoryMeter
+from sim.program._blocks import _writers, block_index, block_indices
 
 _FLOATS = {"float32": np.uint32, "float64": np.uint64}
 # normals, both zeros, subnormals, infinities, a quiet and a signalling NaN of each sign (as raw bits)
@@ -220,3 +222,37 @@ def _fresh_greenlets():
         yield
     finally:
         _driver._workers.idle, _driver._IDLE_WORKERS_MAX = kept, limit
+
+
+@st.composite
+def _specs(draw):
+    """A mesh of up to three axes, a spec over some of them (an entry may name a tuple of axes) and a global
+    shape it divides."""
+    names = ["a", "b", "c"][:draw(st.integers(1, 3))]
+    mesh = sim.Mesh({name: draw(st.integers(1, 3)) for name in names})
+    unused = list(draw(st.permutations(names)))
+    entries, shape = [], []
+    for _ in range(draw(st.integers(0, 3))):
+        take = draw(st.integers(0, min(2, len(unused))))
+        entry = None if take == 0 else unused[0] if take == 1 else tuple(unused[:take])
+        unused = unused[take:]
+        entries.append(entry)
+        shape.append((1 if entry is None else mesh.axis_size(entry)) * draw(st.integers(1, 2)))
+    return mesh, sim.P(*entries), tuple(shape) + (2,)
+
+
+@given(case=_specs())
+def test_every_block_index_at_once_equals_one_by_one(case):
+    """`block_indices` gives each device the block `block_index` gives it, and `_writers` the devices at index
+    0 along every axis the spec leaves out, for any mesh and spec (tuple entries too)."""
+    mesh, spec, shape = case
+    assert block_indices(mesh, spec, shape, "x") == [block_index(mesh, d, spec, shape, "x") for d in mesh.devices]
+    left_out = [a for a in mesh.axis_names if a not in spec.axes()]
+    assert _writers(mesh, spec) == [d for d in mesh.devices if not any(mesh.coords(d)[a] for a in left_out)]
+
+
+def test_block_index_comparison_can_fail():
+    """Blocks of the devices in reverse order are told apart."""
+    mesh, spec = sim.Mesh({"a": 2, "b": 2}), sim.P(("b", "a"))
+    at_once = block_indices(mesh, spec, (8,), "x")
+    assert at_once[::-1] != [block_index(mesh, d, spec, (8,), "x") for d in mesh.devices] == at_once
