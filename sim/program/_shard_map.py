@@ -211,6 +211,12 @@ class ShardMapped:
         vary along every axis the entry splits over (a recorded pvary, as JAX does), then record the
         program's outputs. A Python scalar (a constant, as `axis_size` gives) leaves as JAX's shard_map returns
         it: a 0-d array of its weak type's default dtype."""
+        spec = self.out_specs
+        if isinstance(result, np.ndarray) and _is_spec(spec):  # one array, one spec: no tree to walk
+            if self.check_vma:
+                result = promote(_check_type("out", spec, result, current().device), frozenset(spec.axes()))
+            record.outputs = [_ref(result)]
+            return result
         result = tree_map(as_array, result)
         out_specs = _expand(self.out_specs, result, "out_specs")
         if self.check_vma:
