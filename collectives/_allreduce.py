@@ -362,7 +362,8 @@ def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:
     """Recursive halving, then recursive doubling, in row-major order (`collectives._halving`)."""
     source = port.memory.view(args.buffer)
     flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
-    bounds = chunk_bounds([len(c) for c in np.array_split(flat, port.group.size)])
+    n, size = port.group.size, flat.size  # numpy.array_split's bounds, worked out once per call
+    bounds = port.once(("rabenseifner bounds", size), lambda: chunk_bounds([len(c) for c in split(flat, n)]))
     mine = yield from halving_reduce_scatter(port, flat, bounds, args.reduction)
     out = port.memory.view(port.memory.alloc(flat.dtype, flat.shape))
     yield from doubling_all_gather(port, mine, out, bounds)

@@ -42,6 +42,10 @@ REDUCTIONS = ("sum", "max", "min")
 _FLUSHED = (np.dtype(np.float32), np.dtype(np.float64))
 _UNSIGNED = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 _QUIET_BIT = {2: 0x0200, 4: 0x0040_0000, 8: 0x0008_0000_0000_0000}
+# a float dtype's bits as an unsigned integer: the unsigned dtype, the mask of |value|, |smallest normal|, |inf|
+_FLOAT_BITS = {np.dtype(np.float32): (np.uint32, np.uint32(0x7FFF_FFFF), 0x0080_0000, 0x7F80_0000),
+               np.dtype(np.float64): (np.uint64, np.uint64(0x7FFF_FFFF_FFFF_FFFF), 0x0010_0000_0000_0000,
+                                      0x7FF0_0000_0000_0000)}
 
 
 def identity(reduction: str, dtype: np.dtype) -> np.ndarray:
@@ -83,6 +87,45 @@ def convert(wide: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 def combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     """`reduction(acc, x)` elementwise, as XLA:CPU computes it; `x` is the later term of the fold."""
+    acc, x = np.asarray(acc), np.asarray(x)
+    quick = quick_combine(reduction, acc, x)
+    return quick if quick is not None else combine_by_rules(reduction, acc, x)
+
+
+def quick_combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """`combine` of two C-contiguous float32 or float64 arrays (of one shape, or one of them 0-d) in a few
+    whole-array operations, where none of the rules above can change an element: no subnormal operand (nor
+    a NaN or a subnormal among the operands and the sums, for a sum). None where one might, or for any other
+    operands (`combine_by_rules` then applies the rules element by element).
+
+    >>> quick_combine("sum", np.float32([1.5]), np.float32([2.0])).tolist(), quick_combine(
+    ...     "sum", np.float32([1e-40]), np.float32([0.0]))
+    ([3.5], None)
+    """
+    bits = _FLOAT_BITS.get(acc.dtype)
+    if (bits is None or acc.dtype.metadata is not None or x.dtype != acc.dtype or x.dtype.metadata is not None
+            or (acc.shape != x.shape and min(acc.ndim, x.ndim) != 0) or max(acc.ndim, x.ndim) == 0
+            or not acc.flags.c_contiguous or not x.flags.c_contiguous):
+        return None
+    unsigned, magnitude, smallest_normal, infinity = bits
+    if reduction == "sum":
+        with np.errstate(all="ignore"):
+            out = acc + x
+        terms = (acc.reshape(-1), x.reshape(-1), out.reshape(-1))
+    elif reduction in ("max", "min"):  # std::max / std::min: a NaN never replaces the accumulator
+        out = np.where(acc < x, x, acc) if reduction == "max" else np.where(x < acc, x, acc)
+        terms = (acc.reshape(-1), x.reshape(-1))
+    else:
+        return None
+    size = np.concatenate(terms).view(unsigned) & magnitude  # |value| as an integer: ordered like the floats
+    special = size - 1 < smallest_normal - 1  # a subnormal (zero wraps round to the top)
+    if reduction == "sum":
+        special |= size > infinity  # a NaN
+    return None if special.any() else out
+
+
+def combine_by_rules(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`combine` applying every rule of the module's docstring element by element (any dtype and shapes)."""
     if _abstract(acc, x):
         return hollow_empty(np.broadcast_shapes(np.shape(acc), np.shape(x)), np.asarray(acc).dtype)
     acc, x = np.broadcast_arrays(np.asarray(acc), np.asarray(x))

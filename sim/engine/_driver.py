@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import threading
 import traceback
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -91,7 +92,59 @@ class _Aborted(BaseException):
 class _DeviceGreenlet(greenlet.greenlet):
     """A greenlet that knows which device's program it runs (what `current()` reads)."""
 
-    context: DeviceContext
+    context: DeviceContext | None
+    outcome: _Outcome | None  # how a worker's last program ended, until its driver reads it
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How a device program ended: its return value, or the error it raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+_ENDED = object()  # what a worker hands its driver when its program has ended (the outcome is on the worker)
+_IDLE_WORKERS_MAX = 1024  # per thread; each idle worker holds a Python data stack of 16 KiB
+
+
+def _serve(fn: Callable[[], Any]) -> None:
+    """A worker greenlet's life: run each device program it is handed to its end, leave how it ended on the
+    worker, and wait for the next. Starting a greenlet costs far more than switching into an idle one (it
+    allocates the stack Python's frames live on), so runs reuse the workers of earlier runs."""
+    me = greenlet.getcurrent()
+    while True:
+        try:
+            me.outcome = _Outcome(value=fn())
+        except greenlet.GreenletExit:  # the worker is being killed (or the program ended so): it ends too
+            raise
+        except BaseException as error:  # handed to the driver, which ends the run with it
+            me.outcome = _Outcome(error=error)
+        fn = None  # type: ignore[assignment]  # an idle worker keeps nothing of the run it served
+        fn = me.parent.switch(_ENDED)
+
+
+_workers = threading.local()  # `idle`: this thread's idle workers (a greenlet runs only in its own thread)
+
+
+def _worker(context: DeviceContext) -> _DeviceGreenlet:
+    """A worker greenlet for a device program, its parent the running greenlet: an idle one, else a new one."""
+    idle = getattr(_workers, "idle", None)
+    if idle:
+        worker = idle.pop()
+        worker.parent = greenlet.getcurrent()
+    else:
+        worker = _DeviceGreenlet(_serve, parent=greenlet.getcurrent())
+    worker.context = context
+    return worker
+
+
+def _release(worker: _DeviceGreenlet) -> None:
+    """Take back a worker whose program has ended (idle again, waiting for its next program)."""
+    worker.context = worker.outcome = None
+    idle = _workers.__dict__.setdefault("idle", [])
+    if len(idle) < _IDLE_WORKERS_MAX:
+        idle.append(worker)
 
 
 class Phase(enum.Enum):
@@ -143,8 +196,9 @@ class DeviceProgram:
         self._last_call: Waiting | None = None
         self._lifecycle = calls
         self._record = program  # faces: read by `label`
-        self._greenlet = _DeviceGreenlet(fn, parent=greenlet.getcurrent())
-        self._greenlet.context = DeviceContext(self, calls.options, memory, program, shared)
+        self._fn: Callable[[], Any] | None = fn
+        self._started = self._ended = False  # ended: its worker has handed back how the program ended
+        self._greenlet = _worker(DeviceContext(self, calls.options, memory, program, shared))
         self._home = self._greenlet.parent
         self.lanes: list = []  # work the program started with `sim.start` (`sim.engine._lanes`)
 
@@ -191,7 +245,8 @@ class DeviceProgram:
 
     def process(self) -> Generator:
         """The SimPy process: resume the program, run the collective it asks for, repeat until it returns."""
-        resume: tuple = ()  # the first switch starts the program with no arguments
+        resume: tuple = (self._fn,)  # the first switch hands the worker its program
+        self._started = True
         while True:
             self._activity = COMPUTING
             try:
@@ -200,22 +255,48 @@ class DeviceProgram:
                 self.activity = FAILED
                 self._lifecycle.fail(self._explained(error))
                 return
-            if self._greenlet.dead:
+            if request is _ENDED or self._greenlet.dead:
+                outcome = self._end() if request is _ENDED else _Outcome(value=request)
+                if outcome.error is not None:
+                    self.activity = FAILED
+                    self._lifecycle.fail(self._explained(outcome.error))
+                    return
                 if self.lanes:  # its part ends when the last lane it started does
                     from sim.engine._lanes import join_lanes
 
                     yield from join_lanes(self)
-                self.done, self.result, self.activity = True, request, FINISHED
+                self.done, self.result, self.activity = True, outcome.value, FINISHED
                 return
             step = request.drive(self) if isinstance(request, Request) else self._lifecycle.run(self, request)
             resume = ((yield from step),)
 
     def abort(self) -> None:
-        """Unwind the program if it is suspended in a collective; a program never started is dropped."""
+        """Unwind the program if it is suspended in a collective; a program never started is dropped.
+
+        Raises:
+            the error the program raised while it unwound, if not the abort itself.
+        """
         self.aborted = True
-        if self._greenlet and not self._greenlet.dead:
-            with contextlib.suppress(_Aborted):
-                self._greenlet.throw(_Aborted)
+        if not self._started:  # dropped: its worker never ran it
+            if not self._ended:
+                self._ended = True
+                _release(self._greenlet)
+            return
+        if self._ended or self._greenlet.dead:
+            return
+        with contextlib.suppress(_Aborted):
+            if self._greenlet.throw(_Aborted) is _ENDED:
+                error = self._end().error
+                if error is not None and not isinstance(error, _Aborted):
+                    raise error
+
+    def _end(self) -> _Outcome:
+        """How the program ended, read off its worker, which goes back to the idle ones."""
+        worker = self._greenlet
+        outcome = worker.outcome
+        self._ended, self._fn = True, None
+        _release(worker)
+        return outcome  # type: ignore[return-value]
 
     def _explained(self, error: BaseException) -> BaseException:
         """`error` with a note saying which device raised it, in which call, at the user's file and line."""

@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import simpy
@@ -31,6 +32,23 @@ from sim.network._mesh import Mesh
 from sim.record._equations import Program
 from sim.record._trace import CallRecord, Trace
 from sim.record._violation import Violation
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while the block runs, back on after (if it was on).
+
+    A run allocates millions of short-lived acyclic objects (events, records, views, a memory and a program per
+    device): a collection scans them all and frees none, and the collections a large heap triggers (a previous
+    run still alive, say) cost more than the run itself. Nesting is harmless: the outermost block restores.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class Simulation:
@@ -92,24 +110,12 @@ class Simulation:
         """
         if len(programs) != self.mesh.size:
             raise InvalidArgumentError(f"need one program per device: got {len(programs)} for {self.mesh}")
-        running = [DeviceProgram(d, fn, self._calls, self.memories[d], self.programs[d], self.shared)
-                   for d, fn in enumerate(programs)]
-        for program in running:
-            self.env.process(program.process())
-        step = self.env.step
-        collecting = gc.isenabled()
-        gc.disable()  # a run allocates millions of short-lived acyclic objects: scanning them is wasted time
-        try:
-            while self._error is None:
-                step()
-        except simpy.core.EmptySchedule:
-            pass
-        finally:
-            if collecting:
-                gc.enable()
-            if self._error is not None or not all(p.done for p in running):
-                for program in running:
-                    program.abort()
+        with gc_paused():
+            running = [DeviceProgram(d, fn, self._calls, self.memories[d], self.programs[d], self.shared)
+                       for d, fn in enumerate(programs)]
+            for program in running:
+                self.env.process(program.process())
+            self._drive(running)
         if self._error is not None:
             raise self._error
         stuck = [p for p in running if not p.done]
@@ -126,6 +132,19 @@ class Simulation:
             error.unmatched = unmatched  # type: ignore[attr-defined]
             raise error
         return [p.result for p in running]
+
+    def _drive(self, running: list[DeviceProgram]) -> None:
+        """Step the clock until the run ends or fails; unwind the programs left suspended."""
+        step = self.env.step
+        try:
+            while self._error is None:
+                step()
+        except simpy.core.EmptySchedule:
+            pass
+        finally:
+            if self._error is not None or not all(p.done for p in running):
+                for program in running:
+                    program.abort()
 
     def fail(self, error: BaseException) -> None:
         """End the run with `error` (the first failure wins)."""

@@ -89,6 +89,8 @@ class LocalMemory:
         self._open_address = 0  # where its bytes start in the process's memory
         self._top = 0
         self._by_address: dict[int, Buffer] = {}
+        # adopted blocks not yet in `_by_address` (their address is read only when `find` needs it), in order
+        self._unaddressed: list[tuple[np.ndarray, Buffer]] = []
         self._reserved: list[np.ndarray] = []
         self._views: dict[int, tuple[Buffer, np.ndarray]] = {}  # by id(buffer), the buffer kept alive with it
         self._owners: dict[int, tuple[np.ndarray, Buffer]] = {}  # the same by id(view), the view kept alive
@@ -165,9 +167,35 @@ class LocalMemory:
     def place(self, array, layout: Layout | None = None) -> Buffer:
         """`array` held in `layout` (default row-major): adopted when its bytes allow it, else copied."""
         array = np.asarray(array)
+        if layout is None and array.flags.c_contiguous and array.size and not array.dtype.hasobject \
+                and not is_hollow(array.dtype):
+            return self._adopt_rows(array)
         if bytes_in_layout(array, layout or Layout.row_major(array.ndim)) is None:
             return self.store(array, layout)
         return self.adopt(array, layout)
+
+    def _adopt_rows(self, array: np.ndarray) -> Buffer:
+        """`adopt` of a non-empty C-contiguous array in row-major order (what most input blocks are): the same
+        segment, buffer and view, made without the general layout's checks."""
+        dtype, shape, size = array.dtype, array.shape, array.nbytes
+        self._charge("an input block held", dtype, shape, size)
+        raw = array.reshape(-1).view(np.uint8)  # a new view: the caller's array keeps its own flags
+        raw.flags.writeable = False
+        start = self._append(raw)
+        self._open = None  # later small arrays start a segment of their own, after this one
+        self._top = start + size
+        buffer = Buffer(self.device, start, dtype, shape, Layout.row_major(len(shape)))
+        view = np.ndarray(shape, dtype, buffer=raw)
+        self._unaddressed.append((raw, buffer))  # known by its address from the first `find` on
+        self._views[id(buffer)] = (buffer, view)
+        self._owners[id(view)] = (view, buffer)
+        return buffer
+
+    def _address_adopted(self) -> None:
+        """Know the adopted blocks still waiting by their addresses, in the order they were adopted."""
+        for raw, buffer in self._unaddressed:
+            self._by_address[_address(raw)] = buffer
+        self._unaddressed = []
 
     def reserve(self, region: np.ndarray) -> None:
         """Offer `region` (writable, C-contiguous, non-empty) to the next row-major `alloc` of its dtype and
@@ -224,6 +252,8 @@ class LocalMemory:
             if base is None:
                 break
             base = getattr(base, "base", None)
+        if self._unaddressed:
+            self._address_adopted()
         buffer = self._by_address.get(_address(array))
         if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
             return None
@@ -277,6 +307,8 @@ class LocalMemory:
                   ) -> Buffer:
         """Know `buffer` (whose value bytes are `raw`, at `address`) by its address, and its view (`view`, or
         decoded from `raw`) by its id."""
+        if self._unaddressed:  # the blocks adopted before it come first, as if known at once
+            self._address_adopted()
         self._by_address[address] = buffer
         if view is None:
             view = layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout)

@@ -109,7 +109,7 @@ class LinkState:
         self.placement = placement
         self.links = _topology.link_count(network, devices)
         self._dense = self.links <= _DENSE_LINKS or network.topology != "fully_connected"
-        self._capacity = _topology.capacities(network, np.arange(self.links), devices) if self._dense else None
+        self._capacity = _topology.all_capacities(network, self.links, devices) if self._dense else None
         self._uniform = network.topology == "fully_connected"  # every link has the network's bandwidth
         self._base_links = self.links  # a reducing switch's adders come after (`sim.network._in_network`)
         if _in_network.reduces(network):

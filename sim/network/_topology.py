@@ -134,6 +134,14 @@ def link_index(network: Network, link: tuple, devices: int) -> int:
     raise ValueError(f"link={link!r} joins a device to itself")
 
 
+def all_capacities(network: Network, count: int, devices: int) -> np.ndarray:
+    """`capacities` of every link index 0 .. count - 1; where every link has the network's bandwidth, one
+    read-only value seen `count` times (a fully connected mesh of 1024 devices has a million links)."""
+    if network.topology == "hierarchical":
+        return capacities(network, np.arange(count), devices)
+    return np.broadcast_to(np.float64(network.bandwidth_bytes_per_s), (count,))
+
+
 def capacities(network: Network, links: np.ndarray, devices: int) -> np.ndarray:
     """Bytes per second of each integer link index in `links`."""
     if network.topology == "hierarchical":

@@ -55,22 +55,52 @@ class Prepared:
 
 def block_index(mesh: Mesh, device: int, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> tuple[slice, ...]:
     """The block of a global array of `shape` that `device` holds under `spec`."""
+    index = []
+    for entry, block in _block_sizes(mesh, spec, shape, path):
+        start = 0 if entry is None else mesh.axis_index(device, entry) * block
+        index.append(slice(None) if entry is None else slice(start, start + block))
+    return tuple(index)
+
+
+def block_indices(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> list[tuple[slice, ...]]:
+    """`block_index` of every device, in device order, each device's position along the spec's axes read off
+    the mesh's grid at once."""
+    whole = slice(None)
+    per_dim: list[list[slice] | None] = []
+    for entry, block in _block_sizes(mesh, spec, shape, path):
+        if entry is None:
+            per_dim.append(None)
+            continue
+        starts = (_axis_indices(mesh, entry) * block).tolist()
+        per_dim.append([slice(start, start + block) for start in starts])
+    return [tuple(whole if slices is None else slices[d] for slices in per_dim) for d in mesh.devices]
+
+
+def _block_sizes(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> list[tuple[Any, int]]:
+    """For each dimension `spec` names: its entry (None: whole) and the block length along it."""
     if len(spec) > len(shape):
         raise InvalidArgumentError(f"{path}: spec {spec!r} has {len(spec)} entries but the array has rank {len(shape)}")
-    index = []
+    sizes: list[tuple[Any, int]] = []
     for dim, entry in enumerate(spec):
         if entry is None:
-            index.append(slice(None))
+            sizes.append((None, shape[dim]))
             continue
         count = mesh.axis_size(entry)
         if shape[dim] % count:
             raise InvalidArgumentError(
                 f"{path}: dimension {dim} of size {shape[dim]} must be divisible by the {count} devices of {entry!r}"
             )
-        block = shape[dim] // count
-        start = mesh.axis_index(device, entry) * block
-        index.append(slice(start, start + block))
-    return tuple(index)
+        sizes.append((entry, shape[dim] // count))
+    return sizes
+
+
+def _axis_indices(mesh: Mesh, axis_name: Any) -> np.ndarray:
+    """Every device's index along `axis_name` (row-major over a tuple of names), by device id."""
+    coords = dict(zip(mesh.axis_names, np.unravel_index(np.arange(mesh.size), tuple(mesh.shape.values()))))
+    index = np.zeros(mesh.size, np.int64)
+    for name in mesh.axis_names_of(axis_name):
+        index = index * mesh.shape[name] + coords[name]
+    return index
 
 
 def prepare(mesh: Mesh, memories: list[LocalMemory], avals: dict[str, Aval]) -> dict[str, Prepared]:
@@ -80,8 +110,8 @@ def prepare(mesh: Mesh, memories: list[LocalMemory], avals: dict[str, Aval]) -> 
     for path, aval in avals.items():
         array = np.zeros(aval.shape, aval.dtype)  # fresh zero pages: an allocation's zeros, never written twice
         # `...` keeps a 0-d block an array view (indexing with `()` alone would give a read-only scalar)
-        regions = {d: array[(*block_index(mesh, d, aval.spec, aval.shape, path), ...)]
-                   for d in _writers(mesh, aval.spec)}
+        indices = block_indices(mesh, aval.spec, aval.shape, path)
+        regions = {d: array[(*indices[d], ...)] for d in _writers(mesh, aval.spec)}
         reserved = {d: r for d, r in regions.items() if r.size and r.flags.c_contiguous}
         if aval.reserve and reserved:
             for device, region in reserved.items():
@@ -120,12 +150,13 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
         if entry is not None:
             global_shape[dim] *= mesh.axis_size(entry)
     aval = Aval(spec, tuple(global_shape), first.dtype)
-    regions = {d: block_index(mesh, d, spec, aval.shape, path) for d in _writers(mesh, spec)}
+    indices = block_indices(mesh, spec, aval.shape, path)
+    regions = {d: indices[d] for d in _writers(mesh, spec)}
     fits = prepared is not None and prepared.aval == aval and all(
         d not in prepared.taken or _is_view(blocks[d], prepared.array[index]) for d, index in regions.items())
     out = prepared.array if fits else np.empty(aval.shape, aval.dtype)  # every element is written below
     for d, index in regions.items():
-        if not _is_view(blocks[d], out[index]):
+        if not fits or not _is_view(blocks[d], out[index]):  # no block is a view of a new array
             out[index] = blocks[d]
     return out
 
@@ -155,6 +186,8 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 def _check_replicas(mesh: Mesh, spec: PartitionSpec, path: str, blocks: list[np.ndarray]) -> None:
     """Devices along mesh axes `spec` leaves out must hold the same block as their twin at index 0."""
     unmapped = [a for a in mesh.axis_names if a not in spec.axes()]
+    if not unmapped:  # every device writes its own block: nothing is replicated
+        return
     for d, block in enumerate(blocks):
         coords = mesh.coords(d)
         if not any(coords[a] for a in unmapped):
@@ -174,8 +207,9 @@ def _is_spec(value: Any) -> bool:
 
 def _writers(mesh: Mesh, spec: PartitionSpec) -> list[int]:
     """The devices whose blocks make up the global array: index 0 along every axis `spec` leaves out."""
-    unmapped = [a for a in mesh.axis_names if a not in spec.axes()]
-    return [d for d in mesh.devices if not any(mesh.coords(d)[a] for a in unmapped)]
+    grid = np.arange(mesh.size).reshape(tuple(mesh.shape.values()))
+    first = tuple(slice(0, 1) if name not in spec.axes() else slice(None) for name in mesh.axis_names)
+    return grid[first].reshape(-1).tolist()
 
 
 def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:

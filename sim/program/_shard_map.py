@@ -11,13 +11,13 @@ import numpy as np
 
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from sim.engine._driver import current
-from sim.engine._engine import Simulation
+from sim.engine._engine import Simulation, gc_paused
 from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_struct
 from sim.memory._array import Array
 from sim.memory._spec import PartitionSpec
 from sim.network._mesh import Mesh
 from sim.program import _explore
-from sim.program._blocks import Aval, assemble, avals_of, block_index, prepare, settle
+from sim.program._blocks import Aval, assemble, avals_of, block_indices, prepare, settle
 from sim.program._tree import broadcast_prefix, leaves, tree_map
 from sim.program._varying import Varying, _ref, as_array, promote, vma_of
 from sim.record import _html, _perfetto
@@ -142,6 +142,10 @@ class ShardMapped:
     def run_with(self, args: tuple, **simulation: Any) -> Run:
         """Run the program once on a `Simulation` made with the keywords `simulation` (a `perturbation`,
         `last_arrival_wins`)."""
+        with gc_paused():  # placing, running and assembling make many acyclic objects per device
+            return self._run_with(args, simulation)
+
+    def _run_with(self, args: tuple, simulation: dict) -> Run:
         simulation = Simulation(self.mesh, self.check_vma, sanitize=self.sanitize, **simulation)
         programs, signature = self._programs(simulation, args)
         # after the inputs are placed, so that no input copy takes an output's region
@@ -176,20 +180,23 @@ class ShardMapped:
         # an array placed with a Format keeps its layout in every device memory
         layouts = tree_map(lambda x: x.layout if isinstance(x, Array) and x.layout.tiling == () else None, args)
         values = tree_map(_value, args)  # an Array's values are gathered once, not once per device
+        # every device's block of every input, and its type, found once per input
+        indices = tree_map(lambda path, x, spec: _Blocks(block_indices(self.mesh, spec, x.shape, path)),
+                           paths, values, in_specs)
+        vmas = tree_map(lambda _, spec: frozenset(spec.axes() if self.check_vma else ()), paths, in_specs)
 
         def program(device: int) -> Callable[[], Any]:
             memory, record = simulation.memories[device], simulation.programs[device]
 
-            def place(path: str, x: np.ndarray, layout: Any, spec: PartitionSpec) -> Varying:
-                block = x[block_index(self.mesh, device, spec, x.shape, path)]
-                local = memory.view(memory.place(block, layout)).view(Varying)
+            def place(x: np.ndarray, layout: Any, index: _Blocks, vma: frozenset) -> Varying:
+                local = memory.view(memory.place(x[index.by_device[device]], layout)).view(Varying)
                 local.flags.writeable = False  # an input is immutable, adopted or copied alike
-                local.vma = frozenset(spec.axes()) if self.check_vma else frozenset()
-                local.var = record.new_var(local.dtype, local.shape, local.vma)
+                local.vma = vma
+                local.var = record.new_var(local.dtype, local.shape, vma)
                 record.inputs.append(local.var)
                 return local
 
-            mine = tree_map(place, paths, values, layouts, in_specs)
+            mine = tree_map(place, values, layouts, indices, vmas)
             return lambda: self._finish(record, self.f(*mine))
 
         return [program(d) for d in self.mesh.devices], _signature(paths, values, layouts)
@@ -204,6 +211,12 @@ class ShardMapped:
         vary along every axis the entry splits over (a recorded pvary, as JAX does), then record the
         program's outputs. A Python scalar (a constant, as `axis_size` gives) leaves as JAX's shard_map returns
         it: a 0-d array of its weak type's default dtype."""
+        spec = self.out_specs
+        if isinstance(result, np.ndarray) and _is_spec(spec):  # one array, one spec: no tree to walk
+            if self.check_vma:
+                result = promote(_check_type("out", spec, result, current().device), frozenset(spec.axes()))
+            record.outputs = [_ref(result)]
+            return result
         result = tree_map(as_array, result)
         out_specs = _expand(self.out_specs, result, "out_specs")
         if self.check_vma:
@@ -245,6 +258,13 @@ def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_v
             raise InvalidArgumentError(f"spec {spec!r} must not use a mesh axis twice")
     _explore.check_orders(explore_orders, seed, allow_zero=True)
     return ShardMapped(f, mesh, in_specs, out_specs, check_vma, sanitize, explore_orders, seed)
+
+
+class _Blocks:
+    """The index of every device's block of one input (a leaf to `tree_map`, where a list would be a node)."""
+
+    def __init__(self, by_device: list[tuple[slice, ...]]) -> None:
+        self.by_device = by_device
 
 
 def _value(x: Any) -> np.ndarray:
