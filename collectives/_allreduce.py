@@ -83,7 +83,7 @@ from collectives._common import pack_slice, received, row_major_everywhere, unpa
 from collectives._halving import SwappedPartials, chunk_bounds, doubling_all_gather, halving_reduce_scatter
 from collectives._in_network import ALL_REDUCE as IN_NETWORK
 from collectives._in_network import all_reduce as in_network_all_reduce
-from collectives._joint import Cut, cut, joint, staged, summed
+from collectives._joint import Cut, cut, joint, staged
 from layouts import Layout
 
 
@@ -259,7 +259,7 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
                 own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
         partial = (len(lanes) == 1 and staged(port, phase + "partials", own)) or staging(memory, own)
         c = (team.index - 1) % team.size
-        partial[c][...] = summed(reduction, identity(reduction, own[c].dtype), own[c])
+        partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
         states.append([team, phase, own, partial, c])
     if len(lanes) == 1 and lanes[0][0].size > 1 and ring_steps.by_tables(port, phase + "reduce-scatter", own[0],
                                                                           reduction):

@@ -33,9 +33,9 @@ import sim
 from collectives import _bidirectional_rows as bidirectional_rows
 from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
-from collectives._arithmetic import identity
+from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
-from collectives._joint import Cut, Decided, UnitRows, hollow, summed
+from collectives._joint import Cut, Decided, UnitRows, hollow
 from layouts import Layout
 
 _WAYS = ((1, "clockwise"), (-1, "counter-clockwise"))  # (the offset a message goes to, the direction's name)
@@ -283,7 +283,7 @@ def _finish(port: sim.Port, state: _Folding, reduction: str) -> np.ndarray:
     for offset, _ in _WAYS:
         if offset in state.arrived:
             span, values = state.arrived[offset]
-            mine[span] = summed(reduction, mine[span], values) if offset == -1 else summed(reduction, values,
+            mine[span] = combine(reduction, mine[span], values) if offset == -1 else combine(reduction, values,
                                                                                         mine[span])
     return mine
 
@@ -291,6 +291,6 @@ def _finish(port: sim.Port, state: _Folding, reduction: str) -> np.ndarray:
 def _fold(port: sim.Port, own: np.ndarray, span: slice, values: np.ndarray, reduction: str) -> np.ndarray:
     """A new flat buffer holding `own` (folded into the identity) with the partial sum `values` added on `span`."""
     out = port.memory.view(port.memory.alloc(own.dtype, own.shape))
-    out[...] = summed(reduction, identity(reduction, own.dtype), own)
-    out[span] = summed(reduction, values, own[span])
+    out[...] = combine(reduction, identity(reduction, own.dtype), own)
+    out[span] = combine(reduction, values, own[span])
     return out

@@ -24,8 +24,8 @@ import numpy as np
 
 import sim
 from collectives._algorithms import Team, group_index
-from collectives._arithmetic import identity
-from collectives._joint import JOINT_MAX_BYTES, Cut, ragged, summed
+from collectives._arithmetic import combine, identity
+from collectives._joint import JOINT_MAX_BYTES, Cut, ragged
 
 __all__ = ["fits", "reduce_scatter"]
 
@@ -151,12 +151,12 @@ class _Folds:
         own = receivers * self.terms.shape[1] + self.chunk_at[chunks]
         whole = self.sizes[chunks]
         rows, reduction = self.rows, self.reduction
-        rows[_runs(put, whole)] = summed(reduction, identity(reduction, self.dtype), terms[_runs(own, whole)])
+        rows[_runs(put, whole)] = combine(reduction, identity(reduction, self.dtype), terms[_runs(own, whole)])
         carried = hi - lo
         for source, pick in ((terms, first), (rows, ~first)):
             if pick.any():
                 take = _runs(start[pick] + lo[pick], carried[pick])
-                rows[_runs(put[pick] + lo[pick], carried[pick])] = summed(
+                rows[_runs(put[pick] + lo[pick], carried[pick])] = combine(
                     reduction, source[take], terms[_runs(own[pick] + lo[pick], carried[pick])])
 
 

@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 import sim
-from collectives._arithmetic import combine
 
 __all__ = ["JOINT_MAX_BYTES", "Cut", "Decided", "FoldRows", "Rows", "UnitRows", "cut", "joint", "ragged", "staged",
-           "summed", "units_of"]
+           "units_of"]
 
 JOINT_MAX_BYTES = 64 << 20  # past this the messages carry enough bytes that one copy each costs little more
 _RUN_MAX = 256  # longest unit moved by fancy indexing (an index per element); longer ones are sliced
@@ -69,30 +68,6 @@ class Cut(Sequence):
     def nbytes(self) -> np.ndarray:
         """Each unit's bytes."""
         return self.sizes * self.flat.dtype.itemsize
-
-
-_PLAIN = {np.dtype(np.float32): np.finfo(np.float32).smallest_normal,
-          np.dtype(np.float64): np.finfo(np.float64).smallest_normal}  # dtypes `summed` adds directly
-
-
-def summed(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """`collectives._arithmetic.combine(reduction, acc, x)`, the same bits, with less work where it can be
-    shown to be a plain addition: float32/float64 sums of arrays of one dtype and shape (or `acc` one value)
-    in which no term and no sum is a NaN or a subnormal (then `combine`'s flushing and NaN quieting change
-    nothing).
-
-    >>> summed("sum", np.array([1.5, -2.0], np.float32), np.array([0.5, 2.0], np.float32)).tolist()
-    [2.0, 0.0]
-    """
-    tiny = _PLAIN.get(acc.dtype) if reduction == "sum" and type(acc) is np.ndarray else None
-    if tiny is None or type(x) is not np.ndarray or x.dtype != acc.dtype or (x.shape != acc.shape and acc.shape):
-        return combine(reduction, acc, x)
-    with np.errstate(all="ignore"):
-        total = acc + x
-    every = np.abs(np.concatenate((acc.reshape(-1), x.reshape(-1), total.reshape(-1))))
-    if ((every >= tiny) | (every == 0)).all():  # a NaN fails both tests
-        return total
-    return combine(reduction, acc, x)
 
 
 def cut(flat: np.ndarray, n: int) -> Cut:

@@ -24,7 +24,8 @@ import numpy as np
 
 import sim
 from collectives._algorithms import Team, group_index
-from collectives._joint import Cut, Decided, FoldRows, UnitRows, hollow, summed
+from collectives._arithmetic import combine
+from collectives._joint import Cut, Decided, FoldRows, UnitRows, hollow
 
 
 def by_tables(port: sim.Port, phase: str, unit: np.ndarray, reduction: str | None = None) -> bool:
@@ -150,7 +151,7 @@ class _ReduceScatter:
         joined; None where they are not, or not all have joined yet."""
         reduction = self.reduction
         return self.folds.get(self.of.states, lambda states: FoldRows.of(
-            states, lambda theirs, owns: summed(reduction, theirs, owns)))
+            states, lambda theirs, owns: combine(reduction, theirs, owns)))
 
     def _columns(self) -> tuple[list, list]:
         """Every member's terms and partial sums (lists by ring position), once all have joined."""
@@ -167,7 +168,7 @@ def _add_into(reduction: str, targets: list, theirs: list, owns: list) -> None:
     """`targets[i][...] = theirs[i] op owns[i]` for every i (arrays of one shape), the sums taken together."""
     if sim.memory.is_hollow(targets[0].dtype):  # abstract payloads: sums without values, nothing to write
         return
-    total = summed(reduction, _stacked(theirs), _stacked(owns))
+    total = combine(reduction, _stacked(theirs), _stacked(owns))
     for target, values in zip(targets, total):
         target[...] = values
 

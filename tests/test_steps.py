@@ -388,47 +388,6 @@ def test_joint_buffers_are_rows_charged_as_allocations():
     assert "k" not in str(big.facts) and big.memory.meter.held_bytes == 32
 
 
-_SPECIAL = [0.0, -0.0, 1.0, -1.5, np.inf, -np.inf, np.nan, 1e-40, -1e-310, 3e38, -3e38, 1.7e308, 2.0**-126,
-            2.0**-1022]
-
-
-@given(data=st.data(), dtype=st.sampled_from(["float32", "float64", "int32", "float16"]),
-       reduction=st.sampled_from(["sum", "max", "min"]), size=st.integers(0, 6), scalar=st.booleans())
-def test_summed_is_combine_bit_for_bit(data, dtype, reduction, size, scalar):
-    """`summed` gives `combine`'s bits on any terms: NaN (signalling ones too), subnormals, infinities,
-    signed zeros, overflowing sums, a one-value accumulator, other dtypes and reductions."""
-    from collectives._arithmetic import combine
-    from collectives._joint import summed
-
-    def values(count):
-        if np.dtype(dtype).kind == "i":
-            return np.array(data.draw(st.lists(st.integers(-2**31, 2**31 - 1), min_size=count, max_size=count)),
-                            dtype)
-        picked = data.draw(st.lists(st.sampled_from(_SPECIAL) | st.floats(allow_nan=True), min_size=count,
-                                    max_size=count))
-        with np.errstate(all="ignore"):
-            out = np.array(picked, np.float64).astype(dtype)
-        if out.size and data.draw(st.booleans()):  # a signalling NaN
-            bits = np.dtype(dtype).itemsize * 8
-            out.view(f"uint{bits}")[0] = {16: 0x7C01, 32: 0x7F800001, 64: 0x7FF0000000000001}[bits]
-        return out
-    acc = values(1).reshape(()) if scalar and size else values(size)
-    x = values(size)
-    ours, theirs = summed(reduction, acc, x), combine(reduction, acc, x)
-    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape and ours.tobytes() == theirs.tobytes()
-
-
-def test_summed_comparison_can_fail(monkeypatch):
-    """A `summed` that lets subnormals through as a plain sum (where `combine` flushes them) is told apart."""
-    import collectives._joint as joint
-    from collectives._arithmetic import combine
-
-    acc, x = np.array([1e-40, 1.0], np.float32), np.array([0.0, 1.0], np.float32)
-    assert joint.summed("sum", acc, x).tobytes() == combine("sum", acc, x).tobytes()
-    monkeypatch.setattr(joint, "_PLAIN", dict.fromkeys(joint._PLAIN, 0.0))
-    assert joint.summed("sum", acc, x).tobytes() != combine("sum", acc, x).tobytes()
-
-
 @st.composite
 def _scatters(draw):
     """(devices, global input, tiled) of a direct psum_scatter along dimension 0, any dtype and trailing shape."""
