@@ -312,7 +312,7 @@ def test_bidirectional_folds_over_rows_are_used(monkeypatch):
     assert len(entered) == 12
     case = ((6,), "switch", [("psum_scatter", 0, "bidirectional_ring", True)], np.arange(36.0))
     slow = _per_message_moves(case)
-    monkeypatch.setattr(bidirectional_rows, "summed", lambda reduction, a, b: np.asarray(a) + 0 * np.asarray(b))
+    monkeypatch.setattr(bidirectional_rows, "combine", lambda reduction, a, b: np.asarray(a) + 0 * np.asarray(b))
     assert _run(case)[0] != slow[0]
 
 
