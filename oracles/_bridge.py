@@ -40,6 +40,7 @@ from oracles._bridge_diagnostics import (
     source_line,
 )
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
+from oracles._bridge_mapped import mapped
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
@@ -215,12 +216,18 @@ class _Host:
             raise BridgeError(f"shard_map over axis_names={sorted(manual)} of a mesh with axes {list(axes)} at "
                               f"{source_line(eqn)}: the bridge runs shard_maps that map every mesh axis (drop "
                               f"axis_names=)")
-        watch = _bridge_device.Watch(self.strict, source_line(eqn))
-        mapped = sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes), self.compiled),
-                               mesh=sim.Mesh(axes, network=self.network),
-                               in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
-                               out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
-        run = mapped.run(*(_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)))
+        def make(watch: _bridge_device.Watch) -> sim.ShardMapped:
+            return sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes), self.compiled),
+                                 mesh=sim.Mesh(axes, network=self.network),
+                                 in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
+                                 out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
+
+        kept = mapped(eqn, self.network, self.strict, self.compiled, self.options, make, source_line(eqn))
+        watch, kept.busy = kept.watch, True
+        try:
+            run = kept.function.run(*(_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)))
+        finally:
+            kept.busy = False
         self.runs.append(run)
         self.labels.append(label(source_line(eqn)))
         if run.outputs is None:
