@@ -14,6 +14,7 @@ compiled: its equations run one by one, where the mismatch is reported on the eq
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import starmap
 from typing import Any
 
 import numpy as np
@@ -49,9 +50,16 @@ class _Typed:
     rows: tuple[tuple, ...] = ()
 
     def __post_init__(self) -> None:
-        rows = tuple((s.op, s.params, s.operands, s.promoted, s.results[0] if s.results else len(s.results),
-                      s.avals, s.cast) for s in self.steps)
+        rows = tuple((s.op, s.params, s.operands if all(k.__class__ is int for k in s.operands) else _Mixed(s.operands),
+                      s.promoted, s.results[0] if s.results else 0, s.avals, s.cast) for s in self.steps)
         object.__setattr__(self, "rows", rows)
+
+
+@dataclass(frozen=True)
+class _Mixed:
+    """A step's operands where some are constants: segment value indices and `sim.Const`s, in order."""
+
+    items: tuple[int | sim.Const, ...]
 
 
 def run(segment: Segment, values: list, check_vma: bool) -> list | None:
@@ -119,11 +127,15 @@ def _record(typed: _Typed, values: list) -> list:
     refs: list = [v.var if isinstance(v, sim.Varying) and v.var is not None else sim.Const(np.asarray(v))
                   for v in values]
     refs += [None] * (typed.count - len(refs))
+    read = refs.__getitem__
     for op, params, operands, promoted, first, avals, cast in typed.rows:
-        ins = tuple([refs[k] if k.__class__ is int else k for k in operands])
+        if operands.__class__ is tuple:  # indices alone
+            ins = tuple(map(read, operands))
+        else:  # a _Mixed: indices and constants
+            ins = tuple([refs[k] if k.__class__ is int else k for k in operands.items])
         if promoted:
             ins = _promote(program, ins, promoted)
-        outs = tuple([new_var(dtype, shape, vma) for dtype, shape, vma in avals])
+        outs = tuple(starmap(new_var, avals))
         if cast:
             equations += [equation(op, params, (i,), (o,)) for i, o in zip(ins, outs)]
         else:
