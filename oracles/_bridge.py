@@ -41,6 +41,7 @@ from oracles._bridge_diagnostics import (
 )
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
 from oracles._bridge_mapped import mapped
+from oracles._bridge_mapped import run as run_mapped
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
@@ -222,12 +223,9 @@ class _Host:
                                  in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
                                  out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
 
+        values = [_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)]
         kept = mapped(eqn, self.network, self.strict, self.compiled, self.options, make, source_line(eqn))
-        watch, kept.busy = kept.watch, True
-        try:
-            run = kept.function.run(*(_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)))
-        finally:
-            kept.busy = False
+        watch, run = kept.watch, run_mapped(kept, *values)
         self.runs.append(run)
         self.labels.append(label(source_line(eqn)))
         if run.outputs is None:

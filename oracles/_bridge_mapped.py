@@ -41,8 +41,9 @@ _mapped: OrderedDict[tuple, Mapped] = OrderedDict()
 
 def mapped(eqn: Any, network: sim.Network | None, strict: bool, compiled: bool, options: Mapping[str, Any],
            make: Callable[[Watch], sim.ShardMapped], where: str) -> Mapped:
-    """The `Mapped` of `eqn` run this way, its watch emptied; made by `make(watch)` on the first call (and
-    on a call made while another run of it is under way, or with options that cannot be a key)."""
+    """The `Mapped` of `eqn` run this way, its watch emptied and marked busy until `run` ends; made by
+    `make(watch)` on the first call (and on a call made while another run of it is under way, or with options
+    that cannot be a key)."""
     try:
         key: tuple | None = (id(eqn), id(network), strict, compiled, tuple(sorted(options.items())))
         hash(key)
@@ -52,11 +53,21 @@ def mapped(eqn: Any, network: sim.Network | None, strict: bool, compiled: bool, 
     if found is not None and found.keep[0] is eqn and found.keep[1] is network and not found.busy:
         _mapped.move_to_end(key)
         found.watch.slips = {}
+        found.busy = True
         return found
     watch = Watch(strict, where)
-    made = Mapped(make(watch), watch, (eqn, network))
+    made = Mapped(make(watch), watch, (eqn, network), busy=True)
     if key is not None and (found is None or not found.busy):
         _mapped[key] = made
         while len(_mapped) > _KEPT:
             _mapped.popitem(last=False)
     return made
+
+
+def run(kept: Mapped, *args: Any) -> sim.Run:
+    """One run of the kept program on `args`; the mapped function lets go of the run (the caller holds it)."""
+    try:
+        return kept.function.run(*args)
+    finally:
+        kept.function.last_run = None
+        kept.busy = False
