@@ -112,8 +112,9 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
 
     The local work between collectives (on each device, and on the host between shard_maps) runs as XLA
     computations compiled as JAX compiles them (`oracles._bridge_segments`), so results equal jitted JAX's
-    bit for bit; a jitted `f` is traced once per argument signature and each segment compiled once, so a
-    warm call costs the simulation and little more. `compiled=False` evaluates every equation on its own,
+    bit for bit; a jitted `f` is traced once per argument signature, each segment compiled and typed once
+    and each shard_map's simulated program (`oracles._bridge_mapped`) made once, so a warm call costs the
+    simulation and little more. `compiled=False` evaluates every equation on its own,
     as JAX does under `jax.disable_jit()` (the same messages, trace, times and typed programs; floats may
     differ where XLA fuses, e.g. a multiply and an add into one rounding).
 
