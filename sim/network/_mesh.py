@@ -69,6 +69,7 @@ class Mesh:
         self._grid = np.arange(self.size).reshape(tuple(self.shape.values()))
         self._groups: dict[tuple, list[Group]] = {}
         self._coords: dict[int, dict[str, int]] = {}  # each device's coordinates, spelled once per mesh
+        self._names: dict[str, tuple[str, ...]] = {}  # each axis name checked once per mesh
         from sim.network._network import DEFAULT_COPY_COST, Network
 
         network = Network.fully_connected() if network is None else network
@@ -114,6 +115,14 @@ class Mesh:
 
     def axis_names_of(self, axis_name: AxisName) -> tuple[str, ...]:
         """`axis_name` as a tuple of known names; raises for unknown or repeated names."""
+        found = self._names.get(axis_name) if isinstance(axis_name, str) else None
+        if found is None:
+            found = self._checked_names(axis_name)
+            if isinstance(axis_name, str):
+                self._names[axis_name] = found
+        return found
+
+    def _checked_names(self, axis_name: AxisName) -> tuple[str, ...]:
         names = axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,)
         if not names:
             raise InvalidArgumentError(f"axis_name={axis_name!r} must name at least one mesh axis")
