@@ -79,22 +79,22 @@ def replays(f: Callable[..., Any], args: tuple) -> list[Callable[[], Any]]:
     operands each device passed, replayed as a `sim.shard_map` program on the same mesh."""
     meshes: list[sim.Mesh] = []
     calls: list[dict[int, list]] = []
-    collective, shard_map = _bridge_device._collective, sim.shard_map
+    collective, run = _bridge_device._collective, sim.ShardMapped.run
 
     def record_call(definition: Any, eqn: Any, ins: list) -> list:
         calls[-1][sim.current().device].append((definition, eqn, [np.array(x) for x in ins]))
         return collective(definition, eqn, ins)
 
-    def record_mesh(*a: Any, mesh: sim.Mesh, **kw: Any) -> Any:
-        meshes.append(mesh)
+    def record_run(mapped: sim.ShardMapped, *a: Any) -> Any:
+        meshes.append(mapped.mesh)
         calls.append(defaultdict(list))
-        return shard_map(*a, mesh=mesh, **kw)
+        return run(mapped, *a)
 
-    _bridge_device._collective, sim.shard_map = record_call, record_mesh
+    _bridge_device._collective, sim.ShardMapped.run = record_call, record_run  # type: ignore[method-assign]
     try:
         oracles.simulate_jax(f, *args)
     finally:
-        _bridge_device._collective, sim.shard_map = collective, shard_map
+        _bridge_device._collective, sim.ShardMapped.run = collective, run  # type: ignore[method-assign]
     return [_replay(mesh, table) for mesh, table in zip(meshes, calls)]
 
 

@@ -40,6 +40,8 @@ from oracles._bridge_diagnostics import (
     source_line,
 )
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
+from oracles._bridge_mapped import mapped
+from oracles._bridge_mapped import run as run_mapped
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
@@ -110,8 +112,9 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
 
     The local work between collectives (on each device, and on the host between shard_maps) runs as XLA
     computations compiled as JAX compiles them (`oracles._bridge_segments`), so results equal jitted JAX's
-    bit for bit; a jitted `f` is traced once per argument signature and each segment compiled once, so a
-    warm call costs the simulation and little more. `compiled=False` evaluates every equation on its own,
+    bit for bit; a jitted `f` is traced once per argument signature, each segment compiled and typed once
+    and each shard_map's simulated program (`oracles._bridge_mapped`) made once, so a warm call costs the
+    simulation and little more. `compiled=False` evaluates every equation on its own,
     as JAX does under `jax.disable_jit()` (the same messages, trace, times and typed programs; floats may
     differ where XLA fuses, e.g. a multiply and an add into one rounding).
 
@@ -215,12 +218,15 @@ class _Host:
             raise BridgeError(f"shard_map over axis_names={sorted(manual)} of a mesh with axes {list(axes)} at "
                               f"{source_line(eqn)}: the bridge runs shard_maps that map every mesh axis (drop "
                               f"axis_names=)")
-        watch = _bridge_device.Watch(self.strict, source_line(eqn))
-        mapped = sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes), self.compiled),
-                               mesh=sim.Mesh(axes, network=self.network),
-                               in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
-                               out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
-        run = mapped.run(*(_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)))
+        def make(watch: _bridge_device.Watch) -> sim.ShardMapped:
+            return sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes), self.compiled),
+                                 mesh=sim.Mesh(axes, network=self.network),
+                                 in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
+                                 out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
+
+        values = [_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)]
+        kept = mapped(eqn, self.network, self.strict, self.compiled, self.options, make, source_line(eqn))
+        watch, run = kept.watch, run_mapped(kept, *values)
         self.runs.append(run)
         self.labels.append(label(source_line(eqn)))
         if run.outputs is None:

@@ -14,6 +14,7 @@ compiled: its equations run one by one, where the mismatch is reported on the eq
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import starmap
 from typing import Any
 
 import numpy as np
@@ -40,11 +41,25 @@ class _Step:
 @dataclass(frozen=True)
 class _Typed:
     """A segment typed for one set of input types: its steps, how many values it names, and where each of the
-    segment's outputs is among them with its type."""
+    segment's outputs is among them with its type; `rows` holds the steps as plain tuples for `_record`
+    (op, params, operands, promoted, first result index, result types, cast)."""
 
     steps: tuple[_Step, ...]
     count: int
     outputs: tuple[tuple[int, frozenset], ...]
+    rows: tuple[tuple, ...] = ()
+
+    def __post_init__(self) -> None:
+        rows = tuple((s.op, s.params, s.operands if all(k.__class__ is int for k in s.operands) else _Mixed(s.operands),
+                      s.promoted, s.results[0] if s.results else 0, s.avals, s.cast) for s in self.steps)
+        object.__setattr__(self, "rows", rows)
+
+
+@dataclass(frozen=True)
+class _Mixed:
+    """A step's operands where some are constants: segment value indices and `sim.Const`s, in order."""
+
+    items: tuple[int | sim.Const, ...]
 
 
 def run(segment: Segment, values: list, check_vma: bool) -> list | None:
@@ -108,25 +123,35 @@ def typing(segment: Segment, inputs: tuple[tuple[bool, frozenset], ...], check_v
 def _record(typed: _Typed, values: list) -> list:
     """Record the typed segment's equations in the running device's program: the variables of its values."""
     program = sim.current().program
-    new_var, record = program.new_var, program.record
+    new_var, equations, equation = program.new_var, program.equations, sim.Equation
     refs: list = [v.var if isinstance(v, sim.Varying) and v.var is not None else sim.Const(np.asarray(v))
                   for v in values]
     refs += [None] * (typed.count - len(refs))
-    for step in typed.steps:
-        ins = [refs[k] if k.__class__ is int else k for k in step.operands]
-        for position, vma in step.promoted:
-            low = ins[position]
-            ins[position] = new_var(low.dtype, low.shape, vma)
-            record("pvary", (("axes", tuple(sorted(vma - low.vma))),), [low], [ins[position]])
-        outs = [new_var(dtype, shape, vma) for dtype, shape, vma in step.avals]
-        if step.cast:
-            for i, o in zip(ins, outs):
-                record(step.op, step.params, [i], [o])
+    read = refs.__getitem__
+    for op, params, operands, promoted, first, avals, cast in typed.rows:
+        if operands.__class__ is tuple:  # indices alone
+            ins = tuple(map(read, operands))
+        else:  # a _Mixed: indices and constants
+            ins = tuple([refs[k] if k.__class__ is int else k for k in operands.items])
+        if promoted:
+            ins = _promote(program, ins, promoted)
+        outs = tuple(starmap(new_var, avals))
+        if cast:
+            equations += [equation(op, params, (i,), (o,)) for i, o in zip(ins, outs)]
         else:
-            record(step.op, step.params, ins, outs)
-        for k, var in zip(step.results, outs):
-            refs[k] = var
+            equations.append(equation(op, params, ins, outs))
+        refs[first:first + len(outs)] = outs
     return refs
+
+
+def _promote(program: sim.Program, ins: tuple, promoted: tuple[tuple[int, frozenset], ...]) -> tuple:
+    """`ins` with each operand listed in `promoted` raised to its axes by a recorded `pvary`."""
+    raised = list(ins)
+    for position, vma in promoted:
+        low = raised[position]
+        raised[position] = program.new_var(low.dtype, low.shape, vma)
+        program.record("pvary", (("axes", tuple(sorted(vma - low.vma))),), [low], [raised[position]])
+    return tuple(raised)
 
 
 def _params(name: str, params: dict) -> tuple:

@@ -123,7 +123,7 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list
     name = eqn.primitive.name
     definition = _definition(name)
     if definition is not None:
-        with sim.labelled(call_label(eqn, watch.where)):  # faces: each call labelled with its line
+        with sim.labelled(_label(eqn, watch.where)):  # faces: each call labelled with its line
             if name in STARTS:  # a future: its messages fly beside the device's work until done (oracles._device_time)
                 return start_collective(lambda: _collective(definition, eqn, ins), len(eqn.outvars))
             if charging():  # dataflow: the device goes on with work that does not read the outputs
@@ -190,14 +190,40 @@ def _recorded(params: dict) -> dict:
     return {k: ("<jaxpr>" if isinstance(v, (core.Jaxpr, core.ClosedJaxpr)) else v) for k, v in params.items()}
 
 
-def _collective(definition: Definition, eqn: core.JaxprEqn, ins: list) -> list:
-    """A collective primitive run as meshsim's collective: its messages cross the simulated network."""
+# What each collective equation met so far calls meshsim with (its keywords, its label), kept with it: a warm
+# call walks the same equations.
+_KEPT = 4096
+_kept: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def _memo(eqn: core.JaxprEqn, kind: str, make: Callable[[], Any]) -> Any:
+    """`make()` for `eqn`, made once per equation and `kind`."""
+    found = _kept.get((id(eqn), kind))
+    if found is None or found[0] is not eqn:
+        if len(_kept) >= _KEPT:
+            _kept.clear()
+        found = _kept[(id(eqn), kind)] = (eqn, make())
+    return found[1]
+
+
+def _label(eqn: core.JaxprEqn, where: str) -> str:
+    return _memo(eqn, f"label {where}", lambda: call_label(eqn, where))
+
+
+def _keywords(definition: Definition, eqn: core.JaxprEqn) -> dict[str, Any]:
+    """The keywords meshsim's collective takes for `eqn`: JAX's parameters renamed, those it lacks dropped."""
     params = {_RENAMED.get(k, k): v for k, v in eqn.params.items()}
     params.update(_FIXED.get(eqn.primitive.name.removesuffix("_start"), {}))
     kwargs = {k: v for k, v in params.items() if definition.takes(k)}
     names = kwargs.get("axis_name")
     if isinstance(names, (tuple, list)) and len(names) == 1:
         kwargs["axis_name"] = names[0]
+    return kwargs
+
+
+def _collective(definition: Definition, eqn: core.JaxprEqn, ins: list) -> list:
+    """A collective primitive run as meshsim's collective: its messages cross the simulated network."""
+    kwargs = dict(_memo(eqn, f"keywords {definition.name}", lambda: _keywords(definition, eqn)))
     if len(definition.arrays) == 1 and len(ins) > 1:
         # psum and its kin bind every leaf of a pytree at once: meshsim takes the pytree
         return list(definition.function(tuple(ins), **kwargs))

@@ -66,11 +66,27 @@ class Diagnostic:
         return self.message
 
 
+# Each equation's summarized source line, kept with the equation (a warm call's equations are the same
+# objects, and summarizing a traceback costs more than the collective it labels).
+_LINES_KEPT = 4096
+_lines: dict[int, tuple[Any, str]] = {}
+
+
 def source_line(eqn: Any, fallback: str = "") -> str:
     """The user's source line of `eqn` ('file:line:column (function)'). JAX keeps only the frames of the call
     that traced it: where none is the user's (a body that is a JAX function, like `jnp.argsort`), a
     shard_map is named by its body's function ('<lambda> at file:line') and any other equation by `fallback`
     (the enclosing shard_map's line), else '<unknown line>'."""
+    kept = _lines.get(id(eqn))
+    if kept is None or kept[0] is not eqn:
+        if len(_lines) >= _LINES_KEPT:
+            _lines.clear()
+        kept = _lines[id(eqn)] = (eqn, _summarized(eqn))
+    return kept[1] or fallback or "<unknown line>"
+
+
+def _summarized(eqn: Any) -> str:
+    """`source_line` of `eqn` without a fallback: '' where JAX kept none of the user's frames."""
     try:
         line = source_info_util.summarize(eqn.source_info)
     except Exception:  # an equation built by hand has no traceback
@@ -78,7 +94,7 @@ def source_line(eqn: Any, fallback: str = "") -> str:
     if not line and eqn.primitive.name == "shard_map":
         info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
         line = f"the shard_map of {info.func_src_info}" if info is not None and info.func_src_info else ""
-    return line or fallback or "<unknown line>"
+    return line
 
 
 def differing(blocks: np.ndarray, mesh_sizes: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:

@@ -130,7 +130,10 @@ def done(values: Sequence[Any]) -> list:
 
 def ready(values: list) -> list:
     """`values` with every future among them waited for (`done`); `values` itself when it holds none."""
-    return done(values) if any(isinstance(v, Started) for v in values) else values
+    for value in values:
+        if value.__class__ is Started:
+            return done(values)
+    return values
 
 
 _hoisted: dict[int, tuple[Any, Any]] = {}

@@ -68,6 +68,8 @@ class Mesh:
         self.max_memory_bytes = max_memory_bytes  # every run on the mesh holds its memories to it (None: default)
         self._grid = np.arange(self.size).reshape(tuple(self.shape.values()))
         self._groups: dict[tuple, list[Group]] = {}
+        self._coords: dict[int, dict[str, int]] = {}  # each device's coordinates, spelled once per mesh
+        self._names: dict[str, tuple[str, ...]] = {}  # each axis name checked once per mesh
         from sim.network._network import DEFAULT_COPY_COST, Network
 
         network = Network.fully_connected() if network is None else network
@@ -87,8 +89,15 @@ class Mesh:
 
     def coords(self, device: int) -> dict[str, int]:
         """The mesh coordinates of `device`."""
-        position = np.unravel_index(device, self._grid.shape)
-        return {name: int(i) for name, i in zip(self.axis_names, position)}
+        return dict(self._coords_of(device))
+
+    def _coords_of(self, device: int) -> dict[str, int]:
+        """`coords(device)`, kept per mesh (not to be changed by the caller)."""
+        found = self._coords.get(device)
+        if found is None:
+            position = np.unravel_index(device, self._grid.shape)
+            found = self._coords[device] = {name: int(i) for name, i in zip(self.axis_names, position)}
+        return found
 
     def route(self, src: int, dst: int) -> tuple:
         """The links (hashable ids, see `sim.Network.route`) a message from device `src` to device `dst`
@@ -106,6 +115,14 @@ class Mesh:
 
     def axis_names_of(self, axis_name: AxisName) -> tuple[str, ...]:
         """`axis_name` as a tuple of known names; raises for unknown or repeated names."""
+        found = self._names.get(axis_name) if isinstance(axis_name, str) else None
+        if found is None:
+            found = self._checked_names(axis_name)
+            if isinstance(axis_name, str):
+                self._names[axis_name] = found
+        return found
+
+    def _checked_names(self, axis_name: AxisName) -> tuple[str, ...]:
         names = axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,)
         if not names:
             raise InvalidArgumentError(f"axis_name={axis_name!r} must name at least one mesh axis")
@@ -126,7 +143,7 @@ class Mesh:
     def axis_index(self, device: int, axis_name: AxisName) -> int:
         """`device`'s index along `axis_name`; for a tuple, row-major over the names in tuple order."""
         names = self.axis_names_of(axis_name)
-        coords = self.coords(device)
+        coords = self._coords_of(device)
         index = 0
         for name in names:
             index = index * self.shape[name] + coords[name]
