@@ -67,6 +67,9 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
             (naming the pair), shapes or dtypes that differ between devices, an `out_layout` of another
             rank than x, an unknown algorithm.
     """
+    if isinstance(x, np.ndarray):  # an array is a tree of one leaf
+        return typed(PPERMUTE, axis_name, [x], lambda: _leaf(x, axis_name, perm, out_layout, algorithm),
+                     (("axis_name", axis_name), ("perm", perm)))
     return _ppermute(x, axis_name, perm, out_layout, algorithm)
 
 
@@ -84,29 +87,32 @@ def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "
     # a numeric array is its own operand; an array made from a memory view (a program's value) is found by
     # that view, unlike its plain copy
     array = x if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" else operand(_OP, context.device, "x", x)
-    pairs, params = _checked_perm(context, perm, len(group.members), axis_name, algorithm)
+    pairs, params, same = _checked_perm(context, group, perm, axis_name, algorithm)
     buffer = context.memory.resident(x if isinstance(x, np.ndarray) else array)
     args = _Args(buffer, pairs, None if out_layout is None else out_layout_of(_OP, context.device, out_layout,
                                                                                array.ndim))
-    return context.collective(sim.Collective(_OP, group, params, args, _protocol, _same(context, group), _together))
+    return context.collective(sim.Collective(_OP, group, params, args, _protocol, same, _together))
 
 
-def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any, algorithm: Any
-                  ) -> tuple[Perm, tuple]:
-    """`check_algorithm`, then `check_perm`; and the call's parameters. Once per run for an axis name, an
-    algorithm name and a permutation every device passes as the same object (their parameters then one
-    object, which the rendezvous compares by identity)."""
+def _checked_perm(context: sim.DeviceContext, group: sim.Group, perm: Any, axis_name: Any, algorithm: Any
+                  ) -> tuple[Perm, tuple, Any]:
+    """`check_algorithm`, then `check_perm`; the call's parameters; and the group check (`same_operands`).
+    Once per run for an axis name, an algorithm name and a permutation every device passes as the same
+    object (their parameters then one object, which the rendezvous compares by identity), and the group
+    check once more for each group of other members."""
+    size, members = len(group.members), group.members
     key = ("ppermute", id(perm), size, algorithm, axis_name) if isinstance(algorithm, str) and \
         isinstance(axis_name, (str, tuple)) else None
     found = context.shared.get(key) if key is not None else None
     if found is not None and found[0] is perm:  # the entry keeps `perm` alive, so its id is not reused
-        return found[1], found[2]
+        return found[1], found[2], found[4] if found[3] is members else _same(context, group)
     check_algorithm(_OP, context.device, algorithm, size, ALGORITHMS)
     pairs = check_perm(context.device, perm, size, axis_name)
     params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
+    same = _same(context, group)
     if key is not None:
-        context.shared[key] = (perm, pairs, params)
-    return pairs, params
+        context.shared[key] = (perm, pairs, params, members, same)
+    return pairs, params, same
 
 
 def _same(context: sim.DeviceContext, group: sim.Group) -> Any:
