@@ -230,7 +230,8 @@ def _together(gathering: sim.Gathering) -> sim.Joint | None:
             args, memory = group_args[index], memories[members[index]]
             buffer = args.buffer
             payloads.append(memory.view(buffer))
-            outs[index] = memory.view(memory.alloc(buffer.dtype, buffer.shape, args.out_layout))
+            outs[index] = memory.alloc_view(buffer.dtype, buffer.shape) if args.out_layout is None else \
+                memory.view(memory.alloc(buffer.dtype, buffer.shape, args.out_layout))
         return payloads, outs  # type: ignore[return-value]
 
     return sim.Pairs(gathering, targets, fill, {"pair": [(index, to[index]) for index in order]})
