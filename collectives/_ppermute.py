@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,7 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
             rank than x, an unknown algorithm.
     """
     if isinstance(x, np.ndarray):  # an array is a tree of one leaf
-        return typed(PPERMUTE, axis_name, [x], lambda: _leaf(x, axis_name, perm, out_layout, algorithm),
+        return typed(PPERMUTE, axis_name, [x], partial(_leaf, x, axis_name, perm, out_layout, algorithm),
                      (("axis_name", axis_name), ("perm", perm)))
     return _ppermute(x, axis_name, perm, out_layout, algorithm)
 
@@ -83,12 +84,17 @@ def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorit
 
 
 def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
-    context, group = group_of(_OP, axis_name, None)
+    context = sim.current()
+    group = context.groups.get(axis_name) if type(axis_name) is str else None  # `group_of`'s look-up, here
+    if group is None:
+        context, group = group_of(_OP, axis_name, None)
     # a numeric array is its own operand; an array made from a memory view (a program's value) is found by
     # that view, unlike its plain copy
-    array = x if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" else operand(_OP, context.device, "x", x)
+    plain = isinstance(x, np.ndarray)
+    array = x if plain and x.dtype.kind in "biufc" else operand(_OP, context.device, "x", x)
     pairs, params, same = _checked_perm(context, group, perm, axis_name, algorithm)
-    buffer = context.memory.resident(x if isinstance(x, np.ndarray) else array)
+    memory = context.memory
+    buffer = (memory.find(x) if plain else None) or memory.resident(x if plain else array)
     args = _Args(buffer, pairs, None if out_layout is None else out_layout_of(_OP, context.device, out_layout,
                                                                                array.ndim))
     return context.collective(sim.Collective(_OP, group, params, args, _protocol, same, _together))
@@ -212,9 +218,11 @@ def _together(gathering: sim.Gathering) -> sim.Joint | None:
     if len(perm) != gathering.group.size or not gathering.one_table():
         return None
     row_major = layouts.Layout.row_major(len(group_args[0].buffer.shape))  # one instance per rank
-    if not all(args.buffer.layout is row_major and args.out_layout is None for args in group_args) \
-            and not row_major_everywhere(group_args):
-        return None
+    for args in group_args:
+        if args.buffer.layout is not row_major or args.out_layout is not None:
+            if not row_major_everywhere(group_args):
+                return None
+            break
     to = dict(perm)
     targets = [to[index] for index in order]
 

@@ -104,7 +104,9 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None =
         if context is not None:
             items = params if type(params) is tuple else \
                 tuple(sorted(params.items())) if isinstance(params, dict) else tuple(params or ())
-            refs = tuple([_ref(i) for i in inputs]) if inputs else ()
+            first = inputs[0] if inputs and len(inputs) == 1 else None  # a collective's one operand, mostly
+            refs = (first.var,) if type(first) is Varying and first.var is not None else \
+                tuple([_ref(i) for i in inputs]) if inputs else ()
             array.var = context.program.record_one(op, items, refs, array.dtype, array.shape, array.vma)
     return array
 
