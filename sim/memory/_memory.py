@@ -150,7 +150,7 @@ class LocalMemory:
         start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
         opened = self._open
         if self._reserved or not count or opened is None or start + size > opened[0] + opened[1].size \
-                or is_hollow(dtype):
+                or (dtype.metadata is not None and is_hollow(dtype)):
             return self.view(self.alloc(dtype, shape))
         if self.meter is not None:
             self.meter.charge(self.device, "a new array", dtype, shape, size)
