@@ -76,7 +76,12 @@ def same_operands(op: str, group: Group) -> Callable[[list[Any]], list[sim.Viola
     dtype and shape."""
     def check(args: list[Any]) -> list[sim.Violation]:
         first = args[0].buffer
-        if all(a.buffer.shape == first.shape and a.buffer.dtype == first.dtype for a in args):
+        shape, dtype = first.shape, first.dtype
+        for a in args:
+            buffer = a.buffer
+            if buffer.shape != shape or buffer.dtype != dtype:
+                break
+        else:
             return []  # the common case, told without spelling out every member's operand
         kinds = [f"{a.buffer.dtype}{list(a.buffer.shape)}" for a in args]
         return same_across_group(op, group.members, kinds, "x")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,9 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
             (naming the pair), shapes or dtypes that differ between devices, an `out_layout` of another
             rank than x, an unknown algorithm.
     """
+    if isinstance(x, np.ndarray):  # an array is a tree of one leaf
+        return typed(PPERMUTE, axis_name, [x], partial(_leaf, x, axis_name, perm, out_layout, algorithm),
+                     (("axis_name", axis_name), ("perm", perm)))
     return _ppermute(x, axis_name, perm, out_layout, algorithm)
 
 
@@ -80,33 +84,47 @@ def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorit
 
 
 def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
-    context, group = group_of(_OP, axis_name, None)
+    context = sim.current()
+    group = context.groups.get(axis_name) if type(axis_name) is str else None  # `group_of`'s look-up, here
+    if group is None:
+        context, group = group_of(_OP, axis_name, None)
     # a numeric array is its own operand; an array made from a memory view (a program's value) is found by
     # that view, unlike its plain copy
-    array = x if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" else operand(_OP, context.device, "x", x)
-    pairs, params = _checked_perm(context, perm, len(group.members), axis_name, algorithm)
-    buffer = context.memory.resident(x if isinstance(x, np.ndarray) else array)
+    plain = isinstance(x, np.ndarray)
+    array = x if plain and x.dtype.kind in "biufc" else operand(_OP, context.device, "x", x)
+    members = group.members
+    found = context.shared.get(("ppermute", id(perm), len(members), algorithm, axis_name)) \
+        if type(algorithm) is str and type(axis_name) is str else None  # `_checked_perm`'s entry, looked up here
+    if found is not None and found[0] is perm and found[3] is members:
+        pairs, params, same = found[1], found[2], found[4]
+    else:
+        pairs, params, same = _checked_perm(context, group, perm, axis_name, algorithm)
+    memory = context.memory
+    buffer = (memory.find(x) if plain else None) or memory.resident(x if plain else array)
     args = _Args(buffer, pairs, None if out_layout is None else out_layout_of(_OP, context.device, out_layout,
                                                                                array.ndim))
-    return context.collective(sim.Collective(_OP, group, params, args, _protocol, _same(context, group), _together))
+    return context.collective(sim.Collective(_OP, group, params, args, _protocol, same, _together))
 
 
-def _checked_perm(context: sim.DeviceContext, perm: Any, size: int, axis_name: Any, algorithm: Any
-                  ) -> tuple[Perm, tuple]:
-    """`check_algorithm`, then `check_perm`; and the call's parameters. Once per run for an axis name, an
-    algorithm name and a permutation every device passes as the same object (their parameters then one
-    object, which the rendezvous compares by identity)."""
+def _checked_perm(context: sim.DeviceContext, group: sim.Group, perm: Any, axis_name: Any, algorithm: Any
+                  ) -> tuple[Perm, tuple, Any]:
+    """`check_algorithm`, then `check_perm`; the call's parameters; and the group check (`same_operands`).
+    Once per run for an axis name, an algorithm name and a permutation every device passes as the same
+    object (their parameters then one object, which the rendezvous compares by identity), and the group
+    check once more for each group of other members."""
+    size, members = len(group.members), group.members
     key = ("ppermute", id(perm), size, algorithm, axis_name) if isinstance(algorithm, str) and \
         isinstance(axis_name, (str, tuple)) else None
     found = context.shared.get(key) if key is not None else None
     if found is not None and found[0] is perm:  # the entry keeps `perm` alive, so its id is not reused
-        return found[1], found[2]
+        return found[1], found[2], found[4] if found[3] is members else _same(context, group)
     check_algorithm(_OP, context.device, algorithm, size, ALGORITHMS)
     pairs = check_perm(context.device, perm, size, axis_name)
     params = (("axis_name", axis_name), ("perm", pairs), ("algorithm", algorithm))
+    same = _same(context, group)
     if key is not None:
-        context.shared[key] = (perm, pairs, params)
-    return pairs, params
+        context.shared[key] = (perm, pairs, params, members, same)
+    return pairs, params, same
 
 
 def _same(context: sim.DeviceContext, group: sim.Group) -> Any:
@@ -206,9 +224,11 @@ def _together(gathering: sim.Gathering) -> sim.Joint | None:
     if len(perm) != gathering.group.size or not gathering.one_table():
         return None
     row_major = layouts.Layout.row_major(len(group_args[0].buffer.shape))  # one instance per rank
-    if not all(args.buffer.layout is row_major and args.out_layout is None for args in group_args) \
-            and not row_major_everywhere(group_args):
-        return None
+    for args in group_args:
+        if args.buffer.layout is not row_major or args.out_layout is not None:
+            if not row_major_everywhere(group_args):
+                return None
+            break
     to = dict(perm)
     targets = [to[index] for index in order]
 
@@ -224,7 +244,8 @@ def _together(gathering: sim.Gathering) -> sim.Joint | None:
             args, memory = group_args[index], memories[members[index]]
             buffer = args.buffer
             payloads.append(memory.view(buffer))
-            outs[index] = memory.view(memory.alloc(buffer.dtype, buffer.shape, args.out_layout))
+            outs[index] = memory.alloc_view(buffer.dtype, buffer.shape) if args.out_layout is None else \
+                memory.view(memory.alloc(buffer.dtype, buffer.shape, args.out_layout))
         return payloads, outs  # type: ignore[return-value]
 
     return sim.Pairs(gathering, targets, fill, {"pair": [(index, to[index]) for index in order]})

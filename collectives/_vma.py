@@ -45,10 +45,12 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
         return sim.wrap(compute(), _NOTHING, recorded, params, operands, context)
     if rule == INVARIANT:  # JAX's abstract evaluation gives the result no varying axes, whatever it reads
         return sim.wrap(compute(), _NOTHING, recorded, params, operands, context)
-    try:
-        axes = frozenset(context.mesh.axis_names_of(axis_name))
-    except sim.MeshError as error:
-        raise type(error)(f"device {context.device}: {op}: {error}") from None
+    axes = _axes(context, axis_name, op)
+    if rule == KEEP and len(operands) == 1 and type(operands[0]) is sim.Varying and not definition.sums:
+        x = operands[0]  # the common call: one typed operand, its axes kept (the general rule below, in short)
+        if not x.vma >= axes:
+            x = sim.promote(x, x.vma | axes)
+        return sim.wrap(compute(), x.vma, recorded, params, [x], context)
     if rule == INTRODUCE:
         for x in operands:
             if sim.vma_of(x) & axes:
@@ -70,6 +72,21 @@ def typed(definition: Definition, axis_name: Any, operands: list, compute: Calla
     if rule == REDUCE and not grouped:
         vma -= axes
     return sim.wrap(compute(), vma, recorded, params, operands, context)
+
+
+def _axes(context: sim.DeviceContext, axis_name: Any, op: str) -> frozenset:
+    """The mesh axes `axis_name` names, as a frozenset (found once per run for a single name)."""
+    key = ("vma axes", axis_name) if type(axis_name) is str else None
+    found = context.shared.get(key) if key is not None else None
+    if found is not None:
+        return found
+    try:
+        axes = frozenset(context.mesh.axis_names_of(axis_name))
+    except sim.MeshError as error:
+        raise type(error)(f"device {context.device}: {op}: {error}") from None
+    if key is not None:
+        context.shared[key] = axes
+    return axes
 
 
 _NOTHING: frozenset = frozenset()

@@ -1,5 +1,7 @@
 """The row exchanges (all_to_all, all_gather, the direct psum) as programs, their runs as bytes, and the
-calls the fast-path tests draw: shared by `test_fast_paths.py` and `test_lean_rows.py`."""
+calls the fast-path tests draw: shared by `test_fast_paths.py` and `test_lean_rows.py`. Programs of ppermutes,
+their runs, the networks they run on and the runs that post no table (perturbed, sanitized): shared by
+`test_fast_pairs.py` and `test_joint_calls.py`."""
 
 from __future__ import annotations
 
@@ -47,3 +49,52 @@ def row_calls(draw):
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     raw = draw(st.binary(min_size=size, max_size=size))
     return op, n, tiled, np.frombuffer(raw, dtype).reshape(shape).copy()
+
+
+def ppermute_run(axes: dict[str, int], axis: str, perms: list[list[tuple[int, int]]], x: np.ndarray,
+                 network: sim.Network | None, check_vma: bool = False) -> tuple:
+    """Output bytes, trace JSON and columns, end time, call records and programs of one ppermute per perm."""
+    def body(v):
+        for perm in perms:
+            v = collectives.ppermute(v, axis, perm)
+        return v
+
+    mesh = sim.Mesh(axes) if network is None else sim.Mesh(axes, network=network)
+    names = tuple(axes)
+    run = sim.shard_map(body, mesh=mesh, in_specs=P(names), out_specs=P(names), check_vma=check_vma).run(x)
+    calls = [(c.device, c.collective, c.call, c.members, c.enter_s, c.met_s, c.exit_s, c.algorithm)
+             for c in run.simulation.calls]
+    columns = {key: np.asarray(value).tolist() for key, value in run.trace.columns().items()}
+    programs = [str(program) for program in run.programs]
+    return (run.outputs.tobytes(), json.dumps(run.trace.to_json()).encode(), columns, run.end_time_s, calls,
+            programs)
+
+
+# networks where arrivals differ (rings, a switch), store-and-forward, protocol overheads, zero latency
+PERMUTE_NETWORKS = [None, sim.Network(1e-6, 10e9), sim.Network(2e-6, 5e9, topology="ring"),
+                    sim.Network.switch(1e-6, 1e9), sim.Network(1e-6, 1e9, topology="ring", store_and_forward=True),
+                    sim.Network(1e-6, 1e9, costs=sim.Costs(efficiency=0.5, overhead_bytes=64)),
+                    sim.Network(0.0, 1e9, topology="ring")]
+
+
+def drawn_block(draw, devices: int) -> np.ndarray:
+    """A global input of `devices` blocks of 0 to 3 rows (and 0 to 2 trailing dimensions), of any dtype."""
+    shape = (devices * draw(st.integers(0, 3)),) + tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    dtype = draw(st.sampled_from(["int8", "int32", "float16", "float64"]))
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.frombuffer(draw(st.binary(min_size=nbytes, max_size=nbytes)), dtype).reshape(shape).copy()
+
+
+def ring_shift_program(n: int = 4, sanitize: bool = False) -> sim.ShardMapped:
+    """One ppermute shifting round a ring of n devices, as a shard_map (sanitized or not)."""
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    return sim.shard_map(lambda v: collectives.ppermute(v, "x", ring), mesh=sim.Mesh({"x": n}), in_specs=P("x"),
+                         out_specs=P("x"), check_vma=False, sanitize=sanitize)
+
+
+def run_perturbed_and_sanitized(n: int = 4) -> None:
+    """Run a ring shift over n devices perturbed (its own arrival draws per message), then sanitized: the two
+    runs whose messages go one by one."""
+    x = np.arange(float(n))
+    ring_shift_program(n).run_with((x,), perturbation=sim.Perturbation(3))
+    ring_shift_program(n, sanitize=True).run(x)

@@ -6,17 +6,14 @@ Every member runs its own protocol here (calls run as one, `sim.engine._together
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from row_programs import PERMUTE_NETWORKS, drawn_block, ppermute_run, ring_shift_program, run_perturbed_and_sanitized
 
-import collectives
 import collectives._ppermute
 import sim
-from sim import P
 from sim.engine import _pairs
 from sim.engine._port import Port
 
@@ -26,33 +23,12 @@ def _members_run_their_own_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(collectives._ppermute, "_together", lambda gathering: None)
 
 
-def _run(axes: dict[str, int], axis: str, perms: list[list[tuple[int, int]]], x: np.ndarray,
-         network: sim.Network | None) -> tuple:
-    """Output bytes, trace JSON and columns, end time and call records of one ppermute per perm."""
-    def body(v):
-        for perm in perms:
-            v = collectives.ppermute(v, axis, perm)
-        return v
-
-    mesh = sim.Mesh(axes) if network is None else sim.Mesh(axes, network=network)
-    run = sim.shard_map(body, mesh=mesh, in_specs=P(tuple(axes)), out_specs=P(tuple(axes)), check_vma=False).run(x)
-    calls = [(c.device, c.collective, c.call, c.members, c.enter_s, c.met_s, c.exit_s, c.algorithm)
-             for c in run.simulation.calls]
-    columns = {key: np.asarray(value).tolist() for key, value in run.trace.columns().items()}
-    return (run.outputs.tobytes(), json.dumps(run.trace.to_json()).encode(), columns, run.end_time_s, calls)
-
-
 def _batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the batches posted (one entry per batch, its messages)."""
     posted: list[int] = []
     post = _pairs.PairTable._post
     monkeypatch.setattr(_pairs.PairTable, "_post", lambda table: (posted.append(len(table.dsts)), post(table)))
     return posted
-
-
-_NETWORKS = [None, sim.Network(1e-6, 10e9), sim.Network(2e-6, 5e9, topology="ring"),
-             sim.Network.switch(1e-6, 1e9), sim.Network(1e-6, 1e9, topology="ring", store_and_forward=True),
-             sim.Network(1e-6, 1e9, costs=sim.Costs(efficiency=0.5, overhead_bytes=64))]
 
 
 @st.composite
@@ -65,12 +41,8 @@ def _cases(draw):
         sources = draw(st.lists(st.integers(0, size - 1), unique=True, max_size=size))
         targets = draw(st.permutations(range(size)))[: len(sources)]
         perms.append(list(zip(sources, targets)))
-    devices = int(np.prod(list(axes.values())))
-    shape = (devices * draw(st.integers(0, 3)),) + tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
-    dtype = draw(st.sampled_from(["int8", "int32", "float16", "float64"]))
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    x = np.frombuffer(draw(st.binary(min_size=nbytes, max_size=nbytes)), dtype).reshape(shape).copy()
-    return axes, axis, perms, x, draw(st.sampled_from(_NETWORKS))
+    x = drawn_block(draw, int(np.prod(list(axes.values()))))
+    return axes, axis, perms, x, draw(st.sampled_from(PERMUTE_NETWORKS))
 
 
 @given(case=_cases())
@@ -81,10 +53,10 @@ def test_batched_pairs_equal_messages_one_by_one(case):
     call records whether each group's messages go as one batch or one by one."""
     with pytest.MonkeyPatch.context() as patch:
         posted = _batches(patch)
-        fast = _run(*case)
+        fast = ppermute_run(*case)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Port, "pairs_apply", lambda port: False)
-        slow = _run(*case)
+        slow = ppermute_run(*case)
     assert fast == slow
     axes, _, perms = case[:3]
     groups = axes.get("y", 1)  # one batch per group of each call: the whole mesh, or one per index along y
@@ -96,9 +68,9 @@ def test_each_group_posts_one_batch(monkeypatch):
     two batches of four messages for each ring shift."""
     posted = _batches(monkeypatch)
     ring = [(i, (i + 1) % 4) for i in range(4)]
-    _run({"x": 4}, "x", [ring, ring], np.arange(8.0), None)
+    ppermute_run({"x": 4}, "x", [ring, ring], np.arange(8.0), None)
     assert posted == [4, 4]
-    _run({"x": 4, "y": 2}, "x", [ring], np.arange(8.0), None)
+    ppermute_run({"x": 4, "y": 2}, "x", [ring], np.arange(8.0), None)
     assert posted == [4, 4, 4, 4]
 
 
@@ -107,9 +79,9 @@ def test_batched_pairs_comparison_can_fail(monkeypatch):
     batch posts at once, are told apart from the messages one by one: same bytes, other times."""
     ring = [(i, (i + 1) % 4) for i in range(4)]
     case = ({"x": 4}, "x", [ring, ring], np.arange(4.0), sim.Network(1e-6, 1e9, costs=sim.Costs(per_message_s=1e-6)))
-    honest = _run(*case)
+    honest = ppermute_run(*case)
     monkeypatch.setattr(Port, "pairs_apply", lambda port: True)
-    forced = _run(*case)
+    forced = ppermute_run(*case)
     assert forced[0] == honest[0]
     assert forced[2]["src"] == honest[2]["src"]
     assert forced[2]["start_time_s"] != honest[2]["start_time_s"]
@@ -119,12 +91,7 @@ def test_batched_pairs_comparison_can_fail(monkeypatch):
 def test_perturbed_and_sanitized_runs_send_one_by_one(monkeypatch):
     """A perturbed run (its own arrival draws per message) and a sanitized run post no batch."""
     posted = _batches(monkeypatch)
-    ring = [(i, (i + 1) % 4) for i in range(4)]
-    body = lambda v: collectives.ppermute(v, "x", ring)
-    mesh, x = sim.Mesh({"x": 4}), np.arange(4.0)
-    program = sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
-    program.run_with((x,), perturbation=sim.Perturbation(3))
-    sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False, sanitize=True).run(x)
+    run_perturbed_and_sanitized(4)
     assert posted == []
-    program.run(x)
+    ring_shift_program(4).run(np.arange(4.0))
     assert posted == [4]

@@ -4,38 +4,16 @@ call forced onto calls it cannot run alike is told apart, to show the comparison
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from row_programs import PERMUTE_NETWORKS, drawn_block, ppermute_run, ring_shift_program, run_perturbed_and_sanitized
 
-import collectives
 import collectives._ppermute
 import sim
-from sim import P
 from sim.engine import _together
 from sim.engine._port import Port
-
-
-def _run(axes: dict[str, int], axis: str, perms: list[list[tuple[int, int]]], x: np.ndarray,
-         network: sim.Network | None, check_vma: bool = False) -> tuple:
-    """Output bytes, trace JSON and columns, end time, call records and programs of one ppermute per perm."""
-    def body(v):
-        for perm in perms:
-            v = collectives.ppermute(v, axis, perm)
-        return v
-
-    mesh = sim.Mesh(axes) if network is None else sim.Mesh(axes, network=network)
-    names = tuple(axes)
-    run = sim.shard_map(body, mesh=mesh, in_specs=P(names), out_specs=P(names), check_vma=check_vma).run(x)
-    calls = [(c.device, c.collective, c.call, c.members, c.enter_s, c.met_s, c.exit_s, c.algorithm)
-             for c in run.simulation.calls]
-    columns = {key: np.asarray(value).tolist() for key, value in run.trace.columns().items()}
-    programs = [str(program) for program in run.programs]
-    return (run.outputs.tobytes(), json.dumps(run.trace.to_json()).encode(), columns, run.end_time_s, calls,
-            programs)
 
 
 def _joints(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -45,12 +23,6 @@ def _joints(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(_together.Pairs, "start",
                         lambda joint, resumes: (started.append(len(resumes)), start(joint, resumes))[1])
     return started
-
-
-_NETWORKS = [None, sim.Network(1e-6, 10e9), sim.Network(2e-6, 5e9, topology="ring"),
-             sim.Network.switch(1e-6, 1e9), sim.Network(1e-6, 1e9, topology="ring", store_and_forward=True),
-             sim.Network(1e-6, 1e9, costs=sim.Costs(efficiency=0.5, overhead_bytes=64)),
-             sim.Network(0.0, 1e9, topology="ring")]
 
 
 @st.composite
@@ -67,12 +39,8 @@ def _cases(draw):
         full = draw(st.integers(0, 4)) > 0
         sources = list(range(size)) if full else draw(st.lists(st.integers(0, size - 1), unique=True, max_size=size))
         perms.append([(s, targets[k]) for k, s in enumerate(sources)])
-    devices = int(np.prod(list(axes.values())))
-    shape = (devices * draw(st.integers(0, 3)),) + tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
-    dtype = draw(st.sampled_from(["int8", "int32", "float16", "float64"]))
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    x = np.frombuffer(draw(st.binary(min_size=nbytes, max_size=nbytes)), dtype).reshape(shape).copy()
-    return axes, axis, perms, x, draw(st.sampled_from(_NETWORKS)), draw(st.booleans())
+    x = drawn_block(draw, int(np.prod(list(axes.values()))))
+    return axes, axis, perms, x, draw(st.sampled_from(PERMUTE_NETWORKS)), draw(st.booleans())
 
 
 @given(case=_cases())
@@ -84,12 +52,12 @@ def test_joint_calls_equal_calls_member_by_member(case):
     batch, or as members sending one by one."""
     with pytest.MonkeyPatch.context() as patch:
         started = _joints(patch)
-        joint = _run(*case)
+        joint = ppermute_run(*case)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(collectives._ppermute, "_together", lambda gathering: None)
-        batched = _run(*case)
+        batched = ppermute_run(*case)
         patch.setattr(Port, "pairs_apply", lambda port: False)
-        single = _run(*case)
+        single = ppermute_run(*case)
     assert joint == batched
     assert joint == single
     axes, axis, perms = case[:3]
@@ -102,7 +70,7 @@ def test_a_ring_program_runs_as_joint_calls(monkeypatch):
     is the input shifted round the ring."""
     started = _joints(monkeypatch)
     ring = [(i, (i + 1) % 8) for i in range(8)]
-    outputs = _run({"x": 8}, "x", [ring] * 3, np.arange(8.0), None)[0]
+    outputs = ppermute_run({"x": 8}, "x", [ring] * 3, np.arange(8.0), None)[0]
     assert started == [8, 8, 8]
     assert np.frombuffer(outputs).tolist() == np.roll(np.arange(8.0), 3).tolist()
 
@@ -111,15 +79,11 @@ def test_calls_that_cannot_run_as_one_run_member_by_member(monkeypatch):
     """A partial permutation, a perturbed or sanitized run, and costs per message start no joint call."""
     started = _joints(monkeypatch)
     ring = [(i, (i + 1) % 4) for i in range(4)]
-    _run({"x": 4}, "x", [ring[:3]], np.arange(4.0), None)
-    _run({"x": 4}, "x", [ring], np.arange(4.0), sim.Network(1e-6, 1e9, costs=sim.Costs(per_message_s=1e-6)))
-    body = lambda v: collectives.ppermute(v, "x", ring)
-    mesh, x = sim.Mesh({"x": 4}), np.arange(4.0)
-    program = sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
-    program.run_with((x,), perturbation=sim.Perturbation(3))
-    sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False, sanitize=True).run(x)
+    ppermute_run({"x": 4}, "x", [ring[:3]], np.arange(4.0), None)
+    ppermute_run({"x": 4}, "x", [ring], np.arange(4.0), sim.Network(1e-6, 1e9, costs=sim.Costs(per_message_s=1e-6)))
+    run_perturbed_and_sanitized(4)
     assert started == []
-    program.run(x)
+    ring_shift_program(4).run(np.arange(4.0))
     assert started == [4]
 
 
@@ -130,14 +94,14 @@ def test_joint_comparison_can_fail(monkeypatch):
     case = ({"x": 6}, "x", [mixed, mixed], np.arange(6.0), sim.Network(1e-6, 1e9, topology="ring"))
     with monkeypatch.context() as patch:
         patch.setattr(collectives._ppermute, "_together", lambda gathering: None)
-        honest = _run(*case)
+        honest = ppermute_run(*case)
     arrived = _together.Pairs.arrived
 
     def hasty(joint, slots, arrivals_s):
         arrived(joint, slots, np.full_like(arrivals_s, arrivals_s.min()))
 
     monkeypatch.setattr(_together.Pairs, "arrived", hasty)
-    forced = _run(*case)
+    forced = ppermute_run(*case)
     assert len(set(honest[2]["arrival_time_s"])) > 1
     assert forced[0] == honest[0]
     assert forced[4] != honest[4]
@@ -166,7 +130,59 @@ def test_members_whose_own_message_arrives_later_wait_for_it(network, wait, monk
 
     with monkeypatch.context() as patch:
         patch.setattr(_together.Pairs, "part", counted)
-        joint = _run(*case)
+        joint = ppermute_run(*case)
     monkeypatch.setattr(collectives._ppermute, "_together", lambda gathering: None)
-    assert joint == _run(*case)
+    assert joint == ppermute_run(*case)
     assert set(waits) == {wait}
+
+
+def _memory_state(memory: sim.LocalMemory, meter: sim.MemoryMeter, made: list) -> tuple:
+    """What a memory's allocations left: each view's bytes, shape and strides, each buffer (found again by its
+    view, whose view it is), the bytes allocated and charged, the segments' offsets and sizes."""
+    found = [memory.find(view) for view in made]
+    views = [(view.tobytes(), view.shape, view.strides, view.dtype.str, buffer,
+              buffer is not None and memory.view(buffer) is view) for view, buffer in zip(made, found)]
+    return (views, memory.size_bytes, meter.held_bytes,
+            [(base, segment.size) for base, segment in memory._segments])
+
+
+@st.composite
+def _allocations(draw):
+    """A sequence of row-major allocations (any dtype, empty and multi-dimensional shapes, sizes that fill
+    segments), some preceded by a reservation of their dtype and shape."""
+    steps = []
+    for _ in range(draw(st.integers(1, 12))):
+        dtype = np.dtype(draw(st.sampled_from(["int8", "float16", "float32", "float64", "complex64"])))
+        shape = tuple(draw(st.lists(st.integers(0, 40), min_size=0, max_size=3)))
+        steps.append((dtype, shape, draw(st.integers(0, 5)) == 0))
+    return steps
+
+
+def _allocate(steps: list, joint: bool) -> tuple:
+    meter = sim.MemoryMeter(1 << 30)
+    memory = sim.LocalMemory(3, meter)
+    made = []
+    for dtype, shape, reserved in steps:
+        if reserved and int(np.prod(shape)):
+            memory.reserve(np.zeros(shape, dtype))
+        made.append(memory.alloc_view(dtype, shape) if joint else memory.view(memory.alloc(dtype, shape)))
+        made[-1][...] = 1
+    return _memory_state(memory, meter, made)
+
+
+@given(steps=_allocations())
+def test_a_joint_calls_allocation_equals_alloc_then_view(steps):
+    """`LocalMemory.alloc_view` (a joint call's results) leaves a memory as `view(alloc(...))` does: the same
+    buffers at the same offsets, found again by their views, the same views, bytes allocated and charged, and
+    segments, whether the array fits the open segment, opens a new one, is empty or takes a reservation."""
+    assert _allocate(steps, joint=True) == _allocate(steps, joint=False)
+
+
+def test_the_allocation_comparison_can_fail(monkeypatch):
+    """A result that is a copy of its buffer's view (which the memory cannot find again by it, so a next call
+    would copy its operand) is told apart from `alloc` then `view`."""
+    steps = [(np.dtype("int8"), (3,), False), (np.dtype("float32"), (2,), False)]
+    honest = _allocate(steps, joint=False)
+    monkeypatch.setattr(sim.LocalMemory, "alloc_view",
+                        lambda memory, dtype, shape: memory.view(memory.alloc(dtype, shape)).copy())
+    assert _allocate(steps, joint=True) != honest

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from sim.engine._driver import DeviceProgram
 
 
+_ASKED = object()  # no algorithm resolved for the call: the one its parameters ask for
+
+
 class Calls:
     """Runs each device's part of each collective call and records it in `records` (in the order the parts
     ended); `fail(error)` ends the run."""
@@ -57,7 +60,8 @@ class Calls:
         """The device's part of `collective`, in simulated time; its result."""
         group = collective.group
         members = group.members
-        number = self._number(members)
+        entry = self._by_id.get(id(members))  # `_number`, looked up here for the group seen before
+        number = entry[1] if entry is not None and entry[0] is members else self._number(members)
         calls = program.calls
         call = calls.get(number, 0)
         calls[number] = call + 1
@@ -80,8 +84,9 @@ class Calls:
                 if arrived is not None:
                     yield arrived
             # the algorithm a protocol resolved once for the call ('auto' picks), else the one asked for
-            shared = meeting.shared
-            algorithm = shared["algorithm"] if "algorithm" in shared else dict(collective.params).get("algorithm")
+            algorithm = meeting.shared.get("algorithm", _ASKED)
+            if algorithm is _ASKED:
+                algorithm = dict(collective.params).get("algorithm")
             self.records.append(CallRecord(program.device, collective.name, call, members, enter_s, met_s,
                                            float(env.now), algorithm, label))
         except Exception as error:

@@ -143,6 +143,30 @@ class LocalMemory:
         raw = segment[start - base : start - base + count * dtype.itemsize]
         return self._register(buffer, raw, self._open_address + start - base)
 
+    def alloc_view(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """`view(alloc(dtype, shape))` for a numpy `dtype` and a tuple of ints `shape`, row-major: the same
+        buffer, charge and view, made without converting the arguments when the array fits the open segment
+        (the allocation of a call that every member of a group makes alike)."""
+        count = math.prod(shape)
+        size = count * dtype.itemsize
+        start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
+        opened = self._open
+        if self._reserved or not count or opened is None or start + size > opened[0] + opened[1].size \
+                or (dtype.metadata is not None and is_hollow(dtype)):
+            return self.view(self.alloc(dtype, shape))
+        if self.meter is not None:
+            self.meter.charge(self.device, "a new array", dtype, shape, size)
+        self._top = start + size
+        base, segment = opened
+        buffer = Buffer(self.device, start, dtype, shape, Layout.row_major(len(shape)))
+        view = np.frombuffer(segment, dtype, count, start - base)
+        if len(shape) != 1:
+            view = view.reshape(shape)
+        self._by_address[self._open_address + start - base] = buffer
+        self._views[id(buffer)] = (buffer, view)
+        self._owners[id(view)] = (view, buffer)
+        return view
+
     def adopt(self, array: np.ndarray, layout: Layout | None = None) -> Buffer:
         """Hold `array` without copying it: a new segment that is a read-only view of its bytes.
 

@@ -102,9 +102,12 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None =
         if context is None:
             context = current_or_none()
         if context is not None:
-            program = context.program
-            var = array.var = program.new_var(array.dtype, array.shape, array.vma)
-            program.record(op, params or {}, [_ref(i) for i in inputs] if inputs else [], [var])
+            items = params if type(params) is tuple else \
+                tuple(sorted(params.items())) if isinstance(params, dict) else tuple(params or ())
+            first = inputs[0] if inputs and len(inputs) == 1 else None  # a collective's one operand, mostly
+            refs = (first.var,) if type(first) is Varying and first.var is not None else \
+                tuple([_ref(i) for i in inputs]) if inputs else ()
+            array.var = context.program.record_one(op, items, refs, array.dtype, array.shape, array.vma)
     return array
 
 

@@ -80,11 +80,23 @@ class Program:
         n = self._count
         self._count = n + 1
         name = _NAMES[n] if n < len(_NAMES) else _name(n)
-        return Var(name, np.dtype(dtype), tuple(shape), frozenset(vma))
+        # a dtype, a tuple and a frozenset (what an array and a typing rule give) are taken as they are
+        return Var(name, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype),
+                   shape if type(shape) is tuple else tuple(shape), vma if type(vma) is frozenset else frozenset(vma))
 
     def record(self, op: str, params: dict | tuple, inputs: list, outputs: list) -> None:
         items = tuple(sorted(params.items())) if isinstance(params, dict) else tuple(params)
         self.equations.append(Equation(op, items, tuple(inputs), tuple(outputs)))
+
+    def record_one(self, op: str, params: tuple, inputs: tuple, dtype: np.dtype, shape: tuple[int, ...],
+                   vma: frozenset) -> Var:
+        """`record` of an equation with one output, a fresh variable of an array's `dtype` and `shape` and of
+        the frozenset `vma` (as `new_var` makes it), given `params` and `inputs` as tuples; that variable."""
+        n = self._count
+        self._count = n + 1
+        var = Var(_NAMES[n] if n < len(_NAMES) else _name(n), dtype, shape, vma)
+        self.equations.append(Equation(op, params, inputs, (var,)))
+        return var
 
     def ops(self) -> list[str]:
         """The equations' op names, in order (handy to compare program shapes)."""
