@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from jax_fixes_children import KEYS, child_report, ok
-from test_campaign import campaign, known_ids
+from test_campaign import campaign, compile_cache, known_ids  # noqa: F401  (compile_cache: a fixture)
 
 from oracles import spec
 from oracles.jax_fixes import FIXES, FOLDER
