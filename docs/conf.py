@@ -41,3 +41,6 @@ def setup(app):
 html_theme = "sphinx_book_theme"
 html_title = "meshsim"
 html_theme_options = {"show_toc_level": 2}
+# The source pages of `sphinx.ext.viewcode` (one per module) go without the navigation sidebar: drawing the
+# whole table of contents on each of them was most of the build's time, and a code listing needs none.
+html_sidebars = {"_modules/**": []}
