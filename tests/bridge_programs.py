@@ -502,9 +502,9 @@ def remat() -> list[tuple[str, bool, int, str]]:
 
 
 BATCHES: dict[str, Callable[[], Any]] = {
-    "reductions": lambda: batch(("psum", "pmean", "pmax", "pmin"), 100),
-    "gathers": lambda: batch(("all_gather", "all_gather_invariant", "psum_scatter"), 100),
-    "exchanges": lambda: batch(("all_to_all", "ppermute", "axis_index", "pvary"), 100),
+    "reductions": lambda: batch(("psum", "pmean", "pmax", "pmin"), 50),
+    "gathers": lambda: batch(("all_gather", "all_gather_invariant", "psum_scatter"), 50),
+    "exchanges": lambda: batch(("all_to_all", "ppermute", "axis_index", "pvary"), 50),
     "bridge_page": bridge_page, "control_flow": control_flow, "transforms": transforms, "batching": batching,
     "moe": moe,
     "moe_ragged": moe_ragged, "errors": errors, "newops": newops, "mutation": mutation, "laid_out": laid_out,
