@@ -16,10 +16,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "scenarios" / "sweeps" / "psum_ring_vs_switch.toml"  # 60 points: some 8 s on 2 workers
-# A ring psum over 512 devices (1,022 steps of 512 messages): `run` takes well over 10 s on an idle machine,
-# `draw`, `explain` and `trace` longer, so every interrupt below (at most 2.5 s in) arrives while the command
-# still works. (It must stay slow as the engine gets faster: pick a bigger case if it does not.)
-LONG_RUN = """title = "a long ring psum"
+# A bidirectional ring psum of one float over 512 devices (1,022 steps of 512 messages, 511 of them empty
+# chunks whose members drift apart in time, so each step lands on many instants): `run` takes about 18 s on
+# an idle machine, `draw`, `explain` and `trace` longer, so every interrupt below (at most 2.5 s in) arrives
+# while the command still works. (It must stay slow as the engine gets faster: pick a bigger case if it does
+# not; past about a million messages a run needs --max-messages.)
+LONG_RUN = """title = "a long bidirectional ring psum"
 description = "long enough to be interrupted"
 
 [mesh]
@@ -28,11 +30,11 @@ axes = {i = 512}
 [collective]
 op = "psum"
 axis_name = "i"
-algorithm = "ring"
+algorithm = "bidirectional_ring"
 
 [inputs]
 seed = 0
-shape = [1024]
+shape = [1]
 """
 
 
