@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 import sim
-from sim._simpy import fire_after, ticket
+from sim._simpy import WakeRuns, fire_after
 
 __all__ = ["Do", "Programs", "Receive", "Send"]
 
@@ -84,7 +84,7 @@ class Programs:
         self.in_flight = [0] * size  # messages not yet arrived, per sender (until released)
         self.latest = [0.0] * size  # the latest arrival of each sender's messages (until released)
         self.released = [False] * size
-        self.open_run: tuple[float, list, int] | None = None  # the last wake event scheduled: (time, run, ticket)
+        self.wakes = WakeRuns(self.env, self._step)  # wake events batched by instant
 
     def join(self, port: sim.Port, program: list) -> Generator:
         """Member `port.group.index` runs `program`; returns when its last operation has run."""
@@ -181,28 +181,12 @@ class Programs:
             if self.pc[r] == self.last[r]:
                 fire_after(self.env, self.done[r], None, delay)  # type: ignore[arg-type]
             else:
-                self._run_at(delay, r)
-
-    def _run_at(self, delay: float, r: int) -> None:
-        """Wake member r after `delay`: in the last wake event scheduled, if it is at that instant and nothing
-        was scheduled since, else in a new one."""
-        env = self.env
-        when = env.now + delay
-        open_run = self.open_run
-        if open_run is not None and open_run[0] == when and open_run[2] == ticket(env):
-            open_run[1].append(r)
-            return
-        run = [r]
-        event = env.event()
-        event.callbacks.append(lambda _: self._step(run))
-        fire_after(env, event, None, delay)
-        self.open_run = (when, run, ticket(env))
+                self.wakes.at(delay, r)
 
     def _step(self, run: list[int]) -> None:
         """Members woken together: each takes its message, runs on to its next receive (its sends posted as
         one table for all), and waits for that receive's message."""
-        if self.open_run is not None and self.open_run[1] is run:
-            self.open_run = None
+        self.wakes.started(run)
         posts: list[tuple] = []
         for r in run:
             self._take(r)

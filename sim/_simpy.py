@@ -11,6 +11,7 @@ shape. Two uses:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappush
 from typing import Any
 
@@ -44,3 +45,31 @@ def ticket(env: simpy.Environment) -> int:
     """The event id the clock gives the next event it schedules (read without taking it): equal before and
     after some code when that code scheduled nothing."""
     return env._eid.__reduce__()[1][0]
+
+
+class WakeRuns:
+    """Wakes batched by instant: `at(delay, item)` joins `item` to the last wake event scheduled when that is
+    at the same instant and nothing was scheduled since (so the clock's order is kept), else schedules a new
+    one that calls `step(run)` with its items in the order they joined. `step` calls `started(run)` first."""
+
+    def __init__(self, env: simpy.Environment, step: Callable[[list], None]) -> None:
+        self.env, self.step = env, step
+        self.open: tuple[float, list, int] | None = None  # the last wake event scheduled: (time, run, ticket)
+
+    def at(self, delay: float, item: Any) -> None:
+        env = self.env
+        when = env.now + delay
+        open_run = self.open
+        if open_run is not None and open_run[0] == when and open_run[2] == ticket(env):
+            open_run[1].append(item)
+            return
+        run = [item]
+        event = env.event()
+        event.callbacks.append(lambda _: self.step(run))
+        fire_after(env, event, None, delay)
+        self.open = (when, run, ticket(env))
+
+    def started(self, run: list) -> None:
+        """`run`'s event fired: no later wake joins it."""
+        if self.open is not None and self.open[1] is run:
+            self.open = None

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from sim._simpy import fire_after, ticket
+from sim._simpy import WakeRuns, fire_after
 
 if TYPE_CHECKING:
     from sim.engine._port import Port
@@ -82,7 +82,7 @@ class Steps:
         self.released = np.zeros(size, bool)
         self.ends = np.full(size, np.nan)  # when each member's last message arrives (its `done` event's time)
         self.moved = np.zeros(size, bool)  # whether each member's last message is written
-        self.open_run: tuple[float, list, int] | None = None  # the last wake event scheduled: (time, run, ticket)
+        self.wakes = WakeRuns(self.env, self._step)  # wake events batched by instant
 
     def join(self, port: Port, to: list, position: int, state: object, received_as: object = None) -> Generator:
         """Member `port.group.index`'s part (`to[s]`: one group index per way, or one for all ways): post
@@ -189,35 +189,19 @@ class Steps:
         delays[~(delays > 0)] = 0
         final = messages == self.count * self.ways - 1
         if not final.any() and np.all(delays == delays[0]):
-            self._run_at(float(delays[0]), receivers)
+            self.wakes.at(float(delays[0]), receivers)
             return
         for r, delay, last in zip(receivers.tolist(), delays.tolist(), final.tolist()):
             if last:
                 fire_after(env, self.done[r], None, delay)  # type: ignore[arg-type]
                 self.ends[r] = now + (delay if delay > 0 else 0)  # the clock's own sum
             else:
-                self._run_at(delay, np.array([r]))
-
-    def _run_at(self, delay: float, receivers: np.ndarray) -> None:
-        """Wake `receivers` after `delay`: in the last wake event scheduled, if it is at that instant and
-        nothing was scheduled since, else in a new one."""
-        env = self.env
-        when = env.now + delay
-        open_run = self.open_run
-        if open_run is not None and open_run[0] == when and open_run[2] == ticket(env):
-            open_run[1].append(receivers)
-            return
-        run = [receivers]
-        event = env.event()
-        event.callbacks.append(lambda _: self._step(run))
-        fire_after(env, event, None, delay)
-        self.open_run = (when, run, ticket(env))
+                self.wakes.at(delay, np.array([r]))
 
     def _step(self, run: list[np.ndarray]) -> None:
         """Members woken together: each writes what it received, posts its next step's messages when that
         was its step's last, and waits for its next message."""
-        if self.open_run is not None and self.open_run[1] is run:
-            self.open_run = None
+        self.wakes.started(run)
         receivers = run[0] if len(run) == 1 else np.concatenate(run)
         messages = self.cursor[receivers]
         self._move(receivers, messages)
