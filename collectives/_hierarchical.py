@@ -49,10 +49,14 @@ from collectives import _direct_steps as direct_steps
 from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step
 from collectives._algorithms import Team
 from collectives._arithmetic import combine, identity
-from collectives._common import received, unpack_into
+from collectives._common import pack_slice, received, unpack_into
+from collectives._direct_rows import Pieces
+from collectives._joint import Cut
 from collectives._nodes import node_grid
+from layouts import Layout
 
-__all__ = ["ALL_GATHER", "ALL_REDUCE", "REDUCE_SCATTER", "all_gather", "grid", "node_teams", "reduce_scatter"]
+__all__ = ["ALL_GATHER", "ALL_REDUCE", "REDUCE_SCATTER", "all_gather", "grid", "node_teams", "rank_pieces",
+           "reduce_scatter"]
 
 
 def grid(port: sim.Port) -> tuple[tuple[int, ...], tuple[int, int]]:
@@ -100,6 +104,20 @@ def reduce_scatter(port: sim.Port, team: Team, pieces: Sequence[Sequence[np.ndar
             values = piece if t == me else received((yield port.recv(src, tag=(phase, v))))
             sums[v] = combine(reduction, identity(reduction, piece.dtype) if t == 0 else sums[v], values)
     return [_stored(port, total) for total in sums]
+
+
+def rank_pieces(port: sim.Port, parts: Sequence[np.ndarray], order: Sequence[int], nodes: int, k: int) -> Generator:
+    """A reduce-scatter's chunks as flat row-major pieces by local rank: `pieces[t][v]` is chunk
+    `order[v * k + t]`, packed where it is not one row-major run. Chunks cut from one flat buffer (`Cut`) are
+    such runs already: they are taken as they lie, with no walk over them."""
+    if isinstance(parts, Cut):
+        index = np.asarray(order, np.int64).reshape(nodes, k).T.reshape(-1)  # q = t * nodes + v
+        return Pieces(parts.flat, parts.at[index], parts.sizes[index], nodes)
+    flat = []
+    for c, part in enumerate(parts):
+        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
+        flat.append(values.reshape(-1))
+    return [[flat[order[v * k + t]] for v in range(nodes)] for t in range(k)]
 
 
 def _stored(port: sim.Port, values: np.ndarray) -> np.ndarray:

@@ -245,11 +245,7 @@ def _hierarchical(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...
     reduce-scatter of those among the members of the caller's local rank (`collectives._hierarchical`)."""
     order, (nodes, k) = hierarchical.grid(port)
     node, across = hierarchical.node_teams(port)
-    flat = []
-    for c, part in enumerate(parts):
-        values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=c)
-        flat.append(values.reshape(-1))
-    pieces = [[flat[order[v * k + t]] for v in range(nodes)] for t in range(k)]
+    pieces = yield from hierarchical.rank_pieces(port, parts, order, nodes, k)
     folded = yield from hierarchical.reduce_scatter(port, node, pieces, "sum", "intra-node reduce-scatter")
     if nodes > 1:
         [folded[0]] = yield from reduce_scatter_lanes(port, [(across, folded, "inter-node ")], "sum")
