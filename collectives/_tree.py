@@ -54,6 +54,7 @@ from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step
 from collectives._arithmetic import combine, identity
 from collectives._common import received, unpack_into
 from collectives._hierarchical import grid, node_teams
+from collectives._tree_chain import Chain, chain_fits
 from collectives._tree_steps import Do, Programs, Receive, Send
 
 __all__ = ["ALL_REDUCE", "all_reduce", "double_tree", "down_steps", "up_steps"]
@@ -114,7 +115,8 @@ def down_steps(nodes: int) -> tuple[tuple[tuple[int, int], ...], ...]:
 
 def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
     """The tree all-reduce of this member's flat row-major `terms`; returns a new flat buffer with the result.
-    Runs as tables for all members (`collectives._tree_steps`) where the call allows it."""
+    Runs as tables for all members (`collectives._tree_steps`) where the call allows it, its times worked out
+    ahead where the group is one chain with links of its own (`collectives._tree_chain`)."""
     _, (nodes, _) = grid(port)
     node, across = node_teams(port)
     j, k = node.index, node.size
@@ -123,7 +125,7 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
     halves = np.array_split(out, 2)
     partial = [combine(reduction, identity(reduction, t.dtype), t) for t in np.array_split(terms, 2)]
     if ring_steps.by_tables(port, "tree", out):
-        programs = port.once(("programs", "tree"), lambda: Programs(port))
+        programs = port.once(("programs", "tree"), lambda: Chain(port) if chain_fits(port) else Programs(port))
         yield from programs.join(port, _program(node, across, nodes, partial, halves, reduction))
         return out
     if j < k - 1:

@@ -90,17 +90,25 @@ class Programs:
         """Member `port.group.index` runs `program`; returns when its last operation has run."""
         j = port.group.index
         self.ports[j], self.programs[j] = port, program
+        if self.start(j, self.env.event()):
+            yield self.done[j]
+            self.finish(j)
+
+    def start(self, j: int, done: Any) -> bool:
+        """Member j (its port and program set) runs its program up to its first receive, its sends posted,
+        then waits for that receive's message; `done` fires at its last receive. False (and the member
+        released) where it receives nothing."""
+        program = self.programs[j]
         self.last[j] = max((i for i, op in enumerate(program) if isinstance(op, Receive)), default=-1)
         posts: list[tuple] = []
         self._advance(j, posts)
         self._post(posts)
         if self.last[j] < 0:
-            self._release(j)
-            return
-        self.done[j] = self.env.event()
+            self.release(j)
+            return False
+        self.done[j] = done
         self._expect([j])
-        yield self.done[j]
-        self._finish(j)
+        return True
 
     def _advance(self, j: int, posts: list) -> None:
         """Run member j's operations up to its next receive (or its end), its sends collected in `posts`."""
@@ -135,9 +143,16 @@ class Programs:
         transport._posted += count
         for j, *_ in posts:
             self.in_flight[j] += 1
+        srcs, dsts, wire = self._columns(posts)
+        transport.links.send_table(srcs, dsts, wire, _Table(self, first, posts))
+
+    def _columns(self, posts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The mesh devices sending and receiving `posts`, and the bytes each occupies its links with."""
+        transport = self.transport
+        sizes = [payload.nbytes for *_, payload, _ in posts]
         wire = sizes if transport._free else [transport.costs.wire_bytes(size) for size in sizes]
-        transport.links.send_table(np.asarray(srcs, np.int64), np.asarray(dsts, np.int64),
-                                   np.asarray(wire, np.float64), _Table(self, first, posts))
+        return (np.asarray([self.members[j] for j, *_ in posts], np.int64),
+                np.asarray([self.members[r] for _, r, *_ in posts], np.int64), np.asarray(wire, np.float64))
 
     def arrived(self, table: _Table, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
         """The network's report: messages `slots` of `table` arrived at `arrivals_s`."""
@@ -202,15 +217,21 @@ class Programs:
         op.take(payload)
         self.pc[r] += 1
 
-    def _finish(self, j: int) -> None:
-        """Member j's last receive completed: take it, run the rest of its program, hand its accounts over."""
-        self._take(j)
+    def post_next(self, j: int) -> None:
+        """Member j runs on from its operation `pc[j]` to its end, its sends posted as one table, and is
+        released (its receives all taken)."""
         posts: list[tuple] = []
         self._advance(j, posts)
         self._post(posts)
-        self._release(j)
+        self.release(j)
 
-    def _release(self, j: int) -> None:
+    def finish(self, j: int) -> None:
+        """Member j's last receive completed: take it, run the rest of its program, hand its accounts over."""
+        self._take(j)
+        self.post_next(j)
+
+    def release(self, j: int) -> None:
+        """Member j's program is over: its port takes over the accounts of its messages in flight."""
         port = self.ports[j]
         port.in_flight += self.in_flight[j]
         port.last_arrival_s = max(port.last_arrival_s, self.latest[j])

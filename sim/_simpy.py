@@ -18,7 +18,7 @@ from typing import Any
 import simpy
 from simpy.core import NORMAL
 
-__all__ = ["NORMAL", "fire", "fire_after", "push", "ticket"]
+__all__ = ["NORMAL", "fire", "fire_after", "fire_at", "push", "ticket"]
 
 
 def fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float, priority: int = NORMAL) -> None:
@@ -33,6 +33,14 @@ def fire_after(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: 
     event._ok = True
     event._value = value
     env.schedule(event, delay=delay_s if delay_s > 0 else 0)
+
+
+def fire_at(env: simpy.Environment, event: simpy.Event, value: Any, when_s: float, priority: int = NORMAL) -> None:
+    """Trigger `event` with `value` at the instant `when_s` itself (not at `now + (when_s - now)`, which
+    rounding may move by a unit in the last place): for times worked out ahead as the clock would reach them."""
+    event._ok = True
+    event._value = value
+    heappush(env._queue, (when_s, priority, next(env._eid), event))
 
 
 def push(env: simpy.Environment, event: simpy.Event, priority: int, delay_s: float, tie: float) -> None:

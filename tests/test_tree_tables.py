@@ -1,8 +1,9 @@
 """The tree all-reduce (`collectives._tree_steps.Programs`: every member's program of sends and receives run
-for all members at once) and the direct phases of the hierarchical algorithms (one `sim.engine.Steps` loop
-for all members, `collectives._direct_steps`) give the same bytes, trace (every column, in order), call
-records and times as the member-by-member loops they replace, on random programs, meshes, node shapes and
-networks; the comparison is shown to fail on a wrong table path, and the table paths are shown to run."""
+for all members at once; `collectives._tree_chain.Chain`: a chain's times worked out ahead) and the direct
+phases of the hierarchical algorithms (one `sim.engine.Steps` loop for all members, `collectives._direct_steps`)
+give the same bytes, trace (every column, in order), call records and times as the member-by-member loops they
+replace, on random programs, meshes, node shapes and networks; the comparison is shown to fail on a wrong table
+path, and the table paths are shown to run."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 import collectives
 import collectives._direct_steps as direct_steps
 import collectives._ring_steps as ring_steps
+import collectives._tree as tree
+import collectives._tree_chain as tree_chain
 import collectives._tree_steps as tree_steps
 import sim
 from sim import P
@@ -23,8 +26,10 @@ from sim import P
 _OPS = ("psum", "pmax", "all_gather", "psum_scatter", "psum tree", "pmax tree")
 
 
-def _network(kind: str, shape: tuple[int, ...]) -> sim.Network:
+def _network(kind, shape: tuple[int, ...]) -> sim.Network:
     n = int(np.prod(shape))
+    if isinstance(kind, sim.Network):
+        return kind
     if kind == "hierarchical":
         return sim.Network.hierarchical(shape[-1], n // shape[-1], 1e-6, 8e9, 5e-6, 1e9)
     if kind == "switch":
@@ -226,3 +231,99 @@ def test_received_places_match_the_receivers_order():
             senders_of_t = [s for s in range(k) if s != t]
             for v in range(pieces):
                 assert places[i * pieces + v] == senders_of_t.index(me) * pieces + v
+
+
+# ---------------------------------------------------------------------------------------------- chains
+
+
+@st.composite
+def _chains(draw):
+    """A tree call over the whole mesh on a fully connected network (a chain `Chain` may plan), then calls
+    over parts of the mesh that may start while the chain's sums travel back (the plan hands over)."""
+    shape = draw(st.sampled_from([(2,), (3,), (6,), (2, 2), (2, 3), (4, 2), (2, 4), (3, 3)]))
+    network = sim.Network(latency_s=draw(st.sampled_from([1e-6, 3e-7, 2.5e-6])),
+                          bandwidth_bytes_per_s=draw(st.sampled_from([100e9, 7e9, 1.3e9])),
+                          costs=draw(st.sampled_from([sim.Costs(), sim.Costs(efficiency=0.75, overhead_bytes=64.0)])))
+    first = (draw(st.sampled_from(["psum tree", "pmax tree"])), "all")
+    rest = draw(st.lists(st.tuples(st.sampled_from(_OPS), st.sampled_from([0, 1, "all"])), max_size=2))
+    n = int(np.prod(shape))
+    block = (draw(st.sampled_from([0, 1, 2, 3, 5])),)
+    dtype = draw(st.sampled_from(["int8", "int32", "float32", "float64"]))
+    size = n * block[0] * np.dtype(dtype).itemsize
+    x = np.frombuffer(draw(st.binary(min_size=size, max_size=size)), dtype).reshape(n * block[0]).copy()
+    if x.dtype.kind == "f":
+        x = np.nan_to_num(x, nan=1.0, posinf=2.0, neginf=-2.0)
+    return shape, network, [first, *rest], x
+
+
+def _by_programs(case) -> tuple:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tree, "chain_fits", lambda port: False)
+        return _run(case)
+
+
+@settings(max_examples=min(60, settings.default.max_examples))  # each example runs its program three times
+@given(case=_chains())
+def test_chain_equals_member_by_member(case):
+    """A tree over the whole mesh planned ahead (`Chain`, handing over to `Programs` where a member does
+    something while the chain runs) gives the same bytes, trace (every column, in order), call records and
+    end time as `Programs` and as member by member."""
+    planned = _run(case)
+    assert planned == _by_programs(case)
+    assert planned == _member_by_member(case)
+
+
+def _spied(case, name: str) -> tuple[tuple, int]:
+    """`_run(case)`, and how many times `Chain.<name>` ran."""
+    count = [0]
+    real = getattr(tree_chain.Chain, name)
+
+    def spy(self, *args):
+        count[0] += 1
+        return real(self, *args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tree_chain.Chain, name, spy)
+        return _run(case), count[0]
+
+
+_CHAIN = ((8,), sim.Network(), [("psum tree", "all")], np.arange(8 * 3, dtype=np.float32) * 0.37 - 2.5)
+_HANDED = ((4, 2), sim.Network(), [("psum tree", "all"), ("psum tree", 1)],
+           np.arange(8 * 3, dtype=np.float32) * 0.37 - 2.5)
+
+
+def test_chain_planned_and_handed_over():
+    """A tree over the whole mesh is planned; where a pair of members meets for its next call while the
+    chain still runs, the plan hands over to `Programs` at that instant, with the same results."""
+    result, runs = _spied(_CHAIN, "_run")
+    assert runs == 1 and result == _member_by_member(_CHAIN)
+    result, handed = _spied(_HANDED, "_fall_back")
+    assert handed == 1 and result == _member_by_member(_HANDED)
+    _, handed = _spied(_CHAIN, "_fall_back")
+    assert handed == 0
+
+
+@pytest.mark.parametrize("wrong", ["a bandwidth term dropped", "resumes swapped", "no hand-over"])
+def test_chain_comparison_can_fail(wrong):
+    """A plan that leaves a hop's bandwidth term out, resumes the chain's last two members in the other
+    order, or never hands over is caught by the comparison."""
+    case = _HANDED if wrong == "no hand-over" else _CHAIN
+    with pytest.MonkeyPatch.context() as patch:
+        if wrong == "a bandwidth term dropped":
+            real = tree_chain._reports
+            patch.setattr(tree_chain, "_reports", lambda post_s, wires, latency_s, bandwidth: real(
+                post_s, [0.0 for _ in wires], latency_s, bandwidth))
+        elif wrong == "resumes swapped":
+            real_next = tree_chain.Chain._next
+
+            def swapped(self, h):
+                if h >= len(self.hops):
+                    last = self.hops[-1]
+                    for j in (last.receiver, last.sender):
+                        tree_chain.fire_at(self.env, self.programs.done[j], None, last.wake_s)
+                    return
+                real_next(self, h)
+            patch.setattr(tree_chain.Chain, "_next", swapped)
+        else:
+            patch.setattr(tree_chain.Chain, "_quiet", lambda self: True)
+        planned = _run(case)
+    assert planned != _member_by_member(case)

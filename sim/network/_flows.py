@@ -150,6 +150,10 @@ class LinkState:
         self.send(src=np.asarray(srcs, np.int64), dsts=dsts, sizes=sizes, sink=sink)  # type: ignore[arg-type]
         self._tabled = True
 
+    def idle(self) -> bool:
+        """Whether no message is in flight or posted and not yet started."""
+        return not (len(self._flows) or self._posted or self._hops or self._switched)
+
     def send_reduced(self, contributors: tuple[int, ...], receivers: tuple[int, ...], size_bytes: int,
                      sink: Sink) -> None:
         """Post one shard's reduction in the switch now (`sim.network._in_network`): a flow of `size_bytes`
