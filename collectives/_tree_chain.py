@@ -38,16 +38,14 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from itertools import pairwise
-from typing import Any
 
 import numpy as np
-import simpy
 
 import sim
 from collectives._common import row_major_everywhere
 from collectives._nodes import node_grid
 from collectives._tree_steps import Programs, Receive, Send
-from sim._simpy import fire_at, ticket
+from sim._simpy import fire_at, idle_since, ticket
 
 __all__ = ["Chain", "chain_fits"]
 
@@ -142,7 +140,7 @@ class Chain:
 
     def _alone(self) -> bool:
         """Nothing in flight, nothing due but ended processes."""
-        return self.transport.links.idle() and all(_ended(entry[3]) for entry in self.env._queue)
+        return self.transport.links.idle() and idle_since(self.env, 0)
 
     def _plan(self) -> bool:
         """Every hop's times, from the programs' sizes (nothing run yet). False where the chain is not one
@@ -260,7 +258,7 @@ class Chain:
         transport, env = self.transport, self.env
         if (len(transport.trace), transport._posted) != (records, posted) or not transport.links.idle():
             return False
-        return ticket(env) == first or all(_ended(entry[3]) for entry in env._queue if entry[2] >= first)
+        return ticket(env) == first or idle_since(env, first)
 
     def _fall_back(self, h: int) -> None:
         """The program resumed at hop h's instant did something: from here on, the members still in the
@@ -334,9 +332,3 @@ def _woken(t: float, report_s: float, arrival_s: float) -> float:
     arriving at `arrival_s`: the wake is set at the later of the two, `arrival - then` ahead."""
     then = max(t, report_s)
     return then + (arrival_s - then if arrival_s > then else 0)
-
-
-def _ended(event: Any) -> bool:
-    """An ended process nobody waits on: its event changes nothing."""
-    return isinstance(event, simpy.Process) and not event.callbacks
-

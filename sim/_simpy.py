@@ -18,7 +18,7 @@ from typing import Any
 import simpy
 from simpy.core import NORMAL
 
-__all__ = ["NORMAL", "fire", "fire_after", "fire_at", "push", "ticket"]
+__all__ = ["NORMAL", "fire", "fire_after", "fire_at", "idle_since", "push", "ticket"]
 
 
 def fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float, priority: int = NORMAL) -> None:
@@ -53,6 +53,13 @@ def ticket(env: simpy.Environment) -> int:
     """The event id the clock gives the next event it schedules (read without taking it): equal before and
     after some code when that code scheduled nothing."""
     return env._eid.__reduce__()[1][0]
+
+
+def idle_since(env: simpy.Environment, first: int) -> bool:
+    """Whether every event the clock holds that was scheduled from event id `first` on (`ticket`) changes
+    nothing when it fires: a process that ended, which nothing waits on."""
+    return all(isinstance(event, simpy.Process) and not event.callbacks
+               for _, _, eid, event in env._queue if not isinstance(eid, int) or eid >= first)
 
 
 class WakeRuns:
