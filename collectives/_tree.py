@@ -122,12 +122,16 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
     j, k = node.index, node.size
     memory = port.memory
     out = memory.view(memory.alloc(terms.dtype, terms.shape))
-    halves = np.array_split(out, 2)
-    partial = [combine(reduction, identity(reduction, t.dtype), t) for t in np.array_split(terms, 2)]
+    halves, own = np.array_split(out, 2), np.array_split(terms, 2)
     if ring_steps.by_tables(port, "tree", out):
         programs = port.once(("programs", "tree"), lambda: Chain(port) if chain_fits(port) else Programs(port))
-        yield from programs.join(port, _program(node, across, nodes, partial, halves, reduction))
+        program = _program(node, across, nodes, _Partial(reduction, own), halves, reduction)
+        if isinstance(programs, Chain):
+            yield from programs.join(port, program, (own, halves, reduction))
+        else:
+            yield from programs.join(port, program)
         return out
+    partial = [combine(reduction, identity(reduction, t.dtype), t) for t in own]
     if j < k - 1:
         for t in (0, 1):
             message = yield port.recv(node.members[j + 1], tag=("chain up", t))
@@ -146,6 +150,24 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
             port.send(node.members[j + 1], halves[t], tag=("chain down", t), header={}, phase="chain broadcast",
                       tree=t)
     return out
+
+
+class _Partial:
+    """A member's running results of its two halves, `own` folded into the identity when first read (the
+    same values as folded at once, not worked out where the chain folds every member's at once)."""
+
+    __slots__ = ("own", "reduction", "values")
+
+    def __init__(self, reduction: str, own: list[np.ndarray]) -> None:
+        self.reduction, self.own, self.values = reduction, own, [None, None]
+
+    def __getitem__(self, t: int) -> np.ndarray:
+        if self.values[t] is None:
+            self.values[t] = combine(self.reduction, identity(self.reduction, self.own[t].dtype), self.own[t])
+        return self.values[t]
+
+    def __setitem__(self, t: int, values: np.ndarray) -> None:
+        self.values[t] = values
 
 
 def _program(node, across, nodes: int, partial: list, halves: list, reduction: str) -> list:

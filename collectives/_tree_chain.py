@@ -38,10 +38,12 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 
 import sim
+from collectives._arithmetic import identity, quick_combine
 from collectives._common import row_major_everywhere
 from collectives._nodes import node_grid
 from collectives._tree_steps import Programs, Receive, Send
@@ -103,11 +105,14 @@ class Chain:
         self.virtual = [False] * self.size  # whose programs the plan ran
         self.mark: tuple = ()
         self.hops: list[_Hop] = []
+        self.parts: list[Any] = [None] * self.size
 
-    def join(self, port: sim.Port, program: list) -> Generator:
-        """Member `port.group.index` runs `program`; returns when its part is over."""
+    def join(self, port: sim.Port, program: list, parts: tuple) -> Generator:
+        """Member `port.group.index` runs `program`; returns when its part is over. `parts`: its terms and
+        its result, each in halves, and the reduction (for the sums folded at once: `_fold_at_once`)."""
         j, programs = port.group.index, self.programs
         programs.ports[j], programs.programs[j] = port, program
+        self.parts[j] = parts
         done = programs.done[j] = self.env.event()
         if not self.joined:
             self.mark = self._mark()
@@ -200,6 +205,42 @@ class Chain:
 
     def _run(self) -> None:
         """Run every program (the bytes), record the hops up to the first resume, set the first event."""
+        if not self._fold_at_once():
+            self._run_programs()
+        self.virtual = [True] * self.size
+        first = 1 + next(h for h, hop in enumerate(self.hops) if hop.ends)  # posted when a sender is free
+        for hop in self.hops[:first]:
+            self._record(hop)
+        self._next(first)
+
+    def _fold_at_once(self) -> bool:
+        """Every member's result written at once where the sums allow: the chain folds member m's terms
+        into the identity, then the sums of m + 1 into that (`collectives._tree._program`), and every member
+        ends with member 0's sums. For a sum of float32 or float64 with no subnormal or NaN on the way
+        (`quick_combine`'s condition: the same bits as one `combine` after another) that is one
+        accumulation over the members' stacked halves. False (nothing written) otherwise."""
+        own, halves, reduction = self.parts[0]
+        if reduction != "sum" or own[0].dtype not in (np.float32, np.float64) or own[0].dtype.metadata is not None:
+            return False
+        order = [self.hops[0].sender] + [hop.receiver for hop in self.hops if not hop.ends]  # tail to head
+        if sorted(order) != list(range(self.size)):
+            return False
+        sums = []
+        for t in (0, 1):
+            terms = np.stack([self.parts[j][0][t] for j in order])
+            started = quick_combine(reduction, identity(reduction, terms.dtype), terms)
+            if started is None:
+                return False
+            total = np.add.accumulate(started, axis=0)
+            if len(order) > 1 and quick_combine(reduction, started[1:], total[:-1]) is None:
+                return False
+            sums.append(total[-1])
+        for _, halves, _ in self.parts:
+            halves[0][...], halves[1][...] = sums
+        return True
+
+    def _run_programs(self) -> None:
+        """Every member's operations run in the chain's order (each receive handed its message)."""
         programs = self.programs.programs
         pc = [0] * self.size
         posts: list = []
@@ -213,11 +254,6 @@ class Chain:
                 op.take(payloads[op.key])
                 pc[receiver] += 1
             _walk(programs[receiver], pc, receiver, [], run=True)
-        self.virtual = [True] * self.size
-        first = 1 + next(h for h, hop in enumerate(self.hops) if hop.ends)  # posted when a sender is free
-        for hop in self.hops[:first]:
-            self._record(hop)
-        self._next(first)
 
     def _record(self, hop: _Hop) -> None:
         """`hop`'s trace records, posted at its post instant, with their arrivals."""

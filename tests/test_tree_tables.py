@@ -302,13 +302,36 @@ def test_chain_planned_and_handed_over():
     assert handed == 0
 
 
-@pytest.mark.parametrize("wrong", ["a bandwidth term dropped", "resumes swapped", "no hand-over"])
+def test_chain_folds_at_once():
+    """The chain's float sums are folded for all members at once where no subnormal or NaN meets them, and
+    operation by operation otherwise (a subnormal term), with the same bytes either way."""
+    subnormal = _CHAIN[3].copy()
+    subnormal[5] = np.float32(1e-40)
+    folds: list[bool] = []
+    real = tree_chain.Chain._fold_at_once
+
+    def spy(self) -> bool:
+        folds.append(real(self))
+        return folds[-1]
+    for x, at_once in ((_CHAIN[3], True), (subnormal, False)):
+        case = (*_CHAIN[:3], x)
+        folds.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(tree_chain.Chain, "_fold_at_once", spy)
+            result = _run(case)
+        assert folds == [at_once] and result == _member_by_member(case)
+
+
+@pytest.mark.parametrize("wrong", ["a bandwidth term dropped", "resumes swapped", "no hand-over", "sums in order"])
 def test_chain_comparison_can_fail(wrong):
     """A plan that leaves a hop's bandwidth term out, resumes the chain's last two members in the other
-    order, or never hands over is caught by the comparison."""
+    order, never hands over, or folds the sums at once from the head to the tail is caught by the
+    comparison."""
     case = _HANDED if wrong == "no hand-over" else _CHAIN
     with pytest.MonkeyPatch.context() as patch:
-        if wrong == "a bandwidth term dropped":
+        if wrong == "sums in order":
+            patch.setattr(tree_chain.Chain, "_fold_at_once", _head_first)
+        elif wrong == "a bandwidth term dropped":
             real = tree_chain._reports
             patch.setattr(tree_chain, "_reports", lambda post_s, wires, latency_s, bandwidth: real(
                 post_s, [0.0 for _ in wires], latency_s, bandwidth))
@@ -327,3 +350,12 @@ def test_chain_comparison_can_fail(wrong):
             patch.setattr(tree_chain.Chain, "_quiet", lambda self: True)
         planned = _run(case)
     assert planned != _member_by_member(case)
+
+
+def _head_first(self) -> bool:
+    """`Chain._fold_at_once` adding the members' terms from member 0 on (the chain adds from the tail)."""
+    for t in (0, 1):
+        total = np.add.accumulate(np.stack([own[t] for own, _, _ in self.parts]), axis=0)[-1]
+        for _, halves, _ in self.parts:
+            halves[t][...] = total
+    return True
