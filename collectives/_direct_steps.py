@@ -52,10 +52,17 @@ def by_tables(port: sim.Port, phase: str, places: Sequence[Sequence[np.ndarray]]
                                                                                          decide)
 
 
+def _others(k: int, me: int) -> np.ndarray:
+    """Team positions 0 .. k - 1 but `me`, in order."""
+    others = np.arange(k - 1, dtype=np.int64)
+    others[me:] += 1
+    return others
+
+
 def received_places(k: int, me: int, pieces: int) -> np.ndarray:
     """Where each of member `me`'s (k - 1) * pieces messages comes among its receiver's: the message of
     piece v to team position t is the receiver's receive (me or me - 1) * pieces + v."""
-    others = np.delete(np.arange(k, dtype=np.int64), me)
+    others = _others(k, me)
     before = np.where(me < others, me, me - 1)
     return (np.repeat(before, pieces) * pieces + np.tile(np.arange(pieces), k - 1)).astype(np.int64)
 
@@ -103,6 +110,7 @@ class _Direct:
         self.bytes = np.zeros((port.group.size, ways), np.int64)  # bytes[j, m]: member j's message m
         self.of = sim.engine.Steps(port, 1, self.sizes, self.details, self.move, ways)
         self.decided, self.joint = False, None
+        self.orders: dict[int, tuple] = {}  # id(team.order) -> (team.order, as an array)
 
     def rows(self) -> Joint | None:
         """Every member's pieces as rows of one snapshot (`collectives._direct_rows.Joint`), decided at the
@@ -123,13 +131,13 @@ class _Direct:
 
     def join(self, port: sim.Port, team: Team, member: _Member) -> Generator:
         k, pieces, me = self.k, self.pieces, team.index
-        others = np.delete(np.arange(k, dtype=np.int64), me)
+        others = _others(k, me)
         q = (others[:, None] * pieces + np.arange(pieces)).reshape(-1)  # the pieces sent, in order
         if isinstance(member.rows, Pieces):
             self.bytes[port.group.index] = member.rows.nbytes(self.sent(q, me))
         else:
             self.bytes[port.group.index] = [part.nbytes for t in others.tolist() for part in self.carried(member, t)]
-        to = np.asarray(team.order, np.int64)[q // pieces]
+        to = self.order_of(team)[q // pieces]
         yield from self.of.join(port, to, me, member, received_places(k, me, pieces))
 
     def sent(self, q: np.ndarray, me: int) -> np.ndarray:
@@ -145,6 +153,13 @@ class _Direct:
 
     def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
         return {"phase": [self.phase] * len(ways), "piece": (ways % self.pieces).tolist()}
+
+    def order_of(self, team: Team) -> np.ndarray:
+        """`team.order` as an array, made once per team of the call (a team's order is one tuple)."""
+        found = self.orders.get(id(team.order))
+        if found is None or found[0] is not team.order:
+            found = self.orders[id(team.order)] = (team.order, np.asarray(team.order, np.int64))
+        return found[1]
 
     def sources(self, receivers: np.ndarray, ways: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The team position each receive comes from, and its piece (`ways`: the receivers' own order)."""
@@ -171,9 +186,9 @@ class _Gather(_Direct):
         if joint is not None:  # a member's places are written when its last message has arrived
             for r in receivers[ways == self.of.ways - 1].tolist():
                 member = states[r]
-                others = np.delete(np.arange(self.k, dtype=np.int64), member.index)
+                others = _others(self.k, member.index)
                 q = (others[:, None] * self.pieces + np.arange(self.pieces)).reshape(-1)
-                joint.gather_into(member.rows.flat, np.asarray(member.team.order, np.int64)[q // self.pieces], q)
+                joint.gather_into(member.rows.flat, self.order_of(member.team)[q // self.pieces], q)
             return
         sources, pieces = self.sources(receivers, ways)
         for r, j, s, v in zip(receivers.tolist(), senders.tolist(), sources.tolist(), pieces.tolist()):
