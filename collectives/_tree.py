@@ -122,7 +122,7 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
     j, k = node.index, node.size
     memory = port.memory
     out = memory.view(memory.alloc(terms.dtype, terms.shape))
-    halves, own = np.array_split(out, 2), np.array_split(terms, 2)
+    halves, own = _halves(out), _halves(terms)
     if ring_steps.by_tables(port, "tree", out):
         programs = port.once(("programs", "tree"), lambda: Chain(port) if chain_fits(port) else Programs(port))
         program = _program(node, across, nodes, _Partial(reduction, own), halves, reduction)
@@ -150,6 +150,12 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
             port.send(node.members[j + 1], halves[t], tag=("chain down", t), header={}, phase="chain broadcast",
                       tree=t)
     return out
+
+
+def _halves(flat: np.ndarray) -> list[np.ndarray]:
+    """`numpy.array_split(flat, 2)` of a 1-D array (the same views, the first half the longer)."""
+    cut = (len(flat) + 1) // 2
+    return [flat[:cut], flat[cut:]]
 
 
 class _Partial:

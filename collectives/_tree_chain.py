@@ -106,6 +106,17 @@ class Chain:
         self.mark: tuple = ()
         self.hops: list[_Hop] = []
         self.parts: list[Any] = [None] * self.size
+        network = self.transport.links.network  # a fully connected network's one latency and bandwidth
+        self.latency_s = float(np.float64(1 * network.latency_s))
+        self.bandwidth = float(np.float64(network.bandwidth_bytes_per_s))
+        self.wires: dict[int, float] = {}  # bytes -> the bytes a message occupies its link with
+
+    def _wire(self, size: int) -> float:
+        wire = self.wires.get(size)
+        if wire is None:
+            transport = self.transport
+            wire = self.wires[size] = float(size) if transport._free else float(transport.costs.wire_bytes(size))
+        return wire
 
     def join(self, port: sim.Port, program: list, parts: tuple) -> Generator:
         """Member `port.group.index` runs `program`; returns when its part is over. `parts`: its terms and
@@ -179,12 +190,8 @@ class Chain:
     def _time(self, hop: _Hop, pc: list[int]) -> bool:
         """`hop`'s reports, the receiver's wake (its receives of the hop's messages, in its program's
         order) and the sender's free time; False where the receiver does not take them next."""
-        transport = self.transport
-        network = transport.links.network
-        wires = [float(p[3].nbytes) if transport._free else float(transport.costs.wire_bytes(p[3].nbytes))
-                 for p in hop.posts]
-        hop.reports = _reports(hop.post_s, wires, float(np.float64(1 * network.latency_s)),
-                               float(np.float64(network.bandwidth_bytes_per_s)))
+        wires = [self._wire(p[3].nbytes) for p in hop.posts]
+        hop.reports = _reports(hop.post_s, wires, self.latency_s, self.bandwidth)
         receiver = hop.receiver
         program, by_key = self.programs.programs[receiver], {p[2]: i for i, p in enumerate(hop.posts)}
         hop.pc, t = pc[receiver], -math.inf
