@@ -302,6 +302,15 @@ def test_chain_planned_and_handed_over():
     assert handed == 0
 
 
+def test_chain_not_planned_where_hops_take_no_time():
+    """Empty halves on links without latency take no time, so hops would share instants: the chain is not
+    planned and every member starts its program in `Programs` as it joined, with the same results."""
+    case = ((5,), sim.Network(latency_s=0.0), [("psum tree", "all"), ("psum tree", "all")],
+            np.zeros(0, np.float32))
+    result, runs = _spied(case, "_run")
+    assert runs == 0 and result == _member_by_member(case)
+
+
 def test_chain_folds_at_once():
     """The chain's float sums are folded for all members at once where no subnormal or NaN meets them, and
     operation by operation otherwise (a subnormal term), with the same bytes either way."""
