@@ -124,7 +124,7 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
     out = memory.view(memory.alloc(terms.dtype, terms.shape))
     halves, own = _halves(out), _halves(terms)
     if ring_steps.by_tables(port, "tree", out):
-        programs = port.once(("programs", "tree"), lambda: Chain(port) if chain_fits(port) else Programs(port))
+        programs = port.once(("programs", "tree"), lambda: Chain(port) if chain_fits(port, nodes) else Programs(port))
         program = _program(node, across, nodes, _Partial(reduction, own), halves, reduction)
         if isinstance(programs, Chain):
             yield from programs.join(port, program, (own, halves, reduction))

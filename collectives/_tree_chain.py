@@ -45,22 +45,21 @@ import numpy as np
 import sim
 from collectives._arithmetic import identity, quick_combine
 from collectives._common import row_major_everywhere
-from collectives._nodes import node_grid
 from collectives._tree_steps import Programs, Receive, Send
 from sim._simpy import fire_at, idle_since, ticket
 
 __all__ = ["Chain", "chain_fits"]
 
 
-def chain_fits(port: sim.Port) -> bool:
-    """Whether the call's tree may be worked out ahead (`Chain`): decided once per call, the parts that do
-    not depend on the instant (a group of every mesh device without nodes, a fully connected network of
-    plain links, row-major operands and results, so every member joins at the call's meeting)."""
+def chain_fits(port: sim.Port, nodes: int) -> bool:
+    """Whether the call's tree (over `nodes` nodes) may be worked out ahead (`Chain`): decided once per call,
+    the parts that do not depend on the instant (a group of every mesh device without nodes, a fully
+    connected network of plain links, row-major operands and results, so every member joins at the call's
+    meeting)."""
     def decide() -> bool:
         network = port.transport.links.network
         members = port.group.members
-        return (len(members) > 1 and len(members) == port.mesh.size
-                and node_grid(port.mesh, members)[1][0] == 1
+        return (len(members) > 1 and len(members) == port.mesh.size and nodes == 1
                 and network.topology == "fully_connected" and not network.multipath
                 and not network.store_and_forward and not getattr(network, "switch_reduces", False)
                 and row_major_everywhere(port.group_args))

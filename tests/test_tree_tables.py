@@ -258,7 +258,7 @@ def _chains(draw):
 
 def _by_programs(case) -> tuple:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tree, "chain_fits", lambda port: False)
+        patch.setattr(tree, "chain_fits", lambda port, nodes: False)
         return _run(case)
 
 
