@@ -11,7 +11,8 @@ left, empty ones L after P (`sim.network._flows`), and the receiver, woken at it
 arrival, takes the others as they come and posts the next hop then. `Chain` works out every hop's post,
 report and arrival times that way, in the order and with the float operations the clock and the network
 use (an event set `d` ahead of `t` fires at `t + d`), runs every member's program (the same operations,
-so the same bytes) and writes the trace records of each hop at its post instant, with their arrivals.
+so the same bytes; a float sum folded for all members at once where that gives the same bits:
+`Chain._fold_at_once`) and writes the trace records of each hop at its post instant, with their arrivals.
 
 Nothing observable changes, and the plan is taken only where that is sure:
 
