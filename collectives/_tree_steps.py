@@ -143,16 +143,9 @@ class Programs:
         transport._posted += count
         for j, *_ in posts:
             self.in_flight[j] += 1
-        srcs, dsts, wire = self._columns(posts)
-        transport.links.send_table(srcs, dsts, wire, _Table(self, first, posts))
-
-    def _columns(self, posts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The mesh devices sending and receiving `posts`, and the bytes each occupies its links with."""
-        transport = self.transport
-        sizes = [payload.nbytes for *_, payload, _ in posts]
         wire = sizes if transport._free else [transport.costs.wire_bytes(size) for size in sizes]
-        return (np.asarray([self.members[j] for j, *_ in posts], np.int64),
-                np.asarray([self.members[r] for _, r, *_ in posts], np.int64), np.asarray(wire, np.float64))
+        transport.links.send_table(np.asarray(srcs, np.int64), np.asarray(dsts, np.int64),
+                                   np.asarray(wire, np.float64), _Table(self, first, posts))
 
     def arrived(self, table: _Table, slots: np.ndarray, arrivals_s: np.ndarray) -> None:
         """The network's report: messages `slots` of `table` arrived at `arrivals_s`."""
