@@ -56,6 +56,7 @@ import numpy as np
 import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _direct_rows as direct_rows
+from collectives import _doubling_rows as doubling_rows
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
 from collectives import _ring_steps as ring_steps
@@ -336,9 +337,12 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     me, members, layout = port.group.index, port.group.members, args.out_layout
     inbox = port.memory.view(port.memory.alloc(source.dtype, source.shape, layout))
     yield from unpack_values(port, source, args.buffer.layout.major_to_minor, inbox, term="own")
-    partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
     n = port.group.size
-    if n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", inbox, args.reduction):
+    tables = n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", inbox, args.reduction)
+    if tables and inbox.size and doubling_rows.by_rows(port, inbox.dtype):
+        return (yield from _doubling_rows(port, inbox, args.reduction))
+    partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
+    if tables:
         doubling = SwappedPartials(port, partial, inbox, args.reduction, layout)
         count = n.bit_length() - 1
         yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
@@ -358,6 +362,33 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     return partial
 
 
+def _doubling_rows(port: sim.Port, inbox: np.ndarray, reduction: str) -> Generator:
+    """Recursive doubling as rows (`collectives._doubling_rows.Folds`), row-major: the member's partial
+    results before its last step are segments of one buffer, its own operand folded into the identity
+    first; the last is a buffer of its own, the result."""
+    n, size = port.group.size, inbox.size
+    count = n.bit_length() - 1
+    folds = port.once(("rows", "recursive-doubling"), lambda: doubling_folds(port, count, size, reduction,
+                                                                             inbox.dtype.itemsize))
+    partials = joint(port, "doubling partials", inbox.dtype, (count * size,))
+    result = joint(port, "doubling result", inbox.dtype, inbox.shape)
+    partials[:size] = combine(reduction, identity(reduction, inbox.dtype), inbox).reshape(-1)
+    yield from folds.join(port, [partials, result.reshape(-1)])
+    return result
+
+
+def doubling_folds(port: sim.Port, count: int, size: int, reduction: str, itemsize: int) -> doubling_rows.Folds:
+    """The all-reduce's recursive doubling as `collectives._doubling_rows.Folds`: at step s every member
+    folds the whole of its segment s with its partner's into segment s + 1 (segments 0 .. count - 1 in its
+    working buffer, one after another; segment `count` its result)."""
+    n = port.group.size
+    runs = np.full((n, count), size, np.int64)
+    segments = np.concatenate([np.tile(np.arange(count, dtype=np.int64) * size, (n, 1)), np.zeros((n, 1), np.int64)],
+                              axis=1)
+    return doubling_rows.Folds(port, "recursive-doubling", reduction, np.zeros_like(runs), runs, segments,
+                               [0] * count + [1], itemsize, lambda member, step: member ^ (1 << step))
+
+
 def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:
     """Recursive halving, then recursive doubling, in row-major order (`collectives._halving`)."""
     source = port.memory.view(args.buffer)
@@ -365,7 +396,7 @@ def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:
     n, size = port.group.size, flat.size  # numpy.array_split's bounds, worked out once per call
     bounds = port.once(("rabenseifner bounds", size), lambda: chunk_bounds([len(c) for c in split(flat, n)]))
     mine = yield from halving_reduce_scatter(port, flat, bounds, args.reduction)
-    out = port.memory.view(port.memory.alloc(flat.dtype, flat.shape))
+    out = joint(port, "rabenseifner", flat.dtype, flat.shape)  # rows of one array: a step's copies at once
     yield from doubling_all_gather(port, mine, out, bounds)
     return (yield from laid_out(port, out.reshape(source.shape), args.out_layout, phase="result"))
 

@@ -21,6 +21,7 @@ from collections.abc import Generator
 import numpy as np
 
 import sim
+from collectives import _doubling_rows as doubling_rows
 from collectives import _ring_steps as ring_steps
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
@@ -34,10 +35,13 @@ def _fresh(port: sim.Port, dtype: np.dtype, size: int) -> np.ndarray:
 def halving_reduce_scatter(port: sim.Port, terms: np.ndarray, bounds: list[int], reduction: str) -> Generator:
     """This member's chunk of the reduction of every member's flat `terms` (a new 1-D buffer)."""
     members, me, n = port.group.members, port.group.index, port.group.size
+    count = n.bit_length() - 1
+    tables = n > 1 and ring_steps.by_tables(port, "recursive-halving", terms, reduction)
+    if tables and doubling_rows.by_rows(port, terms.dtype):
+        return (yield from _halving_rows(port, terms, bounds, reduction))
     partial = _fresh(port, terms.dtype, terms.size)
     partial[...] = combine(reduction, identity(reduction, terms.dtype), terms)
-    count = n.bit_length() - 1
-    if n > 1 and ring_steps.by_tables(port, "recursive-halving", terms, reduction):
+    if tables:
         halving = _Halving(port, partial, bounds, reduction)
         yield from ring_steps.per_member(port, "recursive-halving", count, [me ^ (n >> (s + 1)) for s in range(count)],
                                          halving)
@@ -68,6 +72,11 @@ def doubling_all_gather(port: sim.Port, mine: np.ndarray, out: np.ndarray, bound
     out[bounds[me]:bounds[me + 1]] = mine
     if n > 1 and ring_steps.by_tables(port, "recursive-doubling", out):
         count = n.bit_length() - 1
+        if doubling_rows.by_rows(port, out.dtype):
+            copies = port.once(("rows", "recursive-doubling"),
+                               lambda: doubling_rows.Copies(port, bounds, "chunks", out.dtype.itemsize))
+            yield from copies.join(port, out)
+            return
         yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
                                          _Doubling(out, bounds, me))
         return
@@ -81,6 +90,41 @@ def doubling_all_gather(port: sim.Port, mine: np.ndarray, out: np.ndarray, bound
         message = yield port.recv(members[partner], tag=("doubling", step))
         yield from unpack_into(port, message, out[bounds[theirs]:bounds[theirs + distance]], step=step)
         distance *= 2
+
+
+def _halving_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reduction: str) -> Generator:
+    """`halving_reduce_scatter` as rows (`collectives._doubling_rows.Folds`): the member's partial results
+    are segments of one buffer of its memory, its terms first; returns the last (its chunk)."""
+    me = port.group.index
+    folds, ends = port.once(("rows", "recursive-halving"), lambda: halving_folds(port, bounds, reduction, terms.dtype))
+    row = doubling_rows.apart(port, "recursive-halving", terms.dtype, ends)
+    row[:terms.size] = combine(reduction, identity(reduction, terms.dtype), terms)
+    yield from folds.join(port, [row])
+    start = int(folds.segments[me, -1])
+    return row[start:int(ends[me])]
+
+
+def halving_folds(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype
+                  ) -> tuple[doubling_rows.Folds, np.ndarray]:
+    """The call's recursive halving as `collectives._doubling_rows.Folds`, and where each member's buffer of
+    partial results ends (its size): segment 0 the whole vector, segment s + 1 the run kept at step s.
+    For example, with n = 4 and chunks of 1, 2, 0 and 1 elements, member 2's segments are the 4 elements,
+    then chunks 2..3 (1 element, at 3 in segment 0), then chunk 2 (none): its buffer holds 5 elements."""
+    n = port.group.size
+    count, b = n.bit_length() - 1, np.asarray(bounds, np.int64)
+    member, d = np.arange(n)[:, None], n >> (np.arange(count) + 1)[None, :]
+    kept = member & ~(d - 1)
+    at, runs = b[kept] - b[member & ~(2 * d - 1)], b[kept + d] - b[kept]
+    sizes = np.concatenate([np.full((n, 1), b[-1] - b[0]), runs], axis=1)
+    segments = np.cumsum(sizes, axis=1) - sizes
+
+    def chunks(senders: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        d = n >> (steps + 1)
+        give = (senders ^ d) & ~(d - 1)  # the run its partner keeps
+        return give, give + d
+    folds = doubling_rows.Folds(port, "recursive-halving", reduction, at, runs, segments, [0] * (count + 1),
+                                np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)), chunks)
+    return folds, segments[:, -1] + sizes[:, -1]
 
 
 class _Halving:

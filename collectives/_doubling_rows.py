@@ -1,0 +1,203 @@
+"""Recursive doubling and halving for every member at once: a step's copies and folds as numpy operations.
+
+In these loops member r's partner at step s is r XOR d (d = 2^s doubling, n / 2^(s+1) halving), and what a
+message carries is fixed by (sender, step) and the chunk bounds: the messages' bytes, their trace details
+and what each receiver writes are worked out for all the members of a step table (`sim.engine.Steps`) at
+once, instead of one Python call per message (`collectives._ring_steps.PerMember`). Each member's buffers
+lie in its own memory (allocated and charged there, the bytes the per-member loop allocates), as rows of
+one array (`collectives._joint.Rows`), so a step's copies are one fancy-indexed copy and its folds one
+`combine` over the gathered operands (elementwise: the same bits as one call per message).
+
+- `Copies` (an all-gather by recursive doubling): at step s member j sends chunks [m, m + d) of its flat
+  buffer, m = j & ~(d - 1), and its partner writes them at the same place of its own.
+- `Folds` (recursive halving, and the all-reduce's recursive doubling): member r's partial results are
+  segments, segment 0 its own terms; at step s it keeps a run of segment s (all of it when doubling),
+  receives the same run of its partner's segment s, and writes `low op high` (the lower group index's
+  run first) as its segment s + 1.
+
+Worked example (n = 2, one float each, all-reduce by recursive doubling, sum): member 0's segments are
+[x0, x0 + x1], member 1's [x1, x0 + x1]; one step, each member reading its partner's segment 0.
+
+Where the rows are not of one array (a buffer that took an earlier reservation, more than
+`collectives._joint.JOINT_MAX_BYTES`) or not every member has joined yet, the same writes are made one
+message at a time from each member's own buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+
+import numpy as np
+
+import sim
+from collectives._arithmetic import combine
+from collectives._joint import JOINT_MAX_BYTES, Decided, Rows, ragged
+
+_RUN_MAX = 256  # longest run copied by fancy indexing (an index per element); longer ones are sliced
+
+
+def by_rows(port: sim.Port, dtype: np.dtype) -> bool:
+    """Whether this call's doubling or halving loop runs as rows: the payloads are concrete (abstract ones
+    carry no values to fold), decided once per call so every member takes one path."""
+    return port.once("doubling rows", lambda: not sim.memory.is_hollow(np.dtype(dtype)))
+
+
+def apart(port: sim.Port, key: str, dtype: np.dtype, sizes: np.ndarray) -> np.ndarray:
+    """A zeroed flat buffer of `sizes[j]` elements of `dtype` in member j's memory (the caller's: j its group
+    index), the members' buffers cut one after another from one array shared by the call (each allocated
+    and charged in its own memory, as any allocation); past `JOINT_MAX_BYTES` in all, or where an earlier
+    reservation takes the allocation, an allocation like any other."""
+    memory, dtype, me = port.memory, np.dtype(dtype), port.group.index
+    size = int(sizes[me])
+    ends = np.cumsum(sizes)
+    if not size or int(ends[-1]) * dtype.itemsize > JOINT_MAX_BYTES:
+        return memory.view(memory.alloc(dtype, (size,)))
+    whole = port.once(("apart", key), lambda: np.zeros(int(ends[-1]), dtype))
+    region = whole[int(ends[me]) - size:int(ends[me])]
+    memory.reserve(region)
+    view = memory.view(memory.alloc(dtype, (size,)))
+    if view.__array_interface__["data"][0] != region.__array_interface__["data"][0]:  # another took the region
+        for other in memory.release():
+            if other is not region:
+                memory.reserve(other)
+    return view
+
+
+class Copies:
+    """An all-gather by recursive doubling over chunks: chunk c of a member's flat buffer is elements
+    `bounds[c]:bounds[c + 1]`; the messages' trace details name their chunks under `key`. A member's
+    `Steps` state is its flat buffer (its own chunk already written)."""
+
+    def __init__(self, port: sim.Port, bounds: Sequence[int] | np.ndarray, key: str, itemsize: int) -> None:
+        n = port.group.size
+        self.bounds, self.key, self.itemsize = np.asarray(bounds, np.int64), key, itemsize
+        self.count = n.bit_length() - 1
+        self.of = sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
+        self.rows = Decided()
+
+    def join(self, port: sim.Port, flat: np.ndarray) -> Generator:
+        """The caller's part: swap its run of chunks with the member whose index differs in bit s, s = 0, 1, ..."""
+        me = port.group.index
+        yield from self.of.join(port, [me ^ (1 << s) for s in range(self.count)], me, flat)
+
+    def _runs(self, members: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The first chunk each member holds before step s, and the chunks' first element."""
+        held = members & ~((1 << steps) - 1)
+        return held, self.bounds[held]
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        held, start = self._runs(senders, steps)
+        return (self.bounds[held + (1 << steps)] - start) * self.itemsize
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        held = positions & ~((1 << steps) - 1)
+        return {"phase": ["recursive-doubling"] * len(steps), "step": steps.tolist(),
+                self.key: list(zip(held.tolist(), (held + (1 << steps)).tolist()))}
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        """Each receiver writes its sender's run where the sender holds it (no member reads a run being
+        written at this step: a step writes the chunks its receiver did not hold)."""
+        held, start = self._runs(senders, steps)
+        lengths = self.bounds[held + (1 << steps)] - start
+        rows = self.rows.get(self.of.states, lambda states: Rows.of(list(states)))
+        if rows is not None:
+            copy_runs(rows.flat, rows.starts[receivers] + start, rows.starts[senders] + start, lengths)
+            return
+        states = self.of.states
+        for r, j, a, length in zip(receivers.tolist(), senders.tolist(), start.tolist(), lengths.tolist()):
+            states[r][a:a + length] = states[j][a:a + length]
+
+
+class Folds:
+    """Partial results folded pairwise (see the module docstring). `at[r, s]` and `runs[r, s]`: where in
+    member r's segment s the run it keeps at step s starts, and its length (its partner's run lies at the
+    same place of the partner's segment s); `segments[r, k]`: where member r's segment k starts in its
+    buffer `home[k]` (0: its working buffer, 1: a result buffer of its own). `partner(members, steps)` is
+    each member's partner at a step (group indices, arrays or ints); `chunks(senders, steps)` the chunks each
+    message carries for its trace detail, or None for none."""
+
+    def __init__(self, port: sim.Port, phase: str, reduction: str, at: np.ndarray, runs: np.ndarray,
+                 segments: np.ndarray, home: Sequence[int], itemsize: int, partner: Callable,
+                 chunks: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+        self.phase, self.reduction, self.itemsize, self.chunks = phase, reduction, itemsize, chunks
+        self.partner = partner
+        self.at, self.runs, self.segments, self.home = at, runs, segments, list(home)
+        self.n, self.count = at.shape
+        self.of = sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
+        self.rows = [Decided() for _ in range(max(self.home) + 1)]
+
+    def join(self, port: sim.Port, buffers: Sequence[np.ndarray]) -> Generator:
+        """The caller's part (its flat buffers by `home` index, segment 0 written)."""
+        me = port.group.index
+        yield from self.of.join(port, [int(self.partner(me, s)) for s in range(self.count)], me, list(buffers))
+
+    def segment(self, member: int, k: int, states: Sequence[Sequence[np.ndarray]]) -> np.ndarray:
+        """Member `member`'s segment k (to its end for the working buffer)."""
+        buffer = states[member][self.home[k]]
+        return buffer[int(self.segments[member, k]):]
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        return self.runs[self.partner(senders, steps), steps] * self.itemsize  # the run its partner keeps
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        detail = {"phase": [self.phase] * len(steps), "step": steps.tolist()}
+        if self.chunks is not None:
+            first, last = self.chunks(positions, steps)
+            detail["chunks"] = list(zip(first.tolist(), last.tolist()))
+        return detail
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        """Each receiver's next segment: `low op high` of its run and its sender's (lower index first). A step
+        writes segments no message of this step reads (each member's next), so the writes are taken together."""
+        for step in np.unique(steps).tolist():
+            pick = steps == step
+            self._fold(receivers[pick], senders[pick], step)
+
+    def _fold(self, receivers: np.ndarray, senders: np.ndarray, step: int) -> None:
+        read, write = self.home[step], self.home[step + 1]
+        source, target = (self.rows[k].get(self.of.states, lambda states, k=k: Rows.of([s[k] for s in states]))
+                          for k in (read, write))
+        if source is None:
+            self._fold_apart(receivers, senders, step)
+            return
+        at, lengths = self.at[receivers, step], self.runs[receivers, step]
+        mine = source.starts[receivers] + self.segments[receivers, step] + at
+        theirs = source.starts[senders] + self.segments[senders, step] + at
+        low, high = np.where(receivers < senders, mine, theirs), np.where(receivers < senders, theirs, mine)
+        low, high = spans(low, lengths), spans(high, lengths)
+        total = combine(self.reduction, source.flat[low], source.flat[high])
+        if target is not None:
+            target.flat[spans(target.starts[receivers] + self.segments[receivers, step + 1], lengths)] = total
+            return
+        ends = np.cumsum(lengths)
+        states = self.of.states
+        for r, end, length in zip(receivers.tolist(), ends.tolist(), lengths.tolist()):
+            self.segment(r, step + 1, states)[:length] = total.reshape(-1)[end - length:end]
+
+    def _fold_apart(self, receivers: np.ndarray, senders: np.ndarray, step: int) -> None:
+        """`_fold` one message at a time, from each member's own buffers."""
+        states = self.of.states
+        for r, j in zip(receivers.tolist(), senders.tolist()):
+            a, length = int(self.at[r, step]), int(self.runs[r, step])
+            mine = self.segment(r, step, states)[a:a + length]
+            theirs = self.segment(j, step, states)[a:a + length]
+            low, high = (mine, theirs) if r < j else (theirs, mine)
+            self.segment(r, step + 1, states)[:length] = combine(self.reduction, low, high)
+
+
+def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of the runs [starts[i], starts[i] + lengths[i]), one after another (a block of them where
+    every run has one length)."""
+    if len(lengths) and np.all(lengths == lengths[0]):
+        return (starts[:, None] + np.arange(int(lengths[0]))).reshape(-1)
+    return ragged(starts, lengths)
+
+
+def copy_runs(flat: np.ndarray, put: np.ndarray, take: np.ndarray, lengths: np.ndarray) -> None:
+    """`flat[put[i]:put[i] + lengths[i]] = flat[take[i]:...]` for every i (runs apart from each other): short
+    runs by one fancy-indexed copy, long ones by slices."""
+    short = lengths <= _RUN_MAX
+    if short.any():
+        flat[spans(put[short], lengths[short])] = flat[spans(take[short], lengths[short])]
+    for a, b, length in zip(take[~short].tolist(), put[~short].tolist(), lengths[~short].tolist()):
+        flat[b:b + length] = flat[a:a + length]
