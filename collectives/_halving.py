@@ -197,5 +197,5 @@ class SwappedPartials:
 
 def chunk_bounds(sizes: list[int]) -> list[int]:
     """Where each chunk of the given sizes starts in the flat vector, and where the last ends."""
-    return [int(b) for b in np.cumsum([0, *sizes])]
+    return np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))]).astype(np.int64).tolist()
 
