@@ -335,12 +335,12 @@ def _ring_all_gather(port: sim.Port, lanes: list[tuple[Team, np.ndarray, list[np
 def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
     me, members, layout = port.group.index, port.group.members, args.out_layout
+    n = port.group.size
+    tables = n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", source, args.reduction)
+    if tables and source.size and doubling_rows.by_rows(port, source.dtype):
+        return (yield from _doubling_rows(port, source, args.reduction))
     inbox = port.memory.view(port.memory.alloc(source.dtype, source.shape, layout))
     yield from unpack_values(port, source, args.buffer.layout.major_to_minor, inbox, term="own")
-    n = port.group.size
-    tables = n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", inbox, args.reduction)
-    if tables and inbox.size and doubling_rows.by_rows(port, inbox.dtype):
-        return (yield from _doubling_rows(port, inbox, args.reduction))
     partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
     if tables:
         doubling = SwappedPartials(port, partial, inbox, args.reduction, layout)
@@ -362,22 +362,22 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     return partial
 
 
-def _doubling_rows(port: sim.Port, inbox: np.ndarray, reduction: str) -> Generator:
-    """Recursive doubling as rows (`collectives._doubling_rows.Folds`), row-major: the member's partial
-    results before its last step are segments of one buffer, its own operand folded into the identity
-    first; the last is a buffer of its own, the result."""
-    n, size = port.group.size, inbox.size
+def _doubling_rows(port: sim.Port, source: np.ndarray, reduction: str) -> Generator:
+    """Recursive doubling as rows (`collectives._doubling_rows.Folds`), row-major: one buffer holds what the
+    per-message loop allocates as its inbox and then the member's partial results before its last step, the
+    own operand first; the last is a buffer of its own, the result."""
+    n, size = port.group.size, source.size
     count = n.bit_length() - 1
     folds = port.once(("rows", "recursive-doubling"), lambda: doubling_folds(port, count, size, reduction,
-                                                                             inbox.dtype.itemsize))
-    partials = joint(port, "doubling partials", inbox.dtype, (count * size,))
-    result = joint(port, "doubling result", inbox.dtype, inbox.shape)
-    partials[:size] = combine(reduction, identity(reduction, inbox.dtype), inbox).reshape(-1)
-    yield from folds.join(port, [partials, result.reshape(-1)])
+                                                                             source.dtype))
+    buffer = joint(port, "recursive doubling", source.dtype, ((count + 1) * size,))
+    result = joint(port, "recursive doubling result", source.dtype, source.shape)
+    buffer[size:2 * size] = source.reshape(-1)  # folded into the identity by `folds` before it is read
+    yield from folds.join(port, [buffer[size:], result.reshape(-1)])
     return result
 
 
-def doubling_folds(port: sim.Port, count: int, size: int, reduction: str, itemsize: int) -> doubling_rows.Folds:
+def doubling_folds(port: sim.Port, count: int, size: int, reduction: str, dtype: np.dtype) -> doubling_rows.Folds:
     """The all-reduce's recursive doubling as `collectives._doubling_rows.Folds`: at step s every member
     folds the whole of its segment s with its partner's into segment s + 1 (segments 0 .. count - 1 in its
     working buffer, one after another; segment `count` its result)."""
@@ -386,7 +386,8 @@ def doubling_folds(port: sim.Port, count: int, size: int, reduction: str, itemsi
     segments = np.concatenate([np.tile(np.arange(count, dtype=np.int64) * size, (n, 1)), np.zeros((n, 1), np.int64)],
                               axis=1)
     return doubling_rows.Folds(port, "recursive-doubling", reduction, np.zeros_like(runs), runs, segments,
-                               [0] * count + [1], itemsize, lambda member, step: member ^ (1 << step))
+                               [0] * count + [1], dtype.itemsize, lambda member, step: member ^ (1 << step),
+                               (identity(reduction, dtype), size))
 
 
 def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:

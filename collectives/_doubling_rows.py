@@ -45,21 +45,19 @@ def by_rows(port: sim.Port, dtype: np.dtype) -> bool:
 def apart(port: sim.Port, key: str, dtype: np.dtype, sizes: np.ndarray) -> np.ndarray:
     """A zeroed flat buffer of `sizes[j]` elements of `dtype` in member j's memory (the caller's: j its group
     index), the members' buffers cut one after another from one array shared by the call (each allocated
-    and charged in its own memory, as any allocation); past `JOINT_MAX_BYTES` in all, or where an earlier
-    reservation takes the allocation, an allocation like any other."""
+    and charged in its own memory, as any allocation; the memory's earlier reservations are left for later
+    allocations); past `JOINT_MAX_BYTES` in all, an allocation like any other."""
     memory, dtype, me = port.memory, np.dtype(dtype), port.group.index
     size = int(sizes[me])
     ends = np.cumsum(sizes)
     if not size or int(ends[-1]) * dtype.itemsize > JOINT_MAX_BYTES:
         return memory.view(memory.alloc(dtype, (size,)))
     whole = port.once(("apart", key), lambda: np.zeros(int(ends[-1]), dtype))
-    region = whole[int(ends[me]) - size:int(ends[me])]
-    memory.reserve(region)
+    earlier = memory.release()
+    memory.reserve(whole[int(ends[me]) - size:int(ends[me])])
     view = memory.view(memory.alloc(dtype, (size,)))
-    if view.__array_interface__["data"][0] != region.__array_interface__["data"][0]:  # another took the region
-        for other in memory.release():
-            if other is not region:
-                memory.reserve(other)
+    for region in earlier:
+        memory.reserve(region)
     return view
 
 
@@ -114,13 +112,19 @@ class Folds:
     same place of the partner's segment s); `segments[r, k]`: where member r's segment k starts in its
     buffer `home[k]` (0: its working buffer, 1: a result buffer of its own). `partner(members, steps)` is
     each member's partner at a step (group indices, arrays or ints); `chunks(senders, steps)` the chunks each
-    message carries for its trace detail, or None for none."""
+    message carries for its trace detail, or None for none.
+
+    A member joins with its own terms as segment 0 (`first` elements); they are folded into the reduction's
+    `identity` (`combine(reduction, identity, terms)`, as the per-message loop's first partial result) before
+    any message reads them, for every member joined by then at once."""
 
     def __init__(self, port: sim.Port, phase: str, reduction: str, at: np.ndarray, runs: np.ndarray,
                  segments: np.ndarray, home: Sequence[int], itemsize: int, partner: Callable,
+                 first: tuple[np.ndarray, int],
                  chunks: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         self.phase, self.reduction, self.itemsize, self.chunks = phase, reduction, itemsize, chunks
-        self.partner = partner
+        self.partner, (self.identity, self.first) = partner, first
+        self.pending = np.zeros(at.shape[0], bool)  # members whose terms are not folded into the identity yet
         self.at, self.runs, self.segments, self.home = at, runs, segments, list(home)
         self.n, self.count = at.shape
         self.of = sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
@@ -129,7 +133,9 @@ class Folds:
     def join(self, port: sim.Port, buffers: Sequence[np.ndarray]) -> Generator:
         """The caller's part (its flat buffers by `home` index, segment 0 written)."""
         me = port.group.index
-        yield from self.of.join(port, [int(self.partner(me, s)) for s in range(self.count)], me, list(buffers))
+        self.pending[me] = True
+        to = self.partner(np.full(self.count, me), np.arange(self.count)).tolist()
+        yield from self.of.join(port, to, me, list(buffers))
 
     def segment(self, member: int, k: int, states: Sequence[Sequence[np.ndarray]]) -> np.ndarray:
         """Member `member`'s segment k (to its end for the working buffer)."""
@@ -149,6 +155,8 @@ class Folds:
     def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
         """Each receiver's next segment: `low op high` of its run and its sender's (lower index first). A step
         writes segments no message of this step reads (each member's next), so the writes are taken together."""
+        if self.pending.any():
+            self._start()
         for step in np.unique(steps).tolist():
             pick = steps == step
             self._fold(receivers[pick], senders[pick], step)
@@ -173,6 +181,20 @@ class Folds:
         states = self.of.states
         for r, end, length in zip(receivers.tolist(), ends.tolist(), lengths.tolist()):
             self.segment(r, step + 1, states)[:length] = total.reshape(-1)[end - length:end]
+
+    def _start(self) -> None:
+        """Fold the terms of every member joined so far into the identity (their segment 0), at once."""
+        states, home = self.of.states, self.home[0]
+        rows = self.rows[home].get(states, lambda states: Rows.of([s[home] for s in states]))
+        members = np.flatnonzero(self.pending & np.array([state is not None for state in states]))
+        self.pending[members] = False
+        if rows is not None:
+            terms = spans(rows.starts[members] + self.segments[members, 0], np.full(len(members), self.first))
+            rows.flat[terms] = combine(self.reduction, self.identity, rows.flat[terms])
+            return
+        for j in members.tolist():
+            terms = self.segment(j, 0, states)[:self.first]
+            terms[...] = combine(self.reduction, self.identity, terms)
 
     def _fold_apart(self, receivers: np.ndarray, senders: np.ndarray, step: int) -> None:
         """`_fold` one message at a time, from each member's own buffers."""

@@ -98,7 +98,7 @@ def _halving_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reductio
     me = port.group.index
     folds, ends = port.once(("rows", "recursive-halving"), lambda: halving_folds(port, bounds, reduction, terms.dtype))
     row = doubling_rows.apart(port, "recursive-halving", terms.dtype, ends)
-    row[:terms.size] = combine(reduction, identity(reduction, terms.dtype), terms)
+    row[:terms.size] = terms  # folded into the identity by `folds` before it is read
     yield from folds.join(port, [row])
     start = int(folds.segments[me, -1])
     return row[start:int(ends[me])]
@@ -123,7 +123,8 @@ def halving_folds(port: sim.Port, bounds: list[int], reduction: str, dtype: np.d
         give = (senders ^ d) & ~(d - 1)  # the run its partner keeps
         return give, give + d
     folds = doubling_rows.Folds(port, "recursive-halving", reduction, at, runs, segments, [0] * (count + 1),
-                                np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)), chunks)
+                                np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)),
+                                (identity(reduction, dtype), int(b[-1])), chunks)
     return folds, segments[:, -1] + sizes[:, -1]
 
 
