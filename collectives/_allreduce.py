@@ -371,7 +371,8 @@ def _doubling_rows(port: sim.Port, source: np.ndarray, reduction: str) -> Genera
     folds = port.once(("rows", "recursive-doubling"), lambda: doubling_folds(port, count, size, reduction,
                                                                              source.dtype))
     buffer = joint(port, "recursive doubling", source.dtype, ((count + 1) * size,))
-    result = joint(port, "recursive doubling result", source.dtype, source.shape)
+    result = (joint(port, "recursive doubling result", source.dtype, source.shape) if source.ndim
+              else port.memory.view(port.memory.alloc(source.dtype, ())))  # a scalar: a buffer apart
     buffer[size:2 * size] = source.reshape(-1)  # folded into the identity by `folds` before it is read
     yield from folds.join(port, [buffer[size:], result.reshape(-1)])
     return result

@@ -153,6 +153,21 @@ def test_rows_comparison_can_fail(monkeypatch):
     assert _run(case)[0] != slow[0]
 
 
+@pytest.mark.parametrize("op", ["psum", "pmax"])
+def test_scalar_all_reduce_equals_per_member(op):
+    """A scalar operand's all-reduce by recursive doubling (its result a buffer apart from the rows) gives
+    the per-message loop's bytes, trace and times."""
+    def run(by_rows: bool) -> tuple:
+        with pytest.MonkeyPatch.context() as patch:
+            if not by_rows:
+                patch.setattr(doubling_rows, "by_rows", lambda *a: False)
+            f = sim.shard_map(lambda v: getattr(collectives, op)(v[0], "x", algorithm="recursive_doubling"),
+                              mesh=sim.Mesh({"x": 8}), in_specs=P("x"), out_specs=P(), check_vma=False)
+            run = f.run(np.arange(8, dtype=np.int32) * 3 - 7)
+            return np.asarray(run.outputs).tobytes(), json.dumps(run.trace.to_json()), run.end_time_s
+    assert run(True) == run(False)
+
+
 @pytest.mark.parametrize(("op", "algorithm"), _CALLS)
 def test_rows_are_used(op, algorithm, monkeypatch):
     """Each loop really runs as rows of one array (else the equalities above are vacuous): every step's
