@@ -365,14 +365,14 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
 def _doubling_rows(port: sim.Port, source: np.ndarray, reduction: str) -> Generator:
     """Recursive doubling as rows (`collectives._doubling_rows.Folds`), row-major: one buffer holds what the
     per-message loop allocates as its inbox and then the member's partial results before its last step, the
-    own operand first; the last is a buffer of its own, the result."""
+    own operand first; the last is a buffer of its own, the result (written member by member: a buffer
+    apart costs less to allocate than a joint row saves)."""
     n, size = port.group.size, source.size
     count = n.bit_length() - 1
     folds = port.once(("rows", "recursive-doubling"), lambda: doubling_folds(port, count, size, reduction,
                                                                              source.dtype))
     buffer = joint(port, "recursive doubling", source.dtype, ((count + 1) * size,))
-    result = (joint(port, "recursive doubling result", source.dtype, source.shape) if source.ndim
-              else port.memory.view(port.memory.alloc(source.dtype, ())))  # a scalar: a buffer apart
+    result = port.memory.alloc_view(source.dtype, source.shape)  # written one member at a time at the end
     buffer[size:2 * size] = source.reshape(-1)  # folded into the identity by `folds` before it is read
     yield from folds.join(port, [buffer[size:], result.reshape(-1)])
     return result
