@@ -70,13 +70,14 @@ class Copies:
         n = port.group.size
         self.bounds, self.key, self.itemsize = np.asarray(bounds, np.int64), key, itemsize
         self.count = n.bit_length() - 1
+        self.to = np.arange(n)[:, None] ^ (1 << np.arange(self.count))  # to[j, s]: member j's partner at step s
         self.of = sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
         self.rows = Decided()
 
     def join(self, port: sim.Port, flat: np.ndarray) -> Generator:
         """The caller's part: swap its run of chunks with the member whose index differs in bit s, s = 0, 1, ..."""
         me = port.group.index
-        yield from self.of.join(port, [me ^ (1 << s) for s in range(self.count)], me, flat)
+        yield from self.of.join(port, self.to[me], me, flat)
 
     def _runs(self, members: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The first chunk each member holds before step s, and the chunks' first element."""
@@ -125,6 +126,7 @@ class Folds:
         self.phase, self.reduction, self.itemsize, self.chunks = phase, reduction, itemsize, chunks
         self.partner, (self.identity, self.first) = partner, first
         self.pending = np.zeros(at.shape[0], bool)  # members whose terms are not folded into the identity yet
+        self.to = partner(np.arange(at.shape[0])[:, None], np.arange(at.shape[1])[None, :])  # [j, s]
         self.at, self.runs, self.segments, self.home = at, runs, segments, list(home)
         self.n, self.count = at.shape
         self.of = sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
@@ -134,8 +136,7 @@ class Folds:
         """The caller's part (its flat buffers by `home` index, segment 0 written)."""
         me = port.group.index
         self.pending[me] = True
-        to = self.partner(np.full(self.count, me), np.arange(self.count)).tolist()
-        yield from self.of.join(port, to, me, list(buffers))
+        yield from self.of.join(port, self.to[me], me, list(buffers))
 
     def segment(self, member: int, k: int, states: Sequence[Sequence[np.ndarray]]) -> np.ndarray:
         """Member `member`'s segment k (to its end for the working buffer)."""
