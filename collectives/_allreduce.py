@@ -369,26 +369,13 @@ def _doubling_rows(port: sim.Port, source: np.ndarray, reduction: str) -> Genera
     apart costs less to allocate than a joint row saves)."""
     n, size = port.group.size, source.size
     count = n.bit_length() - 1
-    folds = port.once(("rows", "recursive-doubling"), lambda: doubling_folds(port, count, size, reduction,
-                                                                             source.dtype))
+    folds = port.once(("rows", "recursive-doubling"), lambda: doubling_rows.swapped(port, count, size, reduction,
+                                                                                   source.dtype))
     buffer = joint(port, "recursive doubling", source.dtype, ((count + 1) * size,))
     result = port.memory.alloc_view(source.dtype, source.shape)  # written one member at a time at the end
     buffer[size:2 * size] = source.reshape(-1)  # folded into the identity by `folds` before it is read
     yield from folds.join(port, [buffer[size:], result.reshape(-1)])
     return result
-
-
-def doubling_folds(port: sim.Port, count: int, size: int, reduction: str, dtype: np.dtype) -> doubling_rows.Folds:
-    """The all-reduce's recursive doubling as `collectives._doubling_rows.Folds`: at step s every member
-    folds the whole of its segment s with its partner's into segment s + 1 (segments 0 .. count - 1 in its
-    working buffer, one after another; segment `count` its result)."""
-    n = port.group.size
-    runs = np.full((n, count), size, np.int64)
-    segments = np.concatenate([np.tile(np.arange(count, dtype=np.int64) * size, (n, 1)), np.zeros((n, 1), np.int64)],
-                              axis=1)
-    return doubling_rows.Folds(port, "recursive-doubling", reduction, np.zeros_like(runs), runs, segments,
-                               [0] * count + [1], dtype.itemsize, lambda member, step: member ^ (1 << step),
-                               (identity(reduction, dtype), size))
 
 
 def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Generator, Sequence
 import numpy as np
 
 import sim
-from collectives._arithmetic import combine
+from collectives._arithmetic import combine, identity
 from collectives._joint import JOINT_MAX_BYTES, Decided, Rows, ragged
 
 _RUN_MAX = 256  # longest run copied by fancy indexing (an index per element); longer ones are sliced
@@ -206,6 +206,42 @@ class Folds:
             theirs = self.segment(j, step, states)[a:a + length]
             low, high = (mine, theirs) if r < j else (theirs, mine)
             self.segment(r, step + 1, states)[:length] = combine(self.reduction, low, high)
+
+
+def swapped(port: sim.Port, count: int, size: int, reduction: str, dtype: np.dtype) -> Folds:
+    """The all-reduce's recursive doubling as `Folds`: at step s every member
+    folds the whole of its segment s with its partner's into segment s + 1 (segments 0 .. count - 1 in its
+    working buffer, one after another; segment `count` its result)."""
+    n = port.group.size
+    runs = np.full((n, count), size, np.int64)
+    segments = np.concatenate([np.tile(np.arange(count, dtype=np.int64) * size, (n, 1)), np.zeros((n, 1), np.int64)],
+                              axis=1)
+    return Folds(port, "recursive-doubling", reduction, np.zeros_like(runs), runs, segments,
+                               [0] * count + [1], dtype.itemsize, lambda member, step: member ^ (1 << step),
+                               (identity(reduction, dtype), size))
+
+
+def halved(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype) -> tuple[Folds, np.ndarray]:
+    """The call's recursive halving as `Folds`, and where each member's buffer of
+    partial results ends (its size): segment 0 the whole vector, segment s + 1 the run kept at step s.
+    For example, with n = 4 and chunks of 1, 2, 0 and 1 elements, member 2's segments are the 4 elements,
+    then chunks 2..3 (1 element, at 3 in segment 0), then chunk 2 (none): its buffer holds 5 elements."""
+    n = port.group.size
+    count, b = n.bit_length() - 1, np.asarray(bounds, np.int64)
+    member, d = np.arange(n)[:, None], n >> (np.arange(count) + 1)[None, :]
+    kept = member & ~(d - 1)
+    at, runs = b[kept] - b[member & ~(2 * d - 1)], b[kept + d] - b[kept]
+    sizes = np.concatenate([np.full((n, 1), b[-1] - b[0]), runs], axis=1)
+    segments = np.cumsum(sizes, axis=1) - sizes
+
+    def chunks(senders: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        d = n >> (steps + 1)
+        give = (senders ^ d) & ~(d - 1)  # the run its partner keeps
+        return give, give + d
+    folds = Folds(port, "recursive-halving", reduction, at, runs, segments, [0] * (count + 1),
+                                np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)),
+                                (identity(reduction, dtype), int(b[-1])), chunks)
+    return folds, segments[:, -1] + sizes[:, -1]
 
 
 def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

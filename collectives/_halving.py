@@ -96,36 +96,13 @@ def _halving_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reductio
     """`halving_reduce_scatter` as rows (`collectives._doubling_rows.Folds`): the member's partial results
     are segments of one buffer of its memory, its terms first; returns the last (its chunk)."""
     me = port.group.index
-    folds, ends = port.once(("rows", "recursive-halving"), lambda: halving_folds(port, bounds, reduction, terms.dtype))
+    folds, ends = port.once(("rows", "recursive-halving"),
+                            lambda: doubling_rows.halved(port, bounds, reduction, terms.dtype))
     row = doubling_rows.apart(port, "recursive-halving", terms.dtype, ends)
     row[:terms.size] = terms  # folded into the identity by `folds` before it is read
     yield from folds.join(port, [row])
     start = int(folds.segments[me, -1])
     return row[start:int(ends[me])]
-
-
-def halving_folds(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype
-                  ) -> tuple[doubling_rows.Folds, np.ndarray]:
-    """The call's recursive halving as `collectives._doubling_rows.Folds`, and where each member's buffer of
-    partial results ends (its size): segment 0 the whole vector, segment s + 1 the run kept at step s.
-    For example, with n = 4 and chunks of 1, 2, 0 and 1 elements, member 2's segments are the 4 elements,
-    then chunks 2..3 (1 element, at 3 in segment 0), then chunk 2 (none): its buffer holds 5 elements."""
-    n = port.group.size
-    count, b = n.bit_length() - 1, np.asarray(bounds, np.int64)
-    member, d = np.arange(n)[:, None], n >> (np.arange(count) + 1)[None, :]
-    kept = member & ~(d - 1)
-    at, runs = b[kept] - b[member & ~(2 * d - 1)], b[kept + d] - b[kept]
-    sizes = np.concatenate([np.full((n, 1), b[-1] - b[0]), runs], axis=1)
-    segments = np.cumsum(sizes, axis=1) - sizes
-
-    def chunks(senders: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        d = n >> (steps + 1)
-        give = (senders ^ d) & ~(d - 1)  # the run its partner keeps
-        return give, give + d
-    folds = doubling_rows.Folds(port, "recursive-halving", reduction, at, runs, segments, [0] * (count + 1),
-                                np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)),
-                                (identity(reduction, dtype), int(b[-1])), chunks)
-    return folds, segments[:, -1] + sizes[:, -1]
 
 
 class _Halving:
