@@ -10,13 +10,14 @@ one array (`collectives._joint.Rows`), so a step's copies are one fancy-indexed 
 
 - `Copies` (an all-gather by recursive doubling): at step s member j sends chunks [m, m + d) of its flat
   buffer, m = j & ~(d - 1), and its partner writes them at the same place of its own.
-- `Folds` (recursive halving, and the all-reduce's recursive doubling): member r's partial results are
-  segments, segment 0 its own terms; at step s it keeps a run of segment s (all of it when doubling),
-  receives the same run of its partner's segment s, and writes `low op high` (the lower group index's
-  run first) as its segment s + 1.
+- `Folds` (recursive halving, `halved`, and the all-reduce's recursive doubling, `swapped`): member r's
+  partial results are segments, segment 0 its own terms; at step s it keeps a run of segment s (all of it
+  when doubling), receives the same run of its partner's segment s, and writes `low op high` (the lower
+  group index's run first) as its segment s + 1.
 
-Worked example (n = 2, one float each, all-reduce by recursive doubling, sum): member 0's segments are
-[x0, x0 + x1], member 1's [x1, x0 + x1]; one step, each member reading its partner's segment 0.
+Worked example (n = 2, one float each, all-reduce by recursive doubling, sum): member 0's segment 0 is
+[x0], member 1's [x1]; in the one step each reads its partner's segment 0 and writes x0 + x1 as its
+segment 1 (its result buffer), member 0 adding its own first, member 1 its partner's.
 
 Where the rows are not of one array (a buffer that took an earlier reservation, more than
 `collectives._joint.JOINT_MAX_BYTES`) or not every member has joined yet, the same writes are made one
@@ -209,21 +210,20 @@ class Folds:
 
 
 def swapped(port: sim.Port, count: int, size: int, reduction: str, dtype: np.dtype) -> Folds:
-    """The all-reduce's recursive doubling as `Folds`: at step s every member
-    folds the whole of its segment s with its partner's into segment s + 1 (segments 0 .. count - 1 in its
-    working buffer, one after another; segment `count` its result)."""
+    """The all-reduce's recursive doubling (`count` steps over `size` elements) as `Folds`: at step s every
+    member folds the whole of its segment s with its partner's into segment s + 1 (segments 0 .. count - 1
+    in its working buffer, one after another; segment `count` its result)."""
     n = port.group.size
     runs = np.full((n, count), size, np.int64)
     segments = np.concatenate([np.tile(np.arange(count, dtype=np.int64) * size, (n, 1)), np.zeros((n, 1), np.int64)],
                               axis=1)
-    return Folds(port, "recursive-doubling", reduction, np.zeros_like(runs), runs, segments,
-                               [0] * count + [1], dtype.itemsize, lambda member, step: member ^ (1 << step),
-                               (identity(reduction, dtype), size))
+    return Folds(port, "recursive-doubling", reduction, np.zeros_like(runs), runs, segments, [0] * count + [1],
+                 dtype.itemsize, lambda member, step: member ^ (1 << step), (identity(reduction, dtype), size))
 
 
 def halved(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype) -> tuple[Folds, np.ndarray]:
-    """The call's recursive halving as `Folds`, and where each member's buffer of
-    partial results ends (its size): segment 0 the whole vector, segment s + 1 the run kept at step s.
+    """The call's recursive halving over chunks `bounds` as `Folds`, and where each member's buffer of partial
+    results ends (its size): segment 0 the whole vector, segment s + 1 the run kept at step s.
     For example, with n = 4 and chunks of 1, 2, 0 and 1 elements, member 2's segments are the 4 elements,
     then chunks 2..3 (1 element, at 3 in segment 0), then chunk 2 (none): its buffer holds 5 elements."""
     n = port.group.size
@@ -239,8 +239,8 @@ def halved(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype) -
         give = (senders ^ d) & ~(d - 1)  # the run its partner keeps
         return give, give + d
     folds = Folds(port, "recursive-halving", reduction, at, runs, segments, [0] * (count + 1),
-                                np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)),
-                                (identity(reduction, dtype), int(b[-1])), chunks)
+                  np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)),
+                  (identity(reduction, dtype), int(b[-1])), chunks)
     return folds, segments[:, -1] + sizes[:, -1]
 
 
