@@ -35,6 +35,7 @@ from collectives._arithmetic import combine, identity
 from collectives._joint import JOINT_MAX_BYTES, Decided, Rows, ragged
 
 _RUN_MAX = 256  # longest run copied by fancy indexing (an index per element); longer ones are sliced
+_BLOCKS_MAX = 8  # most blocks of rows a step folds one after another (else by the indices of every run)
 
 
 def by_rows(port: sim.Port, dtype: np.dtype) -> bool:
@@ -163,34 +164,81 @@ class Folds:
             pick = steps == step
             self._fold(receivers[pick], senders[pick], step)
 
+    def _rows(self, home: int) -> tuple[Rows, np.ndarray | None] | None:
+        """The members' buffers `home` as rows of one array and, where equally spaced, as one 2-D array
+        (`grid`); None where they are not rows or not every member has joined."""
+        def make(states: Sequence[Sequence[np.ndarray]]) -> tuple[Rows, np.ndarray | None] | None:
+            buffers = [state[home] for state in states]
+            rows, sizes = Rows.of(buffers), {buffer.size for buffer in buffers}
+            return None if rows is None else (rows, grid(rows, sizes.pop()) if len(sizes) == 1 else None)
+        return self.rows[home].get(self.of.states, make)
+
     def _fold(self, receivers: np.ndarray, senders: np.ndarray, step: int) -> None:
-        read, write = self.home[step], self.home[step + 1]
-        source, target = (self.rows[k].get(self.of.states, lambda states, k=k: Rows.of([s[k] for s in states]))
-                          for k in (read, write))
+        source, target = self._rows(self.home[step]), self._rows(self.home[step + 1])
         if source is None:
             self._fold_apart(receivers, senders, step)
-            return
+        elif not (source[1] is not None and self._fold_blocks(source[1], target, receivers, senders, step)):
+            self._fold_runs(source[0], target, receivers, senders, step)
+
+    def _fold_blocks(self, source: np.ndarray, target: tuple[Rows, np.ndarray | None] | None, receivers: np.ndarray,
+                     senders: np.ndarray, step: int) -> bool:
+        """`_fold` over the members' rows as one 2-D array, a block of rows at a time, where every run is of
+        one length and the partners' runs lie at the same column: the runs taken by slices, not indices.
+        False (nothing written) where they do not, or lie at many columns."""
+        lengths, segments = self.runs[receivers, step], self.segments[:, step]
+        if np.any(lengths != lengths[0]) or np.any(segments[senders] != segments[receivers]):
+            return False
+        places = np.stack([segments[receivers] + self.at[receivers, step], self.segments[receivers, step + 1]], 1)
+        columns, which = np.unique(places, axis=0, return_inverse=True)
+        if len(columns) > _BLOCKS_MAX:
+            return False
+        low, high, length = np.minimum(receivers, senders), np.maximum(receivers, senders), int(lengths[0])
+        for k, (column, put) in enumerate(columns.tolist()):
+            pick = which.reshape(-1) == k
+            total = combine(self.reduction, source[low[pick], column:column + length],
+                            source[high[pick], column:column + length])
+            if target is not None and target[1] is not None:
+                target[1][receivers[pick], put:put + length] = total
+            else:
+                self._write(target, receivers[pick], step, total)
+        return True
+
+    def _fold_runs(self, source: Rows, target: tuple[Rows, np.ndarray | None] | None, receivers: np.ndarray,
+                   senders: np.ndarray, step: int) -> None:
+        """`_fold` over the members' rows by the indices of every run."""
         at, lengths = self.at[receivers, step], self.runs[receivers, step]
         mine = source.starts[receivers] + self.segments[receivers, step] + at
         theirs = source.starts[senders] + self.segments[senders, step] + at
         low, high = np.where(receivers < senders, mine, theirs), np.where(receivers < senders, theirs, mine)
-        low, high = spans(low, lengths), spans(high, lengths)
-        total = combine(self.reduction, source.flat[low], source.flat[high])
+        total = combine(self.reduction, source.flat[spans(low, lengths)], source.flat[spans(high, lengths)])
+        self._write(target, receivers, step, total)
+
+    def _write(self, target: tuple[Rows, np.ndarray | None] | None, receivers: np.ndarray, step: int,
+               total: np.ndarray) -> None:
+        """Write each receiver's run of `total` (the receivers' runs one after another) as its segment
+        step + 1: by indices where the segments are rows of one array, else one receiver at a time."""
+        lengths = self.runs[receivers, step]
         if target is not None:
-            target.flat[spans(target.starts[receivers] + self.segments[receivers, step + 1], lengths)] = total
+            rows = target[0]
+            rows.flat[spans(rows.starts[receivers] + self.segments[receivers, step + 1], lengths)] = total.reshape(-1)
             return
-        ends = np.cumsum(lengths)
-        states = self.of.states
+        ends, states, flat = np.cumsum(lengths), self.of.states, total.reshape(-1)
         for r, end, length in zip(receivers.tolist(), ends.tolist(), lengths.tolist()):
-            self.segment(r, step + 1, states)[:length] = total.reshape(-1)[end - length:end]
+            self.segment(r, step + 1, states)[:length] = flat[end - length:end]
 
     def _start(self) -> None:
         """Fold the terms of every member joined so far into the identity (their segment 0), at once."""
         states, home = self.of.states, self.home[0]
-        rows = self.rows[home].get(states, lambda states: Rows.of([s[home] for s in states]))
+        found = self._rows(home)
         members = np.flatnonzero(self.pending & np.array([state is not None for state in states]))
         self.pending[members] = False
-        if rows is not None:
+        if found is not None:
+            rows, block = found
+            if block is not None and np.all(self.segments[:, 0] == self.segments[0, 0]):
+                at = int(self.segments[0, 0])
+                block[members, at:at + self.first] = combine(self.reduction, self.identity,
+                                                             block[members, at:at + self.first])
+                return
             terms = spans(rows.starts[members] + self.segments[members, 0], np.full(len(members), self.first))
             rows.flat[terms] = combine(self.reduction, self.identity, rows.flat[terms])
             return
@@ -242,6 +290,18 @@ def halved(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype) -
                   np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)),
                   (identity(reduction, dtype), int(b[-1])), chunks)
     return folds, segments[:, -1] + sizes[:, -1]
+
+
+def grid(rows: Rows, size: int) -> np.ndarray | None:
+    """Members' rows of `size` elements each as one 2-D array (member, element), a view of their memory, where
+    they are equally spaced (member j's row starting at least `size` elements after member j - 1's, always
+    as far); else None."""
+    starts, flat = rows.starts, rows.flat
+    stride = int(starts[1] - starts[0]) if len(starts) > 1 else 0
+    if stride < size or not size or np.any(np.diff(starts) != stride) or int(starts[-1]) + size > len(flat):
+        return None
+    return np.lib.stride_tricks.as_strided(flat[int(starts[0]):], (len(starts), size),
+                                           (stride * flat.itemsize, flat.itemsize))
 
 
 def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

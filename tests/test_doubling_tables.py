@@ -88,6 +88,13 @@ def _member_by_member(case) -> tuple:
         return _run(case)
 
 
+def _by_runs(case) -> tuple:
+    """The case as rows, the folds by the indices of every run (never blocks of rows by slices)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(doubling_rows, "grid", lambda rows, size: None)
+        return _run(case)
+
+
 def _apart(case) -> tuple:
     """The case as rows, but every member's buffers taken as apart (the writes one message at a time)."""
     with pytest.MonkeyPatch.context() as patch:
@@ -125,10 +132,12 @@ def _values(draw, shape: tuple[int, ...], dtype: str) -> np.ndarray:
 @given(case=_cases())
 def test_rows_equal_per_member(case):
     """Recursive doubling, Rabenseifner and recursive halving give the same bytes, trace (every column, in
-    order), call records and end time as rows, as rows held apart, and one Python call per message."""
+    order), call records and end time as rows (folded by blocks of rows or by the indices of every run), as
+    rows held apart, and one Python call per message."""
     rows = _run(case)
     assert rows == _per_member(case)
     assert rows == _apart(case)
+    assert rows == _by_runs(case)
 
 
 @given(case=_cases())
@@ -169,16 +178,24 @@ def test_scalar_all_reduce_equals_per_member(op):
 
 
 @pytest.mark.parametrize(("op", "algorithm"), _CALLS)
-def test_rows_are_used(op, algorithm, monkeypatch):
+@pytest.mark.parametrize("per_member", [5, 8])
+def test_rows_are_used(op, algorithm, per_member, monkeypatch):
     """Each loop really runs as rows of one array (else the equalities above are vacuous): every step's
-    writes go through one fancy-indexed operation, none one message at a time."""
-    spans, apart = [], []
-    real_spans = doubling_rows.spans
-    monkeypatch.setattr(doubling_rows, "spans", lambda *a: spans.append(1) or real_spans(*a))
-    real_apart = doubling_rows.Folds._fold_apart
-    monkeypatch.setattr(doubling_rows.Folds, "_fold_apart", lambda *a: apart.append(1) or real_apart(*a))
-    _run(((8,), "switch", [((op, algorithm), 0, True)], np.arange(8 * 5, dtype=np.float32)))
-    assert spans and not apart
+    writes go through whole-step numpy operations, none one message at a time; the folds take blocks of
+    rows by slices where every run of a step is of one length (8 elements over 8 members)."""
+    used: list[str] = []
+    for cls, name in ((doubling_rows.Folds, "_fold_apart"), (doubling_rows.Folds, "_fold_runs"),
+                      (doubling_rows.Folds, "_fold_blocks"), (doubling_rows.Copies, "move")):
+        real = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda *a, real=real, name=name: used.append(name) or real(*a))
+    _run(((8,), "switch", [((op, algorithm), 0, True)], np.arange(8 * per_member, dtype=np.float32)))
+    assert used and "_fold_apart" not in used
+    if op == "all_gather":
+        return
+    if per_member == 8:  # chunks of one size: every step by blocks of rows
+        assert "_fold_blocks" in used and "_fold_runs" not in used
+    elif algorithm == "rabenseifner":  # 5 elements in 8 chunks: runs of several lengths
+        assert "_fold_runs" in used
 
 
 def test_rows_charge_what_per_message_allocates(monkeypatch):
