@@ -81,7 +81,13 @@ from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, resolve, ring_team
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import pack_slice, received, row_major_everywhere, unpack_into, unpack_values
-from collectives._halving import SwappedPartials, chunk_bounds, doubling_all_gather, halving_reduce_scatter
+from collectives._halving import (
+    SwappedPartials,
+    chunk_bounds,
+    doubling_all_gather,
+    halving_reduce_scatter,
+    rabenseifner_rows,
+)
 from collectives._in_network import ALL_REDUCE as IN_NETWORK
 from collectives._in_network import all_reduce as in_network_all_reduce
 from collectives._joint import Cut, cut, joint, staged
@@ -384,9 +390,13 @@ def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:
     flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
     n, size = port.group.size, flat.size  # numpy.array_split's bounds, worked out once per call
     bounds = port.once(("rabenseifner bounds", size), lambda: chunk_bounds([len(c) for c in split(flat, n)]))
-    mine = yield from halving_reduce_scatter(port, flat, bounds, args.reduction)
-    out = joint(port, "rabenseifner", flat.dtype, flat.shape)  # rows of one array: a step's copies at once
-    yield from doubling_all_gather(port, mine, out, bounds)
+    if n > 1 and ring_steps.by_tables(port, "recursive-halving", flat, args.reduction) \
+            and doubling_rows.by_rows(port, flat.dtype):
+        out = yield from rabenseifner_rows(port, flat, bounds, args.reduction)
+    else:
+        mine = yield from halving_reduce_scatter(port, flat, bounds, args.reduction)
+        out = joint(port, "rabenseifner", flat.dtype, flat.shape)  # rows of one array: a step's copies at once
+        yield from doubling_all_gather(port, mine, out, bounds)
     return (yield from laid_out(port, out.reshape(source.shape), args.out_layout, phase="result"))
 
 

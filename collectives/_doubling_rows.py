@@ -68,13 +68,19 @@ class Copies:
     `bounds[c]:bounds[c + 1]`; the messages' trace details name their chunks under `key`. A member's
     `Steps` state is its flat buffer (its own chunk already written)."""
 
-    def __init__(self, port: sim.Port, bounds: Sequence[int] | np.ndarray, key: str, itemsize: int) -> None:
+    def __init__(self, port: sim.Port, bounds: Sequence[int] | np.ndarray, key: str, itemsize: int,
+                 alone: bool = True) -> None:
         n = port.group.size
         self.bounds, self.key, self.itemsize = np.asarray(bounds, np.int64), key, itemsize
         self.count = n.bit_length() - 1
         self.to = np.arange(n)[:, None] ^ (1 << np.arange(self.count))  # to[j, s]: member j's partner at step s
-        self.of = sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
+        self.of, self.part = (sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
+                              if alone else None), None  # not alone: part of a `Joined` loop
         self.rows = Decided()
+
+    def states(self) -> list:
+        """What each member joined with (None until it has), its part where the loop is `Joined`."""
+        return self.of.states if self.part is None else [s and s[self.part] for s in self.of.states]
 
     def join(self, port: sim.Port, flat: np.ndarray) -> Generator:
         """The caller's part: swap its run of chunks with the member whose index differs in bit s, s = 0, 1, ..."""
@@ -100,11 +106,11 @@ class Copies:
         written at this step: a step writes the chunks its receiver did not hold)."""
         held, start = self._runs(senders, steps)
         lengths = self.bounds[held + (1 << steps)] - start
-        rows = self.rows.get(self.of.states, lambda states: Rows.of(list(states)))
+        states = self.states()
+        rows = self.rows.get(states, lambda states: Rows.of(list(states)))
         if rows is not None:
             copy_runs(rows.flat, rows.starts[receivers] + start, rows.starts[senders] + start, lengths)
             return
-        states = self.of.states
         for r, j, a, length in zip(receivers.tolist(), senders.tolist(), start.tolist(), lengths.tolist()):
             states[r][a:a + length] = states[j][a:a + length]
 
@@ -124,15 +130,21 @@ class Folds:
     def __init__(self, port: sim.Port, phase: str, reduction: str, at: np.ndarray, runs: np.ndarray,
                  segments: np.ndarray, home: Sequence[int], itemsize: int, partner: Callable,
                  first: tuple[np.ndarray, int],
-                 chunks: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+                 chunks: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
+                 alone: bool = True) -> None:
         self.phase, self.reduction, self.itemsize, self.chunks = phase, reduction, itemsize, chunks
         self.partner, (self.identity, self.first) = partner, first
         self.pending = np.zeros(at.shape[0], bool)  # members whose terms are not folded into the identity yet
         self.to = partner(np.arange(at.shape[0])[:, None], np.arange(at.shape[1])[None, :])  # [j, s]
         self.at, self.runs, self.segments, self.home = at, runs, segments, list(home)
         self.n, self.count = at.shape
-        self.of = sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
+        self.of, self.part = (sim.engine.Steps(port, self.count, self.sizes, self.details, self.move)
+                              if alone else None), None  # not alone: part of a `Joined` loop
         self.rows = [Decided() for _ in range(max(self.home) + 1)]
+
+    def states(self) -> list:
+        """What each member joined with (None until it has), its part where the loop is `Joined`."""
+        return self.of.states if self.part is None else [s and s[self.part] for s in self.of.states]
 
     def join(self, port: sim.Port, buffers: Sequence[np.ndarray]) -> Generator:
         """The caller's part (its flat buffers by `home` index, segment 0 written)."""
@@ -171,7 +183,7 @@ class Folds:
             buffers = [state[home] for state in states]
             rows, sizes = Rows.of(buffers), {buffer.size for buffer in buffers}
             return None if rows is None else (rows, grid(rows, sizes.pop()) if len(sizes) == 1 else None)
-        return self.rows[home].get(self.of.states, make)
+        return self.rows[home].get(self.states(), make)
 
     def _fold(self, receivers: np.ndarray, senders: np.ndarray, step: int) -> None:
         source, target = self._rows(self.home[step]), self._rows(self.home[step + 1])
@@ -222,13 +234,13 @@ class Folds:
             rows = target[0]
             rows.flat[spans(rows.starts[receivers] + self.segments[receivers, step + 1], lengths)] = total.reshape(-1)
             return
-        ends, states, flat = np.cumsum(lengths), self.of.states, total.reshape(-1)
+        ends, states, flat = np.cumsum(lengths), self.states(), total.reshape(-1)
         for r, end, length in zip(receivers.tolist(), ends.tolist(), lengths.tolist()):
             self.segment(r, step + 1, states)[:length] = flat[end - length:end]
 
     def _start(self) -> None:
         """Fold the terms of every member joined so far into the identity (their segment 0), at once."""
-        states, home = self.of.states, self.home[0]
+        states, home = self.states(), self.home[0]
         found = self._rows(home)
         members = np.flatnonzero(self.pending & np.array([state is not None for state in states]))
         self.pending[members] = False
@@ -248,13 +260,65 @@ class Folds:
 
     def _fold_apart(self, receivers: np.ndarray, senders: np.ndarray, step: int) -> None:
         """`_fold` one message at a time, from each member's own buffers."""
-        states = self.of.states
+        states = self.states()
         for r, j in zip(receivers.tolist(), senders.tolist()):
             a, length = int(self.at[r, step]), int(self.runs[r, step])
             mine = self.segment(r, step, states)[a:a + length]
             theirs = self.segment(j, step, states)[a:a + length]
             low, high = (mine, theirs) if r < j else (theirs, mine)
             self.segment(r, step + 1, states)[:length] = combine(self.reduction, low, high)
+
+
+class Joined:
+    """Two loops of one call run as one `Steps` loop (Rabenseifner: recursive halving, then an all-gather by
+    recursive doubling): `first`'s steps, then `second`'s, each member going on to the second as soon as
+    its part of the first ends, as it would from one loop to the next. A member joins with its state of
+    each; a step's sizes, details and moves are each loop's own for the messages of its steps."""
+
+    def __init__(self, port: sim.Port, first: Folds, second: Copies) -> None:
+        self.parts, self.cut = (first, second), first.count
+        self.to = np.concatenate([first.to, second.to], axis=1)
+        self.of = sim.engine.Steps(port, first.count + second.count, self.sizes, self.details, self.move)
+        for k, part in enumerate(self.parts):
+            part.of, part.part = self.of, k
+
+    def join(self, port: sim.Port, first: Sequence[np.ndarray], second: np.ndarray) -> Generator:
+        """The caller's part (its states of `first` and `second`)."""
+        me = port.group.index
+        self.parts[0].pending[me] = True
+        yield from self.of.join(port, self.to[me], me, (list(first), second))
+
+    def _split(self, steps: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The messages of each loop (a mask) and their steps in it."""
+        early = steps < self.cut
+        return [(early, steps[early]), (~early, steps[~early] - self.cut)]
+
+    def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
+        sizes = np.zeros(len(steps), np.int64)
+        for part, (pick, own) in zip(self.parts, self._split(steps)):
+            if len(own):
+                sizes[pick] = part.sizes(senders[pick], own, ways[pick])
+        return sizes
+
+    def details(self, positions: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> dict[str, list]:
+        """Each message's detail from its loop (both name the same keys), in the messages' order."""
+        found = [(pick, part.details(positions[pick], own, ways[pick]))
+                 for part, (pick, own) in zip(self.parts, self._split(steps)) if len(own)]
+        if len(found) == 1:
+            return found[0][1]
+        merged = {key: [None] * len(steps) for key in found[0][1]}
+        for pick, detail in found:
+            places = np.flatnonzero(pick).tolist()
+            for key, values in detail.items():
+                column = merged[key]
+                for i, value in zip(places, values):
+                    column[i] = value
+        return merged
+
+    def move(self, receivers: np.ndarray, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> None:
+        for part, (pick, own) in zip(self.parts, self._split(steps)):
+            if len(own):
+                part.move(receivers[pick], senders[pick], own, ways[pick])
 
 
 def swapped(port: sim.Port, count: int, size: int, reduction: str, dtype: np.dtype) -> Folds:
@@ -269,11 +333,14 @@ def swapped(port: sim.Port, count: int, size: int, reduction: str, dtype: np.dty
                  dtype.itemsize, lambda member, step: member ^ (1 << step), (identity(reduction, dtype), size))
 
 
-def halved(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype) -> tuple[Folds, np.ndarray]:
+def halved(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype, into: bool = False
+           ) -> tuple[Folds, np.ndarray]:
     """The call's recursive halving over chunks `bounds` as `Folds`, and where each member's buffer of partial
     results ends (its size): segment 0 the whole vector, segment s + 1 the run kept at step s.
     For example, with n = 4 and chunks of 1, 2, 0 and 1 elements, member 2's segments are the 4 elements,
-    then chunks 2..3 (1 element, at 3 in segment 0), then chunk 2 (none): its buffer holds 5 elements."""
+    then chunks 2..3 (1 element, at 3 in segment 0), then chunk 2 (none): its buffer holds 5 elements.
+    With `into`, the last segment is written in a second buffer of each member's instead, at its chunk's
+    place (Rabenseifner's all-gather buffer: `Joined`), and the folds are part of a `Joined` loop."""
     n = port.group.size
     count, b = n.bit_length() - 1, np.asarray(bounds, np.int64)
     member, d = np.arange(n)[:, None], n >> (np.arange(count) + 1)[None, :]
@@ -286,10 +353,13 @@ def halved(port: sim.Port, bounds: list[int], reduction: str, dtype: np.dtype) -
         d = n >> (steps + 1)
         give = (senders ^ d) & ~(d - 1)  # the run its partner keeps
         return give, give + d
-    folds = Folds(port, "recursive-halving", reduction, at, runs, segments, [0] * (count + 1),
+    ends = segments[:, -1] + sizes[:, -1]  # the bytes the per-message loop allocates, the last segment's too
+    if into:
+        segments = np.concatenate([segments[:, :-1], b[:-1, None]], axis=1)  # member r ends with chunk r
+    folds = Folds(port, "recursive-halving", reduction, at, runs, segments, [0] * count + [int(into)],
                   np.dtype(dtype).itemsize, lambda member, step: member ^ (n >> (step + 1)),
-                  (identity(reduction, dtype), int(b[-1])), chunks)
-    return folds, segments[:, -1] + sizes[:, -1]
+                  (identity(reduction, dtype), int(b[-1])), chunks, alone=not into)
+    return folds, ends
 
 
 def grid(rows: Rows, size: int) -> np.ndarray | None:

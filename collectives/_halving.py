@@ -25,6 +25,7 @@ from collectives import _doubling_rows as doubling_rows
 from collectives import _ring_steps as ring_steps
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
+from collectives._joint import joint
 from layouts import Layout
 
 
@@ -103,6 +104,22 @@ def _halving_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reductio
     yield from folds.join(port, [row])
     start = int(folds.segments[me, -1])
     return row[start:int(ends[me])]
+
+
+def rabenseifner_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reduction: str) -> Generator:
+    """`halving_reduce_scatter` and then `doubling_all_gather` of the flat `terms` as one loop of rows
+    (`collectives._doubling_rows.Joined`): the last fold of each member writes its complete chunk into its
+    all-gather buffer; returns that buffer (every member's reduction)."""
+    def make() -> tuple[doubling_rows.Joined, np.ndarray]:
+        folds, ends = doubling_rows.halved(port, bounds, reduction, terms.dtype, into=True)
+        copies = doubling_rows.Copies(port, bounds, "chunks", terms.dtype.itemsize, alone=False)
+        return doubling_rows.Joined(port, folds, copies), ends
+    loop, ends = port.once(("rows", "rabenseifner"), make)
+    row = doubling_rows.apart(port, "recursive-halving", terms.dtype, ends)
+    row[:terms.size] = terms  # folded into the identity by the loop before it is read
+    out = joint(port, "rabenseifner", terms.dtype, terms.shape)  # rows of one array: a step's copies at once
+    yield from loop.join(port, [row, out], out)
+    return out
 
 
 class _Halving:

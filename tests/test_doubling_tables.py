@@ -221,3 +221,20 @@ def test_rows_charge_what_per_message_allocates(monkeypatch):
     rows = charged(True)
     assert rows == charged(False)
     assert len(rows) == 8 and min(rows.values()) > 0
+
+
+def test_joined_details_keep_the_messages_order():
+    """A table mixing the two loops of a `Joined` loop (members at different phases posting at one instant)
+    gives each message its own loop's detail, in the messages' order."""
+    class Part:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def details(self, positions, steps, ways):
+            return {"phase": [self.name] * len(steps), "step": steps.tolist(), "chunks": positions.tolist()}
+
+    loop = doubling_rows.Joined.__new__(doubling_rows.Joined)
+    loop.parts, loop.cut = (Part("halving"), Part("doubling")), 3
+    positions, steps = np.array([5, 6, 7, 8]), np.array([3, 2, 4, 0])
+    assert loop.details(positions, steps, np.zeros(4, np.int64)) == {
+        "phase": ["doubling", "halving", "doubling", "halving"], "step": [0, 2, 1, 0], "chunks": [5, 6, 7, 8]}
