@@ -56,6 +56,7 @@ import numpy as np
 import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _direct_rows as direct_rows
+from collectives import _doubling_loops as doubling_loops
 from collectives import _doubling_rows as doubling_rows
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
@@ -375,7 +376,7 @@ def _doubling_rows(port: sim.Port, source: np.ndarray, reduction: str) -> Genera
     apart costs less to allocate than a joint row saves)."""
     n, size = port.group.size, source.size
     count = n.bit_length() - 1
-    folds = port.once(("rows", "recursive-doubling"), lambda: doubling_rows.swapped(port, count, size, reduction,
+    folds = port.once(("rows", "recursive-doubling"), lambda: doubling_loops.swapped(port, count, size, reduction,
                                                                                    source.dtype))
     buffer = joint(port, "recursive doubling", source.dtype, ((count + 1) * size,))
     result = port.memory.alloc_view(source.dtype, source.shape)  # written one member at a time at the end

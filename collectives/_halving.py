@@ -21,6 +21,7 @@ from collections.abc import Generator
 import numpy as np
 
 import sim
+from collectives import _doubling_loops as doubling_loops
 from collectives import _doubling_rows as doubling_rows
 from collectives import _ring_steps as ring_steps
 from collectives._arithmetic import combine, identity
@@ -98,7 +99,7 @@ def _halving_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reductio
     are segments of one buffer of its memory, its terms first; returns the last (its chunk)."""
     me = port.group.index
     folds, ends = port.once(("rows", "recursive-halving"),
-                            lambda: doubling_rows.halved(port, bounds, reduction, terms.dtype))
+                            lambda: doubling_loops.halved(port, bounds, reduction, terms.dtype))
     row = doubling_rows.apart(port, "recursive-halving", terms.dtype, ends)
     row[:terms.size] = terms  # folded into the identity by `folds` before it is read
     yield from folds.join(port, [row])
@@ -108,12 +109,12 @@ def _halving_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reductio
 
 def rabenseifner_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reduction: str) -> Generator:
     """`halving_reduce_scatter` and then `doubling_all_gather` of the flat `terms` as one loop of rows
-    (`collectives._doubling_rows.Joined`): the last fold of each member writes its complete chunk into its
+    (`collectives._doubling_loops.Joined`): the last fold of each member writes its complete chunk into its
     all-gather buffer; returns that buffer (every member's reduction)."""
-    def make() -> tuple[doubling_rows.Joined, np.ndarray]:
-        folds, ends = doubling_rows.halved(port, bounds, reduction, terms.dtype, into=True)
+    def make() -> tuple[doubling_loops.Joined, np.ndarray]:
+        folds, ends = doubling_loops.halved(port, bounds, reduction, terms.dtype, into=True)
         copies = doubling_rows.Copies(port, bounds, "chunks", terms.dtype.itemsize, alone=False)
-        return doubling_rows.Joined(port, folds, copies), ends
+        return doubling_loops.Joined(port, folds, copies), ends
     loop, ends = port.once(("rows", "rabenseifner"), make)
     row = doubling_rows.apart(port, "recursive-halving", terms.dtype, ends)
     row[:terms.size] = terms  # folded into the identity by the loop before it is read

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import collectives
+import collectives._doubling_loops as doubling_loops
 import collectives._doubling_rows as doubling_rows
 import collectives._ring_steps
 import layouts
@@ -233,7 +234,7 @@ def test_joined_details_keep_the_messages_order():
         def details(self, positions, steps, ways):
             return {"phase": [self.name] * len(steps), "step": steps.tolist(), "chunks": positions.tolist()}
 
-    loop = doubling_rows.Joined.__new__(doubling_rows.Joined)
+    loop = doubling_loops.Joined.__new__(doubling_loops.Joined)
     loop.parts, loop.cut = (Part("halving"), Part("doubling")), 3
     positions, steps = np.array([5, 6, 7, 8]), np.array([3, 2, 4, 0])
     assert loop.details(positions, steps, np.zeros(4, np.int64)) == {
