@@ -56,6 +56,8 @@ import numpy as np
 import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _direct_rows as direct_rows
+from collectives import _doubling_loops as doubling_loops
+from collectives import _doubling_rows as doubling_rows
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
 from collectives import _ring_steps as ring_steps
@@ -80,7 +82,13 @@ from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import Team, axis_teams, resolve, ring_team
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
 from collectives._common import pack_slice, received, row_major_everywhere, unpack_into, unpack_values
-from collectives._halving import SwappedPartials, chunk_bounds, doubling_all_gather, halving_reduce_scatter
+from collectives._halving import (
+    SwappedPartials,
+    chunk_bounds,
+    doubling_all_gather,
+    halving_reduce_scatter,
+    rabenseifner_rows,
+)
 from collectives._in_network import ALL_REDUCE as IN_NETWORK
 from collectives._in_network import all_reduce as in_network_all_reduce
 from collectives._joint import Cut, cut, joint, staged
@@ -334,11 +342,14 @@ def _ring_all_gather(port: sim.Port, lanes: list[tuple[Team, np.ndarray, list[np
 def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
     me, members, layout = port.group.index, port.group.members, args.out_layout
+    n = port.group.size
+    tables = n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", source, args.reduction)
+    if tables and source.size and doubling_rows.by_rows(port, source.dtype):
+        return (yield from _doubling_rows(port, source, args.reduction))
     inbox = port.memory.view(port.memory.alloc(source.dtype, source.shape, layout))
     yield from unpack_values(port, source, args.buffer.layout.major_to_minor, inbox, term="own")
     partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
-    n = port.group.size
-    if n > 1 and _in_place(port) and ring_steps.by_tables(port, "recursive-doubling", inbox, args.reduction):
+    if tables:
         doubling = SwappedPartials(port, partial, inbox, args.reduction, layout)
         count = n.bit_length() - 1
         yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
@@ -358,15 +369,35 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
     return partial
 
 
+def _doubling_rows(port: sim.Port, source: np.ndarray, reduction: str) -> Generator:
+    """Recursive doubling as rows (`collectives._doubling_rows.Folds`), row-major: one buffer holds what the
+    per-message loop allocates as its inbox and then the member's partial results before its last step, the
+    own operand first; the last is a buffer of its own, the result (written member by member: a buffer
+    apart costs less to allocate than a joint row saves)."""
+    n, size = port.group.size, source.size
+    count = n.bit_length() - 1
+    folds = port.once(("rows", "recursive-doubling"), lambda: doubling_loops.swapped(port, count, size, reduction,
+                                                                                   source.dtype))
+    buffer = joint(port, "recursive doubling", source.dtype, ((count + 1) * size,))
+    result = port.memory.alloc_view(source.dtype, source.shape)  # written one member at a time at the end
+    buffer[size:2 * size] = source.reshape(-1)  # folded into the identity by `folds` before it is read
+    yield from folds.join(port, [buffer[size:], result.reshape(-1)])
+    return result
+
+
 def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:
     """Recursive halving, then recursive doubling, in row-major order (`collectives._halving`)."""
     source = port.memory.view(args.buffer)
     flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
     n, size = port.group.size, flat.size  # numpy.array_split's bounds, worked out once per call
     bounds = port.once(("rabenseifner bounds", size), lambda: chunk_bounds([len(c) for c in split(flat, n)]))
-    mine = yield from halving_reduce_scatter(port, flat, bounds, args.reduction)
-    out = port.memory.view(port.memory.alloc(flat.dtype, flat.shape))
-    yield from doubling_all_gather(port, mine, out, bounds)
+    if n > 1 and ring_steps.by_tables(port, "recursive-halving", flat, args.reduction) \
+            and doubling_rows.by_rows(port, flat.dtype):
+        out = yield from rabenseifner_rows(port, flat, bounds, args.reduction)
+    else:
+        mine = yield from halving_reduce_scatter(port, flat, bounds, args.reduction)
+        out = joint(port, "rabenseifner", flat.dtype, flat.shape)  # rows of one array: a step's copies at once
+        yield from doubling_all_gather(port, mine, out, bounds)
     return (yield from laid_out(port, out.reshape(source.shape), args.out_layout, phase="result"))
 
 

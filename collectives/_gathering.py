@@ -31,6 +31,7 @@ import numpy as np
 import sim
 from collectives import _bidirectional as bidirectional
 from collectives import _direct_rows as direct_rows
+from collectives import _doubling_rows as doubling_rows
 from collectives import _hierarchical as hierarchical
 from collectives import _multi_axis as multi_axis
 from collectives import _ring_steps as ring_steps
@@ -128,6 +129,12 @@ def _doubling(port: sim.Port, work: np.ndarray) -> Generator:
     members, me, n = port.group.members, port.group.index, port.group.size
     if n > 1 and ring_steps.by_tables(port, "recursive-doubling", work[0]):
         count = n.bit_length() - 1
+        if doubling_rows.by_rows(port, work.dtype):  # the blocks as chunks of the flat buffer
+            block = work[0].size
+            copies = port.once(("rows", "recursive-doubling"), lambda: doubling_rows.Copies(
+                port, np.arange(n + 1) * block, "blocks", work.dtype.itemsize))
+            yield from copies.join(port, work.reshape(-1))
+            return
         yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
                                          _Doubling(work, me))
         return

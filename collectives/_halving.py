@@ -21,9 +21,12 @@ from collections.abc import Generator
 import numpy as np
 
 import sim
+from collectives import _doubling_loops as doubling_loops
+from collectives import _doubling_rows as doubling_rows
 from collectives import _ring_steps as ring_steps
 from collectives._arithmetic import combine, identity
 from collectives._common import pack_slice, received, unpack_into
+from collectives._joint import joint
 from layouts import Layout
 
 
@@ -34,10 +37,13 @@ def _fresh(port: sim.Port, dtype: np.dtype, size: int) -> np.ndarray:
 def halving_reduce_scatter(port: sim.Port, terms: np.ndarray, bounds: list[int], reduction: str) -> Generator:
     """This member's chunk of the reduction of every member's flat `terms` (a new 1-D buffer)."""
     members, me, n = port.group.members, port.group.index, port.group.size
+    count = n.bit_length() - 1
+    tables = n > 1 and ring_steps.by_tables(port, "recursive-halving", terms, reduction)
+    if tables and doubling_rows.by_rows(port, terms.dtype):
+        return (yield from _halving_rows(port, terms, bounds, reduction))
     partial = _fresh(port, terms.dtype, terms.size)
     partial[...] = combine(reduction, identity(reduction, terms.dtype), terms)
-    count = n.bit_length() - 1
-    if n > 1 and ring_steps.by_tables(port, "recursive-halving", terms, reduction):
+    if tables:
         halving = _Halving(port, partial, bounds, reduction)
         yield from ring_steps.per_member(port, "recursive-halving", count, [me ^ (n >> (s + 1)) for s in range(count)],
                                          halving)
@@ -68,6 +74,11 @@ def doubling_all_gather(port: sim.Port, mine: np.ndarray, out: np.ndarray, bound
     out[bounds[me]:bounds[me + 1]] = mine
     if n > 1 and ring_steps.by_tables(port, "recursive-doubling", out):
         count = n.bit_length() - 1
+        if doubling_rows.by_rows(port, out.dtype):
+            copies = port.once(("rows", "recursive-doubling"),
+                               lambda: doubling_rows.Copies(port, bounds, "chunks", out.dtype.itemsize))
+            yield from copies.join(port, out)
+            return
         yield from ring_steps.per_member(port, "recursive-doubling", count, [me ^ (1 << s) for s in range(count)],
                                          _Doubling(out, bounds, me))
         return
@@ -81,6 +92,35 @@ def doubling_all_gather(port: sim.Port, mine: np.ndarray, out: np.ndarray, bound
         message = yield port.recv(members[partner], tag=("doubling", step))
         yield from unpack_into(port, message, out[bounds[theirs]:bounds[theirs + distance]], step=step)
         distance *= 2
+
+
+def _halving_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reduction: str) -> Generator:
+    """`halving_reduce_scatter` as rows (`collectives._doubling_rows.Folds`): the member's partial results
+    are segments of one buffer of its memory, its terms first; returns the last (its chunk)."""
+    me = port.group.index
+    folds, ends = port.once(("rows", "recursive-halving"),
+                            lambda: doubling_loops.halved(port, bounds, reduction, terms.dtype))
+    row = doubling_rows.apart(port, "recursive-halving", terms.dtype, ends)
+    row[:terms.size] = terms  # folded into the identity by `folds` before it is read
+    yield from folds.join(port, [row])
+    start = int(folds.segments[me, -1])
+    return row[start:int(ends[me])]
+
+
+def rabenseifner_rows(port: sim.Port, terms: np.ndarray, bounds: list[int], reduction: str) -> Generator:
+    """`halving_reduce_scatter` and then `doubling_all_gather` of the flat `terms` as one loop of rows
+    (`collectives._doubling_loops.Joined`): the last fold of each member writes its complete chunk into its
+    all-gather buffer; returns that buffer (every member's reduction)."""
+    def make() -> tuple[doubling_loops.Joined, np.ndarray]:
+        folds, ends = doubling_loops.halved(port, bounds, reduction, terms.dtype, into=True)
+        copies = doubling_rows.Copies(port, bounds, "chunks", terms.dtype.itemsize, alone=False)
+        return doubling_loops.Joined(port, folds, copies), ends
+    loop, ends = port.once(("rows", "rabenseifner"), make)
+    row = doubling_rows.apart(port, "recursive-halving", terms.dtype, ends)
+    row[:terms.size] = terms  # folded into the identity by the loop before it is read
+    out = joint(port, "rabenseifner", terms.dtype, terms.shape)  # rows of one array: a step's copies at once
+    yield from loop.join(port, [row, out], out)
+    return out
 
 
 class _Halving:
@@ -153,5 +193,5 @@ class SwappedPartials:
 
 def chunk_bounds(sizes: list[int]) -> list[int]:
     """Where each chunk of the given sizes starts in the flat vector, and where the last ends."""
-    return [int(b) for b in np.cumsum([0, *sizes])]
+    return np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))]).astype(np.int64).tolist()
 

@@ -226,11 +226,11 @@ def _direct_rows(port: sim.Port, args: _Args, dtype: np.dtype, shape: tuple[int,
 
 def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout) -> Generator:
     """Every chunk packed in row-major order into one flat vector, then reduce-scattered by recursive halving."""
-    sizes = parts.sizes.tolist() if isinstance(parts, Cut) else [p.size for p in parts]
-    flat = port.memory.view(port.memory.alloc(parts[0].dtype, (sum(sizes),)))
-    bounds = chunk_bounds(sizes)
+    # every member's chunks are of one shape: their bounds worked out once per call
+    bounds, firsts = port.once(("halving bounds", shape), lambda: _bounds(parts))
+    flat = port.memory.view(port.memory.alloc(parts[0].dtype, (bounds[-1],)))
     start = int(parts.at[0]) if isinstance(parts, Cut) else 0
-    if isinstance(parts, Cut) and bool(np.all(parts.at == np.asarray(bounds[:-1]) + start)):  # chunks in order
+    if isinstance(parts, Cut) and bool(np.all(parts.at == firsts + start)):  # chunks in order
         flat[...] = parts.flat[start:start + bounds[-1]]  # the chunks' values, as copied one by one
     else:
         for c, part in enumerate(parts):
@@ -238,6 +238,12 @@ def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], la
             flat[bounds[c]:bounds[c + 1]] = values.reshape(-1)
     mine = yield from halving_reduce_scatter(port, flat, bounds, "sum")
     return (yield from laid_out(port, mine.reshape(shape), layout, phase="result"))
+
+
+def _bounds(parts: list[np.ndarray]) -> tuple[list[int], np.ndarray]:
+    """Where each chunk starts in the flat vector and where the last ends (a list), and the starts (an array)."""
+    bounds = chunk_bounds(parts.sizes if isinstance(parts, Cut) else [p.size for p in parts])
+    return bounds, np.asarray(bounds[:-1], np.int64)
 
 
 def _hierarchical(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout) -> Generator:
