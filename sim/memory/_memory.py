@@ -16,6 +16,7 @@ bytes, so that placing inputs and assembling outputs need not copy:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -201,15 +202,18 @@ class LocalMemory:
     def _adopt_rows(self, array: np.ndarray) -> Buffer:
         """`adopt` of a non-empty C-contiguous array in row-major order (what most input blocks are): the same
         segment, buffer and view, made without the general layout's checks."""
-        dtype, shape, size = array.dtype, array.shape, array.nbytes
-        self._charge("an input block held", dtype, shape, size)
+        self._charge("an input block held", array.dtype, array.shape, array.nbytes)
         raw = array.reshape(-1).view(np.uint8)  # a new view: the caller's array keeps its own flags
         raw.flags.writeable = False
+        return self._hold(raw, np.ndarray(array.shape, array.dtype, buffer=raw))
+
+    def _hold(self, raw: np.ndarray, view: np.ndarray) -> Buffer:
+        """Hold an adopted block, already charged: `raw` its bytes (read-only uint8), `view` the block (read-only,
+        C-contiguous, over the same bytes), in a segment of their own."""
         start = self._append(raw)
         self._open = None  # later small arrays start a segment of their own, after this one
-        self._top = start + size
-        buffer = Buffer(self.device, start, dtype, shape, Layout.row_major(len(shape)))
-        view = np.ndarray(shape, dtype, buffer=raw)
+        self._top = start + raw.size
+        buffer = Buffer(self.device, start, view.dtype, view.shape, Layout.row_major(view.ndim))
         self._unaddressed.append((raw, buffer))  # known by its address from the first `find` on
         self._views[id(buffer)] = (buffer, view)
         self._owners[id(view)] = (view, buffer)
@@ -339,6 +343,39 @@ class LocalMemory:
         self._views[id(buffer)] = (buffer, view)
         self._owners[id(view)] = (view, buffer)
         return buffer
+
+
+def place_blocks(memories: Sequence[LocalMemory], inputs: Sequence[tuple[np.ndarray, Sequence[int]]]
+                 ) -> list[list[np.ndarray]] | None:
+    """Each device's block of each input held at once, as `place` holds it: for each input `(stack, which)`
+    (`stack` a C-contiguous, non-empty, numeric array whose leading axis numbers the blocks), `memories[d]`
+    adopts block `which[d]` of `stack`; inputs in order, so each memory holds them in that order. Returns each
+    input's block views by device. The bytes are charged to the memories' meter in one sum.
+
+    None, with nothing held, when the memories do not share one meter or the sum would pass its limit: then
+    `place` device by device charges the blocks and names the one that passes the limit.
+    """
+    meter = memories[0].meter if memories else None
+    total = sum(stack.nbytes // len(stack) * len(which) for stack, which in inputs)
+    if meter is None or any(memory.meter is not meter for memory in memories) \
+            or meter.held_bytes + total > meter.max_memory_bytes:
+        return None
+    meter.held_bytes += total
+    return [_hold_blocks(memories, stack, which) for stack, which in inputs]
+
+
+def _hold_blocks(memories: Sequence[LocalMemory], stack: np.ndarray, which: Sequence[int]) -> list[np.ndarray]:
+    """`memories[d]` holds block `which[d]` of `stack` (charged already); the blocks' views by device."""
+    stack = stack.view()  # read-only, while the caller's array keeps its own flags
+    stack.flags.writeable = False
+    raws = stack.reshape(-1).view(np.uint8).reshape(len(stack), -1)
+    scalar = stack.ndim == 1  # a 0-d block stays an array (indexing by k alone would give a scalar)
+    views = []
+    for memory, k in zip(memories, which):
+        view = stack[k, ...] if scalar else stack[k]
+        memory._hold(raws[k], view)
+        views.append(view)
+    return views
 
 
 def _address(array: np.ndarray) -> int:

@@ -76,6 +76,19 @@ def block_indices(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path:
     return [tuple(whole if slices is None else slices[d] for slices in per_dim) for d in mesh.devices]
 
 
+def row_blocks(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> tuple[int, list[int]] | None:
+    """When every device's block under `spec` is a run of whole leading rows (`spec` splits dimension 0 at
+    most): how many blocks the array cuts into along dimension 0, and each device's block number, by device.
+    None when `spec` splits a later dimension. Raises as `block_indices` does."""
+    sizes = _block_sizes(mesh, spec, shape, path)
+    if any(entry is not None for entry, _ in sizes[1:]):
+        return None
+    if not sizes or sizes[0][0] is None:
+        return 1, [0] * mesh.size
+    entry = sizes[0][0]
+    return mesh.axis_size(entry), _axis_indices(mesh, entry).tolist()
+
+
 def _block_sizes(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> list[tuple[Any, int]]:
     """For each dimension `spec` names: its entry (None: whole) and the block length along it."""
     if len(spec) > len(shape):
