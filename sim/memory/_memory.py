@@ -93,8 +93,9 @@ class LocalMemory:
         # adopted blocks not yet in `_by_address` (their address is read only when `find` needs it), in order
         self._unaddressed: list[tuple[np.ndarray, Buffer]] = []
         self._reserved: list[np.ndarray] = []
-        self._views: dict[int, tuple[Buffer, np.ndarray]] = {}  # by id(buffer), the buffer kept alive with it
-        self._owners: dict[int, tuple[np.ndarray, Buffer]] = {}  # the same by id(view), the view kept alive
+        # each buffer handed out and its view, each keeping the other alive (so an id here is never reused)
+        self._views: dict[int, np.ndarray] = {}  # by id(buffer)
+        self._owners: dict[int, Buffer] = {}  # by id(view)
 
     @property
     def size_bytes(self) -> int:
@@ -164,8 +165,8 @@ class LocalMemory:
         if len(shape) != 1:
             view = view.reshape(shape)
         self._by_address[self._open_address + start - base] = buffer
-        self._views[id(buffer)] = (buffer, view)
-        self._owners[id(view)] = (view, buffer)
+        self._views[id(buffer)] = view
+        self._owners[id(view)] = buffer
         return view
 
     def adopt(self, array: np.ndarray, layout: Layout | None = None) -> Buffer:
@@ -215,8 +216,8 @@ class LocalMemory:
         self._top = start + raw.size
         buffer = Buffer(self.device, start, view.dtype, view.shape, Layout.row_major(view.ndim))
         self._unaddressed.append((raw, buffer))  # known by its address from the first `find` on
-        self._views[id(buffer)] = (buffer, view)
-        self._owners[id(view)] = (view, buffer)
+        self._views[id(buffer)] = view
+        self._owners[id(view)] = buffer
         return buffer
 
     def _address_adopted(self) -> None:
@@ -253,9 +254,9 @@ class LocalMemory:
     def view(self, buffer: Buffer) -> np.ndarray:
         """The logical array `buffer` holds, as a view of the memory (read-only for an adopted block); the
         same view object each time for a buffer this memory handed out (decoded once)."""
-        entry = self._views.get(id(buffer))
-        if entry is not None and entry[0] is buffer:
-            return entry[1]
+        view = self._views.get(id(buffer))  # a live buffer's id: `buffer` is the one handed out
+        if view is not None:
+            return view
         return layouts.decode(self.raw(buffer), buffer.dtype, buffer.shape, buffer.layout)
 
     def store(self, array, layout: Layout | None = None) -> Buffer:
@@ -271,11 +272,10 @@ class LocalMemory:
             return None
         base = array.base
         for _ in range(3):  # a view of a buffer's view (a result, an input), through a few views of views
-            owner = self._owners.get(id(base))
-            if owner is not None and owner[0] is base:
-                view, buffer = owner
-                # a view within `view` with its shape and strides starts where it does: it is the whole buffer
-                same = array.shape == view.shape and array.strides == view.strides and array.dtype == view.dtype
+            buffer = self._owners.get(id(base))  # a live view's id: `base` is that view
+            if buffer is not None:
+                # a view within `base` with its shape and strides starts where it does: it is the whole buffer
+                same = array.shape == base.shape and array.strides == base.strides and array.dtype == base.dtype
                 return buffer if same else None
             if base is None:
                 break
@@ -340,8 +340,8 @@ class LocalMemory:
         self._by_address[address] = buffer
         if view is None:
             view = layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout)
-        self._views[id(buffer)] = (buffer, view)
-        self._owners[id(view)] = (view, buffer)
+        self._views[id(buffer)] = view
+        self._owners[id(view)] = buffer
         return buffer
 
 

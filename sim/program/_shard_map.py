@@ -182,14 +182,14 @@ class ShardMapped:
         # an array placed with a Format keeps its layout in every device memory
         layouts = tree_map(lambda x: x.layout if isinstance(x, Array) and x.layout.tiling == () else None, args)
         values = tree_map(_value, args)  # an Array's values are gathered once, not once per device
-        # every device's block of every input, and its type, found once per input
-        indices = tree_map(lambda path, x, spec: _Blocks(block_indices(self.mesh, spec, x.shape, path)),
-                           paths, values, in_specs)
         vmas = tree_map(lambda _, spec: frozenset(spec.axes() if self.check_vma else ()), paths, in_specs)
         signature = _signature(paths, values, layouts)
         held = _held_at_once(self.mesh, simulation.memories, paths, values, layouts, in_specs)
         if held is not None:
             return self._started(simulation, values, held, vmas), signature
+        # every device's block of every input, and its type, found once per input
+        indices = tree_map(lambda path, x, spec: _Blocks(block_indices(self.mesh, spec, x.shape, path)),
+                           paths, values, in_specs)
 
         def program(device: int) -> Callable[[], Any]:
             memory, record = simulation.memories[device], simulation.programs[device]
