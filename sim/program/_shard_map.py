@@ -169,7 +169,7 @@ class ShardMapped:
             if is_abstract(per_device[0]) else assemble(self.mesh, spec, path, per_device, prepared.get(path)),
             out_paths, out_specs, *results,
         )
-        avals = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs)
+        avals = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs, prepared)
         abstract = {path for path, out in zip(leaves(out_paths), leaves(outputs)) if is_struct(out)}
         self._avals[signature] = {path: aval for path, aval in avals.items() if path not in abstract}
         self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
