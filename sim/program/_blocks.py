@@ -122,10 +122,12 @@ def prepare(mesh: Mesh, memories: list[LocalMemory], avals: dict[str, Aval]) -> 
     writers' regions; the others are assembled as on a first call."""
     prepared = {}
     for path, aval in avals.items():
+        if not aval.reserve:
+            continue
         array = np.zeros(aval.shape, aval.dtype)  # fresh zero pages: an allocation's zeros, never written twice
         regions = {d: region for d, region in zip(_writers(mesh, aval.spec), _regions(mesh, aval, array, path))
                    if region.size and region.flags.c_contiguous}
-        if aval.reserve and regions:
+        if regions:
             for device, region in regions.items():
                 memories[device].reserve(region)
             prepared[path] = Prepared(aval, array, regions)
@@ -179,10 +181,22 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
     if fits and all(placed):
         prepared.in_place = True
         return out
+    if not fits and _in_order(mesh, aval, path):  # the blocks, in device order, are the array's rows
+        np.concatenate([blocks[d] for d in writers], out=out)
+        return out
     for d, region, done in zip(writers, _regions(mesh, aval, out, path), placed):
         if not (fits and done):  # no block is a view of a new array
             region[...] = blocks[d]
     return out
+
+
+def _in_order(mesh: Mesh, aval: Aval, path: str) -> bool:
+    """Whether the writers' blocks of an array of `aval`, in `_writers` order, are its runs of rows in order."""
+    rows = row_blocks(mesh, aval.spec, aval.shape, path) if len(aval.shape) else None
+    if rows is None:
+        return False
+    count, which = rows
+    return [which[d] for d in _writers(mesh, aval.spec)] == list(range(count))
 
 
 def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, results: list[Any],
