@@ -206,15 +206,16 @@ class LocalMemory:
         self._charge("an input block held", array.dtype, array.shape, array.nbytes)
         raw = array.reshape(-1).view(np.uint8)  # a new view: the caller's array keeps its own flags
         raw.flags.writeable = False
-        return self._hold(raw, np.ndarray(array.shape, array.dtype, buffer=raw))
+        shape = array.shape
+        return self._hold(raw, np.ndarray(shape, array.dtype, buffer=raw), Layout.row_major(len(shape)))
 
-    def _hold(self, raw: np.ndarray, view: np.ndarray) -> Buffer:
+    def _hold(self, raw: np.ndarray, view: np.ndarray, layout: Layout) -> Buffer:
         """Hold an adopted block, already charged: `raw` its bytes (read-only uint8), `view` the block (read-only,
-        C-contiguous, over the same bytes), in a segment of their own."""
+        C-contiguous, over the same bytes; `layout` row-major of its rank), in a segment of their own."""
         start = self._append(raw)
         self._open = None  # later small arrays start a segment of their own, after this one
         self._top = start + raw.size
-        buffer = Buffer(self.device, start, view.dtype, view.shape, Layout.row_major(view.ndim))
+        buffer = Buffer(self.device, start, view.dtype, view.shape, layout)
         self._unaddressed.append((raw, buffer))  # known by its address from the first `find` on
         self._views[id(buffer)] = view
         self._owners[id(view)] = buffer
@@ -369,12 +370,16 @@ def _hold_blocks(memories: Sequence[LocalMemory], stack: np.ndarray, which: Sequ
     stack = stack.view()  # read-only, while the caller's array keeps its own flags
     stack.flags.writeable = False
     raws = stack.reshape(-1).view(np.uint8).reshape(len(stack), -1)
-    scalar = stack.ndim == 1  # a 0-d block stays an array (indexing by k alone would give a scalar)
-    views = []
-    for memory, k in zip(memories, which):
-        view = stack[k, ...] if scalar else stack[k]
-        memory._hold(raws[k], view)
-        views.append(view)
+    layout = Layout.row_major(stack.ndim - 1)
+    if stack.ndim > 1 and len(which) == len(stack) == len(set(which)):  # each block held once: views at once
+        blocks, rows = list(stack), list(raws)
+        views = [blocks[k] for k in which]
+        for memory, k, view in zip(memories, which, views):
+            memory._hold(rows[k], view, layout)
+        return views
+    views = [stack[k, ...] for k in which]  # `...`: a 0-d block stays an array, and no two devices share a view
+    for memory, k, view in zip(memories, which, views):
+        memory._hold(raws[k], view, layout)
     return views
 
 

@@ -162,7 +162,8 @@ class ShardMapped:
         finally:
             settle(simulation.memories, prepared)
         out_specs = _expand(self.out_specs, results[0], "out_specs")
-        results = [tree_map(lambda leaf: np.asarray(leaf), result) for result in results]
+        results = [np.asarray(result) if isinstance(result, np.ndarray) else tree_map(np.asarray, result)
+                   for result in results]
         out_paths = _paths(results[0], "out")
         outputs = tree_map(  # abstract results come back as ShapeDtypeStructs, assembled from shapes alone
             lambda path, spec, *per_device: global_struct(self.mesh, spec, path, per_device)
@@ -215,14 +216,15 @@ class ShardMapped:
         tree_map(leaf_vmas.append, vmas)
         flat = isinstance(values, tuple) and len(values) == len(held) and not hasattr(values, "_fields") \
             and all(isinstance(v, np.ndarray) for v in values)
+        types = [(views[0].dtype, views[0].shape, vma) for views, vma in zip(held, leaf_vmas)]
         programs = []
         for device in self.mesh.devices:
             record = simulation.programs[device]
             mine = []
-            for views, vma in zip(held, leaf_vmas):
+            for views, (dtype, shape, vma) in zip(held, types):
                 local = views[device].view(Varying)  # read-only: the held view is
                 local.vma = vma
-                local.var = var = record.new_var(local.dtype, local.shape, vma)
+                local.var = var = record.new_var(dtype, shape, vma)
                 record.inputs.append(var)
                 mine.append(local)
             if not flat:
