@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import collectives
 import sim
+from layouts import Layout
 from sim.memory import _memory
 from sim.program import _blocks, _shard_map
 from sim.program._tree import leaves
@@ -143,3 +144,68 @@ def test_regions_cut_at_once_equal_block_indices(mesh, spec):
         assert _address(region) == _address(expected) and region.shape == expected.shape
         assert region.strides == expected.strides
     assert _blocks._region_addresses(mesh, aval, array, "out") == [_address(r) for r in regions]
+
+
+def _general_store(memory: _memory.LocalMemory, array: np.ndarray, layout) -> _memory.Buffer:
+    """`LocalMemory.store` as the general path makes it: an allocation, then the values written."""
+    buffer = memory.alloc(array.dtype, array.shape, layout)
+    memory.view(buffer)[...] = array
+    return buffer
+
+
+def _misplacing_store(memory: _memory.LocalMemory, array: np.ndarray, layout) -> _memory.Buffer:
+    """A wrong store: a stray byte allocated before the array."""
+    memory.alloc(np.uint8, (1,))
+    return memory.store(array, layout)
+
+
+def _stores(store, steps: list) -> tuple:
+    """A memory after `steps` (adopt a block, reserve a region, store an array with a layout), and the buffers
+    the stores returned with their views' bytes, and what `find` says of each view."""
+    memory = _memory.LocalMemory(0, sim.MemoryMeter(None))
+    found = []
+    for kind, array, layout in steps:
+        if kind == "adopt":
+            memory.place(array)
+        elif kind == "reserve":
+            memory.reserve(np.zeros(array.shape, array.dtype))
+        else:
+            buffer = store(memory, array, layout)
+            found.append((buffer, memory.view(buffer).tobytes(), memory.find(memory.view(buffer)) is buffer))
+    memory._address_adopted()
+    known = sorted((b.offset, repr(b)) for b in memory._by_address.values())
+    return _memory_state(memory), found, known, [r.shape for r in memory.release()]
+
+
+@st.composite
+def _steps(draw):
+    steps = []
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["store", "store", "adopt", "reserve"]))
+        shape = tuple(draw(st.lists(st.integers(0 if kind == "store" else 1, 3), max_size=3)))
+        dtype = draw(st.sampled_from(["float32", "int8", "float64", "bool"]))
+        array = (np.arange(int(np.prod(shape))) % 7).astype(dtype).reshape(shape)
+        if kind == "adopt" and array.ndim == 0:
+            array = array.reshape(1)
+        layout = draw(st.sampled_from([None, "row", "reversed"]))
+        if layout == "row":
+            layout = Layout.row_major(array.ndim)
+        elif layout == "reversed":
+            layout = Layout(tuple(reversed(range(array.ndim))))
+        steps.append((kind, array, layout))
+    return steps
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=_steps())
+def test_store_equals_allocation_then_write(steps):
+    """`LocalMemory.store` of a row-major array (its quick path through `alloc_view`) leaves the memory, the
+    buffer, its view and `find` exactly as an allocation followed by a write does, among adopted blocks,
+    reservations and arrays of other layouts."""
+    assert _stores(_memory.LocalMemory.store, steps) == _stores(_general_store, steps)
+
+
+def test_store_comparison_can_fail():
+    """A store that misplaces its array by one allocation is told apart from the general path."""
+    steps = [("store", np.arange(4, dtype=np.float32), None)]
+    assert _stores(_misplacing_store, steps) != _stores(_general_store, steps)

@@ -263,6 +263,10 @@ class LocalMemory:
     def store(self, array, layout: Layout | None = None) -> Buffer:
         """Allocate a buffer laid out with `layout` (default row-major) and write `array` into it."""
         array = np.asarray(array)
+        if layout is None or layout is Layout.row_major(array.ndim):  # `alloc`'s row-major buffer and view
+            view = self.alloc_view(array.dtype, array.shape)
+            view[...] = array
+            return self._owners[id(view)]
         buffer = self.alloc(array.dtype, array.shape, layout)
         self.view(buffer)[...] = array
         return buffer
