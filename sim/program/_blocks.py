@@ -204,7 +204,7 @@ def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, re
     """Each output's aval by path, for `prepare` to allocate it again; the per-device `results` say which
     outputs were fresh allocations (a region reserved for any other would only be taken by the wrong one).
     An output assembled in place (`Prepared.in_place`) was: each block is the allocation that took its region."""
-    per_device = [leaves(result) for result in results]
+    per_device = [[result] if isinstance(result, np.ndarray) else leaves(result) for result in results]
     found = {}
     prepared = prepared or {}
     for k, (path, spec, out) in enumerate(zip(leaves(paths), leaves(specs, _is_spec), leaves(outputs))):
