@@ -221,3 +221,61 @@ def test_store_comparison_can_fail():
     """A store that misplaces its array by one allocation is told apart from the general path."""
     steps = [("store", np.arange(4, dtype=np.float32), None)]
     assert _stores(_misplacing_store, steps) != _stores(_general_store, steps)
+
+
+def _attached(memory: _memory.LocalMemory, region: np.ndarray) -> _memory.Buffer:
+    """A reserved region taken as the general path takes it: charged, then attached as another array's bytes."""
+    memory._charge("a block of a global output", region.dtype, region.shape, region.nbytes)
+    return memory._attach(region.reshape(-1).view(np.uint8), region.dtype, region.shape,
+                          Layout.row_major(region.ndim), writable=True)
+
+
+def _taken(memory: _memory.LocalMemory, region: np.ndarray) -> _memory.Buffer:
+    memory.reserve(region)
+    return memory.alloc(region.dtype, region.shape)
+
+
+def _after_take(take, steps: list, region_shape: tuple, dtype: str, one_row: bool = False) -> tuple:
+    """A memory after `steps`, then a region of a global output taken by `take`: its state, the buffer, its
+    view's bytes, shape, strides and flags, whether the view is the region's bytes and what `find` says."""
+    memory = _memory.LocalMemory(0, sim.MemoryMeter(None))
+    for kind, array, layout in steps:
+        if kind == "adopt":
+            memory.place(array)
+        elif kind == "store":
+            memory.store(array, layout)
+    # a middle block of three; of one row, its length-1 leading axis strides over all three (still C-contiguous)
+    output = np.zeros((1, 3, *region_shape), dtype)
+    region = output[:, 1] if one_row else output[0, 1]
+    assert region.flags.c_contiguous
+    buffer = take(memory, region)
+    view = memory.view(buffer)
+    view[...] = 5
+    return (_memory_state(memory), buffer, view.shape, view.strides, view.flags.writeable,
+            output.tobytes(), memory.find(view) is buffer, memory.find(view.view(sim.Varying)) is buffer)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=_steps(), shape=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+       dtype=st.sampled_from(["float32", "int8", "float64"]), one_row=st.booleans())
+def test_taking_a_reserved_region_equals_attaching_it(steps, shape, dtype, one_row):
+    """`alloc` taking a reserved region of a global output (its view made without decoding) leaves the memory,
+    the buffer, its view (C strides, even where the region's length-1 axis strides otherwise) and `find` as
+    attaching the region's bytes does, and writes land in the output."""
+    case = (steps, tuple(shape), dtype, one_row)
+    assert _after_take(_taken, *case) == _after_take(_attached, *case)
+
+
+def test_take_comparison_can_fail():
+    """A take that ignores the region (a fresh allocation: writes never reach the output) is told apart."""
+    def fresh(memory, region):
+        return memory.alloc(region.dtype, region.shape)
+
+    assert _after_take(fresh, [], (2,), "float32") != _after_take(_attached, [], (2,), "float32")
+
+    def as_region(memory, region):  # the region itself as the view: its strides, not C strides
+        buffer = _taken(memory, region)
+        memory._views[id(buffer)] = region
+        return buffer
+
+    assert _after_take(as_region, [], (2,), "float32", True) != _after_take(_attached, [], (2,), "float32", True)

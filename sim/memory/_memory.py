@@ -124,7 +124,7 @@ class LocalMemory:
                 if region.dtype == dtype and region.shape == shape:
                     self._charge("a block of a global output", dtype, shape, size)
                     del self._reserved[k]
-                    return self._attach(region.reshape(-1).view(np.uint8), dtype, shape, layout, writable=True)
+                    return self._take(region, dtype, shape, layout)
         self._charge("a new array", dtype, shape, size)
         start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
         base, segment = self._open or (0, np.empty(0, np.uint8))
@@ -315,6 +315,17 @@ class LocalMemory:
         self._top = start + layout.size_in_bytes(dtype, shape)
         buffer = Buffer(self.device, start, dtype, shape, layout)
         return self._register(buffer, self.raw(buffer), _address(raw))
+
+    def _take(self, region: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], layout: Layout) -> Buffer:
+        """A buffer of `dtype` and `shape` whose bytes are `region` (a reserved block, charged; `layout` row-major):
+        `_attach`'s segment, buffer and view (C strides over the region's bytes, as decoding gives), made without
+        decoding."""
+        raw = region.reshape(-1).view(np.uint8)
+        start = self._append(raw)
+        self._open = None  # later small arrays start a segment of their own, after this one
+        self._top = start + raw.size
+        return self._register(Buffer(self.device, start, dtype, shape, layout), None, _address(raw),
+                              np.ndarray(shape, dtype, buffer=raw))
 
     def _append(self, segment: np.ndarray) -> int:
         """Place `segment` at the next aligned offset past every segment (and every allocation)."""
