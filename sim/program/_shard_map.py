@@ -304,7 +304,7 @@ class _Blocks:
 
 def _held_at_once(mesh: Mesh, memories: list[LocalMemory], paths: Any, values: Any, layouts: Any, in_specs: Any
                   ) -> list[list[np.ndarray]] | None:
-    """Every device's block of every input held in its memory at once (`sim.memory.place_blocks`), when each
+    """Every device's block of every input held in its memory at once (`sim.memory._memory.place_blocks`), when each
     input is a non-empty C-contiguous numeric array without a layout whose blocks are runs of whole rows;
     each input's block views by device, in `tree_map`'s order of the inputs. None (nothing held) otherwise."""
     found: list[Any] = []
