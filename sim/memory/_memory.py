@@ -16,6 +16,7 @@ bytes, so that placing inputs and assembling outputs need not copy:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,8 +93,9 @@ class LocalMemory:
         # adopted blocks not yet in `_by_address` (their address is read only when `find` needs it), in order
         self._unaddressed: list[tuple[np.ndarray, Buffer]] = []
         self._reserved: list[np.ndarray] = []
-        self._views: dict[int, tuple[Buffer, np.ndarray]] = {}  # by id(buffer), the buffer kept alive with it
-        self._owners: dict[int, tuple[np.ndarray, Buffer]] = {}  # the same by id(view), the view kept alive
+        # each buffer handed out and its view, each keeping the other alive (so an id here is never reused)
+        self._views: dict[int, np.ndarray] = {}  # by id(buffer)
+        self._owners: dict[int, Buffer] = {}  # by id(view)
 
     @property
     def size_bytes(self) -> int:
@@ -122,7 +124,7 @@ class LocalMemory:
                 if region.dtype == dtype and region.shape == shape:
                     self._charge("a block of a global output", dtype, shape, size)
                     del self._reserved[k]
-                    return self._attach(region.reshape(-1).view(np.uint8), dtype, shape, layout, writable=True)
+                    return self._take(region, dtype, shape, layout)
         self._charge("a new array", dtype, shape, size)
         start = -(-self._top // _ALIGN_BYTES) * _ALIGN_BYTES
         base, segment = self._open or (0, np.empty(0, np.uint8))
@@ -163,8 +165,8 @@ class LocalMemory:
         if len(shape) != 1:
             view = view.reshape(shape)
         self._by_address[self._open_address + start - base] = buffer
-        self._views[id(buffer)] = (buffer, view)
-        self._owners[id(view)] = (view, buffer)
+        self._views[id(buffer)] = view
+        self._owners[id(view)] = buffer
         return view
 
     def adopt(self, array: np.ndarray, layout: Layout | None = None) -> Buffer:
@@ -201,18 +203,22 @@ class LocalMemory:
     def _adopt_rows(self, array: np.ndarray) -> Buffer:
         """`adopt` of a non-empty C-contiguous array in row-major order (what most input blocks are): the same
         segment, buffer and view, made without the general layout's checks."""
-        dtype, shape, size = array.dtype, array.shape, array.nbytes
-        self._charge("an input block held", dtype, shape, size)
+        self._charge("an input block held", array.dtype, array.shape, array.nbytes)
         raw = array.reshape(-1).view(np.uint8)  # a new view: the caller's array keeps its own flags
         raw.flags.writeable = False
+        shape = array.shape
+        return self._hold(raw, np.ndarray(shape, array.dtype, buffer=raw), Layout.row_major(len(shape)))
+
+    def _hold(self, raw: np.ndarray, view: np.ndarray, layout: Layout) -> Buffer:
+        """Hold an adopted block, already charged: `raw` its bytes (read-only uint8), `view` the block (read-only,
+        C-contiguous, over the same bytes; `layout` row-major of its rank), in a segment of their own."""
         start = self._append(raw)
         self._open = None  # later small arrays start a segment of their own, after this one
-        self._top = start + size
-        buffer = Buffer(self.device, start, dtype, shape, Layout.row_major(len(shape)))
-        view = np.ndarray(shape, dtype, buffer=raw)
+        self._top = start + raw.size
+        buffer = Buffer(self.device, start, view.dtype, view.shape, layout)
         self._unaddressed.append((raw, buffer))  # known by its address from the first `find` on
-        self._views[id(buffer)] = (buffer, view)
-        self._owners[id(view)] = (view, buffer)
+        self._views[id(buffer)] = view
+        self._owners[id(view)] = buffer
         return buffer
 
     def _address_adopted(self) -> None:
@@ -249,14 +255,18 @@ class LocalMemory:
     def view(self, buffer: Buffer) -> np.ndarray:
         """The logical array `buffer` holds, as a view of the memory (read-only for an adopted block); the
         same view object each time for a buffer this memory handed out (decoded once)."""
-        entry = self._views.get(id(buffer))
-        if entry is not None and entry[0] is buffer:
-            return entry[1]
+        view = self._views.get(id(buffer))  # a live buffer's id: `buffer` is the one handed out
+        if view is not None:
+            return view
         return layouts.decode(self.raw(buffer), buffer.dtype, buffer.shape, buffer.layout)
 
     def store(self, array, layout: Layout | None = None) -> Buffer:
         """Allocate a buffer laid out with `layout` (default row-major) and write `array` into it."""
         array = np.asarray(array)
+        if layout is None or layout is Layout.row_major(array.ndim):  # `alloc`'s row-major buffer and view
+            view = self.alloc_view(array.dtype, array.shape)
+            view[...] = array
+            return self._owners[id(view)]
         buffer = self.alloc(array.dtype, array.shape, layout)
         self.view(buffer)[...] = array
         return buffer
@@ -267,11 +277,10 @@ class LocalMemory:
             return None
         base = array.base
         for _ in range(3):  # a view of a buffer's view (a result, an input), through a few views of views
-            owner = self._owners.get(id(base))
-            if owner is not None and owner[0] is base:
-                view, buffer = owner
-                # a view within `view` with its shape and strides starts where it does: it is the whole buffer
-                same = array.shape == view.shape and array.strides == view.strides and array.dtype == view.dtype
+            buffer = self._owners.get(id(base))  # a live view's id: `base` is that view
+            if buffer is not None:
+                # a view within `base` with its shape and strides starts where it does: it is the whole buffer
+                same = array.shape == base.shape and array.strides == base.strides and array.dtype == base.dtype
                 return buffer if same else None
             if base is None:
                 break
@@ -307,6 +316,17 @@ class LocalMemory:
         buffer = Buffer(self.device, start, dtype, shape, layout)
         return self._register(buffer, self.raw(buffer), _address(raw))
 
+    def _take(self, region: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], layout: Layout) -> Buffer:
+        """A buffer of `dtype` and `shape` whose bytes are `region` (a reserved block, charged; `layout` row-major):
+        `_attach`'s segment, buffer and view (C strides over the region's bytes, as decoding gives), made without
+        decoding."""
+        raw = region.reshape(-1).view(np.uint8)
+        start = self._append(raw)
+        self._open = None  # later small arrays start a segment of their own, after this one
+        self._top = start + raw.size
+        return self._register(Buffer(self.device, start, dtype, shape, layout), None, _address(raw),
+                              np.ndarray(shape, dtype, buffer=raw))
+
     def _append(self, segment: np.ndarray) -> int:
         """Place `segment` at the next aligned offset past every segment (and every allocation)."""
         end = max(self._top, self._segments[-1][0] + self._segments[-1][1].size if self._segments else 0)
@@ -336,9 +356,46 @@ class LocalMemory:
         self._by_address[address] = buffer
         if view is None:
             view = layouts.decode(raw, buffer.dtype, buffer.shape, buffer.layout)
-        self._views[id(buffer)] = (buffer, view)
-        self._owners[id(view)] = (view, buffer)
+        self._views[id(buffer)] = view
+        self._owners[id(view)] = buffer
         return buffer
+
+
+def place_blocks(memories: Sequence[LocalMemory], inputs: Sequence[tuple[np.ndarray, Sequence[int]]]
+                 ) -> list[list[np.ndarray]] | None:
+    """Each device's block of each input held at once, as `place` holds it: for each input `(stack, which)`
+    (`stack` a C-contiguous, non-empty, numeric array whose leading axis numbers the blocks), `memories[d]`
+    adopts block `which[d]` of `stack`; inputs in order, so each memory holds them in that order. Returns each
+    input's block views by device. The bytes are charged to the memories' meter in one sum.
+
+    None, with nothing held, when the memories do not share one meter or the sum would pass its limit: then
+    `place` device by device charges the blocks and names the one that passes the limit.
+    """
+    meter = memories[0].meter if memories else None
+    total = sum(stack.nbytes // len(stack) * len(which) for stack, which in inputs)
+    if meter is None or any(memory.meter is not meter for memory in memories) \
+            or meter.held_bytes + total > meter.max_memory_bytes:
+        return None
+    meter.held_bytes += total
+    return [_hold_blocks(memories, stack, which) for stack, which in inputs]
+
+
+def _hold_blocks(memories: Sequence[LocalMemory], stack: np.ndarray, which: Sequence[int]) -> list[np.ndarray]:
+    """`memories[d]` holds block `which[d]` of `stack` (charged already); the blocks' views by device."""
+    stack = stack.view()  # read-only, while the caller's array keeps its own flags
+    stack.flags.writeable = False
+    raws = stack.reshape(-1).view(np.uint8).reshape(len(stack), -1)
+    layout = Layout.row_major(stack.ndim - 1)
+    if stack.ndim > 1 and len(which) == len(stack) == len(set(which)):  # each block held once: views at once
+        blocks, rows = list(stack), list(raws)
+        views = [blocks[k] for k in which]
+        for memory, k, view in zip(memories, which, views):
+            memory._hold(rows[k], view, layout)
+        return views
+    views = [stack[k, ...] for k in which]  # `...`: a 0-d block stays an array, and no two devices share a view
+    for memory, k, view in zip(memories, which, views):
+        memory._hold(raws[k], view, layout)
+    return views
 
 
 def _address(array: np.ndarray) -> int:

@@ -51,6 +51,7 @@ class Prepared:
     array: np.ndarray
     reserved: dict[int, np.ndarray]
     taken: set[int] = field(default_factory=set)
+    in_place: bool = False  # set by `assemble`: every writer's block was its region (nothing copied)
 
 
 def block_index(mesh: Mesh, device: int, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> tuple[slice, ...]:
@@ -74,6 +75,19 @@ def block_indices(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path:
         starts = (_axis_indices(mesh, entry) * block).tolist()
         per_dim.append([slice(start, start + block) for start in starts])
     return [tuple(whole if slices is None else slices[d] for slices in per_dim) for d in mesh.devices]
+
+
+def row_blocks(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> tuple[int, list[int]] | None:
+    """When every device's block under `spec` is a run of whole leading rows (`spec` splits dimension 0 at
+    most): how many blocks the array cuts into along dimension 0, and each device's block number, by device.
+    None when `spec` splits a later dimension. Raises as `block_indices` does."""
+    sizes = _block_sizes(mesh, spec, shape, path)
+    if any(entry is not None for entry, _ in sizes[1:]):
+        return None
+    if not sizes or sizes[0][0] is None:
+        return 1, [0] * mesh.size
+    entry = sizes[0][0]
+    return mesh.axis_size(entry), _axis_indices(mesh, entry).tolist()
 
 
 def _block_sizes(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path: str) -> list[tuple[Any, int]]:
@@ -108,20 +122,22 @@ def prepare(mesh: Mesh, memories: list[LocalMemory], avals: dict[str, Aval]) -> 
     writers' regions; the others are assembled as on a first call."""
     prepared = {}
     for path, aval in avals.items():
+        if not aval.reserve:
+            continue
         array = np.zeros(aval.shape, aval.dtype)  # fresh zero pages: an allocation's zeros, never written twice
-        # `...` keeps a 0-d block an array view (indexing with `()` alone would give a read-only scalar)
-        indices = block_indices(mesh, aval.spec, aval.shape, path)
-        regions = {d: array[(*indices[d], ...)] for d in _writers(mesh, aval.spec)}
-        reserved = {d: r for d, r in regions.items() if r.size and r.flags.c_contiguous}
-        if aval.reserve and reserved:
-            for device, region in reserved.items():
+        regions = {d: region for d, region in zip(_writers(mesh, aval.spec), _regions(mesh, aval, array, path))
+                   if region.size and region.flags.c_contiguous}
+        if regions:
+            for device, region in regions.items():
                 memories[device].reserve(region)
-            prepared[path] = Prepared(aval, array, reserved)
+            prepared[path] = Prepared(aval, array, regions)
     return prepared
 
 
 def settle(memories: list[LocalMemory], prepared: dict[str, Prepared]) -> None:
     """After a run: withdraw the reservations nothing took and note, per output, the regions that were taken."""
+    if not prepared:  # nothing was reserved
+        return
     for device, memory in enumerate(memories):
         untaken = memory.release()
         for output in prepared.values():
@@ -133,11 +149,12 @@ def settle(memories: list[LocalMemory], prepared: dict[str, Prepared]) -> None:
 def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
              prepared: Prepared | None = None) -> np.ndarray:
     """Put per-device blocks together (into `prepared` when it fits); blocks along axes `spec` leaves out must
-    all be equal."""
+    all be equal. When every block is its region of `prepared`, `prepared.in_place` says so."""
     blocks = [np.asarray(b) for b in per_device]
     first = blocks[0]
+    shape, dtype = first.shape, first.dtype
     for d, block in enumerate(blocks):
-        if block.shape != first.shape or block.dtype != first.dtype:
+        if block.shape != shape or block.dtype != dtype:
             raise InvalidArgumentError(
                 f"{path}: device {d} returned {block.dtype}{list(block.shape)} but device 0 returned "
                 f"{first.dtype}{list(first.shape)}; every device must return the same shape and dtype"
@@ -150,28 +167,79 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
         if entry is not None:
             global_shape[dim] *= mesh.axis_size(entry)
     aval = Aval(spec, tuple(global_shape), first.dtype)
-    indices = block_indices(mesh, spec, aval.shape, path)
-    regions = {d: indices[d] for d in _writers(mesh, spec)}
-    fits = prepared is not None and prepared.aval == aval and all(
-        d not in prepared.taken or _is_view(blocks[d], prepared.array[index]) for d, index in regions.items())
+    writers = _writers(mesh, spec)
+    fits = prepared is not None and prepared.aval == aval
+    # which writers' blocks are already their regions of the prepared array (nothing to copy there)
+    if fits:
+        taken, reserved = prepared.taken, prepared.reserved
+        addresses = _region_addresses(mesh, aval, prepared.array, path)
+        placed = [d in taken and _is_view(blocks[d], reserved[d], at) for d, at in zip(writers, addresses)]
+    else:
+        placed = [False] * len(writers)
+    fits = fits and all(p or d not in prepared.taken for d, p in zip(writers, placed))
     out = prepared.array if fits else np.empty(aval.shape, aval.dtype)  # every element is written below
-    for d, index in regions.items():
-        if not fits or not _is_view(blocks[d], out[index]):  # no block is a view of a new array
-            out[index] = blocks[d]
+    if fits and all(placed):
+        prepared.in_place = True
+        return out
+    if not fits and _in_order(mesh, aval, path):  # the blocks, in device order, are the array's rows
+        np.concatenate([blocks[d] for d in writers], out=out)
+        return out
+    for d, region, done in zip(writers, _regions(mesh, aval, out, path), placed):
+        if not (fits and done):  # no block is a view of a new array
+            region[...] = blocks[d]
     return out
 
 
+def _in_order(mesh: Mesh, aval: Aval, path: str) -> bool:
+    """Whether the writers' blocks of an array of `aval`, in `_writers` order, are its runs of rows in order."""
+    rows = row_blocks(mesh, aval.spec, aval.shape, path) if len(aval.shape) else None
+    if rows is None:
+        return False
+    count, which = rows
+    return [which[d] for d in _writers(mesh, aval.spec)] == list(range(count))
+
+
 def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, results: list[Any],
-             outputs: Any) -> dict[str, Aval]:
+             outputs: Any, prepared: dict[str, Prepared] | None = None) -> dict[str, Aval]:
     """Each output's aval by path, for `prepare` to allocate it again; the per-device `results` say which
-    outputs were fresh allocations (a region reserved for any other would only be taken by the wrong one)."""
-    per_device = [leaves(result) for result in results]
+    outputs were fresh allocations (a region reserved for any other would only be taken by the wrong one).
+    An output assembled in place (`Prepared.in_place`) was: each block is the allocation that took its region."""
+    per_device = [[result] if isinstance(result, np.ndarray) else leaves(result) for result in results]
     found = {}
+    prepared = prepared or {}
     for k, (path, spec, out) in enumerate(zip(leaves(paths), leaves(specs, _is_spec), leaves(outputs))):
-        fresh = all(per_device[d][k].flags.writeable and memories[d].find(per_device[d][k]) is not None
-                    for d in _writers(mesh, spec))
+        here = prepared.get(path)
+        writers = _writers(mesh, spec)
+        if here is not None and here.in_place:
+            fresh = all(per_device[d][k].flags.writeable for d in writers)
+        else:
+            fresh = all(per_device[d][k].flags.writeable and memories[d].find(per_device[d][k]) is not None
+                        for d in writers)
         found[path] = Aval(spec, out.shape, out.dtype, fresh)
     return found
+
+
+def _region_addresses(mesh: Mesh, aval: Aval, array: np.ndarray, path: str) -> list[int]:
+    """Where each writer's block of `array` starts in the process's memory, in `_writers` order."""
+    rows = row_blocks(mesh, aval.spec, aval.shape, path) if array.ndim else None
+    if rows is None:
+        return [_address(region) for region in _regions(mesh, aval, array, path)]
+    count, which = rows
+    start, block_bytes = _address(array), array.nbytes // count
+    return [start + which[d] * block_bytes for d in _writers(mesh, aval.spec)]
+
+
+def _regions(mesh: Mesh, aval: Aval, array: np.ndarray, path: str) -> list[np.ndarray]:
+    """The writers' blocks of `array` (of `aval`'s shape), as views, in `_writers` order."""
+    writers = _writers(mesh, aval.spec)
+    rows = row_blocks(mesh, aval.spec, aval.shape, path) if array.ndim else None
+    if rows is not None:  # runs of whole rows: one reshape, then a block by its number
+        count, which = rows
+        stack = array.reshape((count, aval.shape[0] // count, *aval.shape[1:]))
+        return [stack[which[d]] for d in writers]
+    # `...` keeps a 0-d block an array view (indexing with `()` alone would give a read-only scalar)
+    indices = block_indices(mesh, aval.spec, aval.shape, path)
+    return [array[(*indices[d], ...)] for d in writers]
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -221,7 +289,13 @@ def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:
     return twin
 
 
-def _is_view(block: np.ndarray, region: np.ndarray) -> bool:
-    """Whether `block` is exactly `region`: the same bytes seen the same way."""
-    return (block.__array_interface__["data"][0] == region.__array_interface__["data"][0]
+def _is_view(block: np.ndarray, region: np.ndarray, address: int | None = None) -> bool:
+    """Whether `block` is exactly `region` (which starts at `address`, if given): the same bytes seen the same
+    way."""
+    return (_address(block) == (_address(region) if address is None else address)
             and block.shape == region.shape and block.strides == region.strides and block.dtype == region.dtype)
+
+
+def _address(array: np.ndarray) -> int:
+    """Where `array`'s first byte is in the process's memory."""
+    return array.__array_interface__["data"][0]

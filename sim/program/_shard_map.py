@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,13 @@ import numpy as np
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from sim.engine._driver import current
 from sim.engine._engine import Simulation, gc_paused
-from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_struct
+from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_hollow, is_struct
 from sim.memory._array import Array
+from sim.memory._memory import LocalMemory, place_blocks
 from sim.memory._spec import PartitionSpec
 from sim.network._mesh import Mesh
 from sim.program import _explore
-from sim.program._blocks import Aval, assemble, avals_of, block_indices, prepare, settle
+from sim.program._blocks import Aval, assemble, avals_of, block_indices, prepare, row_blocks, settle
 from sim.program._tree import broadcast_prefix, leaves, tree_map
 from sim.program._varying import Varying, _ref, as_array, promote, vma_of
 from sim.record import _html, _perfetto
@@ -160,14 +162,15 @@ class ShardMapped:
         finally:
             settle(simulation.memories, prepared)
         out_specs = _expand(self.out_specs, results[0], "out_specs")
-        results = [tree_map(lambda leaf: np.asarray(leaf), result) for result in results]
+        results = [np.asarray(result) if isinstance(result, np.ndarray) else tree_map(np.asarray, result)
+                   for result in results]
         out_paths = _paths(results[0], "out")
         outputs = tree_map(  # abstract results come back as ShapeDtypeStructs, assembled from shapes alone
             lambda path, spec, *per_device: global_struct(self.mesh, spec, path, per_device)
             if is_abstract(per_device[0]) else assemble(self.mesh, spec, path, per_device, prepared.get(path)),
             out_paths, out_specs, *results,
         )
-        avals = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs)
+        avals = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs, prepared)
         abstract = {path for path, out in zip(leaves(out_paths), leaves(outputs)) if is_struct(out)}
         self._avals[signature] = {path: aval for path, aval in avals.items() if path not in abstract}
         self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
@@ -180,10 +183,14 @@ class ShardMapped:
         # an array placed with a Format keeps its layout in every device memory
         layouts = tree_map(lambda x: x.layout if isinstance(x, Array) and x.layout.tiling == () else None, args)
         values = tree_map(_value, args)  # an Array's values are gathered once, not once per device
+        vmas = tree_map(lambda _, spec: frozenset(spec.axes() if self.check_vma else ()), paths, in_specs)
+        signature = _signature(paths, values, layouts)
+        held = _held_at_once(self.mesh, simulation.memories, paths, values, layouts, in_specs)
+        if held is not None:
+            return self._started(simulation, values, held, vmas), signature
         # every device's block of every input, and its type, found once per input
         indices = tree_map(lambda path, x, spec: _Blocks(block_indices(self.mesh, spec, x.shape, path)),
                            paths, values, in_specs)
-        vmas = tree_map(lambda _, spec: frozenset(spec.axes() if self.check_vma else ()), paths, in_specs)
 
         def program(device: int) -> Callable[[], Any]:
             memory, record = simulation.memories[device], simulation.programs[device]
@@ -199,7 +206,35 @@ class ShardMapped:
             mine = tree_map(place, values, layouts, indices, vmas)
             return lambda: self._finish(record, self.f(*mine))
 
-        return [program(d) for d in self.mesh.devices], _signature(paths, values, layouts)
+        return [program(d) for d in self.mesh.devices], signature
+
+    def _started(self, simulation: Simulation, values: Any, held: list[list[np.ndarray]], vmas: Any
+                 ) -> list[Callable[[], Any]]:
+        """One program per device over its blocks already held (`held`: each input leaf's views by device, in
+        `tree_map`'s order), each block typed and recorded as the device's input as `_programs` does it."""
+        leaf_vmas: list[frozenset] = []
+        tree_map(leaf_vmas.append, vmas)
+        flat = isinstance(values, tuple) and len(values) == len(held) and not hasattr(values, "_fields") \
+            and all(isinstance(v, np.ndarray) for v in values)
+        types = [(views[0].dtype, views[0].shape, vma) for views, vma in zip(held, leaf_vmas)]
+        programs = []
+        for device in self.mesh.devices:
+            record = simulation.programs[device]
+            mine = []
+            for views, (dtype, shape, vma) in zip(held, types):
+                local = views[device].view(Varying)  # read-only: the held view is
+                local.vma = vma
+                local.var = var = record.new_var(dtype, shape, vma)
+                record.inputs.append(var)
+                mine.append(local)
+            if not flat:
+                mine = _rebuilt(values, mine)
+            programs.append(partial(self._body, record, mine))
+        return programs
+
+    def _body(self, record: Program, args: Any) -> Any:
+        """A device's program: `f` on its inputs, its outputs checked and recorded."""
+        return self._finish(record, self.f(*args))
 
     def output_leaves(self, outputs: Any) -> list[tuple[str, PartitionSpec, np.ndarray]]:
         """Each leaf of `outputs` (a run's global outputs) with its path and out_specs entry."""
@@ -265,6 +300,36 @@ class _Blocks:
 
     def __init__(self, by_device: list[tuple[slice, ...]]) -> None:
         self.by_device = by_device
+
+
+def _held_at_once(mesh: Mesh, memories: list[LocalMemory], paths: Any, values: Any, layouts: Any, in_specs: Any
+                  ) -> list[list[np.ndarray]] | None:
+    """Every device's block of every input held in its memory at once (`sim.memory._memory.place_blocks`), when each
+    input is a non-empty C-contiguous numeric array without a layout whose blocks are runs of whole rows;
+    each input's block views by device, in `tree_map`'s order of the inputs. None (nothing held) otherwise."""
+    found: list[Any] = []
+
+    def blocks(path: str, x: np.ndarray, layout: Any, spec: PartitionSpec) -> None:
+        if found and found[-1] is None:
+            return
+        plain = layout is None and x.size and x.flags.c_contiguous and not x.dtype.hasobject and not is_hollow(x.dtype)
+        rows = row_blocks(mesh, spec, x.shape, path) if plain else None
+        if rows is None:
+            found.append(None)
+            return
+        count, which = rows  # the array as a stack of `count` blocks along a new leading axis
+        found.append((x.reshape((count, x.shape[0] // count, *x.shape[1:])) if x.ndim else x.reshape(1), which))
+
+    tree_map(blocks, paths, values, layouts, in_specs)
+    if None in found:
+        return None
+    return place_blocks(memories, found)
+
+
+def _rebuilt(tree: Any, flat: list) -> Any:
+    """`tree` with its leaves replaced by `flat`'s, in `tree_map`'s order."""
+    at = iter(flat)
+    return tree_map(lambda _: next(at), tree)
 
 
 def _value(x: Any) -> np.ndarray:
