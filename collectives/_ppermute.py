@@ -69,9 +69,25 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
             rank than x, an unknown algorithm.
     """
     if isinstance(x, np.ndarray):  # an array is a tree of one leaf
-        return typed(PPERMUTE, axis_name, [x], partial(_leaf, x, axis_name, perm, out_layout, algorithm),
-                     (("axis_name", axis_name), ("perm", perm)))
+        context = sim.current()
+        return typed(PPERMUTE, axis_name, [x], partial(_leaf, x, axis_name, perm, out_layout, algorithm, context),
+                     _params(context, axis_name, perm), context=context)
     return _ppermute(x, axis_name, perm, out_layout, algorithm)
+
+
+def _params(context: sim.DeviceContext, axis_name: Any, perm: Any) -> tuple:
+    """`(("axis_name", axis_name), ("perm", perm))`, the call's parameters as the program records them: one
+    tuple per run for an axis name and a permutation every call passes as the same object (the entry keeps
+    `perm` alive, so its id is not reused), rather than three new tuples per device and call."""
+    if type(axis_name) is not str:
+        return (("axis_name", axis_name), ("perm", perm))
+    key = ("ppermute params", id(perm), axis_name)
+    found = context.shared.get(key)
+    if found is not None and found[0] is perm:
+        return found[1]
+    params = (("axis_name", axis_name), ("perm", perm))
+    context.shared[key] = (perm, params)
+    return params
 
 
 def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorithm: str = "direct") -> Any:
@@ -83,8 +99,10 @@ def _ppermute(x: Any, axis_name: Any, perm: Any, out_layout: Any = None, algorit
     return map_tree(call, x)
 
 
-def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct") -> np.ndarray:
-    context = sim.current()
+def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "direct",
+          context: sim.DeviceContext | None = None) -> np.ndarray:
+    if context is None:
+        context = sim.current()
     group = context.groups.get(axis_name) if type(axis_name) is str else None  # `group_of`'s look-up, here
     if group is None:
         context, group = group_of(_OP, axis_name, None)
@@ -229,8 +247,9 @@ def _together(gathering: sim.Gathering) -> sim.Joint | None:
             if not row_major_everywhere(group_args):
                 return None
             break
-    to = dict(perm)
-    targets = [to[index] for index in order]
+    by_source = {pair[0]: pair for pair in perm}  # each member's pair: one tuple, shared by every call's trace
+    details = [by_source[index] for index in order]
+    targets = [pair[1] for pair in details]
 
     def fill() -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Each member's operand (a view of its memory) and its zeroed result, in the order the members'
@@ -248,7 +267,7 @@ def _together(gathering: sim.Gathering) -> sim.Joint | None:
                 memory.view(memory.alloc(buffer.dtype, buffer.shape, args.out_layout))
         return payloads, outs  # type: ignore[return-value]
 
-    return sim.Pairs(gathering, targets, fill, {"pair": [(index, to[index]) for index in order]})
+    return sim.Pairs(gathering, targets, fill, {"pair": details})
 
 
 def _facts(port: sim.Port, args: _Args, size_bytes: int) -> tuple[dict[int, list], dict[int, list], bool]:

@@ -32,13 +32,16 @@ REDUCE, KEEP, INTRODUCE, INDEX, INVARIANT = Vma.REDUCE, Vma.KEEP, Vma.INTRODUCE,
 
 
 def typed(definition: Definition, axis_name: Any, operands: list, compute: Callable[[], Any], params: dict | tuple,
-          grouped: bool = False, called: str | None = None) -> sim.Varying:
+          grouped: bool = False, called: str | None = None, context: sim.DeviceContext | None = None
+          ) -> sim.Varying:
     """Run `compute` (the collective on plain arrays) and give its result the type `definition.vma` prescribes.
 
     The collective is recorded in the device's program as `definition.name[params]` applied to `operands`;
-    errors name it as the caller `called` it (psum is recorded as psum_invariant).
+    errors name it as the caller `called` it (psum is recorded as psum_invariant). `context` is the running
+    device's (`sim.current()`, found here when not given).
     """
-    context = sim.current()
+    if context is None:
+        context = sim.current()
     recorded, op, rule = definition.name, called or definition.name, definition.vma
     check_call(context, definition, operands, axis_name, params, op)  # the call's memory, before it allocates
     if not context.check_vma:

@@ -72,7 +72,7 @@ class PairTable:
         self.srcs: list[int] = []
         self.dsts: list[int] = []
         self.payloads: list[np.ndarray] = []
-        self.ports: list[Port] = []
+        self.ports: list[Port | None] = []
         self.details: dict[str, list] = {}
         self.slot_of: dict[int, int] = {}  # receiving device -> its message's slot
         self.arrivals: dict[int, float] = {}  # receiving device -> arrival, when no receive waits for it yet
@@ -114,6 +114,7 @@ class PairTable:
             else:
                 _fire(env, waiter, None, arrival - env.now)
             ports[slot].arrived(1, arrival)
+            ports[slot] = None  # told: the table no longer holds the port (and through it the call's meeting)
 
     def expect(self, dst: int) -> simpy.Event:
         """An event that fires at the arrival of the message to device `dst` (posted or not yet)."""

@@ -80,8 +80,7 @@ class _Meeting:
     members' ports see of it; `order` the members' group indices in the order they arrived.
     """
 
-    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "order", "shared", "skipped",
-                 "view")
+    __slots__ = ("args", "count", "event", "exchange", "first", "first_device", "order", "shared", "skipped")
 
     def __init__(self, collective: Collective, device: int, event: simpy.Event, exchange: int) -> None:
         self.first, self.first_device = collective, device
@@ -92,7 +91,12 @@ class _Meeting:
         self.exchange = exchange
         self.shared: dict = {}
         self.skipped: frozenset = frozenset()
-        self.view = MeetingView(self)
+
+    @property
+    def view(self) -> MeetingView:
+        """A view for a member's port, made on each request: a view kept here would make the meeting a cycle,
+        which only the garbage collector frees."""
+        return MeetingView(self)
 
 
 class MeetingView:

@@ -105,9 +105,14 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None =
             items = params if type(params) is tuple else \
                 tuple(sorted(params.items())) if isinstance(params, dict) else tuple(params or ())
             first = inputs[0] if inputs and len(inputs) == 1 else None  # a collective's one operand, mostly
-            refs = (first.var,) if type(first) is Varying and first.var is not None else \
-                tuple([_ref(i) for i in inputs]) if inputs else ()
-            array.var = context.program.record_one(op, items, refs, array.dtype, array.shape, array.vma)
+            shape = array.shape
+            if type(first) is Varying and first.var is not None:
+                refs = (first.var,)
+                if first.var.shape == shape:  # the operand's tuple: one object fewer that the record keeps
+                    shape = first.var.shape
+            else:
+                refs = tuple([_ref(i) for i in inputs]) if inputs else ()
+            array.var = context.program.record_one(op, items, refs, array.dtype, shape, array.vma)
     return array
 
 

@@ -1,0 +1,72 @@
+"""A collective call leaves nothing to Python's cyclic garbage collector: what a call makes and drops (its
+meeting, every member's arguments, the joint call) is freed by reference counting as the call ends, so a
+program of many calls leaves no more cycles than a program of few. A run pauses the collector
+(`sim.engine._engine.gc_paused`); every cycle a call left would cost the collection that follows the run.
+A meeting made to keep its view again (the cycle it once held) is caught."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import collectives
+import sim
+from sim import P
+from sim.engine._rendezvous import MeetingView, _Meeting
+
+
+def _program(n: int, calls: int, perm: list[tuple[int, int]], check_vma: bool) -> sim.ShardMapped:
+    """`calls` ppermutes by `perm` over n devices."""
+    def body(v):
+        for _ in range(calls):
+            v = collectives.ppermute(v, "x", perm)
+        return v
+
+    return sim.shard_map(body, mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=P("x"), check_vma=check_vma)
+
+
+def _cycles_left(program: sim.ShardMapped, x: np.ndarray) -> int:
+    """How many unreachable objects in reference cycles one run of `program` leaves, the run kept alive."""
+    program.run(x)  # a first run: what is made once per process is made
+    program.last_run = None  # (and then dropped, with the cycles of its simulation)
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        run = program.run(x)
+        found = gc.collect()
+    finally:
+        if enabled:
+            gc.enable()
+    assert run.outputs.shape == x.shape
+    return found
+
+
+@pytest.mark.parametrize("check_vma", [False, True])
+@pytest.mark.parametrize("whole", [True, False], ids=["joint", "per-member"])
+def test_calls_leave_no_cycles(whole: bool, check_vma: bool) -> None:
+    """Sixteen calls leave as many cycles as one (those of the run itself): no call leaves any, whether
+    ppermute runs as one joint call (a whole permutation) or member by member (a partial one)."""
+    n = 8
+    perm = [(i, (i + 1) % n) for i in range(n)] if whole else [(0, 1), (2, 5)]
+    x = np.arange(n, dtype=np.float32)
+    few = _cycles_left(_program(n, 1, perm, check_vma), x)
+    many = _cycles_left(_program(n, 16, perm, check_vma), x)
+    assert many == few
+
+
+def test_a_meeting_keeping_its_view_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A meeting that keeps the view its members' ports see (a cycle: the meeting holds the view, the view
+    the meeting) leaves every call's meeting and arguments to the collector, and the comparison tells."""
+    def kept(meeting: _Meeting) -> MeetingView:
+        return meeting.shared.setdefault(("test", "view"), MeetingView(meeting))
+
+    monkeypatch.setattr(_Meeting, "view", property(kept))
+    n = 8
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    x = np.arange(n, dtype=np.float32)
+    few = _cycles_left(_program(n, 1, perm, False), x)
+    many = _cycles_left(_program(n, 16, perm, False), x)
+    assert many > few + 15 * 2 * n  # each of the 15 more calls leaves at least its members' arguments
