@@ -1,10 +1,12 @@
 """The one place that reaches into SimPy's private fields, for the engine's speed and its shuffled clock.
 
 Written for SimPy 4 (pyproject pins `simpy>=4.1,<5`); `tests/test_simpy.py` fails if these fields change
-shape. Two uses:
+shape. Three uses:
 
 - `fire` / `fire_after` trigger an event already handed out, after a delay, the way SimPy's own `Timeout`
   triggers itself (`_ok`, `_value`, then `schedule`), without making one more event per message;
+- `fire_at` triggers an event at an exact time, and `quiet` reads what the clock's heap holds, for a loop
+  that works out its own times (`sim.engine._closed`);
 - `push` puts an event in the clock's heap with a chosen tie-breaker before SimPy's monotonic event id
   (`_queue`, `_now`, `_eid`), for a perturbed run that orders simultaneous events at random.
 """
@@ -18,7 +20,7 @@ from typing import Any
 import simpy
 from simpy.core import NORMAL
 
-__all__ = ["NORMAL", "fire", "fire_after", "push", "ticket"]
+__all__ = ["NORMAL", "fire", "fire_after", "fire_at", "push", "quiet", "ticket"]
 
 
 def fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float, priority: int = NORMAL) -> None:
@@ -33,6 +35,19 @@ def fire_after(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: 
     event._ok = True
     event._value = value
     env.schedule(event, delay=delay_s if delay_s > 0 else 0)
+
+
+def fire_at(env: simpy.Environment, event: simpy.Event, value: Any, at_s: float) -> None:
+    """Trigger `event` with `value` at exactly `at_s` (not now plus a delay, which may round), scheduled now."""
+    event._ok = True
+    event._value = value
+    heappush(env._queue, (at_s, NORMAL, next(env._eid), event))
+
+
+def quiet(env: simpy.Environment, until_s: float, priority_now: int) -> bool:
+    """Whether nothing is scheduled at or before `until_s` but events of `priority_now` at the current instant."""
+    now = env._now
+    return all(when > until_s or (when == now and priority == priority_now) for when, priority, _, _ in env._queue)
 
 
 def push(env: simpy.Environment, event: simpy.Event, priority: int, delay_s: float, tie: float) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 import simpy
 
 from sim._simpy import WakeRuns, fire_after
+from sim.engine import _closed, _schedule
 
 if TYPE_CHECKING:
     from sim.engine._port import Port
@@ -58,7 +59,7 @@ class Steps:
     Message m = s * ways + w is a member's w-th of step s, sent and received in that order."""
 
     def __init__(self, port: Port, count: int, sizes: Callable, details: Callable, move: Callable,
-                 ways: int = 1) -> None:
+                 ways: int = 1, timed: bool = False) -> None:
         self.transport: Transport = port.transport
         self.env: simpy.Environment = port.transport.env
         self.collective, self.call = port.collective.name, port.call
@@ -83,6 +84,10 @@ class Steps:
         self.ends = np.full(size, np.nan)  # when each member's last message arrives (its `done` event's time)
         self.moved = np.zeros(size, bool)  # whether each member's last message is written
         self.wakes = WakeRuns(self.env, self._step)  # wake events batched by instant
+        # `timed`: `sizes` and `details` read nothing that changes, so the loop may run in closed form
+        self.timed = timed and _schedule.ENABLED
+        self.first_rows = np.full((ways, size), -1, np.int64)  # the records of each member's step-0 messages
+        self.joined: list[int] = []  # members in the order they joined
 
     def join(self, port: Port, to: list, position: int, state: object, received_as: object = None) -> Generator:
         """Member `port.group.index`'s part (`to[s]`: one group index per way, or one for all ways): post
@@ -107,6 +112,12 @@ class Steps:
         members = np.array([j])
         self._post(members)
         self._expect(members, np.zeros(1, np.int64))
+        if self.joined and self.env.now != self.joined_at:
+            self.timed = False  # members that start apart drift apart in ways the closed form does not follow
+        self.joined.append(j)
+        self.joined_at = self.env.now
+        if self.timed and len(self.joined) == len(self.members):
+            _closed.run(self)
         yield self.done[j]
         self._finish(j)
 
@@ -133,6 +144,8 @@ class Steps:
         transport._posted += count
         wire = sizes if transport._free else np.array([transport.costs.wire_bytes(size) for size in sizes.tolist()])
         places = messages if self.as_received is None else self.as_received[messages, senders]
+        if self.timed:
+            self.first_rows[messages[steps == 0], senders[steps == 0]] = first + np.flatnonzero(steps == 0)
         table = _Table(self, first, senders, receivers, places)
         transport.links.send_table(srcs, dsts, np.asarray(wire, np.float64), table)
 

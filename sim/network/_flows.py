@@ -150,6 +150,19 @@ class LinkState:
         self.send(src=np.asarray(srcs, np.int64), dsts=dsts, sizes=sizes, sink=sink)  # type: ignore[arg-type]
         self._tabled = True
 
+    def withdraw(self, ours: Callable[[Sink], bool]) -> bool:
+        """Take back every message posted since the last step when `ours(sink)` holds for all of their sinks
+        and nothing else is pending or in flight (a loop that works out its own times); whether it did."""
+        if len(self._flows) or self._hops or self._switched or self._ahead:
+            return False
+        ids = [entry[3] for entry in self._posted]
+        if len(self._sinks) != len(ids) or not all(ours(self._sinks[i][0]) for i in ids):
+            return False
+        for i in ids:
+            del self._sinks[i]
+        self._posted, self._tabled = [], False
+        return True
+
     def send_reduced(self, contributors: tuple[int, ...], receivers: tuple[int, ...], size_bytes: int,
                      sink: Sink) -> None:
         """Post one shard's reduction in the switch now (`sim.network._in_network`): a flow of `size_bytes`
