@@ -44,10 +44,10 @@ def fire_at(env: simpy.Environment, event: simpy.Event, value: Any, at_s: float)
     heappush(env._queue, (at_s, NORMAL, next(env._eid), event))
 
 
-def quiet(env: simpy.Environment, until_s: float, priority_now: int) -> bool:
-    """Whether nothing is scheduled at or before `until_s` but events of `priority_now` at the current instant."""
-    now = env._now
-    return all(when > until_s or (when == now and priority == priority_now) for when, priority, _, _ in env._queue)
+def quiet(env: simpy.Environment, until_s: float, priority: int, ignored: set[int]) -> bool:
+    """Whether nothing is scheduled at or before `until_s` but events of `priority` and events whose `id` is
+    in `ignored`."""
+    return all(when > until_s or rank == priority or id(event) in ignored for when, rank, _, event in env._queue)
 
 
 def push(env: simpy.Environment, event: simpy.Event, priority: int, delay_s: float, tie: float) -> None:
@@ -65,11 +65,20 @@ def ticket(env: simpy.Environment) -> int:
 class WakeRuns:
     """Wakes batched by instant: `at(delay, item)` joins `item` to the last wake event scheduled when that is
     at the same instant and nothing was scheduled since (so the clock's order is kept), else schedules a new
-    one that calls `step(run)` with its items in the order they joined. `step` calls `started(run)` first."""
+    one that calls `step(run)` with its items in the order they joined. `step` calls `started(run)` first.
+    With `kept`, the events are kept in `events` (until `cancel`)."""
 
-    def __init__(self, env: simpy.Environment, step: Callable[[list], None]) -> None:
+    def __init__(self, env: simpy.Environment, step: Callable[[list], None], kept: bool = False) -> None:
         self.env, self.step = env, step
         self.open: tuple[float, list, int] | None = None  # the last wake event scheduled: (time, run, ticket)
+        self.events: list[simpy.Event] | None = [] if kept else None
+
+    def cancel(self) -> None:
+        """Every kept wake not yet run does nothing when its time comes; no more are kept."""
+        for event in self.events or ():
+            if event.callbacks is not None:
+                event.callbacks.clear()
+        self.events, self.open = None, None
 
     def at(self, delay: float, item: Any) -> None:
         env = self.env
@@ -81,6 +90,8 @@ class WakeRuns:
         run = [item]
         event = env.event()
         event.callbacks.append(lambda _: self.step(run))
+        if self.events is not None:
+            self.events.append(event)
         fire_after(env, event, None, delay)
         self.open = (when, run, ticket(env))
 

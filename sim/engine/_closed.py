@@ -37,23 +37,16 @@ runs = {"closed": 0, "events": 0}  # how many loops ran each way (read by tests)
 
 def run(loop: Steps) -> bool:
     """Run `loop` in closed form if it may (see the module docstring); whether it did."""
-    transport, env = loop.transport, loop.env
-    if transport._ready or transport._drained:
-        runs["events"] += 1
-        return False
-    n, total = len(loop.members), loop.count * loop.ways
-    senders = np.tile(np.arange(n), total)
-    steps = np.repeat(np.arange(loop.count), loop.ways * n)
-    ways = np.tile(np.repeat(np.arange(loop.ways), n), loop.count)
-    sizes = np.asarray(loop.sizes(senders, steps, ways), np.int64)
-    plan = _schedule.plan(loop, float(env.now), np.array(loop.joined), sizes, len(transport.trace))
-    if (plan is None or not quiet(env, plan.horizon_s, _LATE)
-            or not transport.links.withdraw(lambda sink: getattr(sink, "steps_of", None) is loop)):
+    plan = _planned(loop)
+    if plan is None:
         runs["events"] += 1
         return False
     runs["closed"] += 1
-    _record(loop, plan, sizes)
-    for q in range(total):
+    loop.transport.links.withdraw()
+    loop.wakes.cancel()
+    _record(loop, plan, plan.sizes)
+    n = len(loop.members)
+    for q in range(loop.count * loop.ways):
         loop._move(np.arange(n), np.full(n, q, np.int64))
     loop.moved[:] = True
     loop.in_flight[:] = 0
@@ -62,8 +55,34 @@ def run(loop: Steps) -> bool:
     loop.posted[:] = loop.count
     loop.ends[:] = plan.done_s
     for r in plan.done_order.tolist():
-        fire_at(env, loop.done[r], None, float(plan.done_s[r]))  # type: ignore[arg-type]
+        fire_at(loop.env, loop.done[r], None, float(plan.done_s[r]))  # type: ignore[arg-type]
     return True
+
+
+def _planned(loop: Steps) -> _schedule.Plan | None:
+    """The loop's plan, where nothing it has done yet or anything else scheduled keeps it from running so."""
+    transport, env = loop.transport, loop.env
+    if transport._ready or transport._drained or loop.stepped or any(done.triggered for done in loop.done):
+        return None
+    held = transport.links.held(lambda sink: getattr(sink, "steps_of", None) is loop)
+    if held is None:
+        return None
+    n, total = len(loop.members), loop.count * loop.ways
+    senders = np.tile(np.arange(n), total)
+    steps = np.repeat(np.arange(loop.count), loop.ways * n)
+    ways = np.tile(np.repeat(np.arange(loop.ways), n), loop.count)
+    sizes = np.asarray(loop.sizes(senders, steps, ways), np.int64)
+    plan = _schedule.plan(loop, loop.join_s, np.array(loop.joined), sizes, len(transport.trace))
+    if plan is None or not quiet(env, plan.horizon_s, _LATE, {id(event) for event in loop.wakes.events or ()}):
+        return None
+    tables, slots, finish_s = held
+    if tables:  # the first step's flows in flight end when the plan says (no other flow slowed them)
+        rows = np.array([table.first for table in tables]) + slots
+        flat = np.full(int(loop.first_rows.max()) + 1, -1, np.int64)
+        flat[loop.first_rows.reshape(-1)] = np.arange(loop.ways * n)
+        if not np.array_equal(plan.finish_s[flat[rows]], finish_s):
+            return None
+    return plan
 
 
 def _record(loop: Steps, plan: _schedule.Plan, sizes: np.ndarray) -> None:

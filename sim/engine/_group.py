@@ -83,11 +83,13 @@ class Steps:
         self.released = np.zeros(size, bool)
         self.ends = np.full(size, np.nan)  # when each member's last message arrives (its `done` event's time)
         self.moved = np.zeros(size, bool)  # whether each member's last message is written
-        self.wakes = WakeRuns(self.env, self._step)  # wake events batched by instant
+        self.wakes = WakeRuns(self.env, self._step, timed)  # wake events batched by instant
         # `timed`: `sizes` and `details` read nothing that changes, so the loop may run in closed form
         self.timed = timed and _schedule.ENABLED
         self.first_rows = np.full((ways, size), -1, np.int64)  # the records of each member's step-0 messages
         self.joined: list[int] = []  # members in the order they joined
+        self.join_s = np.zeros(size)  # when each member joined
+        self.stepped = False  # whether a member has taken a message yet
 
     def join(self, port: Port, to: list, position: int, state: object, received_as: object = None) -> Generator:
         """Member `port.group.index`'s part (`to[s]`: one group index per way, or one for all ways): post
@@ -96,7 +98,10 @@ class Steps:
         of a step goes to a different member, who takes it as its own m-th)."""
         j = port.group.index
         self.ports[j], self.positions[j], self.states[j] = port, position, state
-        to = np.broadcast_to(np.asarray(to, np.int64).reshape(self.count, -1), (self.count, self.ways)).reshape(-1)
+        if isinstance(to, list) and to and to.count(to[0]) == len(to):  # one row for every step
+            to = np.broadcast_to(np.asarray(to[0], np.int64).reshape(1, -1), (self.count, self.ways)).reshape(-1)
+        else:
+            to = np.broadcast_to(np.asarray(to, np.int64).reshape(self.count, -1), (self.count, self.ways)).reshape(-1)
         self.to[:, j] = to
         if received_as is None:
             self.sender[np.arange(len(to)), to] = j
@@ -112,10 +117,8 @@ class Steps:
         members = np.array([j])
         self._post(members)
         self._expect(members, np.zeros(1, np.int64))
-        if self.joined and self.env.now != self.joined_at:
-            self.timed = False  # members that start apart drift apart in ways the closed form does not follow
         self.joined.append(j)
-        self.joined_at = self.env.now
+        self.join_s[j] = self.env.now
         if self.timed and len(self.joined) == len(self.members):
             _closed.run(self)
         yield self.done[j]
@@ -215,6 +218,7 @@ class Steps:
         """Members woken together: each writes what it received, posts its next step's messages when that
         was its step's last, and waits for its next message."""
         self.wakes.started(run)
+        self.stepped = True
         receivers = run[0] if len(run) == 1 else np.concatenate(run)
         messages = self.cursor[receivers]
         self._move(receivers, messages)

@@ -50,12 +50,15 @@ _CANDIDATES = 64  # network steps a low flow's end could be scheduled from, at m
 @dataclass(frozen=True)
 class Plan:
     """A loop's schedule: `post_s[s, j]` when member j posts step s; `arrival_s[m * n + j]` when member j's
-    message m arrives; `order[s]` the members in the order they post step s (s >= 1); `done_s[j]` when
+    message m arrives (`finish_s` when its flow ends, NaN for an empty one; `sizes` its bytes); `order[s -
+    1]` the members in the order they post step s (s >= 1); `done_s[j]` when
     member j takes its last message, `done_order` the order those wakes are scheduled in; `last_s[j]` the
     latest arrival of member j's messages; `horizon_s` the last instant the loop does anything but wake."""
 
     post_s: np.ndarray
     arrival_s: np.ndarray
+    finish_s: np.ndarray
+    sizes: np.ndarray
     order: list[np.ndarray]
     done_s: np.ndarray
     done_order: np.ndarray
@@ -63,8 +66,8 @@ class Plan:
     horizon_s: float
 
 
-def plan(loop: Steps, start_s: float, joined: np.ndarray, sizes: np.ndarray, next_row: int) -> Plan | None:
-    """The closed-form schedule of `loop` (every member joined at `start_s`, in the order `joined`; `sizes[m
+def plan(loop: Steps, start_s: np.ndarray, joined: np.ndarray, sizes: np.ndarray, next_row: int) -> Plan | None:
+    """The closed-form schedule of `loop` (member j joined at `start_s[j]`, in the order `joined`; `sizes[m
     * n + j]` the bytes of member j's message m; the trace's next record is `next_row`), or None where it
     may differ from the event path."""
     network = loop.transport.links.network
@@ -81,6 +84,7 @@ class _Routes:
     """Each message's wire bytes, route latency, rate alone on its route and route (`pair`); the links of
     route p are `link[pair_of == p]`."""
 
+    sizes: np.ndarray
     wire: np.ndarray
     latency: np.ndarray
     rate: np.ndarray
@@ -97,14 +101,19 @@ def _routes(loop: Steps, sizes: np.ndarray) -> _Routes | None:
     costs = transport.costs
     wire = sizes.astype(np.float64) if transport._free else np.array(
         [costs.wire_bytes(size) for size in sizes.tolist()], np.float64)
-    senders = np.tile(np.arange(n), loop.count * loop.ways)
-    src, dst = loop.members[senders], loop.members[loop.to.reshape(-1)]
+    block = loop.ways * n  # a step's messages: where every step goes to the same members, routes of one step
+    to = loop.to[:loop.ways] if np.array_equal(loop.to.reshape(loop.count, block), np.broadcast_to(
+        loop.to[:loop.ways].reshape(1, block), (loop.count, block))) else loop.to
+    senders = np.tile(np.arange(n), len(to))
+    src, dst = loop.members[senders], loop.members[to.reshape(-1)]
     if links.placement is not None:
         src, dst = links.placement[src], links.placement[dst]
     if np.any(src == dst):
         return None
     devices = links.devices
     pairs, inverse = np.unique(src * devices + dst, return_inverse=True)
+    if len(to) < len(loop.to):
+        inverse = np.tile(inverse, loop.count)
     psrc, pdst = pairs // devices, pairs % devices
     flow_of, start, stop, hops = _topology.segments(network, psrc, pdst, devices)
     latency = _topology.route_latency(network, psrc, pdst, hops)
@@ -119,10 +128,10 @@ def _routes(loop: Steps, sizes: np.ndarray) -> _Routes | None:
     rate = np.full(len(pairs), np.inf)
     pair_of = np.repeat(flow_of, lengths)
     np.minimum.at(rate, pair_of, capacity)
-    return _Routes(wire, latency[inverse], rate[inverse], inverse, pair_of, link)
+    return _Routes(sizes, wire, latency[inverse], rate[inverse], inverse, pair_of, link)
 
 
-def _recur(loop: Steps, start_s: float, joined: np.ndarray, next_row: int, routes: _Routes) -> Plan | None:
+def _recur(loop: Steps, start_s: np.ndarray, joined: np.ndarray, next_row: int, routes: _Routes) -> Plan | None:
     """Evaluate the recurrence step by step (see the module docstring)."""
     n, count, ways = len(loop.members), loop.count, loop.ways
     wire, latency, rate = routes.wire, routes.latency, routes.rate
@@ -137,7 +146,7 @@ def _recur(loop: Steps, start_s: float, joined: np.ndarray, next_row: int, route
     rank = np.empty(n, np.int64)
     rank[joined] = np.arange(n)
     order, members = [], np.arange(n)
-    wake, keys = np.full(n, float(start_s)), []
+    wake, keys = np.asarray(start_s, np.float64), []
     for s in range(count):
         if s:
             if post[s].min() <= post[s - 1].max():  # steps interleave: so would their records
@@ -168,7 +177,7 @@ def _recur(loop: Steps, start_s: float, joined: np.ndarray, next_row: int, route
         return None
     last = np.full(n, -np.inf)
     np.maximum.at(last, np.tile(members, count * ways), arrival)
-    return Plan(post, arrival, order, wake, done_order, last, horizon)
+    return Plan(post, arrival, finish, routes.sizes, order, wake, done_order, last, horizon)
 
 
 def _receive(loop: Steps, s: int, wake: np.ndarray, report: np.ndarray, arrival: np.ndarray, empty: np.ndarray,
@@ -257,8 +266,8 @@ def _alone(loop: Steps, routes: _Routes, post: np.ndarray, finish: np.ndarray, f
     same = used[by][1:] == used[by][:-1]
     if np.any(same & (begin[by][1:] < end[by][:-1])):
         return False
-    instants = np.unique(np.concatenate([posted, finish[messages]]))
     low = messages[posted[messages] < finish[messages] / 2]
+    instants = np.unique(np.concatenate([posted, finish[messages]])) if len(low) else posted
     for i in low.tolist():
         lo, hi = np.searchsorted(instants, [posted[i], finish[i]])
         if hi - lo > _CANDIDATES:

@@ -150,18 +150,21 @@ class LinkState:
         self.send(src=np.asarray(srcs, np.int64), dsts=dsts, sizes=sizes, sink=sink)  # type: ignore[arg-type]
         self._tabled = True
 
-    def withdraw(self, ours: Callable[[Sink], bool]) -> bool:
-        """Take back every message posted since the last step when `ours(sink)` holds for all of their sinks
-        and nothing else is pending or in flight (a loop that works out its own times); whether it did."""
-        if len(self._flows) or self._hops or self._switched or self._ahead:
-            return False
-        ids = [entry[3] for entry in self._posted]
-        if len(self._sinks) != len(ids) or not all(ours(self._sinks[i][0]) for i in ids):
-            return False
-        for i in ids:
-            del self._sinks[i]
-        self._posted, self._tabled = [], False
-        return True
+    def held(self, ours: Callable[[Sink], bool]) -> tuple[list, np.ndarray, np.ndarray] | None:
+        """The flows in flight when every message posted or in flight has a sink for which `ours` holds (and
+        nothing else is pending): their sinks, slots and projected ends; None otherwise."""
+        if self._hops or self._switched or self._ahead or self._parts.open:
+            return None
+        if not all(ours(entry[0]) for entry in self._sinks.values()):
+            return None
+        flows = self._flows
+        return [self._sinks[int(i)][0] for i in flows.sink.tolist()], flows.slot.copy(), flows.finish.copy()
+
+    def withdraw(self) -> None:
+        """Drop every message posted or in flight (those `held` found): a loop that works out its own times
+        takes them over. The network's steps already scheduled find nothing to do."""
+        self._sinks, self._posted, self._tabled = {}, [], False
+        self._flows = Flows()
 
     def send_reduced(self, contributors: tuple[int, ...], receivers: tuple[int, ...], size_bytes: int,
                      sink: Sink) -> None:
