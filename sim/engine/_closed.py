@@ -54,9 +54,21 @@ def run(loop: Steps) -> bool:
     loop.waiting[:] = -1
     loop.posted[:] = loop.count
     loop.ends[:] = plan.done_s
-    for r in plan.done_order.tolist():
-        fire_at(loop.env, loop.done[r], None, float(plan.done_s[r]))  # type: ignore[arg-type]
+    for r in plan.wake_order.tolist():
+        _chain(loop, r, plan.wakes_s[:int(plan.depth[r]) + 1, r].tolist())
     return True
+
+
+def _chain(loop: Steps, r: int, times: list[float]) -> None:
+    """Member r's end at `times[0]`, scheduled by a wake at `times[1]`, itself scheduled by one at
+    `times[2]` and so on: the last is scheduled now, and each schedules the one before when it runs."""
+    env = loop.env
+    if len(times) == 1:
+        fire_at(env, loop.done[r], None, times[0])  # type: ignore[arg-type]
+        return
+    event = env.event()
+    event.callbacks.append(lambda _: _chain(loop, r, times[:-1]))
+    fire_at(env, event, None, times[-1])
 
 
 def _planned(loop: Steps) -> _schedule.Plan | None:

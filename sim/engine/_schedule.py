@@ -52,7 +52,10 @@ class Plan:
     """A loop's schedule: `post_s[s, j]` when member j posts step s; `arrival_s[m * n + j]` when member j's
     message m arrives (`finish_s` when its flow ends, NaN for an empty one; `sizes` its bytes); `order[s -
     1]` the members in the order they post step s (s >= 1); `done_s[j]` when
-    member j takes its last message, `done_order` the order those wakes are scheduled in; `last_s[j]` the
+    member j takes its last message; `wakes_s[k, j]` the wake k messages before that one along the chain
+    of wakes that scheduled it, `depth[j]` how far back along that chain is the first wake (or the end
+    itself, depth 0) scheduled before any member ends, and `wake_order` the order those are scheduled in
+    (each, when it runs, schedules the next along its chain, as the event path does); `last_s[j]` the
     latest arrival of member j's messages; `horizon_s` the last instant the loop does anything but wake."""
 
     post_s: np.ndarray
@@ -61,7 +64,9 @@ class Plan:
     sizes: np.ndarray
     order: list[np.ndarray]
     done_s: np.ndarray
-    done_order: np.ndarray
+    wakes_s: np.ndarray
+    depth: np.ndarray
+    wake_order: np.ndarray
     last_s: np.ndarray
     horizon_s: float
 
@@ -169,15 +174,24 @@ def _recur(loop: Steps, start_s: np.ndarray, joined: np.ndarray, next_row: int, 
         keys, wake = _receive(loop, s, wake, report, arrival, empty, row, rank)
         if s + 1 < count:
             post[s + 1] = wake
-    done_order = np.lexsort(keys[::-1])
-    if _tied(keys, done_order):
+    found = _horizon(loop, routes, post, report, finish, empty, keys)
+    if found is None:
         return None
-    horizon = _horizon(loop, routes, post, report, finish, empty, keys)
-    if horizon is None:
+    horizon, depth = found
+    times = np.array([keys[0]] + keys[1::3])  # each member's wakes back along its chain, from its end
+    padded = keys + [np.zeros(n)] * (3 * ways)
+    pushed = [np.empty(n) for _ in range(1 + 3 * ways)]  # the keys of the wake each member's end starts from
+    for k in np.unique(depth).tolist():
+        at = depth == k
+        own = [keys[0]] if k == 0 else [padded[3 * k - 2]]
+        for key, value in zip(pushed, own + padded[3 * k + 1:]):
+            key[at] = value[at]
+    wake_order = np.lexsort(pushed[::-1])
+    if _tied(pushed, wake_order):
         return None
     last = np.full(n, -np.inf)
     np.maximum.at(last, np.tile(members, count * ways), arrival)
-    return Plan(post, arrival, finish, routes.sizes, order, wake, done_order, last, horizon)
+    return Plan(post, arrival, finish, routes.sizes, order, wake, times, depth, wake_order, last, horizon)
 
 
 def _receive(loop: Steps, s: int, wake: np.ndarray, report: np.ndarray, arrival: np.ndarray, empty: np.ndarray,
@@ -223,7 +237,7 @@ def _tied(keys: list[np.ndarray], order: np.ndarray) -> bool:
 
 
 def _horizon(loop: Steps, routes: _Routes, post: np.ndarray, report: np.ndarray, finish: np.ndarray,
-             empty: np.ndarray, keys: list[np.ndarray]) -> float | None:
+             empty: np.ndarray, keys: list[np.ndarray]) -> tuple[float, np.ndarray] | None:
     """The last instant the loop posts, carries or reports a message or schedules a member's last wake
     before the first of those wakes (`keys[0]`); None where one is scheduled later (a wake at that instant
     may schedule it, the network's step may not), where two messages share a link, or where the clock
@@ -232,11 +246,13 @@ def _horizon(loop: Steps, routes: _Routes, post: np.ndarray, report: np.ndarray,
     first = float(done.min())
     scheduled = np.full(len(done), -np.inf)
     settled, late = np.zeros(len(done), bool), np.zeros(len(done), bool)
+    depth = np.zeros(len(done), np.int64)
     for level in range(1, len(keys), 3):  # (time, by the network, tie) of each moment back along the chain
         time, network = keys[level], keys[level + 1]
         before = time < first
         scheduled[before & ~settled] = time[before & ~settled]
         late |= ~settled & ~before & (network == 1)
+        depth[~settled & ~before] += 1
         settled |= before
     flowing = ~empty
     horizon = max(float(post.max()), float(report.max()), float(scheduled.max()),
@@ -245,7 +261,7 @@ def _horizon(loop: Steps, routes: _Routes, post: np.ndarray, report: np.ndarray,
         return None
     if flowing.any() and not _alone(loop, routes, post, finish, flowing):
         return None
-    return horizon
+    return horizon, depth
 
 
 def _alone(loop: Steps, routes: _Routes, post: np.ndarray, finish: np.ndarray, flowing: np.ndarray) -> bool:
