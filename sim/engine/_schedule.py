@@ -178,17 +178,10 @@ def _recur(loop: Steps, start_s: np.ndarray, joined: np.ndarray, next_row: int, 
     if found is None:
         return None
     horizon, depth = found
-    times = np.array([keys[0]] + keys[1::3])  # each member's wakes back along its chain, from its end
-    padded = keys + [np.zeros(n)] * (3 * ways)
-    pushed = [np.empty(n) for _ in range(1 + 3 * ways)]  # the keys of the wake each member's end starts from
-    for k in np.unique(depth).tolist():
-        at = depth == k
-        own = [keys[0]] if k == 0 else [padded[3 * k - 2]]
-        for key, value in zip(pushed, own + padded[3 * k + 1:]):
-            key[at] = value[at]
-    wake_order = np.lexsort(pushed[::-1])
-    if _tied(pushed, wake_order):
+    wake_order = _first_wakes(keys, depth)
+    if wake_order is None:
         return None
+    times = np.array([keys[0]] + keys[1::3])  # each member's wakes back along its chain, from its end
     last = np.full(n, -np.inf)
     np.maximum.at(last, np.tile(members, count * ways), arrival)
     return Plan(post, arrival, finish, routes.sizes, order, wake, times, depth, wake_order, last, horizon)
@@ -223,6 +216,21 @@ def _receive(loop: Steps, s: int, wake: np.ndarray, report: np.ndarray, arrival:
         keys += [np.where(alive, time, 0.0), np.where(alive, late, 0), np.where(alive, tail, 0)]
         alive &= ~waiting
     return keys, keys[0]
+
+
+def _first_wakes(keys: list[np.ndarray], depth: np.ndarray) -> np.ndarray | None:
+    """The order in which the event path schedules each member's wake `depth[j]` back along the chain from
+    its end (its end itself at depth 0); None where two are left tied."""
+    n = len(depth)
+    padded = keys + [np.zeros(n)] * (3 * int(depth.max(initial=0)) + 3)
+    pushed = [np.empty(n) for _ in range(len(keys))]
+    for k in np.unique(depth).tolist():
+        at = depth == k
+        own = [keys[0]] if k == 0 else [padded[3 * k - 2]]  # the wake's own time, then the moments before it
+        for key, value in zip(pushed, own + padded[3 * k + 1:]):
+            key[at] = value[at]
+    order = np.lexsort(pushed[::-1])
+    return None if _tied(pushed, order) else order
 
 
 def _tied(keys: list[np.ndarray], order: np.ndarray) -> bool:
