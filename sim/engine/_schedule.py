@@ -86,11 +86,12 @@ def plan(loop: Steps, start_s: np.ndarray, joined: np.ndarray, sizes: np.ndarray
 
 @dataclass(frozen=True)
 class _Routes:
-    """Each message's wire bytes, route latency, rate alone on its route and route (`pair`); the links of
-    route p are `link[pair_of == p]`."""
+    """Each message's wire bytes and route (`pair`; `tiled` where every step's routes are the first step's);
+    each route's latency and rate alone on it (`latency[p]`, `rate[p]`); its links `link[pair_of == p]`."""
 
     sizes: np.ndarray
     wire: np.ndarray
+    tiled: bool
     latency: np.ndarray
     rate: np.ndarray
     pair: np.ndarray
@@ -133,16 +134,14 @@ def _routes(loop: Steps, sizes: np.ndarray) -> _Routes | None:
     rate = np.full(len(pairs), np.inf)
     pair_of = np.repeat(flow_of, lengths)
     np.minimum.at(rate, pair_of, capacity)
-    return _Routes(sizes, wire, latency[inverse], rate[inverse], inverse, pair_of, link)
+    return _Routes(sizes, wire, len(to) < len(loop.to), latency, rate, inverse, pair_of, link)
 
 
 def _recur(loop: Steps, start_s: np.ndarray, joined: np.ndarray, next_row: int, routes: _Routes) -> Plan | None:
     """Evaluate the recurrence step by step (see the module docstring)."""
     n, count, ways = len(loop.members), loop.count, loop.ways
-    wire, latency, rate = routes.wire, routes.latency, routes.rate
+    wire, latency, rate, pair = routes.wire, routes.latency, routes.rate, routes.pair
     empty = wire == 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        took = wire / rate
     post = np.empty((count, n))
     post[0] = start_s
     report, arrival, finish = np.empty(len(wire)), np.empty(len(wire)), np.full(len(wire), np.nan)
@@ -167,10 +166,10 @@ def _recur(loop: Steps, start_s: np.ndarray, joined: np.ndarray, next_row: int, 
             next_row += n * ways
         block = slice(s * ways * n, (s + 1) * ways * n)
         posted = np.repeat(post[s][None, :], ways, 0).reshape(-1)
-        ends = posted + took[block]
+        ends = posted + wire[block] / rate[pair[block]]
         finish[block] = np.where(empty[block], np.nan, ends)
         report[block] = np.where(empty[block], posted, ends)
-        arrival[block] = report[block] + latency[block]
+        arrival[block] = report[block] + latency[pair[block]]
         keys, wake = _receive(loop, s, wake, report, arrival, empty, row, rank)
         if s + 1 < count:
             post[s + 1] = wake
@@ -275,8 +274,19 @@ def _horizon(loop: Steps, routes: _Routes, post: np.ndarray, report: np.ndarray,
 def _alone(loop: Steps, routes: _Routes, post: np.ndarray, finish: np.ndarray, flowing: np.ndarray) -> bool:
     """Whether no two flows share a link at overlapping times, and every network step at a flow's end runs
     exactly then (its delay, scheduled from an earlier network step, adds back to the end bit for bit)."""
-    inverse, pair_of, link = routes.pair, routes.pair_of, routes.link
     posted = np.repeat(post, loop.ways, 0).reshape(-1)
+    return _apart(loop, routes, post, posted, finish, flowing) and _exact(posted, finish, flowing)
+
+
+def _apart(loop: Steps, routes: _Routes, post: np.ndarray, posted: np.ndarray, finish: np.ndarray,
+           flowing: np.ndarray) -> bool:
+    """Whether no two flows share a link at overlapping times [post, end)."""
+    block = loop.ways * len(loop.members)
+    alike = routes.tiled and len(np.unique(routes.pair[:block])) == block
+    if alike and len(np.unique(routes.link)) == len(routes.link):
+        # no link on two routes, each route once a step: a route's flow ends before its next step's starts
+        return not np.any(np.tile(post[1:], (1, loop.ways)) < finish.reshape(loop.count, block)[:-1])
+    inverse, pair_of, link = routes.pair, routes.pair_of, routes.link
     messages = np.flatnonzero(flowing)
     by_pair = np.argsort(pair_of, kind="stable")
     counts = np.bincount(pair_of, minlength=int(inverse.max()) + 1)
@@ -288,15 +298,27 @@ def _alone(loop: Steps, routes: _Routes, post: np.ndarray, finish: np.ndarray, f
     begin, end = posted[on], finish[on]
     by = np.lexsort((begin, used))
     same = used[by][1:] == used[by][:-1]
-    if np.any(same & (begin[by][1:] < end[by][:-1])):
-        return False
+    return not np.any(same & (begin[by][1:] < end[by][:-1]))
+
+
+def _exact(posted: np.ndarray, finish: np.ndarray, flowing: np.ndarray) -> bool:
+    """Whether each flow's end, scheduled from any network step since its post, lands on the end exactly:
+    always where the post is at least half the end (the difference is exact); else checked against every
+    instant a network step may run at in between (a post or a flow's end)."""
+    messages = np.flatnonzero(flowing)
     low = messages[posted[messages] < finish[messages] / 2]
-    instants = np.unique(np.concatenate([posted, finish[messages]])) if len(low) else posted
-    for i in low.tolist():
-        lo, hi = np.searchsorted(instants, [posted[i], finish[i]])
-        if hi - lo > _CANDIDATES:
-            return False
-        froms = instants[lo:hi]
-        if np.any(froms + (finish[i] - froms) != finish[i]):
+    if not len(low):
+        return True
+    reach = float(finish[low].max())
+    instants = np.concatenate([posted[posted < reach], finish[messages][finish[messages] < reach]])
+    instants = np.unique(instants)
+    lo, hi = np.searchsorted(instants, posted[low]), np.searchsorted(instants, finish[low])
+    if np.any(hi - lo > _CANDIDATES):
+        return False
+    ends = finish[low]
+    for k in range(int((hi - lo).max(initial=0))):
+        inside = lo + k < hi
+        froms = instants[np.minimum(lo + k, len(instants) - 1)]
+        if np.any(inside & (froms + (ends - froms) != ends)):
             return False
     return True
