@@ -9,7 +9,7 @@ event path would give. Then, at once:
 - the first step's messages (already recorded by the members' joins) are taken back from the network and
   get their arrival times; the later steps' messages are recorded, step by step in the order the members'
   posts would have run, with their post and arrival times;
-- what each receiver takes is written, message by message for all members at once, in step order (each
+- what each receiver takes is written, a step at a time for all members at once, in step order (each
   message carries what its sender held when it posted it, written by an earlier step's moves);
 - each member's end (the event its program waits on) is scheduled at its exact time, in the order the
   event path would schedule them, and the member's port gets its accounts as it would.
@@ -47,9 +47,10 @@ def run(loop: Steps) -> bool:
     loop.transport.links.withdraw()
     loop.wakes.cancel()
     _record(loop, plan, plan.sizes)
-    n = len(loop.members)
-    for q in range(loop.count * loop.ways):
-        loop._move(np.arange(n), np.full(n, q, np.int64))
+    n, ways = len(loop.members), loop.ways
+    receivers = np.tile(np.arange(n), ways)
+    for s in range(loop.count):  # a step's messages read what earlier steps wrote, and write apart
+        loop._move(receivers, np.repeat(np.arange(s * ways, (s + 1) * ways), n))
     loop.moved[:] = True
     loop.in_flight[:] = 0
     loop.last[:] = plan.last_s
