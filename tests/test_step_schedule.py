@@ -124,6 +124,16 @@ def test_loops_alike_at_every_step_keep_the_event_path():
     assert _closed.runs["closed"] == before["closed"] + 1
 
 
+def test_shared_links_keep_the_event_path(monkeypatch):
+    """On a switch a member's two messages of a bidirectional step leave through its one port at once: the
+    flows share a link, so the loop runs event by event (and equals itself)."""
+    monkeypatch.setattr(_closed, "ALIKE", True)
+    case = (8, "switch", [("psum_scatter", "bidirectional_ring")], np.arange(64, dtype=np.float32))
+    before = dict(_closed.runs)
+    _run_once(case)
+    assert _closed.runs["closed"] == before["closed"] and _closed.runs["events"] == before["events"] + 1
+
+
 def test_other_calls_on_the_clock_keep_the_event_path():
     """A call over one axis of a 2 x 4 mesh runs two groups at once: neither loop has the clock to itself,
     so both run event by event."""

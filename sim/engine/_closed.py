@@ -42,6 +42,7 @@ def run(loop: Steps) -> bool:
     plan = _planned(loop)
     if plan is None:
         runs["events"] += 1
+        loop.wakes.events = None  # the loop goes on event by event: its wakes need not be kept
         return False
     runs["closed"] += 1
     loop.transport.links.withdraw()
