@@ -2,8 +2,9 @@
 worked out at once where the loop's links carry one message at a time) give the same bytes, trace (every
 column, in order), call records and times, bit for bit, as the same loops run event by event; on ring,
 bidirectional and multi-axis passes with uneven and empty chunks over 2-64 members and seven networks.
-The closed form is shown to run where the members drift apart, to stand aside where other calls share the
-clock, and the comparison is shown to fail on a wrong plan."""
+The closed form is shown to run where the members drift apart, to stand aside where messages are alike at
+every step, where flows share a link or other calls share the clock, and the comparison is shown to fail on
+a wrong plan."""
 
 from __future__ import annotations
 
