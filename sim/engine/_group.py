@@ -17,6 +17,11 @@ trace, the times and the bytes are those of the per-member loop; `steps_fit(port
 run without perturbed arrivals (their random draws follow the per-message order) and without issue costs
 (`Costs.per_message_s`, `launch_s`: they delay each message on its own).
 
+A loop made with `timed=True` (its `sizes` and `details` are functions of the message alone) may instead
+run in closed form when its last member joins (`sim.engine._closed`, `sim.engine._schedule`): where its
+members drift apart in time and it has the clock and its links to itself, every time is worked out at once,
+the same as here, and its records, moves and members' ends are made together.
+
 The call's algorithm says once, for all members, what its messages carry: `sizes(senders, steps, ways)`
 their bytes, `details(positions, steps, ways)` their trace details, and `move(receivers, senders, steps,
 ways)` writes what each receiver gets from its sender's memory, when the message arrives (at once: no
@@ -83,9 +88,9 @@ class Steps:
         self.released = np.zeros(size, bool)
         self.ends = np.full(size, np.nan)  # when each member's last message arrives (its `done` event's time)
         self.moved = np.zeros(size, bool)  # whether each member's last message is written
-        self.wakes = WakeRuns(self.env, self._step, timed)  # wake events batched by instant
         # `timed`: `sizes` and `details` read nothing that changes, so the loop may run in closed form
         self.timed = timed and _schedule.ENABLED
+        self.wakes = WakeRuns(self.env, self._step, self.timed)  # wake events batched by instant
         self.first_rows = np.full((ways, size), -1, np.int64)  # the records of each member's step-0 messages
         self.joined: list[int] = []  # members in the order they joined
         self.join_s = np.zeros(size)  # when each member joined
