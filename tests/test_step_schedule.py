@@ -2,9 +2,8 @@
 worked out at once where the loop's links carry one message at a time) give the same bytes, trace (every
 column, in order), call records and times, bit for bit, as the same loops run event by event; on ring,
 bidirectional and multi-axis passes with uneven and empty chunks over 2-64 members and seven networks.
-The closed form is shown to run where the members drift apart, to stand aside where messages are alike at
-every step, where flows share a link or other calls share the clock, and the comparison is shown to fail on
-a wrong plan."""
+The closed form is shown to run where the members drift apart, to stand aside where flows share a link or
+other calls share the clock, and the comparison is shown to fail on a wrong plan."""
 
 from __future__ import annotations
 
@@ -50,14 +49,7 @@ def _call(op: str, x, axis_name, algorithm: str):
 
 
 def _run(case) -> tuple:
-    """Output bytes, trace JSON, call records and end time of a case (loops whose members' messages are
-    alike at every step in closed form too, so that every kind of loop is compared)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_closed, "ALIKE", True)
-        return _run_once(case)
-
-
-def _run_once(case) -> tuple:
+    """Output bytes, trace JSON, call records and end time of a case."""
     n, network, calls, x = case
     kwargs = {} if _network(network, n) is None else {"network": _network(network, n)}
     mesh = sim.Mesh({"x": n}, **kwargs)
@@ -79,7 +71,7 @@ def _run_once(case) -> tuple:
 def _event_by_event(case) -> tuple:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_schedule, "ENABLED", False)
-        return _run_once(case)
+        return _run(case)
 
 
 @st.composite
@@ -114,24 +106,12 @@ def test_drifting_loops_run_in_closed_form(algorithm):
     assert closed == _event_by_event(case)
 
 
-def test_loops_alike_at_every_step_keep_the_event_path():
-    """A ring all_gather of equal blocks (every member's messages alike at every step: they arrive together,
-    a table a step) runs event by event unless asked."""
-    case = (16, "default", [("all_gather", "ring")], np.arange(16, dtype=np.float32))
-    before = dict(_closed.runs)
-    _run_once(case)
-    assert _closed.runs["closed"] == before["closed"] and _closed.runs["events"] == before["events"] + 1
-    _run(case)
-    assert _closed.runs["closed"] == before["closed"] + 1
-
-
-def test_shared_links_keep_the_event_path(monkeypatch):
+def test_shared_links_keep_the_event_path():
     """On a switch a member's two messages of a bidirectional step leave through its one port at once: the
     flows share a link, so the loop runs event by event (and equals itself)."""
-    monkeypatch.setattr(_closed, "ALIKE", True)
     case = (8, "switch", [("psum_scatter", "bidirectional_ring")], np.arange(64, dtype=np.float32))
     before = dict(_closed.runs)
-    _run_once(case)
+    _run(case)
     assert _closed.runs["closed"] == before["closed"] and _closed.runs["events"] == before["events"] + 1
 
 

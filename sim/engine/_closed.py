@@ -1,8 +1,7 @@
 """A `Steps` loop run in closed form: its records, bytes and members' ends made at once when it starts.
 
-When the last member of a loop marked `timed` joins, its members' messages of some step differ in size (so
-they drift apart in time, and the event path would run each step over many instants), and the loop has the
-clock and the network to itself until its members are done (nothing else scheduled before its horizon, no
+When the last member of a loop marked `timed` joins and the loop has the clock and the network to itself
+until its members are done (nothing else scheduled before its horizon, no
 flow in flight, nothing posted but its own first step), `sim.engine._schedule.plan` works out every time the
 event path would give. Then, at once:
 
@@ -34,7 +33,6 @@ __all__ = ["run"]
 
 _LATE = NORMAL + 1  # the network's steps (`sim.network._flows`)
 runs = {"closed": 0, "events": 0}  # how many loops ran each way (read by tests)
-ALIKE = False  # whether loops whose members' messages are alike at every step run in closed form too (tests)
 
 
 def run(loop: Steps) -> bool:
@@ -88,9 +86,6 @@ def _planned(loop: Steps) -> _schedule.Plan | None:
     steps = np.repeat(np.arange(loop.count), loop.ways * n)
     ways = np.tile(np.repeat(np.arange(loop.ways), n), loop.count)
     sizes = np.asarray(loop.sizes(senders, steps, ways), np.int64)
-    by_message = sizes.reshape(total, n)
-    if not ALIKE and np.array_equal(by_message, np.broadcast_to(by_message[:, :1], by_message.shape)):
-        return None  # members' messages alike at every step arrive together: a table or two a step already
     plan = _schedule.plan(loop, loop.join_s, np.array(loop.joined), sizes, len(transport.trace))
     if plan is None or not quiet(env, plan.horizon_s, _LATE, {id(event) for event in loop.wakes.events or ()}):
         return None
