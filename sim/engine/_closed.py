@@ -79,7 +79,8 @@ def _planned(loop: Steps) -> _schedule.Plan | None:
     if transport._ready or transport._drained or loop.stepped or any(done.triggered for done in loop.done):
         return None
     held = transport.links.held(lambda sink: getattr(sink, "steps_of", None) is loop)
-    if held is None:
+    ours = {id(event) for event in loop.wakes.events or ()}
+    if held is None or not quiet(env, env.now, _LATE, ours):  # others at work this instant: no plan to make
         return None
     n, total = len(loop.members), loop.count * loop.ways
     senders = np.tile(np.arange(n), total)
@@ -87,7 +88,7 @@ def _planned(loop: Steps) -> _schedule.Plan | None:
     ways = np.tile(np.repeat(np.arange(loop.ways), n), loop.count)
     sizes = np.asarray(loop.sizes(senders, steps, ways), np.int64)
     plan = _schedule.plan(loop, loop.join_s, np.array(loop.joined), sizes, len(transport.trace))
-    if plan is None or not quiet(env, plan.horizon_s, _LATE, {id(event) for event in loop.wakes.events or ()}):
+    if plan is None or not quiet(env, plan.horizon_s, _LATE, ours):
         return None
     tables, slots, finish_s = held
     if tables:  # the first step's flows in flight end when the plan says (no other flow slowed them)
