@@ -116,7 +116,7 @@ class _Gather:
         self.r = steps(n)
         self.bytes = np.array([[[units[c][_lane(units[c], offset, n, last)].nbytes for last in (False, True)]
                                 for offset, _ in _WAYS] for c in range(n)], np.int64)  # [unit, way, last step]
-        self.of = sim.engine.Steps(port, self.r, self.sizes, self.details, self.move, ways=2)
+        self.of = sim.engine.Steps(port, self.r, self.sizes, self.details, self.move, ways=2, timed=True)
         self.lanes: dict[tuple[int, int, bool], slice] = {}  # (unit size, way, last step) -> the part it carries
         self.moves = Decided()
 

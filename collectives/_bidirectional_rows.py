@@ -75,7 +75,7 @@ class _Folds:
         self.chunk_at = np.cumsum(self.sizes) - self.sizes
         self.terms = np.zeros((port.group.size, int(self.sizes.sum())), self.dtype)
         self.states: list = [None] * port.group.size
-        self.of = sim.engine.Steps(port, self.r, self._sizes, self._details, self._move, ways=2)
+        self.of = sim.engine.Steps(port, self.r, self._sizes, self._details, self._move, ways=2, timed=True)
 
     def enter(self, port: sim.Port, state) -> None:
         """Member `port.group.index` joins: its terms copied, its buffers allocated (and charged) in its memory."""

@@ -67,7 +67,7 @@ class _Gather:
     def __init__(self, port: sim.Port, n: int, phase: str, key: str) -> None:
         self.n, self.phase, self.key = n, phase, key
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's unit of position k
-        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move, timed=True)
         self.moves = Decided()
 
     def sizes(self, senders: np.ndarray, steps: np.ndarray, ways: np.ndarray) -> np.ndarray:
@@ -107,7 +107,7 @@ class _ReduceScatter:
     def __init__(self, port: sim.Port, n: int, phase: str, reduction: str) -> None:
         self.n, self.phase, self.reduction = n, phase, reduction
         self.bytes = np.zeros((port.group.size, n), np.int64)  # bytes[j, k]: member j's term of position k
-        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move)
+        self.of = sim.engine.Steps(port, n - 1, self.sizes, self.details, self.move, timed=True)
         self.joined: tuple[list, list] | None = None
         self.folds = Decided()
 

@@ -1,10 +1,12 @@
 """The one place that reaches into SimPy's private fields, for the engine's speed and its shuffled clock.
 
 Written for SimPy 4 (pyproject pins `simpy>=4.1,<5`); `tests/test_simpy.py` fails if these fields change
-shape. Two uses:
+shape. Three uses:
 
 - `fire` / `fire_after` trigger an event already handed out, after a delay, the way SimPy's own `Timeout`
   triggers itself (`_ok`, `_value`, then `schedule`), without making one more event per message;
+- `fire_at` triggers an event at an exact time, and `quiet` reads what the clock's heap holds, for a loop
+  that works out its own times (`sim.engine._closed`);
 - `push` puts an event in the clock's heap with a chosen tie-breaker before SimPy's monotonic event id
   (`_queue`, `_now`, `_eid`), for a perturbed run that orders simultaneous events at random.
 """
@@ -18,7 +20,7 @@ from typing import Any
 import simpy
 from simpy.core import NORMAL
 
-__all__ = ["NORMAL", "fire", "fire_after", "fire_at", "idle_since", "push", "ticket"]
+__all__ = ["NORMAL", "fire", "fire_after", "fire_at", "idle_since", "push", "quiet", "ticket"]
 
 
 def fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float, priority: int = NORMAL) -> None:
@@ -43,6 +45,12 @@ def fire_at(env: simpy.Environment, event: simpy.Event, value: Any, when_s: floa
     heappush(env._queue, (when_s, priority, next(env._eid), event))
 
 
+def quiet(env: simpy.Environment, until_s: float, priority: int, ignored: set[int]) -> bool:
+    """Whether nothing is scheduled at or before `until_s` but events of `priority` and events whose `id` is
+    in `ignored`."""
+    return all(when > until_s or rank == priority or id(event) in ignored for when, rank, _, event in env._queue)
+
+
 def push(env: simpy.Environment, event: simpy.Event, priority: int, delay_s: float, tie: float) -> None:
     """Schedule `event` after `delay_s` like `Environment.schedule`, ordered by `tie` before the event id
     among the events of the same time and priority."""
@@ -65,11 +73,20 @@ def idle_since(env: simpy.Environment, first: int) -> bool:
 class WakeRuns:
     """Wakes batched by instant: `at(delay, item)` joins `item` to the last wake event scheduled when that is
     at the same instant and nothing was scheduled since (so the clock's order is kept), else schedules a new
-    one that calls `step(run)` with its items in the order they joined. `step` calls `started(run)` first."""
+    one that calls `step(run)` with its items in the order they joined. `step` calls `started(run)` first.
+    With `kept`, the events are kept in `events` (until `cancel`)."""
 
-    def __init__(self, env: simpy.Environment, step: Callable[[list], None]) -> None:
+    def __init__(self, env: simpy.Environment, step: Callable[[list], None], kept: bool = False) -> None:
         self.env, self.step = env, step
         self.open: tuple[float, list, int] | None = None  # the last wake event scheduled: (time, run, ticket)
+        self.events: list[simpy.Event] | None = [] if kept else None
+
+    def cancel(self) -> None:
+        """Every kept wake not yet run does nothing when its time comes; no more are kept."""
+        for event in self.events or ():
+            if event.callbacks is not None:
+                event.callbacks.clear()
+        self.events, self.open = None, None
 
     def at(self, delay: float, item: Any) -> None:
         env = self.env
@@ -81,6 +98,8 @@ class WakeRuns:
         run = [item]
         event = env.event()
         event.callbacks.append(lambda _: self.step(run))
+        if self.events is not None:
+            self.events.append(event)
         fire_after(env, event, None, delay)
         self.open = (when, run, ticket(env))
 

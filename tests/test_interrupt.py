@@ -16,16 +16,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "scenarios" / "sweeps" / "psum_ring_vs_switch.toml"  # 60 points: some 8 s on 2 workers
-# A bidirectional ring psum of one float over 512 devices (1,022 steps of 512 messages, 511 of them empty
-# chunks whose members drift apart in time, so each step lands on many instants): `run` takes about 18 s on
-# an idle machine, `draw`, `explain` and `trace` longer, so every interrupt below (at most 2.5 s in) arrives
-# while the command still works. (It must stay slow as the engine gets faster: pick a bigger case if it does
-# not; past about a million messages a run needs --max-messages.)
+# A bidirectional ring psum of one float over each row of a 2 x 256 mesh (two groups at once, so neither
+# has the clock to itself and both run event by event: 256 steps of 1,024 messages each, most of them
+# empty chunks whose members drift apart in time, so each step lands on many instants): `run` takes about
+# 15-40 s, `draw`, `explain` and `trace` longer, so every interrupt below (at most 2.5 s in) arrives while
+# the command still works. (It must stay slow as the engine gets faster: pick a bigger case if it does not;
+# past about a million messages a run needs --max-messages.)
 LONG_RUN = """title = "a long bidirectional ring psum"
 description = "long enough to be interrupted"
 
 [mesh]
-axes = {i = 512}
+axes = {g = 2, i = 256}
 
 [collective]
 op = "psum"

@@ -17,6 +17,11 @@ trace, the times and the bytes are those of the per-member loop; `steps_fit(port
 run without perturbed arrivals (their random draws follow the per-message order) and without issue costs
 (`Costs.per_message_s`, `launch_s`: they delay each message on its own).
 
+A loop made with `timed=True` (its `sizes` and `details` are functions of the message alone) may instead
+run in closed form when its last member joins (`sim.engine._closed`, `sim.engine._schedule`): where its
+members drift apart in time and it has the clock and its links to itself, every time is worked out at once,
+the same as here, and its records, moves and members' ends are made together.
+
 The call's algorithm says once, for all members, what its messages carry: `sizes(senders, steps, ways)`
 their bytes, `details(positions, steps, ways)` their trace details, and `move(receivers, senders, steps,
 ways)` writes what each receiver gets from its sender's memory, when the message arrives (at once: no
@@ -34,6 +39,7 @@ import numpy as np
 import simpy
 
 from sim._simpy import WakeRuns, fire_after
+from sim.engine import _closed, _schedule
 
 if TYPE_CHECKING:
     from sim.engine._port import Port
@@ -58,7 +64,7 @@ class Steps:
     Message m = s * ways + w is a member's w-th of step s, sent and received in that order."""
 
     def __init__(self, port: Port, count: int, sizes: Callable, details: Callable, move: Callable,
-                 ways: int = 1) -> None:
+                 ways: int = 1, timed: bool = False) -> None:
         self.transport: Transport = port.transport
         self.env: simpy.Environment = port.transport.env
         self.collective, self.call = port.collective.name, port.call
@@ -82,7 +88,13 @@ class Steps:
         self.released = np.zeros(size, bool)
         self.ends = np.full(size, np.nan)  # when each member's last message arrives (its `done` event's time)
         self.moved = np.zeros(size, bool)  # whether each member's last message is written
-        self.wakes = WakeRuns(self.env, self._step)  # wake events batched by instant
+        # `timed`: `sizes` and `details` read nothing that changes, so the loop may run in closed form
+        self.timed = timed and _schedule.ENABLED
+        self.wakes = WakeRuns(self.env, self._step, self.timed)  # wake events batched by instant
+        self.first_rows = np.full((ways, size), -1, np.int64)  # the records of each member's step-0 messages
+        self.joined: list[int] = []  # members in the order they joined
+        self.join_s = np.zeros(size)  # when each member joined
+        self.stepped = False  # whether a member has taken a message yet
 
     def join(self, port: Port, to: list, position: int, state: object, received_as: object = None) -> Generator:
         """Member `port.group.index`'s part (`to[s]`: one group index per way, or one for all ways): post
@@ -91,7 +103,10 @@ class Steps:
         of a step goes to a different member, who takes it as its own m-th)."""
         j = port.group.index
         self.ports[j], self.positions[j], self.states[j] = port, position, state
-        to = np.broadcast_to(np.asarray(to, np.int64).reshape(self.count, -1), (self.count, self.ways)).reshape(-1)
+        if isinstance(to, list) and to and to.count(to[0]) == len(to):  # one row for every step
+            to = np.broadcast_to(np.asarray(to[0], np.int64).reshape(1, -1), (self.count, self.ways)).reshape(-1)
+        else:
+            to = np.broadcast_to(np.asarray(to, np.int64).reshape(self.count, -1), (self.count, self.ways)).reshape(-1)
         self.to[:, j] = to
         if received_as is None:
             self.sender[np.arange(len(to)), to] = j
@@ -107,6 +122,10 @@ class Steps:
         members = np.array([j])
         self._post(members)
         self._expect(members, np.zeros(1, np.int64))
+        self.joined.append(j)
+        self.join_s[j] = self.env.now
+        if self.timed and len(self.joined) == len(self.members):
+            _closed.run(self)
         yield self.done[j]
         self._finish(j)
 
@@ -133,6 +152,8 @@ class Steps:
         transport._posted += count
         wire = sizes if transport._free else np.array([transport.costs.wire_bytes(size) for size in sizes.tolist()])
         places = messages if self.as_received is None else self.as_received[messages, senders]
+        if self.timed:
+            self.first_rows[messages[steps == 0], senders[steps == 0]] = first + np.flatnonzero(steps == 0)
         table = _Table(self, first, senders, receivers, places)
         transport.links.send_table(srcs, dsts, np.asarray(wire, np.float64), table)
 
@@ -202,6 +223,7 @@ class Steps:
         """Members woken together: each writes what it received, posts its next step's messages when that
         was its step's last, and waits for its next message."""
         self.wakes.started(run)
+        self.stepped = True
         receivers = run[0] if len(run) == 1 else np.concatenate(run)
         messages = self.cursor[receivers]
         self._move(receivers, messages)

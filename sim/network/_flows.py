@@ -154,6 +154,22 @@ class LinkState:
         """Whether no message is in flight or posted and not yet started."""
         return not (len(self._flows) or self._posted or self._hops or self._switched)
 
+    def held(self, ours: Callable[[Sink], bool]) -> tuple[list, np.ndarray, np.ndarray] | None:
+        """The flows in flight when every message posted or in flight has a sink for which `ours` holds (and
+        nothing else is pending): their sinks, slots and projected ends; None otherwise."""
+        if self._hops or self._switched or self._ahead or self._parts.open:
+            return None
+        if not all(ours(entry[0]) for entry in self._sinks.values()):
+            return None
+        flows = self._flows
+        return [self._sinks[int(i)][0] for i in flows.sink.tolist()], flows.slot.copy(), flows.finish.copy()
+
+    def withdraw(self) -> None:
+        """Drop every message posted or in flight (those `held` found): a loop that works out its own times
+        takes them over. The network's steps already scheduled find nothing to do."""
+        self._sinks, self._posted, self._tabled = {}, [], False
+        self._flows = Flows()
+
     def send_reduced(self, contributors: tuple[int, ...], receivers: tuple[int, ...], size_bytes: int,
                      sink: Sink) -> None:
         """Post one shard's reduction in the switch now (`sim.network._in_network`): a flow of `size_bytes`
