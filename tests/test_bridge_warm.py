@@ -2,8 +2,9 @@
 same output bytes, every column of every run's trace, the end times, each device's typed program, the labels
 and the diagnostics, whatever the bridge keeps between calls (the trace, segment plans, compiled segments,
 typed segments and the mapped programs of `oracles._bridge_mapped`). JAX runs in `bridge_warm_child.py` on 4
-CPU devices; the comparison is shown to fail where one byte, one trace entry or one program differs. Each compiled case is also called
-with its segments' equations recorded as they run, not when a program is read: the same in every part."""
+CPU devices; the comparison is shown to fail where one byte, one trace entry or one program differs. Each
+compiled case is also called with its segments' equations recorded as they run, not when a program is read:
+the same in every part."""
 
 from __future__ import annotations
 
