@@ -92,8 +92,8 @@ def run(segment: Segment, values: list, check_vma: bool) -> list | None:
         return None
     found = []
     for out, (_, vma), var in zip(outs, typed.outputs, _record(typed, values)):
-        value = sim.wrap(out, vma)
-        value.var = var
+        value = out.view(sim.Varying)  # as `sim.wrap` makes it: the vma is a frozenset already
+        value.vma, value.var = vma, var
         found.append(value)
     return found
 
