@@ -146,9 +146,28 @@ def traced(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:
     if not hasattr(f, "lower"):
         return trace(f, args)
     leaves, structure = jax.tree.flatten(args)
-    key = (f, structure, tuple((jax_core.shaped_abstractify(x), getattr(x, "sharding", None)) for x in leaves),
-           jax_config.trace_context())
+    key = (f, structure, tuple([_signature(x) for x in leaves]), jax_config.trace_context())
     return _kept(key, lambda: trace(f, args))
+
+
+# The signatures of the last jax.Arrays met, by identity (a jax.Array never changes its type or sharding).
+_ARRAYS_KEPT = 256
+_arrays: OrderedDict[int, tuple[Any, tuple]] = OrderedDict()
+
+
+def _signature(x: Any) -> tuple:
+    """What `jax.jit` traces an argument by: a numpy array's shape and dtype, anything else's abstract value
+    and sharding (a jax.Array's found once per array)."""
+    if type(x) is np.ndarray:
+        return ("numpy", x.shape, x.dtype)
+    if not isinstance(x, jax.Array):
+        return (jax_core.shaped_abstractify(x), getattr(x, "sharding", None))
+    found = _arrays.get(id(x))
+    if found is None or found[0] is not x:
+        found = _arrays[id(x)] = (x, (jax_core.shaped_abstractify(x), x.sharding))
+        while len(_arrays) > _ARRAYS_KEPT:
+            _arrays.popitem(last=False)
+    return found[1]
 
 
 def _kept(key: tuple, make: Callable[[], Any]) -> Any:

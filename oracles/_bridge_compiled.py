@@ -23,6 +23,8 @@ from jax.extend import core
 import sim
 from oracles._bridge_segments import RETYPES, Segment, execute, held
 
+numbered = sim.Program.numbered  # a program's variable of a given number
+
 
 @dataclass(frozen=True)
 class _Step:
@@ -41,18 +43,29 @@ class _Step:
 @dataclass(frozen=True)
 class _Typed:
     """A segment typed for one set of input types: its steps, how many values it names, and where each of the
-    segment's outputs is among them with its type; `rows` holds the steps as plain tuples for `_record`
-    (op, params, operands, promoted, first result index, result types, cast)."""
+    segment's outputs is among them with its type; `rows` holds the steps as plain tuples for `_equations`
+    (op, params, operands, promoted, first result index, result types, cast), `fresh` how many variables
+    its record makes and `numbered` each output's number among them and type."""
 
     steps: tuple[_Step, ...]
     count: int
     outputs: tuple[tuple[int, frozenset], ...]
     rows: tuple[tuple, ...] = ()
+    fresh: int = 0
+    numbered: tuple[tuple[int, tuple], ...] = ()
 
     def __post_init__(self) -> None:
         rows = tuple((s.op, s.params, s.operands if all(k.__class__ is int for k in s.operands) else _Mixed(s.operands),
                       s.promoted, s.results[0] if s.results else 0, s.avals, s.cast) for s in self.steps)
         object.__setattr__(self, "rows", rows)
+        number, numbers = 0, {}
+        for step in self.steps:  # the order `_equations` makes them in: each step's pvary results, then its own
+            number += len(step.promoted)
+            for index, aval in zip(step.results, step.avals):
+                numbers[index] = (number, aval)
+                number += 1
+        object.__setattr__(self, "fresh", number)
+        object.__setattr__(self, "numbered", tuple(numbers[index] for index, _ in self.outputs))
 
 
 @dataclass(frozen=True)
@@ -77,11 +90,10 @@ def run(segment: Segment, values: list, check_vma: bool) -> list | None:
     outs = execute(segment, [np.asarray(v) for v in values])
     if outs is None:
         return None
-    refs = _record(typed, values)
     found = []
-    for out, (index, vma) in zip(outs, typed.outputs):
-        value = sim.wrap(out, vma)
-        value.var = refs[index]
+    for out, (_, vma), var in zip(outs, typed.outputs, _record(typed, values)):
+        value = out.view(sim.Varying)  # as `sim.wrap` makes it: the vma is a frozenset already
+        value.vma, value.var = vma, var
         found.append(value)
     return found
 
@@ -120,38 +132,72 @@ def typing(segment: Segment, inputs: tuple[tuple[bool, frozenset], ...], check_v
     return _Typed(tuple(steps), len(types), outputs)
 
 
-def _record(typed: _Typed, values: list) -> list:
-    """Record the typed segment's equations in the running device's program: the variables of its values."""
+def record_late(typed: _Typed, values: list) -> list:
+    """Record the typed segment's equations in the running device's program, made when the program is read
+    (`sim.Program.defer`): the variables of its outputs, numbered and typed as `record_now` makes them."""
     program = sim.current().program
-    new_var, equations, equation = program.new_var, program.equations, sim.Equation
-    refs: list = [v.var if isinstance(v, sim.Varying) and v.var is not None else sim.Const(np.asarray(v))
-                  for v in values]
-    refs += [None] * (typed.count - len(refs))
-    read = refs.__getitem__
-    for op, params, operands, promoted, first, avals, cast in typed.rows:
+    refs = _refs(values)
+    made: dict[int, sim.Var] = {}
+    first = program.defer(lambda first: _equations(typed, refs, first, made), typed.fresh)
+    outs = []
+    for number, aval in typed.numbered:
+        var = made[first + number] = numbered(first + number, *aval)
+        outs.append(var)
+    return outs
+
+
+def record_now(typed: _Typed, values: list) -> list:
+    """Record the typed segment's equations in the running device's program as it runs: the variables of its
+    outputs."""
+    program = sim.current().program
+    first, made = program.take(typed.fresh), {}
+    program.recorded += _equations(typed, _refs(values), first, made)
+    return [made[first + number] for number, _ in typed.numbered]
+
+
+def _refs(values: list) -> list:
+    """What a program reads for each input of a segment: its variable, or the constant it is."""
+    return [v.var if isinstance(v, sim.Varying) and v.var is not None else sim.Const(np.asarray(v)) for v in values]
+
+
+# How a device records a segment's equations: `record_late` (`record_now` records the same, as it runs).
+_record = record_late
+
+
+def _equations(typed: _Typed, inputs: list, first: int, made: dict) -> list:
+    """The typed segment's equations on the variables or constants `inputs`, their fresh variables numbered
+    from `first` on (those in `made`, by number, taken as they are; the others added to it)."""
+    refs = inputs + [None] * (typed.count - len(inputs))
+    number, equations, equation = first, [], sim.Equation
+
+    def var(dtype: np.dtype, shape: tuple[int, ...], vma: frozenset) -> sim.Var:
+        nonlocal number
+        found = made.get(number)
+        if found is None:
+            found = made[number] = numbered(number, dtype, shape, vma)
+        number += 1
+        return found
+
+    for op, params, operands, promoted, first_result, avals, cast in typed.rows:
         if operands.__class__ is tuple:  # indices alone
-            ins = tuple(map(read, operands))
+            ins = tuple([refs[k] for k in operands])
         else:  # a _Mixed: indices and constants
             ins = tuple([refs[k] if k.__class__ is int else k for k in operands.items])
         if promoted:
-            ins = _promote(program, ins, promoted)
-        outs = tuple(starmap(new_var, avals))
+            raised = list(ins)
+            for position, vma in promoted:  # raised to its axes by a pvary, as `sim.apply` records it
+                low = raised[position]
+                raised[position] = var(low.dtype, low.shape, vma)
+                equations.append(equation("pvary", (("axes", tuple(sorted(vma - low.vma))),), (low,),
+                                          (raised[position],)))
+            ins = tuple(raised)
+        outs = tuple(starmap(var, avals))
         if cast:
             equations += [equation(op, params, (i,), (o,)) for i, o in zip(ins, outs)]
         else:
             equations.append(equation(op, params, ins, outs))
-        refs[first:first + len(outs)] = outs
-    return refs
-
-
-def _promote(program: sim.Program, ins: tuple, promoted: tuple[tuple[int, frozenset], ...]) -> tuple:
-    """`ins` with each operand listed in `promoted` raised to its axes by a recorded `pvary`."""
-    raised = list(ins)
-    for position, vma in promoted:
-        low = raised[position]
-        raised[position] = program.new_var(low.dtype, low.shape, vma)
-        program.record("pvary", (("axes", tuple(sorted(vma - low.vma))),), [low], [raised[position]])
-    return tuple(raised)
+        refs[first_result:first_result + len(outs)] = outs
+    return equations
 
 
 def _params(name: str, params: dict) -> tuple:

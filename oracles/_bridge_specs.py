@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,14 @@ class Entry:
     @classmethod
     def of(cls, spec: Any) -> Entry:
         """The entry of a `jax.sharding.PartitionSpec` (read through `.partitions`, never by iterating it)."""
+        try:
+            return _entries(spec)
+        except TypeError:  # a spec that cannot be a key
+            return cls.read(spec)
+
+    @classmethod
+    def read(cls, spec: Any) -> Entry:
+        """`of(spec)`, read anew."""
         dims = tuple(() if p is None else (tuple(p) if isinstance(p, (tuple, list)) else (p,))
                      for p in spec.partitions)
         return cls(dims, frozenset(spec.unreduced), frozenset(spec.reduced))
@@ -48,6 +57,11 @@ class Entry:
         """The simulator's spec of the partitions (a reduced or unreduced input is placed whole on each
         device: its value is the same there)."""
         return sim.P(*(None if not n else (n[0] if len(n) == 1 else n) for n in self.partitions))
+
+
+@lru_cache(maxsize=1024)
+def _entries(spec: Any) -> Entry:
+    return Entry.read(spec)
 
 
 def every_device(axes: Mapping[str, int]) -> sim.PartitionSpec:
@@ -68,25 +82,35 @@ class Assembled:
 
 def assemble(blocks: np.ndarray, axes: Mapping[str, int], entry: Entry) -> Assembled:
     """JAX's global array of one output from each device's block (`blocks[d]`, row-major over `axes`)."""
-    names, sizes = list(axes), tuple(axes.values())
-    split = entry.axes()
-    left_out = tuple(k for k, name in enumerate(names) if name not in split and name not in entry.unreduced)
-    grid = blocks.reshape(*sizes, *blocks.shape[1:])
-    kept = grid[tuple(0 if k in left_out else slice(None) for k in range(len(names)))]
-    kept_names = [name for k, name in enumerate(names) if k not in left_out]
-    local = blocks.shape[1:]
-    order = [kept_names.index(n) for n in names if n in entry.unreduced]
-    shape = [axes[n] for n in names if n in entry.unreduced]
-    if order:
-        shape = [int(np.prod(shape))]
-    for dim, dim_names in enumerate(entry.partitions):
-        order += [kept_names.index(n) for n in dim_names] + [len(kept_names) + dim]
-        shape.append(int(np.prod([axes[n] for n in dim_names], dtype=int)) * local[dim])
-    order += list(range(len(kept_names) + len(entry.partitions), kept.ndim))
-    shape += list(local[len(entry.partitions):])
-    value = np.ascontiguousarray(np.transpose(kept, order)).reshape(shape)
+    names, sizes = tuple(axes), tuple(axes.values())
+    kept, order, shape, left_out = _placement(names, sizes, entry, blocks.shape)
+    grid = blocks.reshape(*sizes, *blocks.shape[1:])[kept]
+    value = np.ascontiguousarray(grid if order is None else np.transpose(grid, order)).reshape(shape)
     found = differing(blocks, sizes, left_out) if left_out else ()
     return Assembled(value, tuple(names[k] for k in left_out), found)
+
+
+@lru_cache(maxsize=1024)
+def _placement(names: tuple[str, ...], sizes: tuple[int, ...], entry: Entry, shape: tuple[int, ...]) -> tuple:
+    """How `assemble` lays out blocks of `shape` (one leading row per device) for `entry` on a mesh of
+    `names` and `sizes`: the index that keeps one block along each left-out axis, the transpose of the kept
+    grid (None: none needed), the global shape, and the left-out axes' positions."""
+    axes = dict(zip(names, sizes))
+    split = entry.axes()
+    left_out = tuple(k for k, name in enumerate(names) if name not in split and name not in entry.unreduced)
+    kept = tuple(0 if k in left_out else slice(None) for k in range(len(names)))
+    kept_names = [name for k, name in enumerate(names) if k not in left_out]
+    local = shape[1:]
+    order = [kept_names.index(n) for n in names if n in entry.unreduced]
+    dims = [axes[n] for n in names if n in entry.unreduced]
+    if order:
+        dims = [int(np.prod(dims))]
+    for dim, dim_names in enumerate(entry.partitions):
+        order += [kept_names.index(n) for n in dim_names] + [len(kept_names) + dim]
+        dims.append(int(np.prod([axes[n] for n in dim_names], dtype=int)) * local[dim])
+    order += list(range(len(kept_names) + len(entry.partitions), len(kept_names) + len(local)))
+    dims += list(local[len(entry.partitions):])
+    return kept, None if order == sorted(order) else tuple(order), tuple(dims), left_out
 
 
 def jax_blocks(array: Any, mesh: Any) -> np.ndarray:

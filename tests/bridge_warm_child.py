@@ -27,6 +27,7 @@ from jax.sharding import AxisType
 
 import oracles
 import sim
+from oracles import _bridge_compiled
 
 
 def summary(simulated: oracles.Simulated) -> dict:
@@ -38,9 +39,23 @@ def summary(simulated: oracles.Simulated) -> dict:
     for run in simulated.runs:
         columns = {name: [repr(v) for v in np.asarray(column).tolist()] for name, column in run.trace.columns().items()}
         runs.append({"columns": columns, "end_time_s": repr(run.end_time_s),
-                     "programs": [str(program) for program in run.programs]})
+                     "programs": [str(program) for program in run.programs],
+                     "links": [links(program) for program in run.programs]})
     return {"outputs": [[str(x.dtype), list(x.shape), x.tobytes().hex()] for x in outputs], "runs": runs,
             "labels": list(simulated.labels), "diagnostics": [str(d) for d in simulated.diagnostics]}
+
+
+def links(program: sim.Program) -> list[int]:
+    """Each variable object the program's equations read and write, as the number of its first appearance
+    (inputs first, then each equation's inputs and outputs in order): equal for two programs whose equations
+    read the very variables the same equations wrote."""
+    seen: dict[int, int] = {id(v): k for k, v in enumerate(program.inputs)}
+    found = []
+    for equation in program.equations:
+        for var in (*equation.inputs, *equation.outputs):
+            if isinstance(var, sim.Var):
+                found.append(seen.setdefault(id(var), len(seen)))
+    return found
 
 
 def cases() -> dict[str, tuple]:
@@ -75,6 +90,12 @@ def main() -> None:
     for name, (f, args, options) in cases().items():
         calls = 3 if not options or "network" in options else 2
         found[name] = [summary(oracles.simulate_jax(f, *args, **options)) for _ in range(calls)]
+        if options.get("compiled", True):
+            _bridge_compiled._record = _bridge_compiled.record_now
+            try:
+                found[f"{name}, recorded as run"] = [summary(oracles.simulate_jax(f, *args, **options))]
+            finally:
+                _bridge_compiled._record = _bridge_compiled.record_late
     print(json.dumps(found))
 
 

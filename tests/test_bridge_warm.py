@@ -2,7 +2,9 @@
 same output bytes, every column of every run's trace, the end times, each device's typed program, the labels
 and the diagnostics, whatever the bridge keeps between calls (the trace, segment plans, compiled segments,
 typed segments and the mapped programs of `oracles._bridge_mapped`). JAX runs in `bridge_warm_child.py` on 4
-CPU devices; the comparison is shown to fail where one byte, one trace entry or one program differs."""
+CPU devices; the comparison is shown to fail where one byte, one trace entry or one program differs. Each
+compiled case is also called with its segments' equations recorded as they run, not when a program is read:
+the same in every part."""
 
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ def differences(first: dict, other: dict) -> list[str]:
             found.append(f"run {k}: end time {a['end_time_s']} against {b['end_time_s']}")
         found += [f"run {k}: device {d}'s program" for d, (p, q) in enumerate(zip(a["programs"], b["programs"]))
                   if p != q]
+        found += [f"run {k}: device {d}'s variable links" for d, (p, q) in enumerate(zip(a["links"], b["links"]))
+                  if p != q]
     return found
 
 
@@ -57,6 +61,16 @@ def test_warm_call_simulates_what_the_first_did(calls: dict, case: str) -> None:
     assert first["runs"] and first["runs"][0]["columns"]["src"], "the case sent no message"
     for k, other in enumerate(warm, 2):
         assert differences(first, other) == [], f"{case}: call {k}"
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if "stepwise" not in case])
+def test_equations_recorded_when_read_equal_those_recorded_as_run(calls: dict, case: str) -> None:
+    """Each compiled segment's equations, made when the program is read (`record_late`), are those made as
+    the segment runs (`record_now`): the same text and the same variable objects read and written, and so
+    are the outputs, traces, times and reports of the two calls."""
+    (first, *_), (now,) = calls[case], calls[f"{case}, recorded as run"]
+    assert differences(first, now) == []
+    assert any(len(links) > 100 for run in now["runs"] for links in run["links"])
 
 
 def test_the_runs_hold_messages_and_programs(calls: dict) -> None:
@@ -87,3 +101,7 @@ def test_the_comparison_fails_where_a_call_differs(calls: dict) -> None:
     program = changed["runs"][0]["programs"][2]
     changed["runs"][0]["programs"][2] = program.replace(" = ", " = neg ", 1)
     assert differences(first, changed) == ["run 0: device 2's program"]
+    changed = copy.deepcopy(first)
+    links = changed["runs"][0]["links"][1]
+    links[-1] = links[-1] + 1
+    assert differences(first, changed) == ["run 0: device 1's variable links"]

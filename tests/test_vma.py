@@ -1,6 +1,10 @@
-"""Device-variance types: inputs from in_specs, n-ary promotion, the collectives' table, out_specs checks."""
+"""Device-variance types: inputs from in_specs, n-ary promotion, the collectives' table, out_specs checks, and a
+program's listing with runs of equations recorded late."""
 
 from __future__ import annotations
+
+import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -119,3 +123,50 @@ def test_device_dependent_branches_keep_types():
 
     types, _ = output_types(body, P("x"), P("x"), np.array([-1.0, 0, 1, 2]))
     assert types == [{"x"}]
+
+
+def _listing(deferred: bool) -> tuple[sim.Program, list[int]]:
+    """A program of neg, a run of two equations (mul of a pvary, as a segment records them), then add; the run
+    recorded late (`Program.defer`) or in place; and how many times the late run was made."""
+    f32, none, x = np.dtype(np.float32), frozenset(), frozenset({"x"})
+    program, made = sim.Program(), []
+    a = program.new_var(f32, (2,), x)
+    program.inputs.append(a)
+    b = program.new_var(f32, (2,), x)
+    program.record("neg", {}, [a], [b])
+
+    def run(first: int) -> list:
+        made.append(first)
+        w = sim.Program.numbered(first, f32, (2,), none)
+        raised, c = sim.Program.numbered(first + 1, f32, (2,), x), sim.Program.numbered(first + 2, f32, (2,), x)
+        return [sim.Equation("pvary", (("axes", ("x",)),), (w,), (raised,)),
+                sim.Equation("mul", (), (b, raised), (c,))]
+
+    if deferred:
+        first = program.defer(run, 3)
+    else:
+        first = program.take(3)
+        program.recorded += run(first)
+    c = program.equations[-1].outputs[0] if not deferred else sim.Program.numbered(first + 2, f32, (2,), x)
+    d = program.new_var(f32, (2,), x)
+    program.record("add", {}, [c, b], [d])
+    program.outputs.append(d)
+    return program, made
+
+
+def test_a_run_recorded_late_reads_as_if_recorded_in_place():
+    """Equations given by `Program.defer` are made once, when the program is first read, in their place and
+    with the variable numbers taken when they ran; the variables after them are numbered past them; a copy
+    or pickle of a program holds them; a run put anywhere else is told apart."""
+    late, made = _listing(deferred=True)
+    assert made == []
+    now, _ = _listing(deferred=False)
+    assert str(late) == str(now) and late.ops() == ["neg", "pvary", "mul", "add"] and made == [2]
+    assert [o.name for e in late.equations for o in e.outputs] == ["b", "d", "e", "f"]
+    late.ops()
+    assert made == [2]
+    again, _ = _listing(deferred=True)
+    assert str(pickle.loads(pickle.dumps(again))) == str(now) == str(copy.deepcopy(_listing(deferred=True)[0]))
+    moved, _ = _listing(deferred=True)
+    moved.recorded.append(moved.recorded.pop(1))
+    assert str(moved) != str(now)
