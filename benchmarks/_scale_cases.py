@@ -41,7 +41,9 @@ class Row:
 def _algorithm_rows(op: str, n: int) -> list[Row]:
     import collectives
 
-    return [Row(f"{op}, algorithm='{a.name}'", op, n, a.name) for a in collectives.definition(op).algorithms]
+    return [Row(f"{op}, algorithm='{a.name}'" + (", reducing switch" if a.name == "in_network" else ""), op, n,
+                a.name, network="reducing_switch" if a.name == "in_network" else "fully_connected")
+            for a in collectives.definition(op).algorithms]
 
 
 def rows() -> list[Row]:
@@ -127,11 +129,14 @@ def body(op: str, n: int, algorithm: str, lax) -> Callable:
 
 
 def network(name: str, n: int):
-    """The row's network: fully connected (the default), a switch, or a square 2-D torus of n devices."""
+    """The row's network: fully connected (the default), a switch (one that reduces for the 'in_network'
+    rows), or a square 2-D torus of n devices."""
     import sim
 
     if name == "switch":
         return sim.Network.switch()
+    if name == "reducing_switch":
+        return sim.Network(1e-6, 100e9, "switch", switch_reduces=True)
     if name == "torus":
         side = round(n ** 0.5)
         return sim.Network.torus((side, n // side))
