@@ -126,6 +126,10 @@ class SwitchRows:
         transport = self.transport
         order = np.argsort(slots, kind="stable")
         slots, at_s = slots[order], at_s[order]
+        if transport.order is not None and not call.multicast and len(slots) > 1:
+            for k in range(len(slots)):  # a perturbed run draws each arrival just before waking its receiver
+                self.arrived(call, slots[k:k + 1], at_s[k:k + 1])
+            return
         if transport.order is None:
             arrival = at_s
         else:
