@@ -26,6 +26,7 @@ import sim
 from collectives._algorithm import Algorithm, Pattern
 from collectives._arithmetic import fold
 from collectives._common import pack_slice, unpack_values
+from collectives._joint import Cut
 from layouts import Layout
 
 _TAG = "in-network"
@@ -53,6 +54,12 @@ def all_reduce(port: sim.Port, buffer: sim.Buffer, reduction: str, out_layout: L
     source = port.memory.view(buffer)
     terms, _ = yield from pack_slice(port, source, Layout.row_major(source.ndim), phase="operand")
     members = port.group.members
+    if _tables(terms):
+        bounds = _bounds(terms.size, len(members))
+        port.reduce_row_in_switch(terms.reshape(-1), bounds, True, reducer(reduction), phase=_TAG)
+        flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
+        flat[...] = yield from port.recv_reduced_row()
+        return (yield from _laid_out(port, flat.reshape(source.shape), out_layout))
     parts = _split(terms.reshape(-1), len(members))
     port.reduce_in_switch(parts, members, [members] * len(members), reducer(reduction), phase=_TAG)
     flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
@@ -66,6 +73,11 @@ def reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], shape: tuple[int
                    out_layout: Layout) -> Generator:
     """psum_scatter's 'in_network': chunk j (`parts[j]`, a view of the operand) reduced in the switch and sent
     to member j; returns the member's chunk of the sum (shape `shape`, laid out in `out_layout`)."""
+    row = _row(parts)
+    if row is not None:  # every chunk one run of the operand, row-major: sent as it lies, no pack
+        port.reduce_row_in_switch(*row, False, reducer("sum"), phase=_TAG)
+        total = yield from port.recv_reduced_row()
+        return (yield from _laid_out(port, total.reshape(shape), out_layout))
     members, terms = port.group.members, []
     for j, part in enumerate(parts):
         values, _ = yield from pack_slice(port, part, Layout.row_major(part.ndim), chunk=j)
@@ -73,6 +85,30 @@ def reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], shape: tuple[int
     port.reduce_in_switch(terms, members, [(m,) for m in members], reducer("sum"), phase=_TAG)
     ((_, total),) = yield from port.recv_reduced()
     return (yield from _laid_out(port, total.reshape(shape), out_layout))
+
+
+def _tables(values: np.ndarray) -> bool:
+    """Whether a row of `values` can go to the switch as one table (`sim.Port.reduce_row_in_switch`): real
+    values (abstract ones take the shard by shard path), C-contiguous."""
+    return values.flags.c_contiguous and not sim.memory.is_hollow(values.dtype)
+
+
+def _row(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """`parts` as one flat C-contiguous row and the bounds of its chunks, where they are consecutive runs of
+    one flat buffer (a `Cut` of it) that `pack_slice` would send as they lie; None otherwise."""
+    if not isinstance(parts, Cut) or not len(parts) or not _tables(parts.flat):
+        return None
+    at, sizes = parts.at, parts.sizes
+    if not np.array_equal(at[1:], at[:-1] + sizes[:-1]):
+        return None
+    end = int(at[-1] + sizes[-1])
+    return parts.flat[int(at[0]):end], np.append(at - at[0], end - at[0])
+
+
+def _bounds(size: int, n: int) -> np.ndarray:
+    """Where `numpy.array_split`'s n pieces of `size` elements start, and where the last ends."""
+    base, extra = divmod(size, n)
+    return np.arange(n + 1, dtype=np.int64) * base + np.minimum(np.arange(n + 1, dtype=np.int64), extra)
 
 
 def _split(flat: np.ndarray, n: int) -> list[np.ndarray]:

@@ -172,6 +172,22 @@ class Port:
                 raise AssertionError("payloads must be packed (C-contiguous) before sending")
         self.transport.switch.contribute(self, parts, owners, receivers, fold, detail)
 
+    def reduce_row_in_switch(self, flat: np.ndarray, bounds: np.ndarray, multicast: bool, fold: Fold,
+                             **detail) -> None:
+        """`reduce_in_switch` of shards `flat[bounds[j]:bounds[j + 1]]` (one per member, `flat` C-contiguous),
+        shard j owned by member j and received by every member (`multicast`) or by member j alone, posted as
+        one table (`sim.engine._switch_rows`: the same trace, sums and times); receivers take their sums with
+        `recv_reduced_row`."""
+        if not flat.flags.c_contiguous:
+            raise AssertionError("payloads must be packed (C-contiguous) before sending")
+        self.transport.switch.rows.contribute(self, flat, bounds, multicast, fold, detail)
+
+    def recv_reduced_row(self) -> Generator:
+        """The sums of this call's `reduce_row_in_switch` this member receives, once the last has arrived:
+        every shard's, flat (multicast), or its own: `total = yield from port.recv_reduced_row()`."""
+        yield self.transport.switch.rows.expect(self)
+        return self.transport.switch.rows.take(self)
+
     def recv_reduced(self) -> Generator:
         """(shard, sum) of every sum of this call's `reduce_in_switch` this member receives, in shard order,
         once the last has arrived: `sums = yield from port.recv_reduced()`."""

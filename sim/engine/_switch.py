@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 
 from sim._simpy import fire_after as _fire
+from sim.engine._switch_rows import SwitchRows
 
 if TYPE_CHECKING:
     from sim.engine._port import Port
@@ -58,6 +59,7 @@ class SwitchReductions:
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
         self._calls: dict[int, _Call] = {}
+        self.rows = SwitchRows(transport)  # the calls posted as tables (`sim.engine._switch_rows`)
 
     def contribute(self, port: Port, parts: list[np.ndarray], owners: tuple[int, ...],
                    receivers: list[tuple[int, ...]], fold: Fold, detail: dict) -> None:

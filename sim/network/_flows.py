@@ -183,6 +183,17 @@ class LinkState:
         self._switched.append((contributors, receivers, size_bytes, sink_id))
         self._schedule(float(self.env.now))
 
+    def send_reduced_table(self, contributors: tuple[int, ...], multicast: bool, sizes: np.ndarray,
+                           sink: Sink) -> None:
+        """Post shard j's reduction for every j now, as `send_reduced` posts them one by one: `sizes[j]` bytes
+        from every contributor to all of them (`multicast`) or to contributor j alone; `sink` hears of shard
+        j as slot j."""
+        sink_id = self._next_sink
+        self._next_sink += 1
+        self._sinks[sink_id] = [sink, len(sizes)]
+        self._switched.append(_in_network.Table(tuple(contributors), multicast, np.asarray(sizes), sink_id))
+        self._schedule(float(self.env.now))
+
     def _schedule(self, when_s: float) -> None:
         """Have a step run at `when_s`, after that instant's other events (once per instant)."""
         if when_s not in self._due:
@@ -257,10 +268,10 @@ class LinkState:
         if self._switched:
             switched, self._switched = self._switched, []
             instant, flows = _in_network.flows(self.network, switched, self.placement, self.devices, self._base_links)
-            self._report(instant[0], np.zeros(len(instant[0]), np.int64), now_s + instant[1])
+            self._report(instant[0], instant[2], now_s + instant[1])
             if flows:
-                sink, size, latency, flow_of, start, stop = flows
-                self._add(now_s, sink, np.zeros(len(sink), np.int64), size, latency, flow_of, start, stop)
+                sink, slot, size, latency, flow_of, start, stop = flows
+                self._add(now_s, sink, slot, size, latency, flow_of, start, stop)
 
     def _start_messages(self, now_s: float, posted: list[tuple], tabled: bool) -> None:
         """Flows for posted messages (`tabled`: some with a sender per message); messages to oneself arrive

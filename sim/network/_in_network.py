@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -117,40 +118,112 @@ def reduction_s(network: Network, members: Sequence[int], shards: int, shard_byt
     return latency_s(network, members) + slowest
 
 
-def flows(network: Network, posted: list[tuple], placement: np.ndarray | None, devices: int,
+@dataclass(frozen=True, eq=False)
+class Table:
+    """Every shard of one call's reduction posted at once (`LinkState.send_reduced_table`): shard j of
+    `sizes[j]` bytes from every one of mesh devices `contributors` to all of them (`multicast`) or to
+    `contributors[j]` alone, heard of by sink `sink` as slot j."""
+
+    contributors: tuple[int, ...]
+    multicast: bool
+    sizes: np.ndarray
+    sink: int
+
+
+class _Columns:
+    """The instant arrivals and the flows of posted reductions, gathered as arrays."""
+
+    def __init__(self) -> None:
+        self.instant: list[tuple] = []  # (sinks, latencies, slots)
+        self.flows: list[tuple] = []  # (sinks, slots, sizes, latencies, flow_of, start, stop)
+        self.count = 0  # flows so far
+
+    def add_instant(self, sinks: np.ndarray, latency: float, slots: np.ndarray) -> None:
+        self.instant.append((sinks, np.full(len(sinks), latency), slots))
+
+    def add_flows(self, sinks: np.ndarray, slots: np.ndarray, sizes: np.ndarray, latency: float,
+                  flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray) -> None:
+        """Flows `flow_of` numbered from 0 among these (one interval [start, stop) of links each row)."""
+        self.flows.append((sinks, slots, sizes.astype(np.float64), np.full(len(sinks), latency),
+                           flow_of + self.count, start, stop))
+        self.count += len(sinks)
+
+    def result(self) -> tuple[tuple, tuple]:
+        if self.instant:
+            instant = tuple(np.concatenate(c) for c in zip(*self.instant))
+        else:
+            instant = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
+        if not self.flows:
+            return instant, ()
+        return instant, tuple(np.concatenate(c) for c in zip(*self.flows))
+
+
+def flows(network: Network, posted: list, placement: np.ndarray | None, devices: int,
           base: int) -> tuple[tuple, tuple]:
-    """The flows of reductions posted as (contributors, receivers, size, sink id) on mesh devices:
-    ((sink, latency) of those that take no bandwidth: one device alone, none, or an empty shard),
-    (sink, size, latency, flow_of, start, stop) of the others, runs of consecutive links as one interval."""
-    instant_sink, instant_latency = [], []
-    sink, size, latency, flow_of, start, stop = [], [], [], [], [], []
-    for contributors, receivers, size_bytes, sink_id in posted:
+    """The flows of reductions posted as (contributors, receivers, size, sink id) (slot 0) or as a `Table`
+    on mesh devices: ((sink, latency, slot) of those that take no bandwidth: one device alone, none, or an
+    empty shard), (sink, slot, size, latency, flow_of, start, stop) of the others, runs of consecutive links
+    as one interval; in the order posted."""
+    columns = _Columns()
+    for entry in posted:
+        if isinstance(entry, Table):
+            _table_flows(network, entry, placement, devices, base, columns)
+            continue
+        contributors, receivers, size_bytes, sink_id = entry
         contributors, receivers = _placed(contributors, placement), _placed(receivers, placement)
+        sink, zero = np.array([sink_id], np.int64), np.zeros(1, np.int64)
         every = contributors + receivers
         if len(set(every)) < 2:
-            instant_sink.append(sink_id)
-            instant_latency.append(0.0)
+            columns.add_instant(sink, 0.0, zero)
             continue
         wait = latency_s(network, every)
         if size_bytes == 0:
-            instant_sink.append(sink_id)
-            instant_latency.append(wait)
+            columns.add_instant(sink, wait, zero)
             continue
-        links = np.sort(link_indices(network, reduction_route(network, contributors, receivers, devices), devices,
-                                     base))
-        cuts = np.flatnonzero(np.diff(links) != 1) + 1  # consecutive links make one interval
-        first, last = links[np.r_[0, cuts]], links[np.r_[cuts - 1, len(links) - 1]]
-        flow_of.append(np.full(len(first), len(sink), np.int64))
-        start.append(first)
-        stop.append(last + 1)
-        sink.append(sink_id)
-        size.append(float(size_bytes))
-        latency.append(wait)
-    instant = (np.array(instant_sink, np.int64), np.array(instant_latency))
-    if not sink:
-        return instant, ()
-    return instant, (np.array(sink, np.int64), np.array(size), np.array(latency), np.concatenate(flow_of),
-                     np.concatenate(start), np.concatenate(stop))
+        first, stop = _intervals(link_indices(network, reduction_route(network, contributors, receivers, devices),
+                                              devices, base))
+        columns.add_flows(sink, zero, np.array([size_bytes]), wait, np.zeros(len(first), np.int64), first, stop)
+    return columns.result()
+
+
+def _intervals(links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Links as runs of consecutive indices: each run's first link and the one past its last."""
+    links = np.sort(links)
+    cuts = np.flatnonzero(np.diff(links) != 1) + 1  # consecutive links make one interval
+    return links[np.r_[0, cuts]], links[np.r_[cuts - 1, len(links) - 1]] + 1
+
+
+def _table_flows(network: Network, table: Table, placement: np.ndarray | None, devices: int, base: int,
+                 columns: _Columns) -> None:
+    """A `Table`'s shards as the flows (or instant arrivals) the same reductions posted one by one give: every
+    shard crosses the contributors' egress ports and adders, then its receivers' ingress ports."""
+    placed = _placed(table.contributors, placement)
+    sizes = table.sizes
+    slots = np.arange(len(sizes), dtype=np.int64)
+    sinks = np.full(len(sizes), table.sink, np.int64)
+    if len(set(placed)) < 2:  # the receivers are among the contributors: the same test as one by one
+        columns.add_instant(sinks, 0.0, slots)
+        return
+    wait = latency_s(network, placed)
+    live = sizes != 0
+    columns.add_instant(sinks[~live], wait, slots[~live])
+    live = np.flatnonzero(live)
+    if not len(live):
+        return
+    if table.multicast:
+        first, stop = _intervals(link_indices(network, reduction_route(network, placed, placed, devices), devices,
+                                              base))
+        flow_of = np.repeat(np.arange(len(live), dtype=np.int64), len(first))
+        first, stop = np.tile(first, len(live)), np.tile(stop, len(live))
+    else:  # shard j also crosses contributor j's ingress port: one more interval
+        first, stop = _intervals(link_indices(network, reduction_route(network, placed, (), devices), devices, base))
+        into = _PORTS[across_nodes(network, placed)][2]
+        ins = link_indices(network, tuple((into, d) for d in placed), devices, base)[live]
+        k = len(first) + 1
+        flow_of = np.repeat(np.arange(len(live), dtype=np.int64), k)
+        first = np.column_stack([np.tile(first, (len(live), 1)), ins]).reshape(-1)
+        stop = np.column_stack([np.tile(stop, (len(live), 1)), ins + 1]).reshape(-1)
+    columns.add_flows(sinks[live], slots[live], sizes[live], wait, flow_of, first, stop)
 
 
 def _placed(devices: Sequence[int], placement: np.ndarray | None) -> tuple[int, ...]:
