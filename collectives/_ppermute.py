@@ -37,7 +37,7 @@ Perm = tuple[tuple[int, int], ...]
 
 
 @quick_init
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Args:
     buffer: sim.Buffer
     perm: Perm

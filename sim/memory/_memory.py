@@ -33,7 +33,7 @@ _MAX_SPARE_BYTES = 64 << 20
 
 
 @quick_init
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Buffer:
     """An array living in a device memory: where, and how its bytes decode.
 
