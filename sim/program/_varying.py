@@ -25,12 +25,11 @@ class Varying(np.ndarray):
     """A numpy array on one simulated device, with `vma` (the axes it may vary along) and its `var`."""
 
     vma: frozenset
-    var: Var | None
+    var: Var | None = None  # (a new view's: numpy gives it no attribute of the array it views)
     made: tuple = ()  # `(var,)`, the outputs of the equation that made `var` (`wrap`), when recorded so
 
     def __array_finalize__(self, obj: Any) -> None:
         self.vma = getattr(obj, "vma", _INVARIANT)
-        self.var = None
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out=None, **kwargs: Any):
         name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
