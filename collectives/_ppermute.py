@@ -37,7 +37,7 @@ Perm = tuple[tuple[int, int], ...]
 
 
 @quick_init
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Args:
     buffer: sim.Buffer
     perm: Perm
@@ -70,8 +70,10 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
     """
     if isinstance(x, np.ndarray):  # an array is a tree of one leaf
         context = sim.current()
+        found = context.shared.get(("ppermute params", id(perm), axis_name)) if type(axis_name) is str else None
+        params = found[1] if found is not None and found[0] is perm else _params(context, axis_name, perm)
         return typed(PPERMUTE, axis_name, [x], partial(_leaf, x, axis_name, perm, out_layout, algorithm, context),
-                     _params(context, axis_name, perm), context=context)
+                     params, context=context)
     return _ppermute(x, axis_name, perm, out_layout, algorithm)
 
 

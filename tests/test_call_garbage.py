@@ -69,4 +69,4 @@ def test_a_meeting_keeping_its_view_is_caught(monkeypatch: pytest.MonkeyPatch) -
     x = np.arange(n, dtype=np.float32)
     few = _cycles_left(_program(n, 1, perm, False), x)
     many = _cycles_left(_program(n, 16, perm, False), x)
-    assert many > few + 15 * 2 * n  # each of the 15 more calls leaves at least its members' arguments
+    assert many >= few + 15 * 2 * n  # each of the 15 more calls leaves at least its members' two arguments

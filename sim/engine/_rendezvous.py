@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 @quick_init
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Collective:
     """One collective call as one device makes it.
 

@@ -33,7 +33,7 @@ _MAX_SPARE_BYTES = 64 << 20
 
 
 @quick_init
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Buffer:
     """An array living in a device memory: where, and how its bytes decode.
 
@@ -156,11 +156,16 @@ class LocalMemory:
         if self._reserved or not count or opened is None or start + size > opened[0] + opened[1].size \
                 or (dtype.metadata is not None and is_hollow(dtype)):
             return self.view(self.alloc(dtype, shape))
-        if self.meter is not None:
-            self.meter.charge(self.device, "a new array", dtype, shape, size)
+        meter = self.meter
+        if meter is not None:  # `MemoryMeter.charge`, its sum and comparison here (it raises past the limit)
+            if meter.held_bytes + size > meter.max_memory_bytes:
+                meter.charge(self.device, "a new array", dtype, shape, size)
+            else:
+                meter.held_bytes += size
         self._top = start + size
         base, segment = opened
-        buffer = Buffer(self.device, start, dtype, shape, Layout.row_major(len(shape)))
+        layout = _ROW_MAJOR.get(len(shape)) or _row_major(len(shape))
+        buffer = Buffer(self.device, start, dtype, shape, layout)
         view = np.frombuffer(segment, dtype, count, start - base)
         if len(shape) != 1:
             view = view.reshape(shape)
@@ -396,6 +401,14 @@ def _hold_blocks(memories: Sequence[LocalMemory], stack: np.ndarray, which: Sequ
     for memory, k, view in zip(memories, which, views):
         memory._hold(raws[k], view, layout)
     return views
+
+
+_ROW_MAJOR: dict[int, Layout] = {}  # `Layout.row_major(rank)` by rank, the same instances
+
+
+def _row_major(rank: int) -> Layout:
+    layout = _ROW_MAJOR[rank] = Layout.row_major(rank)
+    return layout
 
 
 def _address(array: np.ndarray) -> int:

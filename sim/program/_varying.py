@@ -25,11 +25,11 @@ class Varying(np.ndarray):
     """A numpy array on one simulated device, with `vma` (the axes it may vary along) and its `var`."""
 
     vma: frozenset
-    var: Var | None
+    var: Var | None = None  # (a new view's: numpy gives it no attribute of the array it views)
+    made: tuple = ()  # `(var,)`, the outputs of the equation that made `var` (`wrap`), when recorded so
 
     def __array_finalize__(self, obj: Any) -> None:
         self.vma = getattr(obj, "vma", _INVARIANT)
-        self.var = None
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out=None, **kwargs: Any):
         name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
@@ -107,12 +107,16 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None =
             first = inputs[0] if inputs and len(inputs) == 1 else None  # a collective's one operand, mostly
             shape = array.shape
             if type(first) is Varying and first.var is not None:
-                refs = (first.var,)
-                if first.var.shape == shape:  # the operand's tuple: one object fewer that the record keeps
-                    shape = first.var.shape
+                var = first.var
+                refs = first.made  # the outputs of the equation that made the operand, when that is `var`'s
+                if not refs or refs[0] is not var:
+                    refs = (var,)
+                if var.shape == shape:  # the operand's tuple: one object fewer that the record keeps
+                    shape = var.shape
             else:
                 refs = tuple([_ref(i) for i in inputs]) if inputs else ()
-            array.var = context.program.record_one(op, items, refs, array.dtype, shape, array.vma)
+            array.made = made = context.program.record_one(op, items, refs, array.dtype, shape, array.vma)
+            array.var = made[0]
     return array
 
 

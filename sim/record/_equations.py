@@ -17,7 +17,7 @@ from sim._frozen import quick_init
 
 
 @quick_init
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Var:
     """A value a program computed: a name, its dtype and shape, and the axes it may vary along."""
 
@@ -46,7 +46,7 @@ class Const:
 
 
 @quick_init
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Equation:
     """`outputs = op[params](*inputs)`; inputs are `Var` or `Const` objects."""
 
@@ -112,14 +112,16 @@ class Program:
         self.recorded.append(Equation(op, items, tuple(inputs), tuple(outputs)))
 
     def record_one(self, op: str, params: tuple, inputs: tuple, dtype: np.dtype, shape: tuple[int, ...],
-                   vma: frozenset) -> Var:
+                   vma: frozenset) -> tuple[Var]:
         """`record` of an equation with one output, a fresh variable of an array's `dtype` and `shape` and of
-        the frozenset `vma` (as `new_var` makes it), given `params` and `inputs` as tuples; that variable."""
+        the frozenset `vma` (as `new_var` makes it), given `params` and `inputs` as tuples; the equation's
+        `outputs`, `(variable,)`, which a next equation reading only that variable may take as its `inputs`
+        (one tuple the program keeps, not two)."""
         n = self._count
         self._count = n + 1
-        var = Var(_NAMES[n] if n < len(_NAMES) else _name(n), dtype, shape, vma)
-        self.recorded.append(Equation(op, params, inputs, (var,)))
-        return var
+        outputs = (Var(_NAMES[n] if n < len(_NAMES) else _name(n), dtype, shape, vma),)
+        self.recorded.append(Equation(op, params, inputs, outputs))
+        return outputs
 
     def take(self, count: int) -> int:
         """Take the next `count` variable numbers (for variables made with `numbered`): the first of them."""

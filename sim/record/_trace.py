@@ -86,7 +86,7 @@ class CopyRecord(MessageRecord):
 
 
 @quick_init
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CallRecord:
     """One device's part in one collective call, as the engine ran it.
 
