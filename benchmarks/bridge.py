@@ -14,7 +14,10 @@ Columns, all best-of-`--repeat` wall times measured side by side in this run: `j
 ready); `bridge` a warm `oracles.simulate_jax` call; `stepwise` the same with `compiled=False` (every
 equation evaluated on its own); `alone` the simulation alone: the same collective calls with the same
 operands, replayed as a `sim.shard_map` program per device (the messages, trace and simulated time of the
-bridge's run, without the local work and the jaxpr walk); `target` is alone + 2 x jax, the issue's bound,
+bridge's run, without the local work and the jaxpr walk, on a one-float block per device); `alone+io` the
+same replay taking each shard_map's real inputs with its in_specs and giving its real output blocks with its
+out_specs (so it also places the inputs in the device memories and assembles the outputs, which simulating
+the program includes); `target` is alone + 2 x jax, the issue's bound,
 and `ok` says whether `bridge` is within it. Each bridge result is first checked equal to JAX's bit for
 bit. With `--cpu` each time is this process's CPU time (every thread), which other work on a shared machine
 disturbs less than the wall clock.
@@ -28,6 +31,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,32 +79,56 @@ def cases() -> dict[str, tuple[Callable[..., Any], tuple]]:
     return found
 
 
-def replays(f: Callable[..., Any], args: tuple) -> list[Callable[[], Any]]:
-    """One function per shard_map the bridge runs for `f(*args)`: its devices' collective calls, with the
-    operands each device passed, replayed as a `sim.shard_map` program on the same mesh."""
-    meshes: list[sim.Mesh] = []
-    calls: list[dict[int, list]] = []
+@dataclass(frozen=True)
+class Recorded:
+    """One shard_map run of the bridge, as the replays take it: its mesh and specs, the global inputs it
+    placed, each device's collective calls (definition, equation, operands) and each device's output blocks."""
+
+    mesh: sim.Mesh
+    in_specs: Any
+    out_specs: Any
+    args: tuple
+    calls: dict[int, list]
+    blocks: dict[int, tuple]
+
+
+def recorded(f: Callable[..., Any], args: tuple) -> list[Recorded]:
+    """What each shard_map run of `simulate_jax(f, *args)` placed, called and returned, device by device."""
+    found: list[Recorded] = []
     collective, run = _bridge_device._collective, sim.ShardMapped.run
 
     def record_call(definition: Any, eqn: Any, ins: list) -> list:
-        calls[-1][sim.current().device].append((definition, eqn, [np.array(x) for x in ins]))
+        found[-1].calls[sim.current().device].append((definition, eqn, [np.array(x) for x in ins]))
         return collective(definition, eqn, ins)
 
     def record_run(mapped: sim.ShardMapped, *a: Any) -> Any:
-        meshes.append(mapped.mesh)
-        calls.append(defaultdict(list))
-        return run(mapped, *a)
+        found.append(Recorded(mapped.mesh, mapped.in_specs, mapped.out_specs, tuple(np.array(x) for x in a),
+                              defaultdict(list), {}))
+        result = run(mapped, *a)
+        rows = [np.array(out) for out in result.outputs]  # one leading row per device (oracles._bridge_device)
+        found[-1].blocks.update({d: tuple(out[d:d + 1] for out in rows) for d in mapped.mesh.devices})
+        return result
 
     _bridge_device._collective, sim.ShardMapped.run = record_call, record_run  # type: ignore[method-assign]
     try:
         oracles.simulate_jax(f, *args)
     finally:
         _bridge_device._collective, sim.ShardMapped.run = collective, run  # type: ignore[method-assign]
-    return [_replay(mesh, table) for mesh, table in zip(meshes, calls)]
+    return found
 
 
-def _replay(mesh: sim.Mesh, table: dict[int, list]) -> Callable[[], Any]:
-    """The recorded calls of each device of `mesh` as one run of a `sim.shard_map` program."""
+def replays(f: Callable[..., Any], args: tuple, io: bool = False) -> list[Callable[[], Any]]:
+    """One function per shard_map the bridge runs for `f(*args)`: its devices' collective calls, with the
+    operands each device passed, replayed as a `sim.shard_map` program on the same mesh. Without `io` the
+    program takes a one-float block per device and returns it; with `io` it takes the shard_map's own inputs
+    with its in_specs and returns each device's recorded output blocks with its out_specs, so the replay
+    also places the real inputs in the device memories and assembles the real outputs."""
+    return [(_replay_io if io else _replay)(found) for found in recorded(f, args)]
+
+
+def _replay(found: Recorded) -> Callable[[], Any]:
+    """The recorded calls of each device as one run of a `sim.shard_map` program on a one-float block."""
+    mesh, table = found.mesh, found.calls
     names = tuple(mesh.shape)
 
     def program(block: Any) -> Any:
@@ -114,10 +142,26 @@ def _replay(mesh: sim.Mesh, table: dict[int, list]) -> Callable[[], Any]:
     return lambda: mapped.run(block)
 
 
+def _replay_io(found: Recorded) -> Callable[[], Any]:
+    """The recorded calls of each device as one run of a `sim.shard_map` program with the shard_map's inputs,
+    in_specs and out_specs, each device returning its recorded output blocks."""
+    table, blocks = found.calls, found.blocks
+
+    def program(*inputs: Any) -> Any:
+        device = sim.current().device
+        for definition, eqn, ins in table[device]:
+            _bridge_device._collective(definition, eqn, ins)
+        return blocks[device]
+
+    mapped = sim.shard_map(program, mesh=found.mesh, in_specs=found.in_specs, out_specs=found.out_specs,
+                           check_vma=False)
+    return lambda: mapped.run(*found.args)
+
+
 def row(name: str, f: Callable[..., Any], args: tuple, repeat: int, cpu: bool = False, stepwise: bool = True
         ) -> tuple:
-    """(name, jax s, bridge s, stepwise s, alone s, target s, ok) for one program, after checking the bridge's outputs
-    equal JAX's bit for bit; stepwise s is NaN unless `stepwise`."""
+    """(name, jax s, bridge s, stepwise s, alone s, alone+io s, target s, ok) for one program, after checking the
+    bridge's outputs equal JAX's bit for bit; stepwise s is NaN unless `stepwise`."""
     expected = [np.asarray(x) for x in jax.tree.leaves(f(*args))]
     found = [np.asarray(x) for x in jax.tree.leaves(oracles.simulate_jax(f, *args).outputs)]
     if not all(a.dtype == b.dtype and a.tobytes() == b.tobytes() for a, b in zip(expected, found)):
@@ -133,10 +177,11 @@ def row(name: str, f: Callable[..., Any], args: tuple, repeat: int, cpu: bool = 
     if stepwise:
         oracles.simulate_jax(f, *args, compiled=False)
         stepwise_s, _ = measure(lambda: oracles.simulate_jax(f, *args, compiled=False), repeat)
-    runs = replays(f, args)
+    runs, with_io = replays(f, args), replays(f, args, io=True)
     alone_s, _ = measure(lambda: [run() for run in runs], repeat)
+    alone_io_s, _ = measure(lambda: [run() for run in with_io], repeat)
     target = alone_s + 2 * jax_s
-    return name, jax_s, bridge_s, stepwise_s, alone_s, target, bridge_s <= target
+    return name, jax_s, bridge_s, stepwise_s, alone_s, alone_io_s, target, bridge_s <= target
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,14 +192,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-stepwise", action="store_true", help="leave out the stepwise column")
     args = parser.parse_args(argv)
     repeat = check_repeat(args.repeat)
-    print(f"{'program':30} {'jax ms':>7} {'bridge ms':>10} {'stepwise ms':>12} {'alone ms':>9} {'target ms':>10}  ok")
+    print(f"{'program':30} {'jax ms':>7} {'bridge ms':>10} {'stepwise ms':>12} {'alone ms':>9} {'alone+io ms':>12} "
+          f"{'target ms':>10}  ok")
     for name, (f, operands) in cases().items():
         if args.only not in name:
             continue
-        name, jax_s, bridge_s, stepwise_s, alone_s, target, ok = row(name, f, operands, repeat, args.cpu,
-                                                                           not args.no_stepwise)
+        name, jax_s, bridge_s, stepwise_s, alone_s, alone_io_s, target, ok = row(
+            name, f, operands, repeat, args.cpu, not args.no_stepwise)
         print(f"{name:30} {jax_s * 1e3:7.2f} {bridge_s * 1e3:10.2f} {stepwise_s * 1e3:12.2f} {alone_s * 1e3:9.2f} "
-              f"{target * 1e3:10.2f}  {'yes' if ok else 'NO'}")
+              f"{alone_io_s * 1e3:12.2f} {target * 1e3:10.2f}  {'yes' if ok else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPri
 from oracles._bridge_mapped import mapped
 from oracles._bridge_mapped import run as run_mapped
 from oracles._bridge_primitives import check_primitives
-from oracles._bridge_segments import execute, local
+from oracles._bridge_segments import PLACEMENTS, execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
 
 
@@ -222,8 +222,10 @@ class _Host:
         if name in _bridge_device.PARALLEL:
             raise BridgeError(f"primitive {name!r} at {source_line(eqn)} (in `{eqn}`) runs outside jax.shard_map; "
                               f"the bridge runs collectives only inside a shard_map body")
-        if name in ("reshard", "sharding_constraint") and _unreduced(eqn.invars[0].aval):
+        if name in PLACEMENTS and _unreduced(eqn.invars[0].aval):
             return [self._reduce(eqn, ins[0])]
+        if name in PLACEMENTS and not _held_apart(eqn.outvars[0].aval) and not _held_apart(eqn.invars[0].aval):
+            return [_placed(ins[0], eqn.outvars[0].aval)]
         if any(contains(sub, "shard_map") for sub in core.jaxprs_in_params(eqn.params)):
             self.unsimulated.append(f"a shard_map inside {name!r} at {source_line(eqn)}, run by JAX")
         out = eqn.primitive.bind(*(jax.numpy.asarray(x) for x in ins), **eqn.params)
@@ -309,6 +311,22 @@ def _unreduced(aval: Any) -> frozenset:
     """The mesh axes a host value of `aval` is held unreduced along."""
     spec = getattr(getattr(aval, "sharding", None), "spec", None)
     return frozenset(getattr(spec, "unreduced", ()) or ())
+
+
+def _held_apart(aval: Any) -> frozenset:
+    """The mesh axes a host value of `aval` is held unreduced or reduced along (empty: held whole)."""
+    spec = getattr(getattr(aval, "sharding", None), "spec", None)
+    return _unreduced(aval) | frozenset(getattr(spec, "reduced", ()) or ())
+
+
+def _placed(x: Any, aval: Any) -> Any:
+    """A host value after a reshard or sharding constraint between two whole placements: the same value (the
+    placement says which devices hold it, never what it is), as an array of `aval`'s dtype.
+
+    >>> _placed(1.5, jax.ShapeDtypeStruct((), np.float32)).dtype
+    dtype('float32')
+    """
+    return x if isinstance(x, (np.ndarray, jax.Array)) else np.asarray(x, aval.dtype)
 
 
 def _host_value(x: Any, aval: Any) -> np.ndarray:

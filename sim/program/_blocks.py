@@ -19,7 +19,9 @@ were written in place is those devices' memory: the run's memories alias the arr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -109,11 +111,24 @@ def _block_sizes(mesh: Mesh, spec: PartitionSpec, shape: tuple[int, ...], path: 
 
 
 def _axis_indices(mesh: Mesh, axis_name: Any) -> np.ndarray:
-    """Every device's index along `axis_name` (row-major over a tuple of names), by device id."""
-    coords = dict(zip(mesh.axis_names, np.unravel_index(np.arange(mesh.size), tuple(mesh.shape.values()))))
-    index = np.zeros(mesh.size, np.int64)
-    for name in mesh.axis_names_of(axis_name):
-        index = index * mesh.shape[name] + coords[name]
+    """Every device's index along `axis_name` (row-major over a tuple of names), by device id (read-only, kept
+    per mesh shape and axis name)."""
+    return _indices_along(tuple(mesh.shape.items()), mesh.axis_names_of(axis_name))
+
+
+@lru_cache(maxsize=1024)
+def _indices_along(shape: tuple[tuple[str, int], ...], names: tuple[str, ...]) -> np.ndarray:
+    """`_axis_indices` on a mesh of `shape` ((name, size) pairs) along `names`.
+
+    >>> _indices_along((('x', 2), ('y', 3)), ('y',)).tolist()
+    [0, 1, 2, 0, 1, 2]
+    """
+    sizes = dict(shape)
+    coords = dict(zip(sizes, np.unravel_index(np.arange(math.prod(sizes.values())), tuple(sizes.values()))))
+    index = np.zeros(math.prod(sizes.values()), np.int64)
+    for name in names:
+        index = index * sizes[name] + coords[name]
+    index.flags.writeable = False
     return index
 
 
@@ -275,9 +290,19 @@ def _is_spec(value: Any) -> bool:
 
 def _writers(mesh: Mesh, spec: PartitionSpec) -> list[int]:
     """The devices whose blocks make up the global array: index 0 along every axis `spec` leaves out."""
-    grid = np.arange(mesh.size).reshape(tuple(mesh.shape.values()))
-    first = tuple(slice(0, 1) if name not in spec.axes() else slice(None) for name in mesh.axis_names)
-    return grid[first].reshape(-1).tolist()
+    return list(_writers_of(tuple(mesh.shape.items()), frozenset(spec.axes())))
+
+
+@lru_cache(maxsize=1024)
+def _writers_of(shape: tuple[tuple[str, int], ...], split: frozenset[str]) -> tuple[int, ...]:
+    """`_writers` on a mesh of `shape` ((name, size) pairs) for a spec splitting over the axes `split`.
+
+    >>> _writers_of((('x', 2), ('y', 2)), frozenset({'y'}))
+    (0, 1)
+    """
+    grid = np.arange(math.prod(size for _, size in shape)).reshape(tuple(size for _, size in shape))
+    first = tuple(slice(0, 1) if name not in split else slice(None) for name, _ in shape)
+    return tuple(grid[first].reshape(-1).tolist())
 
 
 def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:

@@ -8,14 +8,33 @@ from typing import Any
 from sim._errors import InvalidArgumentError
 
 
-def leaves(tree: Any, is_leaf: Callable[[Any], bool] = lambda _: False) -> list[Any]:
-    """The leaves of `tree`, left to right; `is_leaf` marks nodes to treat as leaves."""
+def _never(_: Any) -> bool:
+    return False
+
+
+_NODES = (tuple, list, dict)
+
+
+def leaves(tree: Any, is_leaf: Callable[[Any], bool] = _never) -> list[Any]:
+    """The leaves of `tree`, left to right; `is_leaf` marks nodes to treat as leaves.
+
+    >>> leaves((1, [2, None], {'b': 4, 'a': 3}))
+    [1, 2, 3, 4]
+    """
     if tree is None:
         return []
-    if is_leaf(tree):
+    if is_leaf is not _never and is_leaf(tree):
         return [tree]
     if isinstance(tree, (tuple, list)):
-        return [leaf for child in tree for leaf in leaves(child, is_leaf)]
+        found: list[Any] = []
+        for child in tree:  # a child that is a leaf is taken here, without a call
+            if child is None:
+                continue
+            if isinstance(child, _NODES) and (is_leaf is _never or not is_leaf(child)):
+                found += leaves(child, is_leaf)
+            else:
+                found.append(child)
+        return found
     if isinstance(tree, dict):
         return [leaf for key in sorted(tree) for leaf in leaves(tree[key], is_leaf)]
     return [tree]
@@ -28,7 +47,9 @@ def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
     if isinstance(tree, (tuple, list)):
         if any(not isinstance(r, (tuple, list)) or len(r) != len(tree) for r in rest):
             raise InvalidArgumentError(f"tree structures differ: {tree!r} vs {rest!r}")
-        mapped = [tree_map(fn, *children) for children in zip(tree, *rest)]
+        # a child that is a leaf goes to `fn` here, without a call of tree_map
+        mapped = [tree_map(fn, *children) if children[0] is None or isinstance(children[0], _NODES)
+                  else fn(*children) for children in zip(tree, *rest)]
         return type(tree)(mapped) if not hasattr(tree, "_fields") else type(tree)(*mapped)
     if isinstance(tree, dict):
         if any(not isinstance(r, dict) or set(r) != set(tree) for r in rest):
