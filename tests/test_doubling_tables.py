@@ -20,6 +20,7 @@ import collectives._ring_steps
 import layouts
 import sim
 from sim import P
+from sim.memory._memory import LocalMemory
 from sim.memory._meter import MemoryMeter
 
 _CALLS = (("all_gather", "recursive_doubling"), ("psum", "recursive_doubling"), ("psum", "rabenseifner"),
@@ -205,6 +206,8 @@ def test_rows_charge_what_per_message_allocates(monkeypatch):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(MemoryMeter, "charge", lambda self, device, what, dtype, shape, size: (
                 totals.__setitem__(device, totals.get(device, 0) + size), real(self, device, what, dtype, shape, size)))
+            # every allocation through `MemoryMeter.charge` (alloc_view charges the meter inline)
+            patch.setattr(LocalMemory, "alloc_view", lambda self, dtype, shape: self.view(self.alloc(dtype, shape)))
             if not by_rows:
                 patch.setattr(doubling_rows, "by_rows", lambda *a: False)
             body = lambda v: (collectives.psum(v, "x", algorithm="rabenseifner"),

@@ -5,6 +5,7 @@ comparison also runs a deliberately wrong variant to show that it can fail."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -94,7 +95,7 @@ def _run(n: int | tuple[int, int], network: str, twice: bool, arrays: tuple[np.n
     f = sim.shard_map(_program(twice), mesh=mesh, in_specs=(spec,) * 6, out_specs=spec, check_vma=False,
                       **options)
     run = f.run(*arrays)
-    calls = sorted(tuple(vars(c).values()) for c in run.simulation.calls)
+    calls = sorted(tuple(getattr(c, f.name) for f in dataclasses.fields(c)) for c in run.simulation.calls)
     records = [json.dumps(record) for record in run.trace.to_json()]
     return run.outputs.tobytes(), sorted(records) if twice else records, calls, run.end_time_s
 
