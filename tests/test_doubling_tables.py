@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
@@ -127,6 +127,7 @@ def _values(draw, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return np.frombuffer(raw, kind).reshape(shape).copy()
 
 
+@settings(max_examples=100)
 @given(case=_cases())
 def test_rows_equal_per_member(case):
     """Recursive doubling, Rabenseifner and recursive halving give the same bytes, trace (every column, in
@@ -138,6 +139,7 @@ def test_rows_equal_per_member(case):
     assert rows == _by_runs(case)
 
 
+@settings(max_examples=100)
 @given(case=_cases())
 def test_rows_equal_member_by_member(case):
     """The same against the member-by-member protocol (no step tables at all)."""
