@@ -1,7 +1,8 @@
 """The row exchanges (all_to_all, all_gather, the direct psum) as programs, their runs as bytes, and the
 calls the fast-path tests draw: shared by `test_fast_paths.py` and `test_lean_rows.py`. Programs of ppermutes,
 their runs, the networks they run on and the runs that post no table (perturbed, sanitized): shared by
-`test_fast_pairs.py` and `test_joint_calls.py`."""
+`test_fast_pairs.py` and `test_joint_calls.py`. A generated case's run over a mesh of axes 'x' (and 'y') as
+bytes: shared by `test_steps.py`, `test_doubling_tables.py` and `test_tree_tables.py`."""
 
 from __future__ import annotations
 
@@ -98,3 +99,19 @@ def run_perturbed_and_sanitized(n: int = 4) -> None:
     x = np.arange(float(n))
     ring_shift_program(n).run_with((x,), perturbation=sim.Perturbation(3))
     ring_shift_program(n, sanitize=True).run(x)
+
+
+def case_axes(shape: tuple[int, ...]) -> tuple[str, ...]:
+    """The mesh axes of a case of this shape: 'x', then 'y'."""
+    return tuple("xy"[:len(shape)])
+
+
+def run_case(shape: tuple[int, ...], network: sim.Network, body, x: np.ndarray) -> tuple:
+    """Output bytes, trace JSON, call records and end time of `body` (returning two arrays) run on `x` split
+    over a mesh of `shape` on `network`."""
+    axes = case_axes(shape)
+    mesh = sim.Mesh(dict(zip(axes, shape)), network=network)
+    f = sim.shard_map(body, mesh=mesh, in_specs=P(axes), out_specs=(P(axes), P(axes)), check_vma=False)
+    run = f.run(x)
+    outputs = b"".join(np.asarray(o).tobytes() for o in run.outputs)
+    return outputs, json.dumps(run.trace.to_json()).encode(), [str(c) for c in run.calls], run.end_time_s

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from row_programs import case_axes, run_case
 
 import collectives
 import collectives._ring_steps
@@ -64,13 +65,7 @@ def _program(calls: list[tuple], axes: tuple[str, ...]):
 def _run(case) -> tuple:
     """Output bytes, trace JSON, call records and end time of a case."""
     shape, network, calls, x = case
-    axes = tuple("xy"[:len(shape)])
-    mesh = sim.Mesh(dict(zip(axes, shape)), network=_network(network, shape))
-    f = sim.shard_map(_program(calls, axes), mesh=mesh, in_specs=P(axes), out_specs=(P(axes), P(axes)),
-                      check_vma=False)
-    run = f.run(x)
-    outputs = b"".join(np.asarray(o).tobytes() for o in run.outputs)
-    return outputs, json.dumps(run.trace.to_json()).encode(), [str(c) for c in run.calls], run.end_time_s
+    return run_case(shape, _network(network, shape), _program(calls, case_axes(shape)), x)
 
 
 _POWERS_OF_TWO = ("recursive_doubling", "rabenseifner", "recursive_halving")

@@ -7,12 +7,11 @@ path, and the table paths are shown to run."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from row_programs import case_axes, run_case
 
 import collectives
 import collectives._direct_steps as direct_steps
@@ -21,7 +20,6 @@ import collectives._tree as tree
 import collectives._tree_chain as tree_chain
 import collectives._tree_steps as tree_steps
 import sim
-from sim import P
 
 _OPS = ("psum", "pmax", "all_gather", "psum_scatter", "psum tree", "pmax tree")
 
@@ -70,13 +68,7 @@ def _program(calls: list[tuple], axes: tuple[str, ...]):
 def _run(case) -> tuple:
     """Output bytes, trace JSON, call records and end time of a case."""
     shape, network, calls, x = case
-    axes = tuple("xy"[:len(shape)])
-    mesh = sim.Mesh(dict(zip(axes, shape)), network=_network(network, shape))
-    f = sim.shard_map(_program(calls, axes), mesh=mesh, in_specs=P(axes), out_specs=(P(axes), P(axes)),
-                      check_vma=False)
-    run = f.run(x)
-    outputs = b"".join(np.asarray(o).tobytes() for o in run.outputs)
-    return outputs, json.dumps(run.trace.to_json()).encode(), [str(c) for c in run.calls], run.end_time_s
+    return run_case(shape, _network(network, shape), _program(calls, case_axes(shape)), x)
 
 
 @st.composite
