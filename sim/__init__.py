@@ -18,6 +18,7 @@ from sim._budget import (
     parse_bytes,
 )
 from sim._errors import InvalidArgumentError, InvalidTypeError, MemoryLimitError, MeshError, ProtocolError
+from sim._gc import gc_paused
 from sim.engine import (
     Collective,
     DeviceContext,
@@ -129,7 +130,8 @@ __all__ = [  # the mesh, its devices and the network
 ]
 __all__ += [  # memory and work guards
     "DEFAULT_MAX_MESSAGES", "DEVICE_BYTES", "MAX_DEVICES", "MESSAGE_BYTES", "MemoryLimitError", "MemoryMeter",
-    "check_call", "check_memory", "check_messages", "default_max_memory_bytes", "format_bytes", "parse_bytes",
+    "check_call", "check_memory", "check_messages", "default_max_memory_bytes", "format_bytes", "gc_paused",
+    "parse_bytes",
 ]
 __all__ += ["P", "PartitionSpec", "Run", "ShardMapped", "Simulation", "shard_map"]  # running programs
 __all__ += ["CallRecord", "ComputeRecord", "CopyRecord", "MessageRecord", "Trace"]  # what a run records

@@ -13,12 +13,14 @@ import os
 import sys
 from collections.abc import Sequence
 
+import sim
 from layouts import MeshError
 from scenarios.cli import _crash, campaign, check, draw, explain, report, run, sweep, trace
 from scenarios.cli._limits import time_limit
 from scenarios.cli.render import printable
 
 _COMMANDS = (run, explain, check, trace, draw, sweep, campaign, report)
+_ONE_RUN = ("run", "explain", "check", "trace", "draw")  # the commands that simulate one scenario
 
 __all__ = ["main", "parser"]
 
@@ -37,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
-        with time_limit(getattr(args, "timeout", None), getattr(args, "scenario", "meshsim")):
+        with time_limit(getattr(args, "timeout", None), getattr(args, "scenario", "meshsim")), _collector(args):
             return args.execute(args)
     except MeshError as error:
         print(f"meshsim: error: {printable(str(error), multiline=True)}", file=sys.stderr)
@@ -54,6 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"meshsim: internal error: {_crash.one_line(error)}; {_crash.save_report(error, argv)}",
               file=sys.stderr)
         return 3
+
+
+def _collector(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """Python's cyclic collector paused for a command on one TOML scenario: what it makes of the run (tables,
+    pictures, timelines) is a great many acyclic objects that collections would scan again and again
+    (`sim.gc_paused`). Sweeps, campaigns and Python scenarios (the user's own code) keep it running."""
+    one_run = args.command in _ONE_RUN and not str(getattr(args, "scenario", "")).endswith(".py")
+    return sim.gc_paused() if one_run else contextlib.nullcontext()
 
 
 def parser() -> argparse.ArgumentParser:

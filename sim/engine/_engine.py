@@ -11,14 +11,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
 
 from sim._errors import InvalidArgumentError, ProtocolError
+from sim._gc import gc_paused
 from sim.engine._call import Calls
 from sim.engine._driver import DeviceProgram
 from sim.engine._options import RunOptions
@@ -32,23 +31,6 @@ from sim.network._mesh import Mesh
 from sim.record._equations import Program
 from sim.record._trace import CallRecord, Trace
 from sim.record._violation import Violation
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while the block runs, back on after (if it was on).
-
-    A run allocates millions of short-lived acyclic objects (events, records, views, a memory and a program per
-    device): a collection scans them all and frees none, and the collections a large heap triggers (a previous
-    run still alive, say) cost more than the run itself. Nesting is harmless: the outermost block restores.
-    """
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 class Simulation:

@@ -101,8 +101,9 @@ class Run(Faces):
         Raises:
             OSError: `path` cannot be written.
         """
-        events = self.trace_events()
-        _perfetto.write(events, path)
+        with gc_paused():  # a big run's timeline is many small acyclic objects
+            events = self.trace_events()
+            _perfetto.write(events, path)
         return events
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -66,7 +66,7 @@ class MessageRecord:
 
     def to_dict(self) -> dict:
         """Plain JSON-ready fields."""
-        record = asdict(self)
+        record = {name: getattr(self, name) for name in FIELDS}  # as `asdict` gives them, without its deep copy
         record["detail"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.detail.items()}
         record["route"] = [list(link) for link in self.route]
         return record
