@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.network._uncontended import alone_s, clock_s, routes_alone, woken_s
+from sim.network._uncontended import Routes, alone_s, clock_s, routes_alone, woken_s
 
 if TYPE_CHECKING:
     from sim.engine._group import Steps
@@ -87,16 +87,13 @@ def plan(loop: Steps, start_s: np.ndarray, joined: np.ndarray, sizes: np.ndarray
 @dataclass(frozen=True)
 class _Routes:
     """Each message's wire bytes and route (`pair`; `tiled` where every step's routes are the first step's);
-    each route's latency and rate alone on it (`latency[p]`, `rate[p]`); its links `link[pair_of == p]`."""
+    each route's latency, rate alone on it and links (`alone`)."""
 
     sizes: np.ndarray
     wire: np.ndarray
     tiled: bool
-    latency: np.ndarray
-    rate: np.ndarray
     pair: np.ndarray
-    pair_of: np.ndarray
-    link: np.ndarray
+    alone: Routes
 
 
 def _routes(loop: Steps, sizes: np.ndarray) -> _Routes | None:
@@ -122,14 +119,13 @@ def _routes(loop: Steps, sizes: np.ndarray) -> _Routes | None:
     alone = routes_alone(links, pairs // devices, pairs % devices)
     if alone is None:
         return None
-    return _Routes(sizes, wire, len(to) < len(loop.to), alone.latency, alone.rate, inverse, alone.route_of,
-                   alone.link)
+    return _Routes(sizes, wire, len(to) < len(loop.to), inverse, alone)
 
 
 def _recur(loop: Steps, start_s: np.ndarray, joined: np.ndarray, next_row: int, routes: _Routes) -> Plan | None:
     """Evaluate the recurrence step by step (see the module docstring)."""
     n, count, ways = len(loop.members), loop.count, loop.ways
-    wire, latency, rate, pair = routes.wire, routes.latency, routes.rate, routes.pair
+    wire, latency, rate, pair = routes.wire, routes.alone.latency, routes.alone.rate, routes.pair
     empty = wire == 0
     post = np.empty((count, n))
     post[0] = start_s
@@ -268,10 +264,10 @@ def _apart(loop: Steps, routes: _Routes, post: np.ndarray, posted: np.ndarray, f
     """Whether no two flows share a link at overlapping times [post, end)."""
     block = loop.ways * len(loop.members)
     alike = routes.tiled and len(np.unique(routes.pair[:block])) == block
-    if alike and len(np.unique(routes.link)) == len(routes.link):
+    if alike and len(np.unique(routes.alone.link)) == len(routes.alone.link):
         # no link on two routes, each route once a step: a route's flow ends before its next step's starts
         return not np.any(np.tile(post[1:], (1, loop.ways)) < finish.reshape(loop.count, block)[:-1])
-    inverse, pair_of, link = routes.pair, routes.pair_of, routes.link
+    inverse, pair_of, link = routes.pair, routes.alone.route_of, routes.alone.link
     messages = np.flatnonzero(flowing)
     by_pair = np.argsort(pair_of, kind="stable")
     counts = np.bincount(pair_of, minlength=int(inverse.max()) + 1)

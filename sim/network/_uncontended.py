@@ -121,10 +121,10 @@ class Routes:
 
 
 def routes_alone(links: LinkState, src: np.ndarray, dst: np.ndarray) -> Routes | None:
-    """The routes from topology devices `src[p]` to `dst[p]` (p != q routes of distinct pairs, src != dst) of
-    the network of `links`; None where a flow alone on its links could still get another rate than its
-    narrowest capacity: where two distinct capacities lie within twice progressive filling's tolerance,
-    so that links of two flows in flight together could fill at one level."""
+    """Route p, from topology device `src[p]` to `dst[p]` (never the same), on the network of `links`; None
+    where a flow with its links to itself could yet get another rate than its narrowest capacity: where two
+    distinct capacities lie within twice progressive filling's tolerance, so that the links of two flows
+    in flight at once could fill at one level."""
     network, devices = links.network, links.devices
     flow_of, start, stop, hops = _topology.segments(network, src, dst, devices)
     latency = _topology.route_latency(network, src, dst, hops)
