@@ -40,16 +40,16 @@ written to is first unpacked into that buffer's layout (a timed "unpack"); the a
 first; 'ring' works in row-major order: an operand laid out otherwise is packed into that order first,
 and a result laid out otherwise is unpacked from it at the end.
 
-`ring_reduce_scatter`, `fold_arrivals` and `laid_out` are shared with `psum_scatter`. Every algorithm but
-'direct' and 'in_network' folds in another order; `oracles._reordered` states the bound all of them keep.
+The ring's reduce-scatter and all-gather ('ring', 'per_axis', 'hierarchical') are `collectives._ring_lanes`,
+shared with `psum_scatter` as `fold_arrivals` is. Every algorithm but 'direct' and 'in_network' folds in
+another order; `oracles._reordered` states the bound all of them keep.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from itertools import pairwise
 
 import numpy as np
 
@@ -79,9 +79,9 @@ from collectives._algorithm import (
     pairs,
 )
 from collectives._algorithm import whole as whole_operand
-from collectives._algorithms import Team, axis_teams, resolve, ring_team
+from collectives._algorithms import axis_teams, resolve, ring_team
 from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
-from collectives._common import pack_slice, received, row_major_everywhere, unpack_into, unpack_values
+from collectives._common import laid_out, pack_slice, row_major, row_major_everywhere, unpack_into, unpack_values
 from collectives._halving import (
     SwappedPartials,
     chunk_bounds,
@@ -91,8 +91,13 @@ from collectives._halving import (
 )
 from collectives._in_network import ALL_REDUCE as IN_NETWORK
 from collectives._in_network import all_reduce as in_network_all_reduce
-from collectives._joint import Cut, cut, joint, staged
+from collectives._joint import cut, joint
+from collectives._ring_lanes import reduce_scatter_lanes, ring_all_reduce, ring_reduce_scatter, split, staging
 from layouts import Layout
+
+# the names other modules take from here (the ring's and the layouts' parts live in _ring_lanes and _common)
+__all__ = ["ALGORITHMS", "AllReduceArgs", "all_reduce_protocol", "fold_arrivals", "laid_out", "reduce_scatter_lanes",
+           "ring_reduce_scatter", "split", "staging"]
 
 
 @dataclass(frozen=True)
@@ -160,15 +165,15 @@ def fold_arrivals(port: sim.Port, reduction: str, dtype: np.dtype, shape: tuple[
 
 def _ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     source = port.memory.view(args.buffer)
-    terms = yield from _row_major(port, source, phase="operand")
-    flat = yield from _ring_all_reduce(port, [(ring_team(port), terms.reshape(-1), "")], args.reduction)
+    terms = yield from row_major(port, source, phase="operand")
+    flat = yield from ring_all_reduce(port, [(ring_team(port), terms.reshape(-1), "")], args.reduction)
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
 def _bidirectional_ring(port: sim.Port, args: AllReduceArgs) -> Generator:
     """A bidirectional reduce-scatter, then a bidirectional all-gather (`collectives._bidirectional`)."""
     source = port.memory.view(args.buffer)
-    terms = yield from _row_major(port, source, phase="operand")
+    terms = yield from row_major(port, source, phase="operand")
     team = ring_team(port)
     parts = cut(terms.reshape(-1), team.size)
     mine = yield from bidirectional.reduce_scatter(port, team, parts, args.reduction, "reduce-scatter")
@@ -183,12 +188,12 @@ def _hierarchical(port: sim.Port, args: AllReduceArgs) -> Generator:
     """Direct reduce-scatter inside the node, ring all-reduce across nodes, direct all-gather inside the node
     (`collectives._hierarchical`)."""
     source = port.memory.view(args.buffer)
-    terms = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    terms = (yield from row_major(port, source, phase="operand")).reshape(-1)
     node, across = hierarchical.node_teams(port)
     parts = direct_rows.singles(terms, node.size)
     [mine] = yield from hierarchical.reduce_scatter(port, node, parts, args.reduction, "intra-node reduce-scatter")
     if across.size > 1:
-        mine = yield from _ring_all_reduce(port, [(across, mine, "inter-node ")], args.reduction)
+        mine = yield from ring_all_reduce(port, [(across, mine, "inter-node ")], args.reduction)
     flat = port.memory.view(port.memory.alloc(source.dtype, (source.size,)))
     units = direct_rows.singles(flat, node.size)
     units[node.index][0][...] = mine
@@ -199,7 +204,7 @@ def _hierarchical(port: sim.Port, args: AllReduceArgs) -> Generator:
 def _tree(port: sim.Port, args: AllReduceArgs) -> Generator:
     """NCCL's tree, simplified: a chain in each node, a double binary tree across nodes (`collectives._tree`)."""
     source = port.memory.view(args.buffer)
-    terms = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    terms = (yield from row_major(port, source, phase="operand")).reshape(-1)
     flat = yield from tree.all_reduce(port, terms, args.reduction)
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
@@ -207,136 +212,18 @@ def _tree(port: sim.Port, args: AllReduceArgs) -> Generator:
 def _per_axis(port: sim.Port, args: AllReduceArgs) -> Generator:
     """A ring all-reduce along each mesh axis of the grid in turn, the minor axis first."""
     source = port.memory.view(args.buffer)
-    flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    flat = (yield from row_major(port, source, phase="operand")).reshape(-1)
     for k, team in axis_teams(port, args.shape):
-        flat = yield from _ring_all_reduce(port, [(team, flat, f"axis {k} ")], args.reduction)
+        flat = yield from ring_all_reduce(port, [(team, flat, f"axis {k} ")], args.reduction)
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
 
 
 def _multi_axis(port: sim.Port, args: AllReduceArgs) -> Generator:
     """A multi-axis reduce-scatter, then a multi-axis all-gather (`collectives._multi_axis`)."""
     source = port.memory.view(args.buffer)
-    flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    flat = (yield from row_major(port, source, phase="operand")).reshape(-1)
     flat = yield from multi_axis.all_reduce(port, flat, args.shape, args.reduction)
     return (yield from laid_out(port, flat.reshape(source.shape), args.out_layout, phase="result"))
-
-
-Lane = tuple[Team, np.ndarray, str]  # (the ring's members in order, this member's flat terms, a phase prefix)
-
-
-def _ring_all_reduce(port: sim.Port, lanes: list[Lane], reduction: str) -> Generator:
-    """Ring reduce-scatter then ring all-gather of every lane at once; the lanes' results joined, flat."""
-    n = lanes[0][0].size
-    pieces = [cut(terms, n) for _, terms, _ in lanes]
-    mine = yield from reduce_scatter_lanes(
-        port, [(team, parts, phase) for (team, _, phase), parts in zip(lanes, pieces)], reduction)
-    total = sum(terms.size for _, terms, _ in lanes)
-    flat = joint(port, "all-gather", lanes[0][1].dtype, (total,))
-    bounds = np.cumsum([0] + [terms.size for _, terms, _ in lanes])
-    gathers = [(team, m, cut(flat[bounds[k]:bounds[k + 1]], n), phase)
-               for k, ((team, _, phase), m) in enumerate(zip(lanes, mine))]
-    yield from _ring_all_gather(port, gathers)
-    return flat
-
-
-def ring_reduce_scatter(port: sim.Port, parts: Sequence[np.ndarray], reduction: str) -> Generator:
-    """Fold chunk c of every member's `parts` around the group's ring so that member c ends with it complete.
-
-    `parts[c]` is this member's own term for chunk c, a view of its memory, read in row-major order
-    (packed first by a timed step where that order is strided). Returns the complete chunk of this
-    member's index.
-    """
-    team = ring_team(port)
-    arranged = parts if team.order is None else team.arrange(list(parts))  # a Cut stays one, uncut
-    return (yield from reduce_scatter_lanes(port, [(team, arranged, "")], reduction))[0]
-
-
-def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]], reduction: str) -> Generator:
-    """`ring_reduce_scatter` over several rings at once (each step: every lane sends, then every lane receives).
-
-    In each lane chunk c is folded into the identity in the ring order c+1, c+2, ..., c; each partial sum
-    lives in its own row-major buffer, written once, so a view in flight is never overwritten. Returns each
-    lane's complete chunk of the caller's ring position.
-    """
-    memory, states = port.memory, []
-    for team, parts, phase in lanes:
-        own = parts if isinstance(parts, Cut) else list(parts)  # a Cut's units are contiguous
-        if not isinstance(own, Cut) and not all(part.flags.c_contiguous for part in own):
-            own = []
-            for c, part in enumerate(parts):  # a contiguous part is its own row-major values (no step, no copy)
-                own.append(part if part.flags.c_contiguous else (yield from _row_major(port, part, chunk=c)))
-        partial = (len(lanes) == 1 and staged(port, phase + "partials", own)) or staging(memory, own)
-        c = (team.index - 1) % team.size
-        partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
-        states.append([team, phase, own, partial, c])
-    if len(lanes) == 1 and lanes[0][0].size > 1 and ring_steps.by_tables(port, phase + "reduce-scatter", own[0],
-                                                                          reduction):
-        yield from ring_steps.reduce_scatter(port, team, own, partial, reduction, phase + "reduce-scatter")
-        return [partial[team.index]]
-    for step in range(lanes[0][0].size - 1 if lanes else 0):
-        for team, phase, _, partial, c in states:
-            payload, header = yield from pack_slice(port, partial[c], Layout.row_major(partial[c].ndim))
-            port.send(team.at(1), payload, tag=(phase + "reduce-scatter", step), header=header,
-                      phase=phase + "reduce-scatter", step=step, chunk=c)
-        for state in states:
-            team, phase, own, partial, c = state
-            state[4] = c = (c - 1) % team.size
-            message = yield port.recv(team.at(-1), tag=(phase + "reduce-scatter", step))
-            yield from sim.add_step(port, own[c].nbytes, step=step, chunk=c)
-            partial[c][...] = combine(reduction, received(message), own[c])
-    return [partial[c] for _, _, _, partial, c in states]
-
-
-def split(flat: np.ndarray, n: int) -> list[np.ndarray]:
-    """`numpy.array_split(flat, n)` of a 1-D array: the same views, made by plain slicing.
-
-    >>> [part.tolist() for part in split(np.arange(5), 3)]
-    [[0, 1], [2, 3], [4]]
-    """
-    q, r = divmod(len(flat), n)
-    bounds = np.minimum(np.arange(n + 1), r) + np.arange(n + 1) * q
-    return [flat[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
-
-
-def staging(memory: sim.LocalMemory, like: Sequence[np.ndarray]) -> list[np.ndarray] | np.ndarray:
-    """Zeroed buffers of the shapes of `like`, as views of one new row-major array of `memory` (the bytes
-    of one allocation per chunk, in one allocation). One allocation each where their dtypes differ."""
-    dtypes = {part.dtype for part in like}
-    if len(dtypes) != 1:
-        return [memory.view(memory.alloc(part.dtype, part.shape)) for part in like]
-    sizes = [part.size for part in like]
-    flat = memory.view(memory.alloc(dtypes.pop(), (sum(sizes),)))
-    if isinstance(like, np.ndarray):  # equal parts along the first axis
-        return flat.reshape(like.shape)
-    shapes = {part.shape for part in like}
-    if len(shapes) == 1 and like[0].shape:  # rows of one array (0-d rows would be scalars)
-        return list(flat.reshape((len(like), *like[0].shape)))
-    bounds = np.cumsum([0, *sizes]).tolist()
-    if all(len(shape) == 1 for shape in shapes):  # 1-D parts: plain slices
-        return [flat[a:b] for a, b in pairwise(bounds)]
-    return [flat[a:b].reshape(part.shape) for (a, b), part in zip(pairwise(bounds), like)]
-
-
-def _ring_all_gather(port: sim.Port, lanes: list[tuple[Team, np.ndarray, list[np.ndarray], str]]) -> Generator:
-    """Pass each lane's complete chunks around its ring into `chunks` (1-D row-major views), own chunk first."""
-    for team, mine, chunks, _ in lanes:
-        chunks[team.index][...] = mine
-    if len(lanes) == 1 and lanes[0][0].size > 1:
-        team, _, chunks, phase = lanes[0]
-        if ring_steps.by_tables(port, phase + "all-gather", chunks[0]):
-            order = list(range(team.size))
-            yield from ring_steps.gather(port, team, chunks, order, phase + "all-gather", "chunk")
-            return
-    for step in range(lanes[0][0].size - 1):
-        for team, _, chunks, phase in lanes:
-            c = (team.index - step) % team.size
-            payload, header = yield from pack_slice(port, chunks[c], Layout.row_major(1))
-            port.send(team.at(1), payload, tag=(phase + "all-gather", step), header=header,
-                      phase=phase + "all-gather", step=step, chunk=c)
-        for team, _, chunks, phase in lanes:
-            c = (team.index - 1 - step) % team.size
-            message = yield port.recv(team.at(-1), tag=(phase + "all-gather", step))
-            yield from unpack_into(port, message, chunks[c], chunk=c)
 
 
 def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
@@ -388,7 +275,7 @@ def _doubling_rows(port: sim.Port, source: np.ndarray, reduction: str) -> Genera
 def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:
     """Recursive halving, then recursive doubling, in row-major order (`collectives._halving`)."""
     source = port.memory.view(args.buffer)
-    flat = (yield from _row_major(port, source, phase="operand")).reshape(-1)
+    flat = (yield from row_major(port, source, phase="operand")).reshape(-1)
     n, size = port.group.size, flat.size  # numpy.array_split's bounds, worked out once per call
     bounds = port.once(("rabenseifner bounds", size), lambda: chunk_bounds([len(c) for c in split(flat, n)]))
     if n > 1 and ring_steps.by_tables(port, "recursive-halving", flat, args.reduction) \
@@ -399,19 +286,6 @@ def _rabenseifner(port: sim.Port, args: AllReduceArgs) -> Generator:
         out = joint(port, "rabenseifner", flat.dtype, flat.shape)  # rows of one array: a step's copies at once
         yield from doubling_all_gather(port, mine, out, bounds)
     return (yield from laid_out(port, out.reshape(source.shape), args.out_layout, phase="result"))
-
-
-def _row_major(port: sim.Port, view: np.ndarray, **detail) -> Generator:
-    """`view`'s values in row-major order: the memory itself when that is one contiguous run, else packed."""
-    values, _ = yield from pack_slice(port, view, Layout.row_major(view.ndim), **detail)
-    return values
-
-
-def laid_out(port: sim.Port, values: np.ndarray, layout: Layout, **detail) -> Generator:
-    """`values` (row-major) copied into a new buffer laid out with `layout`, a timed unpack where strided."""
-    out = port.memory.view(port.memory.alloc(values.dtype, values.shape, layout))
-    yield from unpack_values(port, values, tuple(range(values.ndim)), out, **detail)
-    return out
 
 
 def _fresh(port: sim.Port, value: np.ndarray, layout: Layout) -> np.ndarray:

@@ -173,3 +173,16 @@ def unpack_values(port: sim.Port, values: np.ndarray, order: tuple[int, ...], ta
     if runs > 1:
         yield from sim.copy_step(port, "unpack", values.nbytes, runs, **detail)
     region[...] = values
+
+
+def row_major(port: sim.Port, view: np.ndarray, **detail) -> Generator:
+    """`view`'s values in row-major order: the memory itself when that is one contiguous run, else packed."""
+    values, _ = yield from pack_slice(port, view, layouts.Layout.row_major(view.ndim), **detail)
+    return values
+
+
+def laid_out(port: sim.Port, values: np.ndarray, layout: layouts.Layout, **detail) -> Generator:
+    """`values` (row-major) copied into a new buffer laid out with `layout`, a timed unpack where strided."""
+    out = port.memory.view(port.memory.alloc(values.dtype, values.shape, layout))
+    yield from unpack_values(port, values, tuple(range(values.ndim)), out, **detail)
+    return out

@@ -31,12 +31,13 @@ from collectives._algorithm import (
 )
 from collectives._algorithm import part as share
 from collectives._algorithms import axes_shape, check_algorithm, named, resolve, ring_team
-from collectives._allreduce import fold_arrivals, laid_out, reduce_scatter_lanes, ring_reduce_scatter
+from collectives._allreduce import fold_arrivals
 from collectives._arithmetic import fold
 from collectives._common import (
     axis_index,
     canonical_axis,
     group_of,
+    laid_out,
     map_tree,
     operand,
     out_layout_of,
@@ -59,6 +60,7 @@ from collectives._halving import chunk_bounds, halving_reduce_scatter
 from collectives._in_network import REDUCE_SCATTER as IN_NETWORK
 from collectives._in_network import check_network, reduce_scatter
 from collectives._joint import Cut
+from collectives._ring_lanes import reduce_scatter_lanes, ring_reduce_scatter
 from collectives._strategy import split_shape
 from collectives._vma import typed
 from layouts import Layout

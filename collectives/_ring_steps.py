@@ -3,7 +3,7 @@
 A ring pass is n - 1 steps round a team of n members; at step s the member at ring position p sends
 its unit of position p - s (a gather) or its partial sum of position p - 1 - s (a reduce-scatter) to the
 next member, and receives from the previous one. The member-by-member loops (`collectives._gathering.ring`,
-`collectives._allreduce.reduce_scatter_lanes`, `_ring_all_gather`) keep the same messages for the runs
+`collectives._ring_lanes.reduce_scatter_lanes`, `ring_all_gather`) keep the same messages for the runs
 `sim.engine.steps_fit` refuses and for units laid out in strided memory; these classes say, for all members
 at once, what the messages carry (their bytes, their trace details) and what each receiver writes, read
 from the senders' memory when the messages arrive.

@@ -10,7 +10,7 @@ messages, posted together at P on the link (a, b) of a fully connected network, 
 left, empty ones L after P (`sim.network._flows`), and the receiver, woken at its first message's
 arrival, takes the others as they come and posts the next hop then. `Chain` works out every hop's post,
 report and arrival times that way, in the order and with the float operations the clock and the network
-use (an event set `d` ahead of `t` fires at `t + d`), runs every member's program (the same operations,
+use (`sim.network._uncontended`: `one_link_s`, `woken_s`), runs every member's program (the same operations,
 so the same bytes; a float sum folded for all members at once where that gives the same bits:
 `Chain._fold_at_once`) and writes the trace records of each hop at its post instant, with their arrivals.
 
@@ -48,6 +48,7 @@ from collectives._arithmetic import identity, quick_combine
 from collectives._common import row_major_everywhere
 from collectives._tree_steps import Programs, Receive, Send
 from sim._simpy import fire_at, idle_since, ticket
+from sim.network._uncontended import clock_s, one_link_s, woken_s
 
 __all__ = ["Chain", "chain_fits"]
 
@@ -191,7 +192,7 @@ class Chain:
         """`hop`'s reports, the receiver's wake (its receives of the hop's messages, in its program's
         order) and the sender's free time; False where the receiver does not take them next."""
         wires = [self._wire(p[3].nbytes) for p in hop.posts]
-        hop.reports = _reports(hop.post_s, wires, self.latency_s, self.bandwidth)
+        hop.reports = one_link_s(hop.post_s, wires, self.latency_s, self.bandwidth)
         receiver = hop.receiver
         program, by_key = self.programs.programs[receiver], {p[2]: i for i, p in enumerate(hop.posts)}
         hop.pc, t = pc[receiver], -math.inf
@@ -201,11 +202,11 @@ class Chain:
                 return False
             report_s, arrival_s = hop.reports[by_key.pop(op.key)]
             hop.direct = report_s >= t  # else reported before the member reached this receive
-            t = _woken(t, report_s, arrival_s)
+            t = woken_s(t, report_s, arrival_s)
             pc[receiver] += 1
         last_report = max(r for r, _ in hop.reports)
         latest = max(a for _, a in hop.reports)
-        hop.wake_s, hop.free_s = t, last_report + (latest - last_report)
+        hop.wake_s, hop.free_s = t, clock_s(last_report, latest)
         return True
 
     # ------------------------------------------------------------------------------------------- the run
@@ -359,37 +360,3 @@ def _walk(program: list, pc: list[int], j: int, posts: list, run: bool) -> None:
             op.act()
         i += 1
     pc[j] = i
-
-
-def _reports(post_s: float, wires: list[float], latency_s: float, bandwidth: float) -> list[tuple[float, float]]:
-    """(report, arrival) of messages of `wires` bytes posted together at `post_s` on one link of `bandwidth`
-    and `latency_s`, as `sim.network._flows.LinkState` times them: empty ones reported at once, arriving a
-    latency later; the others share the link max-min fairly, rates set anew at each step (bytes left, then
-    the finish), the next step set at `clock + (finish - clock)`, each arriving a latency after its last byte.
-
-    >>> _reports(0.0, [8.0, 0.0], 1.0, 4.0)
-    [(2.0, 3.0), (0.0, 1.0)]
-    """
-    reports: list[tuple[float, float]] = [(post_s, post_s + latency_s)] * len(wires)
-    flows = [[i, w, post_s, 0.0, math.inf] for i, w in enumerate(wires) if w > 0]  # index, left, t0, rate, finish
-    now = clock = post_s  # the network's step time, and the clock's time of that step's event
-    while flows:
-        rate = bandwidth / len(flows)
-        for flow in flows:
-            if flow[3] != rate:
-                flow[1] = max(flow[1] - flow[3] * (now - flow[2]), 0.0)
-                flow[2], flow[3], flow[4] = now, rate, now + flow[1] / rate
-        now = min(flow[4] for flow in flows)
-        clock = clock + (now - clock)
-        for flow in flows:
-            if flow[4] <= now:
-                reports[flow[0]] = (clock, flow[4] + latency_s)
-        flows = [flow for flow in flows if flow[4] > now]
-    return reports
-
-
-def _woken(t: float, report_s: float, arrival_s: float) -> float:
-    """When a member that reaches a receive at `t` is woken for its message, reported at `report_s` and
-    arriving at `arrival_s`: the wake is set at the later of the two, `arrival - then` ahead."""
-    then = max(t, report_s)
-    return then + (arrival_s - then if arrival_s > then else 0)

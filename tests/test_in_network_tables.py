@@ -22,7 +22,7 @@ import collectives
 import sim
 from collectives import _in_network
 from sim import P
-from sim.engine import _switch_rows
+from sim.engine import _switch_calls, _switch_rows
 
 SWITCH = sim.Network(1e-6, 10e9, "switch", switch_reduces=True)
 NETWORKS = {
@@ -134,9 +134,9 @@ def test_a_table_path_that_differs_is_caught():
     with shard_by_shard():
         want = seen(run(SWITCH, {"x": 4}, program, x))
     assert seen(run(SWITCH, {"x": 4}, program, x)) == want
-    fire = _switch_rows._fire
-    with mock.patch.object(_switch_rows, "_fire", lambda env, event, value, delay: fire(env, event, value,
-                                                                                       delay + 1.0)):
+    fire = _switch_calls._fire
+    with mock.patch.object(_switch_calls, "_fire", lambda env, event, value, delay: fire(env, event, value,
+                                                                                        delay + 1.0)):
         late = seen(run(SWITCH, {"x": 4}, program, x))
     assert late["end_s"] != want["end_s"] and late["calls"] != want["calls"]
     original = _switch_rows.SwitchRows.contribute

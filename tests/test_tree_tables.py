@@ -333,8 +333,8 @@ def test_chain_comparison_can_fail(wrong):
         if wrong == "sums in order":
             patch.setattr(tree_chain.Chain, "_fold_at_once", _head_first)
         elif wrong == "a bandwidth term dropped":
-            real = tree_chain._reports
-            patch.setattr(tree_chain, "_reports", lambda post_s, wires, latency_s, bandwidth: real(
+            real = tree_chain.one_link_s
+            patch.setattr(tree_chain, "one_link_s", lambda post_s, wires, latency_s, bandwidth: real(
                 post_s, [0.0 for _ in wires], latency_s, bandwidth))
         elif wrong == "resumes swapped":
             real_next = tree_chain.Chain._next

@@ -7,8 +7,9 @@ evaluates for all members at once, exactly as the per-event loop would make them
 - member j posts step 0 at t0, and step s + 1 when its last message of step s is taken (its wake);
 - a message of S > 0 wire bytes posted at P alone on its route's links (checked: no two messages share a
   link at overlapping times) runs at its route's narrowest capacity c (the max-min fair rate of a flow
-  alone, `sim.network._flows`): it ends at F = P + S / c, where the network's step at F reports it, and
-  arrives at A = F + its route's latency. An empty message is reported at P and arrives at P + latency;
+  alone): it ends at F = P + S / c, where the network's step at F reports it, and arrives at A = F + its
+  route's latency. An empty message is reported at P and arrives at P + latency (`sim.network._uncontended`,
+  whose float operations are those of the flow model);
 - a receiver takes its messages in order. Message q is reported at R (F, or P when empty); if the receiver
   was already waiting for it (R >= the wake W' of its message q - 1), the network's step at R schedules the
   wake, else the receiver's own wake W' does; either way the wake is at `base + (A - base)` (or `base` when
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.network import _topology
+from sim.network._uncontended import Routes, alone_s, clock_s, routes_alone, woken_s
 
 if TYPE_CHECKING:
     from sim.engine._group import Steps
@@ -43,7 +44,6 @@ __all__ = ["ENABLED", "Plan", "plan"]
 
 ENABLED = True  # whether `Steps` loops try the closed form (tests compare it with the event path)
 _BIG = 1 << 40  # a report's class (ended flows, then empty messages) ahead of its row
-_TOLERANCE = 2e-9  # capacities closer than this (relative) could fill together in progressive filling
 _CANDIDATES = 64  # network steps a low flow's end could be scheduled from, at most, before giving up
 
 
@@ -87,24 +87,20 @@ def plan(loop: Steps, start_s: np.ndarray, joined: np.ndarray, sizes: np.ndarray
 @dataclass(frozen=True)
 class _Routes:
     """Each message's wire bytes and route (`pair`; `tiled` where every step's routes are the first step's);
-    each route's latency and rate alone on it (`latency[p]`, `rate[p]`); its links `link[pair_of == p]`."""
+    each route's latency, rate alone on it and links (`alone`)."""
 
     sizes: np.ndarray
     wire: np.ndarray
     tiled: bool
-    latency: np.ndarray
-    rate: np.ndarray
     pair: np.ndarray
-    pair_of: np.ndarray
-    link: np.ndarray
+    alone: Routes
 
 
 def _routes(loop: Steps, sizes: np.ndarray) -> _Routes | None:
     """The messages' routes (None where rates could depend on which flows run together, or a message stays
     on its device)."""
     transport, n = loop.transport, len(loop.members)
-    links, network = transport.links, transport.links.network
-    costs = transport.costs
+    links, costs = transport.links, transport.costs
     wire = sizes.astype(np.float64) if transport._free else np.array(
         [costs.wire_bytes(size) for size in sizes.tolist()], np.float64)
     block = loop.ways * n  # a step's messages: where every step goes to the same members, routes of one step
@@ -120,27 +116,16 @@ def _routes(loop: Steps, sizes: np.ndarray) -> _Routes | None:
     pairs, inverse = np.unique(src * devices + dst, return_inverse=True)
     if len(to) < len(loop.to):
         inverse = np.tile(inverse, loop.count)
-    psrc, pdst = pairs // devices, pairs % devices
-    flow_of, start, stop, hops = _topology.segments(network, psrc, pdst, devices)
-    latency = _topology.route_latency(network, psrc, pdst, hops)
-    lengths = stop - start
-    link = np.repeat(start, lengths) + (np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths,
-                                                                                   lengths))
-    capacity = (links._capacity[link] if links._dense
-                else _topology.capacities(network, link, devices)).astype(np.float64)
-    distinct = np.unique(capacity)
-    if len(distinct) > 1 and np.any(distinct[1:] <= distinct[:-1] * (1 + _TOLERANCE)):
+    alone = routes_alone(links, pairs // devices, pairs % devices)
+    if alone is None:
         return None
-    rate = np.full(len(pairs), np.inf)
-    pair_of = np.repeat(flow_of, lengths)
-    np.minimum.at(rate, pair_of, capacity)
-    return _Routes(sizes, wire, len(to) < len(loop.to), latency, rate, inverse, pair_of, link)
+    return _Routes(sizes, wire, len(to) < len(loop.to), inverse, alone)
 
 
 def _recur(loop: Steps, start_s: np.ndarray, joined: np.ndarray, next_row: int, routes: _Routes) -> Plan | None:
     """Evaluate the recurrence step by step (see the module docstring)."""
     n, count, ways = len(loop.members), loop.count, loop.ways
-    wire, latency, rate, pair = routes.wire, routes.latency, routes.rate, routes.pair
+    wire, latency, rate, pair = routes.wire, routes.alone.latency, routes.alone.rate, routes.pair
     empty = wire == 0
     post = np.empty((count, n))
     post[0] = start_s
@@ -166,10 +151,8 @@ def _recur(loop: Steps, start_s: np.ndarray, joined: np.ndarray, next_row: int, 
             next_row += n * ways
         block = slice(s * ways * n, (s + 1) * ways * n)
         posted = np.repeat(post[s][None, :], ways, 0).reshape(-1)
-        ends = posted + wire[block] / rate[pair[block]]
-        finish[block] = np.where(empty[block], np.nan, ends)
-        report[block] = np.where(empty[block], posted, ends)
-        arrival[block] = report[block] + latency[pair[block]]
+        finish[block], report[block], arrival[block] = alone_s(posted, wire[block], rate[pair[block]],
+                                                               latency[pair[block]])
         keys, wake = _receive(loop, s, wake, report, arrival, empty, row, rank)
         if s + 1 < count:
             post[s + 1] = wake
@@ -197,11 +180,9 @@ def _receive(loop: Steps, s: int, wake: np.ndarray, report: np.ndarray, arrival:
     for w in range(ways):
         q = s * ways + w
         at = q * n + loop.sender[q, receivers]
-        reported, arrives = report[at], arrival[at]
+        reported = report[at]
         waiting = reported >= before
-        base = np.where(waiting, reported, before)
-        delay = arrives - base
-        now = np.where(delay > 0, base + delay, base)
+        now = woken_s(before, reported, arrival[at])
         term = np.where(empty[at], _BIG, 0) + row[at]
         levels.append((waiting, reported, term, before))
         before = now
@@ -283,10 +264,10 @@ def _apart(loop: Steps, routes: _Routes, post: np.ndarray, posted: np.ndarray, f
     """Whether no two flows share a link at overlapping times [post, end)."""
     block = loop.ways * len(loop.members)
     alike = routes.tiled and len(np.unique(routes.pair[:block])) == block
-    if alike and len(np.unique(routes.link)) == len(routes.link):
+    if alike and len(np.unique(routes.alone.link)) == len(routes.alone.link):
         # no link on two routes, each route once a step: a route's flow ends before its next step's starts
         return not np.any(np.tile(post[1:], (1, loop.ways)) < finish.reshape(loop.count, block)[:-1])
-    inverse, pair_of, link = routes.pair, routes.pair_of, routes.link
+    inverse, pair_of, link = routes.pair, routes.alone.route_of, routes.alone.link
     messages = np.flatnonzero(flowing)
     by_pair = np.argsort(pair_of, kind="stable")
     counts = np.bincount(pair_of, minlength=int(inverse.max()) + 1)
@@ -319,6 +300,6 @@ def _exact(posted: np.ndarray, finish: np.ndarray, flowing: np.ndarray) -> bool:
     for k in range(int((hi - lo).max(initial=0))):
         inside = lo + k < hi
         froms = instants[np.minimum(lo + k, len(instants) - 1)]
-        if np.any(inside & (froms + (ends - froms) != ends)):
+        if np.any(inside & (clock_s(froms, ends) != ends)):
             return False
     return True

@@ -9,7 +9,8 @@ holds the terms as they come in, by group index whatever the order of arrival, a
 the last member's row is in (one pass over a stack of terms, as cheap as one addition). Then the network
 carries each sum (`LinkState.send_reduced`: one flow through every contributor's egress port and the
 switch's adders to every receiver's ingress port), and a member's `Port.recv_reduced` fires, once, when the
-last sum it receives has arrived: a call over n members costs n rows and n events, not n^2.
+last sum it receives has arrived: a call over n members costs n rows and n events, not n^2. (How a call is
+held, awaited and settled is shared with the calls posted as tables: `sim.engine._switch_calls`.)
 
 The trace shows each contribution as a message from its member to the shard's owner, and each sum as a
 message from the owner to each receiver; a shard's records all arrive when its sum does. (`Run.link_busy_s`
@@ -20,45 +21,52 @@ them.)
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
-from sim._simpy import fire_after as _fire
+from sim.engine._switch_calls import Fold, HeldCall, SwitchCalls
 from sim.engine._switch_rows import SwitchRows
 
 if TYPE_CHECKING:
     from sim.engine._port import Port
     from sim.engine._transport import Transport
 
-Fold = Callable[[list[np.ndarray]], np.ndarray]  # the sum of terms given in group order
+__all__ = ["Fold", "SwitchReductions"]
 
 
-class _Call:
-    """One call's reductions: every member's row of terms, the trace rows and ports waiting on them, and per
-    receiver the sums arrived so far and the event waiting for the last."""
+class _Call(HeldCall):
+    """One call's reductions shard by shard: the trace rows of every member's contributions, and per receiver
+    (by device) the sums arrived so far and when the last did."""
 
     def __init__(self, members: tuple[int, ...], owners: tuple[int, ...], receivers: list[tuple[int, ...]],
                  fold: Fold) -> None:
-        self.members, self.owners, self.receivers, self.fold = members, owners, receivers, fold
-        self.rows: dict[int, list[np.ndarray]] = {}
+        super().__init__(members, fold, len(owners))
+        self.owners, self.receivers = owners, receivers
         self.first: dict[int, int] = {}  # group index -> trace index of its first contribution
-        self.ports: list[Port] = []
-        self.pending = len(owners)  # sums not arrived yet
         self.expected = Counter(d for r in receivers for d in r)
         self.sums: dict[int, list[tuple[int, np.ndarray]]] = {d: [] for d in members}
         self.last = dict.fromkeys(members, 0.0)
-        self.waiting: dict[int, simpy.Event] = {}
+
+    def key(self, port: Port) -> int:
+        return port.device
+
+    def complete(self, key: int) -> bool:
+        return bool(self.expected.get(key, 0)) and len(self.sums[key]) == self.expected[key]
+
+    def last_s(self, key: int) -> float:
+        return self.last[key]
+
+    def latest_s(self) -> float:
+        return max(self.last.values())
 
 
-class SwitchReductions:
-    """The reductions a reducing switch is doing, by call (exchange)."""
+class SwitchReductions(SwitchCalls[_Call]):
+    """The reductions a reducing switch is doing shard by shard, by call (exchange); `rows`, those posted as
+    tables."""
 
     def __init__(self, transport: Transport) -> None:
-        self.transport = transport
-        self._calls: dict[int, _Call] = {}
+        super().__init__(transport)
         self.rows = SwitchRows(transport)  # the calls posted as tables (`sim.engine._switch_rows`)
 
     def contribute(self, port: Port, parts: list[np.ndarray], owners: tuple[int, ...],
@@ -66,9 +74,7 @@ class SwitchReductions:
         """Member `port.device`'s term of every shard: recorded and held; once every member's row is in, each
         shard's terms are folded in group order and the sums sent on."""
         transport = self.transport
-        call = self._calls.get(port.exchange)
-        if call is None:
-            call = self._calls[port.exchange] = _Call(port.group.members, owners, receivers, fold)
+        call = self._call(port, lambda: _Call(port.group.members, owners, receivers, fold))
         now = transport.env.now
         shards = len(parts)
         details = {**{k: [v] * shards for k, v in detail.items()}, "chunk": list(range(shards)),
@@ -76,16 +82,13 @@ class SwitchReductions:
         call.first[port.group.index] = transport.trace.append_batch(
             port.device, list(owners), [p.nbytes for p in parts], now, [now] * shards, None, port.collective.name,
             port.call, details)
-        call.rows[port.group.index] = parts
-        call.ports.append(port)
-        port.in_flight += 1  # the row: arrived when its last sum has
-        if len(call.rows) == len(call.members):
+        if self._hold(port, call, parts):
             self._send(port, call, detail)
 
     def _send(self, port: Port, call: _Call, detail: dict) -> None:
         """Fold every shard and put its sum on the network to its receivers."""
         transport, now = self.transport, self.transport.env.now
-        rows = [call.rows.pop(i) for i in range(len(call.members))]
+        rows = call.held_rows()
         for j, (owner, receivers) in enumerate(zip(call.owners, call.receivers)):
             total = call.fold([row[j] for row in rows])
             count = len(receivers)
@@ -94,18 +97,6 @@ class SwitchReductions:
             first = transport.trace.append_batch(owner, list(receivers), [total.nbytes] * count, now, [now] * count,
                                                  None, port.collective.name, port.call, details)
             transport.links.send_reduced(call.members, receivers, total.nbytes, _Sum(self, call, j, total, first, now))
-
-    def expect(self, port: Port) -> simpy.Event:
-        """An event that fires when every sum member `port.device` receives in this call has arrived (after its
-        own `contribute`)."""
-        call = self._calls[port.exchange]
-        event = self.transport.env.event()
-        device = port.device
-        if call.expected.get(device, 0) and len(call.sums[device]) == call.expected[device]:
-            _fire(self.transport.env, event, None, call.last[device] - self.transport.env.now)
-        else:
-            call.waiting[device] = event
-        return event
 
     def take(self, port: Port) -> list[tuple[int, np.ndarray]]:
         """(shard, sum) of every sum member `port.device` received, in shard order (after `expect` fired)."""
@@ -122,18 +113,12 @@ class SwitchReductions:
         receivers = call.receivers[shard]
         transport.trace.set_arrivals(np.array([call.first[i] + shard for i in range(len(call.members))]), arrival)
         transport.trace.set_arrivals(np.arange(first, first + len(receivers)), arrival)
-        sums, last, waiting = call.sums, call.last, call.waiting
+        sums, last = call.sums, call.last
         for device in receivers:
             sums[device].append((shard, total))
             if arrival > last[device]:
                 last[device] = arrival
-            if device in waiting and len(sums[device]) == call.expected[device]:
-                _fire(transport.env, waiting.pop(device), None, last[device] - transport.env.now)
-        call.pending -= 1
-        if not call.pending:
-            latest = max(last.values())
-            for port in call.ports:
-                port.arrived(1, latest)
+        self._arrived(call, receivers, 1)
 
 
 class _Sum:

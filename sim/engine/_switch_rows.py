@@ -15,74 +15,70 @@ member receives the flat [s0, s1, t0] when both have arrived.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
-from sim._simpy import fire_after as _fire
+from sim.engine._switch_calls import Fold, HeldCall, SwitchCalls
 from sim.record._columns import Same
 
 if TYPE_CHECKING:
     from sim.engine._port import Port
-    from sim.engine._transport import Transport
 
-Fold = Callable[[list[np.ndarray]], np.ndarray]  # the sum of terms given in group order
+__all__ = ["SwitchRows"]
 
 
-class _RowCall:
-    """One call's rows, the trace rows they made, and per member the sums arrived and the event waiting."""
+class _RowCall(HeldCall):
+    """One call's rows as tables: the trace rows they made, the sum of them all, and per member (by group
+    index) the sums arrived and when the last did."""
 
     def __init__(self, members: tuple[int, ...], bounds: np.ndarray, multicast: bool, fold: Fold) -> None:
         n = len(members)
-        self.members, self.bounds, self.multicast, self.fold = members, bounds, multicast, fold
-        self.rows: dict[int, np.ndarray] = {}
+        super().__init__(members, fold, n)
+        self.bounds, self.multicast = bounds, multicast
         self.firsts = np.zeros(n, np.int64)  # group index -> trace index of its first contribution
-        self.ports: list[Port] = []
-        self.pending = n  # sums not arrived yet
         self.got = np.zeros(n, np.int64)  # by group index: sums arrived
         self.last = np.zeros(n)  # by group index: the latest arrival
-        self.waiting: dict[int, simpy.Event] = {}  # group index -> event
         self.total: np.ndarray | None = None
         self.multicast_first = 0
         self.sent_s = 0.0
         self.taken = 0
 
+    def key(self, port: Port) -> int:
+        return port.group.index
 
-class SwitchRows:
+    def complete(self, key: int) -> bool:
+        return bool(self.got[key] == (len(self.members) if self.multicast else 1))
+
+    def last_s(self, key: int) -> float:
+        return float(self.last[key])
+
+    def latest_s(self) -> float:
+        return float(self.last.max())
+
+
+class SwitchRows(SwitchCalls[_RowCall]):
     """The table calls a reducing switch is doing, by call (exchange)."""
-
-    def __init__(self, transport: Transport) -> None:
-        self.transport = transport
-        self._calls: dict[int, _RowCall] = {}
 
     def contribute(self, port: Port, flat: np.ndarray, bounds: np.ndarray, multicast: bool, fold: Fold,
                    detail: dict) -> None:
         """Member `port.device`'s row (shard j is `flat[bounds[j]:bounds[j + 1]]`): recorded and held; once
         every member's row is in, the rows are folded and every sum posted."""
-        call = self._calls.get(port.exchange)
-        if call is None:
-            call = self._calls[port.exchange] = _RowCall(port.group.members, bounds, multicast, fold)
+        call = self._call(port, lambda: _RowCall(port.group.members, bounds, multicast, fold))
         now = self.transport.env.now
         shards = len(bounds) - 1
         details = {**{k: Same(v) for k, v in detail.items()}, "chunk": range(shards), "switch": Same("reduce")}
         call.firsts[port.group.index] = self.transport.trace.append_batch(
             port.device, call.members, np.diff(bounds) * flat.itemsize, now, now, None, port.collective.name,
             port.call, details)
-        call.rows[port.group.index] = flat
-        call.ports.append(port)
-        port.in_flight += 1  # the row: arrived when its last sum has
-        if len(call.rows) == len(call.members):
+        if self._hold(port, call, flat):
             self._send(port, call, detail)
 
     def _send(self, port: Port, call: _RowCall, detail: dict) -> None:
         """Fold the rows and post every shard's sum, recorded as from its owner to its receivers."""
         transport, now, members = self.transport, self.transport.env.now, call.members
         n = len(members)
-        rows = [call.rows.pop(i) for i in range(n)]
-        call.rows = {}
-        call.total = total = call.fold(rows)
+        call.total = total = call.fold(call.held_rows())
         sizes = np.diff(call.bounds) * total.itemsize
         shard = np.arange(n, dtype=np.int64)
         if call.multicast:
@@ -96,17 +92,6 @@ class SwitchRows:
                                                             port.call, details)
         call.sent_s = now
         transport.links.send_reduced_table(members, call.multicast, sizes, _Sums(self, call))
-
-    def expect(self, port: Port) -> simpy.Event:
-        """An event that fires when every sum member `port.device` receives has arrived."""
-        call = self._calls[port.exchange]
-        event = self.transport.env.event()
-        i = port.group.index
-        if call.got[i] == (len(call.members) if call.multicast else 1):
-            _fire(self.transport.env, event, None, float(call.last[i]) - self.transport.env.now)
-        else:
-            call.waiting[i] = event
-        return event
 
     def take(self, port: Port) -> np.ndarray:
         """The sums member `port.device` received (after `expect` fired): every shard's, flat (multicast), or
@@ -148,15 +133,7 @@ class SwitchRows:
             call.got[slots] += 1
             call.last[slots] = np.maximum(call.last[slots], arrival)
             woken = slots.tolist()
-        now, waiting = transport.env.now, call.waiting
-        for i in woken:
-            if i in waiting:
-                _fire(transport.env, waiting.pop(i), None, float(call.last[i]) - now)
-        call.pending -= len(slots)
-        if not call.pending:
-            latest = float(call.last.max())
-            for port in call.ports:
-                port.arrived(1, latest)
+        self._arrived(call, woken, len(slots))
 
 
 class _Sums:

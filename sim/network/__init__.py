@@ -2,7 +2,8 @@
 links' state (flows sharing links max-min fairly)."""
 
 from sim.network._costs import Costs
-from sim.network._flows import LinkState, max_min_rates
+from sim.network._fair import max_min_rates
+from sim.network._flows import LinkState
 from sim.network._in_network import in_network_s
 from sim.network._mesh import Group, Mesh, check_axis_index_groups
 from sim.network._network import DEFAULT_COPY_COST, TOPOLOGIES, CopyCost, Network

@@ -19,14 +19,8 @@ The model, precisely:
 - On a multipath network (`Network(multipath=True)`) a message is several flows, one per minimal path, each
   with its share of the bytes (`sim.network._topology.subflows`); it arrives when the last of them does.
 
-Progressive filling runs on all flows in flight at once, in numpy. A route is a few intervals of
-consecutive link indices (`sim.network._topology.segments`: on a torus, one run of links per dimension), so each
-round counts the unfrozen flows on every link with a difference array and a prefix sum, finds the links of
-the smallest fair share (to within a relative 1e-9, so links equal up to rounding fill together), and
-freezes every flow with an interval over one of them (a prefix sum over the full links): the same rates
-as progressive filling over explicit link lists, in time linear in the number of messages, not of hops. A
-link's used capacity is kept as integer counts of frozen flows times the rounds' levels, so the rates do
-not depend on the order flows were posted in.
+Progressive filling runs on all flows in flight at once, in numpy (`sim.network._fair`); a message whose
+flow has its links to itself is timed ahead by the same float operations in `sim.network._uncontended`.
 """
 
 from __future__ import annotations
@@ -39,8 +33,10 @@ import numpy as np
 from sim._errors import InvalidArgumentError
 from sim._simpy import NORMAL, fire
 from sim.network import _in_network, _topology
+from sim.network._fair import max_min_rates, on_links
 from sim.network._inflight import Flows, posted_columns
 from sim.network._parts import Parts
+from sim.network._uncontended import end_s, left_bytes
 
 if TYPE_CHECKING:
     import simpy
@@ -48,7 +44,6 @@ if TYPE_CHECKING:
     from sim.network._network import Network
 
 _LATE = NORMAL + 1  # a step runs after every other event of its instant: it sees every message posted then
-_TOLERANCE = 1e-9
 _FEW_FLOWS = 4  # dense links: counted by a bincount over all links when at most this many per flow
 _DENSE_LINKS = 1 << 23  # above this many link indices (fully connected only), links in use are renumbered
 
@@ -57,41 +52,6 @@ class Sink(Protocol):
     """What is told when messages arrive: their slots (as given to `LinkState.send`) and arrival times."""
 
     def arrived(self, slots: np.ndarray, arrivals_s: np.ndarray) -> None: ...
-
-
-def max_min_rates(flow_of: np.ndarray, start: np.ndarray, stop: np.ndarray, capacity: np.ndarray,
-                  flows: int) -> np.ndarray:
-    """Max-min fair rates (progressive filling) of `flows` flows; flow `flow_of[j]` crosses links
-    `start[j] .. stop[j] - 1` (0 <= link < len(capacity); every flow crosses at least one link), and link l
-    carries `capacity[l]` in all.
-
-    >>> max_min_rates(np.array([0, 1]), np.array([0, 0]), np.array([1, 2]), np.array([2.0, 0.5]), 2).tolist()
-    [1.5, 0.5]
-    """
-    links = len(capacity)
-    rate, used = np.zeros(flows), np.zeros(links)
-    while len(flow_of):
-        count = _on_links(start, stop, links)
-        busy = np.flatnonzero(count)
-        share = (capacity[busy] - used[busy]) / count[busy]
-        level = max(float(share.min()), 0.0)
-        full = np.zeros(links + 1, np.int64)
-        full[1:][busy[share <= level * (1 + _TOLERANCE)]] = 1
-        np.cumsum(full, out=full)
-        frozen = np.zeros(flows, bool)
-        frozen[flow_of[full[stop] > full[start]]] = True
-        drop = frozen[flow_of]
-        used += _on_links(start[drop], stop[drop], links) * level
-        rate[frozen] = level
-        keep = ~drop
-        flow_of, start, stop = flow_of[keep], start[keep], stop[keep]
-    return rate
-
-
-def _on_links(start: np.ndarray, stop: np.ndarray, links: int, weights: np.ndarray | None = None) -> np.ndarray:
-    """How many intervals [start, stop) cover each link (each counted with its weight, if given)."""
-    edges = np.bincount(start, weights, links + 1) - np.bincount(stop, weights, links + 1)
-    return np.cumsum(edges[:links])
 
 
 class LinkState:
@@ -352,17 +312,16 @@ class LinkState:
             rate = max_min_rates(flows.flow_of, flows.start, flows.stop, self._capacity, len(flows))
         changed = rate != flows.rate
         if changed.all():  # every rate changed (a step that started them all): no gathering
-            left = np.maximum(flows.left - flows.rate * (now_s - flows.t0), 0.0)
+            left = left_bytes(flows.left, flows.rate, flows.t0, now_s)
             flows.left, flows.rate = left, rate
             flows.t0 = np.full(len(rate), now_s)
-            flows.finish = now_s + left / rate
+            flows.finish = end_s(now_s, left, rate)
             return
         changed = np.flatnonzero(changed)
         if len(changed):
-            old = flows.rate[changed]
-            left = np.maximum(flows.left[changed] - old * (now_s - flows.t0[changed]), 0.0)
+            left = left_bytes(flows.left[changed], flows.rate[changed], flows.t0[changed], now_s)
             flows.left[changed], flows.t0[changed], flows.rate[changed] = left, now_s, rate[changed]
-            flows.finish[changed] = now_s + left / rate[changed]
+            flows.finish[changed] = end_s(now_s, left, rate[changed])
 
     def _report(self, sinks: np.ndarray, slots: np.ndarray, arrivals: np.ndarray) -> None:
         """Tell each sink which of its messages arrived, and when."""
@@ -394,8 +353,8 @@ class LinkState:
         wire = np.where(sizes > 0, sizes / costs.efficiency + costs.overhead_bytes, 0.0)
         carried = (wire[message] * share)[flow_of]
         if self._dense:
-            on = _on_links(start, stop, self.links, carried)
-            used = np.flatnonzero(_on_links(start, stop, self.links))
+            on = on_links(start, stop, self.links, carried)
+            used = np.flatnonzero(on_links(start, stop, self.links))
             carried_on = on[used]
         else:  # fully connected on very many devices: each interval is one link
             used, link = np.unique(start, return_inverse=True)
