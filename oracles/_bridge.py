@@ -245,7 +245,8 @@ class _Host:
                                  in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
                                  out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
 
-        values = [_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)]
+        keys = _memo_keys(eqn)
+        values = [np.asarray(jax.random.key_data(x)) if key else np.asarray(x) for x, key in zip(ins, keys)]
         kept = mapped(eqn, self.network, self.strict, self.compiled, self.options, make, source_line(eqn))
         watch, run = kept.watch, run_mapped(kept, *values)
         self.runs.append(run)
@@ -329,9 +330,19 @@ def _placed(x: Any, aval: Any) -> Any:
     return x if isinstance(x, (np.ndarray, jax.Array)) else np.asarray(x, aval.dtype)
 
 
-def _host_value(x: Any, aval: Any) -> np.ndarray:
-    """A shard_map operand as the simulator takes it: a numpy array (a PRNG key array as its key data)."""
-    return np.asarray(jax.random.key_data(x)) if is_key(aval) else np.asarray(x)
+# Which operands of each shard_map equation met are PRNG keys, kept with the equation.
+_keys: dict[int, tuple[core.JaxprEqn, tuple[bool, ...]]] = {}
+
+
+def _memo_keys(eqn: core.JaxprEqn) -> tuple[bool, ...]:
+    """For each operand of the shard_map equation `eqn`, whether it holds PRNG keys (the simulator takes a
+    numpy array, a key array as its key data); found once per equation."""
+    found = _keys.get(id(eqn))
+    if found is None or found[0] is not eqn:
+        if len(_keys) >= _TRACES_KEPT * 16:
+            _keys.clear()
+        found = _keys[id(eqn)] = (eqn, tuple(is_key(v.aval) for v in eqn.invars))
+    return found[1]
 
 
 def canonical(x: Any, aval: Any) -> Any:

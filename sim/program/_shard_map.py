@@ -15,7 +15,7 @@ from sim.engine._driver import current
 from sim.engine._engine import Simulation, gc_paused
 from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_hollow, is_struct
 from sim.memory._array import Array
-from sim.memory._memory import LocalMemory, place_blocks
+from sim.memory._memory import place_blocks
 from sim.memory._spec import PartitionSpec
 from sim.network._mesh import Mesh
 from sim.program import _explore
@@ -128,6 +128,7 @@ class ShardMapped:
         self.explore_orders, self.seed = explore_orders, seed
         self.last_run: Run | None = None
         self._avals: dict[str, dict[str, Aval]] = {}  # input signature -> each output's global aval, by path
+        self._flat: dict[tuple, _FlatPlan] = {}  # flat inputs' shapes and dtypes -> how they are placed
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args).outputs
@@ -177,7 +178,16 @@ class ShardMapped:
         return self.last_run
 
     def _programs(self, simulation: Simulation, args: tuple) -> tuple[list[Callable[[], Any]], str]:
-        """One program per device, its inputs placed in its memory; and the inputs' signature."""
+        """One program per device, its inputs placed in its memory; and the inputs' signature. Inputs that are
+        a flat tuple of plain arrays are placed by the plan their shapes and dtypes made on the first call
+        (`_FlatPlan`: the same signature, blocks and types that call found)."""
+        key = _flat_key(args)
+        plan = self._flat.get(key) if key is not None else None
+        if plan is not None:
+            held = place_blocks(simulation.memories, [(_stacked(x, count), which)
+                                                      for x, (count, which) in zip(args, plan.rows)])
+            if held is not None:
+                return self._started(simulation, args, held, plan.vmas), plan.signature
         in_specs = _expand(self.in_specs, args, "in_specs")
         paths = _paths(args, "args")
         # an array placed with a Format keeps its layout in every device memory
@@ -185,7 +195,11 @@ class ShardMapped:
         values = tree_map(_value, args)  # an Array's values are gathered once, not once per device
         vmas = tree_map(lambda _, spec: frozenset(spec.axes() if self.check_vma else ()), paths, in_specs)
         signature = _signature(paths, values, layouts)
-        held = _held_at_once(self.mesh, simulation.memories, paths, values, layouts, in_specs)
+        rows = _row_stacks(self.mesh, paths, values, layouts, in_specs)
+        if key is not None and rows is not None:
+            self._flat[key] = _FlatPlan(signature, tuple(blocks for _, blocks in rows), tuple(vmas))
+        held = place_blocks(simulation.memories, [(_stacked(x, count), which) for x, (count, which) in rows]) \
+            if rows is not None else None
         if held is not None:
             return self._started(simulation, values, held, vmas), signature
         # every device's block of every input, and its type, found once per input
@@ -302,11 +316,36 @@ class _Blocks:
         self.by_device = by_device
 
 
-def _held_at_once(mesh: Mesh, memories: list[LocalMemory], paths: Any, values: Any, layouts: Any, in_specs: Any
-                  ) -> list[list[np.ndarray]] | None:
-    """Every device's block of every input held in its memory at once (`sim.memory._memory.place_blocks`), when each
-    input is a non-empty C-contiguous numeric array without a layout whose blocks are runs of whole rows;
-    each input's block views by device, in `tree_map`'s order of the inputs. None (nothing held) otherwise."""
+@dataclass(frozen=True)
+class _FlatPlan:
+    """How a call whose inputs are a flat tuple of plain arrays of some shapes and dtypes is placed: the inputs'
+    signature, each input's (block count, block number by device) as `_row_stacks` finds them, and each
+    input's type (vma)."""
+
+    signature: str
+    rows: tuple[tuple[int, list[int]], ...]
+    vmas: tuple[frozenset, ...]
+
+
+def _flat_key(args: Any) -> tuple | None:
+    """The shapes and dtypes of `args` when it is a tuple of non-empty C-contiguous numpy arrays (the inputs a
+    `_FlatPlan` places); None otherwise."""
+    if type(args) is not tuple:
+        return None
+    key = []
+    for x in args:
+        if type(x) is not np.ndarray or not x.size or not x.flags.c_contiguous:
+            return None
+        key.append((x.shape, x.dtype))
+    return tuple(key)
+
+
+def _row_stacks(mesh: Mesh, paths: Any, values: Any, layouts: Any, in_specs: Any
+                ) -> list[tuple[np.ndarray, tuple[int, list[int]]]] | None:
+    """When each input is a non-empty C-contiguous numeric array without a layout whose blocks are runs of
+    whole rows (so `sim.memory._memory.place_blocks` holds every device's block of every input at once): per
+    input, in `tree_map`'s order, the array and (its block count, each device's block number). None
+    otherwise."""
     found: list[Any] = []
 
     def blocks(path: str, x: np.ndarray, layout: Any, spec: PartitionSpec) -> None:
@@ -317,13 +356,17 @@ def _held_at_once(mesh: Mesh, memories: list[LocalMemory], paths: Any, values: A
         if rows is None:
             found.append(None)
             return
-        count, which = rows  # the array as a stack of `count` blocks along a new leading axis
-        found.append((x.reshape((count, x.shape[0] // count, *x.shape[1:])) if x.ndim else x.reshape(1), which))
+        found.append((x, rows))
 
     tree_map(blocks, paths, values, layouts, in_specs)
     if None in found:
         return None
-    return place_blocks(memories, found)
+    return found
+
+
+def _stacked(x: np.ndarray, count: int) -> np.ndarray:
+    """`x` as a stack of `count` blocks of whole rows along a new leading axis (a 0-d array: one block)."""
+    return x.reshape((count, x.shape[0] // count, *x.shape[1:])) if x.ndim else x.reshape(1)
 
 
 def _rebuilt(tree: Any, flat: list) -> Any:
