@@ -233,11 +233,16 @@ def _assembly(mesh: Mesh, spec: PartitionSpec, path: str, first: np.ndarray) -> 
         if entry is not None:
             global_shape[dim] *= mesh.axis_size(entry)
     aval = Aval(spec, tuple(global_shape), first.dtype)
-    writers = _writers(mesh, spec)
-    rows = row_blocks(mesh, aval.spec, aval.shape, path) if len(aval.shape) else None
-    numbers = None if rows is None else (rows[0], [rows[1][d] for d in writers])
     replicated = any(a not in spec.axes() for a in mesh.axis_names)
-    return _Assembly(aval, writers, replicated, _in_order(mesh, aval, path), numbers)
+    return _Assembly(aval, _writers(mesh, spec), replicated, _in_order(mesh, aval, path),
+                     _row_numbers(mesh, aval, path))
+
+
+def _row_numbers(mesh: Mesh, aval: Aval, path: str) -> tuple[int, list[int]] | None:
+    """How many runs of whole rows an array of `aval` cuts into, and each writer's block number among them, in
+    `_writers` order (None: its blocks are not runs of rows)."""
+    rows = row_blocks(mesh, aval.spec, aval.shape, path) if len(aval.shape) else None
+    return None if rows is None else (rows[0], [rows[1][d] for d in _writers(mesh, aval.spec)])
 
 
 def _in_order(mesh: Mesh, aval: Aval, path: str) -> bool:
@@ -270,9 +275,11 @@ def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, re
 
 
 def _region_addresses(mesh: Mesh, aval: Aval, array: np.ndarray, path: str,
-                      rows: tuple[int, list[int]] | None) -> list[int]:
+                      rows: tuple[int, list[int]] | str | None = "find") -> list[int]:
     """Where each writer's block of `array` starts in the process's memory, in `_writers` order; `rows` is
-    `_Assembly.rows`."""
+    `_Assembly.rows` (found here by default)."""
+    if rows == "find":
+        rows = _row_numbers(mesh, aval, path)
     if rows is None:
         return [_address(region) for region in _regions(mesh, aval, array, path)]
     count, numbers = rows

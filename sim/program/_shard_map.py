@@ -129,6 +129,7 @@ class ShardMapped:
         self.last_run: Run | None = None
         self._avals: dict[str, dict[str, Aval]] = {}  # input signature -> each output's global aval, by path
         self._flat: dict[tuple, _FlatPlan] = {}  # flat inputs' shapes and dtypes -> how they are placed
+        self._flat_out: dict[int, tuple[tuple, tuple]] = {}  # flat outputs' count -> their specs and paths
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args).outputs
@@ -162,20 +163,43 @@ class ShardMapped:
             return self.last_run
         finally:
             settle(simulation.memories, prepared)
-        out_specs = _expand(self.out_specs, results[0], "out_specs")
-        results = [np.asarray(result) if isinstance(result, np.ndarray) else tree_map(np.asarray, result)
-                   for result in results]
-        out_paths = _paths(results[0], "out")
-        outputs = tree_map(  # abstract results come back as ShapeDtypeStructs, assembled from shapes alone
-            lambda path, spec, *per_device: global_struct(self.mesh, spec, path, per_device)
-            if is_abstract(per_device[0]) else assemble(self.mesh, spec, path, per_device, prepared.get(path)),
-            out_paths, out_specs, *results,
-        )
+        def output(path: str, spec: PartitionSpec, *per_device: Any) -> Any:
+            # abstract results come back as ShapeDtypeStructs, assembled from shapes alone
+            if is_abstract(per_device[0]):
+                return global_struct(self.mesh, spec, path, per_device)
+            return assemble(self.mesh, spec, path, per_device, prepared.get(path))
+
+        flat = self._flat_outputs(results)
+        if flat is not None:  # a flat tuple of arrays under one spec: no tree to walk
+            out_specs, out_paths = flat
+            results = [tuple([np.asarray(leaf) for leaf in result]) for result in results]
+            outputs: Any = tuple([output(*leaf) for leaf in zip(out_paths, out_specs, *results)])
+        else:
+            out_specs = _expand(self.out_specs, results[0], "out_specs")
+            results = [np.asarray(result) if isinstance(result, np.ndarray) else tree_map(np.asarray, result)
+                       for result in results]
+            out_paths = _paths(results[0], "out")
+            outputs = tree_map(output, out_paths, out_specs, *results)
         avals = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs, prepared)
         abstract = {path for path, out in zip(leaves(out_paths), leaves(outputs)) if is_struct(out)}
         self._avals[signature] = {path: aval for path, aval in avals.items() if path not in abstract}
         self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
         return self.last_run
+
+    def _flat_outputs(self, results: list) -> tuple[tuple, tuple] | None:
+        """When every device returned a tuple of arrays of one length and `out_specs` is one spec: each output's
+        spec and path (as `_expand` and `_paths` give them), made once per length. None otherwise."""
+        first = results[0]
+        if type(first) is not tuple or not _is_spec(self.out_specs):
+            return None
+        count = len(first)
+        for result in results:
+            if type(result) is not tuple or len(result) != count or not _arrays(result):
+                return None
+        found = self._flat_out.get(count)
+        if found is None:
+            found = self._flat_out[count] = ((self.out_specs,) * count, tuple(f"out[{k}]" for k in range(count)))
+        return found
 
     def _programs(self, simulation: Simulation, args: tuple) -> tuple[list[Callable[[], Any]], str]:
         """One program per device, its inputs placed in its memory; and the inputs' signature. Inputs that are
@@ -265,6 +289,13 @@ class ShardMapped:
             if self.check_vma:
                 result = promote(_check_type("out", spec, result, current().device), frozenset(spec.axes()))
             record.outputs = [_ref(result)]
+            return result
+        if type(result) is tuple and _is_spec(spec) and _arrays(result):
+            if self.check_vma:  # a flat tuple of arrays under one spec: no tree to walk
+                device, axes = current().device, frozenset(spec.axes())
+                result = tuple([promote(_check_type(f"out[{k}]", spec, leaf, device), axes)
+                                for k, leaf in enumerate(result)])
+            record.outputs = [_ref(leaf) for leaf in result]
             return result
         result = tree_map(as_array, result)
         out_specs = _expand(self.out_specs, result, "out_specs")
@@ -362,6 +393,11 @@ def _row_stacks(mesh: Mesh, paths: Any, values: Any, layouts: Any, in_specs: Any
     if None in found:
         return None
     return found
+
+
+def _arrays(values: tuple) -> bool:
+    """Whether every value is a numpy array."""
+    return not [value for value in values if not isinstance(value, np.ndarray)]
 
 
 def _stacked(x: np.ndarray, count: int) -> np.ndarray:
