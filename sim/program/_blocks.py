@@ -162,9 +162,10 @@ def settle(memories: list[LocalMemory], prepared: dict[str, Prepared]) -> None:
 
 
 def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
-             prepared: Prepared | None = None) -> np.ndarray:
+             prepared: Prepared | None = None, plans: dict | None = None) -> np.ndarray:
     """Put per-device blocks together (into `prepared` when it fits); blocks along axes `spec` leaves out must
-    all be equal. When every block is its region of `prepared`, `prepared.in_place` says so."""
+    all be equal. When every block is its region of `prepared`, `prepared.in_place` says so. `plans` keeps
+    how blocks of each spec, shape and dtype are put together on this mesh (`_Assembly`) for later calls."""
     blocks = [b if b.__class__ is np.ndarray else np.asarray(b) for b in per_device]
     first = blocks[0]
     shape, dtype = first.shape, first.dtype
@@ -174,12 +175,11 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
                 f"{path}: device {d} returned {block.dtype}{list(block.shape)} but device 0 returned "
                 f"{first.dtype}{list(first.shape)}; every device must return the same shape and dtype"
             )
-    key = (tuple(mesh.shape.items()), spec, shape, dtype)
-    plan = _assemblies.get(key)
+    plan = plans.get((spec, shape, dtype)) if plans is not None else None
     if plan is None:
-        plan = _assemblies[key] = _assembly(mesh, spec, path, first)
-        if len(_assemblies) > _ASSEMBLIES_KEPT:
-            del _assemblies[next(iter(_assemblies))]
+        plan = _assembly(mesh, spec, path, first)
+        if plans is not None:
+            plans[(spec, shape, dtype)] = plan
     if plan.replicated:
         _check_replicas(mesh, spec, path, blocks)
     aval, writers = plan.aval, plan.writers
@@ -217,11 +217,6 @@ class _Assembly:
     replicated: bool
     in_order: bool
     rows: tuple[int, list[int]] | None
-
-
-# Assemblies by (mesh shape, spec, block shape, dtype): a repeated call assembles its outputs by them.
-_ASSEMBLIES_KEPT = 4096
-_assemblies: dict[tuple, _Assembly] = {}
 
 
 def _assembly(mesh: Mesh, spec: PartitionSpec, path: str, first: np.ndarray) -> _Assembly:

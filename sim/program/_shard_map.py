@@ -20,6 +20,7 @@ from sim.memory._spec import PartitionSpec
 from sim.network._mesh import Mesh
 from sim.program import _explore
 from sim.program._blocks import Aval, assemble, avals_of, block_indices, prepare, row_blocks, settle
+from sim.program._flat import FlatPlan, arrays, flat_key, flat_outputs, stacked
 from sim.program._tree import broadcast_prefix, leaves, tree_map
 from sim.program._varying import Varying, _ref, as_array, promote, vma_of
 from sim.record import _html, _perfetto
@@ -128,8 +129,9 @@ class ShardMapped:
         self.explore_orders, self.seed = explore_orders, seed
         self.last_run: Run | None = None
         self._avals: dict[str, dict[str, Aval]] = {}  # input signature -> each output's global aval, by path
-        self._flat: dict[tuple, _FlatPlan] = {}  # flat inputs' shapes and dtypes -> how they are placed
+        self._flat: dict[tuple, FlatPlan] = {}  # flat inputs' shapes and dtypes -> how they are placed
         self._flat_out: dict[int, tuple[tuple, tuple]] = {}  # flat outputs' count -> their specs and paths
+        self._assemblies: dict[tuple, Any] = {}  # an output's spec, block shape and dtype -> how it is assembled
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args).outputs
@@ -167,9 +169,9 @@ class ShardMapped:
             # abstract results come back as ShapeDtypeStructs, assembled from shapes alone
             if is_abstract(per_device[0]):
                 return global_struct(self.mesh, spec, path, per_device)
-            return assemble(self.mesh, spec, path, per_device, prepared.get(path))
+            return assemble(self.mesh, spec, path, per_device, prepared.get(path), self._assemblies)
 
-        flat = self._flat_outputs(results)
+        flat = flat_outputs(self.out_specs, results, self._flat_out)
         if flat is not None:  # a flat tuple of arrays under one spec: no tree to walk
             out_specs, out_paths = flat
             results = [tuple([np.asarray(leaf) for leaf in result]) for result in results]
@@ -186,32 +188,17 @@ class ShardMapped:
         self.last_run = Run(outputs, simulation.trace, simulation.now_s, simulation)
         return self.last_run
 
-    def _flat_outputs(self, results: list) -> tuple[tuple, tuple] | None:
-        """When every device returned a tuple of arrays of one length and `out_specs` is one spec: each output's
-        spec and path (as `_expand` and `_paths` give them), made once per length. None otherwise."""
-        first = results[0]
-        if type(first) is not tuple or not _is_spec(self.out_specs):
-            return None
-        count = len(first)
-        for result in results:
-            if type(result) is not tuple or len(result) != count or not _arrays(result):
-                return None
-        found = self._flat_out.get(count)
-        if found is None:
-            found = self._flat_out[count] = ((self.out_specs,) * count, tuple(f"out[{k}]" for k in range(count)))
-        return found
-
     def _programs(self, simulation: Simulation, args: tuple) -> tuple[list[Callable[[], Any]], str]:
         """One program per device, its inputs placed in its memory; and the inputs' signature. Inputs that are
         a flat tuple of plain arrays are placed by the plan their shapes and dtypes made on the first call
-        (`_FlatPlan`: the same signature, blocks and types that call found)."""
-        key = _flat_key(args)
+        (`sim.program._flat.FlatPlan`: the same signature, blocks and types that call found)."""
+        key = flat_key(args)
         plan = self._flat.get(key) if key is not None else None
         if plan is not None:
-            held = place_blocks(simulation.memories, [(_stacked(x, count), which)
+            held = place_blocks(simulation.memories, [(stacked(x, count), which)
                                                       for x, (count, which) in zip(args, plan.rows)])
             if held is not None:
-                return self._started(simulation, args, held, plan.vmas), plan.signature
+                return self._started(simulation, args, held, plan.vmas, plan.inputs), plan.signature
         in_specs = _expand(self.in_specs, args, "in_specs")
         paths = _paths(args, "args")
         # an array placed with a Format keeps its layout in every device memory
@@ -221,8 +208,8 @@ class ShardMapped:
         signature = _signature(paths, values, layouts)
         rows = _row_stacks(self.mesh, paths, values, layouts, in_specs)
         if key is not None and rows is not None:
-            self._flat[key] = _FlatPlan(signature, tuple(blocks for _, blocks in rows), tuple(vmas))
-        held = place_blocks(simulation.memories, [(_stacked(x, count), which) for x, (count, which) in rows]) \
+            self._flat[key] = FlatPlan(signature, tuple(blocks for _, blocks in rows), tuple(vmas))
+        held = place_blocks(simulation.memories, [(stacked(x, count), which) for x, (count, which) in rows]) \
             if rows is not None else None
         if held is not None:
             return self._started(simulation, values, held, vmas), signature
@@ -246,10 +233,12 @@ class ShardMapped:
 
         return [program(d) for d in self.mesh.devices], signature
 
-    def _started(self, simulation: Simulation, values: Any, held: list[list[np.ndarray]], vmas: Any
-                 ) -> list[Callable[[], Any]]:
+    def _started(self, simulation: Simulation, values: Any, held: list[list[np.ndarray]], vmas: Any,
+                 shared: list | None = None) -> list[Callable[[], Any]]:
         """One program per device over its blocks already held (`held`: each input leaf's views by device, in
-        `tree_map`'s order), each block typed and recorded as the device's input as `_programs` does it."""
+        `tree_map`'s order), each block typed and recorded as the device's input as `_programs` does it. The
+        input variables are values (a name and a type, the same on every device): with `shared` (a plan's
+        list), those of programs numbering them from 0 are made once, kept there."""
         leaf_vmas: list[frozenset] = []
         tree_map(leaf_vmas.append, vmas)
         flat = isinstance(values, tuple) and len(values) == len(held) and not hasattr(values, "_fields") \
@@ -258,12 +247,18 @@ class ShardMapped:
         programs = []
         for device in self.mesh.devices:
             record = simulation.programs[device]
+            first = record.take(len(types))
+            if shared is not None and not first:
+                if not shared:
+                    shared += [Program.numbered(k, *type_) for k, type_ in enumerate(types)]
+                made = shared
+            else:
+                made = [Program.numbered(first + k, *type_) for k, type_ in enumerate(types)]
+            record.inputs += made
             mine = []
-            for views, (dtype, shape, vma) in zip(held, types):
+            for views, (_, _, vma), var in zip(held, types, made):
                 local = views[device].view(Varying)  # read-only: the held view is
-                local.vma = vma
-                local.var = var = record.new_var(dtype, shape, vma)
-                record.inputs.append(var)
+                local.vma, local.var = vma, var
                 mine.append(local)
             if not flat:
                 mine = _rebuilt(values, mine)
@@ -290,7 +285,7 @@ class ShardMapped:
                 result = promote(_check_type("out", spec, result, current().device), frozenset(spec.axes()))
             record.outputs = [_ref(result)]
             return result
-        if type(result) is tuple and _is_spec(spec) and _arrays(result):
+        if type(result) is tuple and _is_spec(spec) and arrays(result):
             if self.check_vma:  # a flat tuple of arrays under one spec: no tree to walk
                 device, axes = current().device, frozenset(spec.axes())
                 result = tuple([promote(_check_type(f"out[{k}]", spec, leaf, device), axes)
@@ -347,30 +342,6 @@ class _Blocks:
         self.by_device = by_device
 
 
-@dataclass(frozen=True)
-class _FlatPlan:
-    """How a call whose inputs are a flat tuple of plain arrays of some shapes and dtypes is placed: the inputs'
-    signature, each input's (block count, block number by device) as `_row_stacks` finds them, and each
-    input's type (vma)."""
-
-    signature: str
-    rows: tuple[tuple[int, list[int]], ...]
-    vmas: tuple[frozenset, ...]
-
-
-def _flat_key(args: Any) -> tuple | None:
-    """The shapes and dtypes of `args` when it is a tuple of non-empty C-contiguous numpy arrays (the inputs a
-    `_FlatPlan` places); None otherwise."""
-    if type(args) is not tuple:
-        return None
-    key = []
-    for x in args:
-        if type(x) is not np.ndarray or not x.size or not x.flags.c_contiguous:
-            return None
-        key.append((x.shape, x.dtype))
-    return tuple(key)
-
-
 def _row_stacks(mesh: Mesh, paths: Any, values: Any, layouts: Any, in_specs: Any
                 ) -> list[tuple[np.ndarray, tuple[int, list[int]]]] | None:
     """When each input is a non-empty C-contiguous numeric array without a layout whose blocks are runs of
@@ -393,16 +364,6 @@ def _row_stacks(mesh: Mesh, paths: Any, values: Any, layouts: Any, in_specs: Any
     if None in found:
         return None
     return found
-
-
-def _arrays(values: tuple) -> bool:
-    """Whether every value is a numpy array."""
-    return not [value for value in values if not isinstance(value, np.ndarray)]
-
-
-def _stacked(x: np.ndarray, count: int) -> np.ndarray:
-    """`x` as a stack of `count` blocks of whole rows along a new leading axis (a 0-d array: one block)."""
-    return x.reshape((count, x.shape[0] // count, *x.shape[1:])) if x.ndim else x.reshape(1)
 
 
 def _rebuilt(tree: Any, flat: list) -> Any:
