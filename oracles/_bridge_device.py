@@ -95,8 +95,10 @@ def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]
 
 
 def _row(out: Any, vma: frozenset) -> sim.Varying:
-    """A device's output as one leading row, typed `vma`, still the program's output variable."""
+    """A device's output as one leading row, typed `vma`, still the program's output variable; read-only (the
+    run copies it into the global output, and a row is never a fresh allocation whose region it could take)."""
     row = sim.wrap(np.asarray(out)[None], vma)
+    row.flags.writeable = False
     row.var = getattr(out, "var", None)
     return row
 
