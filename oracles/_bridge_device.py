@@ -97,9 +97,13 @@ def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]
 def _row(out: Any, vma: frozenset) -> sim.Varying:
     """A device's output as one leading row, typed `vma`, still the program's output variable; read-only (the
     run copies it into the global output, and a row is never a fresh allocation whose region it could take)."""
-    row = sim.wrap(np.asarray(out)[None], vma)
+    if out.__class__ is sim.Varying:  # a view of it with one leading row (its own `reshape` would record one)
+        row = np.ndarray.reshape(out, (1, *out.shape))
+        row.vma, row.var = vma, out.var
+    else:
+        row = sim.wrap(np.asarray(out)[None], vma)
+        row.var = getattr(out, "var", None)
     row.flags.writeable = False
-    row.var = getattr(out, "var", None)
     return row
 
 
