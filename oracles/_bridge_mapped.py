@@ -80,7 +80,7 @@ def run(kept: Mapped, *args: Any) -> sim.Run:
         kept.busy = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Facts:
     """What running a shard_map equation takes that the equation alone fixes: its mesh axes, source line and
     label, which operands and results hold PRNG keys (the simulator takes a key array as its key data), and
