@@ -34,13 +34,12 @@ from oracles._bridge_diagnostics import (
     Diagnostic,
     JaxSlipError,
     differing,
-    label,
     report,
     slip,
     source_line,
 )
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
-from oracles._bridge_mapped import mapped
+from oracles._bridge_mapped import equation_facts, mapped
 from oracles._bridge_mapped import run as run_mapped
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import PLACEMENTS, execute, local
@@ -232,33 +231,30 @@ class _Host:
         return list(out) if eqn.primitive.multiple_results else [out]
 
     def _shard_map(self, eqn: core.JaxprEqn, ins: list) -> list:
-        p = eqn.params
-        axes = mesh_axes(p["mesh"])
-        manual = p.get("newly_manual_axes", p.get("manual_axes", frozenset(axes)))
-        if set(manual) != set(axes):
-            raise BridgeError(f"shard_map over axis_names={sorted(manual)} of a mesh with axes {list(axes)} at "
-                              f"{source_line(eqn)}: the bridge runs shard_maps that map every mesh axis (drop "
-                              f"axis_names=)")
+        p, facts = eqn.params, equation_facts(eqn)
+        axes, line = facts.axes, facts.line
+
         def make(watch: _bridge_device.Watch) -> sim.ShardMapped:
             return sim.shard_map(_bridge_device.body(p["jaxpr"], p["check_vma"], watch, tuple(axes), self.compiled),
                                  mesh=sim.Mesh(axes, network=self.network),
                                  in_specs=tuple(Entry.of(s).plain() for s in p["in_specs"]),
                                  out_specs=every_device(axes), check_vma=p["check_vma"], **self.options)
 
-        values = [_host_value(x, v.aval) for x, v in zip(ins, eqn.invars)]
-        kept = mapped(eqn, self.network, self.strict, self.compiled, self.options, make, source_line(eqn))
+        values = [np.asarray(jax.random.key_data(x)) if key else np.asarray(x) for x, key in zip(ins, facts.in_keys)]
+        kept = mapped(eqn, self.network, self.strict, self.compiled, self.options, make, line)
         watch, run = kept.watch, run_mapped(kept, *values)
         self.runs.append(run)
-        self.labels.append(label(source_line(eqn)))
+        self.labels.append(facts.label)
         if run.outputs is None:
-            raise BridgeError(f"the simulated shard_map at {source_line(eqn)} stopped: {run.stopped}")
+            raise BridgeError(f"the simulated shard_map at {line} stopped: {run.stopped}")
         self.diagnostics += slips(watch, axes)
         outs = []
-        for k, (blocks, spec, var) in enumerate(zip(run.outputs, p["out_specs"], eqn.outvars)):
-            found = assemble(np.asarray(blocks), axes, Entry.of(spec))
+        for k, (blocks, entry, key, var) in enumerate(zip(run.outputs, facts.out_entries, facts.out_keys,
+                                                          eqn.outvars)):
+            found = assemble(np.asarray(blocks), axes, entry)
             if found.differing:
                 self._claim(eqn, k, found, watch)
-            outs.append(to_key(found.value, var.aval) if is_key(var.aval) else found.value)
+            outs.append(to_key(found.value, var.aval) if key else found.value)
         return outs
 
     def _reduce(self, eqn: core.JaxprEqn, partials: Any) -> np.ndarray:
@@ -327,11 +323,6 @@ def _placed(x: Any, aval: Any) -> Any:
     dtype('float32')
     """
     return x if isinstance(x, (np.ndarray, jax.Array)) else np.asarray(x, aval.dtype)
-
-
-def _host_value(x: Any, aval: Any) -> np.ndarray:
-    """A shard_map operand as the simulator takes it: a numpy array (a PRNG key array as its key data)."""
-    return np.asarray(jax.random.key_data(x)) if is_key(aval) else np.asarray(x)
 
 
 def canonical(x: Any, aval: Any) -> Any:

@@ -13,7 +13,7 @@ compiled: its equations run one by one, where the mismatch is reported on the eq
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import starmap
 from typing import Any
 
@@ -24,6 +24,7 @@ import sim
 from oracles._bridge_segments import RETYPES, Segment, execute, held
 
 numbered = sim.Program.numbered  # a program's variable of a given number
+Varying = sim.Varying
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class _Typed:
     rows: tuple[tuple, ...] = ()
     fresh: int = 0
     numbered: tuple[tuple[int, tuple], ...] = ()
+    outs: dict = field(default_factory=dict, compare=False)  # the output variables, by first variable number
 
     def __post_init__(self) -> None:
         rows = tuple((s.op, s.params, s.operands if all(k.__class__ is int for k in s.operands) else _Mixed(s.operands),
@@ -81,7 +83,8 @@ def run(segment: Segment, values: list, check_vma: bool) -> list | None:
     compile it)."""
     if segment.eager:
         return None
-    key = (check_vma, tuple((isinstance(v, sim.Varying), sim.vma_of(v)) for v in values))
+    key = (check_vma, tuple([(True, v.vma) if v.__class__ is Varying else (isinstance(v, Varying), sim.vma_of(v))
+                             for v in values]))
     typed = segment.typed.get(key)
     if typed is None:
         typed = segment.typed[key] = typing(segment, key[1], check_vma) or False
@@ -92,7 +95,7 @@ def run(segment: Segment, values: list, check_vma: bool) -> list | None:
         return None
     found = []
     for out, (_, vma), var in zip(outs, typed.outputs, _record(typed, values)):
-        value = out.view(sim.Varying)  # as `sim.wrap` makes it: the vma is a frozenset already
+        value = out.view(Varying)  # as `sim.wrap` makes it: the vma is a frozenset already
         value.vma, value.var = vma, var
         found.append(value)
     return found
@@ -137,12 +140,11 @@ def record_late(typed: _Typed, values: list) -> list:
     (`sim.Program.defer`): the variables of its outputs, numbered and typed as `record_now` makes them."""
     program = sim.current().program
     refs = _refs(values)
-    made: dict[int, sim.Var] = {}
-    first = program.defer(lambda first: _equations(typed, refs, first, made), typed.fresh)
-    outs = []
-    for number, aval in typed.numbered:
-        var = made[first + number] = numbered(first + number, *aval)
-        outs.append(var)
+    first = program.defer(lambda first: _equations(typed, refs, first, dict(zip(
+        [first + number for number, _ in typed.numbered], outs))), typed.fresh)
+    outs = typed.outs.get(first)
+    if outs is None:  # a variable is a value (its name and type): every program numbering it so shares it
+        outs = typed.outs[first] = tuple([numbered(first + number, *aval) for number, aval in typed.numbered])
     return outs
 
 

@@ -95,9 +95,15 @@ def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]
 
 
 def _row(out: Any, vma: frozenset) -> sim.Varying:
-    """A device's output as one leading row, typed `vma`, still the program's output variable."""
-    row = sim.wrap(np.asarray(out)[None], vma)
-    row.var = getattr(out, "var", None)
+    """A device's output as one leading row, typed `vma`, still the program's output variable; read-only (the
+    run copies it into the global output, and a row is never a fresh allocation whose region it could take)."""
+    if out.__class__ is sim.Varying:  # a view of it with one leading row (its own `reshape` would record one)
+        row = np.ndarray.reshape(out, (1, *out.shape))
+        row.vma, row.var = vma, out.var
+    else:
+        row = sim.wrap(np.asarray(out)[None], vma)
+        row.var = getattr(out, "var", None)
+    row.flags.writeable = False
     return row
 
 
@@ -123,13 +129,17 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list
     name = eqn.primitive.name
     definition = _definition(name)
     if definition is not None:
-        with sim.labelled(_label(eqn, watch.where)):  # faces: each call labelled with its line
+        program = sim.current().program  # faces: each call labelled with its line, as `sim.labelled` labels it
+        outer, program.label = program.label, _label(eqn, watch.where)
+        try:
             if name in STARTS:  # a future: its messages fly beside the device's work until done (oracles._device_time)
                 return start_collective(lambda: _collective(definition, eqn, ins), len(eqn.outvars))
             if charging():  # dataflow: the device goes on with work that does not read the outputs
                 check = (lambda k, out: _check_type(eqn, eqn.outvars[k], out, watch)) if check_vma else None
                 return start_collective(lambda: _collective(definition, eqn, ins), len(eqn.outvars), check)
             outs = _collective(definition, eqn, ins)
+        finally:
+            program.label = outer
     elif name in DONES:
         outs = done(ins)
     elif name in CASTS:

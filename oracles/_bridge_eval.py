@@ -69,12 +69,9 @@ class Evaluator:
             jaxpr, consts = jaxpr.jaxpr, list(jaxpr.consts)
         env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts))
         env.update(zip(jaxpr.invars, args))
-
-        def read(v: Any) -> Any:
-            return self.literal(v) if isinstance(v, core.Literal) else env[v]
-
+        literal = self.literal
         for step in self._steps(jaxpr):
-            if isinstance(step, Segment):
+            if step.__class__ is Segment:
                 outs = self.compile.run(step, [env[v] for v in step.invars])
                 if outs is not None:
                     env.update(zip(step.outvars, outs))
@@ -83,11 +80,11 @@ class Evaluator:
             else:
                 eqns = (step,)
             for eqn in eqns:
-                outs = self.equation(eqn, [read(v) for v in eqn.invars])
+                outs = self.equation(eqn, [literal(v) if isinstance(v, core.Literal) else env[v] for v in eqn.invars])
                 for var, value in zip(eqn.outvars, outs):
                     if not isinstance(var, core.DropVar):
                         env[var] = value
-        return self.ready([read(v) for v in jaxpr.outvars])
+        return self.ready([literal(v) if isinstance(v, core.Literal) else env[v] for v in jaxpr.outvars])
 
     def _steps(self, jaxpr: core.Jaxpr) -> tuple:
         if self.compile is None:

@@ -1,4 +1,5 @@
-"""Each shard_map equation's simulated program, made once and run on every call that reaches it.
+"""Each shard_map equation's simulated program, made once and run on every call that reaches it; and what
+else the equation alone fixes (`equation_facts`), found once.
 
 What a `shard_map` equation runs on the simulated mesh depends only on the equation (its body, specs and
 mesh) and on how the bridge runs it (the network, `strict`, `compiled` and the options given to
@@ -18,8 +19,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jax.extend import core
+
 import sim
 from oracles._bridge_device import Watch
+from oracles._bridge_diagnostics import label, source_line
+from oracles._bridge_eval import BridgeError
+from oracles._bridge_segments import is_key
+from oracles._bridge_specs import Entry
 
 # How many shard_map equations keep their mapped programs (the oldest are dropped past this).
 _KEPT = 256
@@ -71,3 +78,43 @@ def run(kept: Mapped, *args: Any) -> sim.Run:
     finally:
         kept.function.last_run = None
         kept.busy = False
+
+
+@dataclass(frozen=True, eq=False)
+class Facts:
+    """What running a shard_map equation takes that the equation alone fixes: its mesh axes, source line and
+    label, which operands and results hold PRNG keys (the simulator takes a key array as its key data), and
+    each output's out_specs entry."""
+
+    axes: dict[str, int]
+    line: str
+    label: str
+    in_keys: tuple[bool, ...]
+    out_keys: tuple[bool, ...]
+    out_entries: tuple[Entry, ...]
+
+
+_facts: dict[int, tuple[core.JaxprEqn, Facts]] = {}
+
+
+def equation_facts(eqn: core.JaxprEqn) -> Facts:
+    """The `Facts` of the shard_map equation `eqn`, found once per equation.
+
+    Raises:
+        BridgeError: the shard_map maps only some of its mesh's axes.
+    """
+    found = _facts.get(id(eqn))
+    if found is not None and found[0] is eqn:
+        return found[1]
+    p, line = eqn.params, source_line(eqn)
+    axes = dict(zip(p["mesh"].axis_names, p["mesh"].axis_sizes))
+    manual = p.get("newly_manual_axes", p.get("manual_axes", frozenset(axes)))
+    if set(manual) != set(axes):
+        raise BridgeError(f"shard_map over axis_names={sorted(manual)} of a mesh with axes {list(axes)} at {line}: "
+                          f"the bridge runs shard_maps that map every mesh axis (drop axis_names=)")
+    facts = Facts(axes, line, label(line), tuple(is_key(v.aval) for v in eqn.invars),
+                  tuple(is_key(v.aval) for v in eqn.outvars), tuple(Entry.of(s) for s in p["out_specs"]))
+    if len(_facts) >= _KEPT * 4:
+        _facts.clear()
+    _facts[id(eqn)] = (eqn, facts)
+    return facts

@@ -162,10 +162,11 @@ def settle(memories: list[LocalMemory], prepared: dict[str, Prepared]) -> None:
 
 
 def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
-             prepared: Prepared | None = None) -> np.ndarray:
+             prepared: Prepared | None = None, plans: dict | None = None) -> np.ndarray:
     """Put per-device blocks together (into `prepared` when it fits); blocks along axes `spec` leaves out must
-    all be equal. When every block is its region of `prepared`, `prepared.in_place` says so."""
-    blocks = [np.asarray(b) for b in per_device]
+    all be equal. When every block is its region of `prepared`, `prepared.in_place` says so. `plans` keeps
+    how blocks of each spec, shape and dtype are put together on this mesh (`_Assembly`) for later calls."""
+    blocks = [b if b.__class__ is np.ndarray else np.asarray(b) for b in per_device]
     first = blocks[0]
     shape, dtype = first.shape, first.dtype
     for d, block in enumerate(blocks):
@@ -174,20 +175,19 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
                 f"{path}: device {d} returned {block.dtype}{list(block.shape)} but device 0 returned "
                 f"{first.dtype}{list(first.shape)}; every device must return the same shape and dtype"
             )
-    if len(spec) > first.ndim:
-        raise InvalidArgumentError(f"{path}: out_specs entry {spec!r} has more entries than rank {first.ndim}")
-    _check_replicas(mesh, spec, path, blocks)
-    global_shape = list(first.shape)
-    for dim, entry in enumerate(spec):
-        if entry is not None:
-            global_shape[dim] *= mesh.axis_size(entry)
-    aval = Aval(spec, tuple(global_shape), first.dtype)
-    writers = _writers(mesh, spec)
+    plan = plans.get((spec, shape, dtype)) if plans is not None else None
+    if plan is None:
+        plan = _assembly(mesh, spec, path, first)
+        if plans is not None:
+            plans[(spec, shape, dtype)] = plan
+    if plan.replicated:
+        _check_replicas(mesh, spec, path, blocks)
+    aval, writers = plan.aval, plan.writers
     fits = prepared is not None and prepared.aval == aval
     # which writers' blocks are already their regions of the prepared array (nothing to copy there)
     if fits:
         taken, reserved = prepared.taken, prepared.reserved
-        addresses = _region_addresses(mesh, aval, prepared.array, path)
+        addresses = _region_addresses(mesh, aval, prepared.array, path, plan.rows)
         placed = [d in taken and _is_view(blocks[d], reserved[d], at) for d, at in zip(writers, addresses)]
     else:
         placed = [False] * len(writers)
@@ -196,13 +196,48 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
     if fits and all(placed):
         prepared.in_place = True
         return out
-    if not fits and _in_order(mesh, aval, path):  # the blocks, in device order, are the array's rows
+    if not fits and plan.in_order:  # the blocks, in device order, are the array's rows
         np.concatenate([blocks[d] for d in writers], out=out)
         return out
     for d, region, done in zip(writers, _regions(mesh, aval, out, path), placed):
         if not (fits and done):  # no block is a view of a new array
             region[...] = blocks[d]
     return out
+
+
+@dataclass(frozen=True)
+class _Assembly:
+    """How `assemble` puts together blocks of one shape and dtype under one spec on one mesh shape: the global
+    aval, the writers (`_writers`), whether some mesh axis is left out (replicas to check), whether the
+    writers' blocks in order are the array's rows (`_in_order`), and the writers' block numbers among the
+    array's runs of rows with their count (None: the blocks are not runs of rows)."""
+
+    aval: Aval
+    writers: list[int]
+    replicated: bool
+    in_order: bool
+    rows: tuple[int, list[int]] | None
+
+
+def _assembly(mesh: Mesh, spec: PartitionSpec, path: str, first: np.ndarray) -> _Assembly:
+    """The `_Assembly` of blocks like `first` under `spec`; raises where `spec` has more entries than their rank."""
+    if len(spec) > first.ndim:
+        raise InvalidArgumentError(f"{path}: out_specs entry {spec!r} has more entries than rank {first.ndim}")
+    global_shape = list(first.shape)
+    for dim, entry in enumerate(spec):
+        if entry is not None:
+            global_shape[dim] *= mesh.axis_size(entry)
+    aval = Aval(spec, tuple(global_shape), first.dtype)
+    replicated = any(a not in spec.axes() for a in mesh.axis_names)
+    return _Assembly(aval, _writers(mesh, spec), replicated, _in_order(mesh, aval, path),
+                     _row_numbers(mesh, aval, path))
+
+
+def _row_numbers(mesh: Mesh, aval: Aval, path: str) -> tuple[int, list[int]] | None:
+    """How many runs of whole rows an array of `aval` cuts into, and each writer's block number among them, in
+    `_writers` order (None: its blocks are not runs of rows)."""
+    rows = row_blocks(mesh, aval.spec, aval.shape, path) if len(aval.shape) else None
+    return None if rows is None else (rows[0], [rows[1][d] for d in _writers(mesh, aval.spec)])
 
 
 def _in_order(mesh: Mesh, aval: Aval, path: str) -> bool:
@@ -234,14 +269,17 @@ def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, re
     return found
 
 
-def _region_addresses(mesh: Mesh, aval: Aval, array: np.ndarray, path: str) -> list[int]:
-    """Where each writer's block of `array` starts in the process's memory, in `_writers` order."""
-    rows = row_blocks(mesh, aval.spec, aval.shape, path) if array.ndim else None
+def _region_addresses(mesh: Mesh, aval: Aval, array: np.ndarray, path: str,
+                      rows: tuple[int, list[int]] | str | None = "find") -> list[int]:
+    """Where each writer's block of `array` starts in the process's memory, in `_writers` order; `rows` is
+    `_Assembly.rows` (found here by default)."""
+    if rows == "find":
+        rows = _row_numbers(mesh, aval, path)
     if rows is None:
         return [_address(region) for region in _regions(mesh, aval, array, path)]
-    count, which = rows
+    count, numbers = rows
     start, block_bytes = _address(array), array.nbytes // count
-    return [start + which[d] * block_bytes for d in _writers(mesh, aval.spec)]
+    return [start + number * block_bytes for number in numbers]
 
 
 def _regions(mesh: Mesh, aval: Aval, array: np.ndarray, path: str) -> list[np.ndarray]:

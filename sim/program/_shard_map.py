@@ -15,11 +15,12 @@ from sim.engine._driver import current
 from sim.engine._engine import Simulation, gc_paused
 from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_hollow, is_struct
 from sim.memory._array import Array
-from sim.memory._memory import LocalMemory, place_blocks
+from sim.memory._memory import place_blocks
 from sim.memory._spec import PartitionSpec
 from sim.network._mesh import Mesh
 from sim.program import _explore
 from sim.program._blocks import Aval, assemble, avals_of, block_indices, prepare, row_blocks, settle
+from sim.program._flat import FlatPlan, arrays, flat_key, flat_outputs, stacked
 from sim.program._tree import broadcast_prefix, leaves, tree_map
 from sim.program._varying import Varying, _ref, as_array, promote, vma_of
 from sim.record import _html, _perfetto
@@ -129,6 +130,9 @@ class ShardMapped:
         self.explore_orders, self.seed = explore_orders, seed
         self.last_run: Run | None = None
         self._avals: dict[str, dict[str, Aval]] = {}  # input signature -> each output's global aval, by path
+        self._flat: dict[tuple, FlatPlan] = {}  # flat inputs' shapes and dtypes -> how they are placed
+        self._flat_out: dict[int, tuple[tuple, tuple]] = {}  # flat outputs' count -> their specs and paths
+        self._assemblies: dict[tuple, Any] = {}  # an output's spec, block shape and dtype -> how it is assembled
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args).outputs
@@ -162,15 +166,23 @@ class ShardMapped:
             return self.last_run
         finally:
             settle(simulation.memories, prepared)
-        out_specs = _expand(self.out_specs, results[0], "out_specs")
-        results = [np.asarray(result) if isinstance(result, np.ndarray) else tree_map(np.asarray, result)
-                   for result in results]
-        out_paths = _paths(results[0], "out")
-        outputs = tree_map(  # abstract results come back as ShapeDtypeStructs, assembled from shapes alone
-            lambda path, spec, *per_device: global_struct(self.mesh, spec, path, per_device)
-            if is_abstract(per_device[0]) else assemble(self.mesh, spec, path, per_device, prepared.get(path)),
-            out_paths, out_specs, *results,
-        )
+        def output(path: str, spec: PartitionSpec, *per_device: Any) -> Any:
+            # abstract results come back as ShapeDtypeStructs, assembled from shapes alone
+            if is_abstract(per_device[0]):
+                return global_struct(self.mesh, spec, path, per_device)
+            return assemble(self.mesh, spec, path, per_device, prepared.get(path), self._assemblies)
+
+        flat = flat_outputs(self.out_specs, results, self._flat_out)
+        if flat is not None:  # a flat tuple of arrays under one spec: no tree to walk
+            out_specs, out_paths = flat
+            results = [tuple([np.asarray(leaf) for leaf in result]) for result in results]
+            outputs: Any = tuple([output(*leaf) for leaf in zip(out_paths, out_specs, *results)])
+        else:
+            out_specs = _expand(self.out_specs, results[0], "out_specs")
+            results = [np.asarray(result) if isinstance(result, np.ndarray) else tree_map(np.asarray, result)
+                       for result in results]
+            out_paths = _paths(results[0], "out")
+            outputs = tree_map(output, out_paths, out_specs, *results)
         avals = avals_of(self.mesh, simulation.memories, out_paths, out_specs, results, outputs, prepared)
         abstract = {path for path, out in zip(leaves(out_paths), leaves(outputs)) if is_struct(out)}
         self._avals[signature] = {path: aval for path, aval in avals.items() if path not in abstract}
@@ -178,7 +190,16 @@ class ShardMapped:
         return self.last_run
 
     def _programs(self, simulation: Simulation, args: tuple) -> tuple[list[Callable[[], Any]], str]:
-        """One program per device, its inputs placed in its memory; and the inputs' signature."""
+        """One program per device, its inputs placed in its memory; and the inputs' signature. Inputs that are
+        a flat tuple of plain arrays are placed by the plan their shapes and dtypes made on the first call
+        (`sim.program._flat.FlatPlan`: the same signature, blocks and types that call found)."""
+        key = flat_key(args)
+        plan = self._flat.get(key) if key is not None else None
+        if plan is not None:
+            held = place_blocks(simulation.memories, [(stacked(x, count), which)
+                                                      for x, (count, which) in zip(args, plan.rows)])
+            if held is not None:
+                return self._started(simulation, args, held, plan.vmas, plan.inputs), plan.signature
         in_specs = _expand(self.in_specs, args, "in_specs")
         paths = _paths(args, "args")
         # an array placed with a Format keeps its layout in every device memory
@@ -186,7 +207,11 @@ class ShardMapped:
         values = tree_map(_value, args)  # an Array's values are gathered once, not once per device
         vmas = tree_map(lambda _, spec: frozenset(spec.axes() if self.check_vma else ()), paths, in_specs)
         signature = _signature(paths, values, layouts)
-        held = _held_at_once(self.mesh, simulation.memories, paths, values, layouts, in_specs)
+        rows = _row_stacks(self.mesh, paths, values, layouts, in_specs)
+        if key is not None and rows is not None:
+            self._flat[key] = FlatPlan(signature, tuple(blocks for _, blocks in rows), tuple(vmas))
+        held = place_blocks(simulation.memories, [(stacked(x, count), which) for x, (count, which) in rows]) \
+            if rows is not None else None
         if held is not None:
             return self._started(simulation, values, held, vmas), signature
         # every device's block of every input, and its type, found once per input
@@ -209,10 +234,12 @@ class ShardMapped:
 
         return [program(d) for d in self.mesh.devices], signature
 
-    def _started(self, simulation: Simulation, values: Any, held: list[list[np.ndarray]], vmas: Any
-                 ) -> list[Callable[[], Any]]:
+    def _started(self, simulation: Simulation, values: Any, held: list[list[np.ndarray]], vmas: Any,
+                 shared: list | None = None) -> list[Callable[[], Any]]:
         """One program per device over its blocks already held (`held`: each input leaf's views by device, in
-        `tree_map`'s order), each block typed and recorded as the device's input as `_programs` does it."""
+        `tree_map`'s order), each block typed and recorded as the device's input as `_programs` does it. The
+        input variables are values (a name and a type, the same on every device): with `shared` (a plan's
+        list), those of programs numbering them from 0 are made once, kept there."""
         leaf_vmas: list[frozenset] = []
         tree_map(leaf_vmas.append, vmas)
         flat = isinstance(values, tuple) and len(values) == len(held) and not hasattr(values, "_fields") \
@@ -221,12 +248,18 @@ class ShardMapped:
         programs = []
         for device in self.mesh.devices:
             record = simulation.programs[device]
+            first = record.take(len(types))
+            if shared is not None and not first:
+                if not shared:
+                    shared += [Program.numbered(k, *type_) for k, type_ in enumerate(types)]
+                made = shared
+            else:
+                made = [Program.numbered(first + k, *type_) for k, type_ in enumerate(types)]
+            record.inputs += made
             mine = []
-            for views, (dtype, shape, vma) in zip(held, types):
+            for views, (_, _, vma), var in zip(held, types, made):
                 local = views[device].view(Varying)  # read-only: the held view is
-                local.vma = vma
-                local.var = var = record.new_var(dtype, shape, vma)
-                record.inputs.append(var)
+                local.vma, local.var = vma, var
                 mine.append(local)
             if not flat:
                 mine = _rebuilt(values, mine)
@@ -252,6 +285,13 @@ class ShardMapped:
             if self.check_vma:
                 result = promote(_check_type("out", spec, result, current().device), frozenset(spec.axes()))
             record.outputs = [_ref(result)]
+            return result
+        if type(result) is tuple and _is_spec(spec) and arrays(result):
+            if self.check_vma:  # a flat tuple of arrays under one spec: no tree to walk
+                device, axes = current().device, frozenset(spec.axes())
+                result = tuple([promote(_check_type(f"out[{k}]", spec, leaf, device), axes)
+                                for k, leaf in enumerate(result)])
+            record.outputs = [_ref(leaf) for leaf in result]
             return result
         result = tree_map(as_array, result)
         out_specs = _expand(self.out_specs, result, "out_specs")
@@ -303,11 +343,12 @@ class _Blocks:
         self.by_device = by_device
 
 
-def _held_at_once(mesh: Mesh, memories: list[LocalMemory], paths: Any, values: Any, layouts: Any, in_specs: Any
-                  ) -> list[list[np.ndarray]] | None:
-    """Every device's block of every input held in its memory at once (`sim.memory._memory.place_blocks`), when each
-    input is a non-empty C-contiguous numeric array without a layout whose blocks are runs of whole rows;
-    each input's block views by device, in `tree_map`'s order of the inputs. None (nothing held) otherwise."""
+def _row_stacks(mesh: Mesh, paths: Any, values: Any, layouts: Any, in_specs: Any
+                ) -> list[tuple[np.ndarray, tuple[int, list[int]]]] | None:
+    """When each input is a non-empty C-contiguous numeric array without a layout whose blocks are runs of
+    whole rows (so `sim.memory._memory.place_blocks` holds every device's block of every input at once): per
+    input, in `tree_map`'s order, the array and (its block count, each device's block number). None
+    otherwise."""
     found: list[Any] = []
 
     def blocks(path: str, x: np.ndarray, layout: Any, spec: PartitionSpec) -> None:
@@ -318,13 +359,12 @@ def _held_at_once(mesh: Mesh, memories: list[LocalMemory], paths: Any, values: A
         if rows is None:
             found.append(None)
             return
-        count, which = rows  # the array as a stack of `count` blocks along a new leading axis
-        found.append((x.reshape((count, x.shape[0] // count, *x.shape[1:])) if x.ndim else x.reshape(1), which))
+        found.append((x, rows))
 
     tree_map(blocks, paths, values, layouts, in_specs)
     if None in found:
         return None
-    return place_blocks(memories, found)
+    return found
 
 
 def _rebuilt(tree: Any, flat: list) -> Any:
