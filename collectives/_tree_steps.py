@@ -143,7 +143,7 @@ class Programs:
         transport._posted += count
         for j, *_ in posts:
             self.in_flight[j] += 1
-        wire = sizes if transport._free else [transport.costs.wire_bytes(size) for size in sizes]
+        wire = transport.wire(sizes)
         transport.links.send_table(np.asarray(srcs, np.int64), np.asarray(dsts, np.int64),
                                    np.asarray(wire, np.float64), _Table(self, first, posts))
 

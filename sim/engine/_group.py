@@ -150,7 +150,7 @@ class Steps:
         details = self.details(self.positions[senders], steps, ways)
         first = self._record(srcs, dsts, sizes, details)
         transport._posted += count
-        wire = sizes if transport._free else np.array([transport.costs.wire_bytes(size) for size in sizes.tolist()])
+        wire = transport.wire(sizes)
         places = messages if self.as_received is None else self.as_received[messages, senders]
         if self.timed:
             self.first_rows[messages[steps == 0], senders[steps == 0]] = first + np.flatnonzero(steps == 0)
