@@ -133,6 +133,7 @@ class Chain:
         yield done
         if not self.virtual[j]:
             programs.finish(j)
+        programs.leave()
 
     # ------------------------------------------------------------------------------------------- the plan
 
