@@ -115,8 +115,7 @@ class Chain:
     def _wire(self, size: int) -> float:
         wire = self.wires.get(size)
         if wire is None:
-            transport = self.transport
-            wire = self.wires[size] = float(size) if transport._free else float(transport.costs.wire_bytes(size))
+            wire = self.wires[size] = float(self.transport.wire(size))
         return wire
 
     def join(self, port: sim.Port, program: list, parts: tuple) -> Generator:
@@ -134,6 +133,7 @@ class Chain:
         yield done
         if not self.virtual[j]:
             programs.finish(j)
+        programs.leave()
 
     # ------------------------------------------------------------------------------------------- the plan
 

@@ -85,6 +85,20 @@ class Programs:
         self.latest = [0.0] * size  # the latest arrival of each sender's messages (until released)
         self.released = [False] * size
         self.wakes = WakeRuns(self.env, self._step)  # wake events batched by instant
+        self.staying = size  # members whose part has not returned yet
+        self.flying = 0  # messages posted here not yet arrived
+
+    def leave(self) -> None:
+        """A member's part returned. Once every member's has and every message has arrived, nothing more
+        happens to the call: its ports, programs and wakes are let go (the wakes hold `_step`, the call's
+        meeting holds this and each port the meeting: cycles otherwise left to the garbage collector)."""
+        self.staying -= 1
+        self._end_if_over()
+
+    def _end_if_over(self) -> None:
+        if self.staying == 0 and self.flying == 0:
+            self.ports, self.programs = [], []
+            self.wakes = None  # type: ignore[assignment]
 
     def join(self, port: sim.Port, program: list) -> Generator:
         """Member `port.group.index` runs `program`; returns when its last operation has run."""
@@ -93,6 +107,7 @@ class Programs:
         if self.start(j, self.env.event()):
             yield self.done[j]
             self.finish(j)
+        self.leave()
 
     def start(self, j: int, done: Any) -> bool:
         """Member j (its port and program set) runs its program up to its first receive, its sends posted,
@@ -141,9 +156,10 @@ class Programs:
                        for src, dst, size, detail in zip(srcs, dsts, sizes, details)]
             first = indices[0]
         transport._posted += count
+        self.flying += count
         for j, *_ in posts:
             self.in_flight[j] += 1
-        wire = sizes if transport._free else [transport.costs.wire_bytes(size) for size in sizes]
+        wire = transport.wire(sizes)
         transport.links.send_table(np.asarray(srcs, np.int64), np.asarray(dsts, np.int64),
                                    np.asarray(wire, np.float64), _Table(self, first, posts))
 
@@ -165,8 +181,10 @@ class Programs:
             if (r, j, key) in self.waiting:
                 self.waiting.discard((r, j, key))
                 woken.append((r, arrival))
+        self.flying -= len(slots)
         if woken:
             self._wake(woken)
+        self._end_if_over()
 
     def _expect(self, receivers: list[int]) -> None:
         """Each receiver waits for the message of its next receive; those already arrived are woken, in order."""

@@ -2,7 +2,9 @@
 meeting, every member's arguments, the joint call) is freed by reference counting as the call ends, so a
 program of many calls leaves no more cycles than a program of few. A run pauses the collector
 (`sim.engine._engine.gc_paused`); every cycle a call left would cost the collection that follows the run.
-A meeting made to keep its view again (the cycle it once held) is caught."""
+A meeting made to keep its view again (the cycle it once held) is caught. The step loops of the ring, doubling
+and halving algorithms (`sim.engine.Steps`) and the tree's programs (`collectives._tree_steps.Programs`, its
+chain planned ahead or not) let go of the call when it is over, so their calls leave none either."""
 
 from __future__ import annotations
 
@@ -25,6 +27,23 @@ def _program(n: int, calls: int, perm: list[tuple[int, int]], check_vma: bool) -
         return v
 
     return sim.shard_map(body, mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=P("x"), check_vma=check_vma)
+
+
+def _reductions(n: int, calls: int, op: str, algorithm: str, network: sim.Network | None) -> sim.ShardMapped:
+    """`calls` calls of `op` by `algorithm` over n devices (a psum_scatter's pieces gathered back)."""
+    def body(v):
+        for _ in range(calls):
+            if op == "psum":
+                v = collectives.psum(v, "x", algorithm=algorithm)
+            elif op == "all_gather":
+                v = collectives.all_gather(v, "x", algorithm=algorithm, tiled=True)[:v.shape[0]]
+            else:
+                v = collectives.all_gather(collectives.psum_scatter(v, "x", algorithm=algorithm, tiled=True), "x",
+                                           tiled=True)
+        return v
+
+    mesh = sim.Mesh({"x": n}) if network is None else sim.Mesh({"x": n}, network=network)
+    return sim.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
 
 
 def _cycles_left(program: sim.ShardMapped, x: np.ndarray) -> int:
@@ -59,6 +78,27 @@ def test_calls_leave_no_cycles(whole: bool, check_vma: bool) -> None:
     x = np.arange(n, dtype=np.float32)
     few = _cycles_left(_program(n, 1, perm, check_vma), x)
     many = _cycles_left(_program(n, 16, perm, check_vma), x)
+    assert many == few
+
+
+_STORED = {"store_and_forward": True}  # a ring's loops run event by event, not in closed form
+_RING = {"topology": "ring"}  # a tree's chain runs as programs, not planned ahead
+
+
+@pytest.mark.parametrize(("op", "algorithm", "network"), [
+    ("psum", "ring", None), ("psum", "ring", _STORED), ("psum", "tree", None), ("psum", "tree", _RING),
+    ("psum", "direct", None), ("psum", "recursive_doubling", None), ("psum", "rabenseifner", None),
+    ("psum", "bidirectional_ring", None), ("all_gather", "ring", None), ("psum_scatter", "ring", None),
+    ("psum_scatter", "recursive_halving", None)])
+def test_reductions_leave_no_cycles(op: str, algorithm: str, network: dict | None) -> None:
+    """Sixteen calls of a ring, tree, doubling or halving algorithm leave as many cycles as one: no call
+    leaves any, its loops run in closed form or event by event (store-and-forward links), the tree's chain
+    planned ahead (fully connected) or run as programs (a ring network)."""
+    n = 8
+    mesh_network = None if network is None else sim.Network(**network)
+    x = np.arange(n * 8, dtype=np.float32)
+    few = _cycles_left(_reductions(n, 1, op, algorithm, mesh_network), x)
+    many = _cycles_left(_reductions(n, 16, op, algorithm, mesh_network), x)
     assert many == few
 
 

@@ -117,6 +117,7 @@ class Steps:
             self.sender[self.as_received[:, j], to] = j
         if self.count == 0:
             self.released[j] = True
+            self._end_if_over()
             return
         self.done[j] = self.env.event()
         members = np.array([j])
@@ -150,7 +151,7 @@ class Steps:
         details = self.details(self.positions[senders], steps, ways)
         first = self._record(srcs, dsts, sizes, details)
         transport._posted += count
-        wire = sizes if transport._free else np.array([transport.costs.wire_bytes(size) for size in sizes.tolist()])
+        wire = transport.wire(sizes)
         places = messages if self.as_received is None else self.as_received[messages, senders]
         if self.timed:
             self.first_rows[messages[steps == 0], senders[steps == 0]] = first + np.flatnonzero(steps == 0)
@@ -200,6 +201,8 @@ class Steps:
         if woken.any():
             self.waiting[receivers[woken]] = -1
             self._wake(receivers[woken], messages[woken], arrivals_s[woken])
+        if released.any():
+            self._end_if_over()
 
     def _wake(self, receivers: np.ndarray, messages: np.ndarray, arrivals_s: np.ndarray) -> None:
         """Schedule the receivers' wakes in order. Wakes at one instant scheduled one after another, with
@@ -249,6 +252,21 @@ class Steps:
         port.in_flight += int(self.in_flight[j])  # type: ignore[union-attr]
         port.last_arrival_s = max(port.last_arrival_s, float(self.last[j]))  # type: ignore[union-attr]
         self.released[j] = True
+        self._end_if_over()
+
+    def _end_if_over(self) -> None:
+        """Once every member's part is over and every message has arrived, nothing more happens to the loop:
+        it lets go of the members' ports, the algorithm's functions and its wakes. (The algorithm holds the
+        loop and the loop its functions, the wakes hold `_step`, the call's meeting holds the algorithm and
+        each port the meeting: cycles that would otherwise be left to the garbage collector, every call.)"""
+        if self.released.all() and not self.in_flight.any():
+            self.ports = []
+            self.sizes = self.details = self.move = _over
+            self.wakes = None  # type: ignore[assignment]
+
+
+def _over(*_: object) -> None:
+    raise RuntimeError("a Steps loop was used after every member's part was over")
 
 
 class _Table:

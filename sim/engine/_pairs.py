@@ -98,7 +98,7 @@ class PairTable:
         self.first = transport.trace.append_batch(self.srcs, self.dsts, sizes, now, now, None, self.collective,
                                                   self.call, self.details)
         transport._posted += len(sizes)  # the ranks message-by-message posts would have taken
-        wire = sizes if transport._free else [transport.costs.wire_bytes(size) for size in sizes]
+        wire = transport.wire(sizes)
         transport.links.send_table(np.asarray(self.srcs, np.int64), np.asarray(self.dsts, np.int64),
                                    np.asarray(wire, np.float64), self)
 

@@ -100,9 +100,8 @@ def _routes(loop: Steps, sizes: np.ndarray) -> _Routes | None:
     """The messages' routes (None where rates could depend on which flows run together, or a message stays
     on its device)."""
     transport, n = loop.transport, len(loop.members)
-    links, costs = transport.links, transport.costs
-    wire = sizes.astype(np.float64) if transport._free else np.array(
-        [costs.wire_bytes(size) for size in sizes.tolist()], np.float64)
+    links = transport.links
+    wire = np.asarray(transport.wire(sizes), np.float64)
     block = loop.ways * n  # a step's messages: where every step goes to the same members, routes of one step
     to = loop.to[:loop.ways] if np.array_equal(loop.to.reshape(loop.count, block), np.broadcast_to(
         loop.to[:loop.ways].reshape(1, block), (loop.count, block))) else loop.to

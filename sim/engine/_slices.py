@@ -62,9 +62,7 @@ class SliceTables:
                                              port.collective.name, port.call, details)
         table.post(port.group.index, peers, source, starts, stops, values)
         port.in_flight += count
-        costs = transport.costs
-        wire = sizes if costs.free else np.array([costs.wire_bytes(size) for size in sizes.tolist()])
-        transport.links.send(port.device, dsts, wire, _SliceRow(table, port.group.index, first, port))
+        transport.links.send(port.device, dsts, transport.wire(sizes), _SliceRow(table, port.group.index, first, port))
 
     def expect(self, port: Port, count: int) -> simpy.Event:
         """An event that fires once `count` messages of this call to `port`'s member have arrived."""

@@ -129,7 +129,7 @@ class Pairs(Joint):
         self.first = transport.trace.append_batch(srcs, dsts, sizes, now, now, None, self.gathering.collective.name,
                                                   self.gathering.call, self.details)
         transport._posted += len(sizes)
-        wire = sizes if transport._free else [transport.costs.wire_bytes(size) for size in sizes]
+        wire = transport.wire(sizes)
         transport.links.send_table(np.asarray(srcs, np.int64), np.asarray(dsts, np.int64),
                                    np.asarray(wire, np.float64), self)
 

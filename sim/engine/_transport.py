@@ -108,8 +108,22 @@ class Transport:
             message.rank = self.order.rank()
         index = self.trace.append(message.src, message.dst, size, now, start, start, collective, call, detail)
         key = (message.src, exchange, message.tag)
-        self._send(start, message.src, [message.dst], [size if self._free else self.costs.wire_bytes(size)],
+        self._send(start, message.src, [message.dst], [self.wire(size)],
                    _Single(self, message, key, index, start, port))
+
+    def wire(self, sizes: Any) -> Any:
+        """The bytes messages of `sizes` (bytes: one int, a list or an array) occupy their links as: exactly
+        the values the transport posts to the network for them, whichever way they are posted (one by one, a
+        row, a table). Each weighs `Costs.wire_bytes` of its size (floats: a list for a list, a float64 array
+        for an array); when every cost is nil, `sizes` itself, unchanged (the bytes alone)."""
+        if self._free:
+            return sizes
+        wire_bytes = self.costs.wire_bytes
+        if isinstance(sizes, np.ndarray):
+            return np.array([wire_bytes(size) for size in sizes.tolist()], np.float64)
+        if isinstance(sizes, list):
+            return [wire_bytes(size) for size in sizes]
+        return wire_bytes(sizes)
 
     def _send(self, start_s: float, src: int, dsts: list[int], wire: list[float], sink: Any) -> None:
         """Hand messages to the network at `start_s` (now, or later: when their sender has issued them)."""
@@ -182,13 +196,7 @@ class Transport:
         first = self.trace.append_batch(src, members, sizes, now, start, None, collective, call, details)
         table = self._table(exchange, members)
         table.post(group.index, row, first)
-        if self._free:
-            wire = sizes
-        elif isinstance(sizes, int):
-            wire = self.costs.wire_bytes(sizes)
-        else:
-            wire = [self.costs.wire_bytes(size) for size in sizes]
-        self._send(start, src, table.dsts, wire, _Row(self, table, group.index, start, port))
+        self._send(start, src, table.dsts, self.wire(sizes), _Row(self, table, group.index, start, port))
 
     def _table(self, exchange: int, members: tuple[int, ...]) -> Table:
         table = self._tables.get(exchange)

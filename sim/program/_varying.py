@@ -189,29 +189,31 @@ def _is_array_tree(value: Any) -> bool:
 
 
 def _flatten(args: tuple) -> tuple[list, Callable[[list], tuple]]:
-    """The array leaves of `args` (through lists and tuples) and a function putting new leaves back."""
+    """The array leaves of `args` (through lists and tuples) and a function putting new leaves back. (The
+    walks are module functions: a nested function calling itself would hold itself in a cycle, left to the
+    garbage collector every call.)"""
     leaves: list = []
+    skeleton = _strip(args, leaves)
+    return leaves, lambda plain: _fill(skeleton, plain)
 
-    def strip(node: Any) -> Any:
-        if isinstance(node, (list, tuple)) and _is_array_tree(node):
-            return type(node)(strip(n) for n in node)
-        if isinstance(node, np.ndarray):
-            leaves.append(node)
-            return _Slot(len(leaves) - 1)
-        return node
 
-    skeleton = strip(args)
+def _strip(node: Any, leaves: list) -> Any:
+    """`node` with each array leaf appended to `leaves` and replaced by its index there."""
+    if isinstance(node, (list, tuple)) and _is_array_tree(node):
+        return type(node)(_strip(n, leaves) for n in node)
+    if isinstance(node, np.ndarray):
+        leaves.append(node)
+        return _Slot(len(leaves) - 1)
+    return node
 
-    def rebuild(plain: list) -> tuple:
-        def fill(node: Any) -> Any:
-            if isinstance(node, _Slot):
-                return plain[node.index]
-            if isinstance(node, (list, tuple)):
-                return type(node)(fill(n) for n in node)
-            return node
-        return fill(skeleton)
 
-    return leaves, rebuild
+def _fill(node: Any, plain: list) -> Any:
+    """`node` (a skeleton `_strip` made) with each leaf's index replaced by its new leaf in `plain`."""
+    if isinstance(node, _Slot):
+        return plain[node.index]
+    if isinstance(node, (list, tuple)):
+        return type(node)(_fill(n, plain) for n in node)
+    return node
 
 
 class _Slot:
