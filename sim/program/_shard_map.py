@@ -387,15 +387,14 @@ def _expand(specs: Any, tree: Any, what: str) -> Any:
         raise InvalidArgumentError(f"{what}={specs!r} does not match the values: {error}") from None
 
 
-def _paths(tree: Any, root: str) -> Any:
-    def walk(node: Any, path: str) -> Any:
-        if isinstance(node, (tuple, list)):
-            return type(node)(walk(c, f"{path}[{i}]") for i, c in enumerate(node))
-        if isinstance(node, dict):
-            return {k: walk(v, f"{path}[{k!r}]") for k, v in node.items()}
-        return None if node is None else path
-
-    return walk(tree, root)
+def _paths(node: Any, path: str) -> Any:
+    """The tree of each leaf's path from `path` (e.g. `args[0]['w']`), None where the tree holds None (a
+    module-level function: a nested one calling itself would be a reference cycle per run)."""
+    if isinstance(node, (tuple, list)):
+        return type(node)(_paths(c, f"{path}[{i}]") for i, c in enumerate(node))
+    if isinstance(node, dict):
+        return {k: _paths(v, f"{path}[{k!r}]") for k, v in node.items()}
+    return None if node is None else path
 
 
 def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> Any:
