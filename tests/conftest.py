@@ -67,6 +67,30 @@ def _checked_here() -> dict[tuple[str, str], int]:
     return dict(getattr(sys.modules.get("strategies"), "CHECKED", None) or {})
 
 
+# The files that take longest (each well over a minute on a 2-core machine), slowest first. They run first,
+# so that under pytest-xdist's `--dist loadfile` no long file starts when the other worker has little left:
+# xdist's own order (files with most tests first) started the docs build, one test, last of all, and the
+# other worker idled through most of it.
+SLOWEST_FIRST = ("test_docs_site.py", "test_campaign.py", "test_bridge.py", "test_jax_fixes_rules.py",
+                 "test_bridge_tutorial.py", "test_bridge_reach.py", "test_cpu_ragged.py", "test_differential.py")
+
+
+def pytest_configure(config):
+    """pytest-xdist hands out files in the order `pytest_collection_modifyitems` leaves them."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    """The files of SLOWEST_FIRST in its order, then the others with most tests first (xdist's own order); a
+    file's tests keep their order."""
+    counts = collections.Counter(item.path.name for item in items)
+    rank = {name: (k, 0) for k, name in enumerate(SLOWEST_FIRST)}
+    place = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (*rank.get(item.path.name, (len(SLOWEST_FIRST), -counts[item.path.name])),
+                                 place[id(item)]))
+
+
 _FROM_WORKERS: collections.Counter = collections.Counter()  # under pytest-xdist: what each worker checked
 
 
