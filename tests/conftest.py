@@ -21,6 +21,8 @@ from __future__ import annotations
 import collections
 import importlib.util
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -48,6 +50,24 @@ def _crash_reports_in_a_temporary_directory(tmp_path_factory):
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = previous
+
+
+@pytest.fixture(scope="module")
+def jax_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One persistent JAX compilation cache for the JAX processes a module starts (`pytestmark` asks for it),
+    shared by every module of this test process that asks: a folder of the run's temporary directory, empty
+    when the run starts (so a fresh clone measures what CI pays), one per pytest-xdist worker (so the tests
+    of two workers never write it at once). Children trace many programs anew that XLA compiled before (the
+    bridge compiles each segment of each run, a campaign each drawn call, Hypothesis each shrinking
+    candidate): the cache compiles each once. A cached executable is the one XLA compiled for the same
+    program (the key holds the HLO, the compile options, XLA_FLAGS and the versions of JAX and XLA), so no
+    answer changes."""
+    folder = tmp_path_factory.getbasetemp() / "jax-compile-cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+        yield folder
 
 
 @pytest.fixture(scope="session")
