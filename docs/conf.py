@@ -1,6 +1,5 @@
 """Sphinx configuration of meshsim's documentation site (`make docs`)."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -35,19 +34,8 @@ def _own_docstring_only(app, what, name, obj, options, lines):
         lines.clear()
 
 
-def _compile_once(doctreedir: str) -> None:
-    """JAX in the kernels, and in the processes they start, compiles each program once per build directory
-    (a persistent cache beside the doctrees, unless one is set already): the lessons trace one program
-    again and again (a campaign's drawn calls, Hypothesis's shrinking candidates). Every cell still runs; a
-    cached executable is the one XLA compiled for the same program, so no output changes."""
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(doctreedir) / "jax-compile-cache"))
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-
-
 def setup(app):
     app.connect("autodoc-process-docstring", _own_docstring_only, priority=400)  # before napoleon reads it
-    _compile_once(app.doctreedir)
 
 
 html_theme = "sphinx_book_theme"

@@ -6,12 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.usefixtures("jax_compile_cache")  # the build's kernels compile what this worker's tests compiled once
 def test_docs_build_with_warnings_as_errors(tmp_path):
     """sphinx -W over docs/: every page and executed cell builds; a warning or a raising cell fails it."""
     done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
