@@ -87,12 +87,12 @@ def _checked_here() -> dict[tuple[str, str], int]:
     return dict(getattr(sys.modules.get("strategies"), "CHECKED", None) or {})
 
 
-# The files that take longest (each well over a minute on a 2-core machine), slowest first. They run first,
+# The files that take longest (each over a minute alone on a busy 2-core machine), slowest first. They run first,
 # so that under pytest-xdist's `--dist loadfile` no long file starts when the other worker has little left:
 # xdist's own order (files with most tests first) started the docs build, one test, last of all, and the
 # other worker idled through most of it.
-SLOWEST_FIRST = ("test_docs_site.py", "test_campaign.py", "test_bridge.py", "test_jax_fixes_rules.py",
-                 "test_bridge_tutorial.py", "test_bridge_reach.py", "test_cpu_ragged.py", "test_differential.py")
+SLOWEST_FIRST = ("test_docs_site.py", "test_campaign.py", "test_cpu_ragged.py", "test_bridge.py",
+                 "test_jax_fixes_rules.py", "test_bridge_reach.py", "test_bridge_tutorial.py", "test_differential.py")
 
 
 def pytest_configure(config):
