@@ -21,6 +21,8 @@ from __future__ import annotations
 import collections
 import importlib.util
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -50,6 +52,24 @@ def _crash_reports_in_a_temporary_directory(tmp_path_factory):
         os.environ["XDG_STATE_HOME"] = previous
 
 
+@pytest.fixture(scope="module")
+def jax_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One persistent JAX compilation cache for the JAX processes a module starts (`pytestmark` asks for it),
+    shared by every module of this test process that asks: a folder of the run's temporary directory, empty
+    when the run starts (so a fresh clone measures what CI pays), one per pytest-xdist worker (so the tests
+    of two workers never write it at once). Children trace many programs anew that XLA compiled before (the
+    bridge compiles each segment of each run, a campaign each drawn call, Hypothesis each shrinking
+    candidate): the cache compiles each once. A cached executable is the one XLA compiled for the same
+    program (the key holds the HLO, the compile options, XLA_FLAGS and the versions of JAX and XLA), so no
+    answer changes."""
+    folder = tmp_path_factory.getbasetemp() / "jax-compile-cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def jax_oracle():
     """The process-wide JAX oracle (one worker on 8 CPU devices); skips when jax is not installed."""
@@ -65,6 +85,30 @@ def _checked_here() -> dict[tuple[str, str], int]:
     import sys
 
     return dict(getattr(sys.modules.get("strategies"), "CHECKED", None) or {})
+
+
+# The files that take longest (each over a minute alone on a busy 2-core machine), slowest first. They run first,
+# so that under pytest-xdist's `--dist loadfile` no long file starts when the other worker has little left:
+# xdist's own order (files with most tests first) started the docs build, one test, last of all, and the
+# other worker idled through most of it.
+SLOWEST_FIRST = ("test_docs_site.py", "test_campaign.py", "test_cpu_ragged.py", "test_bridge.py",
+                 "test_jax_fixes_rules.py", "test_bridge_reach.py", "test_bridge_tutorial.py", "test_differential.py")
+
+
+def pytest_configure(config):
+    """pytest-xdist hands out files in the order `pytest_collection_modifyitems` leaves them."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    """The files of SLOWEST_FIRST in its order, then the others with most tests first (xdist's own order); a
+    file's tests keep their order."""
+    counts = collections.Counter(item.path.name for item in items)
+    rank = {name: (k, 0) for k, name in enumerate(SLOWEST_FIRST)}
+    place = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (*rank.get(item.path.name, (len(SLOWEST_FIRST), -counts[item.path.name])),
+                                 place[id(item)]))
 
 
 _FROM_WORKERS: collections.Counter = collections.Counter()  # under pytest-xdist: what each worker checked

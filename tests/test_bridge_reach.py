@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from bridge_batches import result, run_batches
 
-pytestmark = pytest.mark.differential
+# the worker traces the same local work again and again (each run's segments, each generated program's
+# forms): XLA compiles each program once
+pytestmark = [pytest.mark.differential, pytest.mark.usefixtures("jax_compile_cache")]
 
 WORKER = Path(__file__).resolve().parent / "bridge_tutorial.py"
 SNAPSHOT = Path(__file__).resolve().parent / "bridge_primitives.txt"

@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,9 @@ import collectives as C
 pytestmark = [
     pytest.mark.differential,
     pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs the jax extra"),
+    # the campaigns draw the same derandomized calls again (each mutant its collective's, `--answers` with
+    # and without the fixes in test_jax_fixes_rules.py): XLA compiles each program once
+    pytest.mark.usefixtures("jax_compile_cache"),
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,20 +42,6 @@ def campaign(*args: str, timeout: int = 900) -> dict[str, Any]:
                           check=False, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One persistent JAX compilation cache for the JAX processes the module starts (this test run's own
-    folder, empty at first): the campaigns of one module draw the same derandomized calls again (each mutant
-    its collective's, `--answers` with and without the fixes), and XLA compiles each program once. A cached
-    executable is the one XLA compiled for the same program, so no answer changes."""
-    folder = tmp_path_factory.getbasetemp() / "jax-compile-cache"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))
-        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-        patch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-        yield folder
 
 
 def known_ids() -> set[str]:

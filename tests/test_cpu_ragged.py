@@ -32,6 +32,8 @@ from oracles import spec
 pytestmark = [
     pytest.mark.differential,
     pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs the jax extra"),
+    # each mutant's fresh child compiles the cases the mutant is shown on before it is installed: once
+    pytest.mark.usefixtures("jax_compile_cache"),
 ]
 
 CHILD = Path(__file__).resolve().parent / "cpu_ragged_child.py"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from jax_fixes_children import KEYS, child_report, ok
-from test_campaign import campaign, compile_cache, known_ids  # noqa: F401  (compile_cache: a fixture)
+from test_campaign import campaign, known_ids
 
 from oracles import spec
 from oracles.jax_fixes import FIXES, FOLDER
@@ -26,6 +26,7 @@ from oracles.jax_fixes import _rules as rules
 pytestmark = [
     pytest.mark.differential,
     pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs the jax extra"),
+    pytest.mark.usefixtures("jax_compile_cache"),  # its campaigns draw the calls test_campaign.py's draw
 ]
 
 CHILD = Path(__file__).resolve().parent / "jax_fixes_rules_child.py"
