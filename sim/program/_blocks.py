@@ -209,7 +209,7 @@ def assemble(mesh: Mesh, spec: PartitionSpec, path: str, per_device: tuple,
 class _Assembly:
     """How `assemble` puts together blocks of one shape and dtype under one spec on one mesh shape: the global
     aval, the writers (`_writers`), whether some mesh axis is left out (replicas to check), whether the
-    writers' blocks in order are the array's rows (`_in_order`), and the writers' block numbers among the
+    writers' blocks in order are the array's rows in order, and the writers' block numbers among the
     array's runs of rows with their count (None: the blocks are not runs of rows)."""
 
     aval: Aval
@@ -229,8 +229,9 @@ def _assembly(mesh: Mesh, spec: PartitionSpec, path: str, first: np.ndarray) -> 
             global_shape[dim] *= mesh.axis_size(entry)
     aval = Aval(spec, tuple(global_shape), first.dtype)
     replicated = any(a not in spec.axes() for a in mesh.axis_names)
-    return _Assembly(aval, _writers(mesh, spec), replicated, _in_order(mesh, aval, path),
-                     _row_numbers(mesh, aval, path))
+    rows = _row_numbers(mesh, aval, path)
+    in_order = rows is not None and rows[1] == list(range(rows[0]))
+    return _Assembly(aval, _writers(mesh, spec), replicated, in_order, rows)
 
 
 def _row_numbers(mesh: Mesh, aval: Aval, path: str) -> tuple[int, list[int]] | None:
@@ -238,15 +239,6 @@ def _row_numbers(mesh: Mesh, aval: Aval, path: str) -> tuple[int, list[int]] | N
     `_writers` order (None: its blocks are not runs of rows)."""
     rows = row_blocks(mesh, aval.spec, aval.shape, path) if len(aval.shape) else None
     return None if rows is None else (rows[0], [rows[1][d] for d in _writers(mesh, aval.spec)])
-
-
-def _in_order(mesh: Mesh, aval: Aval, path: str) -> bool:
-    """Whether the writers' blocks of an array of `aval`, in `_writers` order, are its runs of rows in order."""
-    rows = row_blocks(mesh, aval.spec, aval.shape, path) if len(aval.shape) else None
-    if rows is None:
-        return False
-    count, which = rows
-    return [which[d] for d in _writers(mesh, aval.spec)] == list(range(count))
 
 
 def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, results: list[Any],
@@ -270,11 +262,9 @@ def avals_of(mesh: Mesh, memories: list[LocalMemory], paths: Any, specs: Any, re
 
 
 def _region_addresses(mesh: Mesh, aval: Aval, array: np.ndarray, path: str,
-                      rows: tuple[int, list[int]] | str | None = "find") -> list[int]:
+                      rows: tuple[int, list[int]] | None) -> list[int]:
     """Where each writer's block of `array` starts in the process's memory, in `_writers` order; `rows` is
-    `_Assembly.rows` (found here by default)."""
-    if rows == "find":
-        rows = _row_numbers(mesh, aval, path)
+    `_Assembly.rows`."""
     if rows is None:
         return [_address(region) for region in _regions(mesh, aval, array, path)]
     count, numbers = rows
