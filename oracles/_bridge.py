@@ -129,8 +129,9 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
         JaxSlipError: with `strict=True`, JAX's typing or an unchecked out_specs claim is wrong here.
         MeshError: a collective's arguments break its rules (as in any simulated run).
     """
-    closed, tree = traced(f, args)
-    return run_traced(closed, tree, args, network, dict(options, strict=strict, compiled=compiled))
+    with sim.gc_paused():  # one collection after the call, not one after each of its shard_map runs
+        closed, tree = traced(f, args)
+        return run_traced(closed, tree, args, network, dict(options, strict=strict, compiled=compiled))
 
 
 _TRACES_KEPT = 64

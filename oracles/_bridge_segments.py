@@ -148,17 +148,19 @@ def held(aval: Any) -> tuple[np.dtype, tuple[int, ...]]:
     return np.dtype(aval.dtype), tuple(aval.shape)
 
 
-def compiled(segment: Segment) -> Any:
+def compiled(segment: Segment, host: bool = False) -> Any:
     """The segment's function jitted, made once per segment and shared by every segment of the same
     equations on the same input types (a program traced again, or traced with another way of giving its
-    mesh, compiles nothing new)."""
+    mesh, compiles nothing new). A device's segment runs on the bridge's own CPU device (`_local_sharding`);
+    a `host` segment, on the user's devices under the user's mesh, as JAX runs it."""
     if segment.jitted is None:
-        key = fingerprint(segment)
+        key = ("host " if host else "") + fingerprint(segment)
         if "..." in key or not all(_plain(eqn) for eqn in segment.eqns):
             key = f"{id(segment)}:{key}"  # shown in part only (constants, long arrays): never shared
         segment.jitted = _jitted.get(key)
         if segment.jitted is None:
-            segment.jitted = _jitted[key] = jax.jit(_function(segment))
+            here = None if host else _local_sharding()
+            segment.jitted = _jitted[key] = jax.jit(_function(segment), in_shardings=here, out_shardings=here)
             while len(_jitted) > _PLANS_KEPT:
                 _jitted.popitem(last=False)
         _jitted.move_to_end(key)
@@ -166,6 +168,21 @@ def compiled(segment: Segment) -> Any:
 
 
 _jitted: OrderedDict[str, Any] = OrderedDict()
+_local: list = []  # the synchronous CPU client's one device, as a sharding, once made
+
+
+def _local_sharding() -> Any:
+    """Where segments run: the one device of a CPU client of the bridge's own that runs each computation on the
+    calling thread. JAX's CPU client hands every computation to a thread pool and the caller then waits for
+    it, which for a segment's small computation costs more than the computation (a segment call took about
+    100 us against about 40 us inline). It is the same XLA:CPU compiler, so the code and its bits are those
+    of the default client; the user's own JAX calls keep the default client."""
+    if not _local:
+        from jax._src.lib import xla_client
+
+        client = xla_client.make_cpu_client(asynchronous=False, num_devices=1)
+        _local.append(jax.sharding.SingleDeviceSharding(client.local_devices()[0]))
+    return _local[0]
 
 
 def _plain(eqn: core.JaxprEqn) -> bool:
@@ -220,13 +237,13 @@ def execute(segment: Segment, values: Sequence[Any], host: bool = False) -> list
     arrays, or None where XLA cannot compile it (the segment is then marked `eager`)."""
     if segment.eager:
         return None
-    function = compiled(segment)
-    local_mesh = not host and not mesh_lib.get_abstract_mesh().empty
+    function = compiled(segment, host)
+    local_mesh = not host and _in_mesh()
     try:
         if not local_mesh:
             outs = function(*values)
         else:  # a device's values are local whatever mesh `jax.set_mesh` made current
-            with mesh_lib.use_abstract_mesh(mesh_lib.empty_abstract_mesh):
+            with jax.set_mesh(None):
                 outs = function(*values)
     except Exception:  # what XLA cannot compile runs one by one, where its errors are explained
         if segment.ran:
@@ -240,12 +257,17 @@ def execute(segment: Segment, values: Sequence[Any], host: bool = False) -> list
     return [np.asarray(o) for o in outs]
 
 
+def _in_mesh() -> bool:
+    """Whether a mesh is current (`jax.set_mesh`, or an abstract one inside a trace)."""
+    return not mesh_lib.get_abstract_mesh().empty or not mesh_lib.get_concrete_mesh().empty
+
+
 def _cost(segment: Segment, function: Any, values: Sequence[Any], local_mesh: bool) -> Any:
     """XLA's cost analysis of `segment` compiled for the types of `values`, made once per types."""
     key = tuple((tuple(np.shape(v)), str(getattr(v, "dtype", type(v)))) for v in values)
     if key not in segment.costs:
         if local_mesh:
-            with mesh_lib.use_abstract_mesh(mesh_lib.empty_abstract_mesh):
+            with jax.set_mesh(None):
                 segment.costs[key] = function.lower(*values).compile().cost_analysis()
         else:
             segment.costs[key] = function.lower(*values).compile().cost_analysis()

@@ -131,7 +131,7 @@ class LocalMemory:
         if self._open is None or start + size > base + segment.size:  # a 0-byte array needs a segment too
             # room for small arrays to follow, but never a large spare region behind a large array
             grown = max(size, min(2 * segment.size, _MAX_SPARE_BYTES), _MIN_SEGMENT_BYTES)
-            start = self._append(np.zeros(grown, np.uint8))
+            start = self._append(_zeros_aligned(grown))
             self._open = self._segments[-1]
             self._open_address = _address(self._open[1])
         self._top = start + size
@@ -409,6 +409,15 @@ _ROW_MAJOR: dict[int, Layout] = {}  # `Layout.row_major(rank)` by rank, the same
 def _row_major(rank: int) -> Layout:
     layout = _ROW_MAJOR[rank] = Layout.row_major(rank)
     return layout
+
+
+def _zeros_aligned(size: int) -> np.ndarray:
+    """`size` zeroed bytes whose first byte sits at a multiple of `_ALIGN_BYTES` in the process's memory, as
+    XLA:CPU aligns its own buffers: so that every allocation (at an aligned offset) is aligned in the machine
+    too, and a compiled computation given it as an operand reads it in place instead of copying it first."""
+    raw = np.zeros(size + _ALIGN_BYTES, np.uint8)
+    skip = -_address(raw) % _ALIGN_BYTES
+    return raw[skip:skip + size]
 
 
 def _address(array: np.ndarray) -> int:
