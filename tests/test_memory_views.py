@@ -347,3 +347,12 @@ def test_a_scalar_output_is_written_in_place_on_a_repeated_call():
                       out_specs=P())
     for _ in range(3):
         assert f(np.arange(8.0)).tolist() == 28.0
+
+
+def test_allocations_are_aligned_in_the_machine_as_xla_aligns_its_buffers():
+    """Every allocation starts at a multiple of 64 bytes of the process's memory (not only of the device
+    memory's offsets): XLA:CPU reads such an operand in place, and copies any other first."""
+    memory = sim.LocalMemory(0)
+    views = [memory.view(memory.alloc(np.float32, shape)) for shape in [(3,), (1,), (5000,), (17, 3), (1 << 20,)]]
+    views.append(memory.alloc_view(np.dtype(np.int8), (7,)))
+    assert [v.ctypes.data % 64 for v in views] == [0] * len(views)
