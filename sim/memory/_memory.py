@@ -91,7 +91,7 @@ class LocalMemory:
         self._top = 0
         self._by_address: dict[int, Buffer] = {}
         # adopted blocks not yet in `_by_address` (their address is read only when `find` needs it), in order
-        self._unaddressed: list[tuple[np.ndarray, Buffer]] = []
+        self._unaddressed: list[tuple[np.ndarray, Buffer, int | None]] = []  # (bytes, buffer, address if known)
         self._reserved: list[np.ndarray] = []
         # each buffer handed out and its view, each keeping the other alive (so an id here is never reused)
         self._views: dict[int, np.ndarray] = {}  # by id(buffer)
@@ -214,22 +214,23 @@ class LocalMemory:
         shape = array.shape
         return self._hold(raw, np.ndarray(shape, array.dtype, buffer=raw), Layout.row_major(len(shape)))
 
-    def _hold(self, raw: np.ndarray, view: np.ndarray, layout: Layout) -> Buffer:
+    def _hold(self, raw: np.ndarray, view: np.ndarray, layout: Layout, address: int | None = None) -> Buffer:
         """Hold an adopted block, already charged: `raw` its bytes (read-only uint8), `view` the block (read-only,
-        C-contiguous, over the same bytes; `layout` row-major of its rank), in a segment of their own."""
+        C-contiguous, over the same bytes; `layout` row-major of its rank), in a segment of their own;
+        `address`, where known, is where `raw` starts in the process's memory."""
         start = self._append(raw)
         self._open = None  # later small arrays start a segment of their own, after this one
         self._top = start + raw.size
         buffer = Buffer(self.device, start, view.dtype, view.shape, layout)
-        self._unaddressed.append((raw, buffer))  # known by its address from the first `find` on
+        self._unaddressed.append((raw, buffer, address))  # known by its address from the first `find` on
         self._views[id(buffer)] = view
         self._owners[id(view)] = buffer
         return buffer
 
     def _address_adopted(self) -> None:
         """Know the adopted blocks still waiting by their addresses, in the order they were adopted."""
-        for raw, buffer in self._unaddressed:
-            self._by_address[_address(raw)] = buffer
+        for raw, buffer, address in self._unaddressed:
+            self._by_address[_address(raw) if address is None else address] = buffer
         self._unaddressed = []
 
     def reserve(self, region: np.ndarray) -> None:
@@ -394,8 +395,9 @@ def _hold_blocks(memories: Sequence[LocalMemory], stack: np.ndarray, which: Sequ
     if stack.ndim > 1 and len(which) == len(stack) == len(set(which)):  # each block held once: views at once
         blocks, rows = list(stack), list(raws)
         views = [blocks[k] for k in which]
+        first, step = _address(raws), raws.shape[1]  # row k starts k rows past the first
         for memory, k, view in zip(memories, which, views):
-            memory._hold(rows[k], view, layout)
+            memory._hold(rows[k], view, layout, first + k * step)
         return views
     views = [stack[k, ...] for k in which]  # `...`: a 0-d block stays an array, and no two devices share a view
     for memory, k, view in zip(memories, which, views):
