@@ -29,7 +29,8 @@ class Joined:
     def __init__(self, port: sim.Port, first: Folds, second: Copies) -> None:
         self.parts, self.cut = (first, second), first.count
         self.to = np.concatenate([first.to, second.to], axis=1)
-        self.of = sim.engine.Steps(port, first.count + second.count, self.sizes, self.details, self.move)
+        self.of = sim.engine.Steps(port, first.count + second.count, self.sizes, self.details, self.move,
+                                     timed=True)
         for k, part in enumerate(self.parts):
             part.of, part.part = self.of, k
 

@@ -1,7 +1,8 @@
 """Step loops run in closed form (`sim.engine._schedule`, `sim.engine._closed`: every post, arrival and end
 worked out at once where the loop's links carry one message at a time) give the same bytes, trace (every
 column, in order), call records and times, bit for bit, as the same loops run event by event; on ring,
-bidirectional and multi-axis passes with uneven and empty chunks over 2-64 members and seven networks.
+bidirectional and multi-axis passes with uneven and empty chunks over 2-64 members and seven networks, and on
+recursive doubling, Rabenseifner and recursive halving over 2-64 members.
 The closed form is shown to run where the members drift apart, to stand aside where flows share a link or
 other calls share the clock, and the comparison is shown to fail on a wrong plan."""
 
@@ -21,6 +22,8 @@ from sim.engine import _closed, _schedule
 
 _OPS = ("psum", "all_gather", "psum_scatter")
 _ALGORITHMS = ("ring", "bidirectional_ring", "multi_axis")
+_DOUBLING = (("all_gather", "recursive_doubling"), ("psum", "recursive_doubling"), ("psum", "rabenseifner"),
+             ("psum_scatter", "recursive_halving"))  # group sizes that are powers of two
 
 
 def _network(kind: str, n: int) -> sim.Network | None:
@@ -85,6 +88,36 @@ def _cases(draw):
     dtype = draw(st.sampled_from(["int32", "float32", "float64"]))
     x = (np.arange(n * per) % 7).astype(dtype)
     return n, network, calls, x
+
+
+@st.composite
+def _doubling_cases(draw):
+    n = draw(st.sampled_from([2, 4, 8, 16, 32, 64]))
+    network = draw(st.sampled_from(["default", "switch", "star", "torus", "ring", "costs", "hierarchical"]))
+    calls = draw(st.lists(st.sampled_from(_DOUBLING), min_size=1, max_size=2))
+    per = n * draw(st.integers(1, 2)) if any(op == "psum_scatter" for op, _ in calls) \
+        else draw(st.sampled_from([1, 2, 3, 5, n, n + 1]))
+    dtype = draw(st.sampled_from(["int32", "float32", "float64"]))
+    return n, network, calls, (np.arange(n * per) % 7).astype(dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=_doubling_cases())
+def test_doubling_and_halving_in_closed_form_equal_event_by_event(case):
+    """Recursive doubling (all_gather, psum), Rabenseifner and recursive halving give the same bytes, trace,
+    call records and end time in closed form as event by event."""
+    assert _run(case) == _event_by_event(case)
+
+
+@pytest.mark.parametrize("op, algorithm", _DOUBLING)
+def test_doubling_loops_run_in_closed_form(op, algorithm):
+    """Each doubling or halving loop over 64 members (Rabenseifner's two phases one loop) runs in closed form
+    where it has the clock to itself, and equals the event-by-event run."""
+    case = (64, "default", [(op, algorithm)], np.arange(64 * 64, dtype=np.float32) % 7)
+    before = dict(_closed.runs)
+    closed = _run(case)
+    assert _closed.runs["closed"] - before["closed"] == 1
+    assert closed == _event_by_event(case)
 
 
 @settings(max_examples=40, deadline=None)
