@@ -34,17 +34,18 @@ class Cut(Sequence):
     where given), made when read, so that cutting costs nothing per unit."""
 
     def __init__(self, flat: np.ndarray, at: Sequence[int] | np.ndarray, sizes: Sequence[int] | np.ndarray,
-                 shapes: Sequence[tuple[int, ...]] | None = None) -> None:
-        self.flat, self.shapes = flat, shapes
+                 shapes: Sequence[tuple[int, ...]] | None = None, shape: tuple[int, ...] | None = None) -> None:
+        self.flat, self.shapes, self.shape = flat, shapes, shape  # `shape`: every unit's, where all are alike
         self.at, self.sizes = np.asarray(at, np.int64), np.asarray(sizes, np.int64)
-        self._at, self._sizes = self.at.tolist(), self.sizes.tolist()
+        self._at: list[int] | None = None  # `at` and `sizes` as lists, made on the first read of a unit
+        self._sizes: list[int] = []
 
     @staticmethod
     def bounded(flat: np.ndarray, bounds: Sequence[int] | np.ndarray,
-                shapes: Sequence[tuple[int, ...]] | None = None) -> Cut:
+                shapes: Sequence[tuple[int, ...]] | None = None, shape: tuple[int, ...] | None = None) -> Cut:
         """Consecutive units: unit k is `flat[bounds[k]:bounds[k + 1]]`."""
         bounds = np.asarray(bounds, np.int64)
-        return Cut(flat, bounds[:-1], np.diff(bounds), shapes)
+        return Cut(flat, bounds[:-1], np.diff(bounds), shapes, shape)
 
     @staticmethod
     def blocks(work: np.ndarray, order: Sequence[int] | None = None) -> Cut:
@@ -55,14 +56,18 @@ class Cut(Sequence):
         return Cut(work.reshape(-1), index * size, np.full(n, size, np.int64))
 
     def __len__(self) -> int:
-        return len(self._at)
+        return len(self.at)
 
     def __getitem__(self, k):  # type: ignore[override]
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
         k = range(len(self))[k]
+        if self._at is None:  # a cut whose units are never read costs no list
+            self._at, self._sizes = self.at.tolist(), self.sizes.tolist()
         a = self._at[k]
         view = self.flat[a:a + self._sizes[k]]
+        if self.shape is not None:
+            return view.reshape(self.shape)
         return view if self.shapes is None else view.reshape(self.shapes[k])
 
     def nbytes(self) -> np.ndarray:
@@ -105,7 +110,7 @@ def staged(port: sim.Port, key: Hashable, like: Sequence[np.ndarray]) -> Cut | N
     bytes of one allocation of them all; None where their dtypes differ."""
     if isinstance(like, Cut):
         bounds = np.concatenate([[0], np.cumsum(like.sizes)])
-        return Cut.bounded(joint(port, key, like.flat.dtype, (int(bounds[-1]),)), bounds, like.shapes)
+        return Cut.bounded(joint(port, key, like.flat.dtype, (int(bounds[-1]),)), bounds, like.shapes, like.shape)
     dtypes = {part.dtype for part in like}
     if len(dtypes) != 1:
         return None

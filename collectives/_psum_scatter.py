@@ -169,7 +169,7 @@ def _chunks(source: np.ndarray, args: _Args, n: int) -> list[np.ndarray]:
     d = args.scatter_dimension
     if source.flags.c_contiguous and d == 0 and source.size:  # consecutive rows: cut when read (`Cut`)
         shape = (step, *source.shape[1:])
-        return Cut.bounded(source.reshape(-1), np.arange(n + 1) * math.prod(shape), [shape] * n)
+        return Cut.bounded(source.reshape(-1), np.arange(n + 1) * math.prod(shape), shape=shape)
     if source.flags.c_contiguous:  # the same views, cut by one reshape (splitting one axis never copies)
         return list(np.moveaxis(source.reshape(source.shape[:d] + (n, step) + source.shape[d + 1:]), d, 0))
     return [source[axis_index(source.shape, args.scatter_dimension, slice(j * step, (j + 1) * step))]
@@ -178,14 +178,15 @@ def _chunks(source: np.ndarray, args: _Args, n: int) -> list[np.ndarray]:
 
 def _protocol(port: sim.Port, args: _Args) -> Generator:
     """Chunk j of every member goes to member j (direct) or around the ring (ring)."""
-    parts = _chunks(port.memory.view(args.buffer), args, port.group.size)
-    shape = _out_shape(parts[0].shape, args)
-    algorithm = resolve(port, ALGORITHMS, args.algorithm, port.memory.view(args.buffer).nbytes, args.shape)
+    source = port.memory.view(args.buffer)
+    parts = _chunks(source, args, port.group.size)
+    shape = _out_shape(parts.shape if isinstance(parts, Cut) else parts[0].shape, args)
+    algorithm = resolve(port, ALGORITHMS, args.algorithm, source.nbytes, args.shape)
     if algorithm is RING:
         mine = yield from ring_reduce_scatter(port, parts, "sum")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     if algorithm is RECURSIVE_HALVING:
-        return (yield from _halving(port, parts, shape, args.out_layout))
+        return (yield from _halving(port, parts, shape, args.out_layout, source.dtype))
     if algorithm is HIERARCHICAL:
         return (yield from _hierarchical(port, parts, shape, args.out_layout))
     if algorithm is IN_NETWORK:
@@ -198,11 +199,11 @@ def _protocol(port: sim.Port, args: _Args) -> Generator:
         mine = yield from bidirectional.reduce_scatter(port, team, arranged, "sum", "reduce-scatter")
         return (yield from laid_out(port, mine.reshape(shape), args.out_layout, phase="result"))
     if _in_place(port):
-        return (yield from _direct_rows(port, args, parts[0].dtype, shape))
+        return (yield from _direct_rows(port, args, source.dtype, shape))
     for j, dst in enumerate(port.group.members):
         payload, header = yield from pack_slice(port, parts[j], args.buffer.layout, chunk=j)
         port.send(dst, payload, header=header, chunk=j)
-    return (yield from fold_arrivals(port, "sum", parts[0].dtype, shape, args.out_layout))
+    return (yield from fold_arrivals(port, "sum", source.dtype, shape, args.out_layout))
 
 
 def _in_place(port: sim.Port) -> bool:
@@ -226,11 +227,12 @@ def _direct_rows(port: sim.Port, args: _Args, dtype: np.dtype, shape: tuple[int,
     return out
 
 
-def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout) -> Generator:
+def _halving(port: sim.Port, parts: list[np.ndarray], shape: tuple[int, ...], layout: Layout, dtype: np.dtype
+             ) -> Generator:
     """Every chunk packed in row-major order into one flat vector, then reduce-scattered by recursive halving."""
     # every member's chunks are of one shape: their bounds worked out once per call
     bounds, firsts = port.once(("halving bounds", shape), lambda: _bounds(parts))
-    flat = port.memory.view(port.memory.alloc(parts[0].dtype, (bounds[-1],)))
+    flat = port.memory.view(port.memory.alloc(dtype, (bounds[-1],)))
     start = int(parts.at[0]) if isinstance(parts, Cut) else 0
     if isinstance(parts, Cut) and bool(np.all(parts.at == firsts + start)):  # chunks in order
         flat[...] = parts.flat[start:start + bounds[-1]]  # the chunks' values, as copied one by one

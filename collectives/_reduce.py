@@ -211,7 +211,8 @@ def all_reduce_leaf(called: Definition, x: Any, axis_name: Any, axis_index_group
     """
     op, reduction = called.name, called.reduction
     context, group = group_of(op, axis_name, axis_index_groups)
-    layout = out_layout_of(op, context.device, out_layout, np.ndim(x)) or Layout.row_major(np.ndim(x))
+    rank = x.ndim if isinstance(x, np.ndarray) else np.ndim(x)  # np.ndim of a Varying goes through its typing
+    layout = out_layout_of(op, context.device, out_layout, rank) or Layout.row_major(rank)
     if is_python_scalar(x):
         return _constant(called, context, group, x, axis_name)
     x = _reducible(called, context.device, x)
