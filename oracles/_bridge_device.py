@@ -163,11 +163,22 @@ def _moves_data(eqn: core.JaxprEqn) -> bool:
 
 
 def _definition(primitive: str) -> Definition | None:
-    primitive = primitive.removesuffix("_start") if primitive in STARTS else primitive
+    """meshsim's collective that runs JAX's primitive `primitive`, or None for a local one (found once per name:
+    every equation of every device asks)."""
     try:
-        return REGISTRY.by_primitive(ALIASES.get(primitive, primitive))
+        return _definitions[primitive]
     except KeyError:
-        return None
+        pass
+    name = primitive.removesuffix("_start") if primitive in STARTS else primitive
+    try:
+        found = REGISTRY.by_primitive(ALIASES.get(name, name))
+    except KeyError:
+        found = None
+    _definitions[primitive] = found
+    return found
+
+
+_definitions: dict[str, Definition | None] = {}
 
 
 def _local(eqn: core.JaxprEqn, ins: list, where: str) -> list:
