@@ -18,9 +18,9 @@ from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.core import NORMAL
+from simpy.core import NORMAL, URGENT
 
-__all__ = ["NORMAL", "fire", "fire_after", "fire_at", "idle_since", "push", "quiet", "ticket"]
+__all__ = ["NORMAL", "URGENT", "fire", "fire_after", "fire_at", "idle_since", "push", "quiet", "ticket"]
 
 
 def fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float, priority: int = NORMAL) -> None:

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 import collectives
 import sim
+from layouts import Layout
 from sim import P
-from sim.engine import _closed, _schedule
+from sim.engine import _closed, _group, _schedule
 
 _OPS = ("psum", "all_gather", "psum_scatter")
 _ALGORITHMS = ("ring", "bidirectional_ring", "multi_axis")
@@ -158,6 +159,63 @@ def test_other_calls_on_the_clock_keep_the_event_path():
     f.run(np.arange(8, dtype=np.float32))
     assert _closed.runs["closed"] == before["closed"]
     assert _closed.runs["events"] - before["events"] == 4
+
+
+def _grouped_run(shape: tuple[int, int], axis: str, op: str, algorithm: str, x: np.ndarray) -> tuple:
+    mesh = sim.Mesh({"x": shape[0], "y": shape[1]})
+    f = sim.shard_map(lambda v: _call(op, v, axis, algorithm), mesh=mesh, in_specs=P(("x", "y")),
+                      out_specs=P(("x", "y")), check_vma=False)
+    run = f.run(x)
+    return np.asarray(run.outputs).tobytes(), json.dumps(run.trace.to_json()), [str(c) for c in run.calls], \
+        run.end_time_s
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.sampled_from([(2, 2), (2, 4), (4, 2), (2, 8), (4, 4)]), axis=st.sampled_from(["x", "y"]),
+       call=st.sampled_from(_DOUBLING + tuple(("psum", a) for a in _ALGORITHMS)), per=st.integers(1, 3))
+def test_loops_of_several_groups_at_once_equal_event_by_event(shape, axis, call, per):
+    """A call over one axis of a 2-D mesh runs a loop per group at once (their members meet in events of their
+    own): each loop's first steps are posted, as one table per loop, right after the event its members joined
+    in, and the run equals the one posting each member's first step as it joins (the event path)."""
+    op, algorithm = call
+    size = shape[0] * shape[1]
+    x = (np.arange(size * per * (shape[0 if axis == "x" else 1])) % 7).astype(np.float32)
+    found = _grouped_run(shape, axis, op, algorithm, x)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_schedule, "ENABLED", False)
+        assert found == _grouped_run(shape, axis, op, algorithm, x)
+
+
+def _packed_run(n: int, algorithm: str, x: np.ndarray) -> tuple:
+    def body(v):
+        m = v.reshape(2, -1)
+        if sim.current().device % 3 == 0:  # packed by a timed step first: these members join later
+            m = sim.with_layout_constraint(m, Layout((0, 1)))
+        return collectives.psum(m, "x", algorithm=algorithm).reshape(-1)
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    run = f.run(x)
+    return np.asarray(run.outputs).tobytes(), json.dumps(run.trace.to_json()), [str(c) for c in run.calls], \
+        run.end_time_s
+
+
+@pytest.mark.parametrize("algorithm", ["recursive_doubling", "rabenseifner", "ring", "bidirectional_ring"])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_members_joining_in_events_of_their_own_equal_event_by_event(algorithm, n):
+    """Where some members' operands are column-major, a ring packs them by a timed step before its loop, so
+    those members join in events of their own: each event's joins are posted right after it, and the run
+    equals the event path. (Recursive doubling and Rabenseifner take such operands message by message.)"""
+    x = (np.arange(n * 6) % 7).astype(np.float32)
+    flushes = []
+    with pytest.MonkeyPatch.context() as patch:
+        flush = _group.Steps._flush
+        patch.setattr(_group.Steps, "_flush", lambda loop: (flushes.append(len(loop.deferred)), flush(loop))[1])
+        found = _packed_run(n, algorithm, x)
+    if algorithm in ("ring", "bidirectional_ring"):
+        assert len([k for k in flushes if k]) > 1  # several events' joins, each posted on its own
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_schedule, "ENABLED", False)
+        assert found == _packed_run(n, algorithm, x)
 
 
 def test_comparison_catches_a_wrong_plan(monkeypatch):

@@ -79,7 +79,7 @@ def _planned(loop: Steps) -> _schedule.Plan | None:
     if transport._ready or transport._drained or loop.stepped or any(done.triggered for done in loop.done):
         return None
     held = transport.links.held(lambda sink: getattr(sink, "steps_of", None) is loop)
-    ours = {id(event) for event in loop.wakes.events or ()}
+    ours = {id(event) for event in loop.wakes.events or ()} | ({id(loop.flush)} if loop.flush is not None else set())
     if held is None or not quiet(env, env.now, _LATE, ours):  # others at work this instant: no plan to make
         return None
     n, total = len(loop.members), loop.count * loop.ways

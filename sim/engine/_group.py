@@ -17,7 +17,9 @@ trace, the times and the bytes are those of the per-member loop; `steps_fit(port
 run without perturbed arrivals (their random draws follow the per-message order) and without issue costs
 (`Costs.per_message_s`, `launch_s`: they delay each message on its own).
 
-A loop made with `timed=True` (its `sizes` and `details` are functions of the message alone) may instead
+A loop made with `timed=True` (its `sizes` and `details` are functions of the message alone) posts the first
+steps of the members that join in one event as one table, right after that event (the members of a call meet
+in one event, so all of them at once, where they join straight away), and may instead
 run in closed form when its last member joins (`sim.engine._closed`, `sim.engine._schedule`): where its
 members drift apart in time and it has the clock and its links to itself, every time is worked out at once,
 the same as here, and its records, moves and members' ends are made together.
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from sim._simpy import WakeRuns, fire_after
+from sim._simpy import URGENT, WakeRuns, fire, fire_after
 from sim.engine import _closed, _schedule
 
 if TYPE_CHECKING:
@@ -95,6 +97,8 @@ class Steps:
         self.joined: list[int] = []  # members in the order they joined
         self.join_s = np.zeros(size)  # when each member joined
         self.stepped = False  # whether a member has taken a message yet
+        self.deferred: list[int] = []  # `timed`: members joined whose first step is not posted yet
+        self.flush: simpy.Event | None = None  # posts them, right after the event that made them join
 
     def join(self, port: Port, to: list, position: int, state: object, received_as: object = None) -> Generator:
         """Member `port.group.index`'s part (`to[s]`: one group index per way, or one for all ways): post
@@ -121,14 +125,38 @@ class Steps:
             return
         self.done[j] = self.env.event()
         members = np.array([j])
-        self._post(members)
+        if self.timed:  # posted with the others that join in the same event (`_flush`)
+            self._defer(j)
+        else:
+            self._post(members)
         self._expect(members, np.zeros(1, np.int64))
         self.joined.append(j)
         self.join_s[j] = self.env.now
         if self.timed and len(self.joined) == len(self.members):
+            self._flush()
             _closed.run(self)
         yield self.done[j]
         self._finish(j)
+
+    def _defer(self, j: int) -> None:
+        """Member j's first step waits to be posted with those of the members joining in the same event: the
+        members of a call meet in one event, whose callbacks resume them one after another, so their joins
+        follow each other with nothing between them. The first to wait schedules `_flush` as the clock's next
+        event (urgent, now): it posts them as one table, at the instant and in the order their own posts
+        would have been made, before anything else happens."""
+        if not self.deferred:
+            self.flush = self.env.event()
+            self.flush.callbacks.append(lambda _: self._flush())
+            fire(self.env, self.flush, None, 0, URGENT)
+        self.deferred.append(j)
+
+    def _flush(self) -> None:
+        """Post the first step of every member still waiting, in the order they joined, as one table."""
+        if self.deferred:
+            waiting, self.deferred = np.array(self.deferred, np.int64), []
+            if self.flush is not None and self.flush.callbacks:
+                self.flush.callbacks.clear()  # posted now: the scheduled flush does nothing
+            self._post(waiting)
 
     def _post(self, senders: np.ndarray) -> None:
         """Post each sender's next step's messages, in order, as one table."""
