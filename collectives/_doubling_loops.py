@@ -30,7 +30,7 @@ class Joined:
         self.parts, self.cut = (first, second), first.count
         self.to = np.concatenate([first.to, second.to], axis=1)
         self.of = sim.engine.Steps(port, first.count + second.count, self.sizes, self.details, self.move,
-                                     timed=True)
+                                     timed=True, routes=self.to)
         for k, part in enumerate(self.parts):
             part.of, part.part = self.of, k
 

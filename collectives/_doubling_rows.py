@@ -77,7 +77,8 @@ class Copies:
         self.bounds, self.key, self.itemsize = np.asarray(bounds, np.int64), key, itemsize
         self.count = n.bit_length() - 1
         self.to = np.arange(n)[:, None] ^ (1 << np.arange(self.count))  # to[j, s]: member j's partner at step s
-        self.of, self.part = (sim.engine.Steps(port, self.count, self.sizes, self.details, self.move, timed=True)
+        self.of, self.part = (sim.engine.Steps(port, self.count, self.sizes, self.details, self.move, timed=True,
+                                                 routes=self.to)
                               if alone else None), None  # not alone: part of a `Joined` loop
         self.rows = Decided()
 
@@ -141,7 +142,8 @@ class Folds:
         self.to = partner(np.arange(at.shape[0])[:, None], np.arange(at.shape[1])[None, :])  # [j, s]
         self.at, self.runs, self.segments, self.home = at, runs, segments, list(home)
         self.n, self.count = at.shape
-        self.of, self.part = (sim.engine.Steps(port, self.count, self.sizes, self.details, self.move, timed=True)
+        self.of, self.part = (sim.engine.Steps(port, self.count, self.sizes, self.details, self.move, timed=True,
+                                                 routes=self.to)
                               if alone else None), None  # not alone: part of a `Joined` loop
         self.rows = [Decided() for _ in range(max(self.home) + 1)]
 

@@ -66,7 +66,7 @@ class Steps:
     Message m = s * ways + w is a member's w-th of step s, sent and received in that order."""
 
     def __init__(self, port: Port, count: int, sizes: Callable, details: Callable, move: Callable,
-                 ways: int = 1, timed: bool = False) -> None:
+                 ways: int = 1, timed: bool = False, routes: np.ndarray | None = None) -> None:
         self.transport: Transport = port.transport
         self.env: simpy.Environment = port.transport.env
         self.collective, self.call = port.collective.name, port.call
@@ -77,6 +77,13 @@ class Steps:
         self.to = np.zeros((total, size), np.int64)  # to[m, j]: whom member j sends its message m to
         self.sender = np.zeros((total, size), np.int64)  # sender[m, r]: who sends member r its message m
         self.as_received: np.ndarray | None = None  # [m, j]: where member j's message m comes at its receiver
+        # `routes[j, s]` (or `[j, m]`): whom member j sends at step s (message m), known for every member when
+        # the loop is made: set here at once, and a member's `to` at its join is then not read again
+        self.routed = routes is not None
+        if routes is not None:
+            self.to[:] = np.broadcast_to(np.asarray(routes, np.int64).reshape(size, count, -1),
+                                         (size, count, ways)).reshape(size, total).T
+            self.sender[np.arange(total)[:, None], self.to] = np.arange(size)[None, :]
         self.arrivals = np.full((total, size), np.nan)  # arrivals[m, r]: when it arrived, once reported
         self.positions = np.zeros(size, np.int64)
         self.states: list = [None] * size
@@ -107,18 +114,8 @@ class Steps:
         of a step goes to a different member, who takes it as its own m-th)."""
         j = port.group.index
         self.ports[j], self.positions[j], self.states[j] = port, position, state
-        if isinstance(to, list) and to and to.count(to[0]) == len(to):  # one row for every step
-            to = np.broadcast_to(np.asarray(to[0], np.int64).reshape(1, -1), (self.count, self.ways)).reshape(-1)
-        else:
-            to = np.broadcast_to(np.asarray(to, np.int64).reshape(self.count, -1), (self.count, self.ways)).reshape(-1)
-        self.to[:, j] = to
-        if received_as is None:
-            self.sender[np.arange(len(to)), to] = j
-        else:
-            if self.as_received is None:
-                self.as_received = np.zeros(self.to.shape, np.int64)
-            self.as_received[:, j] = received_as
-            self.sender[self.as_received[:, j], to] = j
+        if not self.routed:  # else every member's receivers were set when the loop was made
+            self._route(j, to, received_as)
         if self.count == 0:
             self.released[j] = True
             self._end_if_over()
@@ -137,6 +134,21 @@ class Steps:
             _closed.run(self)
         yield self.done[j]
         self._finish(j)
+
+    def _route(self, j: int, to: list, received_as: object) -> None:
+        """Whom member j sends each message to (`join`'s `to`), and where it comes among its receiver's."""
+        if isinstance(to, list) and to and to.count(to[0]) == len(to):  # one row for every step
+            to = np.broadcast_to(np.asarray(to[0], np.int64).reshape(1, -1), (self.count, self.ways)).reshape(-1)
+        else:
+            to = np.broadcast_to(np.asarray(to, np.int64).reshape(self.count, -1), (self.count, self.ways)).reshape(-1)
+        self.to[:, j] = to
+        if received_as is None:
+            self.sender[np.arange(len(to)), to] = j
+        else:
+            if self.as_received is None:
+                self.as_received = np.zeros(self.to.shape, np.int64)
+            self.as_received[:, j] = received_as
+            self.sender[self.as_received[:, j], to] = j
 
     def _defer(self, j: int) -> None:
         """Member j's first step waits to be posted with those of the members joining in the same event: the
