@@ -95,14 +95,8 @@ def joint(port: sim.Port, key: Hashable, dtype: np.dtype, shape: tuple[int, ...]
     if not size_bytes or port.group.size * size_bytes > JOINT_MAX_BYTES:
         return memory.view(memory.alloc(dtype, shape))
     rows = port.once(("joint", key), lambda: np.zeros((port.group.size, *shape), dtype))
-    region = rows[port.group.index]
-    memory.reserve(region)
-    view = memory.view(memory.alloc(dtype, shape))
-    if type(view) is not np.ndarray or _address(view) != _address(region):  # the region was not taken
-        for other in memory.release():
-            if other is not region:
-                memory.reserve(other)
-    return view
+    view = memory.alloc_in(rows[port.group.index])
+    return memory.view(memory.alloc(dtype, shape)) if view is None else view  # else an earlier reservation
 
 
 def staged(port: sim.Port, key: Hashable, like: Sequence[np.ndarray]) -> Cut | None:

@@ -246,6 +246,22 @@ class LocalMemory:
             )
         self._reserved.append(region)
 
+    def alloc_in(self, region: np.ndarray) -> np.ndarray | None:
+        """`reserve(region)` then `view(alloc(region.dtype, region.shape))`, where the allocation takes `region`
+        (writable, C-contiguous, non-empty, zeroed): its view, charged as `alloc` charges a reservation it
+        takes. None, with nothing reserved or allocated, where an earlier reservation of that dtype and shape
+        would be taken first."""
+        dtype, shape = region.dtype, region.shape
+        if any(r.dtype == dtype and r.shape == shape for r in self._reserved):
+            return None
+        if region.size == 0 or not region.flags.c_contiguous or not region.flags.writeable:
+            raise InvalidArgumentError(
+                f"device {self.device}: reserve: region {region.dtype}{list(region.shape)} must be "
+                f"non-empty, C-contiguous and writable"
+            )
+        self._charge("a block of a global output", dtype, shape, region.nbytes)
+        return self.view(self._take(region, dtype, shape, Layout.row_major(len(shape))))
+
     def release(self) -> list[np.ndarray]:
         """Withdraw the reservations no allocation took, and return them (in the order they were made)."""
         untaken, self._reserved = self._reserved, []
