@@ -356,3 +356,22 @@ def test_allocations_are_aligned_in_the_machine_as_xla_aligns_its_buffers():
     views = [memory.view(memory.alloc(np.float32, shape)) for shape in [(3,), (1,), (5000,), (17, 3), (1 << 20,)]]
     views.append(memory.alloc_view(np.dtype(np.int8), (7,)))
     assert [v.ctypes.data % 64 for v in views] == [0] * len(views)
+
+
+def test_alloc_in_takes_the_region_unless_an_earlier_reservation_would_be_taken():
+    """`alloc_in(region)` is `reserve(region)` then `alloc`: the allocation is the region itself, charged; where
+    an earlier reservation of the same dtype and shape exists, `alloc` would take that one first, so
+    `alloc_in` allocates nothing and returns None."""
+    memory = sim.LocalMemory(0)
+    rows = np.zeros((2, 3), np.float32)
+    view = memory.alloc_in(rows[1])
+    assert view is not None and view.ctypes.data == rows[1].ctypes.data and memory.find(view) is not None
+    view[...] = 7
+    assert rows[1].tolist() == [7, 7, 7] and memory.size_bytes >= 12
+    earlier = np.zeros(3, np.float32)
+    memory.reserve(earlier)
+    assert memory.alloc_in(rows[0]) is None
+    taken = memory.view(memory.alloc(np.float32, (3,)))
+    assert taken.ctypes.data == earlier.ctypes.data and memory.release() == []
+    with pytest.raises(sim.InvalidArgumentError, match="C-contiguous"):
+        memory.alloc_in(np.zeros((3, 2), np.float32)[:, 0])
