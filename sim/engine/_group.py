@@ -153,9 +153,10 @@ class Steps:
     def _defer(self, j: int) -> None:
         """Member j's first step waits to be posted with those of the members joining in the same event: the
         members of a call meet in one event, whose callbacks resume them one after another, so their joins
-        follow each other with nothing between them. The first to wait schedules `_flush` as the clock's next
-        event (urgent, now): it posts them as one table, at the instant and in the order their own posts
-        would have been made, before anything else happens."""
+        follow each other with nothing between them. The first to wait schedules `_flush` at this instant
+        with urgent priority, so that it runs when that event's callbacks are done, before any normal event
+        of the instant: it posts them as one table, at the instant and in the order their own posts would
+        have been made; the last member's join posts them itself (and the flush then does nothing)."""
         if not self.deferred:
             self.flush = self.env.event()
             self.flush.callbacks.append(lambda _: self._flush())
