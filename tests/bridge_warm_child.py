@@ -24,6 +24,7 @@ import numpy as np
 from bridge_reach import moe_layer
 from bridge_tutorial import collective_matmul
 from jax.sharding import AxisType
+from row_programs import links
 
 import oracles
 import sim
@@ -43,19 +44,6 @@ def summary(simulated: oracles.Simulated) -> dict:
                      "links": [links(program) for program in run.programs]})
     return {"outputs": [[str(x.dtype), list(x.shape), x.tobytes().hex()] for x in outputs], "runs": runs,
             "labels": list(simulated.labels), "diagnostics": [str(d) for d in simulated.diagnostics]}
-
-
-def links(program: sim.Program) -> list[int]:
-    """Each variable object the program's equations read and write, as the number of its first appearance
-    (inputs first, then each equation's inputs and outputs in order): equal for two programs whose equations
-    read the very variables the same equations wrote."""
-    seen: dict[int, int] = {id(v): k for k, v in enumerate(program.inputs)}
-    found = []
-    for equation in program.equations:
-        for var in (*equation.inputs, *equation.outputs):
-            if isinstance(var, sim.Var):
-                found.append(seen.setdefault(id(var), len(seen)))
-    return found
 
 
 def cases() -> dict[str, tuple]:

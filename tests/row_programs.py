@@ -2,7 +2,9 @@
 calls the fast-path tests draw: shared by `test_fast_paths.py` and `test_lean_rows.py`. Programs of ppermutes,
 their runs, the networks they run on and the runs that post no table (perturbed, sanitized): shared by
 `test_fast_pairs.py` and `test_joint_calls.py`. A generated case's run over a mesh of axes 'x' (and 'y') as
-bytes: shared by `test_steps.py`, `test_doubling_tables.py` and `test_tree_tables.py`."""
+bytes: shared by `test_steps.py`, `test_doubling_tables.py`, `test_tree_tables.py` and `test_step_schedule.py`.
+Which variable each equation of a typed program reads and writes (`links`): shared by `test_flat_paths.py`
+and `bridge_warm_child.py`."""
 
 from __future__ import annotations
 
@@ -115,3 +117,16 @@ def run_case(shape: tuple[int, ...], network: sim.Network, body, x: np.ndarray) 
     run = f.run(x)
     outputs = b"".join(np.asarray(o).tobytes() for o in run.outputs)
     return outputs, json.dumps(run.trace.to_json()).encode(), [str(c) for c in run.calls], run.end_time_s
+
+
+def links(program: sim.Program) -> list[int]:
+    """Each variable object the program's equations read and write, as the number of its first appearance
+    (inputs first, then each equation's inputs and outputs in order): equal for two programs whose equations
+    read the very variables the same equations wrote."""
+    seen: dict[int, int] = {id(v): k for k, v in enumerate(program.inputs)}
+    found = []
+    for equation in program.equations:
+        for var in (*equation.inputs, *equation.outputs):
+            if isinstance(var, sim.Var):
+                found.append(seen.setdefault(id(var), len(seen)))
+    return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from row_programs import links
 
 import collectives
 import sim
@@ -22,17 +23,6 @@ def _body(x: np.ndarray, w: np.ndarray, k: np.ndarray) -> tuple:
     """Three outputs: one varying along 'x', one invariant there (promoted under check_vma), one from a constant
     input."""
     return x * 2, collectives.psum(x, "x") + w[: x.shape[0]], k + 1
-
-
-def _links(program: sim.Program) -> list[int]:
-    """Which variable object each equation reads and writes, numbered in order of first appearance."""
-    seen: dict[int, int] = {id(v): k for k, v in enumerate(program.inputs)}
-    found = []
-    for eqn in program.equations:
-        for var in (*eqn.inputs, *eqn.outputs):
-            if isinstance(var, sim.Var):
-                found.append(seen.setdefault(id(var), len(seen)))
-    return found
 
 
 def _state(mesh: dict, check_vma: bool, flat: bool, wrong: bool = False) -> list:
@@ -59,7 +49,7 @@ def _state(mesh: dict, check_vma: bool, flat: bool, wrong: bool = False) -> list
                 continue
             states.append(([(o.dtype.str, o.shape, o.tobytes()) for o in run.outputs],
                            [[s.tobytes() for _, s in m._segments] for m in run.simulation.memories],
-                           [(str(p), _links(p)) for p in run.simulation.programs], run.trace.to_json(),
+                           [(str(p), links(p)) for p in run.simulation.programs], run.trace.to_json(),
                            [repr(c) for c in run.calls], run.end_time_s))
         return states
 

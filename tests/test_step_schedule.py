@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from row_programs import run_case
 
 import collectives
 import sim
@@ -162,12 +163,7 @@ def test_other_calls_on_the_clock_keep_the_event_path():
 
 
 def _grouped_run(shape: tuple[int, int], axis: str, op: str, algorithm: str, x: np.ndarray) -> tuple:
-    mesh = sim.Mesh({"x": shape[0], "y": shape[1]})
-    f = sim.shard_map(lambda v: _call(op, v, axis, algorithm), mesh=mesh, in_specs=P(("x", "y")),
-                      out_specs=P(("x", "y")), check_vma=False)
-    run = f.run(x)
-    return np.asarray(run.outputs).tobytes(), json.dumps(run.trace.to_json()), [str(c) for c in run.calls], \
-        run.end_time_s
+    return run_case(shape, sim.Network(), lambda v: (_call(op, v, axis, algorithm), v), x)
 
 
 @settings(max_examples=30, deadline=None)
@@ -191,12 +187,9 @@ def _packed_run(n: int, algorithm: str, x: np.ndarray) -> tuple:
         m = v.reshape(2, -1)
         if sim.current().device % 3 == 0:  # packed by a timed step first: these members join later
             m = sim.with_layout_constraint(m, Layout((0, 1)))
-        return collectives.psum(m, "x", algorithm=algorithm).reshape(-1)
+        return collectives.psum(m, "x", algorithm=algorithm).reshape(-1), v
 
-    f = sim.shard_map(body, mesh=sim.Mesh({"x": n}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
-    run = f.run(x)
-    return np.asarray(run.outputs).tobytes(), json.dumps(run.trace.to_json()), [str(c) for c in run.calls], \
-        run.end_time_s
+    return run_case((n,), sim.Network(), body, x)
 
 
 @pytest.mark.parametrize("algorithm", ["recursive_doubling", "rabenseifner", "ring", "bidirectional_ring"])

@@ -167,7 +167,7 @@ class Steps:
         """Post the first step of every member still waiting, in the order they joined, as one table."""
         if self.deferred:
             waiting, self.deferred = np.array(self.deferred, np.int64), []
-            if self.flush is not None and self.flush.callbacks:
+            if self.flush.callbacks:  # type: ignore[union-attr]  # made by the first `_defer`
                 self.flush.callbacks.clear()  # posted now: the scheduled flush does nothing
             self._post(waiting)
 

@@ -50,8 +50,7 @@ class HeldCall:
 
     def held_rows(self) -> list:
         """Every member's row, in group order, let go."""
-        rows = [self.rows.pop(i) for i in range(len(self.members))]
-        self.rows = {}
+        rows, self.rows = [self.rows[i] for i in range(len(self.members))], {}
         return rows
 
 

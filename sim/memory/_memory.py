@@ -239,12 +239,15 @@ class LocalMemory:
 
         The region must be zeroed, as any allocation is, until an allocation takes it.
         """
+        self._check_region(region)
+        self._reserved.append(region)
+
+    def _check_region(self, region: np.ndarray) -> None:
         if region.size == 0 or not region.flags.c_contiguous or not region.flags.writeable:
             raise InvalidArgumentError(
                 f"device {self.device}: reserve: region {region.dtype}{list(region.shape)} must be "
                 f"non-empty, C-contiguous and writable"
             )
-        self._reserved.append(region)
 
     def alloc_in(self, region: np.ndarray) -> np.ndarray | None:
         """`reserve(region)` then `view(alloc(region.dtype, region.shape))`, where the allocation takes `region`
@@ -254,11 +257,7 @@ class LocalMemory:
         dtype, shape = region.dtype, region.shape
         if any(r.dtype == dtype and r.shape == shape for r in self._reserved):
             return None
-        if region.size == 0 or not region.flags.c_contiguous or not region.flags.writeable:
-            raise InvalidArgumentError(
-                f"device {self.device}: reserve: region {region.dtype}{list(region.shape)} must be "
-                f"non-empty, C-contiguous and writable"
-            )
+        self._check_region(region)
         self._charge("a block of a global output", dtype, shape, region.nbytes)
         return self.view(self._take(region, dtype, shape, Layout.row_major(len(shape))))
 
