@@ -1,7 +1,8 @@
 """A collective call leaves nothing to Python's cyclic garbage collector: what a call makes and drops (its
 meeting, every member's arguments, the joint call) is freed by reference counting as the call ends, so a
 program of many calls leaves no more cycles than a program of few. A run pauses the collector
-(`sim.engine._engine.gc_paused`); every cycle a call left would cost the collection that follows the run.
+(`sim.gc_paused`) and sends what it keeps straight to the collector's oldest generation; every cycle a call
+left would stay in memory until the next full collection.
 A meeting made to keep its view again (the cycle it once held) is caught. The step loops of the ring, doubling
 and halving algorithms (`sim.engine.Steps`) and the tree's programs (`collectives._tree_steps.Programs`, its
 chain planned ahead or not) let go of the call when it is over, so their calls leave none either."""
