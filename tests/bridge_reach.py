@@ -351,6 +351,38 @@ def fusion() -> dict[str, Any]:
             "bridge is the cut program": same_bits([cut], [simulated])}
 
 
+def fusion_across_runs() -> dict[str, Any]:
+    """A plain-JAX reproducer of the other known difference: the gradient of a tensor-parallel MLP with JAX's
+    tanh-approximated gelu on a 2 x 4 mesh. JAX's partial evaluation splits its shard_map into a forward one,
+    which keeps the gelu's pieces as residuals, and a backward one that multiplies and adds them; the bridge
+    simulates the two as two runs. Jitted whole, both are one XLA module, where XLA recomputes residuals inside
+    the backward's fusions, past the forward's psum and pmean, and contracts their multiplies and adds
+    differently. The same gradient cut between forward and backward (`jax.vjp` jitted, then its pullback
+    jitted: the residuals handed over as arrays, as between the bridge's runs) is what the bridge computes,
+    bit for bit. Returns how many elements of dw1 differ between jitted JAX and the cut program, the median
+    and largest difference in ulps and the largest relative to the largest |dw1|, whether simulate_jax equals
+    the cut program, and whether dw2 is bit-identical everywhere."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("d", "t"))
+
+    def mlp(x: Any, w1: Any, w2: Any) -> Any:
+        y = lax.psum(jax.nn.gelu(x @ w1) @ w2, "t")
+        return jnp.mean(lax.pmean(y, "d") ** 2)
+
+    loss = jax.shard_map(mlp, mesh=mesh, in_specs=(P("d"), P(None, "t"), P("t")), out_specs=P())
+    x, w1, w2 = _rng(70, 8, 16), _rng(71, 16, 32), _rng(72, 32, 16)
+    grad = jax.jit(jax.grad(lambda a, b: loss(x, a, b), argnums=(0, 1)))
+    whole = [np.asarray(g) for g in grad(w1, w2)]
+    _, pullback = jax.jit(lambda a, b: jax.vjp(lambda p, q: loss(x, p, q), a, b))(w1, w2)
+    cut = [np.asarray(g) for g in jax.jit(lambda pb: pb(jnp.float32(1.0)))(pullback)]
+    simulated = [np.asarray(g) for g in oracles.simulate_jax(grad, w1, w2).outputs]
+    differing = np.argwhere(whole[0] != cut[0])
+    ulps = [_ulps(whole[0][i, j], cut[0][i, j]) for i, j in differing]
+    largest = float(np.max(np.abs(whole[0].astype(np.float64) - cut[0]))) / float(np.max(np.abs(whole[0])))
+    return {"differ": len(differing), "elements": whole[0].size, "median ulps": float(np.median(ulps or [0])),
+            "ulps": max(ulps, default=0), "relative to the largest": largest,
+            "bridge is the cut program": same_bits(cut, simulated), "dw2 identical": same_bits(whole[1:], cut[1:])}
+
+
 def segments() -> dict[str, Any]:
     """The comparison of two simulations, made to fail: one psum program on 8 and on 16 rows."""
     mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))

@@ -30,6 +30,7 @@ from bridge_reach import (
     diagnostics,
     explicit_types,
     fusion,
+    fusion_across_runs,
     moe,
     operands,
     primitives,
@@ -371,7 +372,8 @@ def corpus() -> list[tuple]:
 
 BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
                                          "explicit_types": explicit_types, "primitives": primitives,
-                                         "fusion": fusion, "moe": moe, "operands": operands, "segments": segments}
+                                         "fusion": fusion, "fusion_across_runs": fusion_across_runs, "moe": moe,
+                                         "operands": operands, "segments": segments}
 
 
 def main(names: list[str]) -> None:
