@@ -383,6 +383,69 @@ def fusion_across_runs() -> dict[str, Any]:
             "bridge is the cut program": same_bits(cut, simulated), "dw2 identical": same_bits(whole[1:], cut[1:])}
 
 
+def cut_programs() -> dict[str, dict[str, bool]]:
+    """Programs whose every collective sits at the top of its shard_map body, each run three ways against
+    the same program cut at its collectives in plain JAX (`tests/bridge_cut.py`: each run of local work and
+    each collective a shard_map of its own): `simulate_jax`, jitted JAX, and the bridge's op-by-op
+    evaluation (`compiled=False`). Three of them are where jitted JAX fuses across a collective or across a
+    gradient's forward and backward shard_maps (the pmap migration under vmap, a tensor-parallel gelu MLP's
+    gradient, a layer norm whose statistics are pmeans, under grad); the others agree all three ways."""
+    from bridge_cut import cut
+
+    rows = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("d", "t"))
+    ring = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("i",))
+    quad = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    scaled = lambda v: v[0] * (lax.axis_index("i").astype(v.dtype) + 1.0)
+    pmap_vmap = jax.jit(jax.vmap(jax.shard_map(lambda v: (scaled(v) - lax.pmean(scaled(v), "i"))[None], mesh=quad,
+                                               in_specs=P("i"), out_specs=P("i"))))
+
+    def mlp(x: Any, w1: Any, w2: Any) -> Any:
+        return jnp.mean(lax.pmean(lax.psum(jax.nn.gelu(x @ w1) @ w2, "t"), "d") ** 2)
+
+    def norm(x: Any, g: Any) -> Any:
+        mu = lax.pmean(jnp.mean(x, -1, keepdims=True), "t")
+        var = lax.pmean(jnp.mean((x - mu) ** 2, -1, keepdims=True), "t")
+        return (x - mu) * lax.rsqrt(var + 1e-5) * g
+
+    def attention(x: Any, wq: Any, wk: Any, wv: Any, wo: Any) -> Any:
+        p = jax.nn.softmax(jnp.einsum("qd,kd->qk", x @ wq, x @ wk) / 4.0, axis=-1)
+        return lax.psum((p @ (x @ wv)) @ wo, "t")
+
+    def ulysses(q: Any) -> Any:
+        h = lax.all_to_all(q, "i", split_axis=1, concat_axis=0, tiled=True)
+        o = jnp.einsum("hst,thd->shd", jax.nn.softmax(jnp.einsum("shd,thd->hst", h, h), -1), h)
+        return lax.all_to_all(o, "i", split_axis=0, concat_axis=1, tiled=True)
+
+    mlp_loss = jax.shard_map(mlp, mesh=rows, in_specs=(P("d"), P(None, "t"), P("t")), out_specs=P())
+    normed = jax.shard_map(norm, mesh=rows, in_specs=(P("d", "t"), P("t")), out_specs=P("d", "t"))
+    attended = jax.shard_map(attention, mesh=rows, in_specs=(P("d"),) + (P(None, "t"),) * 3 + (P("t"),),
+                             out_specs=P("d"))
+    exchanged = jax.shard_map(ulysses, mesh=ring, in_specs=P("i"), out_specs=P("i"))
+    x16 = _rng(70, 8, 16)
+    programs = {
+        "pmap migration under vmap": (pmap_vmap, (np.stack([_rng(26, 4, 3), _rng(26, 4, 3) * 0.5 + 1.0]),)),
+        "gelu MLP gradient": (jax.jit(jax.grad(lambda a, b: mlp_loss(x16, a, b), argnums=(0, 1))),
+                              (_rng(71, 16, 32), _rng(72, 32, 16))),
+        "layer norm gradient": (jax.jit(jax.grad(lambda x, g: jnp.sum(normed(x, g) ** 3), argnums=(0, 1))),
+                                (_rng(73, 8, 32), _rng(74, 32))),
+        "attention gradient": (jax.jit(jax.grad(lambda *a: jnp.sum(attended(*a) ** 2), argnums=(1, 2, 3, 4))),
+                               (x16, *(_rng(75 + k, 16, 16) for k in range(4)))),
+        "all_to_all attention gradient": (jax.jit(jax.grad(lambda q: jnp.sum(exchanged(q) ** 2))),
+                                          (_rng(79, 16, 8, 4),)),
+        "psum_scatter then all_gather": (jax.jit(jax.shard_map(
+            lambda v: lax.all_gather(lax.psum_scatter(v * 1.5, "i", tiled=True), "i", tiled=True),
+            mesh=ring, in_specs=P(), out_specs=P(), check_vma=False)), (_rng(80, 16),)),
+    }
+    found = {}
+    for name, (f, args) in programs.items():
+        wanted = cut(f, *args)
+        simulated = jax.tree.leaves(oracles.simulate_jax(f, *args).outputs)
+        stepwise = jax.tree.leaves(oracles.simulate_jax(f, *args, compiled=False).outputs)
+        found[name] = {"bridge": same_bits(wanted, simulated), "jitted": same_bits(wanted, jax.tree.leaves(f(*args))),
+                       "stepwise": same_bits(wanted, stepwise)}
+    return found
+
+
 def segments() -> dict[str, Any]:
     """The comparison of two simulations, made to fail: one psum program on 8 and on 16 rows."""
     mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))

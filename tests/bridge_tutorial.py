@@ -27,6 +27,7 @@ import numpy as np
 from bridge_reach import (
     _rng,
     _ulps,
+    cut_programs,
     diagnostics,
     explicit_types,
     fusion,
@@ -372,8 +373,9 @@ def corpus() -> list[tuple]:
 
 BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
                                          "explicit_types": explicit_types, "primitives": primitives,
-                                         "fusion": fusion, "fusion_across_runs": fusion_across_runs, "moe": moe,
-                                         "operands": operands, "segments": segments}
+                                         "fusion": fusion, "fusion_across_runs": fusion_across_runs,
+                                         "cut_programs": cut_programs, "moe": moe, "operands": operands,
+                                         "segments": segments}
 
 
 def main(names: list[str]) -> None:
