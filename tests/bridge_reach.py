@@ -351,28 +351,34 @@ def fusion() -> dict[str, Any]:
             "bridge is the cut program": same_bits([cut], [simulated])}
 
 
-def fusion_across_runs() -> dict[str, Any]:
-    """A plain-JAX reproducer of the other known difference: the gradient of a tensor-parallel MLP with JAX's
-    tanh-approximated gelu on a 2 x 4 mesh. JAX's partial evaluation splits its shard_map into a forward one,
-    which keeps the gelu's pieces as residuals, and a backward one that multiplies and adds them; the bridge
-    simulates the two as two runs. Jitted whole, both are one XLA module, where XLA recomputes residuals inside
-    the backward's fusions, past the forward's psum and pmean, and contracts their multiplies and adds
-    differently. The same gradient cut between forward and backward (`jax.vjp` jitted, then its pullback
-    jitted: the residuals handed over as arrays, as between the bridge's runs) is what the bridge computes,
-    bit for bit. Returns how many elements of dw1 differ between jitted JAX and the cut program, the median
-    and largest difference in ulps and the largest relative to the largest |dw1|, whether simulate_jax equals
-    the cut program, and whether dw2 is bit-identical everywhere."""
+def _gelu_mlp() -> tuple[Any, tuple]:
+    """A tensor-parallel MLP with JAX's tanh-approximated gelu on a 2 x 4 mesh: its gradient in w1 and w2
+    (jitted) and (w1, w2)."""
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("d", "t"))
 
     def mlp(x: Any, w1: Any, w2: Any) -> Any:
-        y = lax.psum(jax.nn.gelu(x @ w1) @ w2, "t")
-        return jnp.mean(lax.pmean(y, "d") ** 2)
+        return jnp.mean(lax.pmean(lax.psum(jax.nn.gelu(x @ w1) @ w2, "t"), "d") ** 2)
 
     loss = jax.shard_map(mlp, mesh=mesh, in_specs=(P("d"), P(None, "t"), P("t")), out_specs=P())
-    x, w1, w2 = _rng(70, 8, 16), _rng(71, 16, 32), _rng(72, 32, 16)
-    grad = jax.jit(jax.grad(lambda a, b: loss(x, a, b), argnums=(0, 1)))
+    x = _rng(70, 8, 16)
+    return (lambda a, b: loss(x, a, b)), (_rng(71, 16, 32), _rng(72, 32, 16))
+
+
+def fusion_across_runs() -> dict[str, Any]:
+    """A plain-JAX reproducer of the other known difference: the gradient of the tensor-parallel gelu MLP
+    (`_gelu_mlp`). JAX's partial evaluation splits its shard_map into a forward one, which keeps the gelu's
+    pieces as residuals, and a backward one that multiplies and adds them; the bridge simulates the two as
+    two runs. Jitted whole, both are one XLA module, where XLA recomputes residuals inside the backward's
+    fusions, past the forward's psum and pmean, and contracts their multiplies and adds differently. The same
+    gradient cut between forward and backward (`jax.vjp` jitted, then its pullback jitted: the residuals
+    handed over as arrays, as between the bridge's runs) is what the bridge computes, bit for bit. Returns how
+    many elements of dw1 differ between jitted JAX and the cut program, the median and largest difference in
+    ulps and the largest relative to the largest |dw1|, whether simulate_jax equals the cut program, and
+    whether dw2 is bit-identical everywhere."""
+    loss, (w1, w2) = _gelu_mlp()
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
     whole = [np.asarray(g) for g in grad(w1, w2)]
-    _, pullback = jax.jit(lambda a, b: jax.vjp(lambda p, q: loss(x, p, q), a, b))(w1, w2)
+    _, pullback = jax.jit(lambda a, b: jax.vjp(loss, a, b))(w1, w2)
     cut = [np.asarray(g) for g in jax.jit(lambda pb: pb(jnp.float32(1.0)))(pullback)]
     simulated = [np.asarray(g) for g in oracles.simulate_jax(grad, w1, w2).outputs]
     differing = np.argwhere(whole[0] != cut[0])
@@ -399,9 +405,6 @@ def cut_programs() -> dict[str, dict[str, bool]]:
     pmap_vmap = jax.jit(jax.vmap(jax.shard_map(lambda v: (scaled(v) - lax.pmean(scaled(v), "i"))[None], mesh=quad,
                                                in_specs=P("i"), out_specs=P("i"))))
 
-    def mlp(x: Any, w1: Any, w2: Any) -> Any:
-        return jnp.mean(lax.pmean(lax.psum(jax.nn.gelu(x @ w1) @ w2, "t"), "d") ** 2)
-
     def norm(x: Any, g: Any) -> Any:
         mu = lax.pmean(jnp.mean(x, -1, keepdims=True), "t")
         var = lax.pmean(jnp.mean((x - mu) ** 2, -1, keepdims=True), "t")
@@ -416,7 +419,7 @@ def cut_programs() -> dict[str, dict[str, bool]]:
         o = jnp.einsum("hst,thd->shd", jax.nn.softmax(jnp.einsum("shd,thd->hst", h, h), -1), h)
         return lax.all_to_all(o, "i", split_axis=0, concat_axis=1, tiled=True)
 
-    mlp_loss = jax.shard_map(mlp, mesh=rows, in_specs=(P("d"), P(None, "t"), P("t")), out_specs=P())
+    mlp_loss, mlp_weights = _gelu_mlp()
     normed = jax.shard_map(norm, mesh=rows, in_specs=(P("d", "t"), P("t")), out_specs=P("d", "t"))
     attended = jax.shard_map(attention, mesh=rows, in_specs=(P("d"),) + (P(None, "t"),) * 3 + (P("t"),),
                              out_specs=P("d"))
@@ -424,8 +427,7 @@ def cut_programs() -> dict[str, dict[str, bool]]:
     x16 = _rng(70, 8, 16)
     programs = {
         "pmap migration under vmap": (pmap_vmap, (np.stack([_rng(26, 4, 3), _rng(26, 4, 3) * 0.5 + 1.0]),)),
-        "gelu MLP gradient": (jax.jit(jax.grad(lambda a, b: mlp_loss(x16, a, b), argnums=(0, 1))),
-                              (_rng(71, 16, 32), _rng(72, 32, 16))),
+        "gelu MLP gradient": (jax.jit(jax.grad(mlp_loss, argnums=(0, 1))), mlp_weights),
         "layer norm gradient": (jax.jit(jax.grad(lambda x, g: jnp.sum(normed(x, g) ** 3), argnums=(0, 1))),
                                 (_rng(73, 8, 32), _rng(74, 32))),
         "attention gradient": (jax.jit(jax.grad(lambda *a: jnp.sum(attended(*a) ** 2), argnums=(1, 2, 3, 4))),
