@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -86,6 +87,27 @@ class Simulated:
     def time_s(self) -> float:
         """Simulated time of every run together (the runs follow one another)."""
         return float(sum(run.end_time_s for run in self.runs))
+
+    def explain(self, full: bool = False) -> str:
+        """Every run in words, one after another, each headed by its shard_map's source line (`sim.Run.explain`:
+        call by call, bounded unless `full`). `print` it."""
+        labels = self.labels or ("",) * len(self.runs)
+        return "\n\n".join(f"run {k + 1} of {len(self.runs)} ({label}):\n{run.explain(full)}"
+                           for k, (run, label) in enumerate(zip(self.runs, labels)))
+
+    def draw(self, path: str | Path, full: bool = False) -> str:
+        """Draw every run to `path` (`.svg` or `.html`), one under another, as `sim.Run.draw` draws one (a
+        gradient's forward and backward runs, say); returns the text written.
+
+        Raises:
+            InvalidArgumentError: `path` ends in neither .svg nor .html, or no shard_map ran.
+        """
+        return sim.draw_runs(path, self.runs, full)
+
+    def save(self, path: str | Path) -> None:
+        """Write every run to `path` (`sim.save_runs`), for `meshsim draw` / `meshsim explain` and
+        `sim.load_runs` to read back."""
+        sim.save_runs(path, self.runs)
 
     def __str__(self) -> str:
         lines = [f"run {k + 1} of {len(self.runs)} ({label}): {run!r}"

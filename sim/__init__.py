@@ -102,6 +102,7 @@ from sim.record import (
     Trace,
     Var,
     Violation,
+    draw_runs,
     load_run,
     load_runs,
     located,
@@ -153,4 +154,5 @@ __all__ += [  # errors and pytrees
     "InvalidArgumentError", "InvalidTypeError", "MeshError", "ProtocolError", "leaves", "tree_map",
 ]
 
-__all__ += ["SavedRun", "labelled", "load_run", "load_runs", "located", "save_runs"]  # saved runs, call labels
+# saved runs, call labels
+__all__ += ["SavedRun", "draw_runs", "labelled", "load_run", "load_runs", "located", "save_runs"]

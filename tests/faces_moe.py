@@ -1,7 +1,7 @@
 """A mixture-of-experts layer with ragged dispatch and combine, run through `oracles.simulate_jax`; its runs
 saved with `Run.save` for `meshsim draw` / `meshsim explain` (test_faces_jax.py runs this in a child process:
-`python tests/faces_moe.py OUT_DIR` writes forward.json, and grad.json with the gradient's forward and
-backward runs).
+`python tests/faces_moe.py OUT_DIR` writes forward.json; grad.json with the gradient's forward and backward
+runs, and their picture and words from Python, grad.svg and grad.txt).
 
 Each device holds its tokens and one expert. The router picks an expert per token; tokens are sorted by
 expert, the counts all_gathered, offsets taken from running sums, and the rows dispatched into an empty
@@ -19,7 +19,6 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-import sim
 from oracles import simulate_jax
 
 DEVICES, TOKENS, WIDTH = 4, 8, 4
@@ -60,7 +59,10 @@ def main(out: Path) -> None:
             rng.standard_normal((DEVICES, WIDTH, WIDTH)).astype(np.float32))
     layer = moe_layer(jax.sharding.AbstractMesh((DEVICES,), ("e",)))
     simulate_jax(jax.jit(layer), *args).run.save(out / "forward.json")
-    sim.save_runs(out / "grad.json", simulate_jax(jax.jit(jax.grad(layer, argnums=(0, 2))), *args).runs)
+    graded = simulate_jax(jax.jit(jax.grad(layer, argnums=(0, 2))), *args)
+    graded.save(out / "grad.json")
+    graded.draw(out / "grad.svg")
+    (out / "grad.txt").write_text(graded.explain(), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -71,3 +71,15 @@ def test_the_backward_run_labels_each_transpose_with_the_line_it_transposes(save
     assert main(["explain", str(saved / "grad.json")]) == 0
     told = capsys.readouterr().out.replace("\n", "")
     assert "Run 2 of 2" in told and f"faces_moe.py:{_line('# dispatch')}:" in told and "[dispatch]" in told
+
+
+def test_a_simulated_program_draws_explains_and_saves_all_its_runs(saved, tmp_path):
+    """`Simulated.draw`, `.explain` and `.save` show the gradient's two runs as `meshsim draw` and `explain`
+    show the saved file: the same call panels with the same labels, both runs in words with their lines."""
+    out = tmp_path / "grad.svg"
+    assert main(["draw", str(saved / "grad.json"), "-o", str(out)]) == 0
+    assert _panels(saved / "grad.svg") == _panels(out) and len(_panels(out)) > 4
+    told = (saved / "grad.txt").read_text()
+    heads = [line for line in told.splitlines() if line.startswith("run ") and " of 2 (" in line]
+    assert [h.split(" (")[0] for h in heads] == ["run 1 of 2", "run 2 of 2"] and "faces_moe.py" in heads[1]
+    assert f"faces_moe.py:{_line('# combine')}:" in told.split("\nrun 2 of 2")[1]

@@ -6,7 +6,7 @@ from sim.record._compute import ComputeRecord
 from sim.record._draw_run import draw_page, draw_svg
 from sim.record._equations import Const, Equation, Program, Var, vma_str
 from sim.record._escape import printable, xml_text
-from sim.record._faces import Faces, SavedRun, load_run, load_runs, save_runs
+from sim.record._faces import Faces, SavedRun, draw_runs, load_run, load_runs, save_runs
 from sim.record._html import (
     PALETTE_HEX,
     Timeline,
@@ -38,6 +38,7 @@ __all__ = [
     "write_trace_events", "xml_text",
 ]
 __all__ += [  # the faces of a run; where calls were made; counts in words
-    "Faced", "Faces", "ProgramCall", "SavedRun", "call_label", "counted", "draw_page", "draw_svg", "load_run",
+    "Faced", "Faces", "ProgramCall", "SavedRun", "call_label", "counted", "draw_page", "draw_runs", "draw_svg",
+    "load_run",
     "load_runs", "located", "plural", "program_calls", "save_runs",
 ]

@@ -39,13 +39,7 @@ class Faces:
             InvalidArgumentError: `path` ends in neither .svg nor .html.
             OSError: `path` cannot be written.
         """
-        render = _DRAWINGS.get(Path(path).suffix.lower())
-        if render is None:
-            raise InvalidArgumentError(f"path={str(path)!r}: a run is drawn to a file ending in .svg (the picture) "
-                                       f"or .html (a page around it)")
-        drawn = render(self.faced(), full)
-        Path(path).write_text(drawn, encoding="utf-8")
-        return drawn
+        return draw_runs(path, [self], full)
 
     def save(self, path: str | Path) -> None:
         """Write the run to `path` (JSON: the mesh's axes, every call with its label, the trace), for
@@ -64,6 +58,25 @@ class SavedRun(Faced, Faces):
     def faced(self) -> Faced:
         """The run itself: it holds what the faces read."""
         return self
+
+
+def draw_runs(path: str | Path, runs: Sequence[Faces], full: bool = False) -> str:
+    """Draw several runs to `path`, one under another (e.g. `simulated.runs` of a `simulate_jax` gradient), as
+    `Run.draw` draws one; returns the text written.
+
+    Raises:
+        InvalidArgumentError: `path` ends in neither .svg nor .html, or `runs` is empty.
+        OSError: `path` cannot be written.
+    """
+    render = _DRAWINGS.get(Path(path).suffix.lower())
+    if render is None:
+        raise InvalidArgumentError(f"path={str(path)!r}: a run is drawn to a file ending in .svg (the picture) "
+                                   f"or .html (a page around it)")
+    if not runs:
+        raise InvalidArgumentError(f"path={str(path)!r}: no run to draw")
+    drawn = render([run.faced() for run in runs], full)
+    Path(path).write_text(drawn, encoding="utf-8")
+    return drawn
 
 
 def save_runs(path: str | Path, runs: Sequence[Faces]) -> None:
