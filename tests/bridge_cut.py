@@ -47,16 +47,18 @@ def _host(jaxpr: core.Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list
     read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
     pieces = _runs(jaxpr.eqns, lambda e: e.primitive.name in ("jit", "shard_map"))
     for piece, later in zip(pieces, _later(pieces, jaxpr.outvars)):
-        eqn, made = piece[0], _made(piece, later)
-        if eqn.primitive.name == "jit":
-            inner = eqn.params["jaxpr"]
-            outs = _host(inner.jaxpr, inner.consts, [read(v) for v in eqn.invars])
-        elif eqn.primitive.name == "shard_map":
-            outs = _shard_map(eqn, [read(v) for v in eqn.invars])
+        eqn = piece[0]
+        if eqn.primitive.name in ("jit", "shard_map"):  # every result, in order
+            made = list(eqn.outvars)
+            if eqn.primitive.name == "jit":
+                inner = eqn.params["jaxpr"]
+                outs = _host(inner.jaxpr, inner.consts, [read(v) for v in eqn.invars])
+            else:
+                outs = _shard_map(eqn, [read(v) for v in eqn.invars])
         else:
-            reads = _reads(piece)
+            reads, made = _reads(piece), _made(piece, later)
             outs = jax.jit(_local(piece, reads, made, rows=False))(*[env[v] for v in reads])
-        env.update(zip(made, outs))
+        env.update((v, o) for v, o in zip(made, outs) if not isinstance(v, core.DropVar))
     return [read(v) for v in jaxpr.outvars]
 
 
