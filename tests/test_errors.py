@@ -147,6 +147,9 @@ BAD_INPUTS = [
     ("Mesh({'x': 8}, network=torus((4, 4)))", lambda: sim.Mesh({"x": 8}, network=sim.Network.torus((4, 4))),
      sim.InvalidArgumentError, r"a mesh of 8 devices does not fit torus shape=\(4, 4\) \(16 devices\): a mesh must "
      r"have exactly as many devices as its topology"),
+    ("Mesh({'x': 6}, network=preset('tpu-v5e'))", lambda: sim.Mesh({"x": 6}, network=sim.Network.preset("tpu-v5e")),
+     sim.InvalidArgumentError, r"a mesh of 6 devices does not fit torus shape=\(16, 16\) \(256 devices\): .*; give "
+     r"preset 'tpu-v5e' the shape of a 6-device system \(Network.preset\('tpu-v5e', shape\)"),
     ("Mesh({'x': 6}, network=hierarchical(4))", lambda: sim.Mesh({"x": 6}, network=sim.Network.hierarchical(4)),
      sim.InvalidArgumentError, r"a mesh of 6 devices does not fit hierarchical node_size=4: the device count must be "
      r"a multiple of node_size"),

@@ -170,9 +170,13 @@ class Network:
                                            f"{self.node_size}: the device count must be a multiple of node_size")
             return replace(self, shape=(devices // self.node_size, self.node_size))
         if self.devices != devices:
+            fix = "" if self.preset_name is None else (
+                f"; give preset {self.preset_name!r} the shape of a {devices}-device system "
+                f"(Network.preset({self.preset_name!r}, shape); in a scenario, [network] shape = [...]), or a mesh of "
+                f"its shape")
             raise InvalidArgumentError(f"a mesh of {devices} devices does not fit {self.topology} shape={self.shape} "
                                        f"({self.devices} devices): a mesh must have exactly as many devices as "
-                                       f"its topology")
+                                       f"its topology{fix}")
         return self
 
     def route(self, src: int, dst: int) -> tuple:
