@@ -264,6 +264,9 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
     "while-typed-without-predicate": ("vma", lambda c, *_: c.primitive == "while_loop" and bool(c.varying[0])),
     "pure-callback-typed-invariant": ("vma", lambda c, *_: c.primitive == "pure_callback" and any(c.varying)),
     "partial-manual-bfloat16-reduction": ("partial_manual", lambda c, *_: bfloat16_reduction(c)),
+    # control_flow: the call, check_vma and JAX's message (the construct is in the message)
+    "nested-shard-map-grad-residuals": ("control_flow", lambda c, vma, problem: vma and problem.startswith(
+        "nested: jax.vjp raised ValueError: Cannot lower jaxpr with verifier errors")),
 }
 
 

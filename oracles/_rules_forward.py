@@ -212,9 +212,10 @@ _COMPOSED: dict[str, Callable[..., str | None]] = {"vmap_of_grad": _vmap_of_grad
 
 def classify_side(side: str, kind: str, case: Case, check_vma: bool, axes: list[int | None] | None,
                   problem: str = "") -> str | None:
-    """The finding of `KNOWN` that explains a disagreement pointing at JAX's rule `side` ("jvp", "transpose"
-    or "vmap"). Under a composition a transpose finding or a batching one may explain it, the transpose's
-    judged on the call as batched (each batched data argument one dimension more: a scalar pbroadcast
+    """The finding of `KNOWN` that explains a disagreement pointing at JAX's rule `side` ("jvp", "transpose",
+    "vmap", or "control_flow": the construct's own, judged on the call, check_vma and JAX's `problem`).
+    Under a composition a transpose finding or a batching one may explain it, the transpose's judged on the
+    call as batched (each batched data argument one dimension more: a scalar pbroadcast
     vmapped is a non-scalar one to its transpose). Where a call fits findings of both rules, the batching
     ones are tried first when JAX raised an AssertionError (the symptom of ragged_all_to_all's batching
     rule with an unbatched index array, FINDINGS.md 9), the transpose ones first otherwise."""
@@ -229,6 +230,9 @@ def classify_side(side: str, kind: str, case: Case, check_vma: bool, axes: list[
                 continue
             if rule == "vmap":
                 if axes is not None and fits(case, axes):
+                    return name
+            elif rule == "control_flow":  # judged on JAX's message too: the construct is not in the call
+                if fits(case, check_vma, problem):
                     return name
             elif any(fits(view, check_vma) for view in views):
                 return name

@@ -1,4 +1,5 @@
-"""FINDINGS.md 21-23 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, and psend/precv's.
+"""FINDINGS.md 17-24 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, psend/precv's,
+and reverse mode of a nested shard_map.
 
 `python tests/jax_vmap_axis_child.py` (4 CPU devices) runs each finding's program and prints one JSON line,
 `{finding id: what JAX gives}`: the values as lists, or `"raised <type>: <message>"`. tests/test_jax_coverage.py
@@ -68,7 +69,28 @@ def main() -> None:
         "vmap-axis-all-to-all-unbatched batched": outcome(
             jax.vmap(lambda v: lax.all_to_all(v, "y", 0, 0, tiled=True), axis_name="y"), jnp.stack([x, x])),
     }
+    for rows, cols in ((1, 2), (2, 2)):  # finding 24: the gradient of a nested shard_map, checked and not
+        for check_vma in (True, False):
+            b = jnp.arange(rows * cols * 2.0).reshape(rows, cols, 2)
+            f = nested(rows, cols, check_vma)
+            grad = jax.jit(jax.grad(lambda v, f=f, w=b + 1.0: jnp.sum(f(v, w))))
+            results[f"nested-shard-map-grad-residuals {rows}x{cols} check_vma={check_vma}"] = outcome(grad, b)
     print(json.dumps(results))
+
+
+def nested(rows: int, cols: int, check_vma: bool):
+    """A shard_map manual over 'x' inside one manual over 'y' whose body multiplies an element of b by one of w."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:rows * cols]).reshape(rows, cols), ("x", "y"))
+
+    def inner(b, w):
+        return (b[0, 0] * w[0, 0])[None, None]
+
+    def outer(b, w):
+        return jax.shard_map(inner, in_specs=P("x", None), out_specs=P("x", None), axis_names={"x"},
+                             check_vma=check_vma)(b, w)
+
+    return jax.shard_map(outer, mesh=mesh, in_specs=P(None, "y"), out_specs=P(None, "y"), axis_names={"y"},
+                         check_vma=check_vma)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """How much of JAX's collective rules the rules campaign runs (benchmarks/jax_coverage.py), and the findings
-its vmap programs met (FINDINGS.md 21-23), pinned.
+its vmap and control_flow programs met (FINDINGS.md 17-24), pinned.
 
 Both run in child processes (the benchmark runs the campaign under coverage.py with 8 CPU devices; the
 findings' programs need 4); this process never imports jax.
@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = [
@@ -132,3 +133,15 @@ def test_jax_eager_shard_map_of_a_zero_size_array_is_pinned(vmap_axis):
     read (its shards carry the global shape); the same program under jit reads as a (2, 0) array."""
     assert vmap_axis["eager-shard-map-zero-size"].startswith("raised ValueError: could not broadcast input array")
     assert vmap_axis["eager-shard-map-zero-size jit"] == [[], []]
+
+
+def test_jax_grad_of_a_nested_shard_map_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 24: jax.grad of a shard_map manual over 'x' inside one manual over 'y', whose body keeps a
+    residual, fails to lower under check_vma=True (a local shape halved on 1 x 2, 'y' bound twice on 2 x 2);
+    unchecked, the same gradient is w = b + 1."""
+    for mesh in ("1x2", "2x2"):
+        found = vmap_axis[f"nested-shard-map-grad-residuals {mesh} check_vma=True"]
+        assert found.startswith("raised ValueError: Cannot lower jaxpr with verifier errors"), (mesh, found)
+        size = 4 if mesh == "1x2" else 8
+        expected = (np.arange(size, dtype=float) + 1.0).reshape(-1, 2, 2).tolist()
+        assert vmap_axis[f"nested-shard-map-grad-residuals {mesh} check_vma=False"] == expected, mesh

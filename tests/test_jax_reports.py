@@ -285,12 +285,12 @@ def test_one_folder_and_one_jax_release_throughout():
 
 
 def _function_lines(source: str, qualified: str) -> tuple[int, int] | None:
-    """The first and last line of the function `qualified` ('name', or 'outer.inner' for a nested one) in
+    """The first and last line of the function `qualified` ('name', or 'outer.inner' for a nested one or a method) in
     `source`, or of the module-level assignment to it (a primitive such as `pmax_p`); None if there is none."""
     body: list[ast.stmt] = ast.parse(source).body
     found: ast.AST | None = None
     for name in qualified.split("."):
-        found = next((node for node in body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        found = next((node for node in body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
                       and node.name == name), None) or next(
             (node for node in body if isinstance(node, ast.Assign)
              and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)), None)

@@ -182,4 +182,4 @@ def forward_property(kind: str, case: Case, check_vma: bool, extra: Any) -> tupl
     side = ("vmap" if batched else "transpose" if problem and "of the unrolled program raised" in problem
             else "control_flow")
     axes = control_batch_axes(case) if batched else None
-    return problem, (construct, pred, batched), problem and classify_side(side, kind, case, check_vma, axes)
+    return problem, (construct, pred, batched), problem and classify_side(side, kind, case, check_vma, axes, problem)
