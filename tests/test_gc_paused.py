@@ -56,3 +56,26 @@ def test_nested_blocks_restore_once_and_an_off_collector_stays_off(collecting):
     with sim.gc_paused():
         pass
     assert not gc.isenabled()
+
+
+def test_cycles_made_in_blocks_are_freed_once_the_blocks_have_promoted_enough(collecting, monkeypatch):
+    """A cycle made inside a block survives its end (sent to the oldest generation with the rest), and is freed
+    by the full collection a later block's end makes once the blocks have promoted past the floor."""
+    import weakref
+
+    from sim import _gc
+
+    monkeypatch.setattr(_gc, "FLOOR", 5_000)
+    monkeypatch.setitem(_gc._since, "promoted", 0)
+    monkeypatch.setitem(_gc._since, "tracked", 0)
+    with sim.gc_paused():
+        cycle = _Made()
+        cycle.me = cycle
+        alive = weakref.ref(cycle)
+        del cycle
+    assert alive() is not None  # a cycle: no young collection freed it
+    for _ in range(10):
+        with sim.gc_paused():
+            kept = [_Made() for _ in range(1_000)]
+        del kept
+    assert alive() is None and _gc._since["tracked"] > 0  # a block's end collected fully
