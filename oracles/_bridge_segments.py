@@ -11,6 +11,7 @@ nothing. For example, a body `psum(a * b + c)` is two steps: the segment [mul, a
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -266,9 +267,6 @@ def _cost(segment: Segment, function: Any, values: Sequence[Any], local_mesh: bo
     """XLA's cost analysis of `segment` compiled for the types of `values`, made once per types."""
     key = tuple((tuple(np.shape(v)), str(getattr(v, "dtype", type(v)))) for v in values)
     if key not in segment.costs:
-        if local_mesh:
-            with jax.set_mesh(None):
-                segment.costs[key] = function.lower(*values).compile().cost_analysis()
-        else:
+        with jax.set_mesh(None) if local_mesh else contextlib.nullcontext():
             segment.costs[key] = function.lower(*values).compile().cost_analysis()
     return segment.costs[key]

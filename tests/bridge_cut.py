@@ -25,6 +25,7 @@ from jax.sharding import PartitionSpec as P
 # Collective primitives: each runs in a shard_map of its own. Casts between types move no data.
 _COLLECTIVES = frozenset(p.name for p in vars(parallel).values() if isinstance(p, core.Primitive))
 _CASTS = frozenset(name for name in _COLLECTIVES if name.endswith(("_cast_p", "_cast"))) | {"pvary", "preduced"}
+_MOVING = _COLLECTIVES - _CASTS  # the collectives that move data
 # A collective bound as the check_vma=False shard_map binds it (its invariant form has no other meaning).
 _PLAIN = {"psum_invariant": "psum"}
 
@@ -72,7 +73,7 @@ def _shard_map(eqn: core.JaxprEqn, ins: list) -> list:
     mapped = lambda fn, i, o: jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=i, out_specs=o, check_vma=False))
     split = mapped(lambda *blocks: [b[None] for b in blocks], tuple(params["in_specs"]), [rows] * len(ins))(*ins)
     env = {v: list(np.asarray(x)) for v, x in zip(body.invars, split)}  # by variable: each device's value
-    collective = lambda e: e.primitive.name in _COLLECTIVES - _CASTS
+    collective = lambda e: e.primitive.name in _MOVING
     pieces = _runs(body.eqns, collective)
     for piece, later in zip(pieces, _later(pieces, body.outvars)):
         for e in piece:
@@ -105,8 +106,7 @@ def _runs(eqns: Sequence[core.JaxprEqn], alone: Any) -> list[list[core.JaxprEqn]
 
 
 def _has_collective(jaxpr: core.Jaxpr) -> bool:
-    return any(e.primitive.name in _COLLECTIVES - _CASTS or any(_has_collective(j) for j in
-                                                                  core.jaxprs_in_params(e.params))
+    return any(e.primitive.name in _MOVING or any(_has_collective(j) for j in core.jaxprs_in_params(e.params))
                for e in jaxpr.eqns)
 
 

@@ -324,6 +324,16 @@ def primitives() -> dict[str, tuple[str, str]]:
     return table()
 
 
+def _pmap_migration() -> tuple[Callable[..., Any], Callable[..., Any], Any, np.ndarray]:
+    """The corpus's pmap migration under vmap, `x[0] * (me + 1) - pmean(x[0] * (me + 1))` on 4 devices: how a
+    body becomes a jitted vmapped shard_map (`shard`), the scaled value (`scaled`), the program and its input."""
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
+    shard = lambda body: jax.jit(jax.vmap(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))))
+    scaled = lambda v: v[0] * (lax.axis_index("i").astype(v.dtype) + 1.0)
+    whole = shard(lambda v: (scaled(v) - lax.pmean(scaled(v), "i"))[None])
+    return shard, scaled, whole, np.stack([_rng(26, 4, 3), _rng(26, 4, 3) * 0.5 + 1.0])
+
+
 def fusion() -> dict[str, Any]:
     """A plain-JAX reproducer of the one difference the corpus keeps ('pmap migration' under vmap): XLA
     compiles the jitted program as one module and recomputes `x[0] * (me + 1)` after the all-reduce, inside
@@ -332,11 +342,7 @@ def fusion() -> dict[str, Any]:
     bridge compiles it) rounds the product first. Returns how many elements differ, the largest difference in
     ulps, whether jitted JAX is the single rounding of the exact value and the cut program the double one,
     and whether simulate_jax equals the cut program bit for bit."""
-    mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-    shard = lambda body: jax.jit(jax.vmap(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))))
-    scaled = lambda v: v[0] * (lax.axis_index("i").astype(v.dtype) + 1.0)
-    whole = shard(lambda v: (scaled(v) - lax.pmean(scaled(v), "i"))[None])
-    x = np.stack([_rng(26, 4, 3), _rng(26, 4, 3) * 0.5 + 1.0])
+    shard, scaled, whole, x = _pmap_migration()
     local = shard(lambda v: scaled(v)[None])(x)
     mean = shard(lambda v: lax.pmean(v[0], "i")[None])(local)
     cut = np.asarray(jax.jit(lambda a, b: a - b)(local, mean))
@@ -400,10 +406,7 @@ def cut_programs() -> dict[str, dict[str, bool]]:
 
     rows = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("d", "t"))
     ring = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("i",))
-    quad = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-    scaled = lambda v: v[0] * (lax.axis_index("i").astype(v.dtype) + 1.0)
-    pmap_vmap = jax.jit(jax.vmap(jax.shard_map(lambda v: (scaled(v) - lax.pmean(scaled(v), "i"))[None], mesh=quad,
-                                               in_specs=P("i"), out_specs=P("i"))))
+    *_, pmap_vmap, pmap_x = _pmap_migration()
 
     def norm(x: Any, g: Any) -> Any:
         mu = lax.pmean(jnp.mean(x, -1, keepdims=True), "t")
@@ -426,7 +429,7 @@ def cut_programs() -> dict[str, dict[str, bool]]:
     exchanged = jax.shard_map(ulysses, mesh=ring, in_specs=P("i"), out_specs=P("i"))
     x16 = _rng(70, 8, 16)
     programs = {
-        "pmap migration under vmap": (pmap_vmap, (np.stack([_rng(26, 4, 3), _rng(26, 4, 3) * 0.5 + 1.0]),)),
+        "pmap migration under vmap": (pmap_vmap, (pmap_x,)),
         "gelu MLP gradient": (jax.jit(jax.grad(mlp_loss, argnums=(0, 1))), mlp_weights),
         "layer norm gradient": (jax.jit(jax.grad(lambda x, g: jnp.sum(normed(x, g) ** 3), argnums=(0, 1))),
                                 (_rng(73, 8, 32), _rng(74, 32))),

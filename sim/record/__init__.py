@@ -39,6 +39,5 @@ __all__ = [
 ]
 __all__ += [  # the faces of a run; where calls were made; counts in words
     "Faced", "Faces", "ProgramCall", "SavedRun", "call_label", "counted", "draw_page", "draw_runs", "draw_svg",
-    "load_run",
-    "load_runs", "located", "plural", "program_calls", "save_runs",
+    "load_run", "load_runs", "located", "plural", "program_calls", "save_runs",
 ]
