@@ -24,7 +24,11 @@ def main(argv: list[str]) -> int:
     if done.returncode != 0:
         print(done.stderr[-4000:], file=sys.stderr)
         return done.returncode
-    report = json.loads(done.stdout)
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:  # not a report: the campaign's own text (its --help)
+        print(done.stdout, end="")
+        return 0
     print(f"profile {report['profile']}: {sum(r['examples'] for r in report['rows'])} examples in "
           f"{report['seconds']} s")
     print(f"{'collective':<22}{'property':<11}{'examples':>9}  {'seconds':>8}  known findings / new")
