@@ -6,7 +6,8 @@ are registered per definition, the worker binds each by its definition's `JaxBin
 the simulator's implementation: they are second opinions. `install_cpu_ragged_all_to_all` lets JAX users
 (and the worker) run `jax.lax.ragged_all_to_all` on CPU, `install_cpu_lowerings` every collective XLA:CPU
 lacks (ragged_all_to_all and pbroadcast); `size_compile_pool` sets how many threads
-XLA:CPU compiles on in a process that has not started JAX yet. `check` compares the simulator's answer to a call
+XLA:CPU compiles on in a process that has not started JAX yet; `serial_mlir_verification` has a lowering that
+fails verification raise instead of hanging. `check` compares the simulator's answer to a call
 with both, bit for bit (`compare` is the one comparator of answers), or, for a float reduction whose
 algorithm adds in another order, within that order's rounding bound (`oracles._reordered`).
 
@@ -25,13 +26,14 @@ from oracles._compare import Difference, compare, describe
 from oracles._compile_pool import size_compile_pool
 from oracles._cpu_lowerings import install_cpu_lowerings
 from oracles._cpu_ragged import install_cpu_ragged_all_to_all
+from oracles._serial_verify import serial_mlir_verification
 from oracles.jax_fixes import install_jax_fixes
 from oracles.jax_oracle import JaxOracle, OracleError, OracleFailure, OracleResult, shared_oracle
 
 __all__ = ["PATHS", "Call", "Comparison", "Difference", "JaxOracle", "OracleError", "OracleFailure", "OracleResult",
            "Report", "bit_for_bit", "check", "compare", "describe", "install_cpu_lowerings",
-           "install_cpu_ragged_all_to_all", "install_jax_fixes", "jax_unavailable", "path_text", "shared_oracle",
-           "size_compile_pool", "spec"]
+           "install_cpu_ragged_all_to_all", "install_jax_fixes", "jax_unavailable", "path_text",
+           "serial_mlir_verification", "shared_oracle", "size_compile_pool", "spec"]
 
 # The bridge's names, loaded (with jax) on first use, by the module that defines each.
 _BRIDGE = {

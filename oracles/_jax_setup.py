@@ -4,8 +4,8 @@ Every module of the worker imports this one, so JAX is configured before any of 
 8 CPU devices (the backend reads the count when it starts, at the first device query; the parent also
 passes `--xla_force_host_platform_device_count` in XLA_FLAGS), x64, without which JAX silently narrows
 int64/float64 inputs to 32 bits, and the CPU lowerings of pbroadcast and ragged_all_to_all
-(`oracles.install_cpu_lowerings`), so the worker runs JAX's own primitives there too. Only the worker
-process imports jax.
+(`oracles.install_cpu_lowerings`), so the worker runs JAX's own primitives there too, and MLIR contexts that verify
+on the calling thread (`oracles.serial_mlir_verification`). Only the worker process imports jax.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from jax._src.lax import parallel
 from jax.sharding import Mesh, PartitionSpec
 
 from oracles._cpu_lowerings import install_cpu_lowerings
+from oracles._serial_verify import serial_mlir_verification
 
 DEVICE_COUNT = 8
 
@@ -28,6 +29,7 @@ jax.config.update("jax_platforms", "cpu")
 jax.config.update("jax_num_cpu_devices", DEVICE_COUNT)
 jax.config.update("jax_enable_x64", True)
 install_cpu_lowerings()  # pbroadcast and ragged_all_to_all, which XLA:CPU cannot lower
+serial_mlir_verification()  # a program that fails verification raises, never hangs
 
 # What a collective's `JaxBinding.bind` is handed: collectives/ never imports jax itself.
 API = SimpleNamespace(lax=lax, parallel=parallel, linear_transpose=jax.linear_transpose)
