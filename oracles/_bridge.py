@@ -8,7 +8,9 @@ The function is traced with `jax.make_jaxpr` and walked (`oracles._bridge_eval`)
 This module imports jax in the calling process. Simulating needs no JAX devices beyond the host's (a
 `jax.sharding.AbstractMesh` works); running the program with real JAX too (`compare_jax`) needs as many
 CPU devices as the mesh has, which `XLA_FLAGS=--xla_force_host_platform_device_count=N` gives when it
-is set before jax is imported.
+is set before jax is imported. Loading it has JAX's MLIR contexts verify on the calling thread
+(`oracles.serial_mlir_verification`), so that `compare_jax` of a program JAX cannot lower raises JAX's error
+where stock JAX 0.10.2 may hang for good (FINDINGS.md 24).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ from oracles._bridge_mapped import run as run_mapped
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import PLACEMENTS, execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
+from oracles._serial_verify import serial_mlir_verification
+
+serial_mlir_verification()  # a program JAX cannot lower raises, never hangs
 
 
 class DeviceCountError(BridgeError):

@@ -1,10 +1,11 @@
 """A lowering that fails verification in a nested shard_map, with `oracles.serial_mlir_verification()` installed.
 
-`python tests/serial_verify_child.py` (2 CPU devices) lowers the reverse mode of a ragged_all_to_all inside a
-shard_map nested in another (FINDINGS.md 24's fault, under `jax.vjp`), which stock JAX 0.10.2 either refuses
-or, in some processes, hangs on for good (`oracles._serial_verify`). It prints one JSON line: whether the guard
-was installed, whether installing it again was refused, and how the lowering ended ("lowered", or the
-exception's type and first two lines).
+`python tests/serial_verify_child.py lower|compare` (2 CPU devices) takes the reverse mode of a ragged_all_to_all
+inside a shard_map nested in another (FINDINGS.md 24's fault, under `jax.vjp`), which stock JAX 0.10.2 either
+refuses to lower or, in some processes, hangs on for good (`oracles._serial_verify`). `lower` installs the guard
+and lowers it with `jax.jit`; `compare` hands it to `oracles.compare_jax`, whose bridge installs the guard as it
+loads. It prints one JSON line: whether this process's first call of the guard installed it, whether a second
+was refused, and how the work ended ("done", or the exception's type and first two lines).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import oracles
 
-first, again = oracles.serial_mlir_verification(), oracles.serial_mlir_verification()
+MODE = sys.argv[1]
+if MODE == "lower":
+    first, again = oracles.serial_mlir_verification(), oracles.serial_mlir_verification()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -47,9 +50,16 @@ operand = jnp.asarray([4.0, 2.0], jnp.bfloat16).reshape(1, 2, 1)
 output = jnp.asarray([3.0, 2.0], jnp.bfloat16).reshape(1, 2, 1)
 zeros = jnp.zeros((1, 2, 1), jnp.int32)
 f = lambda operand, output: nested()(operand, output, zeros, zeros, zeros, zeros)
+backward = jax.jit(lambda a, b: jax.vjp(f, a, b)[1](jnp.ones((1, 2, 1), jnp.bfloat16)))
 try:
-    jax.jit(lambda a, b: jax.vjp(f, a, b)[1](jnp.ones((1, 2, 1), jnp.bfloat16))).lower(operand, output)
-    ended = "lowered"
+    if MODE == "lower":
+        backward.lower(operand, output)
+    else:
+        oracles.install_cpu_ragged_all_to_all()
+        oracles.compare_jax(backward, operand, output)
+    ended = "done"
 except Exception as error:  # what is pinned is the exception
     ended = f"raised {type(error).__name__}: " + " ".join(line.strip() for line in str(error).splitlines()[:2])
+if MODE == "compare":  # the bridge installed the guard: a first call of this process's own is refused
+    first, again = not oracles.serial_mlir_verification(), oracles.serial_mlir_verification()
 print(json.dumps({"installed": first, "again": again, "ended": ended}))
