@@ -255,6 +255,51 @@ def _keys(mk: Mk) -> Callable[..., Any]:
     return mk(body, (P(), P("i")), P())
 
 
+def _ring_attention(mk: Mk) -> Callable[..., Any]:
+    """Ring attention: each device holds a block of the sequence's queries, keys and values; the key and value
+    blocks go round the ring by ppermute inside a scan while each device folds them into its output with an
+    online softmax (a running maximum and normaliser, rescaled at every block)."""
+    size = 4
+    perm = [(k, (k + 1) % size) for k in range(size)]
+
+    def body(q: Any, k: Any, v: Any) -> Any:
+        def step(carry: tuple, _: Any) -> tuple[tuple, None]:
+            out, top, norm, k, v = carry
+            scores = q @ k.T * q.shape[-1] ** -0.5
+            new_top = jnp.maximum(top, scores.max(-1))
+            weights = jnp.exp(scores - new_top[:, None])
+            fade = jnp.exp(top - new_top)
+            return (out * fade[:, None] + weights @ v, new_top, norm * fade + weights.sum(-1),
+                    lax.ppermute(k, "i", perm), lax.ppermute(v, "i", perm)), None
+
+        start = (jnp.zeros_like(q), jnp.full_like(q[:, 0], -jnp.inf), jnp.zeros_like(q[:, 0]), k, v)
+        (out, _, norm, _, _), _ = lax.scan(step, start, None, length=size)
+        return out / norm[:, None]
+
+    return mk(body, (P("i"),) * 3, P("i"))
+
+
+def _gshard_moe(mk: Mk) -> Callable[..., Any]:
+    """A GShard-style mixture of experts on a 2 x 4 mesh: tokens split over ('data', 'expert'), experts over
+    'expert'. Each device routes its tokens to their top expert with a capacity of 3 (later tokens dropped),
+    dispatches them into per-expert buffers by one-hot masks, and the buffers cross the 'expert' axis by
+    all_to_all to the experts' devices and back; the outputs are combined weighted by the gate."""
+    capacity = 3
+
+    def body(x: Any, gate_w: Any, w1: Any, w2: Any) -> Any:
+        experts = lax.axis_size("expert") * w1.shape[0]
+        gate = jax.nn.softmax(x @ gate_w, -1)
+        chosen = jax.nn.one_hot(jnp.argmax(gate, -1), experts, dtype=jnp.int32)
+        slot = jnp.cumsum(chosen, 0) * chosen - 1  # the token's place in its expert's buffer, -1 elsewhere
+        dispatch = jax.nn.one_hot(jnp.where(slot < capacity, slot, -1), capacity, dtype=x.dtype)  # [t, E, C]
+        buffers = lax.all_to_all(jnp.einsum("tec,td->ecd", dispatch, x), "expert", 0, 1, tiled=True)
+        hidden = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", buffers, w1))
+        back = lax.all_to_all(jnp.einsum("ecf,efd->ecd", hidden, w2), "expert", 1, 0, tiled=True)
+        return jnp.einsum("tec,ecd->td", dispatch * gate[..., None], back)
+
+    return mk(body, (P(("data", "expert")), P(), P("expert"), P("expert")), P(("data", "expert")))
+
+
 PROGRAMS = (
     Program("psum and the variance rule", (("i", 4),), _psum_variance,
             lambda: (np.float32(0.5), _rng(1, 8)), (P(), P("i"))),
@@ -285,6 +330,11 @@ PROGRAMS = (
             (P(None, "i"), P("i"))),
     Program("PRNG keys in the body", (("i", 4),), _keys, lambda: (jax.random.key(3), _rng(31, 8)), (P(), P("i")),
             vmap=False),
+    Program("ring attention", (("i", 4),), _ring_attention, lambda: (_rng(32, 16, 8), _rng(33, 16, 8), _rng(34, 16, 8)),
+            (P("i"),) * 3),
+    Program("GShard mixture of experts", (("data", 2), ("expert", 4)), _gshard_moe,
+            lambda: (_rng(35, 48, 8), _rng(36, 8, 8), _rng(37, 8, 8, 16) * 0.3, _rng(38, 8, 16, 8) * 0.3),
+            (P(("data", "expert")), P(), P("expert"), P("expert"))),
 )
 
 WAYS = ("mesh=", "set_mesh Auto", "set_mesh Explicit")
