@@ -267,6 +267,8 @@ KNOWN: dict[str, tuple[str, Callable[..., bool]]] = {
     # control_flow: the call, check_vma and JAX's message (the construct is in the message)
     "nested-shard-map-grad-residuals": ("control_flow", lambda c, vma, problem: vma and problem.startswith(
         "nested: jax.vjp raised ValueError: Cannot lower jaxpr with verifier errors")),
+    "size-one-axis-all-reduce": ("control_flow", lambda c, vma, problem: problem.startswith("nested: ")
+                                 and "allreduce must be in (partial) manual partitioning mode" in problem),
 }
 
 

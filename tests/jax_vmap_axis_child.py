@@ -1,5 +1,5 @@
-"""FINDINGS.md 17-24 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, psend/precv's,
-and reverse mode of a nested shard_map.
+"""FINDINGS.md 17-25 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, psend/precv's,
+reverse mode of a nested shard_map, and a reduction over a size-1 axis beside a nested shard_map.
 
 `python tests/jax_vmap_axis_child.py` (4 CPU devices) runs each finding's program and prints one JSON line,
 `{finding id: what JAX gives}`: the values as lists, or `"raised <type>: <message>"`. tests/test_jax_coverage.py
@@ -75,7 +75,39 @@ def main() -> None:
             f = nested(rows, cols, check_vma)
             grad = jax.jit(jax.grad(lambda v, f=f, w=b + 1.0: jnp.sum(f(v, w))))
             results[f"nested-shard-map-grad-residuals {rows}x{cols} check_vma={check_vma}"] = outcome(grad, b)
+    for rows in (1, 2):  # finding 25: a reduction over 'x' and then a shard_map over 'y'
+        b = jnp.arange(1.0, 1.0 + 2 * rows).reshape(rows, 2)
+        for name, reduce in (("psum", lax.psum), ("pmax", lax.pmax), ("pmean", lax.pmean)):
+            results[f"size-one-axis-all-reduce {name} {rows}x2"] = outcome(jax.jit(reduced(rows, reduce, True)), b)
+        results[f"size-one-axis-all-reduce psum {rows}x2 alone"] = outcome(jax.jit(reduced(rows, lax.psum, False)), b)
+        nested_sum = nested_psum(rows)
+        grad = jax.jit(jax.grad(lambda v, f=nested_sum: jnp.sum(f(v) ** 2)))
+        results[f"size-one-axis-all-reduce grad {rows}x2"] = outcome(grad, b)
     print(json.dumps(results))
+
+
+def reduced(rows: int, reduce, then_nested: bool):
+    """A shard_map manual over 'x' of a rows x 2 mesh: `reduce` over 'x', then (with `then_nested`) a shard_map
+    manual over 'y' that doubles the value, else the doubling in the body itself."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:rows * 2]).reshape(rows, 2), ("x", "y"))
+    double = jax.shard_map(lambda c: c * 2.0, in_specs=P(None, "y"), out_specs=P(None, "y"), axis_names={"y"})
+
+    def body(b):
+        total = reduce(b, "x")
+        return double(total) if then_nested else total * 2.0
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P("x", None), out_specs=P("x", None), axis_names={"x"})
+
+
+def nested_psum(rows: int):
+    """psum over ('x', 'y') in a shard_map manual over 'y' inside one manual over 'x' (the campaign's form)."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:rows * 2]).reshape(rows, 2), ("x", "y"))
+
+    def outer(b):
+        return jax.shard_map(lambda c: lax.psum(c, ("x", "y")), in_specs=P(None, "y"), out_specs=P(None, "y"),
+                             axis_names={"y"})(b)
+
+    return jax.shard_map(outer, mesh=mesh, in_specs=P("x", None), out_specs=P("x", None), axis_names={"x"})
 
 
 def nested(rows: int, cols: int, check_vma: bool):

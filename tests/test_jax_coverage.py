@@ -145,3 +145,19 @@ def test_jax_grad_of_a_nested_shard_map_is_pinned(vmap_axis):
         size = 4 if mesh == "1x2" else 8
         expected = (np.arange(size, dtype=float) + 1.0).reshape(-1, 2, 2).tolist()
         assert vmap_axis[f"nested-shard-map-grad-residuals {mesh} check_vma=False"] == expected, mesh
+
+
+def test_jax_psum_over_a_size_one_axis_beside_a_nested_shard_map_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 25: on a 1 x 2 mesh, psum, pmax or pmean over 'x' (size 1) in a shard_map over 'x',
+    followed by a shard_map over 'y', fails to compile (XLA's partitioner refuses the all-reduce outside manual
+    mode), as does the reverse mode of psum over ('x', 'y') in nested shard_maps; the same psum without the
+    nested shard_map gives its operand doubled, and on a 2 x 2 mesh every program runs."""
+    refusal = "raised JaxRuntimeError: INTERNAL: RET_CHECK failure"
+    for name in ("psum", "pmax", "pmean", "grad"):
+        found = vmap_axis[f"size-one-axis-all-reduce {name} 1x2"]
+        assert found.startswith(refusal) and "Cross-partition allreduce must be in (partial) manual" in found, found
+    assert vmap_axis["size-one-axis-all-reduce psum 1x2 alone"] == [[2.0, 4.0]]
+    assert vmap_axis["size-one-axis-all-reduce psum 2x2"] == vmap_axis["size-one-axis-all-reduce psum 2x2 alone"] \
+        == [[8.0, 12.0]] * 2
+    assert vmap_axis["size-one-axis-all-reduce pmax 2x2"] == [[6.0, 8.0]] * 2
+    assert vmap_axis["size-one-axis-all-reduce grad 2x2"] == [[80.0, 80.0]] * 2

@@ -1,4 +1,5 @@
-"""Corrected residual specs of a shard_map nested in another (finding 24 of FINDINGS.md).
+"""Shard_maps nested in others: corrected residual specs (finding 24 of FINDINGS.md) and reductions over
+axes of size 1 (finding 25).
 
 - `nested-shard-map-grad-residuals`: reverse mode of a shard_map nested inside another, under
   `check_vma=True`, splits the inner body into a forward and a backward shard_map whose residuals get specs
@@ -12,6 +13,16 @@
     import oracles
     oracles.install_jax_fixes(["nested-shard-map-grad-residuals"])
     jax.grad(lambda b: jnp.sum(nested(b, w)))(b)    # w (the body multiplies b by w); stock JAX: ValueError
+
+- `size-one-axis-all-reduce`: a shard_map whose manual axes all have size 1 lowers without a manual
+  computation (`_shard_map_lowering_shardy`), so a psum, pmax, pmin or pmean over those axes becomes an
+  all-reduce over groups of one device in the automatic part of the module; once the module also holds a
+  manual computation (a shard_map nested in the body), XLA's SPMD partitioner refuses it ("RET_CHECK failure
+  ... Cross-partition allreduce must be in (partial) manual partitioning mode"). Fixed in the lowering: a
+  reduction whose every group is one device is its operand, and no all-reduce is emitted.
+
+    oracles.install_jax_fixes(["size-one-axis-all-reduce"])
+    jax.jit(f)(x)    # f: on a 1 x 2 mesh, psum over 'x' then a shard_map over 'y'; stock JAX: JaxRuntimeError
 """
 
 from __future__ import annotations
@@ -36,6 +47,33 @@ def nested_shard_map_grad_residuals() -> None:
     core.ShapedArray.nospec = nospec
 
 
+def size_one_axis_all_reduce() -> None:
+    """Finding 25: a reduction over groups of one device lowers to its operand (psum, pmax, pmin, their
+    asynchronous and invariant forms, which all lower through `_allreduce_lowering`)."""
+    from functools import partial
+
+    from jax._src.interpreters import mlir
+    from jax._src.lax import lax, parallel
+
+    stock = parallel._allreduce_lowering
+
+    def lowering(prim: Any, pos_fn: Any, ctx: Any, arg: Any, *, axes: Any, axis_index_groups: Any) -> Any:
+        named = [axis for axis in axes if not isinstance(axis, int)]
+        if named and all(len(group) == 1 for group in parallel._replica_groups(
+                ctx.module_context.axis_context, named, axis_index_groups)):
+            axes = tuple(axis for axis in axes if isinstance(axis, int))  # the positional axes alone, if any
+        return stock(prim, pos_fn, ctx, arg, axes=axes, axis_index_groups=axis_index_groups)
+
+    parallel._allreduce_lowering = lowering  # psum_invariant's rule reads it by name
+    for primitive, combine, reduce in ((parallel.psum_p, lax.add_p, lax.reduce_sum),
+                                       (parallel.pmax_p, lax.max_p, lax.reduce_max),
+                                       (parallel.pmin_p, lax.min_p, lax.reduce_min)):
+        mlir.register_lowering(primitive, partial(lowering, combine, reduce))
+    mlir.register_lowering(parallel.psum_start_p,
+                           parallel._start_lowering(partial(lowering, lax.add_p, lax.reduce_sum)))
+
+
 FIXES: dict[str, Callable[[], None]] = {
     "nested-shard-map-grad-residuals": nested_shard_map_grad_residuals,
+    "size-one-axis-all-reduce": size_one_axis_all_reduce,
 }
