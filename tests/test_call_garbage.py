@@ -5,7 +5,8 @@ program of many calls leaves no more cycles than a program of few. A run pauses 
 left would stay in memory until the next full collection.
 A meeting made to keep its view again (the cycle it once held) is caught. The step loops of the ring, doubling
 and halving algorithms (`sim.engine.Steps`) and the tree's programs (`collectives._tree_steps.Programs`, its
-chain planned ahead or not) let go of the call when it is over, so their calls leave none either."""
+chain planned ahead or not) let go of the call when it is over, so their calls leave none either. And the run
+itself: once its result is dropped, its simulation, clock and memories are freed at once, collector off."""
 
 from __future__ import annotations
 
@@ -116,3 +117,51 @@ def test_a_meeting_keeping_its_view_is_caught(monkeypatch: pytest.MonkeyPatch) -
     few = _cycles_left(_program(n, 1, perm, False), x)
     many = _cycles_left(_program(n, 16, perm, False), x)
     assert many >= few + 15 * 2 * n  # each of the 15 more calls leaves at least its members' two arguments
+
+
+def _bodies() -> dict[str, tuple]:
+    """Programs whose runs hold their memories through every part of the engine: (body, global input)."""
+    n = 8
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    x = np.arange(n * n, dtype=np.float32)
+    steer = (np.zeros((n * n, 1), np.float32), np.tile(np.arange(n, dtype=np.int32), n),
+             np.ones(n * n, np.int32), np.repeat(np.arange(n, dtype=np.int32), n), np.ones(n * n, np.int32))
+    return {
+        "identity": (lambda v: v, (x,)),
+        "ppermute ring": (lambda v: collectives.ppermute(v, "x", ring), (x,)),
+        "psum tree": (lambda v: collectives.psum(v, "x", algorithm="tree"), (x,)),
+        "all_gather ring": (lambda v: collectives.all_gather(v, "x", tiled=True, algorithm="ring"), (x,)),
+        "psum_scatter halving": (lambda v: collectives.psum_scatter(v, "x", tiled=True,
+                                                                   algorithm="recursive_halving"), (x,)),
+        "ragged_all_to_all": (lambda op, out, *rest: collectives.ragged_all_to_all(op, out, *rest, axis_name="x"),
+                              (np.arange(n * n, dtype=np.float32).reshape(-1, 1), *steer)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bodies()))
+def test_a_dropped_run_frees_its_memories_at_once(name: str) -> None:
+    """A run's memories go when the last reference to its result does, with the collector off: nothing of the
+    run's engine (the calls' way to fail it, the transport's tables and the network's wake-up, the clock) keeps
+    them in a reference cycle, which with the runs' objects sent to the oldest generation would hold every
+    run's device memory until a full collection (16 MiB per device and run, once, grew a loop of runs by
+    128 MiB a run)."""
+    import weakref
+
+    body, args = _bodies()[name]
+    program = sim.shard_map(body, mesh=sim.Mesh({"x": 8}), in_specs=tuple(P("x") for _ in args), out_specs=P("x"),
+                            check_vma=False)
+    program.run(*args)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        run = program.run(*args)
+        memories = [weakref.ref(memory) for memory in run.simulation.memories]
+        engine, clock = weakref.ref(run.simulation), weakref.ref(run.simulation.env)
+        del run
+        program.last_run = None
+        alive = [name for name, ref in [("the simulation", engine), ("its clock", clock)] + [
+            (f"memory {d}", m) for d, m in enumerate(memories)] if ref() is not None]
+    finally:
+        if enabled:
+            gc.enable()
+    assert not alive, f"{name}: {alive} outlive the run (held in a reference cycle)"

@@ -32,6 +32,8 @@ from sim.record._equations import Program
 from sim.record._trace import CallRecord, Trace
 from sim.record._violation import Violation
 
+_BOUND = ("process", "timeout", "event", "all_of", "any_of")  # what `simpy.Environment` binds to itself
+
 
 class Simulation:
     """One run on a mesh: a SimPy clock, a memory and a program record per device, the network state and
@@ -97,7 +99,10 @@ class Simulation:
                        for d, fn in enumerate(programs)]
             for program in running:
                 self.env.process(program.process())
-            self._drive(running)
+            try:
+                self._drive(running)
+            finally:
+                self._unlink()
         if self._error is not None:
             raise self._error
         stuck = [p for p in running if not p.done]
@@ -127,6 +132,21 @@ class Simulation:
             if self._error is not None or not all(p.done for p in running):
                 for program in running:
                     program.abort()
+
+    def _unlink(self) -> None:
+        """The run is over: drop the references back into the simulation that its parts hold for the run (the
+        calls' way to fail it, the network's wake-up of the transport, the transport's switch and slice tables,
+        which point back at it, whatever the clock still has queued after an error, and the clock's own
+        bindings of its event classes). The simulation is then
+        freed by reference counting with the last `Run` holding it, its memories with it; in reference cycles
+        it would wait for a full collection, which `gc_paused` makes rare (every run's device memory would
+        pile up in a loop of runs)."""
+        self._calls.fail = None  # type: ignore[assignment]
+        self.links.on_settled = None
+        self.transport.switch = self.transport.slices = None  # type: ignore[assignment]
+        self.env._queue.clear()  # type: ignore[attr-defined]
+        for name in _BOUND:  # SimPy binds these event classes to the clock itself: a cycle of its own
+            self.env.__dict__.pop(name, None)
 
     def fail(self, error: BaseException) -> None:
         """End the run with `error` (the first failure wins)."""
