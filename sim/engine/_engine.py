@@ -137,10 +137,9 @@ class Simulation:
         """The run is over: drop the references back into the simulation that its parts hold for the run (the
         calls' way to fail it, the network's wake-up of the transport, the transport's switch and slice tables,
         which point back at it, whatever the clock still has queued after an error, and the clock's own
-        bindings of its event classes). The simulation is then
-        freed by reference counting with the last `Run` holding it, its memories with it; in reference cycles
-        it would wait for a full collection, which `gc_paused` makes rare (every run's device memory would
-        pile up in a loop of runs)."""
+        bindings of its event classes). The simulation is then freed by reference counting with the last `Run`
+        holding it, its memories with it; in reference cycles it would wait for a full collection, which
+        `gc_paused` makes rare (every run's device memory would pile up in a loop of runs)."""
         self._calls.fail = None  # type: ignore[assignment]
         self.links.on_settled = None
         self.transport.switch = self.transport.slices = None  # type: ignore[assignment]
