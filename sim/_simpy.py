@@ -8,7 +8,9 @@ shape. Three uses:
 - `fire_at` triggers an event at an exact time, and `quiet` reads what the clock's heap holds, for a loop
   that works out its own times (`sim.engine._closed`);
 - `push` puts an event in the clock's heap with a chosen tie-breaker before SimPy's monotonic event id
-  (`_queue`, `_now`, `_eid`), for a perturbed run that orders simultaneous events at random.
+  (`_queue`, `_now`, `_eid`), for a perturbed run that orders simultaneous events at random;
+- `release` empties a finished run's clock and drops the event classes SimPy binds to it (a reference cycle),
+  so the clock is freed by reference counting.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 import simpy
 from simpy.core import NORMAL, URGENT
 
-__all__ = ["NORMAL", "URGENT", "fire", "fire_after", "fire_at", "idle_since", "push", "quiet", "ticket"]
+__all__ = ["NORMAL", "URGENT", "fire", "fire_after", "fire_at", "idle_since", "push", "quiet", "release", "ticket"]
+
+_BOUND = ("process", "timeout", "event", "all_of", "any_of")  # what `simpy.Environment` binds to itself
 
 
 def fire(env: simpy.Environment, event: simpy.Event, value: Any, delay_s: float, priority: int = NORMAL) -> None:
@@ -55,6 +59,14 @@ def push(env: simpy.Environment, event: simpy.Event, priority: int, delay_s: flo
     """Schedule `event` after `delay_s` like `Environment.schedule`, ordered by `tie` before the event id
     among the events of the same time and priority."""
     heappush(env._queue, (env._now + delay_s, priority, (tie, next(env._eid)), event))
+
+
+def release(env: simpy.Environment) -> None:
+    """A finished run's clock let go: whatever it still holds queued (after an error) dropped, and the event
+    classes SimPy binds to it (each holding the clock: a cycle) removed; it schedules nothing after this."""
+    env._queue.clear()
+    for name in _BOUND:
+        env.__dict__.pop(name, None)
 
 
 def ticket(env: simpy.Environment) -> int:

@@ -37,7 +37,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import oracles  # noqa: E402
 
 oracles.install_cpu_lowerings()
-oracles.serial_mlir_verification()  # a program that fails verification raises, never hangs
 
 import jax  # noqa: E402
 

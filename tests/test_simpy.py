@@ -63,3 +63,24 @@ def test_push_orders_simultaneous_events_by_the_tie_given():
         _simpy.push(env, event, _simpy.NORMAL, 1.0, tie)
     env.run()
     assert order == ["a", "b", "c"] and env.now == 1.0
+
+
+def test_release_lets_a_finished_clock_go_by_reference_counting():
+    """`release` empties the heap (an event still queued after an error) and drops the event classes SimPy binds
+    to the clock, the cycle that kept a finished run's clock (and what its queue held) for the collector."""
+    import gc
+    import weakref
+
+    env = simpy.Environment()
+    env.timeout(1.0)
+    env.run(until=0.5)  # a timeout still queued, as a run ended by an error leaves it
+    held = weakref.ref(env)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _simpy.release(env)
+        del env
+        assert held() is None
+    finally:
+        if enabled:
+            gc.enable()

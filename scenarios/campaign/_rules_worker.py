@@ -29,7 +29,6 @@ def main(argv: list[str]) -> None:
     from oracles._processes import planted_kill
 
     oracles.install_cpu_lowerings()
-    oracles.serial_mlir_verification()  # a program that fails verification raises, never hangs
     from scenarios.campaign._rules_search import search  # configures jax (x64) without starting its backend
 
     oracles.size_compile_pool(threads)

@@ -18,6 +18,7 @@ import simpy
 
 from sim._errors import InvalidArgumentError, ProtocolError
 from sim._gc import gc_paused
+from sim._simpy import release
 from sim.engine._call import Calls
 from sim.engine._driver import DeviceProgram
 from sim.engine._options import RunOptions
@@ -31,8 +32,6 @@ from sim.network._mesh import Mesh
 from sim.record._equations import Program
 from sim.record._trace import CallRecord, Trace
 from sim.record._violation import Violation
-
-_BOUND = ("process", "timeout", "event", "all_of", "any_of")  # what `simpy.Environment` binds to itself
 
 
 class Simulation:
@@ -141,11 +140,8 @@ class Simulation:
         holding it, its memories with it; in reference cycles it would wait for a full collection, which
         `gc_paused` makes rare (every run's device memory would pile up in a loop of runs)."""
         self._calls.fail = None  # type: ignore[assignment]
-        self.links.on_settled = None
-        self.transport.switch = self.transport.slices = None  # type: ignore[assignment]
-        self.env._queue.clear()  # type: ignore[attr-defined]
-        for name in _BOUND:  # SimPy binds these event classes to the clock itself: a cycle of its own
-            self.env.__dict__.pop(name, None)
+        self.transport.release()
+        release(self.env)
 
     def fail(self, error: BaseException) -> None:
         """End the run with `error` (the first failure wins)."""

@@ -85,6 +85,12 @@ class Transport:
         self.slices = SliceTables(self)  # rows of any number of messages per member (`sim.engine._slices`)
         links.on_settled = self._wake
 
+    def release(self) -> None:
+        """The run is over: drop the parts that point back at the transport (the switch's and the slices'
+        tables, the network's wake-up), so that it is freed by reference counting."""
+        self.links.on_settled = None
+        self.switch = self.slices = None  # type: ignore[assignment]
+
     def _wake(self) -> None:
         """After a network step: wake the receivers of completed row exchanges, then the senders."""
         ready, self._ready = self._ready, {}
