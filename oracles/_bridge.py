@@ -15,6 +15,8 @@ where stock JAX 0.10.2 may hang for good (FINDINGS.md 24).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ import jax
 import numpy as np
 from jax._src import config as jax_config
 from jax._src import core as jax_core
+from jax._src import mesh as mesh_lib
 from jax.extend import core
 
 import collectives
@@ -217,12 +220,37 @@ def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Ne
     host = _Host(network, bool(options.pop("strict", False)), compiled, options)
     evaluator = Evaluator(host.apply, lambda lit: lit.val, lambda values, aval: jax.numpy.stack(values)
                           if values else jax.numpy.zeros(aval.shape, aval.dtype), _HOST if compiled else None)
-    flat = evaluator.run(closed, [canonical(x, aval) for x, aval in zip(jax.tree.leaves(args), closed.in_avals)])
+    with _explicit_context(closed):
+        flat = evaluator.run(closed, [canonical(x, aval) for x, aval in zip(jax.tree.leaves(args),
+                                                                           closed.in_avals)])
     outputs = jax.tree.unflatten(tree, [x if is_key(aval) else np.asarray(x)
                                         for x, aval in zip(flat, closed.out_avals)])
     report(host.diagnostics, strict=False)
     return Simulated(outputs, tuple(host.runs), closed, tuple(host.labels), tuple(host.diagnostics),
                      tuple(host.unsimulated))
+
+
+def _explicit_context(closed: core.ClosedJaxpr) -> Any:
+    """Where the host's equations run: under the mesh of the program's shard_maps when that mesh has Explicit
+    axes and no mesh is current (their results' types name its devices, as `jax.jit` of the program knows
+    them from its arguments), else under whatever context the caller set."""
+    if not mesh_lib.get_concrete_mesh().empty:
+        return contextlib.nullcontext()
+    found = {id(m): m for m in _concrete_meshes(closed.jaxpr)
+             if isinstance(m, jax.sharding.Mesh) and jax.sharding.AxisType.Explicit in m.axis_types}
+    return jax.set_mesh(next(iter(found.values()))) if len(found) == 1 else contextlib.nullcontext()
+
+
+def _concrete_meshes(jaxpr: core.Jaxpr) -> list:
+    """The mesh of every shard_map in `jaxpr` outside any shard_map body."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "shard_map":
+            found.append(eqn.params["mesh"])
+            continue
+        for sub in core.jaxprs_in_params(eqn.params):
+            found += _concrete_meshes(sub)
+    return found
 
 
 # Host equations between shard_maps compile as device ones do, under the user's mesh context.
@@ -280,8 +308,9 @@ class _Host:
         for k, (blocks, entry, key, var) in enumerate(zip(run.outputs, facts.out_entries, facts.out_keys,
                                                           eqn.outvars)):
             found = assemble(np.asarray(blocks), axes, entry)
-            if found.differing:
-                self._claim(eqn, k, found, watch)
+            if found.differing:  # only manual axes can differ: the others hold the same block
+                self._claim(eqn, k, dataclasses.replace(found, replicated=tuple(
+                    a for a in found.replicated if a in facts.manual)), watch)
             outs.append(to_key(found.value, var.aval) if key else found.value)
         return outs
 

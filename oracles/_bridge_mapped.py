@@ -24,7 +24,6 @@ from jax.extend import core
 import sim
 from oracles._bridge_device import Watch
 from oracles._bridge_diagnostics import label, source_line
-from oracles._bridge_eval import BridgeError
 from oracles._bridge_segments import is_key
 from oracles._bridge_specs import Entry
 
@@ -82,11 +81,12 @@ def run(kept: Mapped, *args: Any) -> sim.Run:
 
 @dataclass(frozen=True, eq=False)
 class Facts:
-    """What running a shard_map equation takes that the equation alone fixes: its mesh axes, source line and
-    label, which operands and results hold PRNG keys (the simulator takes a key array as its key data), and
-    each output's out_specs entry."""
+    """What running a shard_map equation takes that the equation alone fixes: its mesh axes and the manual
+    ones among them (`axis_names=`), its source line and label, which operands and results hold PRNG keys
+    (the simulator takes a key array as its key data), and each output's out_specs entry."""
 
     axes: dict[str, int]
+    manual: frozenset[str]
     line: str
     label: str
     in_keys: tuple[bool, ...]
@@ -98,21 +98,14 @@ _facts: dict[int, tuple[core.JaxprEqn, Facts]] = {}
 
 
 def equation_facts(eqn: core.JaxprEqn) -> Facts:
-    """The `Facts` of the shard_map equation `eqn`, found once per equation.
-
-    Raises:
-        BridgeError: the shard_map maps only some of its mesh's axes.
-    """
+    """The `Facts` of the shard_map equation `eqn`, found once per equation."""
     found = _facts.get(id(eqn))
     if found is not None and found[0] is eqn:
         return found[1]
     p, line = eqn.params, source_line(eqn)
     axes = dict(zip(p["mesh"].axis_names, p["mesh"].axis_sizes))
     manual = p.get("newly_manual_axes", p.get("manual_axes", frozenset(axes)))
-    if set(manual) != set(axes):
-        raise BridgeError(f"shard_map over axis_names={sorted(manual)} of a mesh with axes {list(axes)} at {line}: "
-                          f"the bridge runs shard_maps that map every mesh axis (drop axis_names=)")
-    facts = Facts(axes, line, label(line), tuple(is_key(v.aval) for v in eqn.invars),
+    facts = Facts(axes, frozenset(manual), line, label(line), tuple(is_key(v.aval) for v in eqn.invars),
                   tuple(is_key(v.aval) for v in eqn.outvars), tuple(Entry.of(s) for s in p["out_specs"]))
     if len(_facts) >= _KEPT * 4:
         _facts.clear()

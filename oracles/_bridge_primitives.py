@@ -71,7 +71,7 @@ def support(name: str) -> tuple[str, str]:
     if name == "xla_pmap":
         return "refused", "the bridge simulates jax.shard_map, not jax.pmap: write the program with jax.shard_map"
     if name == "shard_map":
-        return "refused", "a shard_map nested in a shard_map body: the bridge runs shard_maps over the whole mesh"
+        return "refused", "a shard_map nested in a shard_map body: the bridge runs one level of shard_map"
     if name in _REFS:
         return "refused", "mutable references (jax.new_ref, state) are not evaluated per device"
     if name in CALLS:

@@ -94,15 +94,32 @@ def program(name: str, seed: int, differentiated: bool = False) -> Program:
     mesh = MESHES[rng.integers(len(MESHES))]
     axes = _axes(rng, mesh)
     body, shape, check = _collective(name, rng, mesh, axes, differentiated)
-    spec_axes = tuple(mesh)
-    # pvary takes an invariant operand: its input is replicated (P()), every other one split over all axes
+    mesh, manual = _partial(seed, mesh, axes)
+    spec_axes = tuple(a for a in mesh if a in manual)
+    # pvary takes an invariant operand: its input is replicated (P()), every other one split over the manual axes
     split = name != "pvary"
-    global_shape = ((shape[0] * int(np.prod(list(mesh.values()))),) + shape[1:]) if split else shape
+    global_shape = ((shape[0] * int(np.prod([mesh[a] for a in manual])),) + shape[1:]) if split else shape
     scale = np.float32(rng.choice([0.5, 3.0, -1.0]))
     f = jax.shard_map(lambda x: body(x * 2.0) * scale, mesh=oracles.cpu_mesh(mesh),
-                      in_specs=P(spec_axes) if split else P(), out_specs=P(spec_axes), check_vma=check)
+                      in_specs=P(spec_axes) if split else P(), out_specs=P(spec_axes), check_vma=check,
+                      axis_names=set(manual))
     x = rng.standard_normal(global_shape).astype(np.float32)
-    return f"{name} seed={seed} mesh={mesh} axes={axes!r} shape={shape} check_vma={check}", f, (x,)
+    auto = f" auto={[a for a in mesh if a not in manual]}" if len(manual) < len(mesh) else ""
+    return f"{name} seed={seed} mesh={mesh} axes={axes!r}{auto} shape={shape} check_vma={check}", f, (x,)
+
+
+def _partial(seed: int, mesh: dict[str, int], axes: Any) -> tuple[dict[str, int], frozenset[str]]:
+    """The mesh and the shard_map's manual axes: every axis, or (for about a third of the seeds, from a
+    stream of their own) only those the collective names, the others left to JAX's partitioner
+    (`axis_names=`): on a 2-D mesh the other axis, on a smaller 1-D one a new axis 'a' before or after."""
+    named = set(axes if isinstance(axes, tuple) else (axes,))
+    rng = np.random.default_rng([seed, 1])
+    if rng.random() >= 0.35:
+        return mesh, frozenset(mesh)
+    if len(mesh) == 1 and mesh[next(iter(mesh))] <= 4:
+        extra = {"a": int(rng.choice([2, 8 // mesh[next(iter(mesh))]]))}
+        mesh = {**extra, **mesh} if rng.random() < 0.5 else {**mesh, **extra}
+    return mesh, frozenset(named)
 
 
 def form(name: str, seed: int) -> Program:
