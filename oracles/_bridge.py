@@ -16,7 +16,6 @@ where stock JAX 0.10.2 may hang for good (FINDINGS.md 24).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -304,13 +303,16 @@ class _Host:
         if run.outputs is None:
             raise BridgeError(f"the simulated shard_map at {line} stopped: {run.stopped}")
         self.diagnostics += slips(watch, axes)
+        for diagnostic in nested_claims(watch, axes):
+            if self.strict:
+                raise JaxSlipError(diagnostic.message)
+            self.diagnostics.append(diagnostic)
         outs = []
         for k, (blocks, entry, key, var) in enumerate(zip(run.outputs, facts.out_entries, facts.out_keys,
                                                           eqn.outvars)):
-            found = assemble(np.asarray(blocks), axes, entry)
-            if found.differing:  # only manual axes can differ: the others hold the same block
-                self._claim(eqn, k, dataclasses.replace(found, replicated=tuple(
-                    a for a in found.replicated if a in facts.manual)), watch)
+            found = assemble(np.asarray(blocks), axes, entry, facts.manual)
+            if found.differing:
+                self._claim(eqn, k, found, watch)
             outs.append(to_key(found.value, var.aval) if key else found.value)
         return outs
 
@@ -357,6 +359,30 @@ def slips(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnost
         line = source_line(eqn, watch.where)
         found.append(slip("typing slip", eqn.primitive.name, line, tuple(sorted(along)), differ,
                           SLIPS[eqn.primitive.name]))
+    return found
+
+
+def nested_claims(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnostic]:
+    """A diagnostic per output of a nested shard_map whose out_specs claim replication along some of its axes
+    (unchecked: check_vma=False) where the devices along them hold different values, at the first visit
+    where they do."""
+    names, sizes = list(axes), tuple(axes.values())
+    found = []
+    for eqn, k, along, values in watch.claims.values():
+        if len(values) != int(np.prod(sizes)):
+            continue
+        for visit in range(min(len(seen) for seen in values.values())):
+            blocks = np.stack([values[d][visit] for d in sorted(values)])
+            differ = differing(blocks, sizes, tuple(names.index(a) for a in along))
+            if differ:
+                line = source_line(eqn, watch.where)
+                message = (f"nested shard_map output {k} at {line} claims replication along {list(along)}, but "
+                           f"devices {list(differ)} differ from the first device along them; JAX leaves the value "
+                           f"to its partitioner, which holds one of them (undefined: each simulated device goes on "
+                           f"with its own) (no FINDINGS.md entry); strict=True makes this an error")
+                found.append(Diagnostic("false replication claim", f"nested shard_map output {k}", line, along,
+                                        differ, None, message))
+                break
     return found
 
 

@@ -25,12 +25,13 @@ from jax.extend import core
 
 import sim
 from collectives import REGISTRY, Definition
-from oracles import _bridge_compiled
+from oracles import _bridge_compiled, _bridge_nested
 from oracles._bridge_compiled import aval_vma as _vma
 from oracles._bridge_diagnostics import SLIPS, JaxSlipError, slip, source_line
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError
 from oracles._bridge_labels import call_label
 from oracles._bridge_segments import CASTS, PARALLEL, RETYPES, is_key, local
+from oracles._bridge_specs import Entry
 from oracles._device_time import charge_equation, charging, done, hoisted, ready, start_collective
 
 # JAX's parameter names where meshsim's differ; every other parameter keeps its name, and those a
@@ -55,11 +56,16 @@ class TypeMismatchError(BridgeError):
 
 @dataclass
 class Watch:
-    """What one simulated shard_map met: each device's value at each typing slip, by equation."""
+    """What one simulated shard_map met: each device's value at each typing slip, by equation, and at each
+    unchecked replication claim of a nested shard_map."""
 
     strict: bool = False
     where: str = ""  # the shard_map's source line, for equations whose own JAX did not keep
     slips: dict[int, tuple[core.JaxprEqn, frozenset, dict[int, np.ndarray]]] = field(default_factory=dict)
+    # a nested shard_map's outputs whose out_specs claim replication along some of its axes, unchecked
+    # (check_vma=False): each device's value at each visit, by (equation, output)
+    claims: dict[tuple[int, int], tuple[core.JaxprEqn, int, tuple[str, ...], dict[int, list]]] = field(
+        default_factory=dict)
 
     def note(self, eqn: core.JaxprEqn, axes: frozenset, device: int, value: np.ndarray) -> None:
         """Device `device` computed `value` where JAX types `eqn`'s result invariant along `axes`."""
@@ -79,10 +85,7 @@ def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]
     if jaxpr.constvars:
         raise BridgeError(f"shard_map body with constvars={jaxpr.constvars} cannot be run; JAX closes over "
                           f"constants as inputs, so this jaxpr was not made by jax.make_jaxpr")
-    compile = Compile(lambda eqn: local(eqn, check_vma=check_vma), f"device check_vma={check_vma}",
-                      lambda segment, values: _bridge_compiled.run(segment, ready(values), check_vma))
-    evaluator = Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch), _literal, _stack,
-                          compile if compiled else None, ready)
+    evaluator = _evaluator(check_vma, watch, compiled)
     everywhere = frozenset(axes) if check_vma else frozenset()
 
     def program(*args: Any) -> tuple:
@@ -92,6 +95,44 @@ def body(jaxpr: core.Jaxpr, check_vma: bool, watch: Watch, axes: tuple[str, ...]
         return tuple(_row(out, everywhere) for out in outs)
 
     return program
+
+
+def _evaluator(check_vma: bool, watch: Watch, compiled: bool) -> Evaluator:
+    """A device's walker of a body: collectives as meshsim's, local runs as compiled segments (`compiled`)."""
+    compile = Compile(lambda eqn: local(eqn, check_vma=check_vma), f"device check_vma={check_vma}",
+                      lambda segment, values: _bridge_compiled.run(segment, ready(values), check_vma))
+    return Evaluator(lambda eqn, ins: _apply(eqn, ins, check_vma, watch, compiled), _literal, _stack,
+                     compile if compiled else None, ready)
+
+
+def _nested(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compiled: bool) -> list:
+    """A shard_map in the body, on the same devices (`oracles._bridge_nested`): the device's blocks of its
+    operands along its axes, its body walked, each output gathered whole along them again."""
+    p, line = eqn.params, source_line(eqn, watch.where)
+    if p["check_vma"] != check_vma:
+        raise BridgeError(f"the shard_map at {line} has check_vma={p['check_vma']} inside a shard_map body with "
+                          f"check_vma={check_vma}: the bridge runs a nested shard_map with its enclosing one's")
+    specs = [Entry.of(s) for s in (*p["in_specs"], *p["out_specs"])]
+    if any(entry.unreduced for entry in specs):
+        raise BridgeError(f"the shard_map at {line} is nested in a shard_map body with an unreduced spec: the "
+                          f"bridge holds a nested shard_map's values whole (drop unreduced= there)")
+    device = sim.current().device
+    args = [sim.wrap(_bridge_nested.block(x, entry, device), _vma(v.aval) if check_vma else frozenset())
+            for x, entry, v in zip(ins, specs, p["jaxpr"].invars)]
+    outs = _evaluator(check_vma, watch, compiled).run(p["jaxpr"], args)
+    program = sim.current().program
+    outer, program.label = program.label, _label(eqn, watch.where)
+    try:
+        wholes = [_bridge_nested.whole(out, entry, check_vma) for out, entry in zip(outs, specs[len(ins):])]
+    finally:
+        program.label = outer
+    for k, entry in enumerate(specs[len(ins):]):
+        claimed = () if check_vma else tuple(sorted(set(p["newly_manual_axes"]) - set(entry.axes())))
+        if claimed:  # unchecked: whether the devices along them agree is found once the run is over
+            noted = watch.claims.setdefault((id(eqn), k), (eqn, k, claimed, {}))[3]
+            noted.setdefault(device, []).append(np.array(wholes[k], copy=True))
+    return [sim.wrap(np.asarray(value), _vma(var.aval) if check_vma else frozenset())
+            for value, var in zip(wholes, eqn.outvars)]
 
 
 def _row(out: Any, vma: frozenset) -> sim.Varying:
@@ -124,9 +165,11 @@ def _stack(values: list, aval: Any) -> Any:
     return np.stack(values)
 
 
-def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch) -> list:
+def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compiled: bool) -> list:
     ins = ready(ins)  # an operand still in flight is waited for here, where it is first read
     name = eqn.primitive.name
+    if name == "shard_map":
+        return _nested(eqn, ins, check_vma, watch, compiled)
     definition = _definition(name)
     if definition is not None:
         program = sim.current().program  # faces: each call labelled with its line, as `sim.labelled` labels it

@@ -6,10 +6,10 @@ the modules `import jax` loads) gets a status inside a shard_map body:
 - ``collective``: run as meshsim's collective, through the registry (and JAX's casts between varying,
   unreduced and reduced types, which move no data);
 - ``walked``: a call or control flow whose body the bridge walks (`jit`, `checkpoint`, `custom_jvp_call`,
-  `cond`, `while`, `scan`, ...);
+  `cond`, `while`, `scan`, ..., and a nested `shard_map`);
 - ``local``: evaluated by JAX on each device's values (it has a CPU lowering);
 - ``refused``: with the reason (a collective meshsim lacks, asynchronous collectives, a primitive XLA:CPU
-  cannot run, mutable references, `xla_pmap`, a shard_map nested in a body).
+  cannot run, mutable references, `xla_pmap`).
 
 Outside shard_map every primitive runs with JAX on the host, except collectives and `xla_pmap`.
 
@@ -66,12 +66,12 @@ def support(name: str) -> tuple[str, str]:
         return "collective", "the end of an asynchronous collective: hands on its result"
     if (name in CALLS and CALLS[name] is not None) or name in CONTROL:
         return "walked", "its body walked per device"
+    if name == "shard_map":
+        return "walked", "a nested shard_map: its body walked per device on its blocks, its outputs gathered"
     if name in PARALLEL:
         return "refused", f"a JAX collective meshsim does not implement (the bridge runs {sorted(collective)})"
     if name == "xla_pmap":
         return "refused", "the bridge simulates jax.shard_map, not jax.pmap: write the program with jax.shard_map"
-    if name == "shard_map":
-        return "refused", "a shard_map nested in a shard_map body: the bridge runs one level of shard_map"
     if name in _REFS:
         return "refused", "mutable references (jax.new_ref, state) are not evaluated per device"
     if name in CALLS:

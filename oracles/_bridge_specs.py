@@ -80,14 +80,17 @@ class Assembled:
     differing: tuple[int, ...]
 
 
-def assemble(blocks: np.ndarray, axes: Mapping[str, int], entry: Entry) -> Assembled:
-    """JAX's global array of one output from each device's block (`blocks[d]`, row-major over `axes`)."""
+def assemble(blocks: np.ndarray, axes: Mapping[str, int], entry: Entry, manual: frozenset | None = None
+             ) -> Assembled:
+    """JAX's global array of one output from each device's block (`blocks[d]`, row-major over `axes`); the
+    replication it claims is checked along the `manual` axes it leaves out (by default every axis)."""
     names, sizes = tuple(axes), tuple(axes.values())
     kept, order, shape, left_out = _placement(names, sizes, entry, blocks.shape)
     grid = blocks.reshape(*sizes, *blocks.shape[1:])[kept]
     value = np.ascontiguousarray(grid if order is None else np.transpose(grid, order)).reshape(shape)
-    found = differing(blocks, sizes, left_out) if left_out else ()
-    return Assembled(value, tuple(names[k] for k in left_out), found)
+    claimed = tuple(k for k in left_out if manual is None or names[k] in manual)
+    found = differing(blocks, sizes, claimed) if claimed else ()
+    return Assembled(value, tuple(names[k] for k in claimed), found)
 
 
 @lru_cache(maxsize=1024)

@@ -373,6 +373,80 @@ def partial() -> list[tuple[str, bool, str]]:
     return rows
 
 
+def nested() -> list[tuple[str, bool, str]]:
+    """shard_maps nested in a shard_map body (the inner manual over an axis the outer leaves to the compiler),
+    each with both check_vma settings, forward and under jax.grad: equal to jitted JAX bit for bit. Where JAX
+    cannot lower the gradient under check_vma=True (FINDINGS.md 24), the bridge's gradient equals JAX's under
+    check_vma=False. The outputs are gathered under the nested shard_map's line; an unchecked false
+    replication claim of a nested shard_map is reported, and an error under strict=True."""
+    two = oracles.cpu_mesh({"x": 2, "y": 4})
+    three = oracles.cpu_mesh({"x": 2, "y": 2, "z": 2})
+    ring = [(k, (k + 1) % 4) for k in range(4)]
+    programs = {
+        "psum over both axes": (two, lambda c: lax.psum(c, ("x", "y")) + lax.axis_index("y"), P(None, "y"),
+                                P(None, "y"), "y"),
+        "psum over y, replicated": (two, lambda c: lax.psum(c, "y") * 2.0, P(None, "y"), P(), "y"),
+        "all_gather over y": (two, lambda c: lax.all_gather(c, "y", axis=0, tiled=True), P(None, "y"),
+                              P(None, "y"), "y"),
+        "ppermute ring in a fori_loop": (two, lambda c: lax.fori_loop(
+            0, 3, lambda _, v: lax.ppermute(v, "y", ring) * 2.0, c), P(None, "y"), P(None, "y"), "y"),
+        "psum_scatter over y": (two, lambda c: lax.psum_scatter(c, "y", scatter_dimension=1, tiled=True), P(),
+                                P(None, "y"), "y"),
+        "z inside x, y left to the compiler": (three, lambda c: lax.psum(c, ("x", "z")) * (lax.axis_index("z") + 1),
+                                               P(None, "z"), P(None, "z"), "z"),
+    }
+    x = (np.arange(64.0, dtype=np.float32).reshape(8, 8) - 20.0) / 7.0
+    rows = []
+    for label, (mesh, f, ins, outs, name) in programs.items():
+        made = {}
+        for check in (False, True):
+            def outer(b: Any, f: Any = f, ins: Any = ins, outs: Any = outs, name: str = name, check: bool = check
+                      ) -> Any:
+                inner = jax.shard_map(f, in_specs=ins, out_specs=outs, axis_names={name}, check_vma=check)
+                return inner(b * 2.0) * 3.0
+
+            g = jax.jit(jax.shard_map(outer, mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"},
+                                      check_vma=check))
+            made[check] = (g, jax.jit(jax.grad(lambda v, g=g: jnp.sum(jnp.sin(g(v))))))
+            for form, h in zip(("", "grad "), made[check]):
+                kind, text = _error(lambda h=h: h(x))
+                if kind != "no error":  # JAX cannot lower it: the same math unchecked is the answer
+                    same = np.array_equal(oracles.simulate_jax(h, x).outputs, made[False][1](x))
+                    rows.append((f"{form}{label} check_vma={check} (JAX: {kind})", same and "FINDINGS" not in text
+                                 and "already bound by a parent" in text, text[:200]))
+                    continue
+                report = oracles.compare_jax(h, x)
+                rows.append((f"{form}{label} check_vma={check}", report.agrees and "bit-identical" in str(report),
+                             str(report)))
+    gathered = {(c.collective, c.label.split(" ")[-1]) for c in oracles.simulate_jax(made[True][0], x).runs[0].calls}
+    rows.append(("outputs gathered under the nested shard_map's line", ("all_gather", "(nested.<locals>.outer)")
+                 in gathered, str(gathered)))
+    return rows + _nested_claim(two, x)
+
+
+def _nested_claim(mesh: Any, x: np.ndarray) -> list[tuple[str, bool, str]]:
+    """A nested shard_map under check_vma=False whose out_specs=P() claims replication along 'y' of a value
+    that depends on 'y': the bridge returns what JAX returns and reports the claim; strict=True stops."""
+    import warnings
+
+    def outer(b: Any) -> Any:
+        inner = jax.shard_map(lambda c: c + lax.axis_index("y").astype(c.dtype), in_specs=P(None, "y"), out_specs=P(),
+                              axis_names={"y"}, check_vma=False)
+        return inner(b)
+
+    g = jax.jit(jax.shard_map(outer, mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"},
+                              check_vma=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        simulated = oracles.simulate_jax(g, x)
+    found = [(d.kind, d.primitive, d.axes, d.devices) for d in simulated.diagnostics]
+    kind, text = _error(lambda: oracles.simulate_jax(g, x, strict=True))
+    return [("nested false claim reported", np.array_equal(simulated.outputs, g(x)) and found == [
+        ("false replication claim", "nested shard_map output 0", ("y",), (1, 2, 3, 5, 6, 7))], str(found)),
+        ("nested false claim under strict", kind == "JaxSlipError" and "claims replication along ['y']" in text,
+         text)]
+
+
 def _axis_size() -> tuple[str, bool, str]:
     """`lax.axis_size` over a tuple of axes and over one, on a 2 x 2 mesh: JAX folds both to constants (no
     primitive); the one a shard_map returns is JAX's int32[], and the simulated program gives the same."""
@@ -448,9 +522,10 @@ def errors() -> dict[str, tuple[str, str]]:
         "collective outside shard_map": _error(lambda: oracles.simulate_jax(lambda v: lax.psum(v, "i"), x)),
         "unsupported primitive": _error(lambda: oracles.simulate_jax(jax.shard_map(
             lambda v: lax.psum(jax.new_ref(v)[...], "i"), mesh=mesh, in_specs=P("i"), out_specs=P()), x)),
-        "nested shard_map": _error(lambda: oracles.simulate_jax(jax.shard_map(
-            lambda v: jax.shard_map(lambda u: lax.psum(u, "j"), in_specs=P("j"), out_specs=P(), axis_names={"j"})(v),
-            mesh=oracles.cpu_mesh({"i": 2, "j": 2}), in_specs=P("i"), out_specs=P("i"), axis_names={"i"}), x)),
+        "nested shard_map checked inside an unchecked one": _error(lambda: oracles.simulate_jax(jax.shard_map(
+            lambda v: jax.shard_map(lambda u: u * 2.0, in_specs=P("j"), out_specs=P("j"), axis_names={"j"})(v),
+            mesh=oracles.cpu_mesh({"i": 2, "j": 2}), in_specs=P("i"), out_specs=P("i"), axis_names={"i"},
+            check_vma=False), x)),
         "cpu_mesh too large": _error(lambda: oracles.cpu_mesh({"i": 16})),
         "compare on a mesh too large": _error(lambda: oracles.compare_jax(big, np.arange(32.0, dtype=np.float32))),
         "simulate on a mesh too large": ("no error", str(oracles.simulate_jax(big, np.arange(32.0,
@@ -559,6 +634,7 @@ BATCHES: dict[str, Callable[[], Any]] = {
     "moe": moe,
     "moe_ragged": moe_ragged, "errors": errors, "newops": newops, "mutation": mutation, "laid_out": laid_out,
     "canonical": canonical, "remat": remat, "compositions": compositions, "partial": partial,
+    "nested": nested,
 }
 
 
