@@ -1,8 +1,10 @@
 """Generated JAX programs around each collective, compared with real JAX through the bridge in bundles.
 
 Programs are drawn from a seeded generator: a mesh of up to 8 devices, a collective of `jax.lax` with
-parameters its docs allow, a doubling before it and one product after it, and three forms of each: the
-program, `jax.grad` of a weighted sum of its outputs, and `jax.vmap` of it over a new axis. Imported by
+parameters its docs allow, a doubling before it and one product after it, in a shard_map manual over every
+mesh axis, over only the collective's (the others left to the compiler) or nested in one over the others,
+and three forms of each: the program, `jax.grad` of a weighted sum of its outputs, and `jax.vmap` of it
+over a new axis. Imported by
 `bridge_programs.py`, which sets the device count before jax starts.
 """
 
@@ -94,32 +96,45 @@ def program(name: str, seed: int, differentiated: bool = False) -> Program:
     mesh = MESHES[rng.integers(len(MESHES))]
     axes = _axes(rng, mesh)
     body, shape, check = _collective(name, rng, mesh, axes, differentiated)
-    mesh, manual = _partial(seed, mesh, axes)
+    # JAX cannot lower reverse mode of a nested shard_map under check_vma (FINDINGS.md 24): none nested there
+    mesh, manual, within = _partial(seed, mesh, axes, nestable=not (differentiated and check))
     spec_axes = tuple(a for a in mesh if a in manual)
     # pvary takes an invariant operand: its input is replicated (P()), every other one split over the manual axes
     split = name != "pvary"
-    global_shape = ((shape[0] * int(np.prod([mesh[a] for a in manual])),) + shape[1:]) if split else shape
+    global_shape = ((shape[0] * int(np.prod([mesh[a] for a in manual | within])),) + shape[1:]) if split else shape
     scale = np.float32(rng.choice([0.5, 3.0, -1.0]))
-    f = jax.shard_map(lambda x: body(x * 2.0) * scale, mesh=oracles.cpu_mesh(mesh),
-                      in_specs=P(spec_axes) if split else P(), out_specs=P(spec_axes), check_vma=check,
-                      axis_names=set(manual))
+    local = lambda x: body(x * 2.0) * scale
+    if within:  # the collective in a shard_map nested in the body, manual over its own axes
+        inner = tuple(a for a in mesh if a in within)
+        local = jax.shard_map(local, in_specs=P(inner) if split else P(), out_specs=P(inner), check_vma=check,
+                              axis_names=set(within))
+    f = jax.shard_map(local, mesh=oracles.cpu_mesh(mesh), in_specs=P(spec_axes) if split else P(),
+                      out_specs=P(spec_axes), check_vma=check, axis_names=set(manual))
     x = rng.standard_normal(global_shape).astype(np.float32)
-    auto = f" auto={[a for a in mesh if a not in manual]}" if len(manual) < len(mesh) else ""
+    auto = f" auto={[a for a in mesh if a not in manual | within]}" if len(manual | within) < len(mesh) else ""
+    auto += f" nested={sorted(within)}" if within else ""
     return f"{name} seed={seed} mesh={mesh} axes={axes!r}{auto} shape={shape} check_vma={check}", f, (x,)
 
 
-def _partial(seed: int, mesh: dict[str, int], axes: Any) -> tuple[dict[str, int], frozenset[str]]:
-    """The mesh and the shard_map's manual axes: every axis, or (for about a third of the seeds, from a
-    stream of their own) only those the collective names, the others left to JAX's partitioner
-    (`axis_names=`): on a 2-D mesh the other axis, on a smaller 1-D one a new axis 'a' before or after."""
-    named = set(axes if isinstance(axes, tuple) else (axes,))
+def _partial(seed: int, mesh: dict[str, int], axes: Any, nestable: bool
+             ) -> tuple[dict[str, int], frozenset[str], frozenset[str]]:
+    """The mesh, the shard_map's manual axes and those of a shard_map nested in its body around the
+    collective (empty: none). Most seeds: every axis, no nesting. For about half of the others (a stream of
+    their own): only the axes the collective names, the others left to JAX's partitioner (`axis_names=`);
+    for the rest, the collective in a nested shard_map manual over the axes it names, inside one manual over
+    the others (unless not `nestable`). On a smaller 1-D mesh the other axis is a new one, 'a', before or
+    after."""
+    named = frozenset(axes if isinstance(axes, tuple) else (axes,))
     rng = np.random.default_rng([seed, 1])
-    if rng.random() >= 0.35:
-        return mesh, frozenset(mesh)
+    draw = rng.random()
+    if draw >= 0.6:
+        return mesh, frozenset(mesh), frozenset()
     if len(mesh) == 1 and mesh[next(iter(mesh))] <= 4:
         extra = {"a": int(rng.choice([2, 8 // mesh[next(iter(mesh))]]))}
         mesh = {**extra, **mesh} if rng.random() < 0.5 else {**mesh, **extra}
-    return mesh, frozenset(named)
+    if draw < 0.3 or named == set(mesh) or not nestable:
+        return mesh, named, frozenset()
+    return mesh, frozenset(mesh) - named, named
 
 
 def form(name: str, seed: int) -> Program:

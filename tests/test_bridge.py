@@ -115,15 +115,17 @@ def test_meshsim_batching_rules_equal_jax_vmap(results):
 
 @pytest.mark.parametrize("batch", ["reductions", "gathers", "exchanges"])
 def test_generated_programs_equal_jax_bit_for_bit(results, batch):
-    """Fifty generated programs per collective (plain, under jax.grad, under jax.vmap) give
-    JAX's outputs bit for bit through the bridge."""
+    """Fifty generated programs per collective (plain, under jax.grad, under jax.vmap; manual over every
+    mesh axis, over some, or nested in a shard_map over the others) give JAX's outputs bit for bit through
+    the bridge."""
     rows = result(results, batch)
     failures = [f"{label}\n    {report}" for _, label, agrees, report in rows if not agrees]
     assert not failures, f"{len(failures)} of {len(rows)} differ:\n" + "\n".join(failures[:10])
     counts = collections.Counter(name for name, *_ in rows)
     assert all(n >= PER_COLLECTIVE for n in counts.values()), counts
     forms = collections.Counter(label.split(" ")[0] for _, label, _, _ in rows)
-    assert sum(" auto=" in label for _, label, _, _ in rows) >= 10  # shard_maps over some axes (axis_names=)
+    assert sum(" auto=" in label and "nested=" not in label for _, label, _, _ in rows) >= 10  # axis_names=
+    assert sum(" nested=" in label for _, label, _, _ in rows) >= 10  # the collective in a nested shard_map
     assert forms["grad"] > 0 and sum(n for form, n in forms.items() if form.startswith("vmap")) > 0, forms
 
 
