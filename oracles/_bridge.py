@@ -151,7 +151,7 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
     `.run.trace` holds the psum's messages.
 
     Raises:
-        BridgeError: `f` has no shard_map, runs a collective outside one, or maps only some mesh axes.
+        BridgeError: `f` has no shard_map, or runs a collective outside one.
         UnsupportedPrimitiveError: an equation the bridge cannot run, named with its primitive and the
             user's source line, before anything runs.
         TypeMismatchError: meshsim's device-variance type of a value differs from the jaxpr's.
@@ -160,7 +160,7 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
     """
     with sim.gc_paused():  # one collection after the call, not one after each of its shard_map runs
         closed, tree = traced(f, args)
-        return run_traced(closed, tree, args, network, dict(options, strict=strict, compiled=compiled))
+        return run_traced(closed, tree, dynamic(f, args), network, dict(options, strict=strict, compiled=compiled))
 
 
 _TRACES_KEPT = 64
@@ -174,9 +174,21 @@ def traced(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:
     is not jitted is traced on every call, as JAX traces it."""
     if not hasattr(f, "lower"):
         return trace(f, args)
-    leaves, structure = jax.tree.flatten(args)
-    key = (f, structure, tuple([_signature(x) for x in leaves]), jax_config.trace_context())
+    leaves, structure = jax.tree.flatten(dynamic(f, args))
+    static = tuple(args[k] for k in static_argnums(f) if k < len(args))
+    key = (f, structure, tuple([_signature(x) for x in leaves]), static, jax_config.trace_context())
     return _kept(key, lambda: trace(f, args))
+
+
+def static_argnums(f: Callable[..., Any]) -> tuple[int, ...]:
+    """The positions of a jitted `f`'s static arguments (`jax.jit(..., static_argnums=...)`), else none."""
+    return tuple(getattr(getattr(f, "_jit_info", None), "static_argnums", ()) or ())
+
+
+def dynamic(f: Callable[..., Any], args: tuple) -> tuple:
+    """`args` without the static ones: what `f`'s jaxpr takes."""
+    static = static_argnums(f)
+    return tuple(a for k, a in enumerate(args) if k not in static) if static else args
 
 
 # The signatures of the last jax.Arrays met, by identity (a jax.Array never changes its type or sharding).
@@ -426,7 +438,7 @@ def canonical(x: Any, aval: Any) -> Any:
 def trace(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:
     """`f`'s jaxpr on `args` and its output tree; a clear error when `f` has no shard_map."""
     try:
-        closed, shape = jax.make_jaxpr(f, return_shape=True)(*args)
+        closed, shape = jax.make_jaxpr(f, static_argnums=static_argnums(f), return_shape=True)(*args)
     except NameError as error:
         if "unbound axis name" not in str(error):
             raise

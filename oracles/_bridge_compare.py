@@ -20,7 +20,7 @@ import numpy as np
 
 import layouts
 from collectives import REGISTRY
-from oracles._bridge import Simulated, check_devices, mesh_axes, meshes_of, run_traced, trace
+from oracles._bridge import Simulated, check_devices, dynamic, mesh_axes, meshes_of, run_traced, trace
 from oracles._bridge_device import is_key
 from oracles._bridge_eval import BridgeError, contains
 from oracles._bridge_specs import Entry, assemble, jax_blocks
@@ -99,7 +99,7 @@ def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: floa
     for axes in meshes_of(closed):
         check_devices(int(np.prod(list(axes.values()))), axes)
     expected = _run_jax(f, args, closed)
-    simulated = run_traced(closed, tree, args, options.pop("network", None), options)
+    simulated = run_traced(closed, tree, dynamic(f, args), options.pop("network", None), options)
     paths = [jax.tree_util.keystr(path) or "out" for path, _ in jax.tree_util.tree_flatten_with_path(expected)[0]]
     found = [_readable(x) for x in jax.tree.leaves(simulated.outputs)]
     arrays = jax.tree.leaves(expected)

@@ -344,6 +344,11 @@ def partial() -> list[tuple[str, bool, str]]:
                              P(("x", "z")), P(("x", "z")), {"x", "z"}, True),
         "explicit mesh": (explicit, lambda a: lax.psum(jnp.sin(a) * 2.0, "x"), P("x"), P(), {"x"}, True),
     }
+    with jax.set_mesh(two):  # jax.smap: a shard_map manual over its one axis
+        f = jax.jit(jax.smap(lambda a: lax.psum(a, "x") * 2.0, in_axes=0, out_axes=0, axis_name="x"))
+        report = oracles.compare_jax(f, x)
+    smapped = ("jax.smap", report.agrees and {r.simulation.mesh.size for r in report.simulated.runs} == {8},
+               str(report))
     rows = []
     for label, (mesh, body, ins, outs, names, check) in programs.items():
         f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=ins, out_specs=outs, axis_names=names, check_vma=check))
@@ -368,6 +373,7 @@ def partial() -> list[tuple[str, bool, str]]:
     whole = jax.jit(jax.shard_map(lambda a: lax.psum(a, "x"), mesh=two, in_specs=P("x"), out_specs=P()))
     same = np.array_equal(np.asarray(oracles.simulate_jax(over_x, halves).outputs), np.asarray(whole(halves)))
     rows.append(("bfloat16 psum JAX cannot compile", same, "bfloat16 psum over x with y left to the compiler"))
+    rows.append(smapped)
     rows.append(("claim names the manual axes", [d.kind for d in found] == ["false replication claim"]
                  and "along ['x', 'z']" in found[0].message, str(found)))
     return rows
@@ -515,6 +521,8 @@ def errors() -> dict[str, tuple[str, str]]:
         in_specs=(P("i"),) * 6, out_specs=P("i"))
     sizes = np.ones(16, np.int32)
     argsorted = jax.shard_map(jnp.argsort, mesh=oracles.cpu_mesh({"i": 2}), in_specs=P("i"), out_specs=P())
+    scaled = jax.jit(lambda v, k: jax.shard_map(lambda b: lax.psum(b * k, "i"), mesh=mesh, in_specs=P("i"),
+                                                out_specs=P())(v), static_argnums=1)
     offsets = np.tile(np.arange(4, dtype=np.int32), 4)  # device s sends row r to device r ...
     places = np.repeat(np.arange(4, dtype=np.int32), 4)  # ... which keeps it in its row s
     return {
@@ -530,6 +538,8 @@ def errors() -> dict[str, tuple[str, str]]:
         "compare on a mesh too large": _error(lambda: oracles.compare_jax(big, np.arange(32.0, dtype=np.float32))),
         "simulate on a mesh too large": ("no error", str(oracles.simulate_jax(big, np.arange(32.0,
                                                                               dtype=np.float32)).outputs)),
+        "static argument": ("no error", " ".join(str(oracles.compare_jax(scaled, x, k).agrees) + str(
+            oracles.simulate_jax(scaled, x, k).outputs) for k in (3, 4))),
         "ragged without the lowering": _error(lambda: oracles.compare_jax(
             ragged, np.arange(16.0, dtype=np.float32), np.zeros(16, np.float32), offsets, sizes, places, sizes)),
         # JAX's own rules that fail today (the generated programs avoid them): pinned so a fix is noticed
