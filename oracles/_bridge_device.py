@@ -107,27 +107,26 @@ def _evaluator(check_vma: bool, watch: Watch, compiled: bool) -> Evaluator:
 
 def _nested(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compiled: bool) -> list:
     """A shard_map in the body, on the same devices (`oracles._bridge_nested`): the device's blocks of its
-    operands along its axes, its body walked, each output gathered whole along them again."""
+    operands along its axes, its body walked (its collectives typed by its own `check_vma`), each output
+    gathered whole along them again."""
     p, line = eqn.params, source_line(eqn, watch.where)
-    if p["check_vma"] != check_vma:
-        raise BridgeError(f"the shard_map at {line} has check_vma={p['check_vma']} inside a shard_map body with "
-                          f"check_vma={check_vma}: the bridge runs a nested shard_map with its enclosing one's")
     specs = [Entry.of(s) for s in (*p["in_specs"], *p["out_specs"])]
     if any(entry.unreduced for entry in specs):
         raise BridgeError(f"the shard_map at {line} is nested in a shard_map body with an unreduced spec: the "
                           f"bridge holds a nested shard_map's values whole (drop unreduced= there)")
-    device = sim.current().device
-    args = [sim.wrap(_bridge_nested.block(x, entry, device), _vma(v.aval) if check_vma else frozenset())
-            for x, entry, v in zip(ins, specs, p["jaxpr"].invars)]
-    outs = _evaluator(check_vma, watch, compiled).run(p["jaxpr"], args)
-    program = sim.current().program
-    outer, program.label = program.label, _label(eqn, watch.where)
+    context, checked = sim.current(), p["check_vma"]
+    device, program = context.device, context.program
+    outer_label, context.check_vma = program.label, checked
     try:
-        wholes = [_bridge_nested.whole(out, entry, check_vma) for out, entry in zip(outs, specs[len(ins):])]
+        args = [sim.wrap(_bridge_nested.block(x, entry, device), _vma(v.aval) if checked else frozenset())
+                for x, entry, v in zip(ins, specs, p["jaxpr"].invars)]
+        outs = _evaluator(checked, watch, compiled).run(p["jaxpr"], args)
+        program.label = _label(eqn, watch.where)
+        wholes = [_bridge_nested.whole(out, entry, checked) for out, entry in zip(outs, specs[len(ins):])]
     finally:
-        program.label = outer
+        program.label, context.check_vma = outer_label, check_vma
     for k, entry in enumerate(specs[len(ins):]):
-        claimed = () if check_vma else tuple(sorted(set(p["newly_manual_axes"]) - set(entry.axes())))
+        claimed = () if checked else tuple(sorted(set(p["newly_manual_axes"]) - set(entry.axes())))
         if claimed:  # unchecked: whether the devices along them agree is found once the run is over
             noted = watch.claims.setdefault((id(eqn), k), (eqn, k, claimed, {}))[3]
             noted.setdefault(device, []).append(np.array(wholes[k], copy=True))
