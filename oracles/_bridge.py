@@ -36,6 +36,7 @@ from oracles._bridge_device import is_key, to_key
 from oracles._bridge_diagnostics import (
     CHOICES,
     SLIPS,
+    UNCHECKED_NESTED,
     Diagnostic,
     JaxSlipError,
     differing,
@@ -350,8 +351,9 @@ class _Host:
         """Output `k` differs along axes its out_specs entry leaves out: the false claim, with the finding of
         the slip that let it through (or of the varying choice of a cond / while_loop in the body)."""
         findings = [SLIPS[e.primitive.name] for e, _, _ in watch.slips.values()]
-        findings += [CHOICES[n] for n in CHOICES if contains(eqn.params["jaxpr"], n)] if eqn.params["check_vma"] \
-            else []
+        if eqn.params["check_vma"]:
+            findings += [CHOICES[n] for n in CHOICES if contains(eqn.params["jaxpr"], n)]
+            findings += [UNCHECKED_NESTED] if _unchecked_nested(eqn.params["jaxpr"]) else []
         diagnostic = slip("false replication claim", f"shard_map output {k}", source_line(eqn), found.replicated,
                           found.differing, findings[0] if findings else None)
         if self.strict:
@@ -372,6 +374,13 @@ def slips(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnost
         found.append(slip("typing slip", eqn.primitive.name, line, tuple(sorted(along)), differ,
                           SLIPS[eqn.primitive.name]))
     return found
+
+
+def _unchecked_nested(jaxpr: core.Jaxpr) -> bool:
+    """Whether a checked shard_map's body `jaxpr` holds a check_vma=False shard_map (FINDINGS.md 26)."""
+    return any((eqn.primitive.name == "shard_map" and not eqn.params["check_vma"])
+               or any(_unchecked_nested(getattr(sub, "jaxpr", sub)) for sub in core.jaxprs_in_params(eqn.params))
+               for eqn in jaxpr.eqns)
 
 
 def nested_claims(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnostic]:

@@ -32,6 +32,8 @@ from oracles._bridge_eval import BridgeError
 SLIPS = {"sort": 4, "ragged_all_to_all": 5, "pure_callback": 15, "io_callback": 15}
 # Control flow whose varying choice JAX leaves out of its result's type (the slip shows in the values).
 CHOICES = {"cond": 13, "while": 14}
+# A check_vma=False shard_map nested in a checked body: JAX types its results invariant along the enclosing axes.
+UNCHECKED_NESTED = 26
 
 
 class BridgeWarning(MeshError, UserWarning):

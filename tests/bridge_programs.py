@@ -487,10 +487,21 @@ def _nested_claim(mesh: Any, x: np.ndarray) -> list[tuple[str, bool, str]]:
         simulated = oracles.simulate_jax(g, x)
     found = [(d.kind, d.primitive, d.axes, d.devices) for d in simulated.diagnostics]
     kind, text = _error(lambda: oracles.simulate_jax(g, x, strict=True))
+    # checked outside, unchecked inside: JAX types the nested result invariant along 'x' (FINDINGS.md 26), so
+    # out_specs=P() passes its check and returns the first 'x' device's rows
+    inner = jax.shard_map(lambda c: c * 2.0, in_specs=P(None, "y"), out_specs=P(None, "y"), axis_names={"y"},
+                          check_vma=False)
+    typed = jax.jit(jax.shard_map(inner, mesh=mesh, in_specs=P("x"), out_specs=P(), axis_names={"x"}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        slipped = oracles.simulate_jax(typed, x)
+    said = [(d.kind, d.axes, d.devices, d.finding) for d in slipped.diagnostics]
     return [("nested false claim reported", np.array_equal(simulated.outputs, g(x)) and found == [
         ("false replication claim", "nested shard_map output 0", ("y",), (1, 2, 3, 5, 6, 7))], str(found)),
         ("nested false claim under strict", kind == "JaxSlipError" and "claims replication along ['y']" in text,
-         text)]
+         text),
+        ("unchecked nested in checked: FINDINGS.md 26", np.array_equal(slipped.outputs, typed(x)) and said == [
+            ("false replication claim", ("x",), (4, 5, 6, 7), 26)], str(said))]
 
 
 def _axis_size() -> tuple[str, bool, str]:

@@ -83,7 +83,28 @@ def main() -> None:
         nested_sum = nested_psum(rows)
         grad = jax.jit(jax.grad(lambda v, f=nested_sum: jnp.sum(f(v) ** 2)))
         results[f"size-one-axis-all-reduce grad {rows}x2"] = outcome(grad, b)
+    results.update(unchecked_nested())
     print(json.dumps(results))
+
+
+def unchecked_nested() -> dict:
+    """Finding 26: a check_vma=False shard_map over 'y' nested in a checked one over 'x' (2 x 2 mesh) that
+    doubles its block: out_specs=P() of the checked one, and the gradient of sum(f(v) * v) with
+    out_specs=P('x'), checked outside and (the reference) unchecked on both."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
+    inner = jax.shard_map(lambda c: c * 2.0, in_specs=P(None, "y"), out_specs=P(None, "y"), axis_names={"y"},
+                          check_vma=False)
+    x = jnp.arange(16.0).reshape(4, 4)
+    found = {}
+    for outer_check in (True, False):
+        claim = jax.shard_map(inner, mesh=mesh, in_specs=P("x"), out_specs=P(), axis_names={"x"},
+                              check_vma=outer_check)
+        f = jax.shard_map(inner, mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"},
+                          check_vma=outer_check)
+        found[f"unchecked-nested {outer_check} claim"] = outcome(jax.jit(claim), x)
+        found[f"unchecked-nested {outer_check} grad"] = outcome(jax.jit(jax.grad(lambda v, f=f: jnp.sum(f(v) * v))),
+                                                                 x)
+    return found
 
 
 def reduced(rows: int, reduce, then_nested: bool):

@@ -211,9 +211,11 @@ def test_nested_shard_maps_run_on_the_same_devices(results):
     on and off, forward and under jax.grad (and mixed between the two shard_maps, forward), equals jitted JAX
     bit for bit; where JAX cannot lower the gradient under check_vma=True (FINDINGS.md 24) the bridge gives
     JAX's unchecked gradient. So do three levels of shard_map, one in a cond and PRNG keys into one. The nested
-    outputs are gathered under its line; an unchecked false claim is reported, and stops a strict run."""
+    outputs are gathered under its line; an unchecked false claim is reported, and stops a strict run; an
+    unchecked shard_map nested in a checked one, whose result JAX types invariant (FINDINGS.md 26), gives
+    JAX's answer with the false claim beside it, naming that entry."""
     rows = result(results, "nested")
-    assert len(rows) == 35
+    assert len(rows) == 36
     assert sum("(JAX: ValueError)" in label for label, _, _ in rows) >= 2
     for label, ok, report in rows:
         assert ok, f"{label}: {report}"

@@ -161,3 +161,15 @@ def test_jax_psum_over_a_size_one_axis_beside_a_nested_shard_map_is_pinned(vmap_
         == [[8.0, 12.0]] * 2
     assert vmap_axis["size-one-axis-all-reduce pmax 2x2"] == [[6.0, 8.0]] * 2
     assert vmap_axis["size-one-axis-all-reduce grad 2x2"] == [[80.0, 80.0]] * 2
+
+
+def test_jax_unchecked_shard_map_nested_in_a_checked_one_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 26: a check_vma=False shard_map over 'y' nested in a check_vma=True one over 'x',
+    doubling its block, is typed invariant along 'x': the checked shard_map's out_specs=P() returns device 0's
+    rows (the 'x' devices hold different ones), and the gradient fails to trace; unchecked on both, the
+    gradient is 4 v and out_specs=P() returns the same rows, unchecked."""
+    doubled = [[2.0 * (4 * r + c) for c in range(4)] for r in range(4)]
+    assert vmap_axis["unchecked-nested True claim"] == doubled[:2] == vmap_axis["unchecked-nested False claim"]
+    found = vmap_axis["unchecked-nested True grad"]
+    assert found.startswith("raised ValueError: Expected cotangent type float32[2,2]{V:x} but got float32[2,2]"), found
+    assert vmap_axis["unchecked-nested False grad"] == [[4.0 * (4 * r + c) for c in range(4)] for r in range(4)]

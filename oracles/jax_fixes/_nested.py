@@ -1,5 +1,5 @@
-"""Shard_maps nested in others: corrected residual specs (finding 24 of FINDINGS.md) and reductions over
-axes of size 1 (finding 25).
+"""Shard_maps nested in others: corrected residual specs (finding 24 of FINDINGS.md), reductions over
+axes of size 1 (finding 25) and the types of an unchecked shard_map nested in a checked one (finding 26).
 
 - `nested-shard-map-grad-residuals`: reverse mode of a shard_map nested inside another, under
   `check_vma=True`, splits the inner body into a forward and a backward shard_map whose residuals get specs
@@ -23,6 +23,17 @@ axes of size 1 (finding 25).
 
     oracles.install_jax_fixes(["size-one-axis-all-reduce"])
     jax.jit(f)(x)    # f: on a 1 x 2 mesh, psum over 'x' then a shard_map over 'y'; stock JAX: JaxRuntimeError
+
+- `unchecked-nested-shard-map-typed-invariant`: a `check_vma=False` shard_map nested in a `check_vma=True` one
+  keeps the enclosing axes its operands vary along in its body's input types (`_shard_shaped_array`), while
+  its unchecked equations drop them, and types its results varying only along what its body's outputs still
+  carry (`_unshard_shaped_array`): nothing. The enclosing checked body then takes a result that depends on
+  its axes as invariant (out_specs=P() passes and returns one device's value), and reverse mode fails on
+  the cotangents' types. Fixed: the nested shard_map's operands are promoted to vary along every manual axis
+  of the enclosing one, its body's inputs carry no varying axes, and its results vary along those axes.
+
+    oracles.install_jax_fixes(["unchecked-nested-shard-map-typed-invariant"])
+    jax.grad(lambda v: jnp.sum(f(v) * v))(x)   # f: unchecked nested in checked; stock JAX: ValueError
 """
 
 from __future__ import annotations
@@ -73,7 +84,46 @@ def size_one_axis_all_reduce() -> None:
                            parallel._start_lowering(partial(lowering, lax.add_p, lax.reduce_sum)))
 
 
+def unchecked_nested_shard_map_typed_invariant() -> None:
+    """Finding 26: a check_vma=False shard_map nested in a checked one takes operands varying along every
+    manual axis of the enclosing one, types its body untyped (no varying axes), and returns results varying
+    along those axes (the diff edits the call site; installed, `shard_map_p.bind` promotes the operands)."""
+    from jax._src import config, core, shard_map
+    from jax._src.lax import parallel
+    from jax._src.mesh import get_abstract_mesh
+
+    shard, unshard, bind = shard_map._shard_shaped_array, shard_map._unshard_shaped_array, shard_map.shard_map_p.bind
+
+    def enclosing() -> frozenset:
+        """The manual axes of a checked shard_map being traced around this one (empty: none)."""
+        return frozenset(get_abstract_mesh().manual_axes) if config._check_vma.value else frozenset()
+
+    def shard_aval(mesh: Any, manual_axes: Any, check_vma: bool, spec: Any, aval: Any) -> Any:
+        out = shard(mesh, manual_axes, check_vma, spec, aval)
+        if check_vma or not out.mat.varying:
+            return out
+        return out.update(manual_axis_type=core.ManualAxisType(varying=frozenset(), unreduced=out.mat.unreduced,
+                                                                reduced=out.mat.reduced))
+
+    def unshard_aval(mesh: Any, check_vma: bool, spec: Any, aval: Any) -> Any:
+        out = unshard(mesh, check_vma, spec, aval)
+        return out if check_vma or not enclosing() else out.update(
+            manual_axis_type=core.ManualAxisType(varying=enclosing()))
+
+    def promoted(*args: Any, **params: Any) -> Any:
+        axes = frozenset() if params.get("check_vma", True) else enclosing()
+        if axes:
+            args = tuple(parallel.pcast(a, tuple(sorted(axes - core.typeof(a).mat.varying)), to="varying")
+                         if axes - core.typeof(a).mat.varying else a for a in args)
+        return bind(*args, **params)
+
+    core.shard_aval_handlers[core.ShapedArray] = shard_aval
+    core.unshard_aval_handlers[core.ShapedArray] = unshard_aval
+    shard_map.shard_map_p.bind = promoted
+
+
 FIXES: dict[str, Callable[[], None]] = {
     "nested-shard-map-grad-residuals": nested_shard_map_grad_residuals,
     "size-one-axis-all-reduce": size_one_axis_all_reduce,
+    "unchecked-nested-shard-map-typed-invariant": unchecked_nested_shard_map_typed_invariant,
 }
