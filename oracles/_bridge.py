@@ -31,7 +31,7 @@ from jax.extend import core
 
 import collectives
 import sim
-from oracles import _bridge_device
+from oracles import _bridge_device, _bridge_nested
 from oracles._bridge_device import is_key, to_key
 from oracles._bridge_diagnostics import (
     CHOICES,
@@ -316,7 +316,7 @@ class _Host:
         if run.outputs is None:
             raise BridgeError(f"the simulated shard_map at {line} stopped: {run.stopped}")
         self.diagnostics += slips(watch, axes)
-        for diagnostic in nested_claims(watch, axes):
+        for diagnostic in _bridge_nested.claims(watch, axes):
             if self.strict:
                 raise JaxSlipError(diagnostic.message)
             self.diagnostics.append(diagnostic)
@@ -353,7 +353,7 @@ class _Host:
         findings = [SLIPS[e.primitive.name] for e, _, _ in watch.slips.values()]
         if eqn.params["check_vma"]:
             findings += [CHOICES[n] for n in CHOICES if contains(eqn.params["jaxpr"], n)]
-            findings += [UNCHECKED_NESTED] if _unchecked_nested(eqn.params["jaxpr"]) else []
+            findings += [UNCHECKED_NESTED] if _bridge_nested.unchecked_inside(eqn.params["jaxpr"]) else []
         diagnostic = slip("false replication claim", f"shard_map output {k}", source_line(eqn), found.replicated,
                           found.differing, findings[0] if findings else None)
         if self.strict:
@@ -373,37 +373,6 @@ def slips(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnost
         line = source_line(eqn, watch.where)
         found.append(slip("typing slip", eqn.primitive.name, line, tuple(sorted(along)), differ,
                           SLIPS[eqn.primitive.name]))
-    return found
-
-
-def _unchecked_nested(jaxpr: core.Jaxpr) -> bool:
-    """Whether a checked shard_map's body `jaxpr` holds a check_vma=False shard_map (FINDINGS.md 26)."""
-    return any((eqn.primitive.name == "shard_map" and not eqn.params["check_vma"])
-               or any(_unchecked_nested(getattr(sub, "jaxpr", sub)) for sub in core.jaxprs_in_params(eqn.params))
-               for eqn in jaxpr.eqns)
-
-
-def nested_claims(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnostic]:
-    """A diagnostic per output of a nested shard_map whose out_specs claim replication along some of its axes
-    (unchecked: check_vma=False) where the devices along them hold different values, at the first visit
-    where they do."""
-    names, sizes = list(axes), tuple(axes.values())
-    found = []
-    for eqn, k, along, values in watch.claims.values():
-        if len(values) != int(np.prod(sizes)):
-            continue
-        for visit in range(min(len(seen) for seen in values.values())):
-            blocks = np.stack([values[d][visit] for d in sorted(values)])
-            differ = differing(blocks, sizes, tuple(names.index(a) for a in along))
-            if differ:
-                line = source_line(eqn, watch.where)
-                message = (f"nested shard_map output {k} at {line} claims replication along {list(along)}, but "
-                           f"devices {list(differ)} differ from the first device along them; JAX leaves the value "
-                           f"to its partitioner, which holds one of them (undefined: each simulated device goes on "
-                           f"with its own) (no FINDINGS.md entry); strict=True makes this an error")
-                found.append(Diagnostic("false replication claim", f"nested shard_map output {k}", line, along,
-                                        differ, None, message))
-                break
     return found
 
 
