@@ -84,6 +84,7 @@ def main() -> None:
         grad = jax.jit(jax.grad(lambda v, f=nested_sum: jnp.sum(f(v) ** 2)))
         results[f"size-one-axis-all-reduce grad {rows}x2"] = outcome(grad, b)
     results.update(unchecked_nested())
+    results.update(spmd_partial())
     print(json.dumps(results))
 
 
@@ -144,6 +145,23 @@ def nested(rows: int, cols: int, check_vma: bool):
 
     return jax.shard_map(outer, mesh=mesh, in_specs=P(None, "y"), out_specs=P(None, "y"), axis_names={"y"},
                          check_vma=check_vma)
+
+
+def spmd_partial() -> dict:
+    """Finding 27: jax.vmap with spmd_axis_name='x' of a shard_map over 'y' alone of a 2 x 2 mesh, checked and
+    not; and the same vmap without spmd_axis_name, and of a shard_map over both axes."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
+    xs = jnp.arange(32.0).reshape(2, 4, 4)
+    found = {}
+    for check in (True, False):
+        f = jax.shard_map(lambda a: a * 2.0, mesh=mesh, in_specs=P("y"), out_specs=P("y"), axis_names={"y"},
+                          check_vma=check)
+        found[f"spmd-partial {check}"] = outcome(lambda v, f=f: jnp.sum(jax.jit(jax.vmap(f, spmd_axis_name="x"))(v)),
+                                                 xs)
+        found[f"spmd-partial {check} plain"] = outcome(lambda v, f=f: jnp.sum(jax.jit(jax.vmap(f))(v)), xs)
+    whole = jax.shard_map(lambda a: a * 2.0, mesh=mesh, in_specs=P("y"), out_specs=P("y"))
+    found["spmd-partial whole mesh"] = outcome(lambda v: jnp.sum(jax.jit(jax.vmap(whole, spmd_axis_name="x"))(v)), xs)
+    return found
 
 
 if __name__ == "__main__":

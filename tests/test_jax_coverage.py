@@ -173,3 +173,15 @@ def test_jax_unchecked_shard_map_nested_in_a_checked_one_is_pinned(vmap_axis):
     found = vmap_axis["unchecked-nested True grad"]
     assert found.startswith("raised ValueError: Expected cotangent type float32[2,2]{V:x} but got float32[2,2]"), found
     assert vmap_axis["unchecked-nested False grad"] == [[4.0 * (4 * r + c) for c in range(4)] for r in range(4)]
+
+
+def test_jax_vmap_spmd_axis_of_a_partial_shard_map_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 27: jax.vmap with spmd_axis_name='x' of a shard_map over 'y' alone fails (checked: a
+    ValueError on the types; unchecked: the lowering's verifier), while the same vmap without spmd_axis_name,
+    and with it of a shard_map over both axes, give the doubled sum."""
+    doubled = float(2 * sum(range(32)))
+    assert vmap_axis["spmd-partial True"].startswith(
+        "raised ValueError: Axes mentioned in `manual_axis_type` field of ShapedArray should be of type `Manual`")
+    assert vmap_axis["spmd-partial False"].startswith("raised ValueError: Cannot lower jaxpr with verifier errors")
+    assert vmap_axis["spmd-partial True plain"] == vmap_axis["spmd-partial False plain"] == doubled
+    assert vmap_axis["spmd-partial whole mesh"] == doubled
