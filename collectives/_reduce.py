@@ -190,13 +190,14 @@ def _pmin(x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str, out_la
 
 def _typed_reduce(recorded: Definition, called: Definition, x: Any, axis_name: Any, axis_index_groups: Any,
                   algorithm: str, out_layout: Any) -> Any:
-    """Each leaf reduced as `called` and typed as `recorded`: invariant along the axes unless groups split them."""
+    """Each leaf reduced as `called` and typed as `recorded`: invariant along the axes unless groups split them
+    (one group is the whole axis)."""
     params = {"axis_name": axis_name} if recorded is PSUM_INVARIANT else {"axis_name": axis_name,
                                                                 "axis_index_groups": axis_index_groups}
     return map_tree(lambda leaf: typed(
         recorded, axis_name, [leaf],
         lambda: all_reduce_leaf(called, leaf, axis_name, axis_index_groups, algorithm, out_layout),
-        params, grouped=axis_index_groups is not None, called=called.name), x)
+        params, grouped=axis_index_groups is not None and len(axis_index_groups) > 1, called=called.name), x)
 
 
 def all_reduce_leaf(called: Definition, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,

@@ -13,9 +13,10 @@ that take invariant operands (`pvary`, `pscatter`), which reject varying ones. T
 | invariant  | psend (its token), precv, as JAX types them                    | nothing               |
 
 Each collective's rule is the `vma` of its `Definition`. A reduction over `axis_index_groups` smaller than
-the axis still differs between groups, so its result keeps the axes. The summing collectives (psum, pmean,
-psum_invariant, psum_scatter: `Definition.sums`) need an operand that varies along all of their axes or along none,
-as JAX requires: promoting only some of them would change the sum.
+the axis still differs between groups, so its result keeps the axes (one group, the whole axis, does not).
+The summing collectives (psum, pmean, psum_invariant, psum_scatter: `Definition.sums`) need an operand that
+varies along all of their axes or along none, as JAX requires: promoting only some of them would change
+the sum.
 With `check_vma=False` nothing is promoted, checked or typed.
 """
 

@@ -29,7 +29,7 @@ from layouts import MeshError
 from oracles._bridge_eval import BridgeError
 
 # The primitives JAX 0.10.2 types invariant while their result varies, and the FINDINGS.md entry of each.
-SLIPS = {"sort": 4, "ragged_all_to_all": 5, "pure_callback": 15, "io_callback": 15}
+SLIPS = {"sort": 4, "ragged_all_to_all": 5, "pure_callback": 15, "io_callback": 15, "pmax": 28, "pmin": 28}
 # Control flow whose varying choice JAX leaves out of its result's type (the slip shows in the values).
 CHOICES = {"cond": 13, "while": 14}
 # A check_vma=False shard_map nested in a checked body: JAX types its results invariant along the enclosing axes.

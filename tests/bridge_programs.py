@@ -572,6 +572,8 @@ def errors() -> dict[str, tuple[str, str]]:
         in_specs=(P("i"),) * 6, out_specs=P("i"))
     sizes = np.ones(16, np.int32)
     argsorted = jax.shard_map(jnp.argsort, mesh=oracles.cpu_mesh({"i": 2}), in_specs=P("i"), out_specs=P())
+    grouped = jax.jit(jax.shard_map(lambda v: lax.pmax(v, "i", axis_index_groups=[[0, 1], [2, 3]]), mesh=mesh,
+                                    in_specs=P("i"), out_specs=P()))
     scaled = jax.jit(lambda v, k: jax.shard_map(lambda b: lax.psum(b * k, "i"), mesh=mesh, in_specs=P("i"),
                                                 out_specs=P())(v), static_argnums=1)
     offsets = np.tile(np.arange(4, dtype=np.int32), 4)  # device s sends row r to device r ...
@@ -598,6 +600,7 @@ def errors() -> dict[str, tuple[str, str]]:
             out_specs=P("i")), in_axes=2))(np.ones((8, 4, 3), np.float32))),
         "jax: argsort of a varying array typed invariant": _error(lambda: oracles.simulate_jax(
             argsorted, np.array([3, 1, 2, 0, 1, 2], np.float32), strict=True)),
+        "jax: grouped pmax's replicated output": ("no error", _beside(grouped, x)),
         "jax: argsort's replicated output": ("no error", _beside(argsorted, np.array([3, 1, 2, 0, 1, 2], np.float32))),
         "jax: ragged_all_to_all typed as its output": _error(lambda: oracles.simulate_jax(jax.shard_map(
             lambda v, a, b, c, e: lax.ragged_all_to_all(v, jnp.zeros(4, np.float32), a, b, c, e, axis_name="i"),

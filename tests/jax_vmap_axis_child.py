@@ -85,6 +85,7 @@ def main() -> None:
         results[f"size-one-axis-all-reduce grad {rows}x2"] = outcome(grad, b)
     results.update(unchecked_nested())
     results.update(spmd_partial())
+    results.update(grouped_extrema())
     print(json.dumps(results))
 
 
@@ -161,6 +162,21 @@ def spmd_partial() -> dict:
         found[f"spmd-partial {check} plain"] = outcome(lambda v, f=f: jnp.sum(jax.jit(jax.vmap(f))(v)), xs)
     whole = jax.shard_map(lambda a: a * 2.0, mesh=mesh, in_specs=P("y"), out_specs=P("y"))
     found["spmd-partial whole mesh"] = outcome(lambda v: jnp.sum(jax.jit(jax.vmap(whole, spmd_axis_name="x"))(v)), xs)
+    return found
+
+
+def grouped_extrema() -> dict:
+    """Finding 28: pmax and pmin over axis_index_groups [[0, 1], [2, 3]] of [0, 1, 2, 3] on 4 devices: out_specs=P()
+    under check_vma=True, and each device's value unchecked."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("x",))
+    x = jnp.arange(4.0)
+    found = {}
+    for name, op in (("pmax", lax.pmax), ("pmin", lax.pmin)):
+        body = lambda a, op=op: op(a, "x", axis_index_groups=[[0, 1], [2, 3]])
+        found[f"grouped {name} claim"] = outcome(jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"),
+                                                                       out_specs=P())), x)
+        found[f"grouped {name} each"] = outcome(jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"),
+                                                                      out_specs=P("x"), check_vma=False)), x)
     return found
 
 

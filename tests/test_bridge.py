@@ -173,6 +173,10 @@ ERRORS = [
     ("jax: argsort of a varying array typed invariant", "JaxSlipError",
      r"'sort' at .* invariant along \['i'\], but it depends on the device.*FINDINGS\.md 4"),
     ("jax: argsort's replicated output", "no error", r"^\[1 2 0\] typing slip sort .*FINDINGS\.md 4"),
+    # pmax over axis_index_groups is typed invariant under check_vma=True (psum refuses groups there): JAX
+    # returns the first group's maxima, the bridge the same with the slip beside it
+    ("jax: grouped pmax's replicated output", "no error",
+     r"^\[2\. 3\.\] typing slip pmax .*devices \[2, 3\] differ .*FINDINGS\.md 28"),
     # JAX types ragged_all_to_all's result as its `output` operand: with an invariant output buffer the
     # received rows are typed invariant, and out_specs=P() passes JAX's check
     ("jax: ragged_all_to_all typed as its output", "JaxSlipError",

@@ -185,3 +185,10 @@ def test_jax_vmap_spmd_axis_of_a_partial_shard_map_is_pinned(vmap_axis):
     assert vmap_axis["spmd-partial False"].startswith("raised ValueError: Cannot lower jaxpr with verifier errors")
     assert vmap_axis["spmd-partial True plain"] == vmap_axis["spmd-partial False plain"] == doubled
     assert vmap_axis["spmd-partial whole mesh"] == doubled
+
+
+def test_jax_grouped_pmax_typed_invariant_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 28: under check_vma=True, pmax and pmin over axis_index_groups [[0, 1], [2, 3]] are typed
+    invariant, so out_specs=P() returns the first group's result, while each device holds its group's."""
+    assert vmap_axis["grouped pmax claim"] == [1.0] and vmap_axis["grouped pmax each"] == [1.0, 1.0, 3.0, 3.0]
+    assert vmap_axis["grouped pmin claim"] == [0.0] and vmap_axis["grouped pmin each"] == [0.0, 0.0, 2.0, 2.0]

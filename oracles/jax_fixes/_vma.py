@@ -1,4 +1,4 @@
-"""Corrected device-variance types and partial-manual lowerings (findings 13 to 16 of FINDINGS.md).
+"""Corrected device-variance types and partial-manual lowerings (findings 13 to 16 and 28 of FINDINGS.md).
 
 - `cond-typed-without-index`: `lax.cond` / `lax.switch` with a varying predicate or index type their
   results from the branches alone; fixed in the user-level functions (as the diff does): the operands are
@@ -13,6 +13,10 @@
   the operand's sharding, so under a partial-manual shard_map the region ends in a sharding constraint
   (an HLO `copy`), which XLA's AllReducePromotion (bfloat16 widened on CPU) cannot clone: the compiler
   aborts. Fixed in the lowerings: the reducer is lowered on avals without a mesh.
+- `grouped-extrema-typed-invariant`: under `check_vma=True`, `pmax` and `pmin` with `axis_index_groups` type
+  their result invariant along the reduced axes (the abstract evaluation is psum_invariant's, which ignores
+  the groups), though each group has its own result; psum and pmean refuse groups there. Fixed in the
+  abstract evaluation: with more than one group the result keeps the operand's varying axes.
 """
 
 from __future__ import annotations
@@ -128,9 +132,28 @@ def _fix_partial_reductions() -> None:
         mlir.register_lowering(primitive, meshless(mlir._lowerings[primitive].rule))
 
 
+def _fix_grouped_extrema() -> None:
+    """Finding 28: under check_vma, pmax and pmin over `axis_index_groups` of more than one group keep the
+    operand's varying axes (the groups' results differ), as without check_vma nothing is claimed."""
+    from jax._src.lax import parallel
+
+    stock = parallel._pmin_pmax_abstract_eval
+
+    def abstract_eval(name: str, aval: Any, *, axes: Any, axis_index_groups: Any) -> Any:
+        out, effects = stock(name, aval, axes=axes, axis_index_groups=axis_index_groups)
+        if axis_index_groups is not None and len(axis_index_groups) > 1 and parallel.config._check_vma.value:
+            out = out.update(manual_axis_type=out.mat.update(varying=aval.mat.varying))
+        return out, effects
+
+    parallel._pmin_pmax_abstract_eval = abstract_eval
+    parallel.pmax_p.def_effectful_abstract_eval(functools.partial(abstract_eval, "pmax"))
+    parallel.pmin_p.def_effectful_abstract_eval(functools.partial(abstract_eval, "pmin"))
+
+
 FIXES: dict[str, Callable[[], None]] = {
     "cond-typed-without-index": _fix_cond,
     "while-typed-without-predicate": _fix_while,
     "pure-callback-typed-invariant": _fix_pure_callback,
     "partial-manual-bfloat16-reduction": _fix_partial_reductions,
+    "grouped-extrema-typed-invariant": _fix_grouped_extrema,
 }
