@@ -248,21 +248,9 @@ def _explicit_context(closed: core.ClosedJaxpr) -> Any:
     them from its arguments), else under whatever context the caller set."""
     if not mesh_lib.get_concrete_mesh().empty:
         return contextlib.nullcontext()
-    found = {id(m): m for m in _concrete_meshes(closed.jaxpr)
+    found = {id(m): m for m in shard_map_meshes(closed)  # a nested shard_map's is abstract: left out
              if isinstance(m, jax.sharding.Mesh) and jax.sharding.AxisType.Explicit in m.axis_types}
     return jax.set_mesh(next(iter(found.values()))) if len(found) == 1 else contextlib.nullcontext()
-
-
-def _concrete_meshes(jaxpr: core.Jaxpr) -> list:
-    """The mesh of every shard_map in `jaxpr` outside any shard_map body."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "shard_map":
-            found.append(eqn.params["mesh"])
-            continue
-        for sub in core.jaxprs_in_params(eqn.params):
-            found += _concrete_meshes(sub)
-    return found
 
 
 # Host equations between shard_maps compile as device ones do, under the user's mesh context.
@@ -436,14 +424,19 @@ def mesh_axes(mesh: Any) -> dict[str, int]:
 
 def meshes_of(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> list[dict[str, int]]:
     """The axes of every shard_map's mesh in `jaxpr`, nested ones included."""
+    return [mesh_axes(mesh) for mesh in shard_map_meshes(jaxpr)]
+
+
+def shard_map_meshes(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> list:
+    """The mesh of every shard_map in `jaxpr`, nested ones included (theirs abstract)."""
     if isinstance(jaxpr, core.ClosedJaxpr):
         jaxpr = jaxpr.jaxpr
     found = []
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "shard_map":
-            found.append(mesh_axes(eqn.params["mesh"]))
+            found.append(eqn.params["mesh"])
         for sub in core.jaxprs_in_params(eqn.params):
-            found += meshes_of(sub)
+            found += shard_map_meshes(sub)
     return found
 
 

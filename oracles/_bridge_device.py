@@ -118,7 +118,7 @@ def _nested(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compil
     device, program = context.device, context.program
     outer_label, context.check_vma = program.label, checked
     try:
-        args = [sim.wrap(_bridge_nested.block(x, entry, device), _vma(v.aval) if checked else frozenset())
+        args = [sim.wrap(_bridge_nested.block(x, entry, context.mesh, device), _vma(v.aval) if checked else frozenset())
                 for x, entry, v in zip(ins, specs, p["jaxpr"].invars)]
         outs = _evaluator(checked, watch, compiled).run(p["jaxpr"], args)
         program.label = _label(eqn, watch.where)

@@ -32,10 +32,9 @@ if TYPE_CHECKING:
     from oracles._bridge_device import Watch
 
 
-def block(value: Any, entry: Entry, device: int) -> np.ndarray:
-    """The running device's block of `value` (whole along the nested shard_map's axes) for the in_specs
-    `entry`: each dimension split along the axes the entry names, the device's part by its index along them."""
-    mesh = sim.current().mesh
+def block(value: Any, entry: Entry, mesh: sim.Mesh, device: int) -> np.ndarray:
+    """Device `device`'s block of `value` (whole along the nested shard_map's axes) for the in_specs `entry`:
+    each dimension split along the axes the entry names, the device's part by its index along them."""
     index = []
     for dim, names in enumerate(entry.partitions):
         if not names:
