@@ -248,9 +248,15 @@ def _explicit_context(closed: core.ClosedJaxpr) -> Any:
     them from its arguments), else under whatever context the caller set."""
     if not mesh_lib.get_concrete_mesh().empty:
         return contextlib.nullcontext()
+    _, mesh = _kept(("explicit mesh", id(closed)), lambda: (closed, _explicit_mesh(closed)))  # one walk per trace
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
+
+
+def _explicit_mesh(closed: core.ClosedJaxpr) -> jax.sharding.Mesh | None:
+    """The one mesh with Explicit axes among the program's shard_maps', if there is exactly one."""
     found = {id(m): m for m in shard_map_meshes(closed)  # a nested shard_map's is abstract: left out
              if isinstance(m, jax.sharding.Mesh) and jax.sharding.AxisType.Explicit in m.axis_types}
-    return jax.set_mesh(next(iter(found.values()))) if len(found) == 1 else contextlib.nullcontext()
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 # Host equations between shard_maps compile as device ones do, under the user's mesh context.
