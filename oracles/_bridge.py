@@ -16,7 +16,6 @@ where stock JAX 0.10.2 may hang for good (FINDINGS.md 24).
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +23,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import config as jax_config
-from jax._src import core as jax_core
 from jax._src import mesh as mesh_lib
 from jax.extend import core
 
@@ -50,6 +47,7 @@ from oracles._bridge_mapped import run as run_mapped
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import PLACEMENTS, execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
+from oracles._bridge_traces import dynamic, kept, traced
 from oracles._serial_verify import serial_mlir_verification
 
 serial_mlir_verification()  # a program JAX cannot lower raises, never hangs
@@ -164,69 +162,10 @@ def simulate_jax(f: Callable[..., Any], *args: Any, network: sim.Network | None 
         return run_traced(closed, tree, dynamic(f, args), network, dict(options, strict=strict, compiled=compiled))
 
 
-_TRACES_KEPT = 64
-# Jitted functions' traces by argument signature, and the traced jaxprs whose primitives were checked.
-_traces: OrderedDict[tuple, Any] = OrderedDict()
-
-
-def traced(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:
-    """`trace(f, args)`, kept per argument signature when `f` is jitted (as `jax.jit` keeps its trace: a
-    jitted function is pure by contract, so a warm call neither traces nor compiles again); a function that
-    is not jitted is traced on every call, as JAX traces it."""
-    if not hasattr(f, "lower"):
-        return trace(f, args)
-    leaves, structure = jax.tree.flatten(dynamic(f, args))
-    static = tuple(args[k] for k in static_argnums(f) if k < len(args))
-    key = (f, structure, tuple([_signature(x) for x in leaves]), static, jax_config.trace_context())
-    return _kept(key, lambda: trace(f, args))
-
-
-def static_argnums(f: Callable[..., Any]) -> tuple[int, ...]:
-    """The positions of a jitted `f`'s static arguments (`jax.jit(..., static_argnums=...)`), else none."""
-    return tuple(getattr(getattr(f, "_jit_info", None), "static_argnums", ()) or ())
-
-
-def dynamic(f: Callable[..., Any], args: tuple) -> tuple:
-    """`args` without the static ones: what `f`'s jaxpr takes."""
-    static = static_argnums(f)
-    return tuple(a for k, a in enumerate(args) if k not in static) if static else args
-
-
-# The signatures of the last jax.Arrays met, by identity (a jax.Array never changes its type or sharding).
-_ARRAYS_KEPT = 256
-_arrays: OrderedDict[int, tuple[Any, tuple]] = OrderedDict()
-
-
-def _signature(x: Any) -> tuple:
-    """What `jax.jit` traces an argument by: a numpy array's shape and dtype, anything else's abstract value
-    and sharding (a jax.Array's found once per array)."""
-    if type(x) is np.ndarray:
-        return ("numpy", x.shape, x.dtype)
-    if not isinstance(x, jax.Array):
-        return (jax_core.shaped_abstractify(x), getattr(x, "sharding", None))
-    found = _arrays.get(id(x))
-    if found is None or found[0] is not x:
-        found = _arrays[id(x)] = (x, (jax_core.shaped_abstractify(x), x.sharding))
-        while len(_arrays) > _ARRAYS_KEPT:
-            _arrays.popitem(last=False)
-    return found[1]
-
-
-def _kept(key: tuple, make: Callable[[], Any]) -> Any:
-    """`make()`, kept under `key` among the last `_TRACES_KEPT` made."""
-    found = _traces.get(key)
-    if found is None:
-        found = _traces[key] = make()
-    _traces.move_to_end(key)
-    while len(_traces) > _TRACES_KEPT:
-        _traces.popitem(last=False)
-    return found
-
-
 def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Network | None,
                options: Mapping[str, Any]) -> Simulated:
     """`simulate_jax` of a function already traced to `closed` (its output tree `tree`) on `args`."""
-    _kept(("checked", id(closed)), lambda: check_primitives(closed) or closed)
+    kept(("checked", id(closed)), lambda: check_primitives(closed) or closed)
     options = dict(options)
     compiled = bool(options.pop("compiled", True))
     host = _Host(network, bool(options.pop("strict", False)), compiled, options)
@@ -248,7 +187,7 @@ def _explicit_context(closed: core.ClosedJaxpr) -> Any:
     them from its arguments), else under whatever context the caller set."""
     if not mesh_lib.get_concrete_mesh().empty:
         return contextlib.nullcontext()
-    _, mesh = _kept(("explicit mesh", id(closed)), lambda: (closed, _explicit_mesh(closed)))  # one walk per trace
+    _, mesh = kept(("explicit mesh", id(closed)), lambda: (closed, _explicit_mesh(closed)))  # one walk per trace
     return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
@@ -405,22 +344,6 @@ def canonical(x: Any, aval: Any) -> Any:
         return x
     value = np.asarray(x)
     return value if value.dtype == aval.dtype else value.astype(aval.dtype)
-
-
-def trace(f: Callable[..., Any], args: tuple) -> tuple[core.ClosedJaxpr, Any]:
-    """`f`'s jaxpr on `args` and its output tree; a clear error when `f` has no shard_map."""
-    try:
-        closed, shape = jax.make_jaxpr(f, static_argnums=static_argnums(f), return_shape=True)(*args)
-    except NameError as error:
-        if "unbound axis name" not in str(error):
-            raise
-        raise BridgeError(f"{error}: a collective names a mesh axis outside any shard_map; wrap the body in "
-                          f"jax.shard_map(body, mesh=mesh, in_specs=..., out_specs=...)") from None
-    if not contains(closed, "shard_map"):
-        raise BridgeError(f"{getattr(f, '__name__', f)!r} has no jax.shard_map: the bridge simulates the mesh "
-                          f"a shard_map runs on; wrap the per-device body in jax.shard_map(body, mesh=mesh, "
-                          f"in_specs=..., out_specs=...)")
-    return closed, jax.tree.structure(shape)
 
 
 def mesh_axes(mesh: Any) -> dict[str, int]:

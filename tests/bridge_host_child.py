@@ -19,7 +19,7 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as JP
 
 import oracles
-from oracles import _bridge
+from oracles import _bridge, _bridge_traces
 
 DTYPES = (np.float32, np.int32, np.uint8, np.bool_, np.float16)
 
@@ -90,7 +90,7 @@ def test_a_program_with_host_reshards_equals_jitted_jax():
 
     f = jax.jit(jax.grad(lambda x: jax.numpy.sum(h(x) ** 2)))
     x = np.linspace(-1.0, 1.0, 4 * n, dtype=np.float32)
-    closed, _ = _bridge.traced(f, (x,))
+    closed, _ = _bridge_traces.traced(f, (x,))
     assert {"reshard", "sharding_constraint"} <= {e.primitive.name for e in _outer(closed.jaxpr)}
     bind = jax.extend.core.Primitive.bind
     bound: list[str] = []
