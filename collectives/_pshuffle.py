@@ -54,7 +54,10 @@ def pshuffle(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
 
 def _pairs(device: int, perm: Any, size: int, axis_name: Any) -> list[tuple[int, int]]:
     try:
-        indices = [int(i) if isinstance(i, (int, np.integer)) and not isinstance(i, bool) else None for i in perm]
+        indices = list(perm)
+        if not set(map(type, indices)) <= {int}:  # plain ints, as a list written in Python is, taken as they are
+            indices = [int(i) if isinstance(i, (int, np.integer)) and not isinstance(i, bool) else None
+                       for i in indices]
     except TypeError:
         indices = [None]
     if None in indices:
