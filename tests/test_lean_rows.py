@@ -47,7 +47,7 @@ def _patched(*patches):
 _TAKES = {
     "view": (),
     "stack": ((rows, "_spaced", lambda flats: None), (rows, "_STACK_MESSAGES", -1),
-              (rows, "_STACK_MESSAGE_BYTES", 1 << 62)),
+              (rows, "_STACK_MESSAGE_BYTES", 1 << 62), (rows, "_STACK_BYTES", 1 << 62)),
     "parts": ((rows, "_spaced", lambda flats: None), (rows, "_STACK_MESSAGES", 1 << 62)),
 }
 

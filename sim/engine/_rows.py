@@ -39,8 +39,9 @@ class Whole:
         return self.flat[receiver * size:(receiver + 1) * size]
 
 
-_STACK_MESSAGES = 4096  # past this many messages a call's rows are stacked once rather than read part by part
+_STACK_MESSAGES = 64  # past this many messages a call's rows are stacked once rather than read part by part
 _STACK_MESSAGE_BYTES = 1 << 16  # ... when each message is smaller than this
+_STACK_BYTES = 64 << 20  # ... and the copy of every row is at most this
 
 
 class Table:
@@ -62,7 +63,7 @@ class Table:
         self.last = np.zeros(n)  # the latest of them
         self.served = 0
         self.waiting: dict[int, simpy.Event] = {}
-        self.stacked: np.ndarray | None = None
+        self.stacked: np.ndarray | bool | None = None  # None: not worked out yet; False: read part by part
 
     def post(self, sender: int, row: Any, first: int) -> None:
         self.rows[sender] = row
@@ -121,18 +122,22 @@ class Table:
         """Every row as one array (senders, [receivers,] part) when reading it part by part would cost a
         Python step per message: a view when the rows lie evenly spaced in one buffer (inputs placed from
         one global array), else a copy made once; None for calls of few or large messages."""
-        if self.stacked is not None:
-            return self.stacked
+        if self.stacked is None:  # worked out once per table, by its first receiver
+            self.stacked = self._stacked()
+        return None if self.stacked is False else self.stacked
+
+    def _stacked(self) -> np.ndarray | bool:
         n, flats = len(self.members), [row.flat for row in self.rows]
         shape = (n, n, len(flats[0]) // n) if self.rows[0].split else (n, len(flats[0]))
         if any(flat.shape != flats[0].shape or flat.dtype != flats[0].dtype for flat in flats):
-            return None
+            return False
         view = _spaced(flats)
         if view is not None:
-            self.stacked = view.reshape(shape)
-        elif n * n > _STACK_MESSAGES and flats[0].nbytes // (n if self.rows[0].split else 1) < _STACK_MESSAGE_BYTES:
-            self.stacked = restored(np.stack(flats), flats).reshape(shape)  # abstract payloads keep their dtype
-        return self.stacked
+            return view.reshape(shape)
+        if n * n > _STACK_MESSAGES and flats[0].nbytes // (n if self.rows[0].split else 1) < _STACK_MESSAGE_BYTES \
+                and n * flats[0].nbytes <= _STACK_BYTES:
+            return restored(np.stack(flats), flats).reshape(shape)  # abstract payloads keep their dtype
+        return False
 
 
 def _spaced(flats: list[np.ndarray]) -> np.ndarray | None:
