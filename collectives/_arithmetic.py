@@ -187,9 +187,8 @@ def _fold_vectorised(reduction: str, terms: np.ndarray) -> np.ndarray | None:
         return None
     flushed = flush(terms)
     if reduction == "sum":
-        start = np.zeros((1,) + terms.shape[1:], dtype)  # the identity, +0
         with np.errstate(all="ignore"):
-            running = np.add.accumulate(np.concatenate([start, flushed]), axis=0)  # strictly in order
+            running = _running_sums(flushed)
         if np.isnan(running).any() or (dtype in _FLUSHED and _subnormal(running).any()):
             return None
         return running[-1]
@@ -197,6 +196,21 @@ def _fold_vectorised(reduction: str, terms: np.ndarray) -> np.ndarray | None:
     extreme = flushed.max(axis=0) if reduction == "max" else flushed.min(axis=0)
     first = np.argmax(flushed == extreme, axis=0)
     return np.take_along_axis(flushed, first[None], axis=0)[0]
+
+
+_WIDE_TERM = 64  # terms of at least this many elements are added one after another, not by `accumulate`
+
+
+def _running_sums(terms: np.ndarray) -> np.ndarray:
+    """The running sums of `terms` along axis 0, from the identity +0, strictly in order: `np.add.accumulate`
+    for narrow terms; for wide ones one `np.add` per term (accumulate along axis 0 of wide rows is many
+    times slower, and the sums are the same: each is the previous plus the next term, rounded once)."""
+    if terms.size < _WIDE_TERM * len(terms):
+        return np.add.accumulate(np.concatenate([np.zeros((1,) + terms.shape[1:], terms.dtype), terms]), axis=0)
+    running = np.zeros((len(terms) + 1,) + terms.shape[1:], terms.dtype)
+    for k in range(len(terms)):
+        np.add(running[k], terms[k], out=running[k + 1])
+    return running
 
 
 def _abstract(*values: np.ndarray) -> bool:

@@ -62,6 +62,12 @@ _SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-310, 1e38, -1e308, 1.
 def _terms(draw):
     dtype = np.dtype(draw(st.sampled_from(["int8", "uint8", "int32", "int64", "float16", "float32", "float64"])))
     shape = (draw(st.integers(1, 9)),) + tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
+    if draw(st.booleans()):  # finite terms wide enough to be added one after another (`_arithmetic._WIDE_TERM`)
+        shape = shape[:1] + (draw(st.integers(64, 70)),)
+        if dtype.kind == "f":
+            rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+            with np.errstate(all="ignore"):
+                return (rng.standard_normal(shape) * 10.0 ** draw(st.integers(-8, 8))).astype(dtype)
     size = int(np.prod(shape))
     if dtype.kind == "f" and draw(st.booleans()):
         with np.errstate(all="ignore"):
