@@ -129,12 +129,20 @@ def _direct(port: sim.Port, args: AllReduceArgs) -> Generator:
         column = yield from port.recv_column()
         yield from sim.add_step(port, (g - 1) * source.nbytes)
         out = port.memory.view(port.memory.alloc(source.dtype, source.shape, args.out_layout))
-        out[...] = fold(args.reduction, column.reshape((g, *source.shape)))
+        out[...] = _folded(port, args.reduction, column, (g, *source.shape))
         return out
     payload, header = yield from pack_slice(port, source, args.buffer.layout)
     for dst in port.group.members:
         port.send(dst, payload, header=header, step=0)
     return (yield from fold_arrivals(port, args.reduction, source.dtype, source.shape, args.out_layout))
+
+
+def _folded(port: sim.Port, reduction: str, column: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The fold of the received `column` (reshaped to `shape`: one term per member). Members whose columns
+    are one and the same array (every member's copies, read as one view or one stack of the rows) fold it
+    once: the same terms in the same order, so the same bits."""
+    found = port.once(("folded", id(column)), lambda: (column, fold(reduction, column.reshape(shape))))
+    return found[1] if found[0] is column else fold(reduction, column.reshape(shape))
 
 
 def _in_place(port: sim.Port) -> bool:

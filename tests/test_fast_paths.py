@@ -104,3 +104,16 @@ def test_row_exchanges_are_used(op):
     finally:
         setattr(module, _SWITCH[op], original)
     assert calls and all(calls)
+
+
+def test_members_with_one_column_fold_it_once(monkeypatch):
+    """In a direct psum over 16 devices every member reads the same column (one stack of the rows): it is
+    folded once for the call, and every member still gets the sum of all 16 terms."""
+    folds = []
+    monkeypatch.setattr(collectives._allreduce, "fold", lambda *a: folds.append(a) or fold(*a))
+    mesh = sim.Mesh({"x": 16})
+    f = sim.shard_map(lambda v: collectives.psum(v * 2, "x"), mesh=mesh, in_specs=sim.P("x"), out_specs=sim.P("x"))
+    out = f(np.arange(16 * 3, dtype=np.float32))
+    assert np.array_equal(out.reshape(16, 3), np.tile(2 * np.arange(48, dtype=np.float32).reshape(16, 3).sum(0),
+                                                      (16, 1)))
+    assert len(folds) == 1
