@@ -399,9 +399,11 @@ def cut_programs() -> dict[str, dict[str, bool]]:
     """Programs whose every collective sits at the top of its shard_map body, each run three ways against
     the same program cut at its collectives in plain JAX (`tests/bridge_cut.py`: each run of local work and
     each collective a shard_map of its own): `simulate_jax`, jitted JAX, and the bridge's op-by-op
-    evaluation (`compiled=False`). Three of them are where jitted JAX fuses across a collective or across a
+    evaluation (`compiled=False`). Four of them are where jitted JAX fuses across a collective or across a
     gradient's forward and backward shard_maps (the pmap migration under vmap, a tensor-parallel gelu MLP's
-    gradient, a layer norm whose statistics are pmeans, under grad); the others agree all three ways."""
+    gradient, a layer norm whose statistics are pmeans, under grad, and the MoE layer's gradient with 8
+    features, whose expert weights' gradient XLA computes from the forward's gelu recomputed in the backward's
+    fusion); the others agree all three ways. (The MoE takes a raw key: the cut passes arrays, not key types.)"""
     from bridge_cut import cut
 
     rows = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("d", "t"))
@@ -428,6 +430,9 @@ def cut_programs() -> dict[str, dict[str, bool]]:
                              out_specs=P("d"))
     exchanged = jax.shard_map(ulysses, mesh=ring, in_specs=P("i"), out_specs=P("i"))
     x16 = _rng(70, 8, 16)
+    oracles.install_cpu_ragged_all_to_all()
+    moe_wide = moe_layer(4, 8, k=2, capacity=3, check_vma=False)  # 8 features: XLA fuses the gelu across runs
+    moe_args = (_rng(81, 24, 8), _rng(82, 8, 8), _rng(83, 8, 8, 8), _rng(84, 8, 8, 8), jax.random.PRNGKey(0))
     programs = {
         "pmap migration under vmap": (pmap_vmap, (pmap_x,)),
         "gelu MLP gradient": (jax.jit(jax.grad(mlp_loss, argnums=(0, 1))), mlp_weights),
@@ -437,6 +442,8 @@ def cut_programs() -> dict[str, dict[str, bool]]:
                                (x16, *(_rng(75 + k, 16, 16) for k in range(4)))),
         "all_to_all attention gradient": (jax.jit(jax.grad(lambda q: jnp.sum(exchanged(q) ** 2))),
                                           (_rng(79, 16, 8, 4),)),
+        "MoE layer gradient, width 8": (jax.jit(jax.grad(lambda *a: jnp.sum(moe_wide(*a) ** 2), argnums=(0, 1, 2, 3))),
+                                        moe_args),
         "psum_scatter then all_gather": (jax.jit(jax.shard_map(
             lambda v: lax.all_gather(lax.psum_scatter(v * 1.5, "i", tiled=True), "i", tiled=True),
             mesh=ring, in_specs=P(), out_specs=P(), check_vma=False)), (_rng(80, 16),)),
