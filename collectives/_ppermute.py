@@ -58,7 +58,8 @@ def ppermute(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct", ou
     'auto' (which picks 'direct').
 
     JAX 0.10.2 numbers a tuple `axis_name` whose names are not in mesh order differently here (by sorted
-    device id, unlike its own `axis_index` and `all_gather`); the simulator keeps `axis_index`'s numbering.
+    device id, unlike its own `axis_index` and `all_gather`: FINDINGS.md 29); the simulator keeps
+    `axis_index`'s numbering, as JAX's main branch does (which raises there by default).
 
     Example on a 4-device mesh {'x': 4}: device d holds [d + 1]; `ppermute(x, 'x', [(0, 1), (1, 2),
     (2, 3), (3, 0)])` gives [4], [1], [2], [3]; with `perm=[(0, 2)]` it gives [0], [0], [1], [0].

@@ -37,6 +37,7 @@ from oracles._bridge_diagnostics import (
     Diagnostic,
     JaxSlipError,
     differing,
+    renumbered,
     report,
     slip,
     source_line,
@@ -44,6 +45,7 @@ from oracles._bridge_diagnostics import (
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
 from oracles._bridge_mapped import equation_facts, mapped
 from oracles._bridge_mapped import run as run_mapped
+from oracles._bridge_permute import devices_at
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import PLACEMENTS, execute, local
 from oracles._bridge_specs import Entry, assemble, every_device
@@ -306,6 +308,9 @@ def slips(watch: _bridge_device.Watch, axes: Mapping[str, int]) -> list[Diagnost
         line = source_line(eqn, watch.where)
         found.append(slip("typing slip", eqn.primitive.name, line, tuple(sorted(along)), differ,
                           SLIPS[eqn.primitive.name]))
+    for eqn, along, indices in watch.renumbered.values():
+        found.append(renumbered(eqn.primitive.name, source_line(eqn, watch.where), along, tuple(names),
+                                devices_at(indices, along, axes)))
     return found
 
 

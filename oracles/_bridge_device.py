@@ -27,12 +27,14 @@ import sim
 from collectives import REGISTRY, Definition
 from oracles import _bridge_compiled, _bridge_nested
 from oracles._bridge_compiled import aval_vma as _vma
-from oracles._bridge_diagnostics import SLIPS, JaxSlipError, slip, source_line
+from oracles._bridge_diagnostics import SLIPS, JaxSlipError, renumbered, slip, source_line
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError
 from oracles._bridge_labels import call_label
+from oracles._bridge_permute import PERMUTES, devices_at, jax_pairs
 from oracles._bridge_segments import CASTS, PARALLEL, RETYPES, is_key, local
 from oracles._bridge_specs import Entry
 from oracles._device_time import charge_equation, charging, done, hoisted, ready, start_collective
+from oracles.jax_fixes._permute_order import numbers_by_mesh_order
 
 # JAX's parameter names where meshsim's differ; every other parameter keeps its name, and those a
 # collective does not take (`axis_size`, JAX's own bookkeeping) are dropped.
@@ -66,6 +68,13 @@ class Watch:
     # (check_vma=False): each device's value at each visit, by (equation, output)
     claims: dict[tuple[int, int], tuple[core.JaxprEqn, int, tuple[str, ...], dict[int, list]]] = field(
         default_factory=dict)
+    # permutations over a tuple of mesh axes that JAX numbers in the mesh's order: (equation, tuple, the indices
+    # whose sender differs from the one the pairs name) by equation (oracles._bridge_permute)
+    renumbered: dict[int, tuple[core.JaxprEqn, tuple[str, ...], tuple[int, ...]]] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Forget what an earlier run met."""
+        self.slips, self.claims, self.renumbered = {}, {}, {}
 
     def note(self, eqn: core.JaxprEqn, axes: frozenset, device: int, value: np.ndarray) -> None:
         """Device `device` computed `value` where JAX types `eqn`'s result invariant along `axes`."""
@@ -171,6 +180,8 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compile
         return _nested(eqn, ins, check_vma, watch, compiled)
     definition = _definition(name)
     if definition is not None:
+        if name in PERMUTES and _renumbering(eqn) is not None:
+            _note_renumbering(eqn, watch)
         program = sim.current().program  # faces: each call labelled with its line, as `sim.labelled` labels it
         outer, program.label = program.label, _label(eqn, watch.where)
         try:
@@ -287,11 +298,39 @@ def _keywords(definition: Definition, eqn: core.JaxprEqn) -> dict[str, Any]:
 def _collective(definition: Definition, eqn: core.JaxprEqn, ins: list) -> list:
     """A collective primitive run as meshsim's collective: its messages cross the simulated network."""
     kwargs = dict(_memo(eqn, f"keywords {definition.name}", lambda: _keywords(definition, eqn)))
+    if eqn.primitive.name in PERMUTES:
+        renumbering = _renumbering(eqn)
+        if renumbering is not None:  # JAX's pairs, in meshsim's numbering (FINDINGS.md 29)
+            kwargs["perm"] = renumbering[0]
     if len(definition.arrays) == 1 and len(ins) > 1:
         # psum and its kin bind every leaf of a pytree at once: meshsim takes the pytree
         return list(definition.function(tuple(ins), **kwargs))
     out = definition.function(*ins, **kwargs)
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _renumbering(eqn: core.JaxprEqn) -> tuple[tuple, tuple[int, ...]] | None:
+    """Where this process's JAX numbers the pairs of `eqn` (a permutation over a tuple of mesh axes) otherwise
+    than `axis_index` does: JAX's pairs in meshsim's numbering, and the indices whose sender differs."""
+    names = eqn.params["axis_name"]
+    if not isinstance(names, tuple) or len(names) < 2 or not numbers_by_mesh_order():
+        return None
+    mesh = sim.current().mesh.shape
+    if not set(names) <= set(mesh):  # a vmap axis among them: FINDINGS.md 18's, not this
+        return None
+    return _memo(eqn, "renumbering", lambda: jax_pairs(eqn.params["perm"], names, mesh))
+
+
+def _note_renumbering(eqn: core.JaxprEqn, watch: Watch) -> None:
+    """Report that JAX runs `eqn`'s pairs between other devices than they name (an error with `strict`)."""
+    if id(eqn) in watch.renumbered:
+        return
+    names, (_, indices) = eqn.params["axis_name"], _renumbering(eqn)
+    if watch.strict:
+        mesh = sim.current().mesh.shape
+        raise JaxSlipError(renumbered(eqn.primitive.name, source_line(eqn, watch.where), names, tuple(mesh),
+                                      devices_at(indices, names, mesh)).message)
+    watch.renumbered[id(eqn)] = (eqn, names, indices)
 
 
 def _check_type(eqn: core.JaxprEqn, var: Any, out: Any, watch: Watch) -> None:

@@ -2,13 +2,15 @@
 JAX returns and records a `Diagnostic` naming the primitive, the user's source line, the devices whose values
 differ and the FINDINGS.md entry.
 
-Two kinds are known. A *typing slip*: JAX types an equation's result invariant along a mesh axis although its
+Three kinds are known. A *typing slip*: JAX types an equation's result invariant along a mesh axis although its
 value depends on the device (argsort's result, FINDINGS.md 4; ragged_all_to_all typed from its `output`, 5; a
 callback of varying arguments, 15); the bridge keeps each device's value, types it as JAX does, and goes on. A
 *false replication claim*: an output whose out_specs entry leaves a mesh axis out holds different values on
 the devices along it (under `check_vma=False` JAX does not check the claim; under `check_vma=True` only a slip
 lets it through, and for `cond` / `while_loop` with a varying choice, FINDINGS.md 13 and 14, the slip shows
-only here); JAX returns the first device's value along that axis, and so does the bridge.
+only here); JAX returns the first device's value along that axis, and so does the bridge. A *numbering slip*:
+JAX numbers the pairs of a ppermute over a tuple of mesh axes in the mesh's order, not as `axis_index` numbers
+the tuple (FINDINGS.md 29); the bridge runs the pairs between the devices JAX pairs.
 
 Each diagnostic is also a `BridgeWarning`; with `strict=True` each raises `JaxSlipError` instead.
 
@@ -34,6 +36,8 @@ SLIPS = {"sort": 4, "ragged_all_to_all": 5, "pure_callback": 15, "io_callback": 
 CHOICES = {"cond": 13, "while": 14}
 # A check_vma=False shard_map nested in a checked body: JAX types its results invariant along the enclosing axes.
 UNCHECKED_NESTED = 26
+# A permutation over a tuple of mesh axes out of the mesh's order: JAX numbers its pairs in the mesh's order.
+RENUMBERED = 29
 
 
 class BridgeWarning(MeshError, UserWarning):
@@ -143,6 +147,18 @@ def slip(kind: str, primitive: str, line: str, axes: tuple[str, ...], devices: t
     finding_said = f"FINDINGS.md {finding}" if finding is not None else "no FINDINGS.md entry"
     message = f"{said} ({finding_said}); the bridge returns what JAX returns (strict=True makes this an error)"
     return Diagnostic(kind, primitive, line, tuple(axes), tuple(devices or ()), finding, message)
+
+
+def renumbered(primitive: str, line: str, names: tuple[str, ...], mesh_axes: tuple[str, ...],
+               devices: tuple[int, ...]) -> Diagnostic:
+    """A permutation over the mesh axes `names` that JAX 0.10.2 numbers in the mesh's axis order
+    (`oracles._bridge_permute`): `devices` receive another device's value than its pairs name."""
+    order = tuple(sorted(names, key=mesh_axes.index))
+    message = (f"JAX 0.10.2 numbers the pairs of {primitive!r} at {line} over axis_name={names} in the mesh's axis "
+               f"order {order}, not as axis_index({names}) numbers the devices: devices {list(devices)} receive "
+               f"another device's value than the pairs name (FINDINGS.md {RENUMBERED}); the bridge returns what "
+               f"JAX returns (strict=True makes this an error)")
+    return Diagnostic("numbering slip", primitive, line, names, devices, RENUMBERED, message)
 
 
 def label(line: str) -> str:

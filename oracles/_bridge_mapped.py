@@ -58,7 +58,7 @@ def mapped(eqn: Any, network: sim.Network | None, strict: bool, compiled: bool, 
     found = _mapped.get(key) if key is not None else None
     if found is not None and found.keep[0] is eqn and found.keep[1] is network and not found.busy:
         _mapped.move_to_end(key)
-        found.watch.slips = {}
+        found.watch.reset()
         found.busy = True
         return found
     watch = Watch(strict, where)

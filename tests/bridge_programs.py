@@ -496,12 +496,20 @@ def _nested_claim(mesh: Any, x: np.ndarray) -> list[tuple[str, bool, str]]:
         warnings.simplefilter("ignore")
         slipped = oracles.simulate_jax(typed, x)
     said = [(d.kind, d.axes, d.devices, d.finding) for d in slipped.diagnostics]
+    # a warm call reports what its own run met: the same claim, true on columns that agree along 'y'
+    doubled = jax.jit(jax.shard_map(jax.shard_map(lambda c: c * 2.0, in_specs=P(None, "y"), out_specs=P(),
+                                                  axis_names={"y"}, check_vma=False),
+                                    mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"}, check_vma=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        calls = [len(oracles.simulate_jax(doubled, v).diagnostics) for v in (x, np.ones_like(x), x)]
     return [("nested false claim reported", np.array_equal(simulated.outputs, g(x)) and found == [
         ("false replication claim", "nested shard_map output 0", ("y",), (1, 2, 3, 5, 6, 7))], str(found)),
         ("nested false claim under strict", kind == "JaxSlipError" and "claims replication along ['y']" in text,
          text),
         ("unchecked nested in checked: FINDINGS.md 26", np.array_equal(slipped.outputs, typed(x)) and said == [
-            ("false replication claim", ("x",), (4, 5, 6, 7), 26)], str(said))]
+            ("false replication claim", ("x",), (4, 5, 6, 7), 26)], str(said)),
+        ("a warm call's claims are its own", calls == [1, 0, 1], str(calls))]
 
 
 def _axis_size() -> tuple[str, bool, str]:
@@ -559,6 +567,11 @@ def _beside(f: Callable[..., Any], x: np.ndarray) -> str:
     return f"{want} {first.kind} {first.primitive} {first.message}"
 
 
+def _kinds(report: Any) -> str:
+    """Whether compare_jax agrees, and the kinds of the diagnostics beside the simulation."""
+    return f"{report.agrees} {[d.kind for d in report.simulated.diagnostics]}"
+
+
 def errors() -> dict[str, tuple[str, str]]:
     """Each bad input to the bridge and the error it raises: (class name, message)."""
     from jax.sharding import AbstractMesh
@@ -576,6 +589,10 @@ def errors() -> dict[str, tuple[str, str]]:
                                     in_specs=P("i"), out_specs=P()))
     scaled = jax.jit(lambda v, k: jax.shard_map(lambda b: lax.psum(b * k, "i"), mesh=mesh, in_specs=P("i"),
                                                 out_specs=P())(v), static_argnums=1)
+    ca = jax.jit(jax.shard_map(lambda v: lax.ppermute(v, ("c", "a"), [(k, (k + 1) % 8) for k in range(8)]),
+                               mesh=oracles.cpu_mesh({"a": 2, "c": 4}), in_specs=P(("a", "c")),
+                               out_specs=P(("a", "c"))))
+    ca_grad = jax.jit(jax.grad(lambda v: jnp.sum(ca(v) * jnp.arange(8.0))))
     offsets = np.tile(np.arange(4, dtype=np.int32), 4)  # device s sends row r to device r ...
     places = np.repeat(np.arange(4, dtype=np.int32), 4)  # ... which keeps it in its row s
     return {
@@ -602,6 +619,9 @@ def errors() -> dict[str, tuple[str, str]]:
             argsorted, np.array([3, 1, 2, 0, 1, 2], np.float32), strict=True)),
         "jax: grouped pmax's replicated output": ("no error", _beside(grouped, x)),
         "jax: argsort's replicated output": ("no error", _beside(argsorted, np.array([3, 1, 2, 0, 1, 2], np.float32))),
+        "jax: ppermute over ('c', 'a') numbered in the mesh's order": ("no error", _beside(ca, x)),
+        "jax: its gradient": ("no error", _kinds(oracles.compare_jax(ca_grad, x))),
+        "jax: ppermute numbering under strict": _error(lambda: oracles.simulate_jax(ca, x, strict=True)),
         "jax: ragged_all_to_all typed as its output": _error(lambda: oracles.simulate_jax(jax.shard_map(
             lambda v, a, b, c, e: lax.ragged_all_to_all(v, jnp.zeros(4, np.float32), a, b, c, e, axis_name="i"),
             mesh=mesh, in_specs=(P("i"),) * 5, out_specs=P()), np.arange(16.0, dtype=np.float32), offsets,

@@ -86,6 +86,7 @@ def main() -> None:
     results.update(unchecked_nested())
     results.update(spmd_partial())
     results.update(grouped_extrema())
+    results.update(permute_order())
     print(json.dumps(results))
 
 
@@ -178,6 +179,19 @@ def grouped_extrema() -> dict:
         found[f"grouped {name} each"] = outcome(jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"),
                                                                       out_specs=P("x"), check_vma=False)), x)
     return found
+
+
+def permute_order() -> dict:
+    """Finding 29: on a 2 x 2 mesh ('a', 'c'), whether each device receives from its ring predecessor over
+    ('c', 'a') as axis_index(('c', 'a')) numbers them."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("a", "c"))
+
+    def body(_):
+        me = lax.axis_index(("c", "a"))
+        return (lax.ppermute(me, ("c", "a"), [(i, (i + 1) % 4) for i in range(4)]) == (me - 1) % 4)[None]
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(("a", "c")), out_specs=P(("a", "c"))))
+    return {"ppermute-tuple-axis-order": outcome(f, jnp.zeros(4))}
 
 
 if __name__ == "__main__":

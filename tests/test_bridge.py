@@ -177,6 +177,13 @@ ERRORS = [
     # returns the first group's maxima, the bridge the same with the slip beside it
     ("jax: grouped pmax's replicated output", "no error",
      r"^\[2\. 3\.\] typing slip pmax .*devices \[2, 3\] differ .*FINDINGS\.md 28"),
+    # ppermute over a tuple of axes out of the mesh's order: JAX 0.10.2 numbers its pairs in the mesh's order,
+    # where axis_index numbers the tuple in its own; the bridge runs JAX's pairs and says so (FINDINGS.md 29)
+    ("jax: ppermute over ('c', 'a') numbered in the mesh's order", "no error",
+     r"^\[7\. 0\. 1\. 2\. 3\. 4\. 5\. 6\.\] numbering slip ppermute .*axis_name=\('c', 'a'\) in the mesh's axis "
+     r"order \('a', 'c'\).*devices \[1, 2, 3, 4, 5, 6, 7\] receive another device's value.*FINDINGS\.md 29"),
+    ("jax: its gradient", "no error", r"^True \['numbering slip', 'numbering slip'\]$"),
+    ("jax: ppermute numbering under strict", "JaxSlipError", r"numbers the pairs of 'ppermute'.*FINDINGS\.md 29"),
     # JAX types ragged_all_to_all's result as its `output` operand: with an invariant output buffer the
     # received rows are typed invariant, and out_specs=P() passes JAX's check
     ("jax: ragged_all_to_all typed as its output", "JaxSlipError",
@@ -217,9 +224,10 @@ def test_nested_shard_maps_run_on_the_same_devices(results):
     JAX's unchecked gradient. So do three levels of shard_map, one in a cond and PRNG keys into one. The nested
     outputs are gathered under its line; an unchecked false claim is reported, and stops a strict run; an
     unchecked shard_map nested in a checked one, whose result JAX types invariant (FINDINGS.md 26), gives
-    JAX's answer with the false claim beside it, naming that entry."""
+    JAX's answer with the false claim beside it, naming that entry; a warm call reports only what its own run
+    met."""
     rows = result(results, "nested")
-    assert len(rows) == 36
+    assert len(rows) == 37
     assert sum("(JAX: ValueError)" in label for label, _, _ in rows) >= 2
     for label, ok, report in rows:
         assert ok, f"{label}: {report}"

@@ -187,6 +187,12 @@ def test_jax_vmap_spmd_axis_of_a_partial_shard_map_is_pinned(vmap_axis):
     assert vmap_axis["spmd-partial whole mesh"] == doubled
 
 
+def test_jax_ppermute_over_a_tuple_out_of_mesh_order_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 29: a ring over ('c', 'a') on a mesh ('a', 'c') runs in the mesh's order, so only device 0
+    receives from its predecessor as axis_index(('c', 'a')) numbers them."""
+    assert vmap_axis["ppermute-tuple-axis-order"] == [True, False, False, False]
+
+
 def test_jax_grouped_pmax_typed_invariant_is_pinned(vmap_axis):
     """Pins FINDINGS.md 28: under check_vma=True, pmax and pmin over axis_index_groups [[0, 1], [2, 3]] are typed
     invariant, so out_specs=P() returns the first group's result, while each device holds its group's."""

@@ -29,7 +29,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from oracles.jax_fixes import _nested, _partial, _ragged, _rules, _vma, _vmap_axes, _vmap_exchange, _vmap_permute
+from oracles.jax_fixes import (
+    _nested,
+    _partial,
+    _permute_order,
+    _ragged,
+    _rules,
+    _vma,
+    _vmap_axes,
+    _vmap_exchange,
+    _vmap_permute,
+)
 from oracles.jax_fixes import _report as report
 
 FOLDER = Path(__file__).resolve().parent / "findings"
@@ -37,7 +47,7 @@ FOLDER = Path(__file__).resolve().parent / "findings"
 # id -> the function that installs its fix (each imports jax and is idempotent)
 FIXES: dict[str, Callable[[], None]] = {**_ragged.FIXES, **_rules.FIXES, **_vma.FIXES, **_vmap_axes.FIXES,
                                         **_vmap_permute.FIXES, **_vmap_exchange.FIXES, **_nested.FIXES,
-                                        **_partial.FIXES}
+                                        **_partial.FIXES, **_permute_order.FIXES}
 
 _installed: list[str] = []
 
