@@ -61,6 +61,9 @@ FOUR = [np.arange(2) + 10 * d for d in range(4)]
 
 BAD_INPUTS = [
     # (id, call, error type, message pattern)
+    ("shard_map of an object array", lambda: sim.shard_map(lambda v: v, mesh=sim.Mesh({"i": 2}), in_specs=P("i"),
+                                                            out_specs=P("i"))(np.array([1, "a"], dtype=object)),
+     sim.InvalidTypeError, r"args\[0\]: dtype object holds Python objects, which a device memory cannot hold"),
     ("all_gather(axis_name='z')", gather(FOUR, axis_name="z"), sim.InvalidArgumentError,
      r"device 0: all_gather: axis_name='z': unknown axis 'z'; the mesh has axes \('i',\)"),
     ("all_gather(groups=[[0,1],[1,2]])", gather(FOUR, axis_name="i", axis_index_groups=[[0, 1], [1, 2]]),

@@ -205,6 +205,7 @@ class ShardMapped:
         # an array placed with a Format keeps its layout in every device memory
         layouts = tree_map(lambda x: x.layout if isinstance(x, Array) and x.layout.tiling == () else None, args)
         values = tree_map(_value, args)  # an Array's values are gathered once, not once per device
+        tree_map(_placeable, paths, values)
         vmas = tree_map(lambda _, spec: frozenset(spec.axes() if self.check_vma else ()), paths, in_specs)
         signature = _signature(paths, values, layouts)
         rows = _row_stacks(self.mesh, paths, values, layouts, in_specs)
@@ -376,6 +377,13 @@ def _rebuilt(tree: Any, flat: list) -> Any:
 def _value(x: Any) -> np.ndarray:
     """An input's values: a shape-dtype struct (sim's or JAX's) as an abstract array, sizes without bytes."""
     return abstract_like(x) if is_struct(x) else np.asarray(x)
+
+
+def _placeable(path: str, x: np.ndarray) -> None:
+    """Raise unless `x`'s bytes can be placed in a device memory (Python objects are references, not bytes)."""
+    if x.dtype.hasobject:
+        raise InvalidTypeError(f"{path}: dtype {x.dtype} holds Python objects, which a device memory cannot hold "
+                               f"(it holds bytes); pass an array of numbers or bools")
 
 
 def _expand(specs: Any, tree: Any, what: str) -> Any:
