@@ -39,7 +39,7 @@ class Whole:
         return self.flat[receiver * size:(receiver + 1) * size]
 
 
-_STACK_MESSAGES = 64  # past this many messages a call's rows are stacked once rather than read part by part
+_STACK_MESSAGES = 1  # past this many messages a call's rows are stacked once rather than read part by part
 _STACK_MESSAGE_BYTES = 1 << 16  # ... when each message is smaller than this
 _STACK_BYTES = 64 << 20  # ... and the copy of every row is at most this
 
