@@ -341,9 +341,16 @@ def canonical(x: Any, aval: Any) -> Any:
     canonicalisation: float64 and int64 become float32 and int32 unless jax_enable_x64 is on), so the
     simulated run adds in the precision JAX does; anything else (JAX arrays, PRNG keys) as it is.
 
+    Raises:
+        BridgeError: `x` is a shape-dtype struct (JAX's or meshsim's): the bridge computes on values.
+
     >>> canonical(np.arange(3), jax.ShapeDtypeStruct((3,), np.int32)).dtype
     dtype('int32')
     """
+    if isinstance(x, (jax.ShapeDtypeStruct, sim.ShapeDtypeStruct)):
+        raise BridgeError(f"an argument is {x}, a shape and dtype without values: simulate_jax runs the program's "
+                          f"local work with XLA on each device's values, so it takes arrays; a timing study without "
+                          f"the bytes runs the collectives as sim.shard_map of sim.ShapeDtypeStruct operands")
     numeric = isinstance(x, (np.ndarray, np.generic, bool, int, float, complex))
     if not numeric or jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
         return x

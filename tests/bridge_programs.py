@@ -601,6 +601,9 @@ def errors() -> dict[str, tuple[str, str]]:
         "unsupported primitive": _error(lambda: oracles.simulate_jax(jax.shard_map(
             lambda v: lax.psum(jax.new_ref(v)[...], "i"), mesh=mesh, in_specs=P("i"), out_specs=P()), x)),
         "cpu_mesh too large": _error(lambda: oracles.cpu_mesh({"i": 16})),
+        "a shape without values": _error(lambda: oracles.simulate_jax(jax.jit(jax.shard_map(
+            lambda v: lax.psum(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())),
+            jax.ShapeDtypeStruct((8,), np.float32))),
         "compare on a mesh too large": _error(lambda: oracles.compare_jax(big, np.arange(32.0, dtype=np.float32))),
         "simulate on a mesh too large": ("no error", str(oracles.simulate_jax(big, np.arange(32.0,
                                                                               dtype=np.float32)).outputs)),

@@ -158,6 +158,8 @@ ERRORS = [
     ("cpu_mesh too large", "DeviceCountError",
      r"\{'i': 16\} has 16 devices but JAX has 8.*xla_force_host_platform_device_count=16"),
     ("compare on a mesh too large", "DeviceCountError", "has 16 devices but JAX has 8"),
+    ("a shape without values", "BridgeError",
+     r"a shape and dtype without values: simulate_jax runs .* takes arrays.*sim\.ShapeDtypeStruct operands"),
     ("simulate on a mesh too large", "no error", r"\[240\. 256\.\]"),
     ("static argument", "no error", r"^True\[36\. 48\.\] True\[48\. 64\.\]$"),
     ("ragged without the lowering", "LoweringMissingError",
