@@ -7,8 +7,8 @@ once `layouts` is imported. The float8 types stay refused: XLA:CPU converts them
 where it only moves them (a one-device all_to_all turns the NaN 0xff of float8_e5m2 into 0x7f), rules
 not measured here.
 
->>> is_float("bfloat16"), is_numeric(np.dtype("float8_e4m3fn")), is_numeric("U3")
-(True, False, False)
+>>> is_float("bfloat16"), is_numeric(np.dtype("float8_e4m3fn")), is_numeric(np.dtype("float8_e5m2")), is_numeric("U3")
+(True, False, False, False)
 """
 
 from __future__ import annotations
@@ -35,14 +35,20 @@ def logical(dtype: Any) -> np.dtype:
 def is_float(dtype: Any) -> bool:
     """Whether `dtype` is a real floating type: numpy's float16/32/64 or one of `NARROW_FLOATS`."""
     dtype = np.dtype(dtype)
-    return dtype.kind == "f" or dtype in NARROW_FLOATS
+    return (dtype.kind == "f" and _numpys(dtype)) or dtype in NARROW_FLOATS
+
+
+def _numpys(dtype: np.dtype) -> bool:
+    """Whether `dtype` is numpy's own, not an `ml_dtypes` type that files itself under numpy's kinds
+    (float8_e5m2 says kind 'f')."""
+    return dtype.type.__module__ == "numpy"
 
 
 def is_numeric(dtype: Any) -> bool:
     """Whether `dtype` holds numbers a collective may move or reduce: bool, integers, floats, complex (or
     stands for them, without values: an abstract payload's dtype)."""
     dtype = logical(dtype)
-    return dtype.kind in "biufc" or dtype in NARROW_FLOATS
+    return (dtype.kind in "biufc" and _numpys(dtype)) or dtype in NARROW_FLOATS
 
 
 def finfo(dtype: Any) -> Any:

@@ -61,6 +61,16 @@ FOUR = [np.arange(2) + 10 * d for d in range(4)]
 
 BAD_INPUTS = [
     # (id, call, error type, message pattern)
+    # ml_dtypes' float8_e5m2 files itself under numpy's kind 'f': refused all the same, ppermute's fast path too
+    ("psum of float8_e5m2", lambda: per_device({"i": 2}, lambda x: collectives.psum(x, "i"),
+                                               [np.ones(2, "float8_e5m2")] * 2),
+     sim.InvalidTypeError, r"device 0: psum: x has dtype float8_e5m2; it must be numeric: .*float8 and int4"),
+    ("ppermute of float8_e5m2", lambda: per_device({"i": 2}, lambda x: collectives.ppermute(x, "i", [(0, 1)]),
+                                                   [np.ones(2, "float8_e5m2")] * 2),
+     sim.InvalidTypeError, r"device 0: ppermute: x has dtype float8_e5m2; it must be numeric"),
+    ("all_gather of int4", lambda: per_device({"i": 2}, lambda x: collectives.all_gather(x, "i"),
+                                              [np.ones(2, "int4")] * 2),
+     sim.InvalidTypeError, r"device 0: all_gather: x has dtype int4; it must be numeric"),
     ("shard_map of an object array", lambda: sim.shard_map(lambda v: v, mesh=sim.Mesh({"i": 2}), in_specs=P("i"),
                                                             out_specs=P("i"))(np.array([1, "a"], dtype=object)),
      sim.InvalidTypeError, r"args\[0\]: dtype object holds Python objects, which a device memory cannot hold"),
