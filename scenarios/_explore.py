@@ -6,7 +6,7 @@ import sim
 from scenarios._address_space import address_space_limit
 from scenarios._errors import ScenarioError
 from scenarios._load import Scenario
-from scenarios._program import ProgramScenario
+from scenarios._program import ProgramScenario, failed_at
 from scenarios._runner import mapped_call
 
 
@@ -33,4 +33,5 @@ def explore(scenario: Scenario | ProgramScenario, orders: int, seed: int = 0) ->
     except sim.MeshError as error:
         raise ScenarioError(f"{scenario.path}: the simulator rejected {what}: {error}") from error
     except Exception as error:  # a program's source is the file's own code: its failures are the file's errors
-        raise ScenarioError(f"{scenario.path}: [program] source failed: {type(error).__name__}: {error}") from error
+        raise ScenarioError(f"{failed_at(scenario.path, error)}: [program] source failed: {type(error).__name__}: "
+                            f"{error}") from error

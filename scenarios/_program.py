@@ -174,7 +174,19 @@ def running(path: str, max_memory_bytes: int | None = None) -> Iterator[None]:
         except sim.MeshError as error:
             raise ScenarioError(f"{path}: the simulator rejected the program: {error}") from error
         except Exception as error:  # the program is the file's own code: its failures are the file's errors
-            raise ScenarioError(f"{path}: [program] source failed: {type(error).__name__}: {error}") from error
+            raise ScenarioError(f"{failed_at(path, error)}: [program] source failed: {type(error).__name__}: "
+                                f"{error}") from error
+
+
+def failed_at(path: str, error: BaseException) -> str:
+    """`path`, with ':N' for the file's line N where the innermost frame of `error` in the program's source
+    ran (its code is compiled with the file's name and lines: `_compiled`); `path` alone when none did."""
+    line, frame = None, error.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename == str(path):
+            line = frame.tb_lineno
+        frame = frame.tb_next
+    return str(path) if line is None else f"{path}:{line}"
 
 
 def run_forward(scenario: ProgramScenario) -> sim.Run:

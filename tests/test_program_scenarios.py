@@ -52,3 +52,28 @@ def test_broken_program_source_is_a_scenario_error(tmp_path):
     (tmp_path / "bad.toml").write_text(text)
     with pytest.raises(scenarios.ScenarioError, match=r"bad.toml.*the simulator rejected the program|psumm"):
         scenarios.run(scenarios.load(tmp_path / "bad.toml"))
+
+
+def test_a_failing_program_is_reported_at_its_line_in_the_file(tmp_path):
+    """An exception raised inside the program (here in a helper the program calls) names the scenario file's
+    line where the program's innermost frame ran."""
+    (tmp_path / "bad.toml").write_text("""title = "a failing helper"
+[mesh]
+axes = {i = 2}
+[program]
+source = '''
+def helper(v):
+    return v + undefined_name
+
+def f(x):
+    return helper(psum(x, 'i'))
+'''
+in_specs = "P('i')"
+out_specs = "P()"
+transpose = false
+[[args]]
+shape = [4]
+""")
+    with pytest.raises(scenarios.ScenarioError, match=r"bad\.toml:7: \[program\] source failed: NameError: name "
+                                                      r"'undefined_name' is not defined"):
+        scenarios.run(scenarios.load(tmp_path / "bad.toml", allow_code=True))

@@ -20,6 +20,7 @@ from rich.text import Text
 import scenarios
 import sim
 from scenarios import Pass, ProgramResult, ProgramScenario, ScenarioError, ScenarioResult
+from scenarios._program import failed_at
 from sim.record import grouped, skipped_str
 
 
@@ -57,8 +58,8 @@ def run(scenario: Any) -> Sanitized:
         except ScenarioError:  # out of memory, said in one line
             raise
         except Exception as error:  # the program is the file's own code: its failures are the file's errors
-            raise ScenarioError(f"{scenario.path}: [program] source failed: {type(error).__name__}: {error}") \
-                from error
+            raise ScenarioError(f"{failed_at(scenario.path, error)}: [program] source failed: "
+                                f"{type(error).__name__}: {error}") from error
         result = None if outcome.stopped is not None else ProgramResult(scenario, Pass.of(outcome))
         return Sanitized(result, outcome)
     result = scenarios.run(scenario, sanitize=True)
