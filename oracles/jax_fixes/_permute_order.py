@@ -3,8 +3,9 @@
 JAX 0.10.2 lowers ppermute with each group's device ids sorted (`_pcollectives_lowering_common`), so over a
 tuple whose names are not in the mesh's order, say ('c', 'a') on a mesh ('a', 'c'), its perm's indices follow
 the mesh's order while `axis_index(('c', 'a'))` and `all_gather` follow the tuple's. The fix keeps JAX's own
-lowering and renumbers the perm first: index i of the tuple's numbering becomes the rank, among the group's
-sorted ids, of the group's i-th device (the groups come in the tuple's order). For example:
+lowering (ppermute's, and on GPU psend's and precv's, which share the helper) and renumbers the perm first:
+index i of the tuple's numbering becomes the rank, among the group's sorted ids, of the group's i-th device
+(the groups come in the tuple's order). For example:
 
     import oracles
     oracles.install_jax_fixes(["ppermute-tuple-axis-order"])
@@ -32,16 +33,24 @@ def _install() -> None:
 
     if _installed:
         return
-    stock = mlir._lowerings[parallel.ppermute_p].rule
 
-    def lowering(ctx: Any, x: Any, *, axis_name: Any, perm: Any) -> Any:
-        group = list(parallel._replica_groups(ctx.module_context.axis_context, axis_name, None)[0])
-        ranks = sorted(group)
-        rank = [ranks.index(device) for device in group]  # the tuple's index -> the index stock JAX reads
-        n = len(group)
-        return stock(ctx, x, axis_name=axis_name, perm=tuple((rank[s % n], rank[d % n]) for s, d in perm))
+    def renumbering(stock: Any) -> Any:
+        def lowering(ctx: Any, *args: Any, axis_name: Any, perm: Any, **params: Any) -> Any:
+            group = list(parallel._replica_groups(ctx.module_context.axis_context, axis_name, None)[0])
+            ranks = sorted(group)
+            rank = [ranks.index(device) for device in group]  # the tuple's index -> the index stock JAX reads
+            n = len(group)
+            pairs = tuple((rank[s % n], rank[d % n]) for s, d in perm)
+            return stock(ctx, *args, axis_name=axis_name, perm=pairs, **params)
 
-    mlir.register_lowering(parallel.ppermute_p, lowering)
+        return lowering
+
+    mlir.register_lowering(parallel.ppermute_p, renumbering(mlir._lowerings[parallel.ppermute_p].rule))
+    for primitive in (parallel.psend_p, parallel.precv_p):  # GPU only (their CPU rules raise): not run here
+        for platform in ("cuda", "rocm"):
+            entry = mlir._platform_specific_lowerings[platform].get(primitive)
+            if entry is not None:
+                mlir.register_lowering(primitive, renumbering(entry.rule), platform=platform)
     _installed.append(True)
 
 
