@@ -6,8 +6,9 @@ instead. Importing this module registers the name with numpy, so `np.dtype("bflo
 once `layouts` is imported. The float8 and int4 types stay refused: XLA:CPU converts the float8 types
 through float16 even where it only moves them. Measured on 4 CPU devices with all 256 bit patterns, an
 all_gather, all_to_all or ppermute keeps the bits of float8_e4m3fn, _e4m3fnuz, _e5m2fnuz, _e4m3b11fnuz and
-_e8m0fnu, but turns NaNs into one NaN for float8_e5m2 (5 patterns change, to 0x7f), _e4m3 (12, to 0x7c) and
-_e3m4 (28, to 0x78); on one device the all_to_all is compiled away and keeps them. Those rules, and the
+_e8m0fnu, but merges NaNs: float8_e5m2's five other NaNs become 0x7f (the sign dropped), _e4m3's become
+0x7c or 0xfc and _e3m4's 0x78 or 0xf8 (the sign kept); on one device the all_to_all is compiled away and
+keeps them. Those rules, and the
 reductions' arithmetic, are not modelled. (ml_dtypes files float8_e5m2 under numpy's kind 'f': `is_numeric`
 and `is_float` ask whether a dtype is numpy's own.)
 
