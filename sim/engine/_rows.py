@@ -4,8 +4,9 @@
 A row is a list of payloads and headers, or one array (`Whole`): part j of it to member j, or all of it to
 every member. Arrival times live in the trace; a table holds a few numbers per member, not per message. A
 receiver reads its column from the senders' memories as a strided view when their rows lie evenly spaced
-in one buffer (inputs placed from one global array), from a stack of the rows made once when the call has
-many small messages, or part by part.
+in one buffer (inputs placed from one global array), else from a stack of the rows made once for the call
+(messages under 64 KiB, 64 MiB in all: one stack copies no more than the receivers' columns would), else
+part by part. Which of the three is worked out once per call, by its first receiver.
 """
 
 from __future__ import annotations
