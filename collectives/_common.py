@@ -45,15 +45,11 @@ def canonical_axis(op: str, device: int, name: str, value: Any, rank: int, negat
 def operand(op: str, device: int, name: str, value: Any) -> np.ndarray:
     """`value` as a numeric numpy array, or a clear error."""
     array = np.asarray(value)
-    if array.dtype not in NUMPY_NUMBERS and not layouts.is_numeric(array.dtype):
+    if array.dtype not in layouts.NUMPY_NUMBERS and not layouts.is_numeric(array.dtype):
         raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {array.dtype}; it must be numeric: bool, "
                                f"an integer, a float or complex number of numpy's, or bfloat16 (ml_dtypes' float8 "
                                f"and int4 types are not modelled)")
     return array
-
-
-# numpy's own numeric dtypes, found by one look-up (`layouts.is_numeric` answers for every other)
-NUMPY_NUMBERS = frozenset(np.dtype(code) for code in "?bhilqBHILQefdgFDG")
 
 
 def map_tree(fn: Callable[[Any], Any], tree: Any) -> Any:

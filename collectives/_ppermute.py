@@ -16,7 +16,6 @@ from collectives import _batch_rules as batch_rules
 from collectives._algorithm import direct_only
 from collectives._algorithms import check_algorithm, resolve
 from collectives._common import (
-    NUMPY_NUMBERS,
     group_of,
     header_of,
     map_tree,
@@ -114,7 +113,7 @@ def _leaf(x: Any, axis_name: Any, perm: Any, out_layout: Any, algorithm: str = "
     # a numeric array is its own operand; an array made from a memory view (a program's value) is found by
     # that view, unlike its plain copy
     plain = isinstance(x, np.ndarray)
-    array = x if plain and x.dtype in NUMPY_NUMBERS else operand(_OP, context.device, "x", x)
+    array = x if plain and x.dtype in layouts.NUMPY_NUMBERS else operand(_OP, context.device, "x", x)
     members = group.members
     found = context.shared.get(("ppermute", id(perm), len(members), algorithm, axis_name)) \
         if type(algorithm) is str and type(axis_name) is str else None  # `_checked_perm`'s entry, looked up here

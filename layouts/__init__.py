@@ -27,7 +27,17 @@ What XLA:CPU does with layouts (jax 0.10.2, measured through `unsafe_buffer_poin
 """
 
 from layouts._codec import contiguous_runs, decode, encode, layout_of, nbytes, offset, strides
-from layouts._dtypes import ABSTRACT_KEY, BFLOAT16, NARROW_FLOATS, finfo, is_float, is_numeric, logical, short_name
+from layouts._dtypes import (
+    ABSTRACT_KEY,
+    BFLOAT16,
+    NARROW_FLOATS,
+    NUMPY_NUMBERS,
+    finfo,
+    is_float,
+    is_numeric,
+    logical,
+    short_name,
+)
 from layouts._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from layouts._format import Format
 from layouts._layout import AUTO, AutoLayout, Layout
@@ -36,5 +46,5 @@ __all__ = [
     "AUTO", "AutoLayout", "Format", "InvalidArgumentError", "InvalidTypeError", "Layout", "MeshError",
     "contiguous_runs", "decode", "encode", "layout_of", "nbytes", "offset", "strides",
 ]
-__all__ += ["ABSTRACT_KEY", "BFLOAT16", "NARROW_FLOATS", "finfo", "is_float", "is_numeric", "logical",
+__all__ += ["ABSTRACT_KEY", "BFLOAT16", "NARROW_FLOATS", "NUMPY_NUMBERS", "finfo", "is_float", "is_numeric", "logical",
             "short_name"]  # element types

@@ -8,9 +8,8 @@ through float16 even where it only moves them. Measured on 4 CPU devices with al
 all_gather, all_to_all or ppermute keeps the bits of float8_e4m3fn, _e4m3fnuz, _e5m2fnuz, _e4m3b11fnuz and
 _e8m0fnu, but merges NaNs: float8_e5m2's five other NaNs become 0x7f (the sign dropped), _e4m3's become
 0x7c or 0xfc and _e3m4's 0x78 or 0xf8 (the sign kept); on one device the all_to_all is compiled away and
-keeps them. Those rules, and the
-reductions' arithmetic, are not modelled. (ml_dtypes files float8_e5m2 under numpy's kind 'f': `is_numeric`
-and `is_float` ask whether a dtype is numpy's own.)
+keeps them. Those rules, and the reductions' arithmetic, are not modelled. (ml_dtypes files float8_e5m2
+under numpy's kind 'f': `is_numeric` and `is_float` ask whether a dtype is numpy's own.)
 
 >>> is_float("bfloat16"), is_numeric(np.dtype("float8_e4m3fn")), is_numeric(np.dtype("float8_e5m2")), is_numeric("U3")
 (True, False, False, False)
@@ -25,6 +24,8 @@ import numpy as np
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 NARROW_FLOATS: tuple[np.dtype, ...] = (BFLOAT16,)  # the ml_dtypes floats every layer accepts
+# numpy's own numeric dtypes in native byte order, for a check by one look-up (`is_numeric` answers for any)
+NUMPY_NUMBERS = frozenset(np.dtype(code) for code in "?bhilqBHILQefdgFDG")
 
 
 ABSTRACT_KEY = "meshsim.abstract"  # the metadata key of an abstract payload's dtype (`sim.memory._abstract`)

@@ -180,8 +180,9 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compile
         return _nested(eqn, ins, check_vma, watch, compiled)
     definition = _definition(name)
     if definition is not None:
-        if name in PERMUTES and _renumbering(eqn) is not None:
-            _note_renumbering(eqn, watch)
+        renumbering = _renumbering(eqn) if name in PERMUTES else None
+        if renumbering is not None:
+            _note_renumbering(eqn, watch, renumbering[1])
         program = sim.current().program  # faces: each call labelled with its line, as `sim.labelled` labels it
         outer, program.label = program.label, _label(eqn, watch.where)
         try:
@@ -321,11 +322,12 @@ def _renumbering(eqn: core.JaxprEqn) -> tuple[tuple, tuple[int, ...]] | None:
     return _memo(eqn, "renumbering", lambda: jax_pairs(eqn.params["perm"], names, mesh))
 
 
-def _note_renumbering(eqn: core.JaxprEqn, watch: Watch) -> None:
-    """Report that JAX runs `eqn`'s pairs between other devices than they name (an error with `strict`)."""
+def _note_renumbering(eqn: core.JaxprEqn, watch: Watch, indices: tuple[int, ...]) -> None:
+    """Report that JAX runs `eqn`'s pairs between other devices than they name: the tuple indices `indices`
+    receive from another device (an error with `strict`)."""
     if id(eqn) in watch.renumbered:
         return
-    names, (_, indices) = eqn.params["axis_name"], _renumbering(eqn)
+    names = eqn.params["axis_name"]
     if watch.strict:
         mesh = sim.current().mesh.shape
         raise JaxSlipError(renumbered(eqn.primitive.name, source_line(eqn, watch.where), names, tuple(mesh),

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 PERMUTES = frozenset({"ppermute", "psend", "precv"})
-FINDING = 29
 
 
 def jax_pairs(perm: Sequence[tuple[int, int]], names: tuple[str, ...], mesh: Mapping[str, int]
