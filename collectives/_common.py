@@ -42,14 +42,22 @@ def canonical_axis(op: str, device: int, name: str, value: Any, rank: int, negat
     return int(value) % rank
 
 
-def operand(op: str, device: int, name: str, value: Any) -> np.ndarray:
-    """`value` as a numeric numpy array, or a clear error."""
+def operand(op: str, device: int, name: str, value: Any, reduces: bool = False) -> np.ndarray:
+    """`value` as a numpy array a collective may move (numeric, or a float8 type: `layouts.is_movable`) or,
+    where it `reduces`, reduce (numeric: `layouts.is_numeric`); else a clear error."""
     array = np.asarray(value)
-    if array.dtype not in layouts.NUMPY_NUMBERS and not layouts.is_numeric(array.dtype):
-        raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {array.dtype}; it must be numeric: bool, "
-                               f"an integer, a float or complex number of numpy's, or bfloat16 (ml_dtypes' float8 "
-                               f"and int4 types are not modelled)")
-    return array
+    dtype = array.dtype
+    if dtype in layouts.NUMPY_NUMBERS or layouts.is_numeric(dtype):
+        return array
+    if layouts.is_movable(dtype):
+        if not reduces:
+            return array
+        raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {dtype}; the float8 types are moved, not "
+                               f"reduced (XLA's arithmetic on them is not modelled): convert {name} to bfloat16 or "
+                               f"float32 before the {op}, or move it with a collective that only moves data")
+    raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {dtype}; it must be numeric: bool, an integer, "
+                           f"a float or complex number of numpy's, bfloat16, or (moved, not reduced) one of "
+                           f"ml_dtypes' float8 types (the int4 types are not modelled)")
 
 
 def map_tree(fn: Callable[[Any], Any], tree: Any) -> Any:

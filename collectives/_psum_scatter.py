@@ -135,7 +135,7 @@ def _leaf(x: Any, axis_name: Any, scatter_dimension: int, axis_index_groups: Any
           algorithm: str, out_layout: Any) -> np.ndarray:
     context, group = group_of(_OP, axis_name, axis_index_groups)
     device = context.device
-    x = operand(_OP, device, "x", x)
+    x = operand(_OP, device, "x", x, reduces=True)
     if x.dtype.kind == "b":
         raise sim.InvalidTypeError(f"device {device}: {_OP}: x has dtype bool; it must be a number type "
                                    "(jax.lax.psum_scatter adds, and add does not accept bool)")

@@ -237,7 +237,7 @@ def is_python_scalar(x: Any) -> bool:
 
 def _reducible(called: Definition, device: int, value: Any) -> np.ndarray:
     op = called.name
-    x = operand(op, device, "x", value)
+    x = operand(op, device, "x", value, reduces=True)
     if x.dtype.kind == "c" and called.reduction.extreme:
         raise sim.InvalidTypeError(
             f"device {device}: {op}: x has dtype {x.dtype}; complex numbers have no max or min "

@@ -4,7 +4,8 @@
 array and device bytes (every reader of a device memory goes through them), `Format` pairs a layout with
 a sharding. The package's error base lives here too, at the bottom of the layers: `MeshError`, with
 `InvalidArgumentError` (a ValueError) and `InvalidTypeError` (a TypeError) for caller mistakes. Imports
-numpy only, and `ml_dtypes` for the element types numpy lacks (bfloat16, float8: `is_numeric`, `is_float`).
+numpy only, and `ml_dtypes` for the element types numpy lacks (bfloat16, float8: `is_numeric`, `is_float`,
+`is_movable`).
 
 What XLA:CPU does with layouts (jax 0.10.2, measured through `unsafe_buffer_pointer()`):
 
@@ -30,10 +31,12 @@ from layouts._codec import contiguous_runs, decode, encode, layout_of, nbytes, o
 from layouts._dtypes import (
     ABSTRACT_KEY,
     BFLOAT16,
+    FLOAT8,
     NARROW_FLOATS,
     NUMPY_NUMBERS,
     finfo,
     is_float,
+    is_movable,
     is_numeric,
     logical,
     short_name,
@@ -46,5 +49,5 @@ __all__ = [
     "AUTO", "AutoLayout", "Format", "InvalidArgumentError", "InvalidTypeError", "Layout", "MeshError",
     "contiguous_runs", "decode", "encode", "layout_of", "nbytes", "offset", "strides",
 ]
-__all__ += ["ABSTRACT_KEY", "BFLOAT16", "NARROW_FLOATS", "NUMPY_NUMBERS", "finfo", "is_float", "is_numeric", "logical",
-            "short_name"]  # element types
+__all__ += ["ABSTRACT_KEY", "BFLOAT16", "FLOAT8", "NARROW_FLOATS", "NUMPY_NUMBERS", "finfo", "is_float", "is_movable",
+            "is_numeric", "logical", "short_name"]  # element types

@@ -242,7 +242,7 @@ def ppermute(xs: Sequence[np.ndarray], mesh_shape: dict[Hashable, int], axis_nam
     >>> ppermute([np.array([d + 1]) for d in range(4)], {'i': 4}, 'i', [(0, 2)])
     [array([0]), array([0]), array([1]), array([0])]
     """
-    out = [np.zeros_like(x) for x in xs]
+    out = [np.full_like(x, 0) for x in xs]  # the value zero (float8_e8m0fnu has none: it rounds to NaN)
     for group in groups(mesh_shape, axis_name):
         for src, dst in perm:
             out[group[dst % len(group)]] = np.array(xs[group[src % len(group)]], copy=True)

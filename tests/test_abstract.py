@@ -270,7 +270,7 @@ def test_hollow_copies_move_nothing():
 
 @pytest.mark.parametrize(("shape", "dtype", "error", "match"), [
     ((-1,), np.float32, sim.InvalidArgumentError, r"shape=\(-1,\) must not have negative dimensions"),
-    ((2,), np.dtype("U3"), sim.InvalidTypeError, "dtype=<U3 must be numeric for an abstract array"),
+    ((2,), np.dtype("U3"), sim.InvalidTypeError, "dtype=<U3 must be numeric or a float8 type for an abstract array"),
 ])
 def test_hollow_empty_refuses(shape, dtype, error, match):
     """An abstract array of a negative shape or of a dtype holding no numbers is refused naming the argument."""

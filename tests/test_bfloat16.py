@@ -229,11 +229,14 @@ def test_scenario_loader_reads_bfloat16_inputs(tmp_path):
 
 @pytest.mark.parametrize(("call", "match"), [
     (lambda: collectives.psum(np.array(["a"]), "x"), r"device 0: psum: x has dtype <U1; it must be numeric"),
-    (lambda: collectives.all_gather(np.zeros(2, "float8_e4m3fn"), "x"),
-     r"device 0: all_gather: x has dtype float8_e4m3fn; it must be numeric"),
-], ids=["psum-of-strings", "all_gather-of-float8"])
+    (lambda: collectives.all_gather(np.zeros(2, "int4"), "x"),
+     r"device 0: all_gather: x has dtype int4; it must be numeric"),
+    (lambda: collectives.pmax(np.zeros(2, "float8_e4m3fn"), "x"),
+     r"device 0: pmax: x has dtype float8_e4m3fn; the float8 types are moved, not reduced"),
+], ids=["psum-of-strings", "all_gather-of-int4", "pmax-of-float8"])
 def test_non_numeric_dtypes_are_refused_as_before(call, match):
-    """Strings (and the float8 types) are still refused with the unchanged message naming the dtype."""
+    """Strings and the int4 types are refused with the message naming the dtype; the float8 types by the
+    reductions."""
     f = sim.shard_map(lambda x: call(), mesh=sim.Mesh({"x": 1}), in_specs=P("x"), out_specs=P("x"))
     with pytest.raises(sim.InvalidTypeError, match=match):
         f(np.zeros(1))

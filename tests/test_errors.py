@@ -61,13 +61,17 @@ FOUR = [np.arange(2) + 10 * d for d in range(4)]
 
 BAD_INPUTS = [
     # (id, call, error type, message pattern)
-    # ml_dtypes' float8_e5m2 files itself under numpy's kind 'f': refused all the same, ppermute's fast path too
+    # ml_dtypes' float8_e5m2 files itself under numpy's kind 'f': moved, but not reduced, like every float8 type
     ("psum of float8_e5m2", lambda: per_device({"i": 2}, lambda x: collectives.psum(x, "i"),
                                                [np.ones(2, "float8_e5m2")] * 2),
-     sim.InvalidTypeError, r"device 0: psum: x has dtype float8_e5m2; it must be numeric: .*float8 and int4"),
-    ("ppermute of float8_e5m2", lambda: per_device({"i": 2}, lambda x: collectives.ppermute(x, "i", [(0, 1)]),
-                                                   [np.ones(2, "float8_e5m2")] * 2),
-     sim.InvalidTypeError, r"device 0: ppermute: x has dtype float8_e5m2; it must be numeric"),
+     sim.InvalidTypeError, r"device 0: psum: x has dtype float8_e5m2; the float8 types are moved, not reduced"),
+    ("psum_scatter of float8_e4m3fn", lambda: per_device({"i": 2}, lambda x: collectives.psum_scatter(x, "i"),
+                                                         [np.ones(2, "float8_e4m3fn")] * 2),
+     sim.InvalidTypeError, r"device 0: psum_scatter: x has dtype float8_e4m3fn; the float8 types are moved, not "
+                           r"reduced .*convert x to bfloat16 or float32 before the psum_scatter"),
+    ("ppermute of int4", lambda: per_device({"i": 2}, lambda x: collectives.ppermute(x, "i", [(0, 1)]),
+                                            [np.ones(2, "int4")] * 2),
+     sim.InvalidTypeError, r"device 0: ppermute: x has dtype int4; it must be numeric.*int4 types are not modelled"),
     ("all_gather of int4", lambda: per_device({"i": 2}, lambda x: collectives.all_gather(x, "i"),
                                               [np.ones(2, "int4")] * 2),
      sim.InvalidTypeError, r"device 0: all_gather: x has dtype int4; it must be numeric"),

@@ -155,8 +155,11 @@ def _spaced(flats: list[np.ndarray]) -> np.ndarray | None:
     low = root.__array_interface__["data"][0]
     if addresses[0] < low or addresses[-1] + flats[0].nbytes > low + root.nbytes:
         return None
-    return np.lib.stride_tricks.as_strided(flats[0], (len(flats), flats[0].size), (step, flats[0].itemsize),
-                                           writeable=False)
+    first = flats[0]
+    # one-byte elements strided as bytes: numpy's `as_strided` cannot read float8_e5m2's type string ('<f1')
+    raw = first.view(np.uint8) if first.itemsize == 1 else first
+    return np.lib.stride_tricks.as_strided(raw, (len(flats), first.size), (step, first.itemsize),
+                                           writeable=False).view(first.dtype)
 
 
 def _root(array: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from layouts import ABSTRACT_KEY as _KEY
-from layouts import is_numeric, logical
+from layouts import is_movable, logical
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim.memory._sharding import Sharding
 
@@ -119,8 +119,8 @@ def hollow_empty(shape: Any, dtype: Any) -> np.ndarray:
     shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     if any(n < 0 for n in shape):
         raise InvalidArgumentError(f"shape={shape} must not have negative dimensions")
-    if not is_numeric(dtype):
-        raise InvalidTypeError(f"dtype={np.dtype(dtype)} must be numeric for an abstract array")
+    if not is_movable(dtype):
+        raise InvalidTypeError(f"dtype={np.dtype(dtype)} must be numeric or a float8 type for an abstract array")
     hollow = hollow_dtype(dtype)
     count = 1
     for n in shape:

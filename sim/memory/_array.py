@@ -126,8 +126,8 @@ def device_put(x: Any, target: Format | Sharding | None = None, *,
     if isinstance(x, Array) and target is None:
         return x
     value = np.asarray(x)
-    if not layouts.is_numeric(value.dtype):
-        raise InvalidTypeError(f"device_put: x has dtype {value.dtype}; it must be numeric or bool")
+    if not layouts.is_movable(value.dtype):
+        raise InvalidTypeError(f"device_put: x has dtype {value.dtype}; it must be numeric, bool or a float8 type")
     layout, sharding = _resolve(target, value.ndim)
     committed = target is not None
     placed = []
