@@ -42,11 +42,15 @@ def _ulps(wanted: Any, found: Any) -> int:
     return int(np.max(np.abs(a - b)))
 
 
-def moe_layer(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> Callable[..., Any]:
+def moe_layer(n: int, experts: int, k: int, capacity: int, check_vma: bool, dispatch: Any = None
+              ) -> Callable[..., Any]:
     """An expert-parallel MoE layer written as open-source ones write it: router logits with jitter from the
     RNG state passed in, top-k, tokens past an expert's capacity dropped, rows sorted by expert (argsort),
     counts all_gathered, offsets from cumulative sums, a ragged dispatch into an empty buffer, grouped matmuls
-    (ragged_dot), a ragged combine back and the top-k weights applied. Experts are sharded over 'e'."""
+    (ragged_dot), a ragged combine back and the top-k weights applied. Experts are sharded over 'e'. With a
+    float8 `dispatch` dtype the rows travel quantised, as fp8 MoE layers send them: each row divided by its
+    own scale (its largest magnitude over the dtype's largest finite), cast to `dispatch`, sent with its
+    scale (a second ragged dispatch, in float32) and multiplied back at the expert."""
     mesh = jax.make_mesh((n,), ("e",), axis_types=(AxisType.Auto,))
     local = experts // n
 
@@ -74,7 +78,14 @@ def moe_layer(n: int, experts: int, k: int, capacity: int, check_vma: bool) -> C
         places = (jnp.cumsum(per_dest, axis=0) - per_dest)[me]
         buffer = jnp.zeros((x.shape[0] * k * n, x.shape[1]), x.dtype)
         buffer = lax.pcast(buffer, "e", to="varying") if check_vma else buffer
-        got = lax.ragged_all_to_all(rows, buffer, starts, sizes, places, recv, axis_name="e")
+        if dispatch is None:
+            got = lax.ragged_all_to_all(rows, buffer, starts, sizes, places, recv, axis_name="e")
+        else:
+            scale = jnp.max(jnp.abs(rows), axis=1, keepdims=True) / float(jnp.finfo(dispatch).max) + 1e-12
+            sent = lax.ragged_all_to_all((rows / scale).astype(dispatch), buffer.astype(dispatch), starts, sizes,
+                                         places, recv, axis_name="e")
+            scales = lax.ragged_all_to_all(scale, buffer[:, :1], starts, sizes, places, recv, axis_name="e")
+            got = sent.astype(x.dtype) * scales
         src_starts = jnp.cumsum(recv) - recv
         row = jnp.arange(got.shape[0])
         src = jnp.clip(jnp.searchsorted(src_starts, row, side="right") - 1, 0, n - 1)
@@ -127,6 +138,38 @@ def moe() -> list[tuple]:
                 rows.append((n, check_vma, form, report.agrees and all(o.equal_bytes for o in report.outputs),
                              differences, eager, [(d.kind, d.primitive, d.finding) for d in found.diagnostics],
                              [len(r.trace.messages) for r in found.runs], str(report)))
+    return rows
+
+
+def moe_fp8() -> list[tuple]:
+    """The MoE layer dispatching its rows as float8_e4m3fn on 4 and 8 devices (check_vma off), forward and
+    gradient: (devices, form, simulation == jitted JAX bit for bit, simulation == the layer cut at its
+    collectives in plain JAX (`bridge_cut.cut`) bit for bit, which outputs jitted JAX differs in, the largest
+    difference there in ulps, whether device 0's program moves float8 rows through a ragged_all_to_all)."""
+    from bridge_cut import cut
+
+    oracles.install_cpu_ragged_all_to_all()
+    rows = []
+    for n in (4, 8):
+        experts, width, tokens = 2 * n, 4, 6
+        rng = np.random.default_rng(n)
+        args = (rng.standard_normal((tokens * n, width)).astype(np.float32),
+                rng.standard_normal((width, experts)).astype(np.float32),
+                rng.standard_normal((experts, width, 8)).astype(np.float32),
+                rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.PRNGKey(0))
+        f = moe_layer(n, experts, k=2, capacity=3, check_vma=False, dispatch=jnp.float8_e4m3fn)
+        loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
+        for form, g in (("forward", jax.jit(f)), ("grad", jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))))):
+            run = oracles.simulate_jax(g, *args)
+            simulated, jitted = jax.tree.leaves(run.outputs), [np.asarray(x) for x in jax.tree.leaves(g(*args))]
+            wanted = [np.asarray(x) for x in cut(g, *args)]
+            differing = [k for k, (a, b) in enumerate(zip(wanted, jitted)) if not same_bits([a], [b])]
+            ulps = max((_ulps(a, b) for k in differing for a, b in zip(jitted[k].ravel(), wanted[k].ravel())
+                        if a != b), default=0)
+            program = str(run.runs[0].program(0))
+            moved = any("ragged_all_to_all" in line and "f8_e4m3fn" in line for line in program.splitlines())
+            rows.append((n, form, same_bits(jitted, simulated), same_bits(wanted, simulated), differing, ulps,
+                         moved))
     return rows
 
 

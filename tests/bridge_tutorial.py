@@ -33,6 +33,7 @@ from bridge_reach import (
     fusion,
     fusion_across_runs,
     moe,
+    moe_fp8,
     operands,
     primitives,
     reach,
@@ -424,7 +425,8 @@ def corpus() -> list[tuple]:
 BATCHES: dict[str, Callable[[], Any]] = {"corpus": corpus, "diagnostics": diagnostics, "reach": reach,
                                          "explicit_types": explicit_types, "primitives": primitives,
                                          "fusion": fusion, "fusion_across_runs": fusion_across_runs,
-                                         "cut_programs": cut_programs, "moe": moe, "operands": operands,
+                                         "cut_programs": cut_programs, "moe": moe, "moe_fp8": moe_fp8,
+                                         "operands": operands,
                                          "segments": segments}
 
 

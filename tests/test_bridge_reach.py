@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.differential, pytest.mark.usefixtures("jax_compile_cac
 WORKER = Path(__file__).resolve().parent / "bridge_tutorial.py"
 SNAPSHOT = Path(__file__).resolve().parent / "bridge_primitives.txt"
 BATCHES = ("diagnostics", "reach", "explicit_types", "primitives", "fusion", "fusion_across_runs", "cut_programs",
-           "moe", "operands", "segments")
+           "moe", "moe_fp8", "operands", "segments")
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +187,23 @@ def test_moe_layer_equals_jitted_jax_bit_for_bit(results):
         assert eager is (True if (n, check_vma, form) == (4, False, "forward") else None)
         assert diagnostics == ([("typing slip", "sort", 4)] * 2 if check_vma else [])
         assert len(messages) == (1 if form == "forward" else 2) and all(m > 0 for m in messages)
+
+
+def test_moe_layer_dispatching_float8_equals_jax_bit_for_bit(results):
+    """The MoE layer sending its rows as float8_e4m3fn with their float32 scales (as fp8 MoE layers dispatch),
+    on 4 and 8 devices: the float8 rows go through the simulated ragged_all_to_all; forward, the simulation
+    equals jitted JAX bit for bit; under jax.grad it equals the layer cut at its collectives in plain JAX bit
+    for bit, and jitted JAX differs from both in dx alone (its one module fuses the forward's scales into the
+    backward, and a cotangent rounded to float8 turns a last-place difference into a float8 step)."""
+    rows = result(results, "moe_fp8")
+    assert [(n, form) for n, form, *_ in rows] == [(n, f) for n in (4, 8) for f in ("forward", "grad")]
+    for n, form, jitted, cut, differing, ulps, moved in rows:
+        assert moved, f"{n} devices, {form}: no float8 ragged_all_to_all in device 0's program"
+        assert cut, f"{n} devices, {form}: the simulation differs from the program cut at its collectives"
+        if form == "forward":
+            assert jitted and differing == [], (n, form, differing)
+        else:
+            assert not jitted and differing == [0] and 0 < ulps <= 1024, (n, form, differing, ulps)
 
 
 def test_compiled_and_stepwise_runs_are_compared_column_by_column(results):
