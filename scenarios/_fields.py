@@ -36,7 +36,7 @@ MAX_RANK = 64  # numpy's most dimensions, and so a mesh's most axes
 MAX_ELEMENTS = 1 << 48  # far beyond any memory: a shape whose non-zero sizes multiply past it is a typo
 MAX_SHOWN = 60  # characters of a value echoed in a message
 DTYPE_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
-               "bfloat16", "float32", "float64")
+               "bfloat16", "float32", "float64", *(d.name for d in layouts.FLOAT8))  # float8: moved, not reduced
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}")
 
 
@@ -171,8 +171,11 @@ def dtype(where: Where, value: Any, names: tuple[str, ...] = DTYPE_NAMES, exampl
     comma-separated formats, and raises for text it cannot read.
     """
     if not isinstance(value, str) or value not in names:
+        listed = [name for name in names if not name.startswith("float8_")]
+        float8 = len(names) - len(listed)
+        also = f", or one of the {float8} float8 types (float8_e4m3fn, float8_e5m2, ...)" if float8 else ""
         raise where.error(f"{where.key}={shown(value)} must name a numeric numpy dtype, e.g. {example}; one of: "
-                          f"{', '.join(names)}")
+                          f"{', '.join(listed)}{also}")
     return layouts.BFLOAT16 if value == "bfloat16" else np.dtype(value)
 
 

@@ -97,11 +97,17 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
 
 def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Floats from a standard normal, integers from [-9, 9] (unsigned [0, 9]), booleans by fair coin."""
-    if layouts.is_float(dtype):
-        return rng.standard_normal(shape).astype(dtype)
+    if layouts.is_float(dtype) or dtype in layouts.FLOAT8:
+        return rounded(rng.standard_normal(shape), dtype)
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
     return rng.integers(max(-9, np.iinfo(dtype).min), 10, shape).astype(dtype)
+
+
+def rounded(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Drawn float `values` rounded to the float `dtype` (bfloat16 and float8 included); float8_e8m0fnu, which
+    holds no sign, takes their magnitudes (a negative value would round to its NaN)."""
+    return (np.abs(values) if dtype.name == "float8_e8m0fnu" else values).astype(dtype)
 
 
 def _index_dtype(source: Source, name: Any) -> np.dtype:

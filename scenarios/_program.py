@@ -22,6 +22,7 @@ import sim
 from scenarios._address_space import address_space_limit
 from scenarios._consent import TimeLimitError, refuse_program, user_code
 from scenarios._errors import ScenarioError, Source
+from scenarios._inputs import rounded
 from scenarios._specs import parse_specs
 
 _PROGRAM_KEYS = ("source", "in_specs", "out_specs", "check_vma", "transpose", "linear_argnums")
@@ -153,8 +154,8 @@ def _arg(source: Source, index: int, spec: dict) -> np.ndarray:
 
 
 def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    if layouts.is_float(dtype):
-        return rng.standard_normal(shape).astype(dtype)
+    if layouts.is_float(dtype) or dtype in layouts.FLOAT8:
+        return rounded(rng.standard_normal(shape), dtype)
     return rng.integers(-5, 6, shape).astype(dtype)
 
 

@@ -175,10 +175,12 @@ def _holders(scenario: Scenario) -> tuple[list[int], sim.PartitionSpec]:
 
 
 def _listed(values: np.ndarray | Sequence) -> list:
-    """An array as nested lists (bfloat16 as the Python floats it holds exactly), any other sequence as a list."""
+    """An array as nested lists (bfloat16 and float8 as the Python floats they hold exactly; NaN as NaN), any
+    other sequence as a list."""
     if not isinstance(values, np.ndarray):
         return list(values)
-    return (values.astype(np.float32) if values.dtype in layouts.NARROW_FLOATS else values).tolist()
+    narrow = values.dtype in layouts.NARROW_FLOATS or values.dtype in layouts.FLOAT8
+    return (values.astype(np.float32) if narrow else values).tolist()
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:

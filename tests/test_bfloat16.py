@@ -242,12 +242,6 @@ def test_non_numeric_dtypes_are_refused_as_before(call, match):
         f(np.zeros(1))
 
 
-def test_scenario_dtype_float8_is_refused(tmp_path):
-    """`[inputs] dtype` names a numeric dtype: float8 is refused with the message that lists bfloat16."""
-    with pytest.raises(scenarios.ScenarioError, match=r"dtype='float8_e4m3fn' must name a numeric numpy dtype"):
-        _scenario(tmp_path, '[inputs]\nseed = 1\nshape = [3]\ndtype = "float8_e4m3fn"\n')
-
-
 def _folded_in_bfloat16(reduction: str, terms: np.ndarray) -> np.ndarray:
     """A wrong fold: one `combine` per term, so every partial sum is rounded to bfloat16."""
     acc = identity(reduction, terms.dtype)

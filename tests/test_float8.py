@@ -8,6 +8,8 @@ it moves them: `test_xla_cpu_merges_float8_nans_that_meshsim_moves_unchanged`).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,7 +18,9 @@ from strategies import Case, cases, check_agreement, differences, run_jax, run_s
 
 import collectives
 import layouts
+import scenarios
 import sim
+from oracles import spec
 from sim import P
 
 FLOAT8 = layouts.FLOAT8
@@ -88,6 +92,51 @@ def test_abstract_payloads_and_device_put_take_float8(dtype):
     bits = np.arange(256, dtype=np.uint8).view(dtype)
     placed = sim.device_put(bits, sim.NamedSharding(mesh, P("x")))
     assert np.concatenate([np.asarray(s.data) for s in placed.shards]).view(np.uint8).tolist() == list(range(256))
+
+
+def test_scenario_files_move_float8_and_refuse_to_reduce_it(tmp_path):
+    """`[inputs] dtype` names any float8 type: drawn inputs and literal bits (a NaN among them) run through
+    `meshsim run` to the spec's bytes, the JSON summary gives their values as floats; a psum of float8 exits 2
+    with the rule."""
+    from scenarios.cli import main
+
+    head = 'title = "t"\ndescription = "d"\n[mesh]\naxes = {e = 4}\n'
+    drawn = tmp_path / "drawn.toml"
+    drawn.write_text(head + '[collective]\nop = "all_to_all"\naxis_name = "e"\nsplit_axis = 0\nconcat_axis = 0\n'
+                     'tiled = true\n[inputs]\nseed = 3\nshape = [8, 2]\ndtype = "float8_e4m3fn"\n')
+    literal = tmp_path / "literal.toml"
+    literal.write_text(head + '[collective]\nop = "ppermute"\naxis_name = "e"\nperm = [[0, 1], [2, 3]]\n'
+                       '[inputs]\ndtype = "float8_e8m0fnu"\n' + "".join(
+                           f'[[device]]\nx = {{bits = ["0x{7 + d:02x}", "0xff"]}}\n' for d in range(4)))
+    for path, dtype, evaluate in ((drawn, "float8_e4m3fn", spec.all_to_all),
+                                  (literal, "float8_e8m0fnu", spec.ppermute)):
+        scenario = scenarios.load(path)
+        xs = [inputs["x"] for inputs in scenario.inputs]
+        assert {x.dtype.name for x in xs} == {dtype}
+        wanted = evaluate(xs, {"e": 4}, **scenario.params)
+        assert [o.tobytes() for o in scenarios.run(scenario).outputs] == [w.tobytes() for w in wanted]
+    assert [x.view(np.uint8).tolist() for x in (i["x"] for i in scenarios.load(literal).inputs)] == [
+        [7 + d, 0xFF] for d in range(4)]
+    assert main(["run", str(literal), "--json"]) == 0
+    reduced = tmp_path / "reduced.toml"
+    reduced.write_text(head + '[collective]\nop = "psum"\naxis_name = "e"\n[inputs]\nseed = 1\nshape = [4]\n'
+                       'dtype = "float8_e5m2"\n')
+    assert main(["run", str(reduced)]) == 2
+
+
+def test_a_sweep_over_float8_runs_the_moves_and_reports_the_reductions(tmp_path, capsys):
+    """A sweep point of all_gather in float8_e5m2 runs (a 1 KiB result is 256 elements per device); the psum
+    point of the same dtype is a row that names the rule, not a failure of the sweep."""
+    from scenarios.cli import main
+
+    path = tmp_path / "fp8.toml"
+    path.write_text('title = "t"\ncollective = ["all_gather", "psum"]\nmesh = {e = 4}\naxis_name = "e"\n'
+                    'size = ["1 KiB"]\ndtype = ["float8_e5m2"]\n')
+    assert main(["sweep", str(path), "-o", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"1024 +256 +float8_e5m2 +none +[0-9.]+", out), out
+    assert re.search(r"float8_e5m2 +sum +rejected: device 0: psum: x has dtype float8_e5m2; the float8 types are "
+                     r"moved, not reduced", out), out
 
 
 # ---------------------------------------------------------------------------------------------- real JAX

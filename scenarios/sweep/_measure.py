@@ -31,6 +31,7 @@ import numpy as np
 import collectives
 import layouts
 import sim
+from scenarios._inputs import rounded
 from scenarios.sweep._deadline import PastDeadline, deadline
 from scenarios.sweep._sweep import SWEPT, Point
 from scenarios.sweep._sweep_values import build_network
@@ -215,8 +216,8 @@ def _inputs(point: Point, mesh: sim.Mesh, axis_name: Any, dtype: np.dtype, per_d
         x = sim.memory.hollow_empty((total,), dtype)
         index = np.array([mesh.axis_index(d, axis_name) for d in mesh.devices], dtype=np.int32)
         return OPERATIONS[point.collective].inputs(x, index, count, per_device // count)
-    if layouts.is_float(dtype):
-        x = rng.standard_normal(total, dtype=np.float64 if dtype.itemsize > 4 else np.float32).astype(dtype)
+    if layouts.is_float(dtype) or dtype in layouts.FLOAT8:
+        x = rounded(rng.standard_normal(total, dtype=np.float64 if dtype.itemsize > 4 else np.float32), dtype)
     else:
         x = rng.integers(max(-9, np.iinfo(dtype).min), 10, total).astype(dtype)
     index = np.array([mesh.axis_index(d, axis_name) for d in mesh.devices], dtype=np.int32)
