@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _timing import best_of, check_repeat
-from bridge_reach import moe_layer
+from bridge_reach import moe_args, moe_layer
 from bridge_tutorial import collective_matmul
 from jax.sharding import AxisType
 
@@ -53,13 +53,7 @@ from oracles import _bridge_device
 
 
 def _moe_case(n: int) -> tuple[Callable[..., Any], tuple]:
-    experts, width, tokens = 2 * n, 4, 6
-    rng = np.random.default_rng(n)
-    args = (rng.standard_normal((tokens * n, width)).astype(np.float32),
-            rng.standard_normal((width, experts)).astype(np.float32),
-            rng.standard_normal((experts, width, 8)).astype(np.float32),
-            rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.key(0))
-    return moe_layer(n, experts, k=2, capacity=3, check_vma=False), args
+    return moe_layer(n, 2 * n, k=2, capacity=3, check_vma=False), moe_args(n, jax.random.key(0))
 
 
 def cases() -> dict[str, tuple[Callable[..., Any], tuple]]:

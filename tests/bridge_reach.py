@@ -103,6 +103,17 @@ def moe_layer(n: int, experts: int, k: int, capacity: int, check_vma: bool, disp
                          check_vma=check_vma)
 
 
+def moe_args(n: int, key: Any) -> tuple:
+    """The MoE layer's arguments on n devices (2n experts, 6 tokens of 4 features per device, 8 hidden
+    features): tokens, router, the experts' two weights (drawn from a generator seeded n) and `key`."""
+    experts, width, tokens = 2 * n, 4, 6
+    rng = np.random.default_rng(n)
+    return (rng.standard_normal((tokens * n, width)).astype(np.float32),
+            rng.standard_normal((width, experts)).astype(np.float32),
+            rng.standard_normal((experts, width, 8)).astype(np.float32),
+            rng.standard_normal((experts, 8, width)).astype(np.float32), key)
+
+
 def moe() -> list[tuple]:
     """The MoE layer on 4 and 8 devices, check_vma on and off, forward and gradient: (devices, check_vma,
     form, simulation == jitted JAX bit for bit, where the simulation with compiled=False differs from it
@@ -151,13 +162,8 @@ def moe_fp8() -> list[tuple]:
     oracles.install_cpu_ragged_all_to_all()
     rows = []
     for n in (4, 8):
-        experts, width, tokens = 2 * n, 4, 6
-        rng = np.random.default_rng(n)
-        args = (rng.standard_normal((tokens * n, width)).astype(np.float32),
-                rng.standard_normal((width, experts)).astype(np.float32),
-                rng.standard_normal((experts, width, 8)).astype(np.float32),
-                rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.PRNGKey(0))
-        f = moe_layer(n, experts, k=2, capacity=3, check_vma=False, dispatch=jnp.float8_e4m3fn)
+        args = moe_args(n, jax.random.PRNGKey(0))
+        f = moe_layer(n, 2 * n, k=2, capacity=3, check_vma=False, dispatch=jnp.float8_e4m3fn)
         loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
         for form, g in (("forward", jax.jit(f)), ("grad", jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))))):
             run = oracles.simulate_jax(g, *args)
