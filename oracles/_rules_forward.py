@@ -37,14 +37,15 @@ Outcome = tuple[str | None, str]  # (what differs, the rule it points at)
 
 
 def close(want: Any, got: Any, ulps: float = 8.0, dtype: Any = None) -> bool:
-    """Equal shapes, values within `ulps` roundings of `dtype` (default: `got`'s) relative to max(1, |want|)."""
+    """Equal shapes, values within `ulps` roundings of `dtype` (default: `got`'s) relative to max(1, |want|), NaN
+    where the other is NaN (float8_e8m0fnu holds no zero: a loop's zero carry is its NaN)."""
     want, got = np.asarray(want), np.asarray(got)
     if want.shape != got.shape:
         return False
     kind = np.dtype(dtype if dtype is not None else got.dtype)
     eps = float(jnp.finfo(kind).eps) if jnp.issubdtype(kind, jnp.inexact) else 0.0
     w, g = want.astype(np.float64), got.astype(np.float64)
-    return bool(np.all(np.abs(w - g) <= ulps * eps * np.maximum(1, np.abs(w))))
+    return bool(np.all((np.abs(w - g) <= ulps * eps * np.maximum(1, np.abs(w))) | (np.isnan(w) & np.isnan(g))))
 
 
 def shown(name: str, want: Any, got: Any) -> str:

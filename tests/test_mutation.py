@@ -39,7 +39,8 @@ def _widened(protocol):
     def mutant(port, args):
         result = yield from protocol(port, args)
         with np.errstate(invalid="ignore"):  # NaN in a float result: the wider dtype is the mistake under test
-            wider = np.float64 if result.dtype == layouts.BFLOAT16 else np.promote_types(result.dtype, np.int64)
+            narrow = result.dtype == layouts.BFLOAT16 or result.dtype in layouts.FLOAT8
+            wider = np.float64 if narrow else np.promote_types(result.dtype, np.int64)
             return result.astype(wider)
     return mutant
 

@@ -10,8 +10,9 @@ the simulator, the executable spec and real JAX is a finding. For the collective
 - `axis_name` as one name or a tuple of names, in either order;
 - `axis_index_groups`: equal-size partitions of the axis with shuffled member order;
 - arrays of rank 1 to 3 with small dims, 0 included where JAX allows it, in eight dtypes (bfloat16 and
-  float16 among them), filled either with values unique per device and element (readable) or with random
-  bits (NaN payloads, -0.0, subnormals, ...; bfloat16 NaNs canonical, see `Fill`);
+  float16 among them) and, for the collectives that only move data, the eight float8 types too, filled
+  either with values unique per device and element (readable) or with random bits (NaN payloads, -0.0,
+  subnormals, ...; bfloat16 and float8 NaNs as XLA:CPU leaves them, see `Fill`);
 - all_gather / all_to_all: tiled and untiled, every valid axis; negative `axis` for all_gather (JAX
   0.10.2 cannot lower negative `split_axis`/`concat_axis`: `cases("all_to_all", negative_axes=True)`
   builds those for the rejection test);
@@ -43,7 +44,11 @@ from scenarios.campaign._answers import Case
 
 DTYPES = tuple(np.dtype(t) for t in ("int8", "uint8", "int32", "int64", "bfloat16", "float16", "float32",
                                      "float64"))
+MOVED_DTYPES = DTYPES + layouts.FLOAT8  # the collectives that only move data take the float8 types too
 INDEX_DTYPES = (np.dtype("int32"), np.dtype("int64"))
+# The NaN XLA:CPU moves each NaN of these float8 types as (it converts them through float16), by sign bit;
+# the other float8 types keep every NaN (measured on 4 CPU devices, docs/concepts/numerics.md)
+_XLA_CPU_NANS = {"float8_e5m2": (0x7F, 0x7F), "float8_e4m3": (0x7C, 0xFC), "float8_e3m4": (0x78, 0xF8)}
 MAX_DEVICES = 8
 
 
@@ -123,7 +128,9 @@ class Fill:
     Random bfloat16 bits keep every class (subnormals, -0.0, infinities, NaNs) but a NaN is the canonical
     0x7fc0 with its sign: XLA:CPU moves bfloat16 through float32 in some programs (a one-device
     all_gather, an identity ppermute), which canonicalises NaN payloads where no value is computed.
-    test_bfloat16.py checks the reductions' payload rules on arbitrary NaNs.
+    test_bfloat16.py checks the reductions' payload rules on arbitrary NaNs. Likewise a NaN of the float8
+    types XLA:CPU moves through float16 is the one it leaves (`_XLA_CPU_NANS`; test_float8.py checks
+    every pattern); iota values past a float8 type's range round to its infinity or NaN.
     """
 
     style: str
@@ -134,14 +141,24 @@ class Fill:
         count = int(np.prod(shape))
         if self.style == "iota":
             start = 1 + salt * 97
-            return (np.arange(start, start + count) % 251 if dtype.itemsize == 1 else
-                    np.arange(start, start + count)).astype(dtype).reshape(shape)
+            return _as_xla_cpu_moves((np.arange(start, start + count) % 251 if dtype.itemsize == 1 else
+                                      np.arange(start, start + count)).astype(dtype).reshape(shape))
         rng = np.random.default_rng([self.seed, salt])
         bits = rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
         if dtype == layouts.BFLOAT16:
             raw = bits.view(np.uint16)
             bits = np.where((raw & 0x7FFF) > 0x7F80, (raw & 0x8000) | 0x7FC0, raw).astype(np.uint16).view(dtype)
-        return bits
+        return _as_xla_cpu_moves(bits)
+
+
+def _as_xla_cpu_moves(values: np.ndarray) -> np.ndarray:
+    """`values` with each NaN of a float8 type that XLA:CPU merges replaced by the NaN it leaves."""
+    merged = _XLA_CPU_NANS.get(values.dtype.name)
+    if merged is None:
+        return values
+    raw = values.view(np.uint8)
+    nan = np.isnan(values.astype(np.float32))
+    return np.where(nan, np.where(raw >> 7, merged[1], merged[0]), raw).astype(np.uint8).view(values.dtype)
 
 
 fills = st.builds(Fill, st.sampled_from(["iota", "bits"]), st.integers(0, 2**32 - 1))
@@ -154,18 +171,21 @@ Filler = Callable[[tuple[int, ...], np.dtype, int], np.ndarray]  # (shape, dtype
 
 
 @st.composite
-def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[np.dtype] = dtypes,
+def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[np.dtype] | None = None,
           fillers: st.SearchStrategy[Filler] | None = None, **options: Any) -> Case:
     """A valid call of the registered collective `op`: mesh and axes from here, its own parameters and
     shapes from its definition's strategy (given `options`, e.g. all_to_all's `negative_axes=True`; with
     `algorithms=True`, any of its algorithms that fits the group, `collectives._strategy.algorithms`), values
-    from `fillers` (default: `fills`) in one of `dtypes` per leaf.
+    from `fillers` (default: `fills`) in one of `dtypes` per leaf (default: `DTYPES`, and `MOVED_DTYPES` for
+    a collective that only moves data).
 
     With `leaves` > 0 every device holds a pytree `{'a': leaf, 'b': (leaf, ...)}` of that many arrays that
     share the parameters but not shape or dtype. An operand the collective takes invariant (pvary,
     pscatter) holds the same values on the devices that differ only along the axes.
     """
     definition = collectives.definition(op)
+    if dtypes is None:
+        dtypes = st.sampled_from(DTYPES if definition.reduction is not None else MOVED_DTYPES)
     grouped = definition.takes("axis_index_groups")
     axes = draw(collective_axes(grouped))
     sample = draw(definition.strategy(st, axes, **options))

@@ -1,7 +1,7 @@
 """A generated `Case` written as a `[collective]` scenario file that `meshsim check` replays exactly.
 
 Every input is literal, so the file is the case: integers as numbers; floats as their shortest decimal
-form, which reads back to the same bits in every float dtype (bfloat16 and float16 included, and -0.0,
+form, which reads back to the same bits in every float dtype (bfloat16, float16 and float8 included, -0.0,
 infinities and subnormals); a float array holding a NaN as `{bits = [...]}`, hex strings of its elements'
 bits, so NaN payloads and signs survive; an array with no elements as `{fill = 0, shape = [...]}`. The
 data dtype and, when it is not int32, the dtype of offsets and sizes go in `[inputs]`.
@@ -59,11 +59,12 @@ def _literal(array: np.ndarray) -> str:
     """One array as TOML that reads back bit for bit in its dtype (see the module docstring)."""
     if array.size == 0:
         return f"{{fill = 0, shape = {list(array.shape)}}}"
-    if layouts.is_float(array.dtype) and np.isnan(array.astype(np.float64)).any():
+    floating = layouts.is_float(array.dtype) or array.dtype in layouts.FLOAT8
+    if floating and np.isnan(array.astype(np.float64)).any():
         unsigned = array.view(np.dtype(f"u{array.dtype.itemsize}"))
         width = 2 * array.dtype.itemsize
         return f"{{bits = {_nested(unsigned, lambda w: _string(f'0x{int(w):0{width}x}'))}}}"
-    if layouts.is_float(array.dtype):
+    if floating:
         return _nested(array.astype(np.float64), _float)
     return _nested(array, lambda v: str(int(v)))
 
