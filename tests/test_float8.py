@@ -22,15 +22,13 @@ import layouts
 import scenarios
 import sim
 from oracles import spec
+from scenarios.campaign._cases import XLA_CPU_FLOAT8_NANS
 from sim import P
 
 FLOAT8 = layouts.FLOAT8
 REDUCING = ("psum", "pmean", "pmax", "pmin", "psum_scatter", "psum_invariant")
 MOVING = tuple(op for op in collectives.REGISTRY if op not in REDUCING and collectives.definition(op).arrays)
 _EXAMPLES = max(10, settings().max_examples // 10)  # each case compiles its own program in the JAX worker
-# XLA:CPU's NaN of each float8 type that merges NaNs, by sign (0: positive, 1: negative); measured with all 256
-# patterns on 4 CPU devices. The other types keep every pattern.
-_MERGED_NANS = {"float8_e5m2": {0: 0x7F, 1: 0x7F}, "float8_e4m3": {0: 0x7C, 1: 0xFC}, "float8_e3m4": {0: 0x78, 1: 0xF8}}
 
 
 def _filler(nans: bool) -> st.SearchStrategy:
@@ -174,14 +172,15 @@ def test_every_moving_collective_agrees_with_jax_in_float8(op, data, jax_oracle)
 def test_xla_cpu_merges_float8_nans_that_meshsim_moves_unchanged(dtype, jax_oracle):
     """All 256 patterns through a tiled all_gather on 4 devices: meshsim and the spec give every pattern back;
     JAX on CPU gives back every pattern but the NaNs of the types that merge them, each turned into the NaN
-    `_MERGED_NANS` names for its sign. Pinned: when XLA:CPU stops merging, this fails and the docs change."""
+    the generator's table (`XLA_CPU_FLOAT8_NANS`, by sign bit) names. Pinned: when XLA:CPU stops merging, this
+    fails, and the table and the docs change."""
     bits = np.arange(256, dtype=np.uint8)
     case = Case("all_gather", {"x": 4}, (bits.view(dtype).reshape(4, 64),), {"axis_name": "x", "tiled": True})
     ours = [np.asarray(out).view(np.uint8).tolist() for out in run_simulator(case)]
     assert ours == [bits.tolist()] * 4
     assert not differences(run_simulator(case), run_spec(case), "simulator", "spec")
     nan = np.isnan(bits.view(dtype).astype(np.float32))
-    merged = _MERGED_NANS.get(dtype.name)
+    merged = XLA_CPU_FLOAT8_NANS.get(dtype.name)
     wanted = bits.copy()
     if merged is not None:
         wanted[nan] = [merged[int(b) >> 7] for b in bits[nan]]

@@ -48,7 +48,7 @@ MOVED_DTYPES = DTYPES + layouts.FLOAT8  # the collectives that only move data ta
 INDEX_DTYPES = (np.dtype("int32"), np.dtype("int64"))
 # The NaN XLA:CPU moves each NaN of these float8 types as (it converts them through float16), by sign bit;
 # the other float8 types keep every NaN (measured on 4 CPU devices, docs/concepts/numerics.md)
-_XLA_CPU_NANS = {"float8_e5m2": (0x7F, 0x7F), "float8_e4m3": (0x7C, 0xFC), "float8_e3m4": (0x78, 0xF8)}
+XLA_CPU_FLOAT8_NANS = {"float8_e5m2": (0x7F, 0x7F), "float8_e4m3": (0x7C, 0xFC), "float8_e3m4": (0x78, 0xF8)}
 MAX_DEVICES = 8
 
 
@@ -129,7 +129,7 @@ class Fill:
     0x7fc0 with its sign: XLA:CPU moves bfloat16 through float32 in some programs (a one-device
     all_gather, an identity ppermute), which canonicalises NaN payloads where no value is computed.
     test_bfloat16.py checks the reductions' payload rules on arbitrary NaNs. Likewise a NaN of the float8
-    types XLA:CPU moves through float16 is the one it leaves (`_XLA_CPU_NANS`; test_float8.py checks
+    types XLA:CPU moves through float16 is the one it leaves (`XLA_CPU_FLOAT8_NANS`; test_float8.py checks
     every pattern); iota values past a float8 type's range round to its infinity or NaN.
     """
 
@@ -153,7 +153,7 @@ class Fill:
 
 def _as_xla_cpu_moves(values: np.ndarray) -> np.ndarray:
     """`values` with each NaN of a float8 type that XLA:CPU merges replaced by the NaN it leaves."""
-    merged = _XLA_CPU_NANS.get(values.dtype.name)
+    merged = XLA_CPU_FLOAT8_NANS.get(values.dtype.name)
     if merged is None:
         return values
     raw = values.view(np.uint8)
