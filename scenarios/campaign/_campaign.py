@@ -159,12 +159,12 @@ def search(op: str, count: int, seed: int, check: Callable[[Case], None]) -> Non
     from hypothesis import seed as seeded
     from hypothesis.errors import HypothesisDeprecationWarning
 
-    from scenarios.campaign._cases import cases
+    from scenarios.campaign._cases import campaign_dtypes, cases
 
     chosen = settings(max_examples=count, database=None, deadline=None, derandomize=False, print_blob=False,
                       phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False,
                       verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
-    test = seeded(seed)(chosen(given(case=cases(op))(check)))
+    test = seeded(seed)(chosen(given(case=cases(op, dtypes=campaign_dtypes(op)))(check)))
     with warnings.catch_warnings():
         # A Dask worker's own threads touch the `random` module while the job generates cases, which
         # Hypothesis would take for a strategy using it; the cases come from Hypothesis's draws only.

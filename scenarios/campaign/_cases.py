@@ -10,7 +10,8 @@ the simulator, the executable spec and real JAX is a finding. For the collective
 - `axis_name` as one name or a tuple of names, in either order;
 - `axis_index_groups`: equal-size partitions of the axis with shuffled member order;
 - arrays of rank 1 to 3 with small dims, 0 included where JAX allows it, in eight dtypes (bfloat16 and
-  float16 among them) and, for the collectives that only move data, the eight float8 types too, filled
+  float16 among them) and, in `meshsim campaign`, for the collectives that only move data the eight float8
+  types too (`campaign_dtypes`), filled
   either with values unique per device and element (readable) or with random bits (NaN payloads, -0.0,
   subnormals, ...; bfloat16 and float8 NaNs as XLA:CPU leaves them, see `Fill`);
 - all_gather / all_to_all: tiled and untiled, every valid axis; negative `axis` for all_gather (JAX
@@ -165,6 +166,13 @@ fills = st.builds(Fill, st.sampled_from(["iota", "bits"]), st.integers(0, 2**32 
 dtypes = st.sampled_from(DTYPES)
 
 
+def campaign_dtypes(op: str) -> st.SearchStrategy[np.dtype]:
+    """The dtypes `meshsim campaign` draws for `op`: `DTYPES`, and the float8 types too (`MOVED_DTYPES`) for a
+    collective that only moves data (the test suite's generated cases keep to `DTYPES`, each new dtype being
+    one more program for XLA to compile; test_float8.py covers the float8 types)."""
+    return st.sampled_from(DTYPES if collectives.definition(op).reduction is not None else MOVED_DTYPES)
+
+
 # ---------------------------------------------------------------------------------------------- cases
 
 Filler = Callable[[tuple[int, ...], np.dtype, int], np.ndarray]  # (shape, dtype, salt) -> values
@@ -176,16 +184,15 @@ def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[n
     """A valid call of the registered collective `op`: mesh and axes from here, its own parameters and
     shapes from its definition's strategy (given `options`, e.g. all_to_all's `negative_axes=True`; with
     `algorithms=True`, any of its algorithms that fits the group, `collectives._strategy.algorithms`), values
-    from `fillers` (default: `fills`) in one of `dtypes` per leaf (default: `DTYPES`, and `MOVED_DTYPES` for
-    a collective that only moves data).
+    from `fillers` (default: `fills`) in one of `dtypes` per leaf (default: `DTYPES`; `campaign_dtypes(op)`
+    adds the float8 types for a collective that only moves data, as `meshsim campaign` draws them).
 
     With `leaves` > 0 every device holds a pytree `{'a': leaf, 'b': (leaf, ...)}` of that many arrays that
     share the parameters but not shape or dtype. An operand the collective takes invariant (pvary,
     pscatter) holds the same values on the devices that differ only along the axes.
     """
     definition = collectives.definition(op)
-    if dtypes is None:
-        dtypes = st.sampled_from(DTYPES if definition.reduction is not None else MOVED_DTYPES)
+    dtypes = dtypes if dtypes is not None else st.sampled_from(DTYPES)
     grouped = definition.takes("axis_index_groups")
     axes = draw(collective_axes(grouped))
     sample = draw(definition.strategy(st, axes, **options))
