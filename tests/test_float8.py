@@ -29,6 +29,7 @@ FLOAT8 = layouts.FLOAT8
 REDUCING = ("psum", "pmean", "pmax", "pmin", "psum_scatter", "psum_invariant")
 MOVING = tuple(op for op in collectives.REGISTRY if op not in REDUCING and collectives.definition(op).arrays)
 _EXAMPLES = max(10, settings().max_examples // 10)  # each case compiles its own program in the JAX worker
+_JAX_EXAMPLES = max(5, _EXAMPLES // 2)  # besides every bit pattern through all_gather (the NaN test below)
 
 
 def _filler(nans: bool) -> st.SearchStrategy:
@@ -159,7 +160,7 @@ def test_the_generator_draws_float8_for_moves_only(op):
 
 @pytest.mark.differential
 @pytest.mark.parametrize("op", MOVING)
-@settings(max_examples=_EXAMPLES)
+@settings(max_examples=_JAX_EXAMPLES)
 @given(data=st.data())
 def test_every_moving_collective_agrees_with_jax_in_float8(op, data, jax_oracle):
     """Simulator == spec == real JAX, bit for bit, on float8 values without NaNs (JAX on CPU cannot run
