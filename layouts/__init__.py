@@ -35,6 +35,7 @@ from layouts._dtypes import (
     NARROW_FLOATS,
     NUMPY_NUMBERS,
     finfo,
+    is_any_float,
     is_float,
     is_movable,
     is_numeric,
@@ -49,5 +50,5 @@ __all__ = [
     "AUTO", "AutoLayout", "Format", "InvalidArgumentError", "InvalidTypeError", "Layout", "MeshError",
     "contiguous_runs", "decode", "encode", "layout_of", "nbytes", "offset", "strides",
 ]
-__all__ += ["ABSTRACT_KEY", "BFLOAT16", "FLOAT8", "NARROW_FLOATS", "NUMPY_NUMBERS", "finfo", "is_float", "is_movable",
-            "is_numeric", "logical", "short_name"]  # element types
+__all__ += ["ABSTRACT_KEY", "BFLOAT16", "FLOAT8", "NARROW_FLOATS", "NUMPY_NUMBERS", "finfo", "is_any_float", "is_float",
+            "is_movable", "is_numeric", "logical", "short_name"]  # element types

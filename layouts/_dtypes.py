@@ -74,6 +74,11 @@ def is_movable(dtype: Any) -> bool:
     return is_numeric(dtype) or dtype in FLOAT8
 
 
+def is_any_float(dtype: Any) -> bool:
+    """Whether `dtype`'s values are floats: a float `is_float` accepts, or a float8 type (moved, not reduced)."""
+    return is_float(dtype) or np.dtype(dtype) in FLOAT8
+
+
 def finfo(dtype: Any) -> Any:
     """Machine limits of the float `dtype` (eps, smallest_normal, max, ...), narrow floats included."""
     return ml_dtypes.finfo(np.dtype(dtype))

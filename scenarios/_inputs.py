@@ -97,7 +97,7 @@ def _generated(source: Source, settings: dict, mesh: sim.Mesh, spec: Definition,
 
 def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Floats from a standard normal, integers from [-9, 9] (unsigned [0, 9]), booleans by fair coin."""
-    if layouts.is_float(dtype) or dtype in layouts.FLOAT8:
+    if layouts.is_any_float(dtype):
         return rounded(rng.standard_normal(shape), dtype)
     if dtype.kind == "b":
         return rng.random(shape) < 0.5

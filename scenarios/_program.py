@@ -154,7 +154,7 @@ def _arg(source: Source, index: int, spec: dict) -> np.ndarray:
 
 
 def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    if layouts.is_float(dtype) or dtype in layouts.FLOAT8:
+    if layouts.is_any_float(dtype):
         return rounded(rng.standard_normal(shape), dtype)
     return rng.integers(-5, 6, shape).astype(dtype)
 

@@ -10,10 +10,10 @@ the simulator, the executable spec and real JAX is a finding. For the collective
 - `axis_name` as one name or a tuple of names, in either order;
 - `axis_index_groups`: equal-size partitions of the axis with shuffled member order;
 - arrays of rank 1 to 3 with small dims, 0 included where JAX allows it, in eight dtypes (bfloat16 and
-  float16 among them) and, in `meshsim campaign`, for the collectives that only move data the eight float8
-  types too (`campaign_dtypes`), filled
-  either with values unique per device and element (readable) or with random bits (NaN payloads, -0.0,
-  subnormals, ...; bfloat16 and float8 NaNs as XLA:CPU leaves them, see `Fill`);
+  float16 among them) and, in `meshsim campaign`, the eight float8 types too for the collectives that only
+  move data (`campaign_dtypes`), filled either with values unique per device and element (readable) or
+  with random bits (NaN payloads, -0.0, subnormals, ...; bfloat16 and float8 NaNs as XLA:CPU leaves them,
+  see `Fill`);
 - all_gather / all_to_all: tiled and untiled, every valid axis; negative `axis` for all_gather (JAX
   0.10.2 cannot lower negative `split_axis`/`concat_axis`: `cases("all_to_all", negative_axes=True)`
   builds those for the rejection test);
@@ -179,7 +179,7 @@ Filler = Callable[[tuple[int, ...], np.dtype, int], np.ndarray]  # (shape, dtype
 
 
 @st.composite
-def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[np.dtype] | None = None,
+def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[np.dtype] = dtypes,
           fillers: st.SearchStrategy[Filler] | None = None, **options: Any) -> Case:
     """A valid call of the registered collective `op`: mesh and axes from here, its own parameters and
     shapes from its definition's strategy (given `options`, e.g. all_to_all's `negative_axes=True`; with
@@ -192,7 +192,6 @@ def cases(draw: st.DrawFn, op: str, leaves: int = 0, dtypes: st.SearchStrategy[n
     pscatter) holds the same values on the devices that differ only along the axes.
     """
     definition = collectives.definition(op)
-    dtypes = dtypes if dtypes is not None else st.sampled_from(DTYPES)
     grouped = definition.takes("axis_index_groups")
     axes = draw(collective_axes(grouped))
     sample = draw(definition.strategy(st, axes, **options))

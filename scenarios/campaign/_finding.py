@@ -59,7 +59,7 @@ def _literal(array: np.ndarray) -> str:
     """One array as TOML that reads back bit for bit in its dtype (see the module docstring)."""
     if array.size == 0:
         return f"{{fill = 0, shape = {list(array.shape)}}}"
-    floating = layouts.is_float(array.dtype) or array.dtype in layouts.FLOAT8
+    floating = layouts.is_any_float(array.dtype)
     if floating and np.isnan(array.astype(np.float64)).any():
         unsigned = array.view(np.dtype(f"u{array.dtype.itemsize}"))
         width = 2 * array.dtype.itemsize

@@ -216,7 +216,7 @@ def _inputs(point: Point, mesh: sim.Mesh, axis_name: Any, dtype: np.dtype, per_d
         x = sim.memory.hollow_empty((total,), dtype)
         index = np.array([mesh.axis_index(d, axis_name) for d in mesh.devices], dtype=np.int32)
         return OPERATIONS[point.collective].inputs(x, index, count, per_device // count)
-    if layouts.is_float(dtype) or dtype in layouts.FLOAT8:
+    if layouts.is_any_float(dtype):
         x = rounded(rng.standard_normal(total, dtype=np.float64 if dtype.itemsize > 4 else np.float32), dtype)
     else:
         x = rng.integers(max(-9, np.iinfo(dtype).min), 10, total).astype(dtype)
