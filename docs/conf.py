@@ -40,7 +40,9 @@ def setup(app):
 
 html_theme = "sphinx_book_theme"
 html_title = "meshsim"
-html_theme_options = {"show_toc_level": 2}
+# The sidebar lists the sections and opens the current one: drawing every page of every section on every
+# page took a third of the build's own time (without the executed cells).
+html_theme_options = {"show_toc_level": 2, "collapse_navbar": True}
 # The source pages of `sphinx.ext.viewcode` (one per module) go without the navigation sidebar: drawing the
 # whole table of contents on each of them was most of the build's time, and a code listing needs none.
 html_sidebars = {"_modules/**": []}

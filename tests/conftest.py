@@ -55,14 +55,16 @@ def _crash_reports_in_a_temporary_directory(tmp_path_factory):
 @pytest.fixture(scope="module")
 def jax_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One persistent JAX compilation cache for the JAX processes a module starts (`pytestmark` asks for it),
-    shared by every module of this test process that asks: a folder of the run's temporary directory, empty
-    when the run starts (so a fresh clone measures what CI pays), one per pytest-xdist worker (so the tests
-    of two workers never write it at once). Children trace many programs anew that XLA compiled before (the
-    bridge compiles each segment of each run, a campaign each drawn call, Hypothesis each shrinking
-    candidate): the cache compiles each once. A cached executable is the one XLA compiled for the same
-    program (the key holds the HLO, the compile options, XLA_FLAGS and the versions of JAX and XLA), so no
-    answer changes."""
-    folder = tmp_path_factory.getbasetemp() / "jax-compile-cache"
+    shared by every module of the run that asks, on either pytest-xdist worker (a campaign with and without
+    the fixes, or two bridge modules, compile the same programs wherever xdist sends them): a folder of the
+    run's temporary directory, empty when the run starts (so a fresh clone measures what CI pays). Children
+    trace many programs anew that XLA compiled before (the bridge compiles each segment of each run, a
+    campaign each drawn call, Hypothesis each shrinking candidate): the cache compiles each once. A cached
+    executable is the one XLA compiled for the same program (the key holds the HLO, the compile options,
+    XLA_FLAGS and the versions of JAX and XLA), so no answer changes; an entry read while another process
+    writes it fails to decompress, and JAX then compiles the program itself."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax-compile-cache"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))
         patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
