@@ -50,9 +50,16 @@ def _reductions(n: int, calls: int, op: str, algorithm: str, network: sim.Networ
 
 def _cycles_left(program: sim.ShardMapped, x: np.ndarray) -> int:
     """How many unreachable objects in reference cycles a run of `program` leaves, the run kept alive: the
-    fewer of two runs (what a run makes once per process, or garbage another test left, counts in one)."""
+    fewer of two runs (what a run makes once per process counts in one). What the process holds after a
+    first run, garbage other tests left included, is frozen out of the collector's view (`gc.freeze`): the
+    collections then scan the measured runs' objects alone, however large the process has grown (in the
+    suite, a full collection of a worker's heap took a second)."""
     program.run(x)  # a first run: what is made once per process is made
-    return min(_one_run_left(program, x) for _ in range(2))
+    gc.freeze()  # (after it: a run's end, collector on, unfreezes what is frozen)
+    try:
+        return min(_one_run_left(program, x) for _ in range(2))
+    finally:
+        gc.unfreeze()
 
 
 def _one_run_left(program: sim.ShardMapped, x: np.ndarray) -> int:
