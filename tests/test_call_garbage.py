@@ -53,7 +53,7 @@ def _cycles_left(program: sim.ShardMapped, x: np.ndarray) -> int:
     fewer of two runs (what a run makes once per process counts in one). What the process holds after a
     first run, garbage other tests left included, is frozen out of the collector's view (`gc.freeze`): the
     collections then scan the measured runs' objects alone, however large the process has grown (in the
-    suite, a full collection of a worker's heap took a second)."""
+    suite, a full collection of a grown worker took a few tenths of a second)."""
     program.run(x)  # a first run: what is made once per process is made
     gc.freeze()  # (after it: a run's end, collector on, unfreezes what is frozen)
     try:
