@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 import sim
+from sim.memory._buffer import address_of
 
 __all__ = ["JOINT_MAX_BYTES", "Cut", "Decided", "FoldRows", "Rows", "UnitRows", "cut", "joint", "ragged", "staged",
            "units_of"]
@@ -142,7 +143,7 @@ class Rows:
             return None
         raw = root.reshape(-1).view(np.uint8)
         flat = raw[:len(raw) // dtype.itemsize * dtype.itemsize].view(dtype)
-        offsets = np.array([_address(f) for f in flats], np.int64) - _address(raw)
+        offsets = np.array([address_of(f) for f in flats], np.int64) - address_of(raw)
         if np.any(offsets % dtype.itemsize):
             return None
         return Rows(flat, offsets // dtype.itemsize)
@@ -316,8 +317,6 @@ def ragged(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
 
 
-def _address(array: np.ndarray) -> int:
-    return array.__array_interface__["data"][0]
 
 
 def _root(array: np.ndarray) -> np.ndarray:

@@ -16,7 +16,8 @@ import collectives._ppermute as ppermute_module
 import sim
 from layouts import Layout
 from sim import P
-from sim.memory._memory import LocalMemory, _address
+from sim.memory._buffer import address_of
+from sim.memory._memory import LocalMemory
 
 
 def _run(n: int, perms: list[list[tuple[int, int]]], x: np.ndarray, out_layout: Layout | None,
@@ -87,7 +88,7 @@ def _by_address(memory: LocalMemory, array: np.ndarray) -> sim.Buffer | None:
     array is its whole view."""
     if not isinstance(array, np.ndarray) or array.size == 0:
         return None
-    buffer = memory._by_address.get(_address(array))
+    buffer = memory._by_address.get(address_of(array))
     if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
         return None
     return buffer if memory.view(buffer).strides == array.strides else None

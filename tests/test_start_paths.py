@@ -1,5 +1,5 @@
 """A run's start and end at once equal them device by device: inputs whose blocks are runs of whole rows are
-held by every memory at once (`sim.memory._memory.place_blocks`), and a row-split global output's regions are cut from
+held by every memory at once (`sim.memory._blocks.place_blocks`), and a row-split global output's regions are cut from
 one reshape, its blocks' addresses worked out from the array's (`sim.program._blocks`). With `row_blocks`
 answering None, every input and output takes the general per-device path; both give the same memories
 (segments, offsets, bytes, buffers, views, flags), programs, trace, calls and outputs on a first and a repeated

@@ -15,7 +15,8 @@ from sim.memory._abstract import (
     restored,
 )
 from sim.memory._array import Array, Shard, device_put
-from sim.memory._memory import Buffer, LocalMemory
+from sim.memory._buffer import Buffer
+from sim.memory._memory import LocalMemory
 from sim.memory._meter import MemoryMeter
 from sim.memory._sharding import NamedSharding, SingleDeviceSharding
 from sim.memory._spec import P, PartitionSpec

@@ -17,7 +17,8 @@ import numpy as np
 import layouts
 from layouts import AutoLayout, Format, Layout
 from sim._errors import InvalidArgumentError, InvalidTypeError
-from sim.memory._memory import Buffer, LocalMemory
+from sim.memory._buffer import Buffer
+from sim.memory._memory import LocalMemory
 from sim.memory._sharding import Index, Sharding, SingleDeviceSharding, check_sharding
 
 

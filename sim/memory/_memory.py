@@ -16,56 +16,18 @@ bytes, so that placing inputs and assembling outputs need not copy:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 import layouts
 from layouts import InvalidArgumentError, Layout
-from sim._frozen import quick_init
 from sim.memory._abstract import hollow_empty, is_hollow
+from sim.memory._buffer import Buffer, address_of, bytes_in_layout
 from sim.memory._meter import MemoryMeter
 
 _ALIGN_BYTES = 64
 _MIN_SEGMENT_BYTES = 1 << 12  # one page: a mesh of many devices holding little costs little
 _MAX_SPARE_BYTES = 64 << 20
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class Buffer:
-    """An array living in a device memory: where, and how its bytes decode.
-
-    The first `nbytes` bytes at `offset` hold the values (the bytes a JAX CPU buffer holds for the same
-    array and layout). A tiled layout reserves `on_device_size_in_bytes` (what JAX reports); the bytes
-    past `nbytes` are padding that nothing writes or reads, undefined as on XLA:CPU.
-    """
-
-    device: int
-    offset: int
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    layout: Layout
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes that hold values."""
-        return layouts.nbytes(self.dtype, self.shape, self.layout)
-
-    @property
-    def on_device_size_in_bytes(self) -> int:
-        """Bytes reserved, padded to whole tiles: JAX's `on_device_size_in_bytes()` for this array."""
-        return self.layout.size_in_bytes(self.dtype, self.shape)
-
-
-def bytes_in_layout(array: np.ndarray, layout: Layout) -> np.ndarray | None:
-    """`array`'s bytes as one uint8 run in `layout`'s order, viewed without a copy; None if they are not
-    one contiguous run in that order (or `array` is empty)."""
-    physical = array.transpose(layout.major_to_minor)
-    if array.size == 0 or array.dtype.hasobject or not physical.flags.c_contiguous:
-        return None
-    return physical.reshape(-1).view(np.uint8)
 
 
 class LocalMemory:
@@ -133,7 +95,7 @@ class LocalMemory:
             grown = max(size, min(2 * segment.size, _MAX_SPARE_BYTES), _MIN_SEGMENT_BYTES)
             start = self._append(_zeros_aligned(grown))
             self._open = self._segments[-1]
-            self._open_address = _address(self._open[1])
+            self._open_address = address_of(self._open[1])
         self._top = start + size
         base, segment = self._open
         buffer = Buffer(self.device, start, dtype, shape, layout)
@@ -230,7 +192,7 @@ class LocalMemory:
     def _address_adopted(self) -> None:
         """Know the adopted blocks still waiting by their addresses, in the order they were adopted."""
         for raw, buffer, address in self._unaddressed:
-            self._by_address[_address(raw) if address is None else address] = buffer
+            self._by_address[address_of(raw) if address is None else address] = buffer
         self._unaddressed = []
 
     def reserve(self, region: np.ndarray) -> None:
@@ -308,7 +270,7 @@ class LocalMemory:
             base = getattr(base, "base", None)
         if self._unaddressed:
             self._address_adopted()
-        buffer = self._by_address.get(_address(array))
+        buffer = self._by_address.get(address_of(array))
         if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
             return None
         return buffer if self.view(buffer).strides == array.strides else None
@@ -335,7 +297,7 @@ class LocalMemory:
         self._open = None  # later small arrays start a segment of their own, after this one
         self._top = start + layout.size_in_bytes(dtype, shape)
         buffer = Buffer(self.device, start, dtype, shape, layout)
-        return self._register(buffer, self.raw(buffer), _address(raw))
+        return self._register(buffer, self.raw(buffer), address_of(raw))
 
     def _take(self, region: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], layout: Layout) -> Buffer:
         """A buffer of `dtype` and `shape` whose bytes are `region` (a reserved block, charged; `layout` row-major):
@@ -345,7 +307,7 @@ class LocalMemory:
         start = self._append(raw)
         self._open = None  # later small arrays start a segment of their own, after this one
         self._top = start + raw.size
-        return self._register(Buffer(self.device, start, dtype, shape, layout), None, _address(raw),
+        return self._register(Buffer(self.device, start, dtype, shape, layout), None, address_of(raw),
                               np.ndarray(shape, dtype, buffer=raw))
 
     def _append(self, segment: np.ndarray) -> int:
@@ -382,44 +344,6 @@ class LocalMemory:
         return buffer
 
 
-def place_blocks(memories: Sequence[LocalMemory], inputs: Sequence[tuple[np.ndarray, Sequence[int]]]
-                 ) -> list[list[np.ndarray]] | None:
-    """Each device's block of each input held at once, as `place` holds it: for each input `(stack, which)`
-    (`stack` a C-contiguous, non-empty, numeric array whose leading axis numbers the blocks), `memories[d]`
-    adopts block `which[d]` of `stack`; inputs in order, so each memory holds them in that order. Returns each
-    input's block views by device. The bytes are charged to the memories' meter in one sum.
-
-    None, with nothing held, when the memories do not share one meter or the sum would pass its limit: then
-    `place` device by device charges the blocks and names the one that passes the limit.
-    """
-    meter = memories[0].meter if memories else None
-    total = sum(stack.nbytes // len(stack) * len(which) for stack, which in inputs)
-    if meter is None or any(memory.meter is not meter for memory in memories) \
-            or meter.held_bytes + total > meter.max_memory_bytes:
-        return None
-    meter.held_bytes += total
-    return [_hold_blocks(memories, stack, which) for stack, which in inputs]
-
-
-def _hold_blocks(memories: Sequence[LocalMemory], stack: np.ndarray, which: Sequence[int]) -> list[np.ndarray]:
-    """`memories[d]` holds block `which[d]` of `stack` (charged already); the blocks' views by device."""
-    stack = stack.view()  # read-only, while the caller's array keeps its own flags
-    stack.flags.writeable = False
-    raws = stack.reshape(-1).view(np.uint8).reshape(len(stack), -1)
-    layout = Layout.row_major(stack.ndim - 1)
-    if stack.ndim > 1 and len(which) == len(stack) == len(set(which)):  # each block held once: views at once
-        blocks, rows = list(stack), list(raws)
-        views = [blocks[k] for k in which]
-        first, step = _address(raws), raws.shape[1]  # row k starts k rows past the first
-        for memory, k, view in zip(memories, which, views):
-            memory._hold(rows[k], view, layout, first + k * step)
-        return views
-    views = [stack[k, ...] for k in which]  # `...`: a 0-d block stays an array, and no two devices share a view
-    for memory, k, view in zip(memories, which, views):
-        memory._hold(raws[k], view, layout)
-    return views
-
-
 _ROW_MAJOR: dict[int, Layout] = {}  # `Layout.row_major(rank)` by rank, the same instances
 
 
@@ -433,10 +357,5 @@ def _zeros_aligned(size: int) -> np.ndarray:
     XLA:CPU aligns its own buffers: so that every allocation (at an aligned offset) is aligned in the machine
     too, and a compiled computation given it as an operand reads it in place instead of copying it first."""
     raw = np.zeros(size + _ALIGN_BYTES, np.uint8)
-    skip = -_address(raw) % _ALIGN_BYTES
+    skip = -address_of(raw) % _ALIGN_BYTES
     return raw[skip:skip + size]
-
-
-def _address(array: np.ndarray) -> int:
-    """Where `array`'s first byte is in the process's memory."""
-    return array.__array_interface__["data"][0]

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from sim._errors import InvalidArgumentError
+from sim.memory._buffer import address_of
 from sim.memory._memory import LocalMemory
 from sim.memory._spec import PartitionSpec
 from sim.network._mesh import Mesh
@@ -266,9 +267,9 @@ def _region_addresses(mesh: Mesh, aval: Aval, array: np.ndarray, path: str,
     """Where each writer's block of `array` starts in the process's memory, in `_writers` order; `rows` is
     `_Assembly.rows`."""
     if rows is None:
-        return [_address(region) for region in _regions(mesh, aval, array, path)]
+        return [address_of(region) for region in _regions(mesh, aval, array, path)]
     count, numbers = rows
-    start, block_bytes = _address(array), array.nbytes // count
+    start, block_bytes = address_of(array), array.nbytes // count
     return [start + number * block_bytes for number in numbers]
 
 
@@ -345,10 +346,7 @@ def _twin(mesh: Mesh, device: int, axes: list[str]) -> int:
 def _is_view(block: np.ndarray, region: np.ndarray, address: int | None = None) -> bool:
     """Whether `block` is exactly `region` (which starts at `address`, if given): the same bytes seen the same
     way."""
-    return (_address(block) == (_address(region) if address is None else address)
+    return (address_of(block) == (address_of(region) if address is None else address)
             and block.shape == region.shape and block.strides == region.strides and block.dtype == region.dtype)
 
 
-def _address(array: np.ndarray) -> int:
-    """Where `array`'s first byte is in the process's memory."""
-    return array.__array_interface__["data"][0]

@@ -19,7 +19,8 @@ from sim.engine._driver import current
 from sim.engine._engine import Simulation
 from sim.memory._array import Array, Shard
 from sim.memory._auto import Read, layout_from_reads, recorder
-from sim.memory._memory import Buffer, LocalMemory
+from sim.memory._buffer import Buffer
+from sim.memory._memory import LocalMemory
 from sim.memory._sharding import NamedSharding, SingleDeviceSharding
 from sim.network._mesh import Mesh
 from sim.program._blocks import same_bytes

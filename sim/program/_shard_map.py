@@ -15,7 +15,7 @@ from sim.engine._driver import current
 from sim.engine._engine import Simulation, gc_paused
 from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_hollow, is_struct
 from sim.memory._array import Array
-from sim.memory._memory import place_blocks
+from sim.memory._blocks import place_blocks
 from sim.memory._spec import PartitionSpec
 from sim.network._mesh import Mesh
 from sim.program import _explore
@@ -347,7 +347,7 @@ class _Blocks:
 def _row_stacks(mesh: Mesh, paths: Any, values: Any, layouts: Any, in_specs: Any
                 ) -> list[tuple[np.ndarray, tuple[int, list[int]]]] | None:
     """When each input is a non-empty C-contiguous numeric array without a layout whose blocks are runs of
-    whole rows (so `sim.memory._memory.place_blocks` holds every device's block of every input at once): per
+    whole rows (so `sim.memory._blocks.place_blocks` holds every device's block of every input at once): per
     input, in `tree_map`'s order, the array and (its block count, each device's block number). None
     otherwise."""
     found: list[Any] = []
