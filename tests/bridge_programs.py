@@ -3,9 +3,9 @@
 `python tests/bridge_programs.py NAME...` runs each named batch (`BATCHES`) and writes a pickled dict
 NAME -> result to stdout; `test_bridge.py` starts it with XLA_FLAGS set, as a JAX user would. A batch of
 generated programs (`bridge_generated.py`) returns one row per program: (collective, label, agrees,
-report); the other batches are the code cells of docs/reference/jax-bridge.md, control flow, MoE layers, bad
-inputs and a
-deliberately wrong bridge.
+report); the other batches are the code cells of docs/reference/jax-bridge.md, control flow, transformations,
+MoE layers (`bridge_moe_programs.py`), nested shard_maps (`bridge_nested_programs.py`), bad inputs and a
+deliberately wrong bridge (`bridge_errors.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax
 import jax.numpy as jnp
 import numpy as np
+from bridge_errors import error, errors, mutation
 from bridge_generated import batch
+from bridge_moe_programs import moe, moe_ragged
+from bridge_nested_programs import nested
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
@@ -45,45 +48,6 @@ def bridge_page() -> list[str]:
             exec(compile(code, "docs/reference/jax-bridge.md", "exec"), namespace)
         printed.append(out.getvalue())
     return printed
-
-
-def _moe(mesh: Any, capacity: int) -> Callable[..., Any]:
-    """A mixture-of-experts layer: each token goes to its top expert (one per device) through all_to_all,
-    the expert's weights act on it there, and a second all_to_all brings it back to be combined."""
-    n = mesh.shape["e"]
-
-    def layer(tokens: Any, router: Any, experts: Any) -> Any:
-        choice = jnp.argmax(tokens @ router, axis=-1)                        # [T]
-        onehot = jax.nn.one_hot(choice, n, dtype=tokens.dtype)               # [T, E]
-        slot = (jnp.cumsum(onehot, axis=0) - 1.0) * onehot                   # each token's place in its expert's queue
-        dispatch = onehot[:, :, None] * jax.nn.one_hot(slot.sum(-1), capacity, dtype=tokens.dtype)[:, None, :]
-        sent = jnp.einsum("tec,td->ecd", dispatch, tokens)                   # [E, C, d], row e for expert e
-        arrived = lax.all_to_all(sent, "e", 0, 0, tiled=True)                # [E, C, d], row s from device s
-        done = jnp.tanh(arrived @ experts[0])
-        back = lax.all_to_all(done, "e", 0, 0, tiled=True)
-        out = jnp.einsum("tec,ecd->td", dispatch, back)
-        return lax.psum(jnp.sum(out * out), "e")
-
-    return jax.shard_map(layer, mesh=mesh, in_specs=(P("e"), P(), P("e")), out_specs=P())
-
-
-def moe() -> list[tuple[str, bool, str]]:
-    """The MoE layer's loss and its gradient in all three inputs, compared with real JAX.
-
-    The loss is compared bit for bit; the gradient within float32 rounding, as XLA fuses its chains of
-    local products and tanh (one rounding fewer here and there) where the bridge runs them one by one."""
-    rng = np.random.default_rng(7)
-    mesh = oracles.cpu_mesh({"e": 4})
-    d, tokens_per_device = 4, 8
-    args = (rng.standard_normal((4 * tokens_per_device, d)).astype(np.float32),
-            rng.standard_normal((d, 4)).astype(np.float32), rng.standard_normal((4, d, d)).astype(np.float32))
-    layer = _moe(mesh, capacity=tokens_per_device)
-    rows = []
-    for label, f, rtol in (("loss", jax.jit(layer), 0.0), ("grad", jax.jit(jax.grad(layer, argnums=(0, 1, 2))),
-                                                          1e-5)):
-        report = oracles.compare_jax(f, *args, rtol=rtol, atol=rtol)
-        rows.append((label, report.agrees, str(report)))
-    return rows
 
 
 def transforms() -> list[tuple[str, bool, str]]:
@@ -170,58 +134,6 @@ def batching() -> list[tuple[str, bool, str]]:
         agrees = np.asarray(real).shape == simulated.shape and np.array_equal(np.asarray(real), simulated)
         rows.append((label, agrees, f"jax {np.asarray(real).shape}, meshsim {simulated.shape}"))
     return rows
-
-
-def _ragged_moe(mesh: Any) -> Callable[..., Any]:
-    """The same MoE layer with ragged_all_to_all: tokens sorted by expert, each peer sent exactly its rows
-    (offsets and sizes exchanged with all_gather), processed, sent back with the offsets swapped."""
-    n = mesh.shape["e"]
-
-    def layer(tokens: Any, router: Any, experts: Any) -> Any:
-        me = lax.axis_index("e")
-        choice = jnp.argmax(tokens @ router, axis=-1)
-        onehot = jax.nn.one_hot(choice, n, dtype=jnp.int32)
-        sizes = onehot.sum(0)                                                # rows for each expert
-        starts = jnp.cumsum(sizes) - sizes
-        # each token's row once sorted by expert (JAX 0.10.2 types argsort's result invariant: not used)
-        order = starts[choice] + jnp.take_along_axis(jnp.cumsum(onehot, 0) - 1, choice[:, None], 1)[:, 0]
-        counts = lax.all_gather(sizes, "e")                                  # counts[s, r]: s sends r
-        places = (jnp.cumsum(counts, axis=0) - counts).astype(jnp.int32)     # where s's rows land in r
-        firsts = lax.all_gather(starts, "e")
-        # JAX types ragged_all_to_all's result as its `output` (test_bridge.py pins it): the buffers vary
-        buffer = lax.pcast(jnp.zeros((tokens.shape[0] * n, tokens.shape[1]), tokens.dtype), "e", to="varying")
-        grouped = jnp.zeros_like(tokens).at[order].set(tokens)              # tokens sorted by expert
-        arrived = lax.ragged_all_to_all(grouped, buffer, starts, sizes, places[me], counts[:, me],
-                                        axis_name="e")
-        done = jnp.tanh(arrived @ experts[0])
-        back = lax.ragged_all_to_all(done, jnp.zeros_like(tokens), places[:, me], counts[:, me], firsts[:, me],
-                                     sizes, axis_name="e")
-        out = back[order]
-        return lax.psum(jnp.sum(out * out), "e")
-
-    return jax.shard_map(layer, mesh=mesh, in_specs=(P("e"), P(), P("e")), out_specs=P())
-
-
-def moe_ragged() -> dict[str, Any]:
-    """The ragged MoE layer and its gradient through the bridge, against the dense layer run by real JAX
-    (the same function of the inputs, within float32 rounding); and against JAX's own ragged_all_to_all,
-    run on CPU through `oracles.install_cpu_ragged_all_to_all`."""
-    rng = np.random.default_rng(7)
-    mesh = oracles.cpu_mesh({"e": 4})
-    args = (rng.standard_normal((32, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32),
-            rng.standard_normal((4, 4, 4)).astype(np.float32))
-    dense, ragged = _moe(mesh, capacity=8), _ragged_moe(mesh)
-    found: dict[str, Any] = {}
-    for label, wrap in (("loss", lambda f: f), ("grad", lambda f: jax.grad(f, argnums=(0, 1, 2)))):
-        expected = [np.asarray(x) for x in jax.tree.leaves(jax.jit(wrap(dense))(*args))]
-        simulated = oracles.simulate_jax(jax.jit(wrap(ragged)), *args)
-        got = jax.tree.leaves(simulated.outputs)
-        found[label] = all(np.allclose(e, g, rtol=1e-5, atol=1e-5) for e, g in zip(expected, got))
-        found[f"{label} messages"] = len(simulated.run.trace.messages)
-    oracles.install_cpu_ragged_all_to_all()
-    found["jax"] = oracles.compare_jax(jax.jit(jax.grad(ragged, argnums=(0, 1, 2))), *args, rtol=1e-5,
-                                       atol=1e-5).agrees
-    return found
 
 
 def control_flow() -> list[tuple[str, bool, str]]:
@@ -318,7 +230,7 @@ def newops() -> list[tuple[str, bool, str]]:
     rows.append(_axis_size())
     # JAX 0.10.2's transpose rule of pbroadcast fills with the psum through lax.full_like, which takes only a
     # scalar: the gradient of any non-scalar pbroadcast fails to trace (FINDINGS.md); pinned so a fix is noticed
-    kind, text = _error(lambda: jax.make_jaxpr(jax.grad(lambda v: jnp.sum(f(v) * w)))(x))
+    kind, text = error(lambda: jax.make_jaxpr(jax.grad(lambda v: jnp.sum(f(v) * w)))(x))
     rows.append(("jax: grad of pbroadcast", kind == "TypeError" and "scalar fill_value" in text, f"{kind}: {text}"))
     return rows
 
@@ -379,139 +291,6 @@ def partial() -> list[tuple[str, bool, str]]:
     return rows
 
 
-def nested() -> list[tuple[str, bool, str]]:
-    """shard_maps nested in a shard_map body (the inner manual over an axis the outer leaves to the compiler),
-    each with both check_vma settings, forward and under jax.grad, and two with the settings mixed (forward):
-    equal to jitted JAX bit for bit. Where JAX
-    cannot lower the gradient under check_vma=True (FINDINGS.md 24), the bridge's gradient equals JAX's under
-    check_vma=False. The outputs are gathered under the nested shard_map's line; an unchecked false
-    replication claim of a nested shard_map is reported, and an error under strict=True."""
-    two = oracles.cpu_mesh({"x": 2, "y": 4})
-    three = oracles.cpu_mesh({"x": 2, "y": 2, "z": 2})
-    ring = [(k, (k + 1) % 4) for k in range(4)]
-    programs = {
-        "psum over both axes": (two, lambda c: lax.psum(c, ("x", "y")) + lax.axis_index("y"), P(None, "y"),
-                                P(None, "y"), "y"),
-        "psum over y, replicated": (two, lambda c: lax.psum(c, "y") * 2.0, P(None, "y"), P(), "y"),
-        "all_gather over y": (two, lambda c: lax.all_gather(c, "y", axis=0, tiled=True), P(None, "y"),
-                              P(None, "y"), "y"),
-        "ppermute ring in a fori_loop": (two, lambda c: lax.fori_loop(
-            0, 3, lambda _, v: lax.ppermute(v, "y", ring) * 2.0, c), P(None, "y"), P(None, "y"), "y"),
-        "psum_scatter over y": (two, lambda c: lax.psum_scatter(c, "y", scatter_dimension=1, tiled=True), P(),
-                                P(None, "y"), "y"),
-        "z inside x, y left to the compiler": (three, lambda c: lax.psum(c, ("x", "z")) * (lax.axis_index("z") + 1),
-                                               P(None, "z"), P(None, "z"), "z"),
-    }
-    x = (np.arange(64.0, dtype=np.float32).reshape(8, 8) - 20.0) / 7.0
-    rows = []
-    for number, (label, (mesh, f, ins, outs, name)) in enumerate(programs.items()):
-        made = {}
-        # check_vma of the outer and the nested shard_map: alike, and mixed where the collective names only the
-        # nested axis (JAX refuses a checked psum over an axis of an unchecked enclosing shard_map)
-        for checks in ((False, False), (True, True), (False, True), (True, False))[:4 if number in (1, 2) else 2]:
-            def outer(b: Any, f: Any = f, ins: Any = ins, outs: Any = outs, name: str = name,
-                      check: bool = checks[1]) -> Any:
-                inner = jax.shard_map(f, in_specs=ins, out_specs=outs, axis_names={name}, check_vma=check)
-                return inner(b * 2.0) * 3.0
-
-            g = jax.jit(jax.shard_map(outer, mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"},
-                                      check_vma=checks[0]))
-            made[checks] = (g, jax.jit(jax.grad(lambda v, g=g: jnp.sum(jnp.sin(g(v))))))
-            said = f"check_vma={checks[0]}" + (f", nested {checks[1]}" if checks[1] != checks[0] else "")
-            for form, h in zip(("", "grad ")[:2 if checks[0] == checks[1] else 1], made[checks]):
-                kind, text = _error(lambda h=h: h(x))
-                if kind != "no error":  # JAX cannot lower it: the same math unchecked is the answer
-                    same = np.array_equal(oracles.simulate_jax(h, x).outputs, made[False, False][1](x))
-                    rows.append((f"{form}{label} {said} (JAX: {kind})", same and "already bound by a parent" in text,
-                                 text[:200]))
-                    continue
-                report = oracles.compare_jax(h, x)
-                rows.append((f"{form}{label} {said}", report.agrees and "bit-identical" in str(report), str(report)))
-    gathered = {(c.collective, c.label.split(" ")[-1])
-                for c in oracles.simulate_jax(made[True, True][0], x).runs[0].calls}
-    rows.append(("outputs gathered under the nested shard_map's line", ("all_gather", "(nested.<locals>.outer)")
-                 in gathered, str(gathered)))
-    return rows + _nested_more(three, x) + _nested_claim(two, x)
-
-
-def _nested_more(mesh: Any, x: np.ndarray) -> list[tuple[str, bool, str]]:
-    """Three levels of shard_map (forward and grad), a nested shard_map in one branch of a cond, and PRNG keys
-    into a nested shard_map: equal to jitted JAX bit for bit."""
-    def level2(b: Any) -> Any:
-        inner = jax.shard_map(lambda c: lax.psum(c, ("x", "y", "z")) - lax.axis_index("z"), in_specs=P(None, "z"),
-                              out_specs=P(None, "z"), axis_names={"z"})
-        return inner(b) * 2.0 + lax.axis_index("y")
-
-    def level1(a: Any) -> Any:
-        return jax.shard_map(level2, in_specs=P(None, "y"), out_specs=P(None, "y"), axis_names={"y"})(a)
-
-    def branch(a: Any) -> Any:
-        inner = jax.shard_map(lambda c: lax.psum(c, "y"), in_specs=P(None, "y"), out_specs=P(None, "y"),
-                              axis_names={"y"})
-        return lax.cond(a.sum() > 0, inner, lambda c: c * 0.5, a)
-
-    def keyed(key: Any, a: Any) -> Any:
-        noise = lambda k, c: c + jax.random.normal(jax.random.fold_in(k[0], lax.axis_index("z")), c.shape)
-        return jax.shard_map(noise, in_specs=(P(), P(None, "z")), out_specs=P(None, "z"), axis_names={"z"},
-                             check_vma=False)(key, a)
-
-    three = jax.jit(jax.shard_map(level1, mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"}))
-    cases = {"three levels": (three, (x,)),
-             "grad, three levels": (jax.jit(jax.grad(lambda v: jnp.sum(three(v) ** 2))), (x,)),
-             "in a cond": (jax.jit(jax.shard_map(branch, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                                                 axis_names={"x"}, check_vma=False)), (x - 10.0,)),
-             "keys in": (jax.jit(jax.shard_map(keyed, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x"),
-                                               axis_names={"x"}, check_vma=False)),
-                         (jax.random.split(jax.random.key(0), 2), x))}
-    rows = []
-    for label, (h, args) in cases.items():
-        report = oracles.compare_jax(h, *args)
-        rows.append((label, report.agrees and "bit-identical" in str(report), str(report)))
-    return rows
-
-
-def _nested_claim(mesh: Any, x: np.ndarray) -> list[tuple[str, bool, str]]:
-    """A nested shard_map under check_vma=False whose out_specs=P() claims replication along 'y' of a value
-    that depends on 'y': the bridge returns what JAX returns and reports the claim; strict=True stops."""
-    import warnings
-
-    def outer(b: Any) -> Any:
-        inner = jax.shard_map(lambda c: c + lax.axis_index("y").astype(c.dtype), in_specs=P(None, "y"), out_specs=P(),
-                              axis_names={"y"}, check_vma=False)
-        return inner(b)
-
-    g = jax.jit(jax.shard_map(outer, mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"},
-                              check_vma=False))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        simulated = oracles.simulate_jax(g, x)
-    found = [(d.kind, d.primitive, d.axes, d.devices) for d in simulated.diagnostics]
-    kind, text = _error(lambda: oracles.simulate_jax(g, x, strict=True))
-    # checked outside, unchecked inside: JAX types the nested result invariant along 'x' (FINDINGS.md 26), so
-    # out_specs=P() passes its check and returns the first 'x' device's rows
-    inner = jax.shard_map(lambda c: c * 2.0, in_specs=P(None, "y"), out_specs=P(None, "y"), axis_names={"y"},
-                          check_vma=False)
-    typed = jax.jit(jax.shard_map(inner, mesh=mesh, in_specs=P("x"), out_specs=P(), axis_names={"x"}))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        slipped = oracles.simulate_jax(typed, x)
-    said = [(d.kind, d.axes, d.devices, d.finding) for d in slipped.diagnostics]
-    # a warm call reports what its own run met: the same claim, true on columns that agree along 'y'
-    doubled = jax.jit(jax.shard_map(jax.shard_map(lambda c: c * 2.0, in_specs=P(None, "y"), out_specs=P(),
-                                                  axis_names={"y"}, check_vma=False),
-                                    mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"}, check_vma=False))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        calls = [len(oracles.simulate_jax(doubled, v).diagnostics) for v in (x, np.ones_like(x), x)]
-    return [("nested false claim reported", np.array_equal(simulated.outputs, g(x)) and found == [
-        ("false replication claim", "nested shard_map output 0", ("y",), (1, 2, 3, 5, 6, 7))], str(found)),
-        ("nested false claim under strict", kind == "JaxSlipError" and "claims replication along ['y']" in text,
-         text),
-        ("unchecked nested in checked: FINDINGS.md 26", np.array_equal(slipped.outputs, typed(x)) and said == [
-            ("false replication claim", ("x",), (4, 5, 6, 7), 26)], str(said)),
-        ("a warm call's claims are its own", calls == [1, 0, 1], str(calls))]
-
-
 def _axis_size() -> tuple[str, bool, str]:
     """`lax.axis_size` over a tuple of axes and over one, on a 2 x 2 mesh: JAX folds both to constants (no
     primitive); the one a shard_map returns is JAX's int32[], and the simulated program gives the same."""
@@ -543,112 +322,6 @@ def _pipeline(mesh: Any, x: np.ndarray) -> tuple[str, bool, str]:
                                        out_specs=P("i")))
     simulated = np.asarray(oracles.simulate_jax(f, x).outputs)
     return "psend/precv", typed and np.array_equal(simulated, np.asarray(equivalent(x))), f"{simulated}\n{jaxpr}"
-
-
-def _error(call: Callable[[], Any]) -> tuple[str, str]:
-    try:
-        call()
-    except Exception as error:
-        return type(error).__name__, str(error)
-    return "no error", ""
-
-
-def _beside(f: Callable[..., Any], x: np.ndarray) -> str:
-    """JAX's own answer, and the bridge's answer with its first diagnostic beside it, or a note that they differ."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        simulated = oracles.simulate_jax(f, x)
-    want = np.asarray(f(x))
-    if not np.array_equal(want, simulated.outputs) or not simulated.diagnostics:
-        return f"JAX {want}, bridge {simulated.outputs}, diagnostics {simulated.diagnostics}"
-    first = simulated.diagnostics[0]
-    return f"{want} {first.kind} {first.primitive} {first.message}"
-
-
-def _kinds(report: Any) -> str:
-    """Whether compare_jax agrees, and the kinds of the diagnostics beside the simulation."""
-    return f"{report.agrees} {[d.kind for d in report.simulated.diagnostics]}"
-
-
-def errors() -> dict[str, tuple[str, str]]:
-    """Each bad input to the bridge and the error it raises: (class name, message)."""
-    from jax.sharding import AbstractMesh
-
-    x = np.arange(8.0, dtype=np.float32)
-    mesh = oracles.cpu_mesh({"i": 4})
-    big = jax.shard_map(lambda v: lax.psum(v, "i"), mesh=AbstractMesh((16,), ("i",)), in_specs=P("i"),
-                        out_specs=P())
-    ragged = jax.shard_map(
-        lambda v, o, a, b, c, e: lax.ragged_all_to_all(v, o, a, b, c, e, axis_name="i"), mesh=mesh,
-        in_specs=(P("i"),) * 6, out_specs=P("i"))
-    sizes = np.ones(16, np.int32)
-    argsorted = jax.shard_map(jnp.argsort, mesh=oracles.cpu_mesh({"i": 2}), in_specs=P("i"), out_specs=P())
-    grouped = jax.jit(jax.shard_map(lambda v: lax.pmax(v, "i", axis_index_groups=[[0, 1], [2, 3]]), mesh=mesh,
-                                    in_specs=P("i"), out_specs=P()))
-    scaled = jax.jit(lambda v, k: jax.shard_map(lambda b: lax.psum(b * k, "i"), mesh=mesh, in_specs=P("i"),
-                                                out_specs=P())(v), static_argnums=1)
-    ca = jax.jit(jax.shard_map(lambda v: lax.ppermute(v, ("c", "a"), [(k, (k + 1) % 8) for k in range(8)]),
-                               mesh=oracles.cpu_mesh({"a": 2, "c": 4}), in_specs=P(("a", "c")),
-                               out_specs=P(("a", "c"))))
-    ca_grad = jax.jit(jax.grad(lambda v: jnp.sum(ca(v) * jnp.arange(8.0))))
-    offsets = np.tile(np.arange(4, dtype=np.int32), 4)  # device s sends row r to device r ...
-    places = np.repeat(np.arange(4, dtype=np.int32), 4)  # ... which keeps it in its row s
-    return {
-        "no shard_map": _error(lambda: oracles.simulate_jax(jax.jit(lambda v: v * 2), x)),
-        "collective outside shard_map": _error(lambda: oracles.simulate_jax(lambda v: lax.psum(v, "i"), x)),
-        "unsupported primitive": _error(lambda: oracles.simulate_jax(jax.shard_map(
-            lambda v: lax.psum(jax.new_ref(v)[...], "i"), mesh=mesh, in_specs=P("i"), out_specs=P()), x)),
-        "cpu_mesh too large": _error(lambda: oracles.cpu_mesh({"i": 16})),
-        "a shape without values": _error(lambda: oracles.simulate_jax(jax.jit(jax.shard_map(
-            lambda v: lax.psum(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())),
-            jax.ShapeDtypeStruct((8,), np.float32))),
-        "compare on a mesh too large": _error(lambda: oracles.compare_jax(big, np.arange(32.0, dtype=np.float32))),
-        "simulate on a mesh too large": ("no error", str(oracles.simulate_jax(big, np.arange(32.0,
-                                                                              dtype=np.float32)).outputs)),
-        "static argument": ("no error", " ".join(str(oracles.compare_jax(scaled, x, k).agrees) + str(
-            oracles.simulate_jax(scaled, x, k).outputs) for k in (3, 4))),
-        "ragged without the lowering": _error(lambda: oracles.compare_jax(
-            ragged, np.arange(16.0, dtype=np.float32), np.zeros(16, np.float32), offsets, sizes, places, sizes)),
-        # JAX's own rules that fail today (the generated programs avoid them): pinned so a fix is noticed
-        "jax: grad of an untiled all_to_all": _error(lambda: jax.grad(lambda v: jax.shard_map(
-            lambda u: lax.all_to_all(u, "i", 0, 1, tiled=False), mesh=mesh, in_specs=P("i"),
-            out_specs=P("i"))(v).sum())(np.ones((16, 3), np.float32))),
-        "jax: vmap of an untiled psum_scatter": _error(lambda: jax.make_jaxpr(jax.vmap(jax.shard_map(
-            lambda u: lax.psum_scatter(u, "i", scatter_dimension=1, tiled=False), mesh=mesh, in_specs=P("i"),
-            out_specs=P("i")), in_axes=2))(np.ones((8, 4, 3), np.float32))),
-        "jax: argsort of a varying array typed invariant": _error(lambda: oracles.simulate_jax(
-            argsorted, np.array([3, 1, 2, 0, 1, 2], np.float32), strict=True)),
-        "jax: grouped pmax's replicated output": ("no error", _beside(grouped, x)),
-        "jax: argsort's replicated output": ("no error", _beside(argsorted, np.array([3, 1, 2, 0, 1, 2], np.float32))),
-        "jax: ppermute over ('c', 'a') numbered in the mesh's order": ("no error", _beside(ca, x)),
-        "jax: its gradient": ("no error", _kinds(oracles.compare_jax(ca_grad, x))),
-        "jax: ppermute numbering under strict": _error(lambda: oracles.simulate_jax(ca, x, strict=True)),
-        "jax: ragged_all_to_all typed as its output": _error(lambda: oracles.simulate_jax(jax.shard_map(
-            lambda v, a, b, c, e: lax.ragged_all_to_all(v, jnp.zeros(4, np.float32), a, b, c, e, axis_name="i"),
-            mesh=mesh, in_specs=(P("i"),) * 5, out_specs=P()), np.arange(16.0, dtype=np.float32), offsets,
-            sizes, places, sizes, strict=True)),
-        "ragged simulated": ("no error", str(oracles.simulate_jax(
-            ragged, np.arange(16.0, dtype=np.float32), np.zeros(16, np.float32), offsets, sizes, places,
-            sizes).outputs.tolist())),
-    }
-
-
-def mutation() -> tuple[bool, str]:
-    """compare_jax of a psum program with the bridge's psum_invariant run as meshsim's pmax instead."""
-    from collectives import REGISTRY
-    from oracles import _bridge_device
-
-    real = _bridge_device._definition
-    _bridge_device._definition = lambda name: REGISTRY["pmax"] if name == "psum_invariant" else real(name)
-    try:
-        f = jax.shard_map(lambda v: lax.psum(v, "i"), mesh=oracles.cpu_mesh({"i": 4}), in_specs=P("i"),
-                          out_specs=P())
-        report = oracles.compare_jax(f, np.arange(8.0, dtype=np.float32))
-    finally:
-        _bridge_device._definition = real
-    return report.agrees, str(report)
 
 
 def laid_out() -> dict[str, Any]:

@@ -154,7 +154,7 @@ ERRORS = [
     ("no shard_map", "BridgeError", "has no jax.shard_map.*wrap the per-device body in jax.shard_map"),
     ("collective outside shard_map", "BridgeError", "unbound axis name.*wrap the body in jax.shard_map"),
     ("unsupported primitive", "UnsupportedPrimitiveError",
-     r"primitive 'new_ref' at .*bridge_programs\.py:\d+:\d+ .*mutable references.*\(in `.*new_ref\["),
+     r"primitive 'new_ref' at .*bridge_errors\.py:\d+:\d+ .*mutable references.*\(in `.*new_ref\["),
     ("cpu_mesh too large", "DeviceCountError",
      r"\{'i': 16\} has 16 devices but JAX has 8.*xla_force_host_platform_device_count=16"),
     ("compare on a mesh too large", "DeviceCountError", "has 16 devices but JAX has 8"),
@@ -189,7 +189,7 @@ ERRORS = [
     # JAX types ragged_all_to_all's result as its `output` operand: with an invariant output buffer the
     # received rows are typed invariant, and out_specs=P() passes JAX's check
     ("jax: ragged_all_to_all typed as its output", "JaxSlipError",
-     r"'ragged_all_to_all' at .*bridge_programs\.py:\d+.* invariant along \['i'\].*FINDINGS\.md 5"),
+     r"'ragged_all_to_all' at .*bridge_errors\.py:\d+.* invariant along \['i'\].*FINDINGS\.md 5"),
 ]
 
 
