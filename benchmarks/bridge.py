@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _timing import best_of, check_repeat
-from bridge_reach import moe_args, moe_layer
+from bridge_moe_layer import moe_args, moe_layer
 from bridge_tutorial import collective_matmul
 from jax.sharding import AxisType
 

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
+from bridge_checks import same_bits
 from hypothesis import HealthCheck, given, settings
 
 import collectives
@@ -32,11 +33,6 @@ from oracles._rules import Program
 from oracles._rules_control import Nested, constructs
 from scenarios.campaign._rules_search import drawn
 from scenarios.campaign._vma_cases import partial_cases
-
-
-def same(want: np.ndarray, got: np.ndarray) -> bool:
-    """Bit for bit (NaNs included)."""
-    return want.dtype == got.dtype and want.shape == got.shape and want.tobytes() == got.tobytes()
 
 
 def partial(examples: int, differ: list[str]) -> dict:
@@ -74,7 +70,7 @@ def partial(examples: int, differ: list[str]) -> dict:
                 return
             got = np.asarray(oracles.simulate_jax(f, *placed).outputs)
             counts[case.op] += 1
-            if not same(want, got):
+            if not same_bits([want], [got]):
                 differ.append(f"partial {case.op} manual={manual} check_vma={check_vma} {case}: JAX "
                               f"{want.reshape(-1)[:6]}, bridge {got.reshape(-1)[:6]}")
 
@@ -102,7 +98,7 @@ def main(examples: int, partial_examples: int) -> dict:
             want = np.asarray(f(*program.globals))
             got = np.asarray(oracles.simulate_jax(f, *program.globals).outputs)
             counts[op] += 1
-            if not same(want, got):
+            if not same_bits([want], [got]):
                 differ.append(f"{op} check_vma={check_vma} {case}: JAX {want.reshape(-1)[:6]}, bridge "
                               f"{got.reshape(-1)[:6]}")
 

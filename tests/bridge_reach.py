@@ -1,7 +1,7 @@
-"""The bridge's reach beyond the tutorial corpus, run in the worker of `bridge_tutorial.py`: an MoE layer, keys
-and calls, JAX's answer with the truth beside it, what is and is not simulated, unreduced types, every
-primitive's status and the plain-JAX reproducer of XLA's multiply-add contraction. Each function is a batch
-of `bridge_tutorial.BATCHES`.
+"""The bridge's reach beyond the tutorial corpus, run in the worker of `bridge_tutorial.py`: keys and calls,
+JAX's answer with the truth beside it, what is and is not simulated, unreduced types, every primitive's
+status, the plain-JAX reproducer of XLA's multiply-add contraction and programs cut at their collectives.
+Each function is a batch of `bridge_tutorial.BATCHES` (the MoE layer's are in `bridge_moe_layer.py`).
 """
 
 from __future__ import annotations
@@ -17,207 +17,14 @@ import jax
 import jax.experimental
 import jax.numpy as jnp
 import numpy as np
+from bridge_checks import rng, run_differences, same_bits, ulps_apart
+from bridge_moe_layer import moe_layer
 from jax import lax
 from jax._src.lax import parallel
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-import collectives
 import oracles
-
-
-def _rng(seed: int, *shape: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _ulps(wanted: Any, found: Any) -> int:
-    """The largest distance in units in the last place between two float arrays of one dtype (0 otherwise)."""
-    wanted, found = np.asarray(wanted), np.asarray(found)
-    if wanted.dtype != found.dtype or wanted.shape != found.shape or wanted.dtype.kind != "f" or not wanted.size:
-        return 0
-    width = {2: np.int16, 4: np.int32, 8: np.int64}[wanted.dtype.itemsize]
-    a, b = wanted.view(width).astype(np.int64), found.view(width).astype(np.int64)
-    a = np.where(a < 0, np.iinfo(width).min - a, a)
-    b = np.where(b < 0, np.iinfo(width).min - b, b)
-    return int(np.max(np.abs(a - b)))
-
-
-def moe_layer(n: int, experts: int, k: int, capacity: int, check_vma: bool, dispatch: Any = None
-              ) -> Callable[..., Any]:
-    """An expert-parallel MoE layer written as open-source ones write it: router logits with jitter from the
-    RNG state passed in, top-k, tokens past an expert's capacity dropped, rows sorted by expert (argsort),
-    counts all_gathered, offsets from cumulative sums, a ragged dispatch into an empty buffer, grouped matmuls
-    (ragged_dot), a ragged combine back and the top-k weights applied. Experts are sharded over 'e'. With a
-    float8 `dispatch` dtype the rows travel quantised, as fp8 MoE layers send them: each row divided by its
-    own scale (its largest magnitude over the dtype's largest finite), cast to `dispatch`, sent with its
-    scale (a second ragged dispatch, in float32) and multiplied back at the expert."""
-    mesh = jax.make_mesh((n,), ("e",), axis_types=(AxisType.Auto,))
-    local = experts // n
-
-    def route(x: Any, router: Any, key: Any) -> tuple[Any, Any, Any]:
-        key = jax.random.fold_in(key, lax.axis_index("e"))
-        logits = x @ router + jax.random.uniform(key, (x.shape[0], experts), x.dtype, -1e-2, 1e-2)
-        weight, chosen = lax.top_k(jax.nn.softmax(logits, axis=-1), k)
-        flat = chosen.reshape(-1)
-        rank = jnp.cumsum(jax.nn.one_hot(flat, experts, dtype=jnp.int32), axis=0)[jnp.arange(flat.size), flat] - 1
-        kept = rank < capacity
-        return jnp.where(kept, flat, experts), jnp.where(kept, weight.reshape(-1), 0.0), kept
-
-    def layer(x: Any, router: Any, w_in: Any, w_out: Any, key: Any) -> Any:
-        me = lax.axis_index("e")
-        bucket, weight, _ = route(x, router, key)
-        order = jnp.argsort(bucket, stable=True)                      # dropped rows sort last, never sent
-        rows = x[order // k]
-        counts = jnp.bincount(bucket, length=experts + 1)[:experts]   # an empty expert counts 0
-        sizes = counts.reshape(n, local).sum(1)
-        starts = jnp.cumsum(sizes) - sizes
-        table = lax.all_gather(counts, "e")                           # table[s, x]: rows s sends expert x
-        mine = lax.dynamic_slice_in_dim(table, me * local, local, axis=1)
-        recv = mine.sum(1)
-        per_dest = table.reshape(n, n, local).sum(2)
-        places = (jnp.cumsum(per_dest, axis=0) - per_dest)[me]
-        buffer = jnp.zeros((x.shape[0] * k * n, x.shape[1]), x.dtype)
-        buffer = lax.pcast(buffer, "e", to="varying") if check_vma else buffer
-        if dispatch is None:
-            got = lax.ragged_all_to_all(rows, buffer, starts, sizes, places, recv, axis_name="e")
-        else:
-            scale = jnp.max(jnp.abs(rows), axis=1, keepdims=True) / float(jnp.finfo(dispatch).max) + 1e-12
-            sent = lax.ragged_all_to_all((rows / scale).astype(dispatch), buffer.astype(dispatch), starts, sizes,
-                                         places, recv, axis_name="e")
-            scales = lax.ragged_all_to_all(scale, buffer[:, :1], starts, sizes, places, recv, axis_name="e")
-            got = sent.astype(x.dtype) * scales
-        src_starts = jnp.cumsum(recv) - recv
-        row = jnp.arange(got.shape[0])
-        src = jnp.clip(jnp.searchsorted(src_starts, row, side="right") - 1, 0, n - 1)
-        expert = jnp.sum((row - src_starts[src])[:, None] >= jnp.cumsum(mine, axis=1)[src], axis=1)
-        regroup = jnp.argsort(jnp.where(row < recv.sum(), expert, local), stable=True)
-        group_sizes = mine.sum(0).astype(jnp.int32)
-        hidden = jax.nn.gelu(lax.ragged_dot(got[regroup], w_in, group_sizes))
-        done = jnp.zeros_like(got).at[regroup].set(lax.ragged_dot(hidden, w_out, group_sizes))
-        firsts = lax.all_gather(starts, "e")[:, me]
-        back = lax.ragged_all_to_all(done, jnp.zeros_like(rows), src_starts, recv, firsts, sizes, axis_name="e")
-        combined = jnp.zeros_like(back).at[order].set(back) * weight[:, None]
-        return combined.reshape(x.shape[0], k, -1).sum(1)
-
-    return jax.shard_map(layer, mesh=mesh, in_specs=(P("e"), P(), P("e"), P("e"), P()), out_specs=P("e"),
-                         check_vma=check_vma)
-
-
-def moe_args(n: int, key: Any) -> tuple:
-    """The MoE layer's arguments on n devices (2n experts, 6 tokens of 4 features per device, 8 hidden
-    features): tokens, router, the experts' two weights (drawn from a generator seeded n) and `key`."""
-    experts, width, tokens = 2 * n, 4, 6
-    rng = np.random.default_rng(n)
-    return (rng.standard_normal((tokens * n, width)).astype(np.float32),
-            rng.standard_normal((width, experts)).astype(np.float32),
-            rng.standard_normal((experts, width, 8)).astype(np.float32),
-            rng.standard_normal((experts, 8, width)).astype(np.float32), key)
-
-
-def moe() -> list[tuple]:
-    """The MoE layer on 4 and 8 devices, check_vma on and off, forward and gradient: (devices, check_vma,
-    form, simulation == jitted JAX bit for bit, where the simulation with compiled=False differs from it
-    (`run_differences`; 4 devices forward, else None: each equation compiled on its own makes the gradient
-    slow, and the corpus compares gradients), simulation with compiled=False == JAX evaluated op by op bit
-    for bit (4 devices, check_vma=False, forward: JAX's eager evaluation of the layer takes seconds; else
-    None), diagnostics (kind, primitive, finding), messages per run, compare_jax's report)."""
-    oracles.install_cpu_ragged_all_to_all()
-    rows = []
-    for n in (4, 8):
-        experts, width, tokens = 2 * n, 4, 6
-        rng = np.random.default_rng(n)
-        router = rng.standard_normal((width, experts)).astype(np.float32)
-        router[:, 1] -= 50.0                                          # expert 1 is never chosen
-        args = (rng.standard_normal((tokens * n, width)).astype(np.float32), router,
-                rng.standard_normal((experts, width, 8)).astype(np.float32),
-                rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.key(0))
-        for check_vma in (True, False):
-            f = moe_layer(n, experts, k=2, capacity=3, check_vma=check_vma)
-            loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
-            for form, g in (("forward", f), ("grad", jax.grad(loss, argnums=(0, 1, 2, 3)))):
-                differences, eager = None, None
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    report = oracles.compare_jax(jax.jit(g), *args)
-                    if n == 4 and form == "forward":
-                        stepwise = oracles.simulate_jax(jax.jit(g), *args, compiled=False)
-                        differences = run_differences(report.simulated, stepwise)
-                    if n == 4 and not check_vma and form == "forward":
-                        with jax.disable_jit():
-                            eager = same_bits(jax.tree.leaves(g(*args)), jax.tree.leaves(stepwise.outputs))
-                found = report.simulated
-                rows.append((n, check_vma, form, report.agrees and all(o.equal_bytes for o in report.outputs),
-                             differences, eager, [(d.kind, d.primitive, d.finding) for d in found.diagnostics],
-                             [len(r.trace.messages) for r in found.runs], str(report)))
-    return rows
-
-
-def moe_fp8() -> list[tuple]:
-    """The MoE layer dispatching its rows as float8_e4m3fn on 4 and 8 devices (check_vma off), forward and
-    gradient: (devices, form, simulation == jitted JAX bit for bit, simulation == the layer cut at its
-    collectives in plain JAX (`bridge_cut.cut`) bit for bit (the gradient; None forward), which outputs jitted
-    JAX differs in from the cut program (forward: from the simulation), the largest difference there in ulps,
-    whether device 0's program moves float8 rows through a ragged_all_to_all)."""
-    from bridge_cut import cut
-
-    oracles.install_cpu_ragged_all_to_all()
-    rows = []
-    for n in (4, 8):
-        args = moe_args(n, jax.random.PRNGKey(0))
-        f = moe_layer(n, 2 * n, k=2, capacity=3, check_vma=False, dispatch=jnp.float8_e4m3fn)
-        loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
-        for form, g in (("forward", jax.jit(f)), ("grad", jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))))):
-            run = oracles.simulate_jax(g, *args)
-            simulated, jitted = jax.tree.leaves(run.outputs), [np.asarray(x) for x in jax.tree.leaves(g(*args))]
-            # the forward equals jitted JAX: the cut program is made for the gradient, where they differ
-            wanted = simulated if form == "forward" else [np.asarray(x) for x in cut(g, *args)]
-            differing = [k for k, (a, b) in enumerate(zip(wanted, jitted)) if not same_bits([a], [b])]
-            ulps = max((_ulps(a, b) for k in differing for a, b in zip(jitted[k].ravel(), wanted[k].ravel())
-                        if a != b), default=0)
-            program = str(run.runs[0].program(0))
-            moved = any("ragged_all_to_all" in line and "f8_e4m3fn" in line for line in program.splitlines())
-            as_cut = same_bits(wanted, simulated) if form == "grad" else None
-            rows.append((n, form, same_bits(jitted, simulated), as_cut, differing, ulps, moved))
-    return rows
-
-
-def same_bits(wanted: list, found: list) -> bool:
-    """Whether two lists of arrays hold the same dtypes, shapes and bytes."""
-    wanted, found = [np.asarray(x) for x in wanted], [np.asarray(x) for x in found]
-    return len(wanted) == len(found) and all(a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-                                             for a, b in zip(wanted, found))
-
-
-def run_differences(a: Any, b: Any) -> list[str]:
-    """Where two simulations of one program differ in what was simulated: the number of runs, every column of
-    each run's trace, its end time, the collective equations each device's program records (op, parameters
-    and the types of their operands and results), and the outputs' dtypes and shapes. Values are left out:
-    compiled segments round as XLA does, equation-by-equation evaluation as JAX's eager mode does."""
-    found = [] if len(a.runs) == len(b.runs) else [f"{len(a.runs)} runs against {len(b.runs)}"]
-    for k, (x, y) in enumerate(zip(a.runs, b.runs)):
-        cx, cy = x.trace.columns(), y.trace.columns()
-        found += [f"run {k}: trace column {name}" for name in cx if not _same_column(cx[name], cy[name])]
-        if x.end_time_s != y.end_time_s:
-            found.append(f"run {k}: ends at {x.end_time_s} against {y.end_time_s}")
-        found += [f"run {k}: device {d}'s collectives" for d, (p, q) in enumerate(zip(x.programs, y.programs))
-                  if _collectives(p) != _collectives(q)]
-    shapes = [[(np.asarray(v).dtype, np.shape(v)) for v in jax.tree.leaves(s.outputs)] for s in (a, b)]
-    return found + ([f"outputs {shapes[0]} against {shapes[1]}"] if shapes[0] != shapes[1] else [])
-
-
-def _same_column(x: np.ndarray, y: np.ndarray) -> bool:
-    if x.dtype != object and y.dtype != object:
-        return x.shape == y.shape and x.dtype == y.dtype and bool(np.array_equal(x, y, equal_nan=True))
-    return list(x) == list(y)
-
-
-def _collectives(program: Any) -> list:
-    """A device program's collective equations that move data, each with its parameters and its operands' and
-    results' types (`pvary` moves none: a compiled segment records a nested jit as one equation, pvary inside)."""
-    named = {definition.name for definition in collectives.REGISTRY.values()} - {"pvary"}
-    kind = lambda v: (str(v.dtype), v.shape, sorted(v.vma)) if hasattr(v, "vma") else "const"
-    return [(e.op, repr(e.params), [kind(v) for v in e.inputs], [kind(v) for v in e.outputs])
-            for e in program.equations if e.op in named]
 
 
 def operands() -> list[tuple[str, bool, str]]:
@@ -225,7 +32,7 @@ def operands() -> list[tuple[str, bool, str]]:
     keys sharded one per device, keys as an output, a nested jit holding a psum, a custom_jvp function, and
     an ordered io_callback."""
     mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-    x = _rng(40, 8)
+    x = rng(40, 8)
 
     def noisy(key: Any, v: Any) -> Any:
         return lax.psum(v * jax.random.uniform(jax.random.fold_in(key, lax.axis_index("i")), v.shape), "i")
@@ -382,7 +189,7 @@ def _pmap_migration() -> tuple[Callable[..., Any], Callable[..., Any], Any, np.n
     shard = lambda body: jax.jit(jax.vmap(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))))
     scaled = lambda v: v[0] * (lax.axis_index("i").astype(v.dtype) + 1.0)
     whole = shard(lambda v: (scaled(v) - lax.pmean(scaled(v), "i"))[None])
-    return shard, scaled, whole, np.stack([_rng(26, 4, 3), _rng(26, 4, 3) * 0.5 + 1.0])
+    return shard, scaled, whole, np.stack([rng(26, 4, 3), rng(26, 4, 3) * 0.5 + 1.0])
 
 
 def fusion() -> dict[str, Any]:
@@ -402,7 +209,7 @@ def fusion() -> dict[str, Any]:
     single = (x.astype(np.float64) * factor - np.asarray(mean, np.float64)).astype(np.float32)
     double = (np.asarray(local, np.float64) - np.asarray(mean, np.float64)).astype(np.float32)
     simulated = np.asarray(oracles.simulate_jax(whole, x).outputs)
-    return {"differ": int((fused != cut).sum()), "ulps": _ulps(fused, cut),
+    return {"differ": int((fused != cut).sum()), "ulps": ulps_apart(fused, cut),
             "jitted is the single rounding": bool(np.array_equal(fused, single)),
             "cut is the double rounding": bool(np.array_equal(cut, double)),
             "bridge is the cut program": same_bits([cut], [simulated])}
@@ -417,8 +224,8 @@ def _gelu_mlp() -> tuple[Any, tuple]:
         return jnp.mean(lax.pmean(lax.psum(jax.nn.gelu(x @ w1) @ w2, "t"), "d") ** 2)
 
     loss = jax.shard_map(mlp, mesh=mesh, in_specs=(P("d"), P(None, "t"), P("t")), out_specs=P())
-    x = _rng(70, 8, 16)
-    return (lambda a, b: loss(x, a, b)), (_rng(71, 16, 32), _rng(72, 32, 16))
+    x = rng(70, 8, 16)
+    return (lambda a, b: loss(x, a, b)), (rng(71, 16, 32), rng(72, 32, 16))
 
 
 def fusion_across_runs() -> dict[str, Any]:
@@ -439,7 +246,7 @@ def fusion_across_runs() -> dict[str, Any]:
     cut = [np.asarray(g) for g in jax.jit(lambda pb: pb(jnp.float32(1.0)))(pullback)]
     simulated = [np.asarray(g) for g in oracles.simulate_jax(grad, w1, w2).outputs]
     differing = np.argwhere(whole[0] != cut[0])
-    ulps = [_ulps(whole[0][i, j], cut[0][i, j]) for i, j in differing]
+    ulps = [ulps_apart(whole[0][i, j], cut[0][i, j]) for i, j in differing]
     largest = float(np.max(np.abs(whole[0].astype(np.float64) - cut[0]))) / float(np.max(np.abs(whole[0])))
     return {"differ": len(differing), "elements": whole[0].size, "median ulps": float(np.median(ulps or [0])),
             "ulps": max(ulps, default=0), "relative to the largest": largest,
@@ -480,24 +287,24 @@ def cut_programs() -> dict[str, dict[str, bool]]:
     attended = jax.shard_map(attention, mesh=rows, in_specs=(P("d"),) + (P(None, "t"),) * 3 + (P("t"),),
                              out_specs=P("d"))
     exchanged = jax.shard_map(ulysses, mesh=ring, in_specs=P("i"), out_specs=P("i"))
-    x16 = _rng(70, 8, 16)
+    x16 = rng(70, 8, 16)
     oracles.install_cpu_ragged_all_to_all()
     moe_wide = moe_layer(4, 8, k=2, capacity=3, check_vma=False)  # 8 features: XLA fuses the gelu across runs
-    moe_args = (_rng(81, 24, 8), _rng(82, 8, 8), _rng(83, 8, 8, 8), _rng(84, 8, 8, 8), jax.random.PRNGKey(0))
+    moe_args = (rng(81, 24, 8), rng(82, 8, 8), rng(83, 8, 8, 8), rng(84, 8, 8, 8), jax.random.PRNGKey(0))
     programs = {
         "pmap migration under vmap": (pmap_vmap, (pmap_x,)),
         "gelu MLP gradient": (jax.jit(jax.grad(mlp_loss, argnums=(0, 1))), mlp_weights),
         "layer norm gradient": (jax.jit(jax.grad(lambda x, g: jnp.sum(normed(x, g) ** 3), argnums=(0, 1))),
-                                (_rng(73, 8, 32), _rng(74, 32))),
+                                (rng(73, 8, 32), rng(74, 32))),
         "attention gradient": (jax.jit(jax.grad(lambda *a: jnp.sum(attended(*a) ** 2), argnums=(1, 2, 3, 4))),
-                               (x16, *(_rng(75 + k, 16, 16) for k in range(4)))),
+                               (x16, *(rng(75 + k, 16, 16) for k in range(4)))),
         "all_to_all attention gradient": (jax.jit(jax.grad(lambda q: jnp.sum(exchanged(q) ** 2))),
-                                          (_rng(79, 16, 8, 4),)),
+                                          (rng(79, 16, 8, 4),)),
         "MoE layer gradient, width 8": (jax.jit(jax.grad(lambda *a: jnp.sum(moe_wide(*a) ** 2), argnums=(0, 1, 2, 3))),
                                         moe_args),
         "psum_scatter then all_gather": (jax.jit(jax.shard_map(
             lambda v: lax.all_gather(lax.psum_scatter(v * 1.5, "i", tiled=True), "i", tiled=True),
-            mesh=ring, in_specs=P(), out_specs=P(), check_vma=False)), (_rng(80, 16),)),
+            mesh=ring, in_specs=P(), out_specs=P(), check_vma=False)), (rng(80, 16),)),
     }
     found = {}
     for name, (f, args) in programs.items():
@@ -513,5 +320,5 @@ def segments() -> dict[str, Any]:
     """The comparison of two simulations, made to fail: one psum program on 8 and on 16 rows."""
     mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
     f = jax.jit(jax.shard_map(lambda v: lax.psum(v * 2.0, "i"), mesh=mesh, in_specs=P("i"), out_specs=P()))
-    small, large = (oracles.simulate_jax(f, _rng(50, rows)) for rows in (8, 16))
+    small, large = (oracles.simulate_jax(f, rng(50, rows)) for rows in (8, 16))
     return {"different programs": run_differences(small, large)}

@@ -24,20 +24,17 @@ import jax
 import jax.experimental
 import jax.numpy as jnp
 import numpy as np
+from bridge_checks import rng, run_differences, ulps_apart
+from bridge_moe_layer import moe, moe_fp8
 from bridge_reach import (
-    _rng,
-    _ulps,
     cut_programs,
     diagnostics,
     explicit_types,
     fusion,
     fusion_across_runs,
-    moe,
-    moe_fp8,
     operands,
     primitives,
     reach,
-    run_differences,
     segments,
 )
 from jax import lax
@@ -303,38 +300,38 @@ def _gshard_moe(mk: Mk) -> Callable[..., Any]:
 
 PROGRAMS = (
     Program("psum and the variance rule", (("i", 4),), _psum_variance,
-            lambda: (np.float32(0.5), _rng(1, 8)), (P(), P("i"))),
-    Program("all_gather matmul", (("i", 4),), _gather_matmul, lambda: (_rng(2, 8, 4), _rng(3, 4, 8)),
+            lambda: (np.float32(0.5), rng(1, 8)), (P(), P("i"))),
+    Program("all_gather matmul", (("i", 4),), _gather_matmul, lambda: (rng(2, 8, 4), rng(3, 4, 8)),
             (P("i"), P(None, "i"))),
-    Program("psum_scatter matmul", (("i", 4),), _scatter_matmul, lambda: (_rng(4, 8, 8), _rng(5, 8, 4)),
+    Program("psum_scatter matmul", (("i", 4),), _scatter_matmul, lambda: (rng(4, 8, 8), rng(5, 8, 4)),
             (P(None, "i"), P("i"))),
-    Program("ppermute ring", (("i", 4),), _ring, lambda: (_rng(6, 8, 2),), (P("i"),)),
-    Program("all_to_all", (("i", 4),), _exchange, lambda: (_rng(7, 8, 8),), (P("i"),)),
+    Program("ppermute ring", (("i", 4),), _ring, lambda: (rng(6, 8, 2),), (P("i"),)),
+    Program("all_to_all", (("i", 4),), _exchange, lambda: (rng(7, 8, 8),), (P("i"),)),
     Program("collective matmul (all_gather side)", (("i", 4),), collective_matmul,
-            lambda: (_rng(8, 8, 8), _rng(9, 8, 4)), (P("i"), P(None, "i"))),
+            lambda: (rng(8, 8, 8), rng(9, 8, 4)), (P("i"), P(None, "i"))),
     Program("collective matmul (reduce_scatter side)", (("i", 4),), _reduce_scatter_matmul,
-            lambda: (_rng(10, 8, 8), _rng(11, 8, 4)), (P(None, "i"), P("i"))),
+            lambda: (rng(10, 8, 8), rng(11, 8, 4)), (P(None, "i"), P("i"))),
     Program("data parallel loss", (("i", 4),), _data_parallel,
-            lambda: (_rng(12, 4, 3), _rng(13, 3), _rng(14, 8, 4), _rng(15, 8, 3)), (P(), P(), P("i"), P("i"))),
+            lambda: (rng(12, 4, 3), rng(13, 3), rng(14, 8, 4), rng(15, 8, 3)), (P(), P(), P("i"), P("i"))),
     Program("tensor parallel loss", (("i", 4),), _tensor_parallel,
-            lambda: (_rng(16, 2, 4), _rng(17, 4, 8), _rng(18, 8, 3)), (P(), P(None, "i"), P("i"))),
+            lambda: (rng(16, 2, 4), rng(17, 4, 8), rng(18, 8, 3)), (P(), P(None, "i"), P("i"))),
     Program("FSDP loss with checkpoint", (("i", 4),), _fsdp,
-            lambda: ((_rng(19, 4, 4), _rng(20, 4, 4)), _rng(21, 8, 4)), ((P("i"), P("i")), P("i"))),
-    Program("pipeline parallel loss", (("i", 4),), _pipeline, lambda: (_rng(22, 4, 3, 3), _rng(23, 5, 2, 3)),
+            lambda: ((rng(19, 4, 4), rng(20, 4, 4)), rng(21, 8, 4)), ((P("i"), P("i")), P("i"))),
+    Program("pipeline parallel loss", (("i", 4),), _pipeline, lambda: (rng(22, 4, 3, 3), rng(23, 5, 2, 3)),
             (P("i"), P())),
     Program("the design note's five transposes", (("i", 4),), _transposes,
-            lambda: (_rng(24, 8), _rng(25, 2)), (P("i"), P())),
-    Program("pmap migration", (("i", 4),), _pmap_style, lambda: (_rng(26, 4, 3),), (P("i"),)),
-    Program("callbacks", (("i", 4),), _callbacks, lambda: (_rng(27, 8), _rng(28, 2)), (P("i"), P()),
+            lambda: (rng(24, 8), rng(25, 2)), (P("i"), P())),
+    Program("pmap migration", (("i", 4),), _pmap_style, lambda: (rng(26, 4, 3),), (P("i"),)),
+    Program("callbacks", (("i", 4),), _callbacks, lambda: (rng(27, 8), rng(28, 2)), (P("i"), P()),
             grad=False, vmap=False),
-    Program("remat with a policy", (("i", 4),), _remat_policy, lambda: (_rng(29, 8, 8), _rng(30, 8, 4)),
+    Program("remat with a policy", (("i", 4),), _remat_policy, lambda: (rng(29, 8, 8), rng(30, 8, 4)),
             (P(None, "i"), P("i"))),
-    Program("PRNG keys in the body", (("i", 4),), _keys, lambda: (jax.random.key(3), _rng(31, 8)), (P(), P("i")),
+    Program("PRNG keys in the body", (("i", 4),), _keys, lambda: (jax.random.key(3), rng(31, 8)), (P(), P("i")),
             vmap=False),
-    Program("ring attention", (("i", 4),), _ring_attention, lambda: (_rng(32, 16, 8), _rng(33, 16, 8), _rng(34, 16, 8)),
+    Program("ring attention", (("i", 4),), _ring_attention, lambda: (rng(32, 16, 8), rng(33, 16, 8), rng(34, 16, 8)),
             (P("i"),) * 3),
     Program("GShard mixture of experts", (("data", 2), ("expert", 4)), _gshard_moe,
-            lambda: (_rng(35, 48, 8), _rng(36, 8, 8), _rng(37, 8, 8, 16) * 0.3, _rng(38, 8, 16, 8) * 0.3),
+            lambda: (rng(35, 48, 8), rng(36, 8, 8), rng(37, 8, 8, 16) * 0.3, rng(38, 8, 16, 8) * 0.3),
             (P(("data", "expert")), P(), P("expert"), P("expert"))),
 )
 
@@ -377,7 +374,7 @@ def _batched(args: tuple) -> tuple:
 def run_one(program: Program, way: str) -> list[tuple]:
     """(program, way, form, agrees, bit-identical, largest difference in ulps, runs, report, differences) per
     form; with `mesh=`, `differences` says where the run with compiled=False (each equation evaluated on its
-    own) differs from the compiled one in what it simulates (`bridge_reach.run_differences`), else None."""
+    own) differs from the compiled one in what it simulates (`bridge_checks.run_differences`), else None."""
     mesh = _mesh(program, way == "set_mesh Explicit")
     given = way == "mesh="
     mk = lambda body, in_specs, out_specs, **kw: jax.shard_map(
@@ -392,7 +389,7 @@ def run_one(program: Program, way: str) -> list[tuple]:
                 if way == "set_mesh Explicit":
                     args = _placed(args, program.arg_specs, mesh, batched=form == "vmap")
                 report = oracles.compare_jax(g, *args)
-                ulps = max((_ulps(w, s) for w, s in zip(report.expected, jax.tree.leaves(
+                ulps = max((ulps_apart(w, s) for w, s in zip(report.expected, jax.tree.leaves(
                     report.simulated.outputs))), default=0)
                 stepwise = run_differences(report.simulated, oracles.simulate_jax(g, *args, compiled=False)) \
                     if given else None

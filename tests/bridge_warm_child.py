@@ -1,7 +1,7 @@
 """Warm `simulate_jax` calls against the first (cold) call of the same jitted program, in a process with 4 CPU
 devices: prints one JSON line mapping each case to what its calls simulated (`tests/test_bridge_warm.py`).
 
-Cases: the expert-parallel MoE layer on 4 devices (forward and gradient, `bridge_reach.moe_layer`), the
+Cases: the expert-parallel MoE layer on 4 devices (forward and gradient, `bridge_moe_layer.moe_layer`), the
 collective matmul of the tutorial corpus, and the same on a roofline network (h100-nvlink: compute charged,
 collectives as dataflow), each called three times; and a `sanitize` run, a `strict` one and a stepwise one
 (`compiled=False`) called twice. Each call is summarised whole (`summary`): the outputs' bytes, every column
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax
 import jax.numpy as jnp
 import numpy as np
-from bridge_reach import moe_layer
+from bridge_moe_layer import moe_layer
 from bridge_tutorial import collective_matmul
 from jax.sharding import AxisType
 from row_programs import links

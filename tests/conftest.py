@@ -89,12 +89,19 @@ def _checked_here() -> dict[tuple[str, str], int]:
     return dict(getattr(sys.modules.get("strategies"), "CHECKED", None) or {})
 
 
-# The files that take longest (each over a minute alone on a busy 2-core machine), slowest first. They run first,
-# so that under pytest-xdist's `--dist loadfile` no long file starts when the other worker has little left:
-# xdist's own order (files with most tests first) started the docs build, one test, last of all, and the
-# other worker idled through most of it.
-SLOWEST_FIRST = ("test_docs_site.py", "test_campaign.py", "test_cpu_ragged.py", "test_bridge.py",
-                 "test_jax_fixes_rules.py", "test_bridge_reach.py", "test_bridge_tutorial.py", "test_differential.py")
+# The files that take longest (over 15 s each in a run of the suite on a busy 2-core machine), slowest first.
+# They run first, so that under pytest-xdist's `--dist loadfile` no long file starts when the other worker has
+# little left: xdist's own order (files with most tests first) started the docs build, one test, last of all,
+# and the other worker idled through most of it; files of a few long tests (the interrupted clusters, the
+# listeners) came last too. The many short files after them even out the two workers' ends. The campaign
+# with the fixes runs well after the one without, so that it finds their programs compiled (`jax_compile_cache`).
+SLOWEST_FIRST = ("test_docs_site.py", "test_bridge_reach.py", "test_jax_reports.py", "test_campaign.py",
+                 "test_cpu_ragged.py", "test_bridge.py", "test_bridge_tutorial.py", "test_differential.py",
+                 "test_jax_fixes_rules.py", "test_interrupt.py", "test_bfloat16.py", "test_reductions_differential.py",
+                 "test_listeners.py", "test_layouts_collectives.py", "test_bridge_nested.py",
+                 "test_campaign_oracle.py", "test_campaign_cli.py", "test_float8.py", "test_fidelity.py",
+                 "test_steps.py", "test_jax_fixes_ragged.py", "test_fuzz.py", "test_cpu_lowerings.py",
+                 "test_algorithms.py")
 
 
 def pytest_configure(config):

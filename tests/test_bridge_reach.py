@@ -207,7 +207,7 @@ def test_moe_layer_dispatching_float8_equals_jax_bit_for_bit(results):
 
 
 def test_compiled_and_stepwise_runs_are_compared_column_by_column(results):
-    """The comparison of two simulations (`bridge_reach.run_differences`) can fail: a program run on twice the
+    """The comparison of two simulations (`bridge_checks.run_differences`) can fail: a program run on twice the
     rows sends the same messages with other sizes and ends later, and it says so."""
     differences = result(results, "segments")["different programs"]
     assert "run 0: trace column size_bytes" in differences, differences
