@@ -317,8 +317,6 @@ def ragged(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
 
 
-
-
 def _root(array: np.ndarray) -> np.ndarray:
     """The array that owns `array`'s memory (following views' bases)."""
     while isinstance(array.base, np.ndarray):

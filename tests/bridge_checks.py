@@ -12,6 +12,7 @@ import collectives
 
 
 def rng(seed: int, *shape: int) -> np.ndarray:
+    """Standard normal float32 values of `shape` from a generator seeded `seed`."""
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
@@ -39,6 +40,8 @@ def run_differences(a: Any, b: Any) -> list[str]:
     each run's trace, its end time, the collective equations each device's program records (op, parameters
     and the types of their operands and results), and the outputs' dtypes and shapes. Values are left out:
     compiled segments round as XLA does, equation-by-equation evaluation as JAX's eager mode does."""
+    import jax
+
     found = [] if len(a.runs) == len(b.runs) else [f"{len(a.runs)} runs against {len(b.runs)}"]
     for k, (x, y) in enumerate(zip(a.runs, b.runs)):
         cx, cy = x.trace.columns(), y.trace.columns()
@@ -47,8 +50,6 @@ def run_differences(a: Any, b: Any) -> list[str]:
             found.append(f"run {k}: ends at {x.end_time_s} against {y.end_time_s}")
         found += [f"run {k}: device {d}'s collectives" for d, (p, q) in enumerate(zip(x.programs, y.programs))
                   if _collectives(p) != _collectives(q)]
-    import jax
-
     shapes = [[(np.asarray(v).dtype, np.shape(v)) for v in jax.tree.leaves(s.outputs)] for s in (a, b)]
     return found + ([f"outputs {shapes[0]} against {shapes[1]}"] if shapes[0] != shapes[1] else [])
 

@@ -19,8 +19,8 @@ def error(call: Callable[[], Any]) -> tuple[str, str]:
     """What `call` raised: (class name, message); ("no error", "") if it returned."""
     try:
         call()
-    except Exception as error:
-        return type(error).__name__, str(error)
+    except Exception as raised:
+        return type(raised).__name__, str(raised)
     return "no error", ""
 
 

@@ -101,15 +101,10 @@ def moe() -> list[tuple]:
     oracles.install_cpu_ragged_all_to_all()
     rows = []
     for n in (4, 8):
-        experts, width, tokens = 2 * n, 4, 6
-        rng = np.random.default_rng(n)
-        router = rng.standard_normal((width, experts)).astype(np.float32)
-        router[:, 1] -= 50.0                                          # expert 1 is never chosen
-        args = (rng.standard_normal((tokens * n, width)).astype(np.float32), router,
-                rng.standard_normal((experts, width, 8)).astype(np.float32),
-                rng.standard_normal((experts, 8, width)).astype(np.float32), jax.random.key(0))
+        args = moe_args(n, jax.random.key(0))
+        args[1][:, 1] -= 50.0                                         # expert 1 is never chosen
         for check_vma in (True, False):
-            f = moe_layer(n, experts, k=2, capacity=3, check_vma=check_vma)
+            f = moe_layer(n, 2 * n, k=2, capacity=3, check_vma=check_vma)
             loss = lambda *a, f=f: jnp.sum(f(*a) ** 2)
             for form, g in (("forward", f), ("grad", jax.grad(loss, argnums=(0, 1, 2, 3)))):
                 differences, eager = None, None

@@ -157,5 +157,3 @@ def test_meshsim_run_shows_the_algorithm_auto_picked(tmp_path, capsys, monkeypat
     assert "algorithm: direct (picked by 'auto')" in capsys.readouterr().out
     assert main(["run", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["algorithm"] == "direct"
-
-

@@ -55,7 +55,7 @@ def _cycles_left(program: sim.ShardMapped, x: np.ndarray) -> int:
     collections then scan the measured runs' objects alone, however large the process has grown (in the
     suite, a full collection of a grown worker took a few tenths of a second)."""
     program.run(x)  # a first run: what is made once per process is made
-    gc.freeze()  # (after it: a run's end, collector on, unfreezes what is frozen)
+    gc.freeze()  # after the first run: a run that ends with the collector on unfreezes (`sim.gc_paused`)
     try:
         return min(_one_run_left(program, x) for _ in range(2))
     finally:

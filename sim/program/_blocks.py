@@ -348,5 +348,3 @@ def _is_view(block: np.ndarray, region: np.ndarray, address: int | None = None) 
     way."""
     return (address_of(block) == (address_of(region) if address is None else address)
             and block.shape == region.shape and block.strides == region.strides and block.dtype == region.dtype)
-
-
