@@ -265,7 +265,7 @@ def _in_mesh() -> bool:
 
 def _cost(segment: Segment, function: Any, values: Sequence[Any], local_mesh: bool) -> Any:
     """XLA's cost analysis of `segment` compiled for the types of `values`, made once per types."""
-    key = tuple((tuple(np.shape(v)), str(getattr(v, "dtype", type(v)))) for v in values)
+    key = tuple([(v.shape, v.dtype) for v in values])  # numpy arrays (`_bridge_compiled.run`)
     if key not in segment.costs:
         with jax.set_mesh(None) if local_mesh else contextlib.nullcontext():
             segment.costs[key] = function.lower(*values).compile().cost_analysis()
