@@ -16,7 +16,7 @@ bytes` (bytes inserted or cut, other encodings), `api` (random collective argume
 `sim.shard_map`), `other commands` (the mutated files through `explain`, `trace`, `draw` and `check`, with
 and without JAX), `sweep files`, `results files` (a finished sweep's and campaign's results, edited, then
 `--resume`d) and `campaign flags` (random `meshsim campaign` command lines). Sweeps and campaigns run in
-this process (`test_fuzz_files.stand_in`): the inputs are what is fuzzed, not the cluster.
+this process (`fuzz_files.stand_in`): the inputs are what is fuzzed, not the cluster.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+import fuzz_files as running  # noqa: E402
 import pytest  # noqa: E402
 import test_fuzz as fuzz  # noqa: E402
 import test_fuzz_commands as commands  # noqa: E402
@@ -84,7 +85,7 @@ def _kinds(folder: Path) -> dict[str, tuple[Any, Callable[..., None]]]:
         "results files": (dict(kind=st.sampled_from(["sweep", "campaign"]), data=st.data()),
                           lambda kind, data: files.results_case(kind, finished, folder / "resumed", data.draw)),
         "campaign flags": (dict(argv=files.campaign_lines(folder / "campaigns")),
-                           lambda argv: files.check_campaign(files.run(argv))),
+                           lambda argv: running.check_campaign(running.run(argv))),
     }
 
 
@@ -130,7 +131,7 @@ def main() -> int:
     parser.add_argument("--kinds", nargs="+", choices=sorted(COUNTS), default=list(COUNTS))
     options = parser.parse_args()
     monkeypatch = pytest.MonkeyPatch()
-    files.stand_in(monkeypatch)
+    running.stand_in(monkeypatch)
     rows, failures = [], []
     with tempfile.TemporaryDirectory() as name:
         kinds = _kinds(Path(name))
