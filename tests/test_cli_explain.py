@@ -15,7 +15,7 @@ import pytest
 import strategies
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_registry import scenario_text
+from scenario_text import scenario_text
 
 import collectives
 from scenarios.cli import main
