@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from _timing import best_of, check_repeat
 from bridge_moe_layer import moe_args, moe_layer
-from bridge_tutorial import collective_matmul
+from bridge_tutorial_programs import collective_matmul
 from jax.sharding import AxisType
 
 import oracles

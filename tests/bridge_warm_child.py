@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from bridge_moe_layer import moe_layer
-from bridge_tutorial import collective_matmul
+from bridge_tutorial_programs import collective_matmul
 from jax.sharding import AxisType
 from row_programs import links
 
