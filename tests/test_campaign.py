@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cpu_ragged_jobs import job, one
 from strategies import Case, ragged_case
-from test_cpu_ragged import batched, child, job, one, simulator_transpose  # noqa: F401  (child: a fixture)
+from test_cpu_ragged import batched, child, simulator_transpose  # noqa: F401  (child: a fixture)
 
 import collectives as C
 

@@ -8,19 +8,13 @@ with the simulator (`strategies.run_simulator`) and the spec, bit for bit, throu
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import jax_child
 import numpy as np
 import pytest
-from docs_pages import named_block, page
-from hypothesis import given, settings
+from cpu_ragged_jobs import FORMS, ask_grouped, disagreements, expected, generated, job, one, outputs
 from hypothesis import strategies as st
 from jax_child import Child
 from strategies import DOCS_RAGGED, Case, Fill, cases, differences, features, ragged_case, run_simulator, run_spec
@@ -47,83 +41,6 @@ def started() -> Iterator[Child]:
 
 child = pytest.fixture(scope="module")(started)
 fresh_child = pytest.fixture(started)
-
-
-Call = tuple[Case, tuple[Any, ...]]  # a case and its arguments as sent: per argument, per device
-
-
-# The lowering's two forms: one shot under its default limit (every case here is small), rounds with the
-# limit at 0 bytes.
-FORMS = {"one shot": {}, "rounds": {"one_shot_bytes": 0}}
-
-
-def job(kind: str, case: Case, check_vma: bool = True, extra: tuple[list[np.ndarray], ...] = (),
-        args: tuple[Any, ...] | None = None, form: str = "one shot") -> dict[str, Any]:
-    """A job of one call of `body(kind)` on `case` (its own arguments, or `args`, then `extra`), lowered in
-    `form`."""
-    return merged(kind, [(case, (*(case.args if args is None else args), *extra))], check_vma, form)
-
-
-def merged(kind: str, calls: list[Call], check_vma: bool, form: str = "one shot") -> dict[str, Any]:
-    """One job of several calls on the same mesh: one compile in the child for all of them."""
-    return {"kind": kind, "mesh_shape": calls[0][0].mesh_shape, "check_vma": check_vma, **FORMS[form],
-            "args": [[list(a) for a in args] for _, args in calls], "params": [case.params for case, _ in calls]}
-
-
-def ask_grouped(child: Child, kind: str, calls: list[tuple[Call, bool]], form: str = "one shot") -> list[Any]:
-    """Run every call, grouped by (mesh, check_vma) into one job each, in one round trip; per-call results
-    in the order given (a failed job fails the test, naming its cases)."""
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    for i, ((case, _), vma) in enumerate(calls):
-        groups.setdefault((tuple(case.mesh_shape.items()), vma), []).append(i)
-    jobs = [merged(kind, [calls[i][0] for i in members], key[1], form) for key, members in groups.items()]
-    found: list[Any] = [None] * len(calls)
-    for members, reply in zip(groups.values(), child.ask(jobs)):
-        for i, result in zip(members, outputs(reply, *(calls[i][0][0] for i in members))):
-            found[i] = result
-    return found
-
-
-def outputs(reply: tuple[Any, ...], *cases: Case) -> Any:
-    """The per-call results of a job's reply; a failure names the job's cases."""
-    assert reply[0] == "ok", f"JAX failed ({reply[1]}: {reply[2]}) on\n" + "\n".join(map(repr, cases))
-    return reply[1]
-
-
-def one(reply: tuple[Any, ...], case: Case) -> Any:
-    """The result of a one-call job."""
-    return outputs(reply, case)[0]
-
-
-def generated(strategy: st.SearchStrategy[Any], count: int) -> list[Any]:
-    """`count` examples drawn by Hypothesis (under the suite's profile and seed), to check in a few batches.
-
-    Drawing a whole batch as one example overruns Hypothesis's buffer, and checking one case per example
-    costs one compile and round trip per case; a failing case is reported whole instead of shrunk.
-    """
-    drawn: list[Any] = []
-
-    @settings(max_examples=count, deadline=None, database=None)
-    @given(strategy)
-    def collect(example: Any) -> None:
-        drawn.append(example)
-
-    collect()
-    return drawn
-
-
-def expected(case: Case) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The simulator's and the spec's answers to `case`."""
-    return run_simulator(case), run_spec(case)
-
-
-def disagreements(case: Case, got: list[np.ndarray],
-                  want: tuple[list[np.ndarray], list[np.ndarray]] | None = None) -> list[str]:
-    """Where the CPU lowering's answer differs from the simulator's and the spec's (`want`, else worked out
-    now), byte for byte."""
-    simulated, specified = expected(case) if want is None else want
-    return (differences(simulated, got, "simulator", "jax cpu lowering")
-            + differences(specified, got, "spec", "jax cpu lowering"))
 
 
 # ---------------------------------------------------------------------------------------------- forward
@@ -443,65 +360,3 @@ def test_a_wrong_lowering_is_caught(fresh_child, mutant):
     assert fresh_child.ask([{"kind": "mutant", "name": mutant}]) == [("ok", mutant)]
     for reply, case in zip(fresh_child.ask([job("run", c) for c in chosen]), chosen):
         assert reply[0] == "error" or disagreements(case, reply[1][0]) != []
-
-
-# ---------------------------------------------------------------------------------------------- install
-
-
-_CACHING = r"""
-import json, os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-sys.path.insert(0, sys.argv[1])
-import numpy as np, jax, jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec as P
-import oracles
-
-mesh = Mesh(np.array(jax.devices()[:2]), ("i",))
-def ragged():
-    return jax.jit(jax.shard_map(lambda *a: jax.lax.ragged_all_to_all(*a, axis_name="i"), mesh=mesh,
-                                 in_specs=P("i"), out_specs=P("i")))
-args = (jnp.array([1, 2, 2, 3, 4, 0.]), jnp.zeros(8), jnp.array([0, 1, 0, 1]), jnp.array([1, 2, 1, 1]),
-        jnp.array([0, 0, 1, 2]), jnp.array([1, 1, 2, 1]))
-def attempt(f):
-    try:
-        return [float(v) for v in f(*args)]
-    except jax.errors.JaxRuntimeError as error:
-        return str(error).split(":")[0]
-early = ragged()
-seen = {"before": attempt(early), "first install": oracles.install_cpu_ragged_all_to_all(),
-        "second install": oracles.install_cpu_ragged_all_to_all(), "lowered before": attempt(early),
-        "new function": attempt(ragged())}
-jax.clear_caches()
-seen["lowered before, caches cleared"] = attempt(early)
-print(json.dumps(seen))
-"""
-
-
-def test_install_after_jax_import_is_idempotent_and_cached_functions_keep_their_lowering():
-    """Installed after jax is imported and used: the first call registers, the second does nothing; a function
-    lowered before keeps failing until jax.clear_caches(); a new function runs (the caveat on
-    docs/reference/cpu-lowerings.md)."""
-    done = subprocess.run([sys.executable, "-c", _CACHING, str(CHILD.parent.parent)], capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    docs = [1.0, 3.0, 0.0, 0.0, 2.0, 2.0, 4.0, 0.0]
-    assert json.loads(done.stdout) == {"before": "UNIMPLEMENTED", "first install": True, "second install": False,
-                                       "lowered before": "UNIMPLEMENTED", "new function": docs,
-                                       "lowered before, caches cleared": docs}
-
-
-def test_importing_oracles_does_not_import_jax():
-    """`import oracles` (which exports the install) leaves jax unimported, so XLA_FLAGS can still be set."""
-    done = subprocess.run([sys.executable, "-c", "import sys, oracles; print('jax' in sys.modules)"],
-                          capture_output=True, text=True, timeout=60, check=False, cwd=CHILD.parent.parent)
-    assert done.stdout.strip() == "False", done.stderr
-
-
-def test_the_pages_example_runs_in_a_fresh_process():
-    """The example of docs/reference/cpu-lowerings.md (the block named cpu-ragged-example) runs as written in a
-    new process and prints the docs' results."""
-    code = named_block(page("reference/cpu-lowerings"), "cpu-ragged-example")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-                          cwd=CHILD.parent.parent, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[1. 3. 0. 0. 2. 2. 4. 0.]"

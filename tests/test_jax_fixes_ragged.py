@@ -21,21 +21,10 @@ from pathlib import Path
 import jax_child
 import numpy as np
 import pytest
+from cpu_ragged_jobs import ask_grouped, generated, job, one
 from hypothesis import strategies as st
 from strategies import Case, Fill, cases, differences, ragged_case, run_simulator
-from test_cpu_ragged import (
-    FLOATS,
-    adjoint_sides,
-    ask_grouped,
-    batched,
-    cotangents,
-    generated,
-    job,
-    one,
-    same_values,
-    shared_starts,
-    simulator_transpose,
-)
+from test_cpu_ragged import FLOATS, adjoint_sides, batched, cotangents, same_values, shared_starts, simulator_transpose
 
 import collectives as C
 import sim
