@@ -124,6 +124,10 @@ def _data(device: int, operand_value: Any, output_value: Any) -> tuple[np.ndarra
 
 def _index_array(device: int, name: str, value: Any) -> np.ndarray:
     array = np.asarray(value)
+    if sim.memory.is_abstract(array):
+        raise sim.memory.AbstractValueError(
+            f"device {device}: {_OP}: {name} is abstract (a shape and dtype, no values); the offsets and sizes "
+            f"that steer the exchange must be concrete integers, only operand and output may be abstract")
     if array.dtype.kind not in "iu":
         raise sim.InvalidTypeError(
             f"device {device}: {_OP}: {name} has dtype {array.dtype}; it must be an integer type"

@@ -253,6 +253,22 @@ def test_values_refused(op, call):
         f.run(sim.ShapeDtypeStruct((4,), np.float32))
 
 
+@pytest.mark.parametrize("steering", ["input_offsets", "send_sizes", "output_offsets", "recv_sizes"])
+def test_abstract_ragged_offsets_and_sizes_refused(steering):
+    """ragged_all_to_all's offsets and sizes steer the exchange: an abstract one is refused naming the device,
+    the argument and the rule (it read as a dtype of no fields that 'must be an integer type')."""
+    names = ["input_offsets", "send_sizes", "output_offsets", "recv_sizes"]
+    rows = sim.ShapeDtypeStruct((8, 3), np.float32)
+    tables = [np.tile(np.arange(2, dtype=np.int32), 2), np.ones(4, np.int32),
+              np.repeat(np.arange(2, dtype=np.int32), 2), np.ones(4, np.int32)]
+    tables[names.index(steering)] = sim.ShapeDtypeStruct((4,), np.int32)
+    f = sim.shard_map(lambda *a: collectives.ragged_all_to_all(*a, axis_name="x"), mesh=sim.Mesh({"x": 2}),
+                      in_specs=(P("x"),) * 6, out_specs=P("x"))
+    with pytest.raises(sim.memory.AbstractValueError, match=rf"device 0: ragged_all_to_all: {steering} is abstract "
+                                                           r"\(a shape and dtype, no values\); the offsets and sizes"):
+        f.run(rows, rows, *tables)
+
+
 def test_hollow_copies_move_nothing():
     """A hollow array's copies and assignments write no bytes: a GiB of them leaves the process's memory as it
     was (numpy moves no data for a dtype without fields), while sizes, strides and addresses are the real
