@@ -83,7 +83,7 @@ def _estimate(mesh: sim.Mesh, definition: Definition, operand_bytes: int, axis_n
     """The group size, the results' bytes on every device and the trace's bytes of a call; None when
     `axis_name` or `groups` are not valid (the collective then refuses the call in its own words)."""
     try:
-        n = len(groups[0]) if groups else mesh.axis_size(axis_name)
+        n = len(groups[0]) if groups is not None else mesh.axis_size(axis_name)
     except (sim.MeshError, TypeError, IndexError, KeyError):
         return None
     sizes = definition.sizes

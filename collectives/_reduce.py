@@ -197,7 +197,13 @@ def _typed_reduce(recorded: Definition, called: Definition, x: Any, axis_name: A
     return map_tree(lambda leaf: typed(
         recorded, axis_name, [leaf],
         lambda: all_reduce_leaf(called, leaf, axis_name, axis_index_groups, algorithm, out_layout),
-        params, grouped=axis_index_groups is not None and len(axis_index_groups) > 1, called=called.name), x)
+        params, grouped=_split(axis_index_groups), called=called.name), x)
+
+
+def _split(axis_index_groups: Any) -> bool:
+    """Whether `axis_index_groups` splits the axes into more than one group (what is not a list of groups is
+    refused by the group's own check)."""
+    return isinstance(axis_index_groups, (list, tuple, np.ndarray)) and len(axis_index_groups) > 1
 
 
 def all_reduce_leaf(called: Definition, x: Any, axis_name: Any, axis_index_groups: Any, algorithm: str,

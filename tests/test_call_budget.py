@@ -116,3 +116,18 @@ def test_check_call_passes_at_the_limit_and_names_every_part_past_it():
                                                    r"max_memory_bytes=1000 \(1000 B\); raise the limit with "
                                                    r"sim.Mesh\(..., max_memory_bytes=N\)"):
         sim.check_call("all_gather", 3, {"outputs": 1000, "trace": 0}, 1, 1000)
+
+
+@pytest.mark.parametrize("op", ["psum", "all_gather"])
+def test_groups_given_as_a_numpy_array_are_estimated_and_run(op):
+    """axis_index_groups as a numpy array (as `np.arange(8).reshape(2, 4)` gives them) are estimated and run as
+    the same groups in lists (the estimate read `if groups`, which an array of several numbers cannot answer)."""
+    x = np.arange(16.0)
+
+    def run(groups):
+        call = getattr(collectives, op)
+        f = sim.shard_map(lambda v: call(v, "x", axis_index_groups=groups), mesh=sim.Mesh({"x": 8}),
+                          in_specs=sim.P("x"), out_specs=sim.P("x"), check_vma=False)
+        return f(x)
+
+    assert run(np.arange(8).reshape(2, 4)).tolist() == run([[0, 1, 2, 3], [4, 5, 6, 7]]).tolist()

@@ -207,6 +207,15 @@ BAD_INPUTS = [
     ("pmin(groups=[[0,1],[1,2]])",
      lambda: per_device({"i": 4}, lambda x: collectives.pmin(x, "i", axis_index_groups=[[0, 1], [1, 2]]), FOUR),
      sim.InvalidArgumentError, r"device 0: pmin: axis_index_groups=.* must cover every axis index exactly once"),
+    ("psum(groups='ab')",
+     lambda: per_device({"i": 4}, lambda x: collectives.psum(x, "i", axis_index_groups="ab"), FOUR),
+     sim.InvalidTypeError, r"device 0: psum: axis_index_groups='ab' must be a list of lists of ints: "
+                           r"axis_index_groups\[0\]\[0\]='a' is not an int"),
+    ("pmax(groups=[[0.5, 1], [2, 3]])",  # not truncated to [[0, 1], [2, 3]]
+     lambda: per_device({"i": 4}, lambda x: collectives.pmax(x, "i", axis_index_groups=[[0.5, 1], [2, 3]]), FOUR),
+     sim.InvalidTypeError, r"device 0: pmax: .*axis_index_groups\[0\]\[0\]=0.5 is not an int"),
+    ("psum(groups=5)", lambda: per_device({"i": 4}, lambda x: collectives.psum(x, "i", axis_index_groups=5), FOUR),
+     sim.InvalidTypeError, r"device 0: psum: axis_index_groups=5 must be a list of lists of ints"),
     ("psum_scatter(dim size != group)", lambda: per_device({"i": 4}, lambda x: collectives.psum_scatter(x, "i"),
                                                            [np.zeros(3)] * 4),
      sim.InvalidArgumentError, r"x.shape\[scatter_dimension=0\]=3 must equal the group size 4 when tiled=False"),

@@ -228,10 +228,16 @@ def _hashable(value: Any) -> Hashable:
 
 def check_axis_index_groups(groups: Sequence[Sequence[int]], axis_size: int, axis_name) -> list[list[int]]:
     """Validate `groups` against an axis of `axis_size`: every index exactly once, equal sizes."""
+    rule = f"axis_index_groups={groups!r} must be a list of lists of ints"
     try:
-        groups = [[int(i) for i in group] for group in groups]
+        rows = [list(group) for group in groups]
     except TypeError:
-        raise InvalidTypeError(f"axis_index_groups={groups!r} must be a list of lists of ints") from None
+        raise InvalidTypeError(rule) from None
+    for k, group in enumerate(rows):
+        for j, i in enumerate(group):
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                raise InvalidTypeError(f"{rule}: axis_index_groups[{k}][{j}]={i!r} is not an int")
+    groups = [[int(i) for i in group] for group in rows]
     where = f"axis_index_groups={groups} over axis_name={axis_name!r} of size {axis_size}"
     if not groups or any(len(g) == 0 for g in groups):
         raise InvalidArgumentError(f"{where}: groups must be non-empty")
