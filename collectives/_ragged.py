@@ -24,11 +24,10 @@ from collectives._definition import (
 from collectives._facts import MOVES, Drawing, Sweep
 from collectives._ragged_facts import ALGORITHMS, DIRECT, PAIRWISE, sweep_inputs, teach
 from collectives._ragged_rows import by_rows, exchange_rows, valid_at_once
-from collectives._strategy import Axes, Sample, small_dims
+from collectives._ragged_strategy import INDEX_ARGS, strategy
 from collectives._vma import typed
 
 _OP = "ragged_all_to_all"
-_INDEX_ARGS = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
 
 
 @dataclass(frozen=True)
@@ -78,17 +77,17 @@ def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes:
     device = context.device
     data, out = _data(device, operand, output)
     raw = [np.asarray(v) for v in (input_offsets, send_sizes, output_offsets, recv_sizes)]
-    indices = [_index_array(device, name, value) for name, value in zip(_INDEX_ARGS, raw)]
+    indices = [_index_array(device, name, value) for name, value in zip(INDEX_ARGS, raw)]
     if len({a.dtype for a in raw}) != 1:
         # XLA's verifier needs one index type for the four arrays
         raise sim.InvalidTypeError(
-            f"device {device}: {_OP}: " + ", ".join(f"{n} is {a.dtype}" for n, a in zip(_INDEX_ARGS, raw))
+            f"device {device}: {_OP}: " + ", ".join(f"{n} is {a.dtype}" for n, a in zip(INDEX_ARGS, raw))
             + "; the four offset and size arrays must share one integer dtype"
         )
     lengths = {len(a) for a in indices}
     if len(lengths) != 1:
         raise sim.InvalidArgumentError(
-            f"device {device}: {_OP}: " + ", ".join(f"len({n})={len(a)}" for n, a in zip(_INDEX_ARGS, indices))
+            f"device {device}: {_OP}: " + ", ".join(f"len({n})={len(a)}" for n, a in zip(INDEX_ARGS, indices))
             + " must all be equal"
         )
     if len(indices[0]) % group.size:
@@ -326,25 +325,6 @@ def _transpose(t: Transposition) -> list:
     return [operand_ct, output_ct, None, None, None, None]
 
 
-def sender_tables(groups: Any, recv_sizes: list[list[int]],
-                  recv_offsets: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
-    """`send_sizes` and `output_offsets` of every device: the tiled all_to_all of the receivers' tables.
-
-    `groups` lists every group's device ids in group order. Receiver r's slice s * per + j comes from
-    group member s, which sends it as its slice r * per + j.
-    """
-    n, k = len(recv_sizes), len(recv_sizes[0])
-    send_sizes, output_offsets = [[0] * k for _ in range(n)], [[0] * k for _ in range(n)]
-    for members in groups:
-        per = k // len(members)
-        for r, receiver in enumerate(members):
-            for s, sender in enumerate(members):
-                for j in range(per):
-                    send_sizes[sender][r * per + j] = recv_sizes[receiver][s * per + j]
-                    output_offsets[sender][r * per + j] = recv_offsets[receiver][s * per + j]
-    return send_sizes, output_offsets
-
-
 def _scatter_add(rows: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """`base` with `update`'s rows added at `rows` (repeats add up): the transposer's 'scatter_add'."""
     def run(base: np.ndarray, update: np.ndarray) -> np.ndarray:
@@ -354,50 +334,14 @@ def _scatter_add(rows: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndar
     return run
 
 
-def _strategy(st: Any, axes: Axes, *, transposable: bool = False, **options: Any) -> Any:
-    """Valid calls: sizes agree, slices stay in bounds, no two receive slices overlap (send slices may,
-    unless `transposable`: JAX's transpose writes the rows back to the send slices, so where two of them
-    read one row it keeps one cotangent; meshsim's adds them, see FINDINGS.md).
-
-    1 or 2 slices per peer of 0 to 3 rows; receive slices laid out in shuffled order with 0 to 2 padding
-    rows before each, so slices end exactly at the last row now and then; operands of rank 1 to 3."""
-    @st.composite
-    def packed(draw: Any, sizes: list[int]) -> tuple[list[int], int]:
-        offsets, cursor = [0] * len(sizes), 0
-        for i in draw(st.permutations(range(len(sizes)))):
-            offsets[i] = cursor + draw(st.integers(0, 2))
-            cursor = offsets[i] + sizes[i]
-        return offsets, cursor
-
-    @st.composite
-    def sample(draw: Any) -> Sample:
-        n = int(np.prod(list(axes.mesh_shape.values())))
-        k = axes.group_size * draw(st.integers(1, 2))
-        recv_sizes = [draw(st.lists(st.integers(0, 3), min_size=k, max_size=k)) for _ in range(n)]
-        recv_offsets, out_rows = zip(*(draw(packed(sizes)) for sizes in recv_sizes))
-        send_sizes, output_offsets = sender_tables(axes.groups, recv_sizes, list(recv_offsets))
-        input_offsets, in_rows = zip(*(draw(packed(sizes)) for sizes in send_sizes))
-        out_rows, rows = max(1, max(out_rows) + draw(st.integers(0, 2))), max(1, max(in_rows) + draw(st.integers(0, 2)))
-        if not transposable:
-            input_offsets = [[draw(st.integers(0, rows - size)) if draw(st.booleans()) else offset
-                              for offset, size in zip(offsets, sizes)]
-                             for offsets, sizes in zip(input_offsets, send_sizes)]
-        tables = zip(input_offsets, send_sizes, output_offsets, recv_sizes)
-        index = tuple(dict(zip(_INDEX_ARGS, device)) for device in tables)
-        shapes = st.lists(small_dims(st), max_size=2).map(
-            lambda trailing: {"operand": (rows, *trailing), "output": (out_rows, *trailing)})
-        return Sample({}, shapes, index)
-    return sample()
-
-
 RAGGED_ALL_TO_ALL = Definition(
-    name="ragged_all_to_all", function=ragged_all_to_all, arrays=("operand", "output", *_INDEX_ARGS),
-    index_arrays=_INDEX_ARGS, params=(AXIS_NAME, AXIS_INDEX_GROUPS), vma=Vma.KEEP, keeps="output",
+    name="ragged_all_to_all", function=ragged_all_to_all, arrays=("operand", "output", *INDEX_ARGS),
+    index_arrays=INDEX_ARGS, params=(AXIS_NAME, AXIS_INDEX_GROUPS), vma=Vma.KEEP, keeps="output",
     transpose=_transpose,
     jax=JaxBinding("ragged_all_to_all", ("ragged_all_to_all",),
                    lambda jax, p: lambda *arrays: jax.lax.ragged_all_to_all(*arrays, **p),
                    on_cpu="cpu lowering", cpu_note="dense all_to_alls"),
-    strategy=_strategy,
+    strategy=strategy,
     batch=batch_rules.ragged, algorithms=ALGORITHMS, reduction=None, sizes=MOVES,
     sweep=Sweep("AlltoAll", "split", "(n-1)/n", lambda axis_name, n, algorithm: lambda *arrays: ragged_all_to_all(
         *arrays, axis_name=axis_name, algorithm=algorithm), inputs=sweep_inputs),

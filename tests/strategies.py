@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from collectives._ragged import sender_tables
+from collectives._ragged_strategy import sender_tables
 from oracles._compare import flatten as _flatten
 from scenarios.campaign import (
     DTYPES,

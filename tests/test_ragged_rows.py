@@ -18,7 +18,7 @@ import collectives
 import collectives._ragged as ragged
 import collectives._ragged_rows as rows
 import sim
-from collectives._ragged import sender_tables
+from collectives._ragged_strategy import sender_tables
 from sim import P
 
 _NETWORKS = {
