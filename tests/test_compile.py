@@ -235,6 +235,9 @@ BAD_COMPILES = [
         sim.device_put(np.ones((2, 3), np.float32), sim.SingleDeviceSharding(1))), sim.InvalidArgumentError,
                  r"argument x is committed to sharding .*device=1.* does not match the compiled sharding",
                  id="call-sharding"),
+    pytest.param(lambda: sim.jit(sim.shard_map(lambda v: v, mesh=MESH, in_specs=P("x"), out_specs=P("x"))),
+                 sim.InvalidTypeError, r"fn is a sim.shard_map \(of '<lambda>'\), which maps its body over the mesh "
+                 r"itself; sim.jit maps a per-device function", id="jit-of-shard_map"),
     pytest.param(lambda: sim.with_layout_constraint(np.ones(2), AUTO), sim.InvalidTypeError,
                  r"layout=AUTO must be a concrete layouts.Layout", id="with_layout_constraint-AUTO"),
     pytest.param(lambda: sim.with_layout_constraint(np.ones(2), Layout((1, 0))), sim.InvalidArgumentError,

@@ -26,6 +26,7 @@ from sim.memory._abstract import ShapeDtypeStruct  # noqa: F401  (re-exported: s
 from sim.memory._array import Array, device_put
 from sim.memory._sharding import Sharding, SingleDeviceSharding, check_sharding
 from sim.program._execute import Plan, execute, probe
+from sim.program._shard_map import ShardMapped
 
 
 def jit(fn: Callable[..., Any], *, in_shardings: Any = None, out_shardings: Any = None) -> Jitted:
@@ -52,6 +53,11 @@ def jit(fn: Callable[..., Any], *, in_shardings: Any = None, out_shardings: Any 
     """
     if not callable(fn):
         raise InvalidTypeError(f"fn={fn!r} must be callable")
+    if isinstance(fn, ShardMapped):  # jax.jit(jax.shard_map(...)) reads as this, and means the mapped call
+        raise InvalidTypeError(
+            f"fn is a sim.shard_map (of {getattr(fn.f, '__name__', fn.f)!r}), which maps its body over the mesh "
+            f"itself; sim.jit maps a per-device function over its shardings' mesh: call the shard_map directly, "
+            f"or give sim.jit its body with in_shardings and out_shardings")
     return Jitted(fn, in_shardings, out_shardings)
 
 
