@@ -11,13 +11,14 @@ jax nor hypothesis: the JAX binding and the strategy are functions that are hand
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import sim
 from collectives._algorithm import Algorithm
-from collectives._facts import Drawing, Reduction, Sizes, Sweep
+from collectives._facts import Drawing, Peers, Reduction, Sizes, Sweep
 
 
 class Vma(enum.Enum):
@@ -261,6 +262,27 @@ class Definition:
                 return a
         raise sim.InvalidArgumentError(f"{self.name}: algorithm={name!r} must be one of "
                                        f"{tuple(a.name for a in self.algorithms)}")
+
+    def most_messages(self, algorithm: Algorithm, devices: int, shape: tuple[int, ...]) -> int:
+        """At most how many messages a call with `algorithm` sends on `devices` devices, in groups laid out as
+        the grid `shape`: each member's own count where the record states one (`Algorithm.messages`, plus one
+        to itself; an algorithm that works node by node as on one node, where it sends the most), else the
+        per-peer bound (`Sizes.messages`); 'auto' as its costliest choice.
+
+        >>> from collectives import definition
+        >>> psum = definition("psum")
+        >>> psum.most_messages(psum.algorithm("recursive_doubling"), 1024, (1024,))  # 10 steps, 1 to itself
+        11264
+        >>> psum.most_messages(psum.algorithm("direct"), 1024, (1024,))
+        1048576
+        """
+        n = math.prod(shape)
+        if algorithm.auto:
+            return max(self.most_messages(a, devices, shape) for a in self.algorithms if not a.auto and a.fits(n))
+        ran = algorithm.over(shape)
+        if ran.messages is not None and self.sizes.peers is Peers.GROUP:  # node by node: at most as one node
+            return devices * (ran.messages((1, n) if ran.nodes else shape) + 1)
+        return self.sizes.messages(devices, n, ran.messages_per_peer)
 
     def explain(self, params: dict[str, Any], group_size: int) -> list[str]:
         """What `meshsim explain` says about the protocol of a call with `params` on groups of `group_size`:

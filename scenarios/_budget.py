@@ -121,9 +121,12 @@ def _input_bytes(data: dict, mesh: sim.Mesh) -> tuple[tuple, int, int]:
 
 
 def _messages(mesh: sim.Mesh, definition: Definition, params: dict[str, Any], group: int) -> int:
-    """At most how many messages the call sends (`Sizes.messages`, by the algorithm it asks for)."""
+    """At most how many messages the call sends (`Definition.most_messages`, by the algorithm it asks for, on
+    its grid of named axes; one axis of `group` members with axis_index_groups)."""
     algorithm = definition.algorithm(params.get("algorithm", definition.param("algorithm").default))
-    return definition.sizes.messages(mesh.size, group, algorithm.messages_per_peer)
+    names = mesh.axis_names_of(params["axis_name"]) if "axis_name" in params else ()
+    grid = (group,) if params.get("axis_index_groups") or not names else tuple(mesh.shape[n] for n in names)
+    return definition.most_messages(algorithm, mesh.size, grid)
 
 
 

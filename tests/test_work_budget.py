@@ -127,3 +127,42 @@ def test_meshsim_sweep_gives_a_point_over_max_messages_an_error_row(tmp_path, ca
     assert rows[1]["error"].startswith("psum (direct) of size_bytes=1024 on 8 devices sends about 64 messages, "
                                        "more than max_messages=20")
     assert rows[1]["error"].endswith("--max-messages N")
+
+
+def _algorithms() -> list[tuple[str, str]]:
+    import collectives
+
+    return [(op, a.name) for op in ("psum", "all_gather", "psum_scatter", "all_to_all")
+            for a in collectives.definition(op).algorithms if a.name != "in_network"]
+
+
+@pytest.mark.parametrize("op, name", _algorithms(), ids=lambda v: str(v))
+@pytest.mark.parametrize("mesh", [{"x": 8}, {"x": 2, "y": 4}, {"x": 16}])
+@pytest.mark.parametrize("network", ["fully_connected", "nodes of 4"])
+def test_the_estimate_is_at_least_what_the_point_sends(op, name, mesh, network):
+    """Every algorithm of the sweepable collectives, as a sweep point on a line and a grid, with and without
+    nodes: the messages it sends are at most its estimate (`Definition.most_messages`); where its record
+    counts them, the estimate is within one message per device of the count on one node (it was the group
+    size times a per-peer bound: 4 M for a recursive doubling on 2048 devices, which sends 24 k)."""
+    import collectives
+
+    table = {"topology": "hierarchical", "node_size": 4} if network == "nodes of 4" else {"topology": network}
+    point = Point(op, mesh, None, 4096, table, name, "float32", 0)
+    row = measure(point)
+    if row["error"] is not None:
+        assert "power of two" in row["error"] or "must be one of" in row["error"], row["error"]
+        return
+    definition = collectives.definition(op)
+    algorithm, shape = definition.algorithm(name), tuple(mesh.values())
+    devices = int(np.prod(shape))
+    estimate = definition.most_messages(algorithm, devices, shape)
+    assert row["messages"] <= estimate
+    if algorithm.over(shape).messages is not None and not algorithm.auto and network == "fully_connected":
+        assert estimate - row["messages"] <= devices
+
+
+def test_a_recursive_doubling_on_2048_devices_is_not_refused():
+    """psum by recursive doubling on 2048 devices sends 11 messages per device: within the default budget."""
+    point = Point("psum", {"x": 2048}, None, 4096, {"topology": "fully_connected"}, "recursive_doubling",
+                  "float32", 0)
+    assert refused(point) is None

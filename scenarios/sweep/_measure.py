@@ -128,7 +128,7 @@ def _plan(point: Point, max_memory_bytes: int | None, max_messages: int | None, 
     count = _count(point, operation, dtype, n)
     per_device = count if operation.blocks != "split" else count * n
     size_bytes = count * dtype.itemsize * (1 if operation.blocks == "whole" else n)
-    messages = _messages(point, mesh.size, n)
+    messages = _messages(point, mesh, axis_name)
     what = f"{point.collective} ({point.algorithm}) of size_bytes={point.size_bytes} on {mesh.size} devices"
     try:
         _check_memory(what, point, mesh.size, per_device * dtype.itemsize, size_bytes, messages, max_memory_bytes)
@@ -142,15 +142,16 @@ def _plan(point: Point, max_memory_bytes: int | None, max_messages: int | None, 
     return _Plan(mesh, axis_name, n, count, per_device, size_bytes)
 
 
-def _messages(point: Point, devices: int, n: int) -> int:
-    """At most how many messages the point's call sends (`Sizes.messages`, by the algorithm it asks for); 0
-    for an algorithm the collective lacks, which its run rejects in the simulator's own words."""
+def _messages(point: Point, mesh: sim.Mesh, axis_name: Any) -> int:
+    """At most how many messages the point's call sends (`Definition.most_messages`, by the algorithm it asks
+    for); 0 for an algorithm the collective lacks, which its run rejects in the simulator's own words."""
     definition = collectives.definition(point.collective)
     try:
         algorithm = definition.algorithm(point.algorithm)
     except sim.MeshError:
         return 0
-    return definition.sizes.messages(devices, n, algorithm.messages_per_peer)
+    names = mesh.axis_names_of(axis_name)
+    return definition.most_messages(algorithm, mesh.size, tuple(mesh.shape[name] for name in names))
 
 
 def _axis_name(point: Point, mesh: sim.Mesh) -> str | tuple[str, ...]:
