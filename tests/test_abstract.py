@@ -269,6 +269,20 @@ def test_abstract_ragged_offsets_and_sizes_refused(steering):
         f.run(rows, rows, *tables)
 
 
+def test_exploring_arrival_orders_of_abstract_payloads_is_refused():
+    """Exploring orders compares results byte for byte: on an abstract argument it is refused naming the
+    argument (it raised numpy's "Cannot change data-type for array of references"), by `sim.explore` and by
+    `shard_map(..., explore_orders=N)`; the same program on real bytes is explored."""
+    f = sim.shard_map(lambda v: collectives.psum(v, "x"), mesh=sim.Mesh({"x": 2}), in_specs=P("x"),
+                      out_specs=P(), explore_orders=2)
+    refusal = r"args: leaf 0 is abstract \(a shape and dtype, no values\); exploring arrival orders compares"
+    with pytest.raises(sim.memory.AbstractValueError, match=refusal):
+        f.run(sim.ShapeDtypeStruct((4,), np.float32))
+    with pytest.raises(sim.memory.AbstractValueError, match=refusal):
+        sim.explore(f, sim.ShapeDtypeStruct((4,), np.float32))
+    assert f.run(np.arange(4.0, dtype=np.float32)).order_report.differences == ()
+
+
 def test_hollow_copies_move_nothing():
     """A hollow array's copies and assignments write no bytes: a GiB of them leaves the process's memory as it
     was (numpy moves no data for a dtype without fields), while sizes, strides and addresses are the real

@@ -16,7 +16,9 @@ import numpy as np
 
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim.engine._perturb import Perturbation
+from sim.memory._abstract import AbstractValueError, is_abstract
 from sim.program._blocks import block_index
+from sim.program._tree import leaves
 
 if TYPE_CHECKING:
     from sim.program._shard_map import Run, ShardMapped
@@ -119,10 +121,16 @@ def explore(f: ShardMapped, *args: Any, orders: int = 5, seed: int = 0, spread: 
 
     Raises:
         InvalidArgumentError, InvalidTypeError: bad `orders`, `seed` or `spread`.
+        AbstractValueError: an argument is abstract: there are no values to compare.
         whatever the default-order run raises (a program that fails unperturbed is not explored); a
             perturbed run's failure is reported as a difference instead.
     """
     check_orders(orders, seed)
+    abstract = next((k for k, leaf in enumerate(leaves(args)) if is_abstract(leaf)), None)
+    if abstract is not None:
+        raise AbstractValueError(f"args: leaf {abstract} is abstract (a shape and dtype, no values); exploring "
+                                 f"arrival orders compares each order's results byte for byte: explore with real "
+                                 f"bytes at a small shape")
     seeds = tuple(range(seed, seed + orders))
     perturbations = [Perturbation(s, spread) for s in seeds]
     base = f.run_with(args, last_arrival_wins=True)
