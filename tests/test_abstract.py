@@ -269,6 +269,53 @@ def test_abstract_ragged_offsets_and_sizes_refused(steering):
         f.run(rows, rows, *tables)
 
 
+@pytest.mark.parametrize("shapes", [((2, 3), (3, 4)), ((3,), (3, 4)), ((2, 3), (3,)), ((3,), (3,)),
+                                    ((5, 2, 3), (3, 4)), ((2, 1, 2, 3), (5, 3, 1))])
+def test_matmul_on_abstract_operands_gives_numpys_shape_and_dtype(shapes):
+    """`@` (a generalized ufunc: core dimensions, flexible ones, broadcast loop dimensions) on an abstract
+    operand gives the shape and dtype numpy gives on real ones, and records the same program (it raised
+    "does not have enough dimensions", its operands taken for scalars)."""
+    left, right = shapes
+    weight = np.ones(right, np.float16)
+    f = sim.shard_map(lambda v: v[0] @ weight, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P(),
+                      check_vma=False)
+    real = f.run(np.ones((2, *left), np.float32))
+    abstract = f.run(sim.ShapeDtypeStruct((2, *left), np.float32))
+    assert (abstract.outputs.shape, abstract.outputs.dtype) == (real.outputs.shape, real.outputs.dtype)
+    assert str(abstract.program(0)) == str(real.program(0))
+
+
+def test_matmul_of_mismatched_abstract_operands_is_refused_naming_the_dimension():
+    f = sim.shard_map(lambda v: v @ np.ones((4, 5), np.float32), mesh=sim.Mesh({"x": 2}), in_specs=P("x"),
+                      out_specs=P("x"))
+    with pytest.raises(sim.memory.AbstractValueError, match=r"ufunc=matmul.__call__ on abstract operands: operand 1 "
+                                                            r"has a mismatch in its core dimension 'k': 4 and 3"):
+        f.run(sim.ShapeDtypeStruct((4, 3), np.float32))
+
+
+@pytest.mark.parametrize("what, read", [
+    ("indexing by an abstract array", lambda v: v[v > 0]),
+    (r"float\(\) needs values; an abstract float32\[\] has none", lambda v: v * float(v.sum())),
+    (r"item\(\) needs values", lambda v: v * v.sum().item()),
+    (r"tolist\(\) needs values", lambda v: np.asarray(v.tolist())),
+    (r"bool\(\) needs values", lambda v: v if v.sum() > 0 else -v),
+])
+def test_reading_an_abstract_values_is_refused_by_name(what, read):
+    """What reads an abstract array's values (a mask, float(), item(), tolist(), an `if`) is refused naming
+    it; before, a mask raised numpy's IndexError, float() a TypeError about a tuple, and item() and tolist()
+    returned empty tuples."""
+    f = sim.shard_map(read, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(sim.memory.AbstractValueError, match=what):
+        f.run(sim.ShapeDtypeStruct((4,), np.float32))
+
+
+def test_an_abstract_value_prints_as_its_shape_and_dtype(capsys):
+    f = sim.shard_map(lambda v: print(v, repr(v)) or v, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"))
+    f.run(sim.ShapeDtypeStruct((4,), np.float32))
+    assert capsys.readouterr().out.splitlines()[0] == \
+        "abstract float32[2] (no values) abstract float32[2] (no values){V:x}"
+
+
 def test_exploring_arrival_orders_of_abstract_payloads_is_refused():
     """Exploring orders compares results byte for byte: on an abstract argument it is refused naming the
     argument (it raised numpy's "Cannot change data-type for array of references"), by `sim.explore` and by

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,14 +196,20 @@ def hollow_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> A
     out = kwargs.pop("out", None)
     axis, keepdims = kwargs.pop("axis", 0), kwargs.pop("keepdims", False)
     kwargs.pop("where", None)
+    core = ufunc.signature is not None and method == "__call__"  # a gufunc: matmul, vecdot, ...
     try:
-        scalars = getattr(ufunc, method)(*[_stand_in(x) for x in inputs], **kwargs) if method == "__call__" \
-            else getattr(ufunc, method)(np.zeros(1, logical_dtype(np.asarray(inputs[0]).dtype)), **kwargs)
-        shape = _result_shape(method, [np.shape(x) for x in inputs], axis, keepdims)
+        if core:
+            stand_ins, shapes = _core_shapes(ufunc, [np.shape(x) for x in inputs])
+            scalars = ufunc(*[np.zeros(s, logical_dtype(np.asarray(x).dtype)) if isinstance(x, np.ndarray)
+                              else x for x, s in zip(inputs, stand_ins)], **kwargs)
+        else:
+            scalars = getattr(ufunc, method)(*[_stand_in(x) for x in inputs], **kwargs) if method == "__call__" \
+                else getattr(ufunc, method)(np.zeros(1, logical_dtype(np.asarray(inputs[0]).dtype)), **kwargs)
+            shapes = [_result_shape(method, [np.shape(x) for x in inputs], axis, keepdims)] * ufunc.nout
     except (TypeError, ValueError) as error:
         raise AbstractValueError(f"ufunc={ufunc.__name__}.{method} on abstract operands: {error}") from None
     results = scalars if isinstance(scalars, tuple) else (scalars,)
-    made = tuple(hollow_empty(shape, np.asarray(r).dtype) for r in results)
+    made = tuple(hollow_empty(shape, np.asarray(r).dtype) for r, shape in zip(results, shapes))
     if out is not None:
         return out if len(out) > 1 else out[0]
     return made if isinstance(scalars, tuple) else made[0]
@@ -225,6 +232,9 @@ def abstract_call(op: str, fn: Any, operands: list) -> Any:
     if op in _NEEDS_VALUES:
         raise AbstractValueError(f"op={op!r} needs values (its result depends on them); abstract arrays have none: "
                                  f"run it on real operands")
+    if op == "getitem" and any(is_abstract(x) for x in operands[1:]):
+        raise AbstractValueError("indexing by an abstract array (a mask or indices) needs its values; abstract "
+                                 "arrays have none: index with real arrays, slices or ints")
     try:
         return restored(fn(*operands), operands)
     except TypeError:  # numpy has no rule for hollow dtypes here (promotion with a number, a cast)
@@ -254,6 +264,41 @@ def restored(result: Any, operands: list) -> Any:
     if first is None or result.dtype.itemsize or result.dtype.names:
         return result
     return hollow_empty(result.shape, logical_dtype(first.dtype))
+
+
+def _core_shapes(ufunc: np.ufunc, shapes: list[tuple[int, ...]]) -> tuple[list[tuple[int, ...]], list[tuple]]:
+    """For a generalized ufunc on operands of `shapes`: stand-in shapes for working out its dtypes (every core
+    dimension 1, no loop dimensions) and the shapes of its results, read off its signature as numpy reads it
+    (loop dimensions broadcast; a flexible dimension `n?` an operand lacks is left out of the results).
+
+    >>> _core_shapes(np.matmul, [(5, 2, 3), (3, 4)])[1], _core_shapes(np.matmul, [(3,), (3, 4)])[1]
+    ([(5, 2, 4)], [(4,)])
+    """
+    ins, outs = ufunc.signature.split("->")
+    parse = lambda text: [[d.strip() for d in group.split(",") if d.strip()]
+                          for group in re.findall(r"\(([^)]*)\)", text)]
+    sizes: dict[str, int] = {}
+    dropped: set[str] = set()
+    loops, stand_ins = [], []
+    for k, (dims, shape) in enumerate(zip(parse(ins), shapes)):
+        missing = len(dims) - len(shape)
+        flexible = [d for d in dims if d.endswith("?")]
+        if missing > len(flexible):
+            raise ValueError(f"operand {k} has {len(shape)} dimensions; its core signature needs {len(dims)}")
+        gone = set(flexible[:max(missing, 0)])
+        dropped |= gone
+        kept = [d for d in dims if d not in gone]
+        loops.append(shape[:len(shape) - len(kept)])
+        stand_ins.append((1,) * len(kept))
+        for name, n in zip(kept, shape[len(shape) - len(kept):]):
+            name = name.rstrip("?")
+            if (name.isdigit() and int(name) != n) or sizes.setdefault(name, n) != n:
+                raise ValueError(f"operand {k} has a mismatch in its core dimension {name!r}: {n} and "
+                                 f"{sizes.get(name, name)}")
+    loop = tuple(np.broadcast_shapes(*loops))
+    results = [loop + tuple(int(d) if d.isdigit() else sizes[d.rstrip("?")] for d in dims if d not in dropped)
+               for dims in parse(outs)]
+    return stand_ins, results
 
 
 def _result_shape(method: str, shapes: list[tuple[int, ...]], axis: Any, keepdims: bool) -> tuple[int, ...]:

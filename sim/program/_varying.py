@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 
 from sim.engine._driver import current_or_none
-from sim.memory._abstract import abstract_call, hollow_empty, hollow_ufunc, is_abstract
+from sim.memory._abstract import (
+    AbstractValueError,
+    abstract_call,
+    hollow_empty,
+    hollow_ufunc,
+    is_abstract,
+    logical_dtype,
+)
 from sim.record._equations import Const, Var
 
 _INVARIANT: frozenset = frozenset()
@@ -81,10 +88,47 @@ class Varying(np.ndarray):
     flatten = ravel
 
     def __repr__(self) -> str:
-        return f"{np.asarray(self)!r}{{V:{','.join(sorted(self.vma))}}}" if self.vma else repr(np.asarray(self))
+        text = _abstract_text(self) or repr(np.asarray(self))
+        return f"{text}{{V:{','.join(sorted(self.vma))}}}" if self.vma else text
 
     def __str__(self) -> str:
-        return str(np.asarray(self))
+        return _abstract_text(self) or str(np.asarray(self))
+
+    # Python values read an array's values: an abstract one has none (it would give the empty tuple of its
+    # field-less dtype, or fail in numpy's words)
+    def __float__(self) -> float:
+        return float(np.asarray(_valued(self, "float()")))
+
+    def __int__(self) -> int:
+        return int(np.asarray(_valued(self, "int()")))
+
+    def __complex__(self) -> complex:
+        return complex(np.asarray(_valued(self, "complex()")))
+
+    def __index__(self) -> int:
+        return np.asarray(_valued(self, "an index")).__index__()
+
+    def __bool__(self) -> bool:
+        return bool(np.asarray(_valued(self, "bool()")))
+
+    def item(self, *args: Any) -> Any:
+        return np.asarray(_valued(self, "item()")).item(*args)
+
+    def tolist(self) -> Any:
+        return np.asarray(_valued(self, "tolist()")).tolist()
+
+
+def _abstract_text(value: Varying) -> str:
+    """How an abstract value prints (as `meshsim run` shows one); '' for a value with values."""
+    return f"abstract {logical_dtype(value.dtype)}{list(value.shape)} (no values)" if is_abstract(value) else ""
+
+
+def _valued(value: Varying, what: str) -> Varying:
+    """`value`, which `what` reads the values of; an abstract one has none."""
+    if is_abstract(value):
+        raise AbstractValueError(f"{what} needs values; an abstract {logical_dtype(value.dtype)}{list(value.shape)} "
+                                 f"has none: read values on real operands")
+    return value
 
 
 def vma_of(value: Any) -> frozenset:
