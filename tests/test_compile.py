@@ -238,6 +238,9 @@ BAD_COMPILES = [
     pytest.param(lambda: sim.jit(sim.shard_map(lambda v: v, mesh=MESH, in_specs=P("x"), out_specs=P("x"))),
                  sim.InvalidTypeError, r"fn is a sim.shard_map \(of '<lambda>'\), which maps its body over the mesh "
                  r"itself; sim.jit maps a per-device function", id="jit-of-shard_map"),
+    pytest.param(lambda: sim.device_put(DUCK, sim.NamedSharding(MESH, P("x"))), sim.InvalidTypeError,
+                 r"device_put: x is abstract \(ShapeDtypeStruct\(.*\): a shape and dtype, no values\); device_put "
+                 r"places values", id="device_put-abstract"),
     pytest.param(lambda: sim.with_layout_constraint(np.ones(2), AUTO), sim.InvalidTypeError,
                  r"layout=AUTO must be a concrete layouts.Layout", id="with_layout_constraint-AUTO"),
     pytest.param(lambda: sim.with_layout_constraint(np.ones(2), Layout((1, 0))), sim.InvalidArgumentError,

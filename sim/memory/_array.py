@@ -17,6 +17,7 @@ import numpy as np
 import layouts
 from layouts import AutoLayout, Format, Layout
 from sim._errors import InvalidArgumentError, InvalidTypeError
+from sim.memory._abstract import is_abstract
 from sim.memory._buffer import Buffer
 from sim.memory._memory import LocalMemory
 from sim.memory._sharding import Index, Sharding, SingleDeviceSharding, check_sharding
@@ -126,6 +127,10 @@ def device_put(x: Any, target: Format | Sharding | None = None, *,
     """
     if isinstance(x, Array) and target is None:
         return x
+    if is_abstract(x):
+        raise InvalidTypeError(f"device_put: x is abstract ({x!r}: a shape and dtype, no values); device_put places "
+                               f"values: give a shard_map an abstract operand to run without bytes, or trace a "
+                               f"compiled function with it (`sim.jit(f).trace(x)`)")
     value = np.asarray(x)
     if not layouts.is_movable(value.dtype):
         raise InvalidTypeError(f"device_put: x has dtype {value.dtype}; it must be numeric, bool or a float8 type")
