@@ -88,6 +88,31 @@ def test_an_error_says_device_call_and_the_users_line():
     assert caught.value.__traceback__ is not None
 
 
+def test_an_error_raised_inside_numpy_names_the_users_line_not_numpys():
+    """An error numpy raises for the user's call names the user's line (it named a line of numpy's own)."""
+    def body(x):
+        return np.linalg.inv(x.reshape(1, 2))
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P())
+    with pytest.raises(np.linalg.LinAlgError) as caught:
+        f(np.arange(4.0))
+    note = caught.value.__notes__[-1]
+    assert f"at {__file__}:" in note and note.endswith("(body)"), note
+
+
+def test_a_jax_collective_in_a_body_says_what_to_call_instead():
+    """`jax.lax.psum` in a sim.shard_map body fails in JAX's words (an unbound axis name), with a note naming
+    meshsim's collectives and the bridge, and the user's line (not JAX's)."""
+    import jax
+
+    f = sim.shard_map(lambda x: jax.lax.psum(x, "x"), mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P())
+    with pytest.raises(NameError, match="unbound axis name") as caught:
+        f(np.arange(4.0))
+    where, hint = caught.value.__notes__[-2:]
+    assert f"at {__file__}:" in where, where
+    assert hint.startswith("a jax.lax collective in a sim.shard_map body") and "oracles.simulate_jax" in hint
+
+
 def test_a_collective_error_inside_the_protocol_names_the_call():
     """A rule broken across the group (found at the rendezvous) is reported with every violation."""
     f = sim.shard_map(lambda x: collectives.all_gather(x if collectives.axis_index("x") else x[:1], "x"),

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import site
+import sysconfig
 import threading
 import traceback
 from collections.abc import Callable, Generator
@@ -39,6 +41,9 @@ _PARKED: list[greenlet.greenlet] = []
 # Source files of the package itself: an error's "user's file and line" is the innermost frame outside them.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above sim/engine/
 _PACKAGE_DIRS = tuple(os.path.join(_ROOT, name) + os.sep for name in ("sim", "collectives", "layouts", "oracles"))
+# Installed libraries and the standard library, whose frames are never the user's line when one of theirs is.
+_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in (*site.getsitepackages(), site.getusersitepackages(),
+                                                              sysconfig.get_paths()["stdlib"])})
 
 
 def current_or_none() -> DeviceContext | None:
@@ -305,13 +310,24 @@ class DeviceProgram:
             call = ("before its first collective" if self.last_call is None
                     else f"after {self.last_call.call_str()}")
             error.add_note(f"raised on device {self.device} {call}" + (f", at {where}" if where else ""))
+            if isinstance(error, NameError) and str(error).startswith("unbound axis name"):  # JAX's words
+                error.add_note("a jax.lax collective in a sim.shard_map body: JAX knows nothing of the simulated "
+                               "mesh; call meshsim's own (collectives.psum, ...), or simulate the JAX program "
+                               "with oracles.simulate_jax")
         return error
 
 
 def _user_frame(error: BaseException) -> str:
-    """The innermost traceback frame outside the package, as `file:line (function)`."""
-    found = ""
+    """The innermost traceback frame of the user's own code, as `file:line (function)`: outside the package and
+    outside installed libraries (numpy's or JAX's frames name no line the user wrote), if there is one."""
+    found = library = ""
     for frame in traceback.extract_tb(error.__traceback__):
-        if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIRS):
-            found = f"{frame.filename}:{frame.lineno} ({frame.name})"
-    return found
+        path = os.path.abspath(frame.filename)
+        if path.startswith(_PACKAGE_DIRS):
+            continue
+        where = f"{frame.filename}:{frame.lineno} ({frame.name})"
+        if path.startswith(_LIBRARY_DIRS) or frame.filename.startswith("<frozen"):
+            library = where
+        else:
+            found = where
+    return found or library
