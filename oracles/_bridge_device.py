@@ -25,7 +25,7 @@ from jax.extend import core
 
 import sim
 from collectives import REGISTRY, Definition
-from oracles import _bridge_compiled, _bridge_nested
+from oracles import _bridge_compiled, _bridge_nested, _bridge_positional
 from oracles._bridge_compiled import aval_vma as _vma
 from oracles._bridge_diagnostics import SLIPS, JaxSlipError, renumbered, slip, source_line
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError
@@ -178,6 +178,12 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compile
     name = eqn.primitive.name
     if name == "shard_map":
         return _nested(eqn, ins, check_vma, watch, compiled)
+    positional = _bridge_positional.split_of(_memo, eqn) if name in _bridge_positional.REDUCTIONS else None
+    if positional is not None:  # a reduction over a vmap axis: on the device first, then over the named axes
+        ins = _bridge_positional.reduce(eqn, positional[0], ins)
+        if positional[1] is None:
+            return _typed(eqn, ins, check_vma, watch)
+        eqn = positional[1]
     definition = _definition(name)
     if definition is not None:
         renumbering = _renumbering(eqn) if name in PERMUTES else None
@@ -205,6 +211,11 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compile
             f"implement; the bridge runs these: {sorted(p for d in REGISTRY.values() for p in d.jax.primitives)}")
     else:
         outs = _local(eqn, ins, watch.where)
+    return _typed(eqn, outs, check_vma, watch)
+
+
+def _typed(eqn: core.JaxprEqn, outs: list, check_vma: bool, watch: Watch) -> list:
+    """`outs`, each checked against the type the jaxpr gives it under `check_vma`."""
     if check_vma:
         for var, out in zip(eqn.outvars, outs):
             _check_type(eqn, var, out, watch)

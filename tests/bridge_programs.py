@@ -26,6 +26,7 @@ from bridge_errors import error, errors, mutation
 from bridge_generated import batch
 from bridge_moe_programs import moe, moe_ragged
 from bridge_nested_programs import nested
+from bridge_vmap_programs import vmap_axes
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
@@ -390,7 +391,7 @@ BATCHES: dict[str, Callable[[], Any]] = {
     "moe": moe,
     "moe_ragged": moe_ragged, "errors": errors, "newops": newops, "mutation": mutation, "laid_out": laid_out,
     "canonical": canonical, "remat": remat, "compositions": compositions, "partial": partial,
-    "nested": nested,
+    "nested": nested, "vmap_axes": vmap_axes,
 }
 
 

@@ -61,6 +61,8 @@ def typed_as_mesh_axis() -> dict[str, Any]:
         "ppermute batched": answer(over_y(lambda v: lax.ppermute(v, "y", [(0, 1), (1, 2), (2, 0)]), True), rows),
         "psum_scatter batched": answer(over_y(lambda v: lax.psum_scatter(v, "y", tiled=True), True), wide),
         "all_to_all batched": answer(over_y(lambda v: lax.all_to_all(v, "y", 0, 0, tiled=True), True), wide),
+        "pmax batched": answer(over_y(lambda v: lax.pmax(v, "y"), True), rows),
+        "pmin batched": answer(over_y(lambda v: lax.pmin(v, "y"), True), rows),
     }
 
 

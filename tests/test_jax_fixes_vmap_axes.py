@@ -111,6 +111,16 @@ def test_fixed_psum_over_a_vmap_axis_inside_shard_map(fixed):
     assert ok(fixed, name + "psum batched over x, y") == across_x(summed, ROWS, True).tolist() == [[15.0, 15.0]] * 3
 
 
+@pytest.mark.parametrize("reduction", ["pmax", "pmin"])
+def test_fixed_pmax_and_pmin_over_a_vmap_axis_alone(fixed, reduction):
+    """pmax and pmin over the vmap axis alone (a reduction on the device, its type unchanged: the fix's type
+    rule asked JAX for an invariant type over no mesh axis, and JAX refused): each member gets the members'
+    largest or smallest value."""
+    got = ok(fixed, f"vmap-axis-typed-as-mesh-axis: {reduction} batched")
+    picked = (np.max if reduction == "pmax" else np.min)(ROWS, axis=0)
+    assert got == [picked.tolist()] * 3
+
+
 @pytest.mark.parametrize(("program", "collective", "x"), [
     ("all_gather batched", gathered, ROWS),
     ("ppermute batched", shifted, ROWS),

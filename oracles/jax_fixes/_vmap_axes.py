@@ -96,6 +96,9 @@ def vmap_axis_typed_as_mesh_axis() -> None:
         if not positional or not config._check_vma.value:
             return parallel._pmin_pmax_abstract_eval(name, aval, axes=axes, axis_index_groups=axis_index_groups)
         named = tuple(a for a in axes if not isinstance(a, int))  # a vmap axis's reduction binds its position
+        if not named:  # over the vmap axis alone: a reduction on the device, its type unchanged
+            return aval.update(shape=lax._reduce_op_shape_rule(aval, axes=positional),
+                               sharding=lax._reduce_op_sharding_rule(aval, axes=positional)), set()
         out, effects = parallel._psum_invariant_abstract_eval(name, aval, axes=named)
         return out.update(shape=lax._reduce_op_shape_rule(aval, axes=positional),
                           sharding=lax._reduce_op_sharding_rule(aval, axes=positional)), effects
