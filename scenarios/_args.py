@@ -15,11 +15,12 @@ from scenarios._fields import InFile
 _ARG_KEYS = ("value", "shape", "seed", "dtype")
 
 
-def check_args(source: Source, data: dict, mesh: sim.Mesh, budget: Budget) -> None:
+def check_args(source: Source, data: dict, mesh: sim.Mesh, budget: Budget, abstract: bool = False) -> None:
     """Raise a `ScenarioError` for an `[[args]]` table that breaks the format, or for arguments too large.
 
     Each table gives a literal `value`, or a `shape` (a list of non-negative integers) with an optional
-    `seed` (a non-negative integer); `dtype` names a numeric numpy dtype (float32 by default).
+    `seed` (a non-negative integer); `dtype` names a numeric numpy dtype (float32 by default). With `abstract`
+    (`payload = "abstract"`) a `shape` is an abstract argument, which holds no bytes.
     """
     tables = data.get("args", [])
     if not isinstance(tables, list) or not all(isinstance(table, dict) for table in tables):
@@ -33,7 +34,7 @@ def check_args(source: Source, data: dict, mesh: sim.Mesh, budget: Budget) -> No
             sizes.append(0)  # as large as the file
             continue
         _check_drawn(source, index, table)
-        sizes.append(arg_bytes(table))
+        sizes.append(0 if abstract else arg_bytes(table))
     budget.check_program(sizes, mesh)
 
 

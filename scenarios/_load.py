@@ -84,14 +84,11 @@ def load(path: str | os.PathLike, *, allow_code: bool = True, max_memory_bytes: 
     for key in ("title", "description"):
         fields.string(InFile(source, "", key), data.get(key, ""))
     mesh = _mesh(source, data, budget)
-    if "program" in data:
-        if "payload" in data:
-            raise source.error("", "payload", "payload goes with a [collective] scenario; a [program]'s [[args]] "
-                                              "are real arrays")
-        check_args(source, data, mesh, budget)
-        return load_program(source, data, mesh, data.get("title", Path(path).stem), data.get("description", ""),
-                            allow_code)
     payload = _payload(source, data)
+    if "program" in data:
+        check_args(source, data, mesh, budget, payload == "abstract")
+        return load_program(source, data, mesh, data.get("title", Path(path).stem), data.get("description", ""),
+                            allow_code, payload)
     definition, params = _collective(source, source.table(data, "collective"), mesh)
     budget.check_collective(data, mesh, definition, params)
     inputs = device_inputs(source, data, mesh, definition, params, payload == "abstract")
@@ -100,7 +97,7 @@ def load(path: str | os.PathLike, *, allow_code: bool = True, max_memory_bytes: 
 
 
 def _payload(source: Source, data: dict) -> str:
-    """The top-level `payload`: "bytes" (the default) or "abstract"; a `[program]` scenario takes none."""
+    """The top-level `payload`: "bytes" (the default) or "abstract"."""
     payload = data.get("payload", "bytes")
     if payload not in PAYLOADS:
         raise source.error("", "payload", f"payload={payload!r} must be one of {', '.join(map(repr, PAYLOADS))}: "

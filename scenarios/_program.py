@@ -41,6 +41,7 @@ class ProgramScenario:
     args: tuple[np.ndarray, ...]
     transpose: bool
     linear_argnums: tuple[int, ...] | None
+    payload: str = "bytes"  # "abstract": each `shape` argument a sim.ShapeDtypeStruct, the forward pass alone
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +60,7 @@ class Pass:
 
     def to_dict(self) -> dict:
         outputs = self.outputs if isinstance(self.outputs, tuple) else (self.outputs,)
-        return {"program": str(self.program), "ops": self.program.ops(), "outputs": [o.tolist() for o in outputs],
+        return {"program": str(self.program), "ops": self.program.ops(), "outputs": [_listed(o) for o in outputs],
                 "messages": self.messages, "network_bytes": self.network_bytes, "end_time_s": self.end_time_s}
 
 
@@ -86,9 +87,18 @@ class ProgramResult:
                 "no_growth": self.no_growth, "adjoint": None if self.adjoint is None else list(self.adjoint)}
 
 
+def _listed(output: Any) -> Any:
+    """An output as JSON holds it: its values, or an abstract one's shape and dtype."""
+    if sim.memory.is_abstract(output):
+        return {"abstract": True, "shape": list(output.shape), "dtype": str(sim.memory.logical_dtype(output.dtype))}
+    return np.asarray(output).tolist()
+
+
 def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, description: str,
-                 allow_code: bool = True) -> ProgramScenario:
+                 allow_code: bool = True, payload: str = "bytes") -> ProgramScenario:
     """Validate the `[program]` and `[[args]]` tables of a scenario file, then (with `allow_code`) run its source.
+    With `payload="abstract"` each argument given by its `shape` is a `sim.ShapeDtypeStruct` (one given by its
+    `value` keeps it) and the program runs forward only (its transposes check values).
 
     Raises:
         CodeNotAllowedError: the tables are valid but `allow_code` is False; the message shows the source.
@@ -99,7 +109,11 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
     if not isinstance(table["source"], str):
         raise source.error("program", "source", f"[program] source={table['source']!r} must be a string of Python")
     in_specs, out_specs = (parse_specs(source, key, table[key]) for key in ("in_specs", "out_specs"))
-    args = tuple(_arg(source, i, spec) for i, spec in enumerate(data.get("args", [])))
+    abstract = payload == "abstract"
+    if abstract and table.get("transpose") is True:
+        raise source.error("program", "transpose", "[program] transpose = true checks the adjoint identity on "
+                                                   "values, and payload = \"abstract\" has none: leave it out")
+    args = tuple(_arg(source, i, spec, abstract) for i, spec in enumerate(data.get("args", [])))
     if not allow_code:
         raise refuse_program(source, table["source"])
     f = _defined_f(source, table["source"], mesh.max_memory_bytes)
@@ -113,7 +127,8 @@ def load_program(source: Source, data: dict, mesh: sim.Mesh, title: str, descrip
         raise source.error("program", "linear_argnums",
                            f"[program] linear_argnums={linear!r} must be a list of argument indices")
     return ProgramScenario(source.path, title, description, mesh, table["source"], function, args,
-                           bool(table.get("transpose", True)), None if linear is None else tuple(linear))
+                           bool(table.get("transpose", not abstract)), None if linear is None else tuple(linear),
+                           payload)
 
 
 def _defined_f(source: Source, code: str, max_memory_bytes: int | None) -> Any:
@@ -143,12 +158,14 @@ def _compiled(source: Source, code: str) -> CodeType:
     return compile("\n" * before + code, str(source.path), "exec")
 
 
-def _arg(source: Source, index: int, spec: dict) -> np.ndarray:
+def _arg(source: Source, index: int, spec: dict, abstract: bool = False) -> Any:
     dtype = np.dtype(spec.get("dtype", "float32"))
     if "value" in spec:
         return np.asarray(spec["value"], dtype)
     if "shape" not in spec:
         raise source.error("args", None, f"[[args]] number {index} needs `value` or `shape`", index)
+    if abstract:
+        return sim.ShapeDtypeStruct(tuple(spec["shape"]), dtype)
     rng = np.random.default_rng(spec.get("seed", index))
     return _draw(rng, tuple(spec["shape"]), dtype)
 

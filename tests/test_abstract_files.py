@@ -126,6 +126,70 @@ def test_cli_faces(tmp_path: Path) -> None:
         assert refused.returncode == 2 and match in refused.stderr and "Traceback" not in refused.stderr
 
 
+_PROGRAM = """title = "a tensor-parallel layer"
+{payload}
+[mesh]
+axes = {{tp = 4}}
+[program]
+source = '''
+def f(x, w1, w2, scale):
+    h = np.maximum(x @ w1, 0) * scale
+    return psum(h @ w2, 'tp')
+'''
+in_specs = "(P(), P(None, 'tp'), P('tp', None), P())"
+out_specs = "P()"
+{transpose}
+[[args]]
+shape = [{rows}, 64]
+[[args]]
+shape = [64, 256]
+[[args]]
+shape = [256, 64]
+[[args]]
+value = 0.5
+"""
+
+
+def _program(tmp_path: Path, payload: str, rows: int = 8, transpose: str = "transpose = false") -> Path:
+    path = tmp_path / f"program_{payload}.toml"
+    path.write_text(_PROGRAM.format(payload=f'payload = "{payload}"', rows=rows, transpose=transpose))
+    return path
+
+
+def test_an_abstract_program_scenario_has_the_trace_and_times_of_its_bytes(tmp_path: Path) -> None:
+    """A `[program]` scenario with `payload = "abstract"`: each `shape` argument is abstract (a `value` one
+    stays real), the program (matmuls included) runs forward only, with the bytes run's program, messages,
+    trace and time; its outputs are shapes and dtypes. A million rows per device cost no memory (it was
+    refused: "payload goes with a [collective] scenario")."""
+    found = {}
+    for payload in ("bytes", "abstract"):
+        scenario = scenarios.load(_program(tmp_path, payload), allow_code=True)
+        assert scenario.payload == payload and not scenario.transpose
+        found[payload] = scenarios.run(scenario)
+    real, abstract = found["bytes"].forward, found["abstract"].forward
+    assert str(abstract.program) == str(real.program)
+    assert (abstract.messages, abstract.network_bytes, abstract.end_time_s) == \
+        (real.messages, real.network_bytes, real.end_time_s)
+    assert (abstract.outputs.shape, abstract.outputs.dtype) == (real.outputs.shape, real.outputs.dtype)
+    assert sim.memory.is_abstract(abstract.outputs) and found["abstract"].transposed is None
+    huge = scenarios.load(_program(tmp_path, "abstract", rows=1 << 20), allow_code=True)
+    assert scenarios.run(huge).forward.outputs.shape == (1 << 20, 64)
+
+
+def test_an_abstract_program_refuses_its_transposes_and_explain(tmp_path: Path) -> None:
+    """`transpose = true` needs values for the adjoint identity: refused at its line; `explain` refuses the
+    file and `run --json` writes the outputs as shapes and dtypes."""
+    with pytest.raises(ScenarioError, match=r":13: \[program\] transpose = true checks the adjoint identity"):
+        scenarios.load(_program(tmp_path, "abstract", transpose="transpose = true"), allow_code=True)
+    path = _program(tmp_path, "abstract")
+    written = _meshsim("run", "--allow-code", "--json", str(path))
+    assert written.returncode == 0, written.stderr
+    assert json.loads(written.stdout)["forward"]["outputs"] == [{"abstract": True, "shape": [8, 64],
+                                                                 "dtype": "float32"}]
+    refused = _meshsim("explain", "--allow-code", str(path))
+    assert refused.returncode == 2 and "payload='abstract' has none" in refused.stderr
+
+
 _SWEEP = """title = "bytes against abstract"
 collective = ["all_gather", "psum", "psum_scatter", "all_to_all", "ragged_all_to_all"]
 mesh = {x = 4}
