@@ -216,3 +216,22 @@ def test_sweep_payload_axis(tmp_path: Path) -> None:
     path.write_text(_SWEEP.replace('["bytes", "abstract"]', '"empty"'))
     with pytest.raises(ScenarioError, match="payload='empty' must be"):
         load_sweep(path)
+
+
+def test_an_abstract_program_past_the_address_space_limit_says_why(tmp_path: Path) -> None:
+    """Abstract arrays take address space, not memory: past the scenario code's address-space cap
+    (`max_memory_bytes` over the process's size now) the run stops with a ScenarioError naming the knob, and an
+    abstract array that no longer fits says that the cap counts it at its full size; with the cap raised the
+    same file runs."""
+    path = _program(tmp_path, "abstract", rows=1 << 22)  # a 1 GiB argument, and larger intermediates
+    with pytest.raises(ScenarioError, match=r"ran out of memory.*--max-memory SIZE"):
+        scenarios.run(scenarios.load(path, allow_code=True, max_memory_bytes=1 << 30))
+    assert scenarios.run(scenarios.load(path, allow_code=True, max_memory_bytes=64 << 30)).forward.messages == 16
+    code = ("import resource, sim\n"
+            "size = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))\n"
+            "try:\n    sim.memory.hollow_empty((1 << 30,), 'float32')\n"
+            "except MemoryError as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "needs 4294967296 bytes of address space" in done.stdout, done.stderr
+    assert "counts abstract arrays at their full size, which they never take in memory" in done.stdout

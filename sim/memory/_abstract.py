@@ -134,7 +134,9 @@ def hollow_empty(shape: Any, dtype: Any) -> np.ndarray:
         region = mmap.mmap(-1, size, flags=flags)
     except OSError as error:
         raise MemoryError(f"an abstract {logical(dtype)}{list(shape)} needs {size} bytes of address space and the "
-                          f"process has no more ({error}); run fewer or smaller abstract arrays at once") from None
+                          f"process has no more ({error}); run fewer or smaller abstract arrays at once, or raise "
+                          f"the process's address-space limit (a scenario's code runs under one, --max-memory): "
+                          f"it counts abstract arrays at their full size, which they never take in memory") from None
     return np.frombuffer(region, hollow, count).reshape(shape)
 
 
