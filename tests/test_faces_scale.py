@@ -250,6 +250,16 @@ def test_a_summarised_trace_is_valid_and_keeps_the_first_records_in_time_order(b
         assert e["args"] == {"messages": int(flying.sum()), "bytes": int(columns["size_bytes"][flying].sum())}
 
 
+def test_a_runs_own_export_takes_the_same_limit(big, tmp_path):
+    """`Run.trace_events(limit)` and `Run.to_perfetto(path, limit)` give `sim.record.trace_events`' summary
+    (before, a run's own export was always in full: a million messages took 70 s and a gigabyte)."""
+    run = big.run
+    summary = _perfetto.trace_events(run.trace, run.simulation.calls, run.simulation.mesh.size, 500)
+    assert run.trace_events(500) == summary
+    assert run.to_perfetto(tmp_path / "t.json", limit=500) == summary
+    assert run.trace_events() == _perfetto.trace_events(run.trace, run.simulation.calls, run.simulation.mesh.size)
+
+
 def test_a_trace_within_its_limit_is_the_full_export(tmp_path):
     """A limit at or past the record count changes nothing: the same events as the full export."""
     run = scenarios.run(scenarios.load(all_gather_file(tmp_path, 12))).run

@@ -74,19 +74,22 @@ class Run(Faces):
         bandwidth: the bytes that crossed it over its bandwidth. Links no message crossed are left out."""
         return self.simulation.links.busy_s(self.trace)
 
-    def trace_events(self) -> dict:
+    def trace_events(self, limit: int | None = None) -> dict:
         """The run as Chrome / Perfetto trace-event JSON (a dict): a track per device and per link, spans for
         calls, waits, sends, transfers, receives and local copies, a flow from each send to its receive.
-        See `sim.record._perfetto` for the tracks; the same run gives the same dict."""
-        return _perfetto.trace_events(self.trace, self.simulation.calls, self.simulation.mesh.size)
+        See `sim.record._perfetto` for the tracks; the same run gives the same dict. With `limit`, a run of
+        more records exports its first `limit` in time order in full and summarises the rest, as `meshsim
+        trace` does past 2,048 (a million messages in full are five million events and a gigabyte)."""
+        return _perfetto.trace_events(self.trace, self.simulation.calls, self.simulation.mesh.size, limit)
 
-    def to_perfetto(self, path: str | Path) -> dict:
-        """Write `trace_events()` to `path` (open it in ui.perfetto.dev or chrome://tracing); returns the dict.
+    def to_perfetto(self, path: str | Path, limit: int | None = None) -> dict:
+        """Write `trace_events(limit)` to `path` (open it in ui.perfetto.dev or chrome://tracing); returns the
+        dict.
 
         Raises:
             OSError: `path` cannot be written.
         """
         with gc_paused():  # a big run's timeline is many small acyclic objects
-            events = self.trace_events()
+            events = self.trace_events(limit)
             _perfetto.write(events, path)
         return events
