@@ -37,8 +37,8 @@ __all__ = ["PATHS", "Call", "Comparison", "Difference", "JaxOracle", "OracleErro
 
 # The bridge's names, loaded (with jax) on first use, by the module that defines each.
 _BRIDGE = {
-    "simulate_jax": "oracles._bridge", "Simulated": "oracles._bridge", "cpu_mesh": "oracles._bridge",
-    "DeviceCountError": "oracles._bridge", "compare_jax": "oracles._bridge_compare",
+    "simulate_jax": "oracles._bridge", "Simulated": "oracles._bridge", "cpu_mesh": "oracles._bridge_meshes",
+    "DeviceCountError": "oracles._bridge_meshes", "compare_jax": "oracles._bridge_compare",
     "JaxComparison": "oracles._bridge_compare", "OutputAgreement": "oracles._bridge_compare",
     "LoweringMissingError": "oracles._bridge_compare", "BridgeError": "oracles._bridge_eval",
     "UnsupportedPrimitiveError": "oracles._bridge_eval", "TypeMismatchError": "oracles._bridge_device",

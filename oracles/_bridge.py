@@ -45,6 +45,7 @@ from oracles._bridge_diagnostics import (
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
 from oracles._bridge_mapped import equation_facts, mapped
 from oracles._bridge_mapped import run as run_mapped
+from oracles._bridge_meshes import mesh_axes, shard_map_meshes
 from oracles._bridge_permute import devices_at
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import PLACEMENTS, execute, local
@@ -53,10 +54,6 @@ from oracles._bridge_traces import dynamic, kept, traced
 from oracles._serial_verify import serial_mlir_verification
 
 serial_mlir_verification()  # a program JAX cannot lower raises, never hangs
-
-
-class DeviceCountError(BridgeError):
-    """The program's mesh has more devices than this process's JAX has."""
 
 
 @dataclass(frozen=True)
@@ -356,48 +353,3 @@ def canonical(x: Any, aval: Any) -> Any:
         return x
     value = np.asarray(x)
     return value if value.dtype == aval.dtype else value.astype(aval.dtype)
-
-
-def mesh_axes(mesh: Any) -> dict[str, int]:
-    """A JAX mesh's axis names and sizes, in order."""
-    return dict(zip(mesh.axis_names, mesh.axis_sizes))
-
-
-def meshes_of(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> list[dict[str, int]]:
-    """The axes of every shard_map's mesh in `jaxpr`, nested ones included."""
-    return [mesh_axes(mesh) for mesh in shard_map_meshes(jaxpr)]
-
-
-def shard_map_meshes(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> list:
-    """The mesh of every shard_map in `jaxpr`, nested ones included (theirs abstract)."""
-    if isinstance(jaxpr, core.ClosedJaxpr):
-        jaxpr = jaxpr.jaxpr
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "shard_map":
-            found.append(eqn.params["mesh"])
-        for sub in core.jaxprs_in_params(eqn.params):
-            found += shard_map_meshes(sub)
-    return found
-
-
-def check_devices(size: int, axes: Mapping[str, int] | None = None) -> None:
-    """Raise DeviceCountError unless this process's JAX has at least `size` devices."""
-    available = len(jax.devices())
-    if size > available:
-        shown = f" {dict(axes)}" if axes else ""
-        raise DeviceCountError(
-            f"the mesh{shown} has {size} devices but JAX has {available} ({jax.default_backend()}); set "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={size} in the environment before jax is imported "
-            f"(or run the comparison in a worker process started with it); simulate_jax alone needs no devices")
-
-
-def cpu_mesh(axes: Mapping[str, int]) -> jax.sharding.Mesh:
-    """A `jax.sharding.Mesh` of the first devices, row-major over `axes` (name -> size).
-
-    Raises:
-        DeviceCountError: JAX has fewer devices than the mesh.
-    """
-    size = int(np.prod(list(axes.values())))
-    check_devices(size, axes)
-    return jax.sharding.Mesh(np.array(jax.devices()[:size]).reshape(tuple(axes.values())), tuple(axes))

@@ -20,9 +20,10 @@ import numpy as np
 
 import layouts
 from collectives import REGISTRY
-from oracles._bridge import Simulated, check_devices, mesh_axes, meshes_of, run_traced
+from oracles._bridge import Simulated, run_traced
 from oracles._bridge_device import is_key
 from oracles._bridge_eval import BridgeError, contains
+from oracles._bridge_meshes import check_devices, mesh_axes, meshes_of
 from oracles._bridge_specs import Entry, assemble, jax_blocks
 from oracles._bridge_traces import dynamic, trace
 from oracles._device_bytes import raw_bytes

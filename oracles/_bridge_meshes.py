@@ -1,0 +1,62 @@
+"""The meshes of a JAX program, and the CPU devices a comparison with real JAX needs: `cpu_mesh` makes a
+classic (Auto) mesh of the first devices, `check_devices` says how to get more before jax starts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core
+
+from oracles._bridge_eval import BridgeError
+
+
+class DeviceCountError(BridgeError):
+    """The program's mesh has more devices than this process's JAX has."""
+
+
+def mesh_axes(mesh: Any) -> dict[str, int]:
+    """A JAX mesh's axis names and sizes, in order."""
+    return dict(zip(mesh.axis_names, mesh.axis_sizes))
+
+
+def meshes_of(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> list[dict[str, int]]:
+    """The axes of every shard_map's mesh in `jaxpr`, nested ones included."""
+    return [mesh_axes(mesh) for mesh in shard_map_meshes(jaxpr)]
+
+
+def shard_map_meshes(jaxpr: core.Jaxpr | core.ClosedJaxpr) -> list:
+    """The mesh of every shard_map in `jaxpr`, nested ones included (theirs abstract)."""
+    if isinstance(jaxpr, core.ClosedJaxpr):
+        jaxpr = jaxpr.jaxpr
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "shard_map":
+            found.append(eqn.params["mesh"])
+        for sub in core.jaxprs_in_params(eqn.params):
+            found += shard_map_meshes(sub)
+    return found
+
+
+def check_devices(size: int, axes: Mapping[str, int] | None = None) -> None:
+    """Raise DeviceCountError unless this process's JAX has at least `size` devices."""
+    available = len(jax.devices())
+    if size > available:
+        shown = f" {dict(axes)}" if axes else ""
+        raise DeviceCountError(
+            f"the mesh{shown} has {size} devices but JAX has {available} ({jax.default_backend()}); set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={size} in the environment before jax is imported "
+            f"(or run the comparison in a worker process started with it); simulate_jax alone needs no devices")
+
+
+def cpu_mesh(axes: Mapping[str, int]) -> jax.sharding.Mesh:
+    """A `jax.sharding.Mesh` of the first devices, row-major over `axes` (name -> size).
+
+    Raises:
+        DeviceCountError: JAX has fewer devices than the mesh.
+    """
+    size = int(np.prod(list(axes.values())))
+    check_devices(size, axes)
+    return jax.sharding.Mesh(np.array(jax.devices()[:size]).reshape(tuple(axes.values())), tuple(axes))
