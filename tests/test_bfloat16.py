@@ -17,8 +17,8 @@ import pytest
 import strategies
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reduction_cases import fill
 from strategies import Case, check_agreement
-from test_reductions import fill
 
 import collectives
 import collectives._allreduce

@@ -4,7 +4,7 @@ Each generated case of the core differential suite is rerun with every array arg
 random layout (`with_layout_constraint` in the device program) and the result written in a random
 `out_layout`. The values must still equal the executable spec's and real JAX's bit for bit, and each
 device's result bytes must equal those of the JAX shard produced with the same output Format. The
-reductions and their kin (`test_reductions.reduction_cases`) get the same treatment, with every algorithm
+reductions and their kin (`reduction_cases.reduction_cases`) get the same treatment, with every algorithm
 giving the bytes it gives without layouts.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 import strategies as cases_
-import test_reductions
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reduction_cases import OPS as REDUCTION_OPS_ALL
+from reduction_cases import ReductionCase, reduction_cases
+from reduction_cases import run_spec as reduction_spec
 from strategies import Case, differences, run_spec
-from test_reductions import ReductionCase, reduction_cases
-from test_reductions import run_spec as reduction_spec
 
 import collectives
 import layouts
@@ -32,7 +32,7 @@ from sim import P
 OPS = cases_.DOCUMENTED
 # the leading arguments that get layouts: the data arrays (ragged's offsets and sizes stay row-major)
 ARRAY_ARGS = {op: len(collectives.definition(op).data_arrays) for op in OPS}
-REDUCTION_OPS = tuple(op for op in test_reductions.OPS if collectives.definition(op).arrays)  # not axis_index
+REDUCTION_OPS = tuple(op for op in REDUCTION_OPS_ALL if collectives.definition(op).arrays)  # not axis_index
 # 'in_network' needs a switch that reduces (tests/test_in_network.py runs it under layouts)
 ALGORITHMS = {op: tuple(a.name for a in collectives.definition(op).algorithms if not a.in_network)
               for op in REDUCTION_OPS if collectives.definition(op).takes("algorithm")}

@@ -1,6 +1,6 @@
 """The reductions and their kin: simulator == executable spec == real JAX (0.10.2, CPU devices), bit for bit.
 
-Cases come from `test_reductions.reduction_cases`: 1-D and 2-D meshes of up to 8 devices, tuple axis
+Cases come from `reduction_cases.reduction_cases`: 1-D and 2-D meshes of up to 8 devices, tuple axis
 names in either order, axis_index_groups for the collectives that take them, int8/int32/float16/float32/
 float64 filled with readable integers, random bits (NaN payloads, subnormals), floats of wide magnitude
 (so the order of summation shows) or special values. The simulator runs as a user runs it, through
@@ -14,7 +14,7 @@ import pytest
 import strategies
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_reductions import OPS, ReductionCase, fill, reduction_cases, run_spec
+from reduction_cases import OPS, ReductionCase, fill, reduction_cases, run_spec
 
 import collectives
 from oracles import spec

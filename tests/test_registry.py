@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reduction_cases
 import strategies
-import test_reductions
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scenario_text import scenario_text
@@ -118,7 +118,7 @@ def test_generated_tests_cover_every_collective():
     the generated simulator == spec == JAX tests of test_reductions*.py."""
     import test_differential
 
-    assert set(strategies.DOCUMENTED) | set(test_reductions.OPS) == set(OPS)
+    assert set(strategies.DOCUMENTED) | set(reduction_cases.OPS) == set(OPS)
     for op in strategies.DOCUMENTED:
         assert callable(getattr(test_differential, f"test_{op}_agrees"))
 
