@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from bridge_errors import error, errors, mutation
 from bridge_generated import batch
+from bridge_io_programs import canonical, laid_out
 from bridge_moe_programs import moe, moe_ragged
 from bridge_nested_programs import nested
 from bridge_vmap_programs import vmap_axes
@@ -323,40 +324,6 @@ def _pipeline(mesh: Any, x: np.ndarray) -> tuple[str, bool, str]:
                                        out_specs=P("i")))
     simulated = np.asarray(oracles.simulate_jax(f, x).outputs)
     return "psend/precv", typed and np.array_equal(simulated, np.asarray(equivalent(x))), f"{simulated}\n{jaxpr}"
-
-
-def laid_out() -> dict[str, Any]:
-    """An all_to_all whose result JAX lays out column-major on every device (`out_shardings` with a
-    `Format`): compare_jax reads each device buffer and compares it byte for byte with meshsim's shard
-    encoded column-major; the same check refuses other values."""
-    from jax.experimental.layout import Format, Layout
-    from jax.sharding import NamedSharding
-
-    from oracles._bridge_compare import device_bytes_equal
-
-    mesh = oracles.cpu_mesh({"i": 4})
-    body = jax.shard_map(lambda v: lax.all_to_all(v, "i", 0, 1, tiled=True), mesh=mesh, in_specs=P("i"),
-                         out_specs=P("i"))
-    f = jax.jit(body, out_shardings=Format(Layout((1, 0)), NamedSharding(mesh, P("i"))))
-    x = np.arange(16 * 12, dtype=np.float32).reshape(16, 12)
-    report = oracles.compare_jax(f, x)
-    out = f(x)
-    return {"agrees": report.agrees, "row": str(report.outputs[0]), "layout": report.outputs[0].layout,
-            "checked": report.outputs[0].equal_device_bytes,
-            "other values refused": not device_bytes_equal(out, np.asarray(out)[:, ::-1])}
-
-
-def canonical() -> list[tuple[str, str, str, bool]]:
-    """numpy float64 and int64 operands, as JAX takes them in (float32 and int32): `simulate_jax`'s outputs
-    against jitted JAX's, dtype and bits; (label, JAX's dtype, the bridge's dtype, equal bit for bit)."""
-    mesh = oracles.cpu_mesh({"i": 4})
-    f = jax.jit(jax.shard_map(lambda x: lax.psum(x, "i") * 3, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
-    rows = []
-    for label, x in (("float64 linspace", np.linspace(0, 1, 8)), ("int64 arange", np.arange(8))):
-        want, got = np.asarray(f(x)), oracles.simulate_jax(f, x).outputs
-        rows.append((label, str(want.dtype), str(got.dtype), want.dtype == got.dtype and
-                     np.array_equal(want.view(np.uint8), got.view(np.uint8))))
-    return rows
 
 
 def remat() -> list[tuple[str, bool, int, str]]:
