@@ -118,7 +118,7 @@ class Simulated:
         lines = [f"run {k + 1} of {len(self.runs)} ({label}): {run!r}"
                  for k, (run, label) in enumerate(zip(self.runs, self.labels or ("",) * len(self.runs)))]
         lines.append(f"total: {len(self.runs)} run{'' if len(self.runs) == 1 else 's'}, {self.messages} "
-                     f"message{'' if self.messages == 1 else 's'}, {self.time_s * 1e6:.3f} us simulated")
+                     f"message{'' if self.messages == 1 else 's'}, {sim.record.seconds(self.time_s)} simulated")
         lines += [f"not simulated: {what}" for what in self.unsimulated]
         lines += [f"{d.kind}: {d}" for d in self.diagnostics]
         return "\n".join(lines)
