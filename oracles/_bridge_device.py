@@ -178,7 +178,8 @@ def _apply(eqn: core.JaxprEqn, ins: list, check_vma: bool, watch: Watch, compile
     name = eqn.primitive.name
     if name == "shard_map":
         return _nested(eqn, ins, check_vma, watch, compiled)
-    positional = _bridge_positional.split_of(_memo, eqn) if name in _bridge_positional.REDUCTIONS else None
+    positional = _memo(eqn, "positional", lambda: _bridge_positional.split(eqn)) \
+        if name in _bridge_positional.REDUCTIONS else None
     if positional is not None:  # a reduction over a vmap axis: on the device first, then over the named axes
         ins = _bridge_positional.reduce(eqn, positional[0], ins)
         if positional[1] is None:

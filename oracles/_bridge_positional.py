@@ -10,8 +10,6 @@ device's program, then meshsim's collective over the named axes (none: the reduc
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import numpy as np
 from jax._src import mesh as mesh_lib
@@ -48,7 +46,3 @@ def reduce(eqn: core.JaxprEqn, positional: tuple[int, ...], ins: list) -> list:
 
     return [sim.apply(name, evaluate, [x], {"axes": positional}) for x in ins]
 
-
-def split_of(memo: Any, eqn: core.JaxprEqn) -> tuple[tuple[int, ...], core.JaxprEqn | None] | None:
-    """`split(eqn)`, made once per equation through the bridge's memo."""
-    return memo(eqn, "positional", lambda: split(eqn))

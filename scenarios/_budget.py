@@ -31,6 +31,7 @@ import numpy as np
 
 import sim
 from collectives import Definition
+from collectives._algorithms import axes_shape
 from scenarios._errors import Source
 from scenarios._fields import DTYPE_NAMES
 
@@ -124,8 +125,8 @@ def _messages(mesh: sim.Mesh, definition: Definition, params: dict[str, Any], gr
     """At most how many messages the call sends (`Definition.most_messages`, by the algorithm it asks for, on
     its grid of named axes; one axis of `group` members with axis_index_groups)."""
     algorithm = definition.algorithm(params.get("algorithm", definition.param("algorithm").default))
-    names = mesh.axis_names_of(params["axis_name"]) if "axis_name" in params else ()
-    grid = (group,) if params.get("axis_index_groups") or not names else tuple(mesh.shape[n] for n in names)
+    grid = axes_shape(mesh, params["axis_name"], params.get("axis_index_groups")) if "axis_name" in params \
+        else (group,)
     return definition.most_messages(algorithm, mesh.size, grid)
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import collectives
 import layouts
 import sim
+from collectives._algorithms import axes_shape
 from scenarios._inputs import rounded
 from scenarios.sweep._deadline import PastDeadline, deadline
 from scenarios.sweep._sweep import SWEPT, Point
@@ -150,8 +151,7 @@ def _messages(point: Point, mesh: sim.Mesh, axis_name: Any) -> int:
         algorithm = definition.algorithm(point.algorithm)
     except sim.MeshError:
         return 0
-    names = mesh.axis_names_of(axis_name)
-    return definition.most_messages(algorithm, mesh.size, tuple(mesh.shape[name] for name in names))
+    return definition.most_messages(algorithm, mesh.size, axes_shape(mesh, axis_name, None))
 
 
 def _axis_name(point: Point, mesh: sim.Mesh) -> str | tuple[str, ...]:
@@ -174,7 +174,7 @@ def _timed(point: Point, plan: _Plan) -> dict[str, Any]:
     start = time.perf_counter()
     run = f.run(*args)
     wall_s = time.perf_counter() - start
-    columns = {name: run.trace.column(name) for name in ("src", "dst", "kind", "size_bytes")}  # no detail dicts
+    columns = run.trace.columns(("src", "dst", "kind", "size_bytes"))
     sent = (columns["src"] != columns["dst"]) & (columns["kind"] == "message")
     time_s = float(run.end_time_s)
     algbw = plan.size_bytes / time_s / 1e9 if time_s > 0 else None

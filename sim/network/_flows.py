@@ -343,7 +343,7 @@ class LinkState:
         """Seconds each link would need to carry the messages of `trace` alone at its full bandwidth (the
         bytes it carried, as the network's `Costs.wire_bytes` weighs them, over its bandwidth); links never
         used are left out."""
-        columns = {name: trace.column(name) for name in ("kind", "src", "dst", "size_bytes")}  # no detail dicts
+        columns = trace.columns(("kind", "src", "dst", "size_bytes"))
         moved = (columns["kind"] == "message") & (columns["src"] != columns["dst"])
         src, dst = columns["src"][moved], columns["dst"][moved]
         if self.placement is not None:

@@ -285,7 +285,7 @@ def summary(messages: Sequence[MessageRecord] | Trace, devices: int, end_time_s:
     """One line: devices, messages (between devices and local), bytes over the network, collective calls and
     the end time. A `Trace` is read through its columns, so a run of a million messages says it quickly."""
     names = ("src", "dst", "size_bytes", "collective", "call", "kind")  # not `detail`: a dict per record
-    columns = {name: messages.column(name) for name in names} if isinstance(messages, Trace) else {
+    columns = messages.columns(names) if isinstance(messages, Trace) else {
         name: np.array([getattr(m, name) for m in messages], object) for name in names}
     sent = columns["kind"] == "message"
     between = sent & (columns["src"] != columns["dst"])

@@ -312,14 +312,17 @@ class Trace:
             route = self._routes[(src, dst)] = tuple(self._route(src, dst))
         return route
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """Every field as one array (numeric fields as numbers, the rest as objects), in record order."""
+    def columns(self, names: tuple[str, ...] = FIELDS) -> dict[str, np.ndarray]:
+        """Every field (or those of `names`) as one array (numeric fields as numbers, the rest as objects), in
+        record order. Name the fields a reader needs: `detail` makes a dict per record."""
         self._pack()
         if not self._chunks:
-            return {name: np.zeros(0, _NUMERIC.get(name, object)) for name in FIELDS}
-        columns = {name: np.concatenate([array_of(chunk[name]) for chunk in self._chunks]) for name in _STORED}
-        columns["arrival_time_s"] = self._arrivals[:self._count].copy()
-        return {name: columns[name] for name in FIELDS}
+            return {name: np.zeros(0, _NUMERIC.get(name, object)) for name in names}
+        columns = {name: np.concatenate([array_of(chunk[name]) for chunk in self._chunks]) for name in names
+                   if name in _STORED}
+        if "arrival_time_s" in names:
+            columns["arrival_time_s"] = self._arrivals[:self._count].copy()
+        return {name: columns[name] for name in names}
 
     def select(self, collective: str | None = None, dst: int | None = None) -> list[MessageRecord]:
         """The messages of one collective and/or to one receiver."""
