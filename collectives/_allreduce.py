@@ -80,7 +80,7 @@ from collectives._algorithm import (
 )
 from collectives._algorithm import whole as whole_operand
 from collectives._algorithms import axis_teams, resolve, ring_team
-from collectives._arithmetic import accumulator, combine, convert, fold, identity, widen
+from collectives._arithmetic import accumulator, combine, convert, fold, identity, started, widen
 from collectives._common import laid_out, pack_slice, row_major, row_major_everywhere, unpack_into, unpack_values
 from collectives._halving import (
     SwappedPartials,
@@ -243,7 +243,7 @@ def _recursive_doubling(port: sim.Port, args: AllReduceArgs) -> Generator:
         return (yield from _doubling_rows(port, source, args.reduction))
     inbox = port.memory.view(port.memory.alloc(source.dtype, source.shape, layout))
     yield from unpack_values(port, source, args.buffer.layout.major_to_minor, inbox, term="own")
-    partial = _fresh(port, combine(args.reduction, identity(args.reduction, source.dtype), inbox), layout)
+    partial = _fresh(port, started(args.reduction, inbox), layout)
     if tables:
         doubling = SwappedPartials(port, partial, inbox, args.reduction, layout)
         count = n.bit_length() - 1

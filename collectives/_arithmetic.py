@@ -92,6 +92,16 @@ def combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     return quick if quick is not None else combine_by_rules(reduction, acc, x)
 
 
+def started(reduction: str, terms: np.ndarray) -> np.ndarray:
+    """`terms` folded into the identity: the first step of every fold, so that every algorithm's partial
+    results start where 'direct''s do (a max's or min's accumulator is never a NaN, a sum's never -0.0).
+
+    >>> float(started("max", np.float32(np.nan)))
+    -inf
+    """
+    return combine(reduction, identity(reduction, np.asarray(terms).dtype), terms)
+
+
 def quick_combine(reduction: str, acc: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     """`combine` of two C-contiguous float32 or float64 arrays (of one shape, or one of them 0-d) in a few
     whole-array operations, where none of the rules above can change an element: no subnormal operand (nor

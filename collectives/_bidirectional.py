@@ -10,10 +10,11 @@ On a team of n members, r = n // 2:
   carries (n - 1)/2 blocks in all, and a block is r hops from its farthest reader, not n - 1.
 - reduce-scatter, its transpose: member c's chunk is folded along two chains that end at c, the clockwise
   one starting at member c - r and the counter-clockwise one at member c + r; at each step a member adds
-  its own term to the partial sum it received and passes it on. Where n is even, the member n/2 away starts
-  both chains, with the first half of its term clockwise and the second half counter-clockwise. Member c
-  adds its own term to the clockwise partial, then the counter-clockwise one: each element is n - 1
-  additions in another binary tree than the group-order fold (`SUM_BOUND`).
+  its own term to the partial sum it received and passes it on (the first receiver of a chain folds the
+  term it got into the identity first, so every chain starts as 'direct''s fold does). Where n is even,
+  the member n/2 away starts both chains, with the first half of its term clockwise and the second half
+  counter-clockwise. Member c adds its own term to the clockwise partial, then the counter-clockwise one:
+  each element is n - 1 additions in another binary tree than the group-order fold (`SUM_BOUND`).
 
 Worked example, n = 4 (r = 2): all-gather, member 0 sends block 0 to member 1 and block 0 to member 3
 (step 0); at step 1 member 1 forwards the first half of block 0 to member 2, member 3 its second half.
@@ -33,7 +34,7 @@ import sim
 from collectives import _bidirectional_rows as bidirectional_rows
 from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, group_index
-from collectives._arithmetic import combine, identity
+from collectives._arithmetic import combine, started
 from collectives._common import pack_slice, received, unpack_into
 from collectives._joint import Cut, Decided, UnitRows, hollow
 from layouts import Layout
@@ -245,10 +246,11 @@ class _Folder:
         n, r = state.team.size, steps(state.team.size)
         c = (state.team.index + offset * (r - step - 1)) % n
         span = _lane(state.own[c], offset, n, step == 0)
+        partial = _partial(payload, step, self.reduction)
         if step == r - 1:
-            state.arrived[offset] = (span, payload)
+            state.arrived[offset] = (span, partial)
         else:
-            state.held[offset] = _fold(self.port, state.own[c], span, payload, self.reduction)
+            state.held[offset] = _fold(self.port, state.own[c], span, partial, self.reduction)
 
 
 def _send_partials(port: sim.Port, state: _Folding, step: int) -> None:
@@ -257,7 +259,8 @@ def _send_partials(port: sim.Port, state: _Folding, step: int) -> None:
         c = (me + offset * (r - step)) % n
         payload = state.held[offset][_lane(state.own[c], offset, n, step == 0)]
         name = _phase(way, state.phase)
-        port.send(state.team.at(offset), payload, tag=(name, step), header={}, phase=name, step=step, chunk=c)
+        port.send(state.team.at(offset), payload, tag=_fold_tag(name, step), header={}, phase=name, step=step,
+                  chunk=c)
 
 
 def _receive_partials(port: sim.Port, state: _Folding, step: int, reduction: str) -> Generator:
@@ -266,14 +269,21 @@ def _receive_partials(port: sim.Port, state: _Folding, step: int, reduction: str
     added = 0
     for offset, way in _WAYS:
         c = (me + offset * (r - step - 1)) % n
-        message = yield port.recv(state.team.at(-offset), tag=(_phase(way, state.phase), step))
+        message = yield port.recv(state.team.at(-offset), tag=_fold_tag(_phase(way, state.phase), step))
         span = _lane(state.own[c], offset, n, step == 0)
         added += state.own[c][span].nbytes
+        partial = _partial(received(message), step, reduction)
         if step == r - 1:
-            state.arrived[offset] = (span, received(message))
+            state.arrived[offset] = (span, partial)
         else:
-            state.held[offset] = _fold(port, state.own[c], span, received(message), reduction)
+            state.held[offset] = _fold(port, state.own[c], span, partial, reduction)
     return added
+
+
+def _fold_tag(name: str, step: int) -> tuple:
+    """A reduce-scatter message's tag: never an all-gather's of the same lane name (multi_axis's all-reduce
+    runs both passes under one name per part and axis, and a call's mailbox holds one message per tag)."""
+    return ("reduce-scatter", name, step)
 
 
 def _finish(port: sim.Port, state: _Folding, reduction: str) -> np.ndarray:
@@ -288,9 +298,15 @@ def _finish(port: sim.Port, state: _Folding, reduction: str) -> np.ndarray:
     return mine
 
 
+def _partial(payload: np.ndarray, step: int, reduction: str) -> np.ndarray:
+    """An arrival of `step` as a partial sum: at step 0 it is the sender's own term, which starts its chain,
+    so it is folded into the identity here, where every fold starts (a NaN never becomes a max's accumulator)."""
+    return started(reduction, payload) if step == 0 else payload
+
+
 def _fold(port: sim.Port, own: np.ndarray, span: slice, values: np.ndarray, reduction: str) -> np.ndarray:
     """A new flat buffer holding `own` (folded into the identity) with the partial sum `values` added on `span`."""
     out = port.memory.view(port.memory.alloc(own.dtype, own.shape))
-    out[...] = combine(reduction, identity(reduction, own.dtype), own)
+    out[...] = started(reduction, own)
     out[span] = combine(reduction, values, own[span])
     return out

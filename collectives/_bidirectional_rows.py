@@ -24,7 +24,7 @@ import numpy as np
 
 import sim
 from collectives._algorithms import Team, group_index
-from collectives._arithmetic import combine, identity
+from collectives._arithmetic import combine, started
 from collectives._joint import JOINT_MAX_BYTES, Cut, ragged
 
 __all__ = ["fits", "reduce_scatter"]
@@ -139,7 +139,8 @@ class _Folds:
                 where = terms if first[i] else self.rows
                 span = slice(int(lo[i]), int(hi[i]))
                 values = where[int(start[i] + lo[i]):int(start[i] + hi[i])]
-                self.states[receivers[i]].arrived[int(_OFFSETS[ways[i]])] = (span, values)
+                self.states[receivers[i]].arrived[int(_OFFSETS[ways[i]])] = (
+                    span, started(self.reduction, values) if first[i] else values)
         keep = ~last
         if not keep.any():
             return
@@ -151,13 +152,15 @@ class _Folds:
         own = receivers * self.terms.shape[1] + self.chunk_at[chunks]
         whole = self.sizes[chunks]
         rows, reduction = self.rows, self.reduction
-        rows[_runs(put, whole)] = combine(reduction, identity(reduction, self.dtype), terms[_runs(own, whole)])
+        rows[_runs(put, whole)] = started(reduction, terms[_runs(own, whole)])
         carried = hi - lo
         for source, pick in ((terms, first), (rows, ~first)):
             if pick.any():
-                take = _runs(start[pick] + lo[pick], carried[pick])
+                theirs = source[_runs(start[pick] + lo[pick], carried[pick])]
+                if source is terms:  # a chain's first term, folded into the identity as the loop's `_partial`
+                    theirs = started(reduction, theirs)
                 rows[_runs(put[pick] + lo[pick], carried[pick])] = combine(
-                    reduction, source[take], terms[_runs(own[pick] + lo[pick], carried[pick])])
+                    reduction, theirs, terms[_runs(own[pick] + lo[pick], carried[pick])])
 
 
 def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

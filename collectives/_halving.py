@@ -24,7 +24,7 @@ import sim
 from collectives import _doubling_loops as doubling_loops
 from collectives import _doubling_rows as doubling_rows
 from collectives import _ring_steps as ring_steps
-from collectives._arithmetic import combine, identity
+from collectives._arithmetic import combine, started
 from collectives._common import pack_slice, received, unpack_into
 from collectives._joint import joint
 from layouts import Layout
@@ -42,7 +42,7 @@ def halving_reduce_scatter(port: sim.Port, terms: np.ndarray, bounds: list[int],
     if tables and doubling_rows.by_rows(port, terms.dtype):
         return (yield from _halving_rows(port, terms, bounds, reduction))
     partial = _fresh(port, terms.dtype, terms.size)
-    partial[...] = combine(reduction, identity(reduction, terms.dtype), terms)
+    partial[...] = started(reduction, terms)
     if tables:
         halving = _Halving(port, partial, bounds, reduction)
         yield from ring_steps.per_member(port, "recursive-halving", count, [me ^ (n >> (s + 1)) for s in range(count)],

@@ -89,15 +89,22 @@ def cut(flat: np.ndarray, n: int) -> Cut:
 def joint(port: sim.Port, key: Hashable, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """A zeroed row-major buffer of `dtype` and `shape` in the caller's memory (allocated and charged there),
     which every member of the call that asks under `key` gets as one row of one shared array. Beyond
-    `JOINT_MAX_BYTES` in all, or when an earlier reservation of the memory takes the allocation, the buffer
-    is an allocation like any other."""
+    `JOINT_MAX_BYTES` in all, when an earlier reservation of the memory takes the allocation, or when the
+    caller already holds its row of `key` (a second ask, as by a pass run once per mesh axis), the buffer is
+    an allocation like any other: a row is never handed out twice, so a new buffer never aliases a live one
+    whose messages may still be read."""
     memory, dtype, shape = port.memory, np.dtype(dtype), tuple(shape)
     size_bytes = math.prod(shape) * dtype.itemsize
     if not size_bytes or port.group.size * size_bytes > JOINT_MAX_BYTES:
         return memory.view(memory.alloc(dtype, shape))
-    rows = port.once(("joint", key), lambda: np.zeros((port.group.size, *shape), dtype))
-    view = memory.alloc_in(rows[port.group.index])
-    return memory.view(memory.alloc(dtype, shape)) if view is None else view  # else an earlier reservation
+    rows, taken = port.once(("joint", key, dtype, shape),
+                            lambda: (np.zeros((port.group.size, *shape), dtype), set()))
+    me = port.group.index
+    view = None if me in taken else memory.alloc_in(rows[me])
+    if view is None:  # a second ask, or an earlier reservation takes the allocation
+        return memory.view(memory.alloc(dtype, shape))
+    taken.add(me)
+    return view
 
 
 def staged(port: sim.Port, key: Hashable, like: Sequence[np.ndarray]) -> Cut | None:

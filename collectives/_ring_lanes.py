@@ -23,7 +23,7 @@ import numpy as np
 import sim
 from collectives import _ring_steps as ring_steps
 from collectives._algorithms import Team, ring_team
-from collectives._arithmetic import combine, identity
+from collectives._arithmetic import combine, started
 from collectives._common import pack_slice, received, row_major, unpack_into
 from collectives._joint import Cut, cut, joint, staged
 from layouts import Layout
@@ -41,7 +41,8 @@ def ring_all_reduce(port: sim.Port, lanes: list[Lane], reduction: str) -> Genera
     mine = yield from reduce_scatter_lanes(
         port, [(team, parts, phase) for (team, _, phase), parts in zip(lanes, pieces)], reduction)
     total = sum(terms.size for _, terms, _ in lanes)
-    flat = joint(port, "all-gather", lanes[0][1].dtype, (total,))
+    # keyed by the lanes' phases: a call that runs several passes ('per_axis') gets a new buffer for each
+    flat = joint(port, ("all-gather", *(phase for _, _, phase in lanes)), lanes[0][1].dtype, (total,))
     bounds = np.cumsum([0] + [terms.size for _, terms, _ in lanes])
     gathers = [(team, m, cut(flat[bounds[k]:bounds[k + 1]], n), phase)
                for k, ((team, _, phase), m) in enumerate(zip(lanes, mine))]
@@ -77,7 +78,7 @@ def reduce_scatter_lanes(port: sim.Port, lanes: Sequence[tuple[Team, list, str]]
                 own.append(part if part.flags.c_contiguous else (yield from row_major(port, part, chunk=c)))
         partial = (len(lanes) == 1 and staged(port, phase + "partials", own)) or staging(memory, own)
         c = (team.index - 1) % team.size
-        partial[c][...] = combine(reduction, identity(reduction, own[c].dtype), own[c])
+        partial[c][...] = started(reduction, own[c])
         states.append([team, phase, own, partial, c])
     if len(lanes) == 1 and lanes[0][0].size > 1 and ring_steps.by_tables(port, phase + "reduce-scatter", own[0],
                                                                           reduction):

@@ -51,7 +51,7 @@ import numpy as np
 import sim
 from collectives import _ring_steps as ring_steps
 from collectives._algorithm import SUM_BOUND, Algorithm, Pattern, Step
-from collectives._arithmetic import combine, identity
+from collectives._arithmetic import combine, started
 from collectives._common import received, unpack_into
 from collectives._hierarchical import grid, node_teams
 from collectives._tree_chain import Chain, chain_fits
@@ -131,7 +131,7 @@ def all_reduce(port: sim.Port, terms: np.ndarray, reduction: str) -> Generator:
         else:
             yield from programs.join(port, program)
         return out
-    partial = [combine(reduction, identity(reduction, t.dtype), t) for t in own]
+    partial = [started(reduction, t) for t in own]
     if j < k - 1:
         for t in (0, 1):
             message = yield port.recv(node.members[j + 1], tag=("chain up", t))
@@ -169,7 +169,7 @@ class _Partial:
 
     def __getitem__(self, t: int) -> np.ndarray:
         if self.values[t] is None:
-            self.values[t] = combine(self.reduction, identity(self.reduction, self.own[t].dtype), self.own[t])
+            self.values[t] = started(self.reduction, self.own[t])
         return self.values[t]
 
     def __setitem__(self, t: int, values: np.ndarray) -> None:

@@ -326,6 +326,21 @@ def test_joint_buffers_are_rows_charged_as_allocations():
     assert "k" not in str(big.facts) and big.memory.meter.held_bytes == 32
 
 
+def test_a_joint_row_is_handed_out_once():
+    """A member asking `joint` again under a key it holds a row of (a call running one pass per mesh axis)
+    gets a buffer of its own, never its live row again: a message of the first pass still in flight, read
+    from that row when it arrives, must not see the second pass's writes. The other members keep their rows."""
+    from collectives import _joint as joint
+
+    facts: dict = {}
+    members = [_Member(j, 2, facts) for j in range(2)]
+    first = joint.joint(members[0], "k", np.float32, (4,))
+    again = joint.joint(members[0], "k", np.float32, (4,))
+    other = joint.joint(members[1], "k", np.float32, (4,))
+    assert not np.shares_memory(first, again) and joint._root(first) is joint._root(other)
+    assert members[0].memory.meter.held_bytes == 32
+
+
 @st.composite
 def _uneven(draw):
     """A psum (or all_gather) of a few floats per device over up to 12 devices on a fully connected network:
