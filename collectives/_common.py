@@ -44,10 +44,17 @@ def canonical_axis(op: str, device: int, name: str, value: Any, rank: int, negat
 
 def operand(op: str, device: int, name: str, value: Any, reduces: bool = False) -> np.ndarray:
     """`value` as a numpy array a collective may move (numeric, or a float8 type: `layouts.is_movable`) or,
-    where it `reduces`, reduce (numeric: `layouts.is_numeric`); else a clear error."""
+    where it `reduces`, reduce (numeric: `layouts.is_numeric`); else a clear error. An array in another byte
+    order (made inside the program: inputs are converted where they enter) comes back as a native copy, as
+    JAX converts it, so that no protocol reinterprets its bytes."""
     array = np.asarray(value)
     dtype = array.dtype
-    if dtype in layouts.NUMPY_NUMBERS or layouts.is_numeric(dtype):
+    if dtype in layouts.NUMPY_NUMBERS:
+        return array
+    if not dtype.isnative:
+        array = layouts.native_array(array)
+        dtype = array.dtype
+    if layouts.is_numeric(dtype):
         return array
     if layouts.is_movable(dtype):
         if not reduces:

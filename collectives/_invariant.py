@@ -68,11 +68,22 @@ def pcast(x: Any, axis_name: Any, *, to: str, algorithm: str = "direct", out_lay
         InvalidTypeError: as `pvary`.
     """
     if to != "varying":
-        context = sim.current()
-        rule = ("meshsim models no reduced or unreduced types (JAX's pending sums), so only to='varying' "
-                "(pvary) is simulated") if to in CASTS else f"one of {CASTS}"
-        raise sim.InvalidArgumentError(f"device {context.device}: pcast: to={to!r} must be 'varying': {rule}")
+        raise sim.InvalidArgumentError(f"device {sim.current().device}: pcast: {_cast_rule(to)}")
     return _pvary(x, axis_name, out_layout, algorithm, "pcast")
+
+
+def _cast_rule(to: Any) -> str:
+    """Why pcast refuses `to`: meshsim accepts only 'varying'; JAX's two other casts and any other value."""
+    accepted = (f"to={to!r} must be 'varying', the only value meshsim's pcast accepts (pvary: invariant -> "
+                f"varying)")
+    if to in CASTS:
+        return (f"{accepted}. JAX's pcast also takes {to!r}, but meshsim models no reduced or unreduced types "
+                f"(JAX's sums still pending across devices), so it refuses the cast rather than treat it as the "
+                f"identity")
+    return (f"{accepted}. {to!r} is not among JAX's casts either ('varying', 'reduced', 'unreduced'), and "
+            f"meshsim refuses 'reduced' and 'unreduced' since it models no such types (sums still pending across "
+            f"devices). A varying value becomes invariant by a reduction (psum, all_gather_invariant), not by a "
+            f"cast")
 
 
 def all_gather_invariant(x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, algorithm: str = "direct",

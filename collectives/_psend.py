@@ -19,7 +19,7 @@ equivalent, a `ppermute` with the same perm: a psend followed by its precv moves
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ from collectives._strategy import Sample
 from collectives._vma import typed
 
 Perm = tuple[tuple[int, int], ...]
+_NODES = (tuple, list, dict)  # the pytree nodes of `sim.tree_map`
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ def psend(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct") -> An
     Only the device that is a pair's source sends (one message, to its destination); the call does not wait
     for the receiver, which takes the message with `precv` given the same `axis_name` and `perm`. Indices as
     in `ppermute` (negative ones count from the end; no index a source or a destination twice). `x` may be a
-    pytree: one send per leaf, a pytree of tokens back. `algorithm` is 'direct' (or 'auto', which picks it).
+    pytree: one send per leaf, in the order JAX flattens it (a dict's keys sorted), and a pytree of tokens
+    back; `precv` takes the same pytree of shapes. `algorithm` is 'direct' (or 'auto', which picks it).
 
     Example on a 4-device mesh {'i': 4}, a pipeline: device d holds [d + 1];
     `t = psend(x, 'i', [(0, 1), (1, 2), (2, 3)])` then `precv(t, x_shape, 'i', [(0, 1), (1, 2), (2, 3)])`
@@ -106,7 +108,7 @@ def psend(x: Any, axis_name: Any, perm: Any, *, algorithm: str = "direct") -> An
         InvalidArgumentError: unknown axis name, an index out of range, a repeated source or destination,
             an unknown algorithm.
     """
-    return map_tree(lambda leaf: _send_leaf(leaf, axis_name, perm, algorithm), x)
+    return _leafwise(lambda leaf: _send_leaf(leaf, axis_name, perm, algorithm), x)
 
 
 def _send_leaf(x: Any, axis_name: Any, perm: Any, algorithm: str) -> Token:
@@ -128,31 +130,50 @@ def precv(token: Any, out_shape: Any, axis_name: Any, perm: Any, *, algorithm: s
 
     `token` is the token of a psend (which must then have the same `axis_name` and `perm`) or one from
     `create_token()`. `out_shape` (anything with `.shape` and `.dtype`, e.g. `sim.ShapeDtypeStruct`) is what
-    arrives: the sender's shape and dtype must equal it. A device that is no pair's destination gets zeros of
+    arrives: the sender's shape and dtype must equal it (a dtype in another byte order stands for the native
+    one, which every array a device holds has). A device that is no pair's destination gets zeros of
     `out_shape`, without waiting. The result is written in `out_layout` (a `layouts.Layout`, default
     row-major). It is typed invariant, as JAX types it (its abstract evaluation returns `out_shape` with no
     varying axes; see FINDINGS.md), though the values differ between devices.
 
+    `out_shape` may be a pytree of such shapes (tuples, lists, dicts), as psend's `x` may be a pytree of
+    arrays: one receive per leaf, in the order psend sends them (a dict's keys sorted), and the pytree of
+    arrays back. `token` is then the pytree of tokens that psend returned (out_shape's structure), or one
+    token for every leaf.
+
     Example on a 2-device mesh {'i': 2}: device d holds [d + 1]; `precv(psend(x, 'i', [(0, 1)]),
-    ShapeDtypeStruct((1,), x.dtype), 'i', [(0, 1)])` gives [0] on device 0 and [1] on device 1.
+    ShapeDtypeStruct((1,), x.dtype), 'i', [(0, 1)])` gives [0] on device 0 and [1] on device 1; with
+    `{'a': x, 'b': 2 * x}` sent, `precv(tokens, {'a': s, 'b': s}, 'i', [(0, 1)])` (s that ShapeDtypeStruct)
+    gives {'a': [1], 'b': [2]} on device 1.
 
     Raises:
-        InvalidTypeError: `token` not a `Token`; `out_shape` without a shape and a dtype; `perm` as psend's.
-        InvalidArgumentError: a token from a psend with another perm or axis_name; a message whose sender
-            used another perm, axis_name, shape or dtype (naming both devices); as psend otherwise.
+        InvalidTypeError: `token` not a `Token`; `out_shape` (or a leaf of it) without a shape and a dtype;
+            `perm` as psend's.
+        InvalidArgumentError: a pytree of tokens whose structure is not out_shape's; a token from a psend with
+            another perm or axis_name; a message whose sender used another perm, axis_name, shape or dtype
+            (naming both devices); as psend otherwise.
         ProtocolError: (at the end of the run) no psend sent the message this precv waits for.
     """
-    params = {"out_shape": out_shape, "axis_name": axis_name, "perm": perm}
-    return typed(PRECV, axis_name, [], lambda: _recv(token, out_shape, axis_name, perm, algorithm, out_layout),
-                 params)
+    tree = out_shape if isinstance(out_shape, _NODES) else None
+
+    def receive(leaf_token: Any, leaf_shape: Any) -> Any:
+        params = {"out_shape": leaf_shape, "axis_name": axis_name, "perm": perm}
+        return typed(PRECV, axis_name, [], lambda: _recv(leaf_token, leaf_shape, axis_name, perm, algorithm,
+                                                         out_layout, tree), params)
+
+    if tree is None:
+        return receive(token, out_shape)
+    return _leafwise(lambda leaf_shape, leaf_token: receive(leaf_token, leaf_shape), out_shape,
+                     _tokens_for(token, out_shape))
 
 
-def _recv(token: Any, out_shape: Any, axis_name: Any, perm: Any, algorithm: str, out_layout: Any) -> np.ndarray:
+def _recv(token: Any, out_shape: Any, axis_name: Any, perm: Any, algorithm: str, out_layout: Any,
+          tree: Any = None) -> np.ndarray:
     context, group = group_of("precv", axis_name, None)
     device = context.device
     check_algorithm("precv", device, algorithm, group.size, ALGORITHMS)
     pairs = check_perm(device, perm, group.size, axis_name, "precv")
-    shape, dtype = _shape_of(device, out_shape)
+    shape, dtype = _shape_of(device, out_shape, tree)
     if not isinstance(token, Token):
         raise sim.InvalidTypeError(f"device {device}: precv: token={token!r} must be a Token (from psend or "
                                    "create_token())")
@@ -168,12 +189,49 @@ def _recv(token: Any, out_shape: Any, axis_name: Any, perm: Any, algorithm: str,
     return context.collective(sim.Collective("precv", alone, params, args, _recv_protocol))
 
 
-def _shape_of(device: int, out_shape: Any) -> tuple[tuple[int, ...], np.dtype]:
+def _tokens_for(token: Any, out_shape: Any) -> Any:
+    """One token for each leaf of the pytree `out_shape`: `token` itself for every leaf, or its leaves when it
+    is a pytree of out_shape's structure (what psend of a pytree returns)."""
+    if isinstance(token, Token):
+        return sim.tree_map(lambda _: token, out_shape)
     try:
-        return tuple(int(n) for n in out_shape.shape), np.dtype(out_shape.dtype)
+        sim.tree_map(lambda *_: None, out_shape, token)
+    except sim.InvalidArgumentError:
+        raise sim.InvalidArgumentError(
+            f"device {sim.current().device}: precv: token={token!r} must be one Token or a pytree of Tokens of "
+            f"the structure of out_shape={out_shape!r} (psend of a pytree returns one token per leaf)") from None
+    return token
+
+
+def _leafwise(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+    """`fn` mapped over the leaves of `tree` (and of `rest`, of its structure) as `sim.tree_map` maps it, but
+    called in the order JAX flattens a pytree (`sim.leaves`: a dict's keys sorted), whatever order a dict was
+    built in: the k-th psend of a pytree pairs with the k-th precv of one with the same keys."""
+    if not isinstance(tree, _NODES):
+        return fn(tree, *rest)
+    calls = sim.tree_map(lambda *args: _Call(args), tree, *rest)
+    for call in sim.leaves(calls):
+        call.result = fn(*call.args)
+    return sim.tree_map(lambda call: call.result, calls)
+
+
+class _Call:
+    """One leaf's arguments and, once made, its result (a leaf to `sim.tree_map`, where a tuple is a node)."""
+
+    __slots__ = ("args", "result")
+
+    def __init__(self, args: tuple) -> None:
+        self.args, self.result = args, None
+
+
+def _shape_of(device: int, out_shape: Any, tree: Any = None) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and (native) dtype `out_shape` asks for, a leaf of the pytree `tree` when it is one."""
+    try:
+        return tuple(int(n) for n in out_shape.shape), layouts.native_dtype(out_shape.dtype)
     except (AttributeError, TypeError) as error:
-        raise sim.InvalidTypeError(f"device {device}: precv: out_shape={out_shape!r} must have a shape and a "
-                                   f"dtype (a ShapeDtypeStruct): {error}") from None
+        what = f"out_shape={out_shape!r}" if tree is None else f"out_shape={tree!r}: its leaf {out_shape!r}"
+        raise sim.InvalidTypeError(f"device {device}: precv: {what} must have a shape and a dtype (a "
+                                   f"ShapeDtypeStruct; out_shape may be a pytree of them): {error}") from None
 
 
 # ---------------------------------------------------------------------------------------------- protocol

@@ -40,6 +40,8 @@ from layouts._dtypes import (
     is_movable,
     is_numeric,
     logical,
+    native_array,
+    native_dtype,
     short_name,
 )
 from layouts._errors import InvalidArgumentError, InvalidTypeError, MeshError
@@ -51,4 +53,4 @@ __all__ = [
     "contiguous_runs", "decode", "encode", "layout_of", "nbytes", "offset", "strides",
 ]
 __all__ += ["ABSTRACT_KEY", "BFLOAT16", "FLOAT8", "NARROW_FLOATS", "NUMPY_NUMBERS", "finfo", "is_any_float", "is_float",
-            "is_movable", "is_numeric", "logical", "short_name"]  # element types
+            "is_movable", "is_numeric", "logical", "native_array", "native_dtype", "short_name"]  # element types

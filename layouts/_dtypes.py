@@ -48,6 +48,31 @@ def logical(dtype: Any) -> np.dtype:
     return metadata[ABSTRACT_KEY] if metadata is not None and ABSTRACT_KEY in metadata else dtype
 
 
+def native_dtype(dtype: Any) -> np.dtype:
+    """`dtype` in the machine's byte order (itself when it already is, or has none: one byte, bool).
+
+    Every value a memory holds, a collective takes and a program returns is in native byte order, as JAX's
+    are (`jnp.asarray` of a big-endian numpy array gives a native one); meshsim converts where a user's array
+    enters (`sim.shard_map`'s inputs, `sim.device_put`, `sim.jit`, `sim.ShapeDtypeStruct`).
+
+    >>> native_dtype(">f4") == np.float32, native_dtype(">f4").isnative
+    (True, True)
+    """
+    dtype = np.dtype(dtype)
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
+def native_array(x: Any) -> np.ndarray:
+    """`x` as a numpy array in native byte order (`native_dtype`): `np.asarray(x)` itself when it already is,
+    else a copy holding the same values.
+
+    >>> native_array(np.array([1, 2], ">i4")).dtype
+    dtype('int32')
+    """
+    array = np.asarray(x)
+    return array if array.dtype.isnative else array.astype(native_dtype(array.dtype))
+
+
 def is_float(dtype: Any) -> bool:
     """Whether `dtype` is a real floating type: numpy's float16/32/64 or one of `NARROW_FLOATS`."""
     dtype = np.dtype(dtype)

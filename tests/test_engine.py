@@ -35,6 +35,24 @@ def test_groups_follow_listed_order():
     assert mesh.group(2, "i", [[0, 2], [3, 1]]) == sim.Group((0, 2), 1)
 
 
+def test_groups_of_numpy_integers_are_groups_of_ints_and_floats_equal_to_them_are_refused():
+    """numpy integer scalars are ints in axis_index_groups, before and after the same Python ints' groups are
+    kept; floats and bools that equal those ints (0.0 == 0, True == 1) are refused however often the ints'
+    groups were used, as they are on a fresh mesh."""
+    mesh = sim.Mesh({"i": 4})
+    assert mesh.group(3, "i", [[np.int64(0), np.int32(3)], [np.int64(1), np.int64(2)]]) == sim.Group((0, 3), 1)
+    assert mesh.group(3, "i", [[0, 3], [1, 2]]) == sim.Group((0, 3), 1)
+    assert mesh.group(3, "i", np.array([[0, 3], [1, 2]])) == sim.Group((0, 3), 1)
+    assert mesh.group(3, "i", [[np.int64(0), 3], [1, 2]]) == sim.Group((0, 3), 1)
+    for groups, shown in (([[0.0, 3], [1, 2]], "0.0"), ([[0, 3.0], [1, 2]], "3.0"),
+                          (np.array([[0.0, 3.0], [1.0, 2.0]]), r"np.float64\(0.0\)")):
+        with pytest.raises(sim.InvalidTypeError, match=rf"must be a list of lists of ints: .*={shown} is not an int"):
+            mesh.group(3, "i", groups)
+    mesh.group(0, "i", [[1, 0], [2, 3]])
+    with pytest.raises(sim.InvalidTypeError, match=r"axis_index_groups\[0\]\[0\]=True is not an int"):
+        mesh.group(0, "i", [[True, False], [2, 3]])
+
+
 def test_memory_views_decode_the_bytes():
     """An array stored in a device memory reads back through its layout, and its bytes are row-major."""
     memory = sim.LocalMemory(0)

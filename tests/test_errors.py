@@ -57,6 +57,21 @@ def shard(f, mesh_axes, in_specs, out_specs, *args, check_vma=True):
     return lambda: sim.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)(*args)
 
 
+def grouped_after(groups, cached):
+    """A psum over `groups` on a mesh of 4 where a psum over the int groups `cached` (equal to `groups` as
+    numbers: 0.0 == 0, True == 1) already ran: the groups are checked, not matched to a table kept for ints."""
+    mesh = sim.Mesh({"i": 4})
+
+    def psum(groups):
+        return sim.shard_map(lambda x: collectives.psum(x, "i", axis_index_groups=groups), mesh=mesh,
+                             in_specs=P("i"), out_specs=P("i"), check_vma=False)(np.arange(4.0))
+
+    def call():
+        psum(cached)
+        return psum(groups)
+    return call
+
+
 FOUR = [np.arange(2) + 10 * d for d in range(4)]
 
 BAD_INPUTS = [
@@ -214,6 +229,15 @@ BAD_INPUTS = [
     ("pmax(groups=[[0.5, 1], [2, 3]])",  # not truncated to [[0, 1], [2, 3]]
      lambda: per_device({"i": 4}, lambda x: collectives.pmax(x, "i", axis_index_groups=[[0.5, 1], [2, 3]]), FOUR),
      sim.InvalidTypeError, r"device 0: pmax: .*axis_index_groups\[0\]\[0\]=0.5 is not an int"),
+    ("psum(groups=[[0.0, 3], [1, 2]]) after [[0, 3], [1, 2]]", grouped_after([[0.0, 3], [1, 2]], [[0, 3], [1, 2]]),
+     sim.InvalidTypeError, r"device 0: psum: axis_index_groups=\[\[0.0, 3\], \[1, 2\]\] must be a list of lists of "
+                           r"ints: axis_index_groups\[0\]\[0\]=0.0 is not an int"),
+    ("psum(groups=float array) after [[0, 3], [1, 2]]",
+     grouped_after(np.array([[0.0, 3.0], [1.0, 2.0]]), [[0, 3], [1, 2]]),
+     sim.InvalidTypeError, r"(?s)device 0: psum: .*axis_index_groups\[0\]\[0\]=np.float64\(0.0\) is not an int"),
+    ("psum(groups=[[True, False], [2, 3]]) after [[1, 0], [2, 3]]",
+     grouped_after([[True, False], [2, 3]], [[1, 0], [2, 3]]),
+     sim.InvalidTypeError, r"device 0: psum: .*axis_index_groups\[0\]\[0\]=True is not an int"),
     ("psum(groups=5)", lambda: per_device({"i": 4}, lambda x: collectives.psum(x, "i", axis_index_groups=5), FOUR),
      sim.InvalidTypeError, r"device 0: psum: axis_index_groups=5 must be a list of lists of ints"),
     ("psum_scatter(dim size != group)", lambda: per_device({"i": 4}, lambda x: collectives.psum_scatter(x, "i"),
@@ -272,11 +296,17 @@ BAD_INPUTS = [
      r"mismatched collectives: call #0 over devices \[0, 1\]: device \d called psum_invariant.*'ring'"),
     ("pcast(to='unreduced')",
      shard(lambda x: collectives.pcast(x, "i", to="unreduced"), {"i": 2}, P(), P("i"), np.zeros(2)),
-     sim.InvalidArgumentError, r"device 0: pcast: to='unreduced' must be 'varying': meshsim models no reduced or "
-     r"unreduced types"),
+     sim.InvalidArgumentError, r"device 0: pcast: to='unreduced' must be 'varying', the only value meshsim's pcast "
+     r"accepts \(pvary: invariant -> varying\)\. JAX's pcast also takes 'unreduced', but meshsim models no "
+     r"reduced or unreduced types"),
+    ("pcast(to='invariant')",  # not read as if 'reduced' or 'unreduced' were accepted here
+     shard(lambda x: collectives.pcast(x, "i", to="invariant"), {"i": 2}, P(), P("i"), np.zeros(2)),
+     sim.InvalidArgumentError, r"^device 0: pcast: to='invariant' must be 'varying', the only value meshsim's "
+     r"pcast accepts .*'invariant' is not among JAX's casts either .*meshsim refuses 'reduced' and 'unreduced'.* "
+     r"becomes invariant by a reduction \(psum, all_gather_invariant\)"),
     ("pcast(to='replicated')",
      shard(lambda x: collectives.pcast(x, "i", to="replicated"), {"i": 2}, P(), P("i"), np.zeros(2)),
-     sim.InvalidArgumentError, r"pcast: to='replicated' must be 'varying': one of \('varying', 'reduced'"),
+     sim.InvalidArgumentError, r"pcast: to='replicated' must be 'varying', the only value meshsim's pcast accepts"),
     ("pbroadcast(source=4) on 4 devices",
      lambda: per_device({"i": 4}, lambda x: collectives.pbroadcast(x, "i", 4), FOUR),
      sim.InvalidArgumentError, r"device 0: pbroadcast: source=4 must be in \[0, 4\) for axis_name='i' of size 4"),

@@ -81,6 +81,64 @@ def test_psend_returns_tokens_and_precv_is_typed_invariant_as_in_jax():
     assert [eq.op for eq in run.program(1).equations if eq.op in ("precv", "pvary")][-1] == "pvary"
 
 
+RING = [(0, 1), (1, 0)]
+
+
+def _ring(body, x, check_vma=True):
+    return sim.shard_map(body, mesh=sim.Mesh({"i": 2}), in_specs=P("i"), out_specs=P("i"), check_vma=check_vma)(x)
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_precv_takes_the_pytree_of_shapes_of_a_psend_of_a_pytree(check_vma):
+    """precv of a pytree of ShapeDtypeStructs (dict, tuple, list, nested) with psend's pytree of tokens, or
+    with one token for every leaf, gives the pytree of what psend sent, leaf by leaf as ppermute moves it; the
+    dicts' leaves pair by key whatever order each dict was built in (JAX's order: keys sorted)."""
+    def body(x):
+        sent = {"w": x, "b": 2 * x, "rest": (3 * x, [x[:1]])}
+        tokens = collectives.psend(sent, "i", RING)
+        like = _like(x)
+        wanted = {"rest": (like, [_like(x[:1])]), "b": like, "w": like}  # built in another order
+        got = collectives.precv(tokens, wanted, "i", RING)
+        assert list(got) == ["rest", "b", "w"]  # out_shape's structure
+        moved = collectives.ppermute(sent, "i", RING)
+        for mine, theirs in zip(sim.leaves(got), sim.leaves(moved)):
+            assert mine.tobytes() == theirs.tobytes()
+        return got["w"], got["b"], got["rest"][0], got["rest"][1][0]
+
+    w, b, r, first = _ring(body, np.arange(4.0), check_vma)
+    assert (w.tolist(), b.tolist(), r.tolist(), first.tolist()) == ([2, 3, 0, 1], [4, 6, 0, 2], [6, 9, 0, 3], [2, 0])
+
+
+def test_precv_of_a_pytree_takes_one_token_for_every_leaf():
+    """One token (create_token(), or a psend's) stands for every leaf of precv's pytree of shapes."""
+    def body(x):
+        collectives.psend([x, 2 * x], "i", RING)
+        return tuple(collectives.precv(collectives.create_token(), [_like(x), _like(x)], "i", RING))
+
+    a, b = _ring(body, np.arange(4.0), check_vma=False)
+    assert (a.tolist(), b.tolist()) == ([2, 3, 0, 1], [4, 6, 0, 2])
+
+
+def test_precv_refuses_a_pytree_of_tokens_of_another_structure():
+    """Tokens whose pytree is not out_shape's, and a leaf of out_shape without a shape and a dtype, are refused
+    naming the device, the argument and the rule."""
+    def tokens_differ(x):
+        tokens = collectives.psend({"a": x}, "i", RING)
+        return collectives.precv(tokens, {"a": _like(x), "b": _like(x)}, "i", RING)["a"]
+
+    with pytest.raises(sim.InvalidArgumentError, match=r"device 0: precv: token=\{'a': Token\(.*\)\} must be one "
+                                                       r"Token or a pytree of Tokens of the structure of out_shape="):
+        _ring(tokens_differ, np.arange(4.0), check_vma=False)
+
+    def shape_tuple(x):
+        return collectives.precv(collectives.psend(x, "i", RING), (2,), "i", RING)
+
+    with pytest.raises(sim.InvalidTypeError, match=r"device 0: precv: out_shape=\(2,\): its leaf 2 must have a "
+                                                   r"shape and a dtype \(a ShapeDtypeStruct; out_shape may be a "
+                                                   r"pytree of them\)"):
+        _ring(shape_tuple, np.arange(4.0), check_vma=False)
+
+
 def test_vmap_of_psend_sends_the_whole_batch_in_one_message():
     """psend's batching rule (JAX's ppermute batcher) keeps the batch axis: one message carries every entry, and
     a precv of the batched shape equals a loop of single calls."""

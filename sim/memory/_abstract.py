@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from layouts import ABSTRACT_KEY as _KEY
-from layouts import is_movable, logical
+from layouts import is_movable, logical, native_dtype
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim.memory._sharding import Sharding
 
@@ -43,7 +43,10 @@ _HOLLOW: dict[np.dtype, np.dtype] = {}
 @dataclass(frozen=True)
 class ShapeDtypeStruct:
     """A shape, a dtype and (optionally) a sharding, without values (JAX's `jax.ShapeDtypeStruct`): what
-    `jit(...).trace` compiles for, and an abstract operand of `shard_map` (see the module docstring)."""
+    `jit(...).trace` compiles for, and an abstract operand of `shard_map` (see the module docstring).
+
+    The dtype is kept in native byte order (`layouts.native_dtype`: '>f4' is float32), as every array a
+    device holds is."""
 
     shape: tuple[int, ...]
     dtype: Any
@@ -51,7 +54,7 @@ class ShapeDtypeStruct:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "dtype", native_dtype(self.dtype))
 
     @property
     def ndim(self) -> int:
@@ -71,11 +74,12 @@ class AbstractValueError(InvalidArgumentError):
 
 
 def hollow_dtype(dtype: Any) -> np.dtype:
-    """The hollow stand-in of `dtype`: no fields, `dtype`'s itemsize, `dtype` in its metadata (one object
-    per dtype). A hollow dtype is its own stand-in."""
+    """The hollow stand-in of `dtype`: no fields, `dtype`'s itemsize, `dtype` in native byte order in its
+    metadata (one object per dtype). A hollow dtype is its own stand-in."""
     dtype = np.dtype(dtype)
     if is_hollow(dtype):
         return dtype
+    dtype = native_dtype(dtype)
     found = _HOLLOW.get(dtype)
     if found is None:
         found = _HOLLOW[dtype] = np.dtype({"names": [], "formats": [], "itemsize": dtype.itemsize},

@@ -106,7 +106,10 @@ def device_put(x: Any, target: Format | Sharding | None = None, *,
     """Place the global array `x` on the simulated devices, each block laid out as `target` asks.
 
     Args:
-        x: a numpy array (or anything `np.asarray` takes), or an `Array` to copy to a new format.
+        x: a numpy array (or anything `np.asarray` takes), or an `Array` to copy to a new format. An array in
+            non-native byte order (big-endian '>f4' on a little-endian machine) is converted to native once,
+            by a copy, as `jax.device_put` does: device memories hold native bytes, and the Array's dtype is
+            native (float32).
         target: a `Format(layout, sharding)`; a bare sharding (row-major blocks); or None for an uncommitted
             row-major array on device 0 (an `Array` passed with None is returned as it is).
         memories: device memories to place into, indexed by device id; fresh ones by default.
@@ -122,8 +125,13 @@ def device_put(x: Any, target: Format | Sharding | None = None, *,
             is not `x`'s, a spec that does not divide `x`.
         InvalidTypeError: `target` of the wrong kind, a non-numeric `x`.
 
+    >>> import numpy as np
+    >>> from layouts import Format, Layout
+    >>> from sim import Mesh, NamedSharding, P, device_put
     >>> device_put(np.ones((4, 2)), Format(Layout((1, 0)), NamedSharding(Mesh({'x': 2}), P('x')))).shards[1].index
     (slice(2, 4, None), slice(0, 2, None))
+    >>> device_put(np.arange(4, dtype='>i4')).dtype  # a big-endian array, converted where it enters
+    dtype('int32')
     """
     if isinstance(x, Array) and target is None:
         return x
@@ -131,7 +139,7 @@ def device_put(x: Any, target: Format | Sharding | None = None, *,
         raise InvalidTypeError(f"device_put: x is abstract ({x!r}: a shape and dtype, no values); device_put places "
                                f"values: give a shard_map an abstract operand to run without bytes, or trace a "
                                f"compiled function with it (`sim.jit(f).trace(x)`)")
-    value = np.asarray(x)
+    value = layouts.native_array(x)
     if not layouts.is_movable(value.dtype):
         raise InvalidTypeError(f"device_put: x has dtype {value.dtype}; it must be numeric, bool or a float8 type")
     layout, sharding = _resolve(target, value.ndim)

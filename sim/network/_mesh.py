@@ -218,12 +218,16 @@ def place(shape: dict[str, int], network, placement: dict[str, int] | Sequence[i
 
 
 def _hashable(value: Any) -> Hashable:
-    """`value` (an axis name, a list of names, or nested lists of ints) as a hashable key."""
+    """`value` (an axis name, a list of names, or nested lists of ints) as a hashable key. A number is keyed
+    with its type: 0.0 and True hash as 0 does, and groups of them must reach the checks, not a table cached
+    for ints."""
     if isinstance(value, (list, tuple)):
         return tuple(_hashable(v) for v in value)
     if isinstance(value, np.ndarray):
         return _hashable(value.tolist())
-    return value
+    if isinstance(value, str):
+        return value
+    return type(value), value
 
 
 def check_axis_index_groups(groups: Sequence[Sequence[int]], axis_size: int, axis_name) -> list[list[int]]:

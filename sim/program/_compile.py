@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from layouts import AUTO, Format, Layout, layout_of
+from layouts import AUTO, Format, Layout, layout_of, native_dtype
 from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim.memory._abstract import ShapeDtypeStruct  # noqa: F401  (re-exported: sim.program.ShapeDtypeStruct)
 from sim.memory._array import Array, device_put
@@ -41,10 +41,15 @@ def jit(fn: Callable[..., Any], *, in_shardings: Any = None, out_shardings: Any 
             arguments live on one device.
 
     Returns:
-        A `Jitted`: `.trace(*avals).lower().compile()` for ahead-of-time use, or call it directly.
+        A `Jitted`: `.trace(*avals).lower().compile()` for ahead-of-time use, or call it directly. An
+        argument in non-native byte order ('>f4') is compiled for and placed as its native dtype (float32),
+        converted once by `device_put`, as JAX does.
 
     Example, as in the layout guide (`y[:, 0]` reads a column, so AUTO lays `y` out column-major):
 
+    >>> import numpy as np
+    >>> from layouts import AUTO, Format
+    >>> from sim import ShapeDtypeStruct, jit
     >>> apply_fn = lambda x, y: (x[0, :], y[:, 0])
     >>> duck = ShapeDtypeStruct((4, 8), np.float32)
     >>> exe = jit(apply_fn, in_shardings=Format(AUTO), out_shardings=Format(AUTO)).trace(duck, duck).lower().compile()
@@ -174,7 +179,8 @@ def _any_auto(entries: Any) -> bool:
 
 
 def _dtype(value: Any) -> np.dtype:
-    return np.dtype(value.dtype) if hasattr(value, "dtype") else np.asarray(value).dtype
+    """An argument's dtype in native byte order, as `device_put` places it (`layouts.native_dtype`)."""
+    return native_dtype(value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype)
 
 
 def _own_sharding(value: Any) -> Sharding:

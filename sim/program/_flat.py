@@ -33,13 +33,13 @@ class FlatPlan:
 
 
 def flat_key(args: Any) -> tuple | None:
-    """The shapes and dtypes of `args` when it is a tuple of non-empty C-contiguous numpy arrays (the inputs a
-    `FlatPlan` places); None otherwise."""
+    """The shapes and dtypes of `args` when it is a tuple of non-empty C-contiguous numpy arrays in native byte
+    order (the inputs a `FlatPlan` places as they are); None otherwise."""
     if type(args) is not tuple:
         return None
     key = []
     for x in args:
-        if type(x) is not np.ndarray or not x.size or not x.flags.c_contiguous:
+        if type(x) is not np.ndarray or not x.size or not x.flags.c_contiguous or not x.dtype.isnative:
             return None
         key.append((x.shape, x.dtype))
     return tuple(key)

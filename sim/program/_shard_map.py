@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from layouts import native_array
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from sim.engine._driver import current
 from sim.engine._engine import Simulation, gc_paused
@@ -36,7 +37,7 @@ class ShardMapped:
     Inputs are immutable inside `f`, as JAX arrays are: writing into one raises numpy's "assignment
     destination is read-only". Placing an input block that is one contiguous run of the caller's array
     (rows under `P('x')`) copies nothing: the device memory adopts the caller's bytes. Other blocks are
-    copied.
+    copied, and so is an input in non-native byte order (converted to native once, as JAX does).
     Each call's global outputs are allocated once: from the second call with the same input shapes and
     dtypes on, collectives write the devices' blocks straight into them (see `sim.program._blocks`). So a run's
     memories alias the caller's inputs and the outputs returned; write into either and `last_run`'s device
@@ -97,11 +98,11 @@ class ShardMapped:
         flat = flat_outputs(self.out_specs, results, self._flat_out)
         if flat is not None:  # a flat tuple of arrays under one spec: no tree to walk
             out_specs, out_paths = flat
-            results = [tuple([np.asarray(leaf) for leaf in result]) for result in results]
+            results = [tuple([native_array(leaf) for leaf in result]) for result in results]
             outputs: Any = tuple([output(*leaf) for leaf in zip(out_paths, out_specs, *results)])
         else:
             out_specs = _expand(self.out_specs, results[0], "out_specs")
-            results = [np.asarray(result) if isinstance(result, np.ndarray) else tree_map(np.asarray, result)
+            results = [native_array(result) if isinstance(result, np.ndarray) else tree_map(native_array, result)
                        for result in results]
             out_paths = _paths(results[0], "out")
             outputs = tree_map(output, out_paths, out_specs, *results)
@@ -233,6 +234,9 @@ def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_v
 
     `f` may branch on device-dependent values and calls collectives from the `collectives` package.
     An output whose spec does not mention a mesh axis must hold the same value on every device along it.
+    Inputs are held in native byte order, as JAX holds them: an array of another byte order (a big-endian
+    '>f4' on a little-endian machine) is converted to it once, by a copy, when it is placed (so `f`,
+    every collective and the device memories see float32), and outputs come back native too.
     With `explore_orders=N`, each call also runs `f` under N perturbed arrival orders (seeds `seed` to
     `seed + N - 1`; see `sim.explore`) and puts the report in `last_run.order_report`.
 
@@ -242,9 +246,13 @@ def shard_map(f: Callable, *, mesh: Mesh, in_specs: Any, out_specs: Any, check_v
     cannot run at all (mismatched shapes or dtypes) or any other simulator error ends the run there:
     `Run.stopped` says why, `Run.outputs` is None, and the violations found so far stay in the report.
 
+    >>> import numpy as np
+    >>> from sim import Mesh, P, shard_map
     >>> f = shard_map(lambda x: x * 2, mesh=Mesh({'x': 2}), in_specs=P('x'), out_specs=P('x'))
     >>> f(np.arange(4)).tolist()
     [0, 2, 4, 6]
+    >>> f(np.arange(4, dtype='>i4')).dtype  # a big-endian input, converted where it enters
+    dtype('int32')
     """
     if not isinstance(mesh, Mesh):
         raise InvalidTypeError(f"mesh={mesh!r} must be a sim.Mesh")
@@ -297,8 +305,9 @@ def _rebuilt(tree: Any, flat: list) -> Any:
 
 
 def _value(x: Any) -> np.ndarray:
-    """An input's values: a shape-dtype struct (sim's or JAX's) as an abstract array, sizes without bytes."""
-    return abstract_like(x) if is_struct(x) else np.asarray(x)
+    """An input's values: a shape-dtype struct (sim's or JAX's) as an abstract array, sizes without bytes; an
+    array in another byte order as a native copy (`layouts.native_array`), as JAX converts it."""
+    return abstract_like(x) if is_struct(x) else native_array(x)
 
 
 def _placeable(path: str, x: np.ndarray) -> None:
