@@ -1,5 +1,7 @@
-"""FINDINGS.md 17-25 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, psend/precv's,
-reverse mode of a nested shard_map, and a reduction over a size-1 axis beside a nested shard_map.
+"""FINDINGS.md 17-30 as one script: JAX 0.10.2's batching rules for collectives over a vmap axis, psend/precv's,
+reverse mode of a nested shard_map, a reduction over a size-1 axis beside a nested shard_map, and the types and
+numbering the bridge found slipping (nested unchecked shard_maps, spmd_axis_name, grouped extrema, ppermute's
+order, rng_bit_generator's bits).
 
 `python tests/jax_vmap_axis_child.py` (4 CPU devices) runs each finding's program and prints one JSON line,
 `{finding id: what JAX gives}`: the values as lists, or `"raised <type>: <message>"`. tests/test_jax_coverage.py
@@ -87,6 +89,7 @@ def main() -> None:
     results.update(spmd_partial())
     results.update(grouped_extrema())
     results.update(permute_order())
+    results.update(rng_bits())
     print(json.dumps(results))
 
 
@@ -192,6 +195,18 @@ def permute_order() -> dict:
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(("a", "c")), out_specs=P(("a", "c"))))
     return {"ppermute-tuple-axis-order": outcome(f, jnp.zeros(4))}
+
+
+def rng_bits() -> dict:
+    """Finding 30: lax.rng_bit_generator of device 0's key [0, 1, 2, 3] and device 1's [4, 5, 6, 7] on 2 devices:
+    its bits under out_specs=P() (check_vma=True), and each device's unchecked."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("i",))
+    keys = jnp.arange(8, dtype=jnp.uint32).reshape(2, 4)
+    bits = lambda k: lax.rng_bit_generator(k[0], (2, 3))[1]
+    claim = jax.jit(jax.shard_map(bits, mesh=mesh, in_specs=P("i"), out_specs=P()))
+    each = jax.jit(jax.shard_map(lambda k: bits(k)[None], mesh=mesh, in_specs=P("i"), out_specs=P("i"),
+                                 check_vma=False))
+    return {"rng bits claim": outcome(claim, keys), "rng bits each": outcome(each, keys)}
 
 
 if __name__ == "__main__":

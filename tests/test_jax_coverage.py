@@ -1,5 +1,5 @@
 """How much of JAX's collective rules the rules campaign runs (benchmarks/jax_coverage.py), and the findings
-its vmap and control_flow programs met (FINDINGS.md 17-24), pinned.
+its vmap and control_flow programs and the bridge met (FINDINGS.md 17-30), pinned.
 
 Both run in child processes (the benchmark runs the campaign under coverage.py with 8 CPU devices; the
 findings' programs need 4); this process never imports jax.
@@ -198,3 +198,11 @@ def test_jax_grouped_pmax_typed_invariant_is_pinned(vmap_axis):
     invariant, so out_specs=P() returns the first group's result, while each device holds its group's."""
     assert vmap_axis["grouped pmax claim"] == [1.0] and vmap_axis["grouped pmax each"] == [1.0, 1.0, 3.0, 3.0]
     assert vmap_axis["grouped pmin claim"] == [0.0] and vmap_axis["grouped pmin each"] == [0.0, 0.0, 2.0, 2.0]
+
+
+def test_jax_rng_bit_generator_of_a_varying_key_typed_invariant_is_pinned(vmap_axis):
+    """Pins FINDINGS.md 30: under check_vma=True the bits lax.rng_bit_generator makes from a key varying along 'i'
+    are typed invariant, so out_specs=P() returns device 0's bits, while the two devices' bits (unchecked) differ."""
+    claim, each = vmap_axis["rng bits claim"], vmap_axis["rng bits each"]
+    assert isinstance(claim, list) and len(each) == 2, (claim, each)
+    assert claim == each[0] != each[1]

@@ -1,4 +1,4 @@
-"""Corrected device-variance types and partial-manual lowerings (findings 13 to 16 and 28 of FINDINGS.md).
+"""Corrected device-variance types and partial-manual lowerings (findings 13 to 16, 28 and 30 of FINDINGS.md).
 
 - `cond-typed-without-index`: `lax.cond` / `lax.switch` with a varying predicate or index type their
   results from the branches alone; fixed in the user-level functions (as the diff does): the operands are
@@ -17,6 +17,9 @@
   their result invariant along the reduced axes (the abstract evaluation is psum_invariant's, which ignores
   the groups), though each group has its own result; psum and pmean refuse groups there. Fixed in the
   abstract evaluation: with more than one group the result keeps the operand's varying axes.
+- `rng-bit-generator-typed-invariant`: `lax.rng_bit_generator` types the new key varying as the key is but the
+  bits it makes invariant, though each device's bits are a function of its own key; fixed in the vma rule its
+  abstract evaluation reads: the bits vary along every axis the key varies along.
 """
 
 from __future__ import annotations
@@ -150,10 +153,27 @@ def _fix_grouped_extrema() -> None:
     parallel.pmin_p.def_effectful_abstract_eval(functools.partial(abstract_eval, "pmin"))
 
 
+def _fix_rng_bit_generator() -> None:
+    """Finding 30: the bits `rng_bit_generator` makes vary along every axis its key varies along (a stateless
+    generator: each device's bits are a function of its own key), as the new key does."""
+    from jax._src.lax import lax, utils
+
+    def vma_rule(key: Any, **params: Any) -> tuple[frozenset, frozenset]:
+        return key.mat.varying, key.mat.varying
+
+    # the stock registration binds the rule in a partial: register the abstract evaluation again around it
+    lax._rng_bit_generator_vma_rule = vma_rule
+    lax.rng_bit_generator_p.def_abstract_eval(functools.partial(
+        utils.standard_multi_result_abstract_eval, lax.rng_bit_generator_p, lax._rng_bit_generator_shape_rule,
+        lax._rng_bit_generator_dtype_rule, lax._rng_bit_generator_weak_type_rule,
+        lax._rng_bit_generator_sharding_rule, vma_rule, None))
+
+
 FIXES: dict[str, Callable[[], None]] = {
     "cond-typed-without-index": _fix_cond,
     "while-typed-without-predicate": _fix_while,
     "pure-callback-typed-invariant": _fix_pure_callback,
     "partial-manual-bfloat16-reduction": _fix_partial_reductions,
     "grouped-extrema-typed-invariant": _fix_grouped_extrema,
+    "rng-bit-generator-typed-invariant": _fix_rng_bit_generator,
 }
