@@ -45,7 +45,7 @@ from oracles._bridge_diagnostics import (
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
 from oracles._bridge_mapped import equation_facts, mapped
 from oracles._bridge_mapped import run as run_mapped
-from oracles._bridge_meshes import mesh_axes, shard_map_meshes
+from oracles._bridge_meshes import held_as_jax, mesh_axes, shard_map_meshes
 from oracles._bridge_permute import devices_at
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import PLACEMENTS, execute, local
@@ -258,7 +258,8 @@ class _Host:
             found = assemble(np.asarray(blocks), axes, entry, facts.manual)
             if found.differing:
                 self._claim(eqn, k, found, watch)
-            outs.append(to_key(found.value, var.aval) if key else found.value)
+            value = found.value
+            outs.append(to_key(value, var.aval) if key else held_as_jax(value, p["mesh"], p["out_specs"][k]))
         return outs
 
     def _reduce(self, eqn: core.JaxprEqn, partials: Any) -> np.ndarray:

@@ -89,7 +89,9 @@ def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: floa
 
     With the default tolerances an output agrees only when it is bit-identical; `rtol`/`atol` accept float
     outputs within `numpy.isclose` of JAX's (for algorithms that add in another order). `options` go to
-    `simulate_jax`.
+    `simulate_jax`. `f` is compared as JAX runs it: a jitted `f` (one with `.lower`) against the bridge's
+    compiled segments, as XLA compiles it, an unjitted one against equation-by-equation evaluation
+    (`compiled=False`), as eager JAX runs it op by op; `compiled=` chooses otherwise.
 
     Raises:
         DeviceCountError: the program's mesh has more devices than JAX here.
@@ -101,6 +103,7 @@ def compare_jax(f: Callable[..., Any], *args: Any, rtol: float = 0.0, atol: floa
     for axes in meshes_of(closed):
         check_devices(int(np.prod(list(axes.values()))), axes)
     expected = _run_jax(f, args, closed)
+    options.setdefault("compiled", hasattr(f, "lower"))
     simulated = run_traced(closed, tree, dynamic(f, args), options.pop("network", None), options)
     paths = [jax.tree_util.keystr(path) or "out" for path, _ in jax.tree_util.tree_flatten_with_path(expected)[0]]
     found = [_readable(x) for x in jax.tree.leaves(simulated.outputs)]
@@ -167,7 +170,7 @@ def agreement(path: str, wanted: np.ndarray, found: np.ndarray, rtol: float, ato
     equal = same and wanted.tobytes() == found.tobytes()
     diff = 0.0
     close = equal
-    if same and not equal and wanted.dtype.kind in "fciub":
+    if same and not equal and (wanted.dtype.kind in "fciub" or jax.dtypes.issubdtype(wanted.dtype, np.floating)):
         a, b = wanted.astype(np.complex128 if wanted.dtype.kind == "c" else np.float64), found.astype(
             np.complex128 if found.dtype.kind == "c" else np.float64)
         diff = float(np.nanmax(np.abs(a - b))) if a.size else 0.0

@@ -4,8 +4,10 @@ program equation by equation, and run as one XLA computation.
 The types of a segment's values depend only on its inputs' types, so they are worked out once per segment and
 input types (`typing`): each local equation's result varies along the union of its operands' axes (under
 `check_vma`, an operand that varies along fewer is first promoted by a recorded `pvary`, as `sim.apply` does),
-a cast takes the type the jaxpr gives it. Where a result's type differs from the jaxpr's, the segment is not
-compiled: its equations run one by one, where the mismatch is reported on the equation that makes it.
+a cast takes the type the jaxpr gives it, and so does a loop or a branch, joined with the type of its
+choice (`_choice`; `local` keeps every other primitive whose JAX typing may slip out of a segment). Where a
+result's type differs from the jaxpr's, the segment is not compiled: its equations run one by one, where the
+mismatch is reported on the equation that makes it.
 
 >>> # in a body `x * w` with x varying along 'i' and w invariant, the segment records
 >>> #   b = pvary[axes=('i',)] w ; c = mul a b   (c varies along 'i', as the jaxpr says)
@@ -21,6 +23,8 @@ import numpy as np
 from jax.extend import core
 
 import sim
+from oracles._bridge_diagnostics import CHOICES
+from oracles._bridge_eval import contains
 from oracles._bridge_segments import RETYPES, Segment, execute, held
 
 numbered = sim.Program.numbered  # a program's variable of a given number
@@ -112,8 +116,10 @@ def typing(segment: Segment, inputs: tuple[tuple[bool, frozenset], ...], check_v
         operands = tuple(sim.Const(np.asarray(v.val, dtype=v.aval.dtype)) if isinstance(v, core.Literal)
                          else index[v] for v in eqn.invars)
         cast = eqn.primitive.name in RETYPES
-        if cast:
-            vmas = tuple(aval_vma(v.aval) if check_vma else frozenset() for v in eqn.outvars)
+        choice = _choice(eqn, types, operands) if check_vma and not cast else None
+        if cast or choice is not None:
+            vmas = tuple(aval_vma(v.aval) | (choice or frozenset()) if check_vma else frozenset()
+                         for v in eqn.outvars)
             promoted: tuple = ()
         else:
             union = frozenset().union(*(types[k] for k in operands if isinstance(k, int))) if check_vma \
@@ -133,6 +139,21 @@ def typing(segment: Segment, inputs: tuple[tuple[bool, frozenset], ...], check_v
                            avals, cast))
     outputs = tuple((index[v], types[index[v]]) for v in segment.outvars)
     return _Typed(tuple(steps), len(types), outputs)
+
+
+def _choice(eqn: core.JaxprEqn, types: list, operands: tuple) -> frozenset | None:
+    """For a loop or branch whose bodies hold no loop or branch of their own, the axes its choice varies along
+    (a cond's index, a while_loop's predicate; none for a scan), which its results vary along too (where JAX
+    types them without, FINDINGS.md 13 and 14, the segment is walked and the slip reported); None for any
+    other equation, typed by the union of its operands' types."""
+    bodies = core.jaxprs_in_params(eqn.params)
+    if not bodies or any(contains(body, name) for body in bodies for name in CHOICES):
+        return None
+    if eqn.primitive.name == "cond":
+        return types[operands[0]] if isinstance(operands[0], int) else frozenset()
+    if eqn.primitive.name == "while":
+        return aval_vma(eqn.params["cond_jaxpr"].jaxpr.outvars[0].aval)
+    return frozenset()
 
 
 def record_late(typed: _Typed, values: list) -> list:

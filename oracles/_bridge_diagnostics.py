@@ -4,13 +4,14 @@ differ and the FINDINGS.md entry.
 
 Three kinds are known. A *typing slip*: JAX types an equation's result invariant along a mesh axis although its
 value depends on the device (argsort's result, FINDINGS.md 4; ragged_all_to_all typed from its `output`, 5; a
-callback of varying arguments, 15); the bridge keeps each device's value, types it as JAX does, and goes on. A
-*false replication claim*: an output whose out_specs entry leaves a mesh axis out holds different values on
-the devices along it (under `check_vma=False` JAX does not check the claim; under `check_vma=True` only a slip
-lets it through, and for `cond` / `while_loop` with a varying choice, FINDINGS.md 13 and 14, the slip shows
-only here); JAX returns the first device's value along that axis, and so does the bridge. A *numbering slip*:
-JAX numbers the pairs of a ppermute over a tuple of mesh axes in the mesh's order, not as `axis_index` numbers
-the tuple (FINDINGS.md 29); the bridge runs the pairs between the devices JAX pairs.
+callback of varying arguments, 15; the bits `rng_bit_generator` makes from a varying key, 30); the bridge keeps
+each device's value, types it as JAX does, and goes on. A *false replication claim*: an output whose out_specs
+entry leaves a mesh axis out holds different values on the devices along it (under `check_vma=False` JAX does not
+check the claim; under `check_vma=True` only a slip lets it through, and for `cond` / `while_loop` with a varying
+choice, FINDINGS.md 13 and 14, the slip shows only here); JAX returns the first device's value along that axis, and
+so does the bridge. A *numbering slip*: JAX numbers the pairs of a ppermute over a tuple of mesh axes in the mesh's
+order, not as `axis_index` numbers the tuple (FINDINGS.md 29); the bridge runs the pairs between the devices JAX
+pairs.
 
 Each diagnostic is also a `BridgeWarning`; with `strict=True` each raises `JaxSlipError` instead.
 
@@ -31,7 +32,8 @@ from layouts import MeshError
 from oracles._bridge_eval import BridgeError
 
 # The primitives JAX 0.10.2 types invariant while their result varies, and the FINDINGS.md entry of each.
-SLIPS = {"sort": 4, "ragged_all_to_all": 5, "pure_callback": 15, "io_callback": 15, "pmax": 28, "pmin": 28}
+SLIPS = {"sort": 4, "ragged_all_to_all": 5, "pure_callback": 15, "io_callback": 15, "pmax": 28, "pmin": 28,
+         "rng_bit_generator": 30}
 # Control flow whose varying choice JAX leaves out of its result's type (the slip shows in the values).
 CHOICES = {"cond": 13, "while": 14}
 # A check_vma=False shard_map nested in a checked body: JAX types its results invariant along the enclosing axes.

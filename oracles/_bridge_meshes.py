@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src import mesh as mesh_lib
 from jax.extend import core
 
 from oracles._bridge_eval import BridgeError
@@ -60,3 +61,18 @@ def cpu_mesh(axes: Mapping[str, int]) -> jax.sharding.Mesh:
     size = int(np.prod(list(axes.values())))
     check_devices(size, axes)
     return jax.sharding.Mesh(np.array(jax.devices()[:size]).reshape(tuple(axes.values())), tuple(axes))
+
+
+def held_as_jax(value: np.ndarray, mesh: Any, spec: Any) -> Any:
+    """A shard_map's global output as jitted JAX holds it: sharded over the concrete mesh by its out_specs
+    entry `spec`, so the host's work on it is partitioned as XLA partitions that work in the user's program (a
+    sum over the sharded axis adds each device's partial sum). As given where no concrete mesh of the
+    shard_map's is here (an abstract one with none set) or the entry holds values reduced or unreduced."""
+    if not isinstance(mesh, jax.sharding.Mesh):
+        concrete = mesh_lib.get_concrete_mesh()
+        if concrete.empty or mesh_axes(concrete) != mesh_axes(mesh):
+            return value
+        mesh = concrete
+    if getattr(spec, "unreduced", None) or getattr(spec, "reduced", None):
+        return value
+    return jax.device_put(value, jax.sharding.NamedSharding(mesh, spec))

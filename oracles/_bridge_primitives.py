@@ -40,14 +40,15 @@ _MODULES = ("jax.numpy", "jax.lax", "jax.random", "jax.nn", "jax.scipy.special",
 
 
 def primitives() -> list[str]:
-    """The name of every primitive JAX registers once `_MODULES` are imported, sorted."""
+    """The name of every primitive JAX registers once `_MODULES` are imported, sorted (meshsim's own, named
+    `meshsim_...`, left out)."""
     for module in _MODULES:
         importlib.import_module(module)
     found = set(mlir._lowerings) | set(ad.primitive_jvps) | set(ad.primitive_transposes)
     for table in mlir._platform_specific_lowerings.values():
         found |= set(table)
     names = {p.name for p in found} | {o.name for o in gc.get_objects() if isinstance(o, core.Primitive)}
-    return sorted(names)
+    return sorted(name for name in names if not name.startswith("meshsim_"))
 
 
 def _on_cpu() -> frozenset[str]:

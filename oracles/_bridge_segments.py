@@ -23,6 +23,7 @@ from jax._src import mesh as mesh_lib
 from jax._src.lax import parallel
 from jax.extend import core
 
+from oracles import _bridge_manual
 from oracles._device_time import charge_cost, charging
 
 # Every collective primitive JAX defines; those the registry lacks are refused by name.
@@ -37,6 +38,9 @@ CALLBACKS = frozenset({"pure_callback", "io_callback", "debug_callback", "debug_
 # Host primitives that only place or constrain a value: run one by one (the host all-reduces an unreduced
 # value there).
 PLACEMENTS = frozenset({"reshard", "sharding_constraint"})
+# Local primitives whose JAX typing may slip under check_vma (`oracles._bridge_diagnostics.SLIPS`): run one by
+# one, where each device's value is watched.
+LOCAL_SLIPS = frozenset({"sort", "rng_bit_generator"})
 # How many jaxprs keep their plans (a warm program reuses them; the oldest are dropped past this).
 _PLANS_KEPT = 1024
 
@@ -53,6 +57,7 @@ class Segment:
     jitted: Any = None
     eager: bool = False
     ran: bool = False
+    manual: bool = False  # compiled inside a shard_map of one device (`oracles._bridge_manual`)
     typed: dict = field(default_factory=dict)  # facts per input types, kept by the evaluator that runs it
     costs: dict = field(default_factory=dict)  # XLA's cost analysis per input types, when time is charged
 
@@ -123,7 +128,7 @@ def local(eqn: core.JaxprEqn, *, check_vma: bool = False, host: bool = False) ->
     name = eqn.primitive.name
     if name in CALLBACKS or eqn.effects or (name in PARALLEL and (host or name not in CASTS)):
         return False
-    if name == "shard_map" or (check_vma and name == "sort") or (host and name in PLACEMENTS):
+    if name == "shard_map" or (check_vma and name in LOCAL_SLIPS) or (host and name in PLACEMENTS):
         return False
     if host and any(_is_extended(v.aval) for v in (*eqn.invars, *eqn.outvars)):
         return False
@@ -155,13 +160,16 @@ def compiled(segment: Segment, host: bool = False) -> Any:
     mesh, compiles nothing new). A device's segment runs on the bridge's own CPU device (`_local_sharding`);
     a `host` segment, on the user's devices under the user's mesh, as JAX runs it."""
     if segment.jitted is None:
-        key = ("host " if host else "") + fingerprint(segment)
+        key = ("host " if host else "manual " if segment.manual else "") + fingerprint(segment)
         if "..." in key or not all(_plain(eqn) for eqn in segment.eqns):
             key = f"{id(segment)}:{key}"  # shown in part only (constants, long arrays): never shared
         segment.jitted = _jitted.get(key)
         if segment.jitted is None:
             here = None if host else _local_sharding()
-            segment.jitted = _jitted[key] = jax.jit(_function(segment), in_shardings=here, out_shardings=here)
+            function = _function(segment)
+            if segment.manual:
+                function = _bridge_manual.with_axes(function, segment.invars, _bridge_manual.body_mesh(segment.eqns))
+            segment.jitted = _jitted[key] = jax.jit(function, in_shardings=here, out_shardings=here)
             while len(_jitted) > _PLANS_KEPT:
                 _jitted.popitem(last=False)
         _jitted.move_to_end(key)
@@ -249,13 +257,16 @@ def execute(segment: Segment, values: Sequence[Any], host: bool = False) -> list
     except Exception:  # what XLA cannot compile runs one by one, where its errors are explained
         if segment.ran:
             raise
+        if not host and not segment.manual and _bridge_manual.body_mesh(segment.eqns) is not None:
+            segment.manual, segment.jitted = True, None  # a loop JAX types by variance: bound in a shard_map
+            return execute(segment, values, host)
         segment.eager = True
         return None
     segment.ran = True
     if not host and charging():  # its time on the device's compute track (oracles._device_time)
         n = len(segment.eqns)
         charge_cost(_cost(segment, function, values, local_mesh), f"segment of {n} equation{'s' * (n != 1)}")
-    return [np.asarray(o) for o in outs]
+    return list(outs) if host else [np.asarray(o) for o in outs]  # the host's keep their shardings
 
 
 def _in_mesh() -> bool:

@@ -46,3 +46,24 @@ def canonical() -> list[tuple[str, str, str, bool]]:
         rows.append((label, str(want.dtype), str(got.dtype), want.dtype == got.dtype and
                      np.array_equal(want.view(np.uint8), got.view(np.uint8))))
     return rows
+
+
+def comparison() -> dict[str, Any]:
+    """compare_jax runs `f` as JAX runs it, and measures every float: an unjitted `f` (eager JAX, op by op) and
+    the same `f` jitted (XLA fuses `psum(v @ w) * 0.3 + v * 1.7`) each agree with the bridge bit for bit; the
+    unjitted one against the compiled bridge (`compiled=True`) may not. bfloat16 outputs that differ show
+    their difference and are accepted within `atol`."""
+    import ml_dtypes
+
+    from oracles._bridge_compare import agreement
+
+    mesh = oracles.cpu_mesh({"i": 4})
+    f = jax.shard_map(lambda v, w: lax.psum(v @ w, "i") * 0.3 + v * 1.7, mesh=mesh, in_specs=(P("i"), P()),
+                      out_specs=P("i"))
+    rng = np.random.RandomState(0)
+    x, w = rng.randn(8, 8).astype(np.float32), rng.randn(8, 8).astype(np.float32)
+    a, b = np.array([1, 2, 3], ml_dtypes.bfloat16), np.array([1, 2, 300], ml_dtypes.bfloat16)
+    return {"unjitted": oracles.compare_jax(f, x, w).agrees, "jitted": oracles.compare_jax(jax.jit(f), x, w).agrees,
+            "unjitted, compiled": oracles.compare_jax(f, x, w, compiled=True).agrees,
+            "bfloat16 diff": agreement("out", a, b, 0.0, 0.0).max_abs_diff,
+            "bfloat16 within atol": agreement("out", a, b, 0.0, 1000.0).close}

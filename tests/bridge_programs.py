@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from bridge_errors import error, errors, mutation
 from bridge_generated import batch
-from bridge_io_programs import canonical, laid_out
+from bridge_io_programs import canonical, comparison, laid_out
 from bridge_moe_programs import moe, moe_ragged
 from bridge_nested_programs import nested
 from bridge_vmap_programs import vmap_axes
@@ -165,6 +165,23 @@ def control_flow() -> list[tuple[str, bool, str]]:
     for label, g in (("program", jax.jit(f)), ("grad", jax.jit(jax.grad(lambda v: jnp.sum(f(v) * w))))):
         report = oracles.compare_jax(g, x)
         rows.append((label, report.agrees, str(report)))
+    return rows + local_loops(mesh, x)
+
+
+def local_loops(mesh: Any, x: np.ndarray) -> list[tuple[str, bool, str]]:
+    """Loops with no collective whose bodies JAX types by variance under check_vma=True (a constant made
+    varying by a `pvary` inside the loop): each compiled whole, as jitted JAX compiles it, so bit for bit, and
+    recorded as one loop equation in the device's program; (label, agrees, report and the loop's equation)."""
+    loops = {"scan typed by variance": (lambda v: lax.scan(lambda c, _: (c * 1.5, jnp.sum(c)), v, None,
+                                                          length=3)[1][None], "scan["),
+             "while_loop typed by variance": (lambda v: lax.while_loop(
+                 lambda c: c[0] < 50, lambda c: (c[0] + 1, c[1] * 0.999 + 0.001), (0, v))[1], "while[")}
+    rows = []
+    for label, (body, loop) in loops.items():
+        g = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
+        report = oracles.compare_jax(g, x)
+        program = str(report.simulated.programs[0])
+        rows.append((label, report.agrees, f"{report}; one {loop}: {program.count(loop) == 1}"))
     return rows
 
 
@@ -357,7 +374,7 @@ BATCHES: dict[str, Callable[[], Any]] = {
     "bridge_page": bridge_page, "control_flow": control_flow, "transforms": transforms, "batching": batching,
     "moe": moe,
     "moe_ragged": moe_ragged, "errors": errors, "newops": newops, "mutation": mutation, "laid_out": laid_out,
-    "canonical": canonical, "remat": remat, "compositions": compositions, "partial": partial,
+    "canonical": canonical, "comparison": comparison, "remat": remat, "compositions": compositions, "partial": partial,
     "nested": nested, "vmap_axes": vmap_axes,
 }
 

@@ -116,6 +116,10 @@ def diagnostics() -> dict[str, dict[str, Any]]:
                                      np.arange(8.0, dtype=np.float32)),
         "pure_callback of a varying value": (jax.shard_map(called, mesh=four, in_specs=P("i"), out_specs=P()),
                                              np.arange(8.0, dtype=np.float32)),
+        # FINDINGS.md 30: the bits of a varying key typed invariant
+        "rng_bit_generator of a varying key": (jax.shard_map(lambda k: lax.rng_bit_generator(k[0], (2, 3))[1],
+                                                             mesh=four, in_specs=P("i"), out_specs=P()),
+                                               np.arange(16, dtype=np.uint32).reshape(4, 4)),
     }
     return {label: _diagnosed(f, x) for label, (f, x) in cases.items()}
 

@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.differential, pytest.mark.usefixtures("jax_compile_cac
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
 # "errors" runs before "moe_ragged", which installs the CPU ragged lowering in the worker
 BATCHES = ("bridge_page", "control_flow", "transforms", "batching", "moe", "errors", "moe_ragged", "mutation",
-           "reductions", "gathers", "exchanges", "laid_out", "newops", "canonical", "remat", "compositions",
-           "partial", "nested", "vmap_axes")
+           "reductions", "gathers", "exchanges", "laid_out", "newops", "canonical", "comparison", "remat",
+           "compositions", "partial", "nested", "vmap_axes")
 PER_COLLECTIVE = 50
 
 
@@ -46,6 +46,16 @@ def test_numpy_64_bit_operands_are_canonicalised_as_jax_does(results):
     assert [(label, want, got) for label, want, got, _ in rows] == [("float64 linspace", "float32", "float32"),
                                                                    ("int64 arange", "int32", "int32")]
     assert all(same for *_, same in rows)
+
+
+def test_compare_jax_runs_f_as_jax_runs_it(results):
+    """An unjitted `f` is compared with equation-by-equation evaluation, as eager JAX runs it, a jitted one with
+    the compiled segments: both agree bit for bit, where the unjitted `f` against compiled segments differed
+    (22 ulps: XLA fuses `psum(v @ w) * 0.3 + v * 1.7` where eager JAX rounds each step); and a bfloat16 output
+    that differs shows its difference and is accepted within `atol` (its dtype's kind is 'V', not a float's)."""
+    found = result(results, "comparison")
+    assert found == {"unjitted": True, "jitted": True, "unjitted, compiled": False, "bfloat16 diff": 297.0,
+                     "bfloat16 within atol": True}
 
 
 def test_checkpoint_runs_through_the_bridge(results):
@@ -76,11 +86,15 @@ def test_jax_0_10_2_collectives_run_through_the_bridge(results):
 
 def test_control_flow_with_collectives_equals_jax(results):
     """cond (a device-dependent one and one on a psum), scan with ppermute and psum in its body, and
-    while_loop with psum in its body, walked per device: JAX's outputs bit for bit, and its gradient too."""
+    while_loop with psum in its body, walked per device: JAX's outputs bit for bit, and its gradient too; and
+    local loops that JAX types by variance under check_vma=True (a scan, a while_loop), compiled whole."""
     rows = result(results, "control_flow")
-    assert [label for label, _, _ in rows] == ["program", "grad"]
+    assert [label for label, _, _ in rows] == ["program", "grad", "scan typed by variance",
+                                               "while_loop typed by variance"]
     for label, agrees, report in rows:
         assert agrees and "bit-identical" in report, f"{label}: {report}"
+    for label, _, report in rows[2:]:  # compiled whole, not walked (and rounded) iteration by iteration
+        assert report.endswith(": True"), f"{label}: {report}"
 
 
 def test_jvp_vjp_linear_transpose_and_inner_vmap_equal_jax(results):

@@ -93,14 +93,17 @@ DIAGNOSED = {
     "cond on the device index": [("false replication claim", "shard_map output 0", (1, 2, 3), 13)],
     "pure_callback of a varying value": [("typing slip", "pure_callback", (1, 2, 3), 15),
                                          ("false replication claim", "shard_map output 0", (1, 2, 3), 15)],
+    "rng_bit_generator of a varying key": [("typing slip", "rng_bit_generator", (1, 2, 3), 30),
+                                           ("false replication claim", "shard_map output 0", (1, 2, 3), 30)],
 }
 
 
 @pytest.mark.parametrize("label", sorted(DIAGNOSED))
 def test_jax_answer_with_the_truth_beside_it(results, label):
-    """Where JAX's typing slips (argsort, a callback), its choice of branch is untyped (cond) or its
-    out_specs claim goes unchecked (check_vma=False), the bridge returns JAX's answer bit for bit, and each
-    problem is a Diagnostic (kind, primitive, line, differing devices, FINDINGS.md entry) and a BridgeWarning;
+    """Where JAX's typing slips (argsort, a callback, the bits of a varying key), its choice of branch is untyped
+    (cond) or its out_specs claim goes unchecked (check_vma=False), the bridge returns JAX's answer bit for bit,
+    and each problem is a Diagnostic (kind, primitive, line, differing devices, FINDINGS.md entry) and a
+    BridgeWarning;
     strict=True raises JaxSlipError. A program JAX types right gets none."""
     found = result(results, "diagnostics")[label]
     assert found["same"], found

@@ -151,6 +151,21 @@ def test_deadlock_report_names_what_each_device_waits_on():
     assert waiting == sim.engine.Activity(sim.engine.Phase.WAITING, sim.Waiting("psum", 0, (0, 1)))
 
 
+def test_deadlock_report_names_where_a_labelled_call_was_made():
+    """A device stuck in a call made inside `sim.labelled` (the JAX bridge labels each call with the user's
+    line) is reported with that label, taken before its program is unwound."""
+    def body(x):
+        if collectives.axis_index("x") == 0:
+            return x
+        with sim.labelled("model.py:12 (combine)"):
+            return collectives.psum(x, "x")
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    with pytest.raises(sim.ProtocolError, match=r"device 1 waits in psum \(call #0 over devices \[0, 1\]\), "
+                                                r"called at model\.py:12 \(combine\)$"):
+        f(np.arange(2.0))
+
+
 def test_a_port_sees_its_transport_memory_meeting_and_options():
     """A protocol's port reaches the call's transport, its device's memory, a read-only view of the meeting
     (every member's arguments, facts worked out once per call) and the run's options, not the simulation."""

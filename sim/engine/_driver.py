@@ -13,14 +13,18 @@ import contextlib
 import enum
 import os
 import site
+import sys
 import sysconfig
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import greenlet
+import numpy as np
 
 from sim.engine._rendezvous import Waiting
 from sim.engine._request import Request
@@ -129,6 +133,44 @@ def _serve(fn: Callable[[], Any]) -> None:
         fn = me.parent.switch(_ENDED)
 
 
+def float_modes() -> dict[str, Any]:
+    """numpy's error modes (`np.errstate`'s arguments) for the device programs of a run: the caller's, read
+    where the run starts (a greenlet starts with numpy's defaults). numpy warns of a floating-point error (a
+    division by zero, an overflow) at the Python line that called the operation, which in a program is the
+    simulator's wrapper of every numpy operation on a device's array: the kinds the caller has numpy warn of
+    call `_warn_float_error` instead, which warns at the program's own line. A caller that handles some kind
+    with a call of its own keeps its modes and its handler."""
+    modes = np.geterr()
+    if "call" in modes.values():
+        return dict(modes, call=np.geterrcall())
+    return dict({kind: "call" if mode == "warn" else mode for kind, mode in modes.items()}, call=_warn_float_error)
+
+
+def _under(fn: Callable[[], Any], modes: dict[str, Any]) -> Any:
+    """`fn()` under numpy's error `modes`; a program's own `np.errstate` rules inside it, as in numpy."""
+    with np.errstate(**modes):
+        return fn()
+
+
+def _warn_float_error(kind: str, flag: int) -> None:
+    """numpy's RuntimeWarning for a floating-point error of `kind` ('divide by zero', 'overflow', ...), at the
+    innermost line of the user's code; Python's filters apply as to numpy's own (by default once per line, so
+    a thousand devices dividing by zero warn once)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and not _users(frame.f_code.co_filename):
+        frame = frame.f_back
+    names = frame.f_globals
+    module = {"module": names["__name__"]} if isinstance(names.get("__name__"), str) else {}  # else the file's
+    warnings.warn_explicit(f"{kind} encountered", RuntimeWarning, frame.f_code.co_filename, frame.f_lineno,
+                           registry=names.setdefault("__warningregistry__", {}), **module)
+
+
+def _users(filename: str) -> bool:
+    """Whether `filename` is the user's code: outside the package, installed libraries and the standard library."""
+    path = os.path.abspath(filename)
+    return not (path.startswith(_PACKAGE_DIRS) or path.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen"))
+
+
 _workers = threading.local()  # `idle`: this thread's idle workers (a greenlet runs only in its own thread)
 
 
@@ -190,7 +232,7 @@ class DeviceProgram:
     """
 
     def __init__(self, device: int, fn: Callable[[], Any], calls: Calls, memory: LocalMemory, program: Program,
-                 shared: dict) -> None:
+                 shared: dict, float_modes: dict[str, Any]) -> None:
         self.device = device
         self.done = False
         self.aborted = False
@@ -201,11 +243,12 @@ class DeviceProgram:
         self._last_call: Waiting | None = None
         self._lifecycle = calls
         self._record = program  # faces: read by `label`
-        self._fn: Callable[[], Any] | None = fn
+        self._fn: Callable[[], Any] | None = partial(_under, fn, float_modes)  # run under numpy's modes
         self._started = self._ended = False  # ended: its worker has handed back how the program ended
         self._greenlet = _worker(DeviceContext(self, calls.options, memory, program, shared))
         self._home = self._greenlet.parent
         self.lanes: list = []  # work the program started with `sim.start` (`sim.engine._lanes`)
+        self.stopped_at: str | None = None  # the label of the call it was suspended in when the run stopped
 
     @property
     def activity(self) -> Activity:
@@ -282,6 +325,8 @@ class DeviceProgram:
             the error the program raised while it unwound, if not the abort itself.
         """
         self.aborted = True
+        if self._started and not self._ended and not self._greenlet.dead:  # where it stopped, before unwinding
+            self.stopped_at = self.label()
         if not self._started:  # dropped: its worker never ran it
             if not self._ended:
                 self._ended = True

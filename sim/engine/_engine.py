@@ -20,7 +20,7 @@ from sim._errors import InvalidArgumentError, ProtocolError
 from sim._gc import gc_paused
 from sim._simpy import release
 from sim.engine._call import Calls
-from sim.engine._driver import DeviceProgram
+from sim.engine._driver import DeviceProgram, float_modes
 from sim.engine._options import RunOptions
 from sim.engine._perturb import Perturbation
 from sim.engine._rendezvous import Rendezvous
@@ -94,7 +94,8 @@ class Simulation:
         if len(programs) != self.mesh.size:
             raise InvalidArgumentError(f"need one program per device: got {len(programs)} for {self.mesh}")
         with gc_paused():
-            running = [DeviceProgram(d, fn, self._calls, self.memories[d], self.programs[d], self.shared)
+            modes = float_modes()
+            running = [DeviceProgram(d, fn, self._calls, self.memories[d], self.programs[d], self.shared, modes)
                        for d, fn in enumerate(programs)]
             for program in running:
                 self.env.process(program.process())
@@ -107,7 +108,7 @@ class Simulation:
         stuck = [p for p in running if not p.done]
         unmatched = self.transport.unmatched()
         if stuck:
-            lines = [f"device {p.device} {p.activity}" for p in running] + unmatched
+            lines = [_stuck(p) for p in running] + unmatched
             error = ProtocolError("deadlock: the devices stopped waiting on each other\n  " + "\n  ".join(lines))
             error.activities = [p.activity for p in running]  # type: ignore[attr-defined]  # by device
             error.unmatched = unmatched  # type: ignore[attr-defined]
@@ -147,3 +148,9 @@ class Simulation:
         """End the run with `error` (the first failure wins)."""
         if self._error is None:
             self._error = error
+
+
+def _stuck(program: DeviceProgram) -> str:
+    """A device at a deadlock: what it does, and where its program made the call it waits in, where known."""
+    label = None if program.done else program.stopped_at
+    return f"device {program.device} {program.activity}" + (f", called at {label}" if label else "")
