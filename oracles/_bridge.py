@@ -45,7 +45,7 @@ from oracles._bridge_diagnostics import (
 from oracles._bridge_eval import BridgeError, Compile, Evaluator, UnsupportedPrimitiveError, contains
 from oracles._bridge_mapped import equation_facts, mapped
 from oracles._bridge_mapped import run as run_mapped
-from oracles._bridge_meshes import held_as_jax, mesh_axes, shard_map_meshes
+from oracles._bridge_meshes import held_sharded, mesh_axes, reorders, shard_map_meshes
 from oracles._bridge_permute import devices_at
 from oracles._bridge_primitives import check_primitives
 from oracles._bridge_segments import PLACEMENTS, execute, local
@@ -169,7 +169,7 @@ def run_traced(closed: core.ClosedJaxpr, tree: Any, args: tuple, network: sim.Ne
     compiled = bool(options.pop("compiled", True))
     host = _Host(network, bool(options.pop("strict", False)), compiled, options)
     evaluator = Evaluator(host.apply, lambda lit: lit.val, lambda values, aval: jax.numpy.stack(values)
-                          if values else jax.numpy.zeros(aval.shape, aval.dtype), _HOST if compiled else None)
+                          if values else jax.numpy.zeros(aval.shape, aval.dtype), host.compile if compiled else None)
     with _explicit_context(closed):
         flat = evaluator.run(closed, [canonical(x, aval) for x, aval in zip(jax.tree.leaves(args),
                                                                            closed.in_avals)])
@@ -197,10 +197,6 @@ def _explicit_mesh(closed: core.ClosedJaxpr) -> jax.sharding.Mesh | None:
     return next(iter(found.values())) if len(found) == 1 else None
 
 
-# Host equations between shard_maps compile as device ones do, under the user's mesh context.
-_HOST = Compile(lambda eqn: local(eqn, host=True), "host", lambda segment, values: execute(segment, values, host=True))
-
-
 class _Host:
     """The host's side of a program: equations outside any shard_map run with JAX; each shard_map runs on
     the simulated mesh, its run, label and diagnostics kept here."""
@@ -212,6 +208,9 @@ class _Host:
         self.labels: list[str] = []
         self.diagnostics: list[Diagnostic] = []
         self.unsimulated: list[str] = []
+        # each shard_map output by id: (the value, how jitted JAX holds it sharded over the mesh)
+        self.holds: dict[int, tuple[np.ndarray, jax.sharding.NamedSharding]] = {}
+        self.compile = Compile(lambda eqn: local(eqn, host=True), "host", self.segment)
 
     def apply(self, eqn: core.JaxprEqn, ins: list) -> list:
         """One host equation's outputs."""
@@ -227,8 +226,23 @@ class _Host:
             return [_placed(ins[0], eqn.outvars[0].aval)]
         if any(contains(sub, "shard_map") for sub in core.jaxprs_in_params(eqn.params)):
             self.unsimulated.append(f"a shard_map inside {name!r} at {source_line(eqn)}, run by JAX")
+        if self.holds and reorders((eqn,)):  # as `segment`: partitioned as JAX partitions it
+            ins = [self._held(x) for x in ins]
         out = eqn.primitive.bind(*(jax.numpy.asarray(x) for x in ins), **eqn.params)
         return list(out) if eqn.primitive.multiple_results else [out]
+
+    def segment(self, segment: Any, values: list) -> list | None:
+        """A host segment's outputs, compiled as JAX compiles the host's work; where it sums or multiplies
+        in an order partitioning changes (`reorders`), on the shard_map outputs it reads held sharded as
+        jitted JAX holds them, so XLA partitions it as in the user's program (each device's partial sum, then
+        the sum of those)."""
+        if self.holds and reorders(segment.eqns):
+            values = [self._held(value) for value in values]
+        return execute(segment, values, host=True)
+
+    def _held(self, value: Any) -> Any:
+        found = self.holds.get(id(value))
+        return jax.device_put(value, found[1]) if found is not None and found[0] is value else value
 
     def _shard_map(self, eqn: core.JaxprEqn, ins: list) -> list:
         p, facts = eqn.params, equation_facts(eqn)
@@ -259,7 +273,10 @@ class _Host:
             if found.differing:
                 self._claim(eqn, k, found, watch)
             value = found.value
-            outs.append(to_key(value, var.aval) if key else held_as_jax(value, p["mesh"], p["out_specs"][k]))
+            sharding = None if key else held_sharded(p["mesh"], p["out_specs"][k])
+            if sharding is not None:  # placed so only where the host's work on it is partitioned (`segment`)
+                self.holds[id(value)] = (value, sharding)
+            outs.append(to_key(value, var.aval) if key else value)
         return outs
 
     def _reduce(self, eqn: core.JaxprEqn, partials: Any) -> np.ndarray:

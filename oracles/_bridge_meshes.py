@@ -63,16 +63,27 @@ def cpu_mesh(axes: Mapping[str, int]) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.array(jax.devices()[:size]).reshape(tuple(axes.values())), tuple(axes))
 
 
-def held_as_jax(value: np.ndarray, mesh: Any, spec: Any) -> Any:
-    """A shard_map's global output as jitted JAX holds it: sharded over the concrete mesh by its out_specs
-    entry `spec`, so the host's work on it is partitioned as XLA partitions that work in the user's program (a
-    sum over the sharded axis adds each device's partial sum). As given where no concrete mesh of the
-    shard_map's is here (an abstract one with none set) or the entry holds values reduced or unreduced."""
+def held_sharded(mesh: Any, spec: Any) -> jax.sharding.NamedSharding | None:
+    """How jitted JAX holds a shard_map's global output: sharded over the concrete mesh by its out_specs entry
+    `spec`; None where no concrete mesh of the shard_map's is here (an abstract one with none set) or the entry
+    holds values reduced or unreduced."""
     if not isinstance(mesh, jax.sharding.Mesh):
         concrete = mesh_lib.get_concrete_mesh()
         if concrete.empty or mesh_axes(concrete) != mesh_axes(mesh):
-            return value
+            return None
         mesh = concrete
     if getattr(spec, "unreduced", None) or getattr(spec, "reduced", None):
-        return value
-    return jax.device_put(value, jax.sharding.NamedSharding(mesh, spec))
+        return None
+    return jax.sharding.NamedSharding(mesh, spec)
+
+
+# Local work whose result depends on how XLA partitions it: sums and products in another order, per device
+# then across them (elementwise work, sorts and extrema give the same bits however they are partitioned).
+REORDERING = frozenset({"reduce_sum", "reduce_prod", "dot_general", "cumsum", "cumprod", "cumlogsumexp",
+                        "conv_general_dilated"})
+
+
+def reorders(eqns: Any) -> bool:
+    """Whether any of `eqns` (or of their nested bodies) does work in `REORDERING`."""
+    return any(eqn.primitive.name in REORDERING or any(reorders(sub.eqns) for sub in core.jaxprs_in_params(
+        eqn.params)) for eqn in eqns)

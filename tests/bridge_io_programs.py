@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
@@ -52,7 +53,8 @@ def comparison() -> dict[str, Any]:
     """compare_jax runs `f` as JAX runs it, and measures every float: an unjitted `f` (eager JAX, op by op) and
     the same `f` jitted (XLA fuses `psum(v @ w) * 0.3 + v * 1.7`) each agree with the bridge bit for bit; the
     unjitted one against the compiled bridge (`compiled=True`) may not. bfloat16 outputs that differ show
-    their difference and are accepted within `atol`."""
+    their difference and are accepted within `atol`. The host's sum or product of a shard_map's sharded
+    output is partitioned as XLA partitions it (jitted, and eagerly), bit for bit."""
     import ml_dtypes
 
     from oracles._bridge_compare import agreement
@@ -63,7 +65,13 @@ def comparison() -> dict[str, Any]:
     rng = np.random.RandomState(0)
     x, w = rng.randn(8, 8).astype(np.float32), rng.randn(8, 8).astype(np.float32)
     a, b = np.array([1, 2, 3], ml_dtypes.bfloat16), np.array([1, 2, 300], ml_dtypes.bfloat16)
+    double = jax.shard_map(lambda v: v * 2, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    big = np.random.RandomState(1).randn(64, 64).astype(np.float32)
+    hosts = {"host sum over the sharded axis": lambda v: jnp.sum(double(v), axis=0),
+             "host gram": lambda v: double(v).T @ double(v)}
     return {"unjitted": oracles.compare_jax(f, x, w).agrees, "jitted": oracles.compare_jax(jax.jit(f), x, w).agrees,
             "unjitted, compiled": oracles.compare_jax(f, x, w, compiled=True).agrees,
             "bfloat16 diff": agreement("out", a, b, 0.0, 0.0).max_abs_diff,
-            "bfloat16 within atol": agreement("out", a, b, 0.0, 1000.0).close}
+            "bfloat16 within atol": agreement("out", a, b, 0.0, 1000.0).close} | {
+        f"{label}{how}": oracles.compare_jax(g, big).agrees for label, host in hosts.items()
+        for how, g in (("", jax.jit(host)), (", unjitted", host))}

@@ -52,10 +52,14 @@ def test_compare_jax_runs_f_as_jax_runs_it(results):
     """An unjitted `f` is compared with equation-by-equation evaluation, as eager JAX runs it, a jitted one with
     the compiled segments: both agree bit for bit, where the unjitted `f` against compiled segments differed
     (22 ulps: XLA fuses `psum(v @ w) * 0.3 + v * 1.7` where eager JAX rounds each step); and a bfloat16 output
-    that differs shows its difference and is accepted within `atol` (its dtype's kind is 'V', not a float's)."""
+    that differs shows its difference and is accepted within `atol` (its dtype's kind is 'V', not a float's);
+    the host's sum of a shard_map's output sharded over the summed axis, and a product contracting it, equal
+    JAX's (each device's partial sum, then their sum: 96 ulps apart when summed whole), jitted or not."""
     found = result(results, "comparison")
     assert found == {"unjitted": True, "jitted": True, "unjitted, compiled": False, "bfloat16 diff": 297.0,
-                     "bfloat16 within atol": True}
+                     "bfloat16 within atol": True, "host sum over the sharded axis": True,
+                     "host sum over the sharded axis, unjitted": True, "host gram": True,
+                     "host gram, unjitted": True}
 
 
 def test_checkpoint_runs_through_the_bridge(results):
