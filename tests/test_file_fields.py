@@ -262,7 +262,7 @@ def test_the_sweep_row_fields_are_the_sweep_columns() -> None:
 SWEEP_ROW = {"key": "0123456789abcdef", "collective": "psum", "mesh": "x=2", "axis_name": "x", "devices": 2,
              "network": "ring", "algorithm": "direct", "algorithm_run": "direct", "dtype": "float32", "seed": 0,
              "size_bytes": 64, "count": 16, "time_s": 1e-6, "algbw_GB_per_s": 0.1, "busbw_GB_per_s": 0.1,
-             "messages": 2, "bytes_sent": 128, "wall_s": 0.01, "error": None, "payload": "bytes"}
+             "messages": 2, "between_devices": 2, "bytes_sent": 128, "wall_s": 0.01, "error": None, "payload": "bytes"}
 
 
 @pytest.mark.parametrize(("change", "match"), [
@@ -272,13 +272,18 @@ SWEEP_ROW = {"key": "0123456789abcdef", "collective": "psum", "mesh": "x=2", "ax
     ({"devices": [2]}, "devices=[2] must be a positive integer"),
     ({"error": 5}, "error=5 must be a string"),
     ({"time_s": None}, "time_s=None must be given in a row without an error"),
+    ({"algbw_GB_per_s": None}, "algbw_GB_per_s=None must be given in a row without an error"),
     ({"payload": "hollow"}, "payload='hollow' must be one of"),
 ])
 def test_sweep_rows_are_checked_column_by_column(change: dict[str, Any], match: str) -> None:
-    """A sweep row with a wrongly typed column is refused naming it; a rejected point's row needs no figures."""
+    """A sweep row with a wrongly typed column is refused naming it; a rejected point's row needs no figures, and
+    a row that took no simulated time (one device) no bandwidths."""
     assert check_row(WHERE, SWEEP_ROW) == SWEEP_ROW
     rejected = dict(SWEEP_ROW, error="no", count=None, time_s=None, algorithm_run=None)
     assert check_row(WHERE, rejected)["error"] == "no"
+    alone = dict(SWEEP_ROW, devices=1, time_s=0.0, algbw_GB_per_s=None, busbw_GB_per_s=None, messages=1,
+                 between_devices=0, bytes_sent=0)  # one device: no time, so no bandwidth, as the sweep writes it
+    assert check_row(WHERE, alone) == alone
     with pytest.raises(ScenarioError, match=re.escape(match)):
         check_row(WHERE, dict(SWEEP_ROW, **change))
 

@@ -126,8 +126,8 @@ ROW_FIELDS: dict[str, Callable[[Where, Any], Any]] = {
     "size_bytes": lambda where, value: fields.integer(where, value, 1), "count": _at_least(fields.integer, 0),
     "time_s": _at_least(fields.number, 0), "algbw_GB_per_s": _at_least(fields.number, 0),
     "busbw_GB_per_s": _at_least(fields.number, 0), "messages": _at_least(fields.integer, 0),
-    "bytes_sent": _at_least(fields.integer, 0), "wall_s": _at_least(fields.number, 0),
-    "error": fields.optional(fields.string),
+    "between_devices": _at_least(fields.integer, 0), "bytes_sent": _at_least(fields.integer, 0),
+    "wall_s": _at_least(fields.number, 0), "error": fields.optional(fields.string),
     "payload": lambda where, value: fields.optional(fields.string)(where, value, ("bytes", "abstract")),
 }
 _FIGURES = ("count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "algorithm_run")
@@ -135,15 +135,17 @@ _FIGURES = ("count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "algorithm_ru
 
 def check_row(where: Where, row: dict[str, Any]) -> dict[str, Any]:
     """A sweep's results row read back: every column of `ROW_FIELDS` by its parser (a missing one is None),
-    and the figures present unless the row holds the simulator's error.
+    and the figures present unless the row holds the simulator's error (the bandwidths also where the call
+    took no simulated time: they are undefined there).
 
     Raises:
         ScenarioError: the first column that breaks its rule, as `column=value must be ...` at `where`.
     """
     checked = {key: parse(where.at(key), row.get(key)) if key != "error" or row.get(key) else None
                for key, parse in ROW_FIELDS.items()}
-    if not checked["error"]:
-        missing = next((key for key in _FIGURES if checked[key] is None), None)
+    if not checked["error"]:  # a call that took no time (one device: nothing crosses the network) has no bandwidth
+        needed = _FIGURES if checked["time_s"] != 0 else tuple(k for k in _FIGURES if not k.endswith("_GB_per_s"))
+        missing = next((key for key in needed if checked[key] is None), None)
         if missing is not None:
             raise where.error(f"{missing}=None must be given in a row without an error")
     return {**row, **checked}
