@@ -186,11 +186,22 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
         order, shape = node_grid(mesh, members)
         members = tuple(members[g] for g in order)
     members = _hop_ordered(algorithm, mesh, members)
+    around: list = [None, 0]  # the edges of the ring steps run so far back to back, and how many
     for pattern, each, repeat in algorithm.steps(shape, size_bytes):
         if algorithm.name in RINGS and pattern.k == 1 and pattern.axis is None:  # round the ring's own order
             ring = ring or tuple(members[g] for g in ring_order(mesh, members))
-            total += repeat * step_s(pattern, each, mesh, ring, shape)
+            edges = _edges_s(pattern, each, mesh, ring, shape)
+            if edges is None:  # every edge alike: the steps one after another
+                total += repeat * step_s(pattern, each, mesh, ring, shape)
+                continue
+            if around[0] is not None and around[0] != edges:
+                total += _longest_run_s(*around)
+                around[1] = 0
+            around = [edges, around[1] + repeat]
             continue
+        if around[0] is not None:
+            total += _longest_run_s(*around)
+            around = [None, 0]
         if pattern.kind == "shifts":  # one step per shift: the sampled ones stand for all
             offsets = list(range(1, math.prod(shape)))
             sampled = _sample(offsets)
@@ -198,7 +209,40 @@ def cost_s(algorithm: Algorithm, mesh: sim.Mesh, members: Sequence[int], shape: 
             total += repeat * sum(times) * len(offsets) / max(1, len(sampled))
             continue
         total += repeat * step_s(pattern, each, mesh, members, shape)
+    if around[0] is not None:
+        total += _longest_run_s(*around)
     return total + _adding_s(algorithm.over(shape), mesh, shape, size_bytes)
+
+
+def _edges_s(pattern: Pattern, size_bytes: float, mesh: sim.Mesh, ring: Sequence[int], shape: tuple[int, ...]
+             ) -> list[float] | None:
+    """Seconds each message of a one-way ring step takes (edge i from `ring[i]` to `ring[i + 1]`) when every
+    member sends at once: its route's latency plus its busiest link's bytes over that link's bandwidth; None
+    where the edges are alike (the step's time is every edge's) or a message takes several paths."""
+    if pattern.kind != "shift" or pattern.alongside:
+        return None
+    loads: dict[float, dict] = {}
+    _load(pattern, size_bytes, mesh, ring, shape, loads, {})
+    if len(loads) != 1:
+        return None
+    on, network, costs = next(iter(loads.values())), mesh.network, costs_of(mesh.network)
+    issue = costs.issue_s(_sent(pattern, shape))
+    wire = costs.wire_bytes(size_bytes) / size_bytes if size_bytes > 0 else 1.0
+    edges = []
+    for src, dst in sorted(_pairs(pattern, [pattern.k], shape)):
+        (route, _), = mesh.routes(ring[src], ring[dst])
+        drained = max((on.get(link, 0.0) / network.link_bandwidth(link) for link in route), default=0.0)
+        edges.append(issue + sum(network.link_latency_s(link) for link in route) + wire * drained)
+    return None if max(edges) == min(edges) else edges
+
+
+def _longest_run_s(edges: list[float], steps: int) -> float:
+    """Seconds `steps` ring steps take when each member sends on as soon as it has received (as the simulated
+    rings run): the longest run of `steps` consecutive edges round the ring, a slow edge (a line's wrap-round
+    route) met once per lap rather than at every step."""
+    laps, rest = divmod(steps, len(edges))
+    doubled = np.cumsum([0.0, *edges, *edges])
+    return laps * float(doubled[len(edges)]) + max(float(doubled[s + rest] - doubled[s]) for s in range(len(edges)))
 
 
 def _adding_s(algorithm: Algorithm, mesh: sim.Mesh, shape: tuple[int, ...], size_bytes: int) -> float:
