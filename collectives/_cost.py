@@ -312,7 +312,8 @@ def closed_form(op: str, algorithm: str, p: int, size_bytes: float, alpha_s: flo
     reduce-scatter, all_to_all). AllGather ring (p-1)a + ((p-1)/p)nb, recursive doubling lg(p)a +
     ((p-1)/p)nb; ReduceScatter ring and recursive halving the same with p-1 or lg(p) steps; AllReduce ring
     2(p-1)a + 2((p-1)/p)nb, recursive doubling lg(p)(a + nb), Rabenseifner 2lg(p)a + 2((p-1)/p)nb;
-    AllToAll pairwise (p-1)a + ((p-1)/p)nb, Bruck lg(p)a + (n/2)lg(p)b (p a power of two). Each form is its
+    AllToAll pairwise (p-1)a + ((p-1)/p)nb, Bruck lg(p)a + (n/2)lg(p)b for p a power of two, and for any p
+    lg(p)a + (n/p)(c_0 + ... + c_{lg(p)-1})b, c_k the slots among 0 .. p-1 with bit k set. Each form is its
     `Algorithm` record's `closed_form`.
     """
     record = _record(op, algorithm)

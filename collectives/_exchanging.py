@@ -166,13 +166,19 @@ def pairwise(text: str, messages: bool = True) -> Algorithm:
                      closed_form=_pairwise_form)
 
 
+def _with_bit(p: int, k: int) -> int:
+    """How many of the slots 0 .. p - 1 have bit k set: the chunks Bruck's step k sends (p/2 for p a power of
+    two, which gives its closed form lg(p)a + (n/2)lg(p)b)."""
+    return (p >> (k + 1) << k) + max(0, p % (1 << (k + 1)) - (1 << k))
+
+
 DIRECT = direct("direct: every member sends chunk j of its operand to member j, all at once: one step.")
 PAIRWISE = pairwise("pairwise: in step k member i sends its chunk for member i + k and receives member i - k's.")
 BRUCK = Algorithm(
     "bruck", "Bruck: the chunks are rotated, then in step k every slot whose index has bit k set travels, packed "
              "into one message, to member i + 2^k; a last rotation puts them in place: ceil(log2(n)) steps.",
     on_group(_bruck_steps), lambda shape: lg(math.prod(shape)), 1, reorders=False,
-    closed_form=lambda p, n, a, b: lg(p) * a + n / 2 * lg(p) * b)
+    closed_form=lambda p, n, a, b: lg(p) * a + n / p * sum(_with_bit(p, k) for k in range(lg(p))) * b)
 PER_AXIS = Algorithm(
     "per_axis", "per axis: the exchange runs along each named mesh axis in turn, the last named first (over one "
                 "axis: the direct algorithm).",
