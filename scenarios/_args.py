@@ -49,17 +49,21 @@ def _where(source: Source, index: int, key: str) -> InFile:
 
 
 def _check_value(source: Source, index: int, value: Any, dtype: np.dtype) -> None:
-    """`value` is a number or a rectangular array of numbers that `dtype` holds."""
+    """`value` is a number or a rectangular array of numbers that `dtype` holds as `fields.cast_exactly` says
+    (no value changed beyond rounding: 4.5 as int32, 1e40 as float32 are refused)."""
     try:
         array = np.asarray(value)
         ok = array.dtype.kind in "biuf" or array.size == 0
-        np.asarray(value, dtype)
     except (ValueError, TypeError, OverflowError):
         ok = False
     if not ok:
         shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
         raise source.error("args", "value", f"[[args]] number {index}: value={shown} must be a number or a "
                                             f"rectangular array of numbers of dtype {dtype}", index)
+    problem = fields.cast_exactly(array, dtype, value)[1]
+    if problem is not None:
+        raise source.error("args", "value", f"[[args]] number {index}: value{problem}; change the value or "
+                                            f"dtype", index)
 
 
 def _check_drawn(source: Source, index: int, table: dict) -> None:

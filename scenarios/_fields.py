@@ -202,6 +202,76 @@ def list_of(where: Where, value: Any, item: Callable[[Where, Any], T], what: str
     return [item(_indexed(where, i), element) for i, element in enumerate(value)]
 
 
+def cast_exactly(values: np.ndarray, dtype: np.dtype, written: Any) -> tuple[np.ndarray, str | None]:
+    """A literal array cast to `dtype`, and what the cast broke: None, or the first element it changed
+    beyond rounding, e.g. `[1] holds 4.5, which int32 cannot represent exactly`.
+
+    `values` is the array as read (int64 for integers, float64 when some literal is a float) and `written`
+    what it was read from (the nested lists, a scalar, or a `{fill, shape}` table), which tells integer
+    literals from float ones. The rules:
+
+    - an integer or bool dtype holds every value exactly (4.5 or 300 as int8 is refused);
+    - a float dtype keeps every finite value finite (1e40 as float32, 70000.0 as float16 would be inf) and
+      holds every integer literal exactly (16777217 as float32 would be 16777216); a literal with a fraction
+      or an exponent (0.1, 1e-3, 16777217.0) becomes the dtype's nearest value, as numpy and JAX read it;
+      inf and nan stay what they are.
+    """
+    with np.errstate(all="ignore"):  # what the cast breaks is found below
+        cast = values.astype(dtype)
+    if values.dtype == dtype or values.dtype.kind == "b" or not values.size:
+        return cast, None
+    if not layouts.is_any_float(dtype):
+        wrong = np.flatnonzero(cast != values)
+        if not len(wrong):
+            return cast, None
+        k = int(wrong[0])
+        return cast, f"{_at(values.shape, k)} holds {values.flat[k].item()!r}, which {dtype} cannot represent exactly"
+    with np.errstate(all="ignore"):
+        wide = cast.astype(np.float64)
+    lost = np.flatnonzero(np.isfinite(values) & ~np.isfinite(wide))
+    first = int(lost[0]) if len(lost) else values.size
+    for k in np.flatnonzero(_maybe_changed_integers(values, wide)).tolist():
+        if k >= first:
+            break
+        literal = values.flat[k].item() if values.dtype.kind in "iu" else _written_at(written, values.shape, k)
+        if type(literal) is int and int(wide.flat[k]) != literal:
+            return cast, (f"{_at(values.shape, k)} holds the integer {literal}, which {dtype} cannot represent "
+                          f"exactly: it would become {wide.flat[k].item()!r}; an integer literal must be held "
+                          f"exactly (a literal with a fraction or an exponent rounds to the nearest {dtype})")
+    if first == values.size:
+        return cast, None
+    return cast, (f"{_at(values.shape, first)} holds {values.flat[first].item()!r}, which {dtype} cannot hold: "
+                  f"it would become {wide.flat[first].item()!r}; a finite value must stay finite")
+
+
+_FLOAT64_INTEGERS = 2**53  # every integer of at most this magnitude is a float64
+
+
+def _maybe_changed_integers(values: np.ndarray, wide: np.ndarray) -> np.ndarray:
+    """Where `values` holds a whole number that the cast (`wide`, as float64) may have changed: it differs,
+    or it is too large for float64 to tell (the exact comparison is then made on Python ints)."""
+    if values.dtype.kind in "iu":
+        large = (values > _FLOAT64_INTEGERS) | (values < -_FLOAT64_INTEGERS)
+        return np.isfinite(wide) & (large | (wide != values.astype(np.float64)))
+    with np.errstate(all="ignore"):
+        whole = np.isfinite(values) & (np.floor(values) == values)
+        return whole & np.isfinite(wide) & ((wide != values) | (np.abs(values) > _FLOAT64_INTEGERS))
+
+
+def _written_at(written: Any, shape: tuple[int, ...], flat: int) -> Any:
+    """The literal of element `flat` (row-major) as the file wrote it."""
+    if isinstance(written, dict):  # {fill = v, shape = [...]}
+        return written.get("fill")
+    for i in np.unravel_index(flat, shape):
+        written = written[int(i)]
+    return written
+
+
+def _at(shape: tuple[int, ...], flat: int) -> str:
+    """Element `flat` (row-major) of an array of `shape` as an index: '[4]', '[1, 2]', '' for a scalar."""
+    return f"[{', '.join(str(int(i)) for i in np.unravel_index(flat, shape))}]" if shape else ""
+
+
 def _indexed(where: Where, index: int) -> Where:
     """`where`, its key followed by `[index]`."""
     return where.at(f"{where.key}[{index}]")

@@ -12,6 +12,7 @@ from collectives import Definition
 from scenarios import _fields as fields
 from scenarios._errors import Source
 from scenarios._fields import InFile
+from sim.record import counted
 
 Inputs = tuple[dict[str, np.ndarray], ...]
 
@@ -123,16 +124,18 @@ def _literal(source: Source, devices: Any, count: int, spec: Definition, dtype: 
     if not isinstance(devices, list) or not all(isinstance(table, dict) for table in devices):
         raise source.error("", "device", "device must be an array of tables: write [[device]] once per device")
     if len(devices) != count:
-        raise source.error("device", None, f"there are {len(devices)} [[device]] tables but the mesh has {count} "
-                                           f"devices; give one per device, in device order")
+        raise source.error("device", None, f"there {'is' if len(devices) == 1 else 'are'} "
+                                           f"{counted(len(devices), '[[device]] table')} but the mesh has "
+                                           f"{counted(count, 'device')}; give one per device, in device order")
     raw = []
     for d, table in enumerate(devices):
         source.check_keys("device", table, spec.arrays, (), index=d)
         raw.append({name: _array(source, d, name, table[name], dtype) for name in spec.arrays})
     dtype = dtype or _infer([arrays[name] for arrays in raw for name in spec.data_arrays])
     return tuple(
-        {name: _typed(source, d, name, array, index_dtype if name in spec.index_arrays else dtype,
-                      name in spec.index_arrays) for name, array in arrays.items()}
+        {name: _typed(source, d, name, array, devices[d][name],
+                      index_dtype if name in spec.index_arrays else dtype, name in spec.index_arrays)
+         for name, array in arrays.items()}
         for d, arrays in enumerate(raw)
     )
 
@@ -186,18 +189,17 @@ def _infer(arrays: list[np.ndarray]) -> np.dtype:
     return np.dtype(np.int32) if kinds - {"b"} else np.dtype(bool)
 
 
-def _typed(source: Source, d: int, name: str, array: np.ndarray, dtype: np.dtype, index: bool) -> np.ndarray:
-    """`array` cast to `dtype` (the index dtype for offsets and sizes), refusing casts that change a value."""
+def _typed(source: Source, d: int, name: str, array: np.ndarray, written: Any, dtype: np.dtype,
+           index: bool) -> np.ndarray:
+    """`array` (read from `written`) cast to `dtype` (the index dtype for offsets and sizes), refusing a cast
+    that changes a value beyond rounding (`fields.cast_exactly`: 4.5 as int32, 1e40 as float32, 16777217 as
+    float32)."""
     where = f"[[device]] for device {d}: {name}"
     if index and array.size and array.dtype.kind not in "iu":
         raise source.error("device", name, f"{where}={array.tolist()} must hold integers (offsets and sizes)", d)
-    target = dtype
-    with np.errstate(all="ignore"):  # a value the dtype cannot hold is reported just below
-        cast = array.astype(target)
-    if target.kind in "biu" and not np.array_equal(cast, array):
-        bad = array.ravel()[int(np.argmax((cast != array).ravel()))].item()
-        raise source.error("device", name, f"{where} holds {bad!r}, which {target} cannot represent exactly; "
-                                           f"change the value or [inputs] dtype", d)
+    cast, problem = fields.cast_exactly(array, dtype, written)
+    if problem is not None:
+        raise source.error("device", name, f"{where}{problem}; change the value or [inputs] dtype", d)
     return _frozen(cast)
 
 

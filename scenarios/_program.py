@@ -46,22 +46,32 @@ class ProgramScenario:
 
 @dataclass(frozen=True, eq=False)
 class Pass:
-    """One run of a program: its typed listing (device 0), outputs, message count, bytes and time."""
+    """One run of a program: its typed listing (device 0), outputs, messages (`sim.record.Traffic`) and time."""
 
     program: sim.Program
     outputs: Any
-    messages: int
-    network_bytes: int
+    traffic: sim.record.Traffic
     end_time_s: float
 
     @classmethod
     def of(cls, run: sim.Run) -> Pass:
-        return cls(run.program(0), run.outputs, len(run.trace.sent), run.trace.total_bytes, run.end_time_s)
+        return cls(run.program(0), run.outputs, sim.record.Traffic.of(run.trace), run.end_time_s)
+
+    @property
+    def messages(self) -> int:
+        """Every message of the run, a device's message to itself included."""
+        return self.traffic.messages
+
+    @property
+    def network_bytes(self) -> int:
+        """The bytes of the messages between devices: what crossed the network."""
+        return self.traffic.network_bytes
 
     def to_dict(self) -> dict:
         outputs = self.outputs if isinstance(self.outputs, tuple) else (self.outputs,)
         return {"program": str(self.program), "ops": self.program.ops(), "outputs": [_listed(o) for o in outputs],
-                "messages": self.messages, "network_bytes": self.network_bytes, "end_time_s": self.end_time_s}
+                "messages": self.messages, "between_devices": self.traffic.between,
+                "network_bytes": self.network_bytes, "end_time_s": self.end_time_s}
 
 
 @dataclass(frozen=True, eq=False)

@@ -206,7 +206,8 @@ def test_sweep_payload_axis(tmp_path: Path) -> None:
     path.write_text(_SWEEP)
     points = load_sweep(path).points
     rows = {(p.collective, p.size_bytes, p.algorithm, p.payload): measure(p) for p in points}
-    figures = ("time_s", "messages", "bytes_sent", "count", "algbw_GB_per_s", "error", "algorithm_run")
+    figures = ("time_s", "messages", "between_devices", "bytes_sent", "count", "algbw_GB_per_s", "error",
+               "algorithm_run")
     for (op, size, algorithm, payload), row in rows.items():
         if payload == "abstract":
             twin = rows[(op, size, algorithm, "bytes")]

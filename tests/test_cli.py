@@ -144,6 +144,30 @@ def test_bad_arguments_exit_2(argv, capsys):
     assert "usage: meshsim" in capsys.readouterr().err
 
 
+# (id, argv, the error line after "meshsim run: error: "): options argparse alone cannot judge
+UNUSABLE = [
+    ("sanitize with explore-orders", ["run", "--sanitize", "--explore-orders", "2", DOCS],
+     "--sanitize cannot go with --explore-orders: --sanitize reports every rule the run breaks"),
+    ("explore-seed alone", ["run", "--explore-seed", "5", DOCS],
+     "--explore-seed 5 needs --explore-orders N, the number of orders whose seeds start there"),
+    ("max-memory 0", ["run", "--max-memory", "0", DOCS],
+     "argument --max-memory: --max-memory='0' must be a positive size such as 4GiB, 500MB or a number of bytes"),
+    ("unknown option before the file", ["run", "--bogus", DOCS], "unrecognized arguments: --bogus"),
+    ("unknown option after the file", ["explain", DOCS, "--bogus"], "unrecognized arguments: --bogus"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [row[1:] for row in UNUSABLE], ids=[row[0] for row in UNUSABLE])
+def test_options_that_do_not_go_together_exit_2_with_the_commands_usage(argv, message, capsys):
+    """Options that do not go together, a bad --max-memory and an unknown option are said as argparse says
+    a bad argument, with the command's own usage (not meshsim's), and exit 2 before anything runs."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: meshsim {argv[0]} ") and f"meshsim {argv[0]}: error: {message}" in err
+
+
 def test_every_bundled_scenario_runs(capsys):
     """Each bundled scenario prints a result per device and the simulated time (a program scenario: its
     typed program and the simulated time of each pass)."""
@@ -172,6 +196,21 @@ def test_messages_of_other_collectives_show_their_own_detail(capsys, monkeypatch
     assert data["collective"] == {"op": "ppermute", "axis_name": "x", "perm": [[0, 1], [1, 0]]}
     assert [d["output"] for d in data["devices"]] == [[5, 6], [7, 8], [1, 2], [3, 4]]
     assert [d["provenance"] for d in data["devices"]] == [None] * 4
+
+
+@pytest.mark.parametrize("name", ["psum_ring", "psum_in_network", "moe_all_to_all_tpu_v5e"])
+def test_the_message_table_keeps_its_columns_in_80_columns(name, capsys, monkeypatch):
+    """In 80 columns (a pipe, a small terminal) the message table keeps every column whole, its header and
+    its cells; a long `detail` folds onto more lines instead of taking the room of src, dst and bytes."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["run", f"scenarios/library/{name}.toml"]) == 0
+    lines = _ANSI.sub("", capsys.readouterr().out).splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("┏")):]
+    header = [cell.strip() for cell in table[1].strip("┃").split("┃")]
+    assert header[:6] == ["#", "src", "dst", "bytes", "sent", "arrived"]
+    assert all(len(line) <= 80 for line in table) and not any("…" in line for line in table)
+    if "detail" in header:
+        assert "phase=" in "".join(table)
 
 
 def test_importing_sim_stays_light():
@@ -208,3 +247,31 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     shell = f"{sys.executable} -m scenarios.cli run --json {big} | head -c 1 > /dev/null"
     done = subprocess.run(["bash", "-c", shell], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("argv", [["run", "scenarios/library/moe_all_to_all_tpu_v5e.toml"],
+                                  ["run", "--json", "scenarios/library/moe_all_to_all_tpu_v5e.toml"],
+                                  ["explain", "scenarios/library/moe_dispatch.toml"]],
+                         ids=["run", "run --json", "explain"])
+def test_a_reader_that_goes_away_ends_the_command_with_exit_0(argv):
+    """`meshsim ... | head -c 1`: the rich output ends as the JSON one does, exit 0 and nothing on stderr (rich's
+    own handler would exit 1, which means a disagreement)."""
+    command = " ".join([sys.executable, "-m", "scenarios.cli", *argv])
+    done = subprocess.run(["bash", "-c", f"{command} | head -c 1 > /dev/null; exit ${{PIPESTATUS[0]}}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [["run", DOCS], ["run", "--json", DOCS], ["explain", DOCS]])
+def test_an_output_the_disk_has_no_room_for_is_one_line_and_exit_2(argv, tmp_path):
+    """`meshsim ... > /dev/full` (a full disk) is the user's to fix: one line and exit 2, no crash report."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "scenarios.cli", *argv], cwd=ROOT, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={**env, "XDG_STATE_HOME": str(tmp_path)})
+    assert done.returncode == 2
+    assert done.stderr == "meshsim: error: cannot write the output: No space left on device\n"
+    assert not any(tmp_path.rglob("crash-*"))
+

@@ -11,6 +11,7 @@ import time
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import strategies
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 from scenario_text import scenario_text
 
 import collectives
+import scenarios
+import sim
 from scenarios.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,11 +297,103 @@ def test_a_big_mesh_is_explained_in_bounded_text_and_in_full_on_request(op, tmp_
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 12), st.integers(1, 5)).map(lambda p: (p[0], p[0] + p[1])), max_size=9))
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12), st.integers(1, 5))
+                .map(lambda p: (p[0], p[1], p[1] + p[2])), max_size=12))
 def test_overlapping_send_slices_are_found_in_one_pass_as_by_comparing_every_pair(spans):
-    """The walkthrough's 'send slices may overlap' list: the one-pass sweep equals the definition (a span that
-    overlaps another span of the list), duplicates included."""
-    from scenarios.cli.render._ragged import _overlapping
+    """The walkthrough's 'send slices may overlap' list: the one-pass sweep over every sender's spans equals the
+    definition (a span that overlaps another span of the same sender), duplicates included."""
+    from scenarios.cli.render._slices import overlapping
 
-    want = {s for i, s in enumerate(spans) if any(j != i and t[0] < s[1] and s[0] < t[1] for j, t in enumerate(spans))}
-    assert _overlapping(spans) == want
+    want = [any(j != i and t[0] == s[0] and t[1] < s[2] and s[1] < t[2] for j, t in enumerate(spans))
+            for i, s in enumerate(spans)]
+    src, start, stop = (np.array([span[k] for span in spans], np.int64) for k in range(3))
+    assert overlapping(src, start, stop).tolist() == want
+
+
+_INDEX = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
+
+
+def _slices_by_pseudocode(scenario: scenarios.Scenario) -> list[tuple]:
+    """Every slice as the docs' pseudocode reads it, one at a time: (src, i, dst, j, send rows, receive rows,
+    the receiver's recv_sizes[j] or None)."""
+    found = []
+    axis_name, groups = scenario.params["axis_name"], scenario.params.get("axis_index_groups")
+    for src in scenario.mesh.devices:
+        a = {name: scenario.inputs[src][name].tolist() for name in _INDEX}
+        members = scenario.mesh.group(src, axis_name, groups).members
+        per = max(1, len(a["send_sizes"]) // len(members))
+        for i, (offset, size) in enumerate(zip(a["input_offsets"], a["send_sizes"])):
+            dst = members[min(i // per, len(members) - 1)]
+            j = members.index(src) * per + i % per
+            recv = scenario.inputs[dst]["recv_sizes"].tolist()
+            at = a["output_offsets"][i] if i < len(a["output_offsets"]) else 0
+            found.append((src, i, dst, j, (offset, offset + size), (at, at + size), recv[j] if j < len(recv) else None))
+    return found
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_slice_table_is_the_docs_pseudocode_slice_by_slice(data, tmp_path_factory):
+    """The slices explain reads as arrays, sender by sender, equal the pseudocode's loop over every slice, on
+    drawn calls (groups among them) whose index arrays are then bent (entries changed, ends cut off), as a
+    refused call's are."""
+    from scenarios.cli.render._slices import slices_of
+
+    case = data.draw(strategies.cases("ragged_all_to_all", fillers=_IOTA), label="case")
+    path = tmp_path_factory.mktemp("slices") / "ragged.toml"
+    path.write_text(scenario_text(case))
+    scenario = scenarios.load(str(path))
+    for arrays in scenario.inputs:
+        for name in _INDEX:
+            values = arrays[name].copy()
+            if len(values) and data.draw(st.booleans(), label=f"bend {name}"):
+                values[data.draw(st.integers(0, len(values) - 1))] += data.draw(st.integers(-3, 3))
+            if len(values) and data.draw(st.booleans(), label=f"cut {name}"):
+                values = values[:data.draw(st.integers(0, len(values) - 1))]
+            arrays[name] = values
+    table = slices_of(scenario)
+    got = [(s.src, s.i, s.dst, s.j, s.src_rows, s.rows, s.recv_size) for s in map(table.__getitem__, range(len(table)))]
+    assert got == _slices_by_pseudocode(scenario)
+
+
+def test_a_big_ragged_walkthrough_costs_what_it_shows(tmp_path, capsys, monkeypatch):
+    """Explaining a 48-device exchange (2,256 slices) asks each device's group a few times, not once per slice,
+    and makes a message record only for each SEND it prints, never the whole trace: its cost grows with the
+    mesh and what it shows, not with the square of the mesh."""
+    path = tmp_path / "ragged48.toml"
+    path.write_text(_big_ragged(48))
+    asked, made = [0], [0]
+    group, item = sim.Mesh.group, sim.Trace.__getitem__
+
+    def counted_group(self, *args, **kwargs):
+        asked[0] += 1
+        return group(self, *args, **kwargs)
+
+    def counted_item(self, index):
+        made[0] += 1
+        return item(self, index)
+
+    def every_record(self):
+        raise AssertionError("explain made every record of the trace")
+
+    monkeypatch.setattr(sim.Mesh, "group", counted_group)
+    monkeypatch.setattr(sim.Trace, "__getitem__", counted_item)
+    monkeypatch.setattr(sim.Trace, "messages", property(every_record))
+    code, out, err = explain(capsys, str(path))
+    assert code == 0 and err == "" and "... 2216 more messages (--full shows every one)" in out
+    assert asked[0] <= 10 * 48, asked[0]
+    assert made[0] <= 4 * 40, made[0]
+
+
+def test_auto_names_the_algorithm_it_picked(tmp_path, capsys):
+    """A call with algorithm='auto' is explained with the algorithm the cost model picked, as `meshsim run`
+    says it, and that algorithm's paragraph."""
+    path = tmp_path / "auto.toml"
+    path.write_text('[mesh]\naxes = {x = 2, y = 4}\n[network]\npreset = "tpu-v5e"\n[collective]\nop = "psum"\n'
+                    'axis_name = ["x", "y"]\nalgorithm = "auto"\n[inputs]\nseed = 0\nshape = [65536]\n')
+    picked = scenarios.run(scenarios.load(str(path))).algorithm
+    assert picked not in (None, "auto")
+    code, out, _ = explain(capsys, str(path))
+    said = words(out)
+    assert code == 0 and f"algorithm: {picked} (picked by 'auto')" in said
+    assert f"This run's pick: {picked}. Algorithm {collectives.definition('psum').algorithm(picked).text}" in said

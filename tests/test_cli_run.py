@@ -67,7 +67,7 @@ def test_a_16_mb_per_device_all_to_all_prints_a_small_summary(tmp_path, capsys):
     assert len(out.encode()) < 20_000
     assert out.count("shape (4194304,) float32") == 16
     assert "rows 3670016:4194304 from device 7, slice 0" in out and "rows 0:524288 from device 0, slice 7" in out
-    assert out.count(", ..., ") == 16 and "64 messages, 117440512 bytes across the network" in out
+    assert out.count(", ..., ") == 16 and "64 messages (56 between devices, 117440512 bytes over the network)" in out
 
 
 def test_summary_shows_the_edges_numpy_shows(tmp_path, capsys):

@@ -149,14 +149,17 @@ def test_committed_picture_is_what_draw_makes_now():
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["{root}/scenarios/library/moe_dispatch.toml", "-o", "{tmp}/out.png"], r"out\.png: unknown extension '\.png'"),
-    (["{root}/scenarios/library/moe_dispatch.toml", "-o", "{tmp}/missing/out.svg"], r"cannot write the file"),
+    (["{root}/scenarios/library/moe_dispatch.toml", "-o", "{tmp}/missing/out.svg"],
+     r"missing/out\.svg: the directory .*missing does not exist"),
+    (["{root}/scenarios/library/moe_dispatch.toml", "-o", "{tmp}"], r"is a directory; give a file name such as"),
     (["{tmp}/broken.toml", "-o", "{tmp}/out.svg"], r"broken\.toml:\d+: .*axes"),
     (["{tmp}/not_a_run.json", "-o", "{tmp}/out.svg"], r"not_a_run\.json: not a saved run"),
     (["{root}/scenarios/library/layout_guide.py", "-o", "{tmp}/out.svg"], r"not a script"),
 ])
 def test_bad_input_exits_2_with_one_message(argv, message, tmp_path, capsys):
-    """An unknown extension, an unwritable path, a broken file, a script or a file that is not a saved run:
-    exit 2, one line (a program without --allow-code: test_consent.py)."""
+    """An unknown extension, an unwritable path or a directory (found before anything runs), a broken file, a
+    script or a file that is not a saved run: exit 2, one line (a program without --allow-code:
+    test_consent.py)."""
     (tmp_path / "broken.toml").write_text('[mesh]\naxes = 4\n[collective]\nop = "psum"\naxis_name = "i"\n')
     (tmp_path / "not_a_run.json").write_text('{"format": "something else"}')
     assert main(["draw", *(a.format(tmp=tmp_path, root=ROOT) for a in argv)]) == 2

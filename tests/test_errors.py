@@ -98,7 +98,7 @@ BAD_INPUTS = [
     ("all_gather(groups=[[0,1],[1,2]])", gather(FOUR, axis_name="i", axis_index_groups=[[0, 1], [1, 2]]),
      sim.InvalidArgumentError, r"must cover every axis index exactly once \(missing \[3\], repeated \[1\]"),
     ("all_gather(groups=[[0,1,2],[3]])", gather(FOUR, axis_name="i", axis_index_groups=[[0, 1, 2], [3]]),
-     sim.InvalidArgumentError, r"all groups must be the same size, got sizes \[1, 3\]"),
+     sim.InvalidArgumentError, r"all groups must be the same size, got sizes \[3, 1\] \(in group order\)"),
     ("all_gather(groups=[[0,1],[2,5]])", gather(FOUR, axis_name="i", axis_index_groups=[[0, 1], [2, 5]]),
      sim.InvalidArgumentError, r"out of range \[5\]"),
     ("all_gather(axis=3)", gather(FOUR, axis_name="i", axis=3), sim.InvalidArgumentError,

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import tomllib
 import xml.etree.ElementTree as ET
@@ -265,6 +266,32 @@ def test_meshsim_draws_and_explains_a_saved_run(tmp_path, capsys):
     assert "Call 1 of 2: psum" in told and "made at first" in told and "made at second" in told
 
 
+def test_meshsim_traces_a_saved_run_as_the_run_itself(tmp_path, capsys):
+    """`meshsim trace` of a run saved with `Run.save` writes the events the run's own `to_perfetto` writes,
+    running nothing; a file of several runs is refused naming its count."""
+    run = _run_two_axes()
+    run.save(tmp_path / "run.json")
+    assert main(["trace", str(tmp_path / "run.json"), "-o", str(tmp_path / "trace.json")]) == 0
+    assert "4 devices" in capsys.readouterr().out
+    written = json.loads((tmp_path / "trace.json").read_text())
+    assert written == json.loads(json.dumps(run.trace_events(2048)))
+    sim.save_runs(tmp_path / "runs.json", [run, _ring(3, 2)])
+    assert main(["trace", str(tmp_path / "runs.json"), "-o", str(tmp_path / "two.json")]) == 2
+    assert "runs.json: holds 2 runs; meshsim trace writes the timeline of one" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_run_and_check_say_a_saved_run_is_not_a_scenario(command, tmp_path, capsys):
+    """`meshsim run` and `check` of a saved run exit 2 saying it is a saved run and which commands take one,
+    not that it is invalid TOML."""
+    _run_two_axes().save(tmp_path / "run.json")
+    assert main([command, str(tmp_path / "run.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"run.json: a run saved with Run.save (a .json file), not a scenario; meshsim {command} takes a " \
+           f"scenario file (TOML), while meshsim draw, explain and trace take a saved run" in err
+    assert "TOML:" not in err and err.count("\n") == 1
+
+
 def test_explain_summarises_operands_in_one_line_unless_full(capsys):
     """moe_dispatch.toml's operands (6 x 4 per device): explain gives each its type and ends in one line, not
     one line per row (row 3 of device 0, [3, 3.1, 3.2, 3.3], is not printed); --full prints every row."""
@@ -286,11 +313,11 @@ SAID_AS_MANY = re.compile(r"(?<![\d.:\[,-])(?<!slice )(?<!device )(?<!- )1 (mess
                                   "moe_round_trip", "pswapaxes_groups"])
 def test_run_explain_and_draw_say_counts_of_one_in_the_singular(name, tmp_path, capsys):
     """Library scenarios with one device, one-row slices, empty slices and programs: what `meshsim run`,
-    `explain` and `draw` (SVG and page) say never puts a count of one with a plural noun."""
+    `explain`, `draw` (SVG and page) and `trace` say never puts a count of one with a plural noun."""
     path = str(LIBRARY / f"{name}.toml")
     said = []
     for argv in (["run", path], ["explain", path], ["draw", path, "-o", str(tmp_path / "x.svg")],
-                 ["draw", path, "-o", str(tmp_path / "x.html")]):
+                 ["draw", path, "-o", str(tmp_path / "x.html")], ["trace", path, "-o", str(tmp_path / "x.json")]):
         assert main([argv[0], "--allow-code", *argv[1:]]) == 0
         said.append(capsys.readouterr().out + ((tmp_path / "x.html").read_text() if argv[-1].endswith("html") else
                                                (tmp_path / "x.svg").read_text() if argv[0] == "draw" else ""))

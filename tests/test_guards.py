@@ -129,11 +129,15 @@ def test_odd_but_valid_files_run(tmp_path: Path, capsys: pytest.CaptureFixture, 
 
 def test_max_memory_option(capsys: pytest.CaptureFixture) -> None:
     """`--max-memory` lowers the limit (a library scenario is refused, with the estimate) and a bad size
-    is one message; a generous limit runs it."""
+    is argparse's message, with run's usage; a generous limit runs it."""
     path = "scenarios/library/psum_ring.toml"
     line = _refused(capsys, ["run", path, "--max-memory", "1KB"], "needs about", "max_memory_bytes=1000 (1000 B)")
     assert "devices 64 KiB" in line
-    _refused(capsys, ["run", path, "--max-memory", "lots"], "max_memory='lots' must be a positive size")
+    with pytest.raises(SystemExit) as exit_info:  # a bad size is argparse's bad argument, with run's usage
+        main(["run", path, "--max-memory", "lots"])
+    assert exit_info.value.code == 2
+    assert "meshsim run: error: argument --max-memory: --max-memory='lots' must be a positive size" in \
+        capsys.readouterr().err
     assert main(["run", path, "--max-memory", "1GiB"]) == 0
 
 

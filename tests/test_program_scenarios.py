@@ -1,13 +1,17 @@
-"""The program scenarios: the transposes note's five examples, run forwards, backwards and back again."""
+"""The program scenarios: the transposes note's five examples, run forwards, backwards and back again; a
+program's floating-point warnings at its own line."""
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import scenarios
+import sim
 from scenarios.cli import main
 
 ROOT = Path(__file__).resolve().parents[1] / "scenarios" / "library"
@@ -77,3 +81,65 @@ shape = [4]
     with pytest.raises(scenarios.ScenarioError, match=r"bad\.toml:7: \[program\] source failed: NameError: name "
                                                       r"'undefined_name' is not defined"):
         scenarios.run(scenarios.load(tmp_path / "bad.toml", allow_code=True))
+
+
+_DIVIDING = """[mesh]
+axes = {i = 4}
+[program]
+source = '''
+def f(x):
+    y = psum(x, 'i')
+    return y / 0.0
+'''
+in_specs = "P('i')"
+out_specs = "P()"
+transpose = false
+[[args]]
+shape = [8]
+"""
+
+
+def test_a_programs_float_warning_points_at_its_own_line(tmp_path):
+    """A division by zero in a program warns as numpy does (RuntimeWarning, 'divide by zero encountered') at
+    the program's line in the scenario file, never at the simulator's wrapper; once for all four devices
+    under Python's default filter, and not at all under the caller's np.errstate(divide='ignore'), which
+    reaches every device's program; 'raise' makes it the program's error."""
+    path = tmp_path / "divide.toml"
+    path.write_text(_DIVIDING)
+    scenario = scenarios.load(path, allow_code=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scenarios.run(scenario)
+    assert [(w.category, str(w.message), w.filename, w.lineno) for w in caught] == \
+        [(RuntimeWarning, "divide by zero encountered", str(path), 7)] * 4
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        scenarios.run(scenario)
+    assert len(caught) == 1
+    with warnings.catch_warnings(record=True) as caught, np.errstate(divide="ignore"):
+        warnings.simplefilter("always")
+        assert np.isinf(scenarios.run(scenario).forward.outputs).all()
+    assert caught == []
+    failed = r"divide\.toml:7: \[program\] source failed: FloatingPointError"
+    with np.errstate(divide="raise"), pytest.raises(scenarios.ScenarioError, match=failed):
+        scenarios.run(scenario)
+
+
+def test_a_shard_map_bodys_float_warning_points_at_the_callers_line():
+    """From Python, the warning of a numpy operation inside a `sim.shard_map` body names the body's line, and
+    a body's own np.errstate rules inside it."""
+    def body(x):
+        return np.log(x - x)  # log(0): divide by zero
+
+    def quiet(x):
+        with np.errstate(divide="ignore"):
+            return np.log(x - x)
+
+    line = inspect.getsourcelines(body)[1] + 1
+    mesh = sim.Mesh({"i": 2})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sim.shard_map(body, mesh=mesh, in_specs=sim.P("i"), out_specs=sim.P("i"))(np.ones(4))
+        sim.shard_map(quiet, mesh=mesh, in_specs=sim.P("i"), out_specs=sim.P("i"))(np.ones(4))
+    assert [(w.filename, w.lineno, str(w.message)) for w in caught] == [(__file__, line, "divide by zero "
+                                                                                         "encountered")] * 2

@@ -55,3 +55,13 @@ def test_readme_links_point_at_files_that_exist():
     """Every relative link of the README names a file of the checkout (a page of the site is its markdown)."""
     for target in re.findall(r"\]\(([^)#]+)\)", README):
         assert "://" in target or (ROOT / target).exists(), f"README links {target}, which does not exist"
+
+
+def test_readme_counts_the_library_right():
+    """The README's count of ready scenarios is the number of files in scenarios/library/, TOML files and
+    Python scripts apart."""
+    library = ROOT / "scenarios" / "library"
+    tomls, scripts = len(list(library.glob("*.toml"))), len(list(library.glob("*.py")))
+    said = re.search(r"(\d+) ready ones \((\d+) TOML files and the layout guide's script", README)
+    assert said is not None and (int(said.group(1)), int(said.group(2))) == (tomls + scripts, tomls)
+    assert scripts == 1 and (library / "layout_guide.py").exists()

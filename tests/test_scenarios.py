@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from scenario_references import reference
 
+import layouts
 import scenarios
 import sim
 from scenarios import ScenarioError
@@ -115,6 +116,77 @@ def test_literal_dtypes_and_fill(tmp_path):
     assert {a[name].dtype for a in scenario.inputs for name in ("operand", "output")} == {np.dtype(np.float32)}
 
 
+_PSUM_OF = '[mesh]\naxes = {{x = 2}}\n[collective]\nop = "psum"\naxis_name = "x"\n{inputs}[[device]]\nx = {x}\n' \
+    '[[device]]\nx = {other}\n'
+
+# (id, [inputs] lines, device 0's x, device 1's x, message after the path): literals a dtype cannot hold
+UNHELD = [
+    ("1e40 as float32", "", "[1e40, 2]", "[1, 2]",
+     r":7: \[\[device\]\] for device 0: x\[0\] holds 1e\+40, which float32 cannot hold: it would become inf; a finite "
+     r"value must stay finite; change the value or \[inputs\] dtype"),
+    ("70000.0 as float16", '[inputs]\ndtype = "float16"\n', "[70000.0, 1.0]", "[1.0, 2.0]",
+     r":9: .*device 0: x\[0\] holds 70000.0, which float16 cannot hold: it would become inf"),
+    ("16777217 as float32", '[inputs]\ndtype = "float32"\n', "[16777217, 1]", "[1, 2]",
+     r":9: .*device 0: x\[0\] holds the integer 16777217, which float32 cannot represent exactly: it would become "
+     r"16777216.0; an integer literal must be held exactly \(a literal with a fraction or an exponent rounds"),
+    ("an integer among floats", "", "[1.5, 2.5]", "[0.5, 16777217]",
+     r":9: .*device 1: x\[1\] holds the integer 16777217, which float32 cannot"),
+    ("an index in two dimensions", "", "[[1, 2], [3, 4]]", "[[0.5, 2], [3, 16777217]]",
+     r":9: .*device 1: x\[1, 1\] holds the integer 16777217"),
+    ("a fill", '[inputs]\ndtype = "float16"\n', "{fill = 2049, shape = [2]}", "[1, 2]",
+     r":9: .*device 0: x\[0\] holds the integer 2049, which float16 cannot represent exactly: it would become 2048.0"),
+    ("a scalar past int64 in float64", '[inputs]\ndtype = "float64"\n', "9007199254740993", "1",
+     r":9: .*device 0: x holds the integer 9007199254740993, which float64 cannot represent exactly"),
+    ("a negative float8_e8m0fnu", '[inputs]\ndtype = "float8_e8m0fnu"\n', "[-2.0]", "[2.0]",
+     r":9: .*device 0: x\[0\] holds -2.0, which float8_e8m0fnu cannot hold: it would become nan"),
+    ("300 as int8", '[inputs]\ndtype = "int8"\n', "[1, 300]", "[1, 2]",
+     r":9: .*device 0: x\[1\] holds 300, which int8 cannot represent exactly"),
+]
+
+
+@pytest.mark.parametrize("inputs, x, other, message", [row[1:] for row in UNHELD], ids=[row[0] for row in UNHELD])
+def test_literals_the_dtype_cannot_hold_are_refused(tmp_path, inputs, x, other, message):
+    """A literal the cast would change beyond rounding (a finite value overflowing to inf or NaN, an integer
+    literal the float dtype rounds, a value an integer dtype lacks) is refused naming the device, the array,
+    the index and the rule, never cast silently."""
+    path = tmp_path / "bad.toml"
+    path.write_text(_PSUM_OF.format(inputs=inputs, x=x, other=other))
+    with pytest.raises(ScenarioError, match=re.escape(str(path)) + message):
+        scenarios.load(path)
+
+
+@pytest.mark.parametrize(("dtype", "x", "expected"), [
+    ("float16", "[0.1, 1e-3]", [np.float16(0.1), np.float16(1e-3)]),  # decimals take the nearest float
+    ("float32", "[16777217.0, 1e20]", [16777216.0, np.float32(1e20)]),  # float literals round too
+    ("float32", "[1e-50, -0.0]", [0.0, -0.0]),  # below the smallest subnormal: the nearest is zero
+    ("float32", "[inf, -inf]", [np.inf, -np.inf]),  # infinities stay infinite
+    ("float32", "[16777216, -16777216]", [16777216.0, -16777216.0]),  # integers it holds
+    ("float64", "[9007199254740992, 0.5]", [2.0**53, 0.5]),
+    ("bfloat16", "[256, 0.1]", [256.0, float(np.asarray(0.1).astype(layouts.BFLOAT16))]),
+])
+def test_literals_rounding_to_the_nearest_float_are_accepted(tmp_path, dtype, x, expected):
+    """A literal with a fraction or an exponent becomes the float dtype's nearest value, as numpy reads it;
+    integers the dtype holds, infinities and values that round to zero are kept."""
+    path = tmp_path / "ok.toml"
+    path.write_text(_PSUM_OF.format(inputs=f'[inputs]\ndtype = "{dtype}"\n', x=x, other=x))
+    held = scenarios.load(path).inputs[0]["x"]
+    assert held.astype(np.float64).tolist() == [float(np.asarray(e).astype(held.dtype)) for e in expected]
+    assert np.signbit(held).tolist() == np.signbit(np.asarray(expected, np.float64)).tolist()
+
+
+def test_program_arguments_follow_the_same_rule(tmp_path):
+    """An `[[args]]` value is held to the rule of `[[device]]` literals: 1e40 as float32 is refused, 0.1 rounds."""
+    program = ('[mesh]\naxes = {{i = 2}}\n[program]\nsource = """\ndef f(x):\n    return x\n"""\n'
+               'in_specs = "P()"\nout_specs = "P()"\n[[args]]\nvalue = [0.1, {v}]\n')
+    path = tmp_path / "args.toml"
+    path.write_text(program.format(v="1e40"))
+    with pytest.raises(ScenarioError, match=r"\[\[args\]\] number 0: value\[1\] holds 1e\+40, which float32 cannot "
+                                            r"hold: it would become inf"):
+        scenarios.load(path)
+    path.write_text(program.format(v="16777216"))
+    assert scenarios.load(path).args[0].tolist() == [np.float32(0.1), 16777216.0]
+
+
 def test_inputs_and_outputs_are_read_only():
     """A loaded scenario and its result cannot be changed in place."""
     result = scenarios.run(scenarios.load(ROOT / "scenarios" / "library" / "ragged_docs_example.toml"))
@@ -137,7 +209,11 @@ BAD = [
     ("bad groups", [('axis_name = "x"', 'axis_name = "x"\naxis_index_groups = [[0], [0]]')],
      r":14: \[collective\] axis_index_groups=\[\[0\], \[0\]\] .* must cover every axis index exactly once"),
     ("negative latency", [("[collective]", "[network]\nlatency_s = -1\n\n[collective]")],
-     r":12: \[network\] latency_s=-1 must be >= 0"),
+     r":12: \[network\] latency_s=-1 must be a finite number >= 0"),
+    ("infinite latency", [("[collective]", "[network]\nlatency_s = inf\n\n[collective]")],
+     r":12: \[network\] latency_s=inf must be a finite number >= 0"),
+    ("one device table", [("axes = {x = 2}", "axes = {x = 1}")],
+     r":15: there are 2 \[\[device\]\] tables but the mesh has 1 device; give one per device"),
     ("unknown topology", [("[collective]", '[network]\ntopology = "mesh"\n\n[collective]')],
      r":12: \[network\] topology='mesh' must be one of fully_connected, switch, ring, torus, hierarchical"),
     ("unknown preset", [("[collective]", '[network]\npreset = "tpu-v9"\n\n[collective]')],
@@ -167,7 +243,7 @@ BAD = [
     ("float size", [("send_sizes = [1, 1]", "send_sizes = [1.5, 1]")], r":27: .*send_sizes=.* must hold integers"),
     ("lossy dtype", [("operand = [3, 4, 0]", "operand = [3, 4.5, 0]"),
                      ("[[device]]  # device 0", '[inputs]\ndtype = "int32"\n\n[[device]]')],
-     r":27: \[\[device\]\] for device 1: operand holds 4.5, which int32 cannot represent exactly"),
+     r":27: \[\[device\]\] for device 1: operand\[1\] holds 4.5, which int32 cannot represent exactly"),
     ("bad dtype", [("[[device]]  # device 0", '[inputs]\ndtype = "complex"\n\n[[device]]')],
      r":16: \[inputs\] dtype='complex' must name a numeric numpy dtype"),
     ("bad fill", [("output = [0, 0, 0, 0]", "output = {fill = 0}")],
@@ -201,6 +277,14 @@ def test_wrong_device_count_is_reported(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text(DOCS_EXAMPLE.replace("axes = {x = 2}", "axes = {x = 4}"))
     with pytest.raises(ScenarioError, match=r"bad.toml:15: there are 2 \[\[device\]\] tables but the mesh has 4"):
+        scenarios.load(path)
+
+
+def test_one_device_table_is_said_in_the_singular(tmp_path):
+    """One [[device]] table for a mesh of two devices: 'there is 1 [[device]] table', never '1 tables'."""
+    path = tmp_path / "one.toml"
+    path.write_text(_PSUM_OF.format(inputs="", x="[1, 2]", other="[3, 4]").rsplit("[[device]]", 1)[0])
+    with pytest.raises(ScenarioError, match=r"one.toml:6: there is 1 \[\[device\]\] table but the mesh has 2 devices"):
         scenarios.load(path)
 
 
@@ -381,3 +465,17 @@ def test_sweeps_take_a_calibration_with_a_preset():
     assert network_label(table) == "tpu-v5e calibration=ideal"
     with pytest.raises(sim.InvalidArgumentError, match="calibration='ideal' goes with a preset"):
         check_network({"topology": "ring", "calibration": "ideal"})
+
+
+def test_the_scenario_file_page_lists_every_key_the_loader_reads():
+    """docs/reference/scenario-files.md names every `[network]` key the loader takes (with every topology and
+    preset), every `[inputs]` key and the `{bits = [...]}` form of an array."""
+    from scenarios._load import _NETWORK_KEYS
+
+    page = (ROOT / "docs" / "reference" / "scenario-files.md").read_text()
+    network = page[page.index("## The network"):page.index("(program-format)=")]
+    missing = [key for key in _NETWORK_KEYS if f"`{key}`" not in network]
+    missing += [f'"{name}"' for name in (*sim.TOPOLOGIES, *sim.PRESETS, *sim.CALIBRATIONS)
+                if f'`"{name}"`' not in network]
+    missing += [key for key in ("seed", "shape", "dtype", "index_dtype") if f"`{key}`" not in page]
+    assert missing == [] and "{bits = [" in page

@@ -137,8 +137,8 @@ def test_a_row_is_what_the_simulator_gives_in_this_process(hundred):
     point = next(p for p in sweep.points if (p.collective, p.algorithm, p.size_bytes) == ("psum", "ring", 4096))
     row = next(r for r in _rows(hundred / "out") if r["key"] == point.key)
     here = measure(point)
-    assert {k: row[k] for k in ("time_s", "messages", "bytes_sent", "count")} == \
-           {k: here[k] for k in ("time_s", "messages", "bytes_sent", "count")}
+    assert {k: row[k] for k in ("time_s", "messages", "between_devices", "bytes_sent", "count")} == \
+           {k: here[k] for k in ("time_s", "messages", "between_devices", "bytes_sent", "count")}
 
 
 def test_csv_and_jsonl_hold_the_same_columns(hundred):
@@ -384,3 +384,10 @@ def test_bad_input_exits_2_with_its_message(tmp_path, capsys, monkeypatch, text,
     err = capsys.readouterr().err
     assert err.startswith("meshsim: error: ") and err.count("\n") == 1
     assert re.search(message, err), err
+
+
+def test_a_sweep_of_one_point_says_it_in_the_singular(address, tmp_path, capsys):
+    """The summary line of a one-point sweep reads '1 point:', not '1 points:'."""
+    path = _sweep(tmp_path, 'title = "one"\ncollective = "psum"\nmesh = {x = 4}\nsize = ["1KiB"]\n')
+    assert main(["sweep", str(path), "-o", str(tmp_path / "out"), "--scheduler", address]) == 0
+    assert "\n1 point: 1 run now, 0 from results.jsonl" in capsys.readouterr().out

@@ -301,6 +301,23 @@ def test_trace_command_writes_a_valid_file(tmp_path, capsys, monkeypatch):
     assert "simulated time 1.00008 us" in line and "ui.perfetto.dev" in line
 
 
+@pytest.mark.parametrize("name", ["moe_all_to_all_tpu_v5e.toml", "psum_ring.toml", "all_to_all_seeded.toml",
+                                  "ragged_docs_example.toml"])
+def test_trace_command_counts_the_links_messages_crossed(name, tmp_path, capsys, monkeypatch):
+    """The line's links are the link tracks of the file (each link of every route a message between devices
+    took: 20 on the 2 x 4 TPU v5e slice, where 56 pairs of devices exchange messages over routes of 1 to 4
+    hops), not the pairs of devices that exchanged messages."""
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "trace.json"
+    assert main(["trace", f"scenarios/library/{name}", "-o", str(out)]) == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    tracks = {re.sub(r" \(lane \d+\)$", "", e["args"]["name"]) for e in events
+              if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"].startswith("link ")}
+    assert f", {len(tracks)} link{'s' * (len(tracks) != 1)}, " in capsys.readouterr().out
+    if name.startswith("moe"):
+        assert len(tracks) == 20
+
+
 def test_trace_command_runs_program_scenarios(tmp_path, capsys, monkeypatch):
     """A `[program]` scenario's forward run is traced: its psum's messages, each with its flow."""
     monkeypatch.chdir(ROOT)

@@ -17,7 +17,7 @@ from rich.text import Text
 import scenarios
 import sim
 from scenarios import ScenarioError
-from scenarios.cli._limits import budget_of
+from scenarios.cli._limits import UsageError, budget_of
 from scenarios.cli.render import terminal_console
 
 
@@ -27,8 +27,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run under N seeded perturbations of message timing and arrival order and "
                              "report any result that changes (exit 1 if one does); ragged slices that land on "
                              "the same rows are then written in arrival order instead of refused")
-    parser.add_argument("--explore-seed", type=_non_negative, default=0, metavar="S",
-                        help="the first seed of --explore-orders (seeds S to S + N - 1; default 0)")
+    parser.add_argument("--explore-seed", type=_non_negative, default=None, metavar="S",
+                        help="the first seed of --explore-orders, which it needs (seeds S to S + N - 1; default 0)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse `--explore-seed` without `--explore-orders`, and `--explore-orders` with `--sanitize`.
+
+    Raises:
+        UsageError: the options do not go together (`main` prints run's usage and exits 2).
+    """
+    if args.explore_seed is not None and not args.explore_orders:
+        raise UsageError(f"--explore-seed {args.explore_seed} needs --explore-orders N, the number of orders "
+                         f"whose seeds start there (e.g. --explore-orders 8 --explore-seed {args.explore_seed})")
+    if args.explore_orders and args.sanitize:
+        raise UsageError("--sanitize cannot go with --explore-orders: --sanitize reports every rule the run breaks, "
+                         "while --explore-orders compares the results of runs that break none (ragged slices "
+                         "landing on the same rows are written in arrival order instead of refused); run with "
+                         "--sanitize first, then with --explore-orders")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -47,7 +63,7 @@ def execute(args: argparse.Namespace) -> int:
     limit, max_messages = budget_of(args)
     scenario = scenarios.load(args.scenario, allow_code=args.allow_code, max_memory_bytes=limit,
                               max_messages=max_messages)
-    report = scenarios.explore(scenario, args.explore_orders, args.explore_seed)
+    report = scenarios.explore(scenario, args.explore_orders, args.explore_seed or 0)
     if args.json:
         json.dump({"scenario": scenario.path, **report.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -25,11 +25,24 @@ from scenarios.cli.render import seconds as _seconds
 Step = tuple[str, list[Any]]
 CALL_EDGE = 8
 SAVED = ".json"  # a run saved with `Run.save`
+SAVED_COMMANDS = ("draw", "explain", "trace")  # the commands that take one
 
 
 def is_saved(path: str) -> bool:
     """Whether `path` names a saved run rather than a scenario file."""
     return path.lower().endswith(SAVED)
+
+
+def refuse_saved(path: str, command: str) -> None:
+    """Raise `ScenarioError` when `path` names a saved run, which `meshsim command` does not take.
+
+    Raises:
+        ScenarioError: `path` names a saved run; the message says which commands take one.
+    """
+    if is_saved(path):
+        raise ScenarioError(f"{path}: a run saved with Run.save (a {SAVED} file), not a scenario; meshsim {command} "
+                            f"takes a scenario file (TOML), while meshsim {', '.join(SAVED_COMMANDS[:-1])} and "
+                            f"{SAVED_COMMANDS[-1]} take a saved run")
 
 
 def saved_runs(path: str) -> tuple[sim.SavedRun, ...]:
@@ -73,9 +86,7 @@ def program_steps(scenario: ProgramScenario, full: bool) -> list[Step]:
     walkthrough.append(("The outputs and the time", [
         *(Text.assemble(f"output {k}: ", array_text(np.asarray(o), threshold=threshold))
           for k, o in enumerate(outputs)),
-        Text(f"{sim.record.counted(len(run.trace.sent), 'message')}, "
-             f"{sim.record.counted(run.trace.total_bytes, 'byte')} across the network; simulated end time "
-             f"{_seconds(run.end_time_s)}")]))
+        Text(f"{sim.record.Traffic.of(run.trace)}; simulated end time {_seconds(run.end_time_s)}")]))
     if scenario.transpose:
         walkthrough.append(("The transposed program", _transposed(scenario)))
     return walkthrough
@@ -127,7 +138,7 @@ def _call(trace: sim.Trace, call: sim.record.ProgramCall, full: bool) -> list[An
             continue
         label, ks = group
         shown = edges(ks, full, LINE_EDGE, "messages")
-        body += [Text(f"{label}: {counted(len(ks), 'message')}", style="bold"),
+        body += [Text(f"{label}: {sim.record.Traffic.of(trace, ks)}", style="bold"),
                  message_table(trace, [k for k in shown if not isinstance(k, Text)]),
                  *(k for k in shown if isinstance(k, Text))]
     return body
@@ -139,9 +150,8 @@ def _transposed(scenario: ProgramScenario) -> list[Any]:
     told: list[Any] = []
     for name, one in (("transposed", result.transposed), ("transposed twice", result.twice)):
         if one is not None:
-            told += [Text(f"{name}: {sim.record.counted(one.messages, 'message')}, "
-                          f"{sim.record.counted(one.network_bytes, 'byte')}, simulated time "
-                          f"{_seconds(one.end_time_s)}", style="bold"), Text(str(one.program))]
+            told += [Text(f"{name}: {one.traffic}, simulated time {_seconds(one.end_time_s)}", style="bold"),
+                     Text(str(one.program))]
     if result.adjoint is not None:
         lhs, rhs = result.adjoint
         told.append(Text(f"adjoint identity: <f(x), ybar> = {lhs:.6g}, <x, t(f)(ybar)> = {rhs:.6g}"))

@@ -18,11 +18,18 @@ MAX_TIMEOUT_S = 100_000_000  # about three years: the most the system's interval
 _REFIRE_S = 1.0  # after the first alarm, one a second: code that catches the first is stopped by the next
 
 
-def add_allow_code(parser: argparse.ArgumentParser) -> None:
-    """Add `--allow-code`: consent to run the code a scenario carries (a `[program]` source, a Python script)."""
+class UsageError(ScenarioError):
+    """Options of a command that do not go together: `main` prints the command's usage and the message, as
+    argparse does for an unknown option, and exits 2."""
+
+
+def add_allow_code(parser: argparse.ArgumentParser, scripts: bool = True) -> None:
+    """Add `--allow-code`: consent to run the code a scenario carries (a `[program]` source and, for a
+    command that runs `scripts`, a Python script)."""
+    carried = "a [program] source, a .py scenario" if scripts else "a [program] source; .py scenarios are refused"
     parser.add_argument("--allow-code", action="store_true",
-                        help="run the Python code the scenario carries (a [program] source, a .py scenario); "
-                             "without it such a file is refused and its code shown. Give it only to files you trust")
+                        help=f"run the Python code the scenario carries ({carried}); without it such a file is "
+                             f"refused and its code shown. Give it only to files you trust")
 
 
 def load_collective(path: str, script: str, program: str) -> Scenario:
@@ -41,7 +48,7 @@ def load_collective(path: str, script: str, program: str) -> Scenario:
 
 def add_budget(parser: argparse.ArgumentParser, what: str = "the run") -> None:
     """Add `--max-memory SIZE` and `--max-messages N`: the memory and the work `what` may take."""
-    parser.add_argument("--max-memory", metavar="SIZE",
+    parser.add_argument("--max-memory", metavar="SIZE", type=_size,
                         help=f"the most memory {what} may use, e.g. 4GiB or 500MB: a scenario or point whose "
                              f"estimate exceeds SIZE is refused before it runs, a run whose device memories would "
                              f"pass it is stopped, and a scenario's code (--allow-code) may grow the process by at "
@@ -52,13 +59,17 @@ def add_budget(parser: argparse.ArgumentParser, what: str = "the run") -> None:
 
 
 def budget_of(args: argparse.Namespace) -> tuple[int | None, int | None]:
-    """`--max-memory` in bytes and `--max-messages` (None for the defaults).
+    """`--max-memory` in bytes and `--max-messages` (None for the defaults)."""
+    return args.max_memory, args.max_messages
 
-    Raises:
-        InvalidArgumentError: `--max-memory` is not a size.
-    """
-    limit = None if args.max_memory is None else sim.parse_bytes(args.max_memory)
-    return limit, args.max_messages
+
+def _size(text: str) -> int:
+    """A positive size in bytes such as 4GiB or 500MB, for argparse (`sim.parse_bytes`)."""
+    try:
+        return sim.parse_bytes(text)
+    except sim.InvalidArgumentError:
+        raise argparse.ArgumentTypeError(f"--max-memory={text!r} must be a positive size such as 4GiB, 500MB or a "
+                                         f"number of bytes") from None
 
 
 def _messages(text: str) -> int:

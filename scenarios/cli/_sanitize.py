@@ -36,7 +36,7 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
     """Add `--sanitize` to the `run` subparser."""
     parser.add_argument("--sanitize", action="store_true",
                         help="run the whole program, skipping broken slices, and report every violation of every "
-                             "call by device, call and rule (exit 1 if any, 0 if none)")
+                             "call by device, call and rule (exit 1 if any, 0 if none); not with --explore-orders")
 
 
 def refuse_script(path: str) -> None:

@@ -21,6 +21,7 @@ import oracles
 import scenarios
 from oracles import Call, Comparison, Difference, Report
 from scenarios import Scenario, ScenarioError
+from scenarios.cli._faces import refuse_saved
 from scenarios.cli._limits import add_timeout, load_collective
 from scenarios.cli.render import DEVICE_EDGE, terminal_console
 
@@ -46,7 +47,7 @@ def execute(args: argparse.Namespace) -> int:
 
     Returns:
         0 when every answer agrees; 1 on any disagreement; 2 (through `main`) when the file is unreadable,
-        breaks the format, is not a `[collective]` scenario, or the JAX worker dies.
+        breaks the format, is not a `[collective]` scenario (a saved run included), or the JAX worker dies.
     """
     scenario = _collective_scenario(args.scenario)
     result = scenarios.run(scenario)
@@ -60,6 +61,7 @@ def execute(args: argparse.Namespace) -> int:
 
 def _collective_scenario(path: str) -> Scenario:
     """The `[collective]` scenario at `path`; anything else is a ScenarioError saying what `check` supports."""
+    refuse_saved(path, "check")
     limit = ("check supports [collective] scenarios (TOML): the spec and JAX answer one collective call; "
              "use `meshsim run` to see it")
     scenario = load_collective(path, f"a Python script gives no collective call to compare; {limit}",

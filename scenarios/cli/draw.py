@@ -14,6 +14,7 @@ import sim
 from scenarios import ProgramScenario, ScenarioError, ScenarioResult
 from scenarios.cli._faces import is_saved, program_run, saved_runs
 from scenarios.cli._limits import add_allow_code, add_timeout
+from scenarios.cli._output import check_writable
 from scenarios.cli.render import page, picture
 
 _FORMATS = {".svg": picture, ".html": page}
@@ -67,7 +68,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     draw.add_argument("--full", action="store_true",
                       help="draw every band and step through every message, however many (past 4,096 messages "
                            "or 64 devices the default bounds the picture and the stepper)")
-    add_allow_code(draw)
+    add_allow_code(draw, scripts=False)
     add_timeout(draw)
     draw.set_defaults(execute=execute)
 
@@ -80,11 +81,13 @@ def execute(args: argparse.Namespace) -> int:
         0 once the file is written.
 
     Raises:
-        ScenarioError: the output's extension is neither .svg nor .html, the scenario is unreadable, breaks
+        ScenarioError: the output is a directory, or in one that does not exist or refuses writing (checked
+            first), its extension is neither .svg nor .html, the scenario is unreadable, breaks
             the format, is a script, is a program without --allow-code, or the simulator rejects it, the saved
             run is not one, or the output cannot be written.
     """
     output = Path(args.output)
+    check_writable(output, "picture.svg")
     suffix = output.suffix.lower()
     if suffix not in _FORMATS:
         raise ScenarioError(f"-o {args.output}: unknown extension {output.suffix or '(none)'!r}; "

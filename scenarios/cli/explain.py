@@ -39,7 +39,7 @@ from scenarios.cli.render import (
 from scenarios.cli.render import colour as _colour
 from scenarios.cli.render import seconds as _seconds
 from scenarios.cli.render import span as _span
-from sim.record import counted
+from sim.record import Traffic, counted
 
 Step = tuple[str, list[Any]]
 
@@ -56,7 +56,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     explain.add_argument("--full", action="store_true",
                          help=f"show every device, message and slice (default: past {2 * DEVICE_EDGE} devices or "
                               f"{2 * LINE_EDGE} messages, the first and last few and how many are left out)")
-    add_allow_code(explain)
+    add_allow_code(explain, scripts=False)
     add_timeout(explain)
     explain.set_defaults(execute=execute)
 
@@ -122,10 +122,11 @@ def _collective_steps(scenario: Scenario, full: bool = False) -> tuple[list[Step
             raise
         result, refusal = None, error
     violations = list(getattr(refusal.__cause__, "violations", [str(refusal.__cause__)])) if refusal else []
-    walkthrough = [("The call", _call(scenario, full)), ("What each device holds", [_holdings(scenario, full)])]
+    walkthrough = [("The call", _call(scenario, result, full)),
+                   ("What each device holds", [_holdings(scenario, full)])]
     group = scenario.mesh.group(0, scenario.params["axis_name"], scenario.params.get("axis_index_groups"))
-    walkthrough.append(("The protocol", [Text(p) for p in _protocols.protocol(scenario.definition, scenario.params,
-                                                                              group.size)]))
+    told = _protocols.protocol(scenario.definition, scenario.params, group.size)
+    walkthrough.append(("The protocol", [Text(p) for p in told + _picked(scenario, result)]))
     # The slice walkthrough reads offsets and sizes as one number per slice: a vector on each device.
     slices = scenario.definition.drawing.slices and all(
         arrays[name].ndim == 1 for arrays in scenario.inputs for name in scenario.definition.index_arrays)
@@ -140,9 +141,9 @@ def _collective_steps(scenario: Scenario, full: bool = False) -> tuple[list[Step
     return walkthrough, refusal
 
 
-def _call(scenario: Scenario, full: bool) -> list[Any]:
-    """Title, description, mesh and network, and the call as it reads in Python; past `2 * DEVICE_EDGE`
-    groups or members of a group only the ends, unless `full`."""
+def _call(scenario: Scenario, result: ScenarioResult | None, full: bool) -> list[Any]:
+    """Title, description, mesh and network, the call as it reads in Python and the algorithm it ran (as
+    `meshsim run` says it); past `2 * DEVICE_EDGE` groups or members of a group only the ends, unless `full`."""
     mesh, network = scenario.mesh, scenario.mesh.network
     axes = ", ".join(f"{name}={size}" for name, size in mesh.shape.items())
     told: list[Any] = [Text(scenario.title, style="bold"), Text(scenario.path, style="dim")]
@@ -151,12 +152,32 @@ def _call(scenario: Scenario, full: bool) -> list[Any]:
     told.append(Text(f"mesh {axes}: {counted(mesh.size, 'device')}; network {network.describe()}, latency "
                      f"{_seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s"))
     told.append(Text(_protocols.call_text(scenario.op, scenario.params), style="bold"))
+    if result is not None and result.algorithm is not None:
+        told.append(Text(f"algorithm: {result.algorithm}" + (" (picked by 'auto')" if _asked_auto(scenario) else ""),
+                         style="bold"))
     groups = {scenario.mesh.group(d, scenario.params["axis_name"], scenario.params.get("axis_index_groups")).members
               for d in mesh.devices}
     shown = [g if isinstance(g, Text) else _members(g, full)
              for g in edges(sorted(groups), full, DEVICE_EDGE, "groups")]
     told.append(Text(f"groups of devices that take part together: {', '.join(str(g) for g in shown)}"))
     return told
+
+
+def _asked_auto(scenario: Scenario) -> bool:
+    """Whether the call asks for 'auto', leaving the algorithm to the cost model."""
+    definition = scenario.definition
+    return definition.algorithm(scenario.params.get("algorithm", definition.param("algorithm").default)).auto
+
+
+def _picked(scenario: Scenario, result: ScenarioResult | None) -> list[str]:
+    """For a call that asks for 'auto': the algorithm the run picked (each, when groups picked differently),
+    with its paragraph."""
+    if result is None or result.algorithm is None or not _asked_auto(scenario):
+        return []
+    names = {a.name for a in scenario.definition.algorithms}
+    picks = [name for name in result.algorithm.split(", ") if name in names]
+    return [f"This run's pick: {result.algorithm}."] + [
+        f"Algorithm {scenario.definition.algorithm(name).text}" for name in picks]
 
 
 def _holdings(scenario: Scenario, full: bool) -> Table:
@@ -188,16 +209,16 @@ def _message_steps(trace: sim.Trace, full: bool) -> list[Step]:
     if not groups:
         copies = int(np.count_nonzero(trace.column("kind") != "message"))
         return [("The messages", [Text("No message is sent: each device computes its result locally"
-                                       + (f" ({counted(copies, 'local copy step')})." if copies else "."))])]
-    sizes, arrivals = trace.column("size_bytes"), trace.column("arrival_time_s")
+                                       + (f" ({counted(copies, 'local copy')})." if copies else "."))])]
+    arrivals = trace.column("arrival_time_s")
     told: list[Step] = []
     for group in edges(groups, full, LINE_EDGE, "steps of messages"):
         if isinstance(group, Text):
             told.append(("More steps of messages", [group]))
             continue
         label, ks = group
-        note = Text(f"{counted(len(ks), 'message')}, {counted(int(sizes[ks].sum()), 'byte')}; the last arrives at "
-                    f"{_seconds(float(arrivals[ks].max()))}", style="dim")
+        note = Text(f"{Traffic.of(trace, ks)}; the last arrives at {_seconds(float(arrivals[ks].max()))}",
+                    style="dim")
         shown = edges(ks, full, LINE_EDGE, "messages")
         left_out = [item for item in shown if isinstance(item, Text)]
         told.append((f"Messages: {label}", [message_table(trace, [k for k in shown if not isinstance(k, Text)]),
@@ -251,18 +272,44 @@ def _writer(start: int, stop: int, source: int | None) -> Text:
 
 
 def _timeline(result: ScenarioResult, full: bool) -> list[Any]:
-    """Per device: what it sent and when, when its last message arrived; then the simulated end time."""
+    """Per device, its messages to and from other devices and when; the run's messages in all; the last message
+    to arrive and the local copies that run after it; then the simulated end time."""
+    trace = result.trace
+    kinds, arrivals = trace.column("kind"), trace.column("arrival_time_s")
+    sent = kinds == "message"
+    traffic = Traffic.of(trace)
+    told: list[Any] = [_exchanged(result, full), Text(
+        f"In all: {traffic}." + (" The table counts the messages between devices: a device's message to itself "
+                                 "crosses no link and arrives at once." if traffic.between < traffic.messages else ""))]
+    if sent.any():
+        last_one = trace[int(np.flatnonzero(sent)[np.argmax(arrivals[sent])])]
+        told.append(Text(f"The last message to arrive: device {last_one.src} -> device {last_one.dst}, "
+                         f"{counted(last_one.size_bytes, 'byte')}, at {_seconds(last_one.arrival_time_s)} (latency "
+                         f"{_seconds(result.scenario.mesh.network.latency_s)} plus bytes / bandwidth)."))
+        later = ~sent & (arrivals > last_one.arrival_time_s)
+        if later.any():
+            told.append(Text(f"After it, {counted(int(later.sum()), 'local copy')} "
+                             f"({', '.join(sorted(set(kinds[later].tolist())))}) still run on the devices; the last "
+                             f"ends at {_seconds(float(arrivals[later].max()))}."))
+    told.append(Text.assemble(("simulated end time: ", "bold"), _seconds(result.end_time_s)))
+    return told
+
+
+def _exchanged(result: ScenarioResult, full: bool) -> Table:
+    """One row per device: the messages it sent to other devices (their bytes, when the first was posted) and
+    those it received from them (their bytes, when the last arrived)."""
     trace, n = result.trace, result.scenario.mesh.size
-    sent = trace.column("kind") == "message"
-    src, dst, size = trace.column("src")[sent], trace.column("dst")[sent], trace.column("size_bytes")[sent]
-    posted, arrived = trace.column("send_time_s")[sent], trace.column("arrival_time_s")[sent]
+    src, dst = trace.column("src"), trace.column("dst")
+    between = (trace.column("kind") == "message") & (src != dst)
+    src, dst, size = src[between], dst[between], trace.column("size_bytes")[between]
+    posted, arrived = trace.column("send_time_s")[between], trace.column("arrival_time_s")[between]
     count_out, bytes_out = np.bincount(src, minlength=n), np.bincount(src, size, minlength=n)
     count_in, bytes_in = np.bincount(dst, minlength=n), np.bincount(dst, size, minlength=n)
     first, last = np.full(n, np.inf), np.full(n, -np.inf)
     np.minimum.at(first, src, posted)
     np.maximum.at(last, dst, arrived)
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("device", "sent", "first sent", "received", "last arrival"):
+    for column in ("device", "sent to others", "first sent", "received from others", "last arrival"):
         table.add_column(column, justify="right")
 
     def add(d: int) -> None:
@@ -270,11 +317,4 @@ def _timeline(result: ScenarioResult, full: bool) -> list[Any]:
                       _seconds(float(first[d])) if count_out[d] else "-", f"{count_in[d]} ({int(bytes_in[d])} B)",
                       _seconds(float(last[d])) if count_in[d] else "-", style=_colour(d))
     fill(table, result.scenario.mesh.devices, full, DEVICE_EDGE, "devices", add)
-    told: list[Any] = [table]
-    if sent.any():
-        last_one = trace[int(np.flatnonzero(sent)[np.argmax(arrived)])]
-        told.append(Text(f"The last message to arrive: device {last_one.src} -> device {last_one.dst}, "
-                         f"{counted(last_one.size_bytes, 'byte')}, at {_seconds(last_one.arrival_time_s)} (latency "
-                         f"{_seconds(result.scenario.mesh.network.latency_s)} plus bytes / bandwidth)."))
-    told.append(Text.assemble(("simulated end time: ", "bold"), _seconds(result.end_time_s)))
-    return told
+    return table

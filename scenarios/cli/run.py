@@ -19,6 +19,7 @@ import scenarios
 import sim
 from scenarios import ProgramResult, Provenance, ScenarioResult
 from scenarios.cli import _explore, _sanitize
+from scenarios.cli._faces import refuse_saved
 from scenarios.cli._limits import add_allow_code, add_budget, add_timeout, budget_of
 from scenarios.cli._script import check_path, run_script
 from scenarios.cli.render import (
@@ -49,8 +50,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--json", action="store_true",
                      help="print the whole result (every element) as JSON, without colours, for scripts")
     run.add_argument("--full", action="store_true",
-                     help=f"print every element of big arrays and every message (by default arrays of more "
-                          f"than {THRESHOLD} elements show their edges and shape)")
+                     help=f"print every element of big arrays, every device and every message (by default "
+                          f"arrays of more than {THRESHOLD} elements show their edges and shape, a mesh of more "
+                          f"than {2 * DEVICE_EDGE} devices its first and last {DEVICE_EDGE}, and a table of more "
+                          f"than {2 * _MESSAGE_EDGE} messages its first and last {_MESSAGE_EDGE})")
     _sanitize.add_argument(run)
     _explore.add_arguments(run)
     add_allow_code(run)
@@ -67,13 +70,16 @@ def execute(args: argparse.Namespace) -> int:
         with `--explore-orders`, 0 or 1 (see `scenarios.cli._explore`).
 
     Raises:
-        ScenarioError: the file is unreadable, is part of meshsim's own code, carries code (a `[program]`
-            source, a Python script) without `--allow-code`, breaks the format, asks for
+        UsageError: `--explore-seed` without `--explore-orders`, or `--explore-orders` with `--sanitize`.
+        ScenarioError: the file is unreadable, is part of meshsim's own code, is a saved run, carries code
+            (a `[program]` source, a Python script) without `--allow-code`, breaks the format, asks for
             `--json` of a Python script, or the simulator rejects its inputs (`main` prints the message,
             naming file, field and line, and exits 2).
     """
     path = args.scenario
+    _explore.check_arguments(args)
     check_path(path)
+    refuse_saved(path, "run")
     limit, max_messages = budget_of(args)
     if args.explore_orders:  # arrival-order exploration prints its own report and exit code
         return _explore.execute(args)
@@ -118,9 +124,8 @@ def _show_program(console: Console, result: ProgramResult) -> None:
     for name, one in passes:
         if one is None:
             continue
-        console.print(Text.assemble(("\n" + name, "bold"), f": {one.messages} messages, "
-                                    f"{one.network_bytes} bytes across the network, simulated time ",
-                                    _seconds(one.end_time_s)))
+        console.print(Text.assemble(("\n" + name, "bold"), f": {one.traffic}, simulated time ",
+                                    _seconds(one.end_time_s)), soft_wrap=True)
         console.print(Text(str(one.program)))
     if result.twice is not None:
         verdict = "the original program, op for op" if result.no_growth else "a different program"
@@ -292,11 +297,9 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
     network but the fully connected one, a `hops` column gives the number of links each message crossed.
     """
     trace = result.trace
-    sent = int(np.count_nonzero(trace.column("kind") == "message"))
-    copies = len(trace) - sent
-    title = f"{sent} messages, {trace.total_bytes} bytes across the network" \
-        + (f", {copies} copy steps" if copies else "")
-    table = Table(title=Text(title), title_justify="left")
+    traffic = sim.record.Traffic.of(trace)
+    copies = traffic.copies
+    table = Table(title=Text(str(traffic)), title_justify="left")
     other = bool(trace.detail_keys("message") - set(_LOCATED))
     located = not other or bool(trace.detail_keys() & set(_LOCATED))
     src_rows = located and "src_rows" in trace.detail_keys()  # a tiled all_to_all has none
@@ -305,26 +308,29 @@ def _messages(result: ScenarioResult, full: bool) -> Table:
         + (("hops",) * hops) \
         + (("slice", "rows at dst") if located else ()) + (("src rows",) if src_rows else ()) \
         + (("detail",) if other else ())
-    for column in columns:
-        right = column in ("#", "src", "dst", "bytes", "hops")
-        table.add_column(column, justify="right" if right else "left", no_wrap=True,
-                         min_width=len(str(len(result.trace))) if column == "#" else None)
+    rows = []
     for k in _shown(len(result.trace), full):
         if k is None:
-            table.add_row(*["..."] * len(columns), style=KEPT)
+            rows.append((["..."] * len(columns), KEPT))
             table.caption = f"{len(result.trace) - 2 * _MESSAGE_EDGE} rows left out (--full shows every one)"
             continue
         message = result.trace[k]
         detail = message.detail
-        rows = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
+        spanned = _span(detail.get("rows")) + (f" (axis {detail['axis']})" if detail.get("axis") else "")
         kind = (message.kind,) if copies else ()
-        where = ((str(detail.get("slice", "")), rows) if located else ()) \
+        where = ((str(detail.get("slice", "")), spanned) if located else ()) \
             + ((_span(detail.get("src_rows")),) if src_rows else ())
         rest = (", ".join(f"{key}={value}" for key, value in detail.items() if key not in _LOCATED),) if other else ()
-        table.add_row(str(k), *kind, str(message.src), str(message.dst), str(message.size_bytes),
+        rows.append(([str(k), *kind, str(message.src), str(message.dst), str(message.size_bytes),
                       _seconds(message.send_time_s), _seconds(message.arrival_time_s),
-                      *((str(len(message.route)),) * hops), *where, *rest,
-                      style=colour(message.src))
+                      *((str(len(message.route)),) * hops), *where, *rest], colour(message.src)))
+    for i, column in enumerate(columns):
+        # every column but detail keeps the width of its widest cell; detail, the widest, folds into the rest
+        widest = max([len(column), *(len(cells[i]) for cells, _ in rows)])
+        table.add_column(column, justify="right" if column in ("#", "src", "dst", "bytes", "hops") else "left",
+                         no_wrap=column != "detail", overflow="fold", min_width=None if column == "detail" else widest)
+    for cells, style in rows:
+        table.add_row(*cells, style=style)
     return table
 
 

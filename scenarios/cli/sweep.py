@@ -20,6 +20,7 @@ from scenarios.cli._limits import add_budget, add_job_timeout, budget_of
 from scenarios.cli.render import nccl_table, printable, terminal_console
 from scenarios.fleet import check_dask, fleet
 from scenarios.sweep import RESULTS, TABLE, Point, Sweep, check_output, finish, load_sweep, pending, plot, run_points
+from sim.record import counted
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -55,7 +56,6 @@ def execute(args: argparse.Namespace) -> int:
         FleetError: the scheduler cannot be reached, or a point was lost with every worker that ran it.
     """
     output = check_output(args.plot) if args.plot else None
-    budget_of(args)  # a bad --max-memory is refused before anything starts
     workers = local_workers(args, "points")
     sweep = load_sweep(args.sweep)
     directory = Path(args.output or f"sweep-{Path(args.sweep).stem}")
@@ -111,6 +111,6 @@ def _report(sweep: Sweep, rows: list[dict[str, Any]], directory: Path, ran: int,
     for line in nccl_table(rows):
         print(printable(line))
     rejected = sum(1 for row in rows if row["error"])
-    print(f"{len(rows)} points: {ran} run now, {len(rows) - ran} from {RESULTS}; {rejected} rejected by the "
+    print(f"{counted(len(rows), 'point')}: {ran} run now, {len(rows) - ran} from {RESULTS}; {rejected} rejected by the "
           f"simulator; {wall_s:.1f} s. Results: {os.path.join(directory, RESULTS)}, "
           f"{os.path.join(directory, TABLE)}")

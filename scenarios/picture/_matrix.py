@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.record import colour, svg, tag, text
+from sim.record import colour, counted, svg, tag, text
 
 if TYPE_CHECKING:
     from scenarios._runner import ScenarioResult
@@ -42,6 +42,7 @@ def matrix(result: ScenarioResult, stepped: Sequence[int] | None = None, heading
     pairs: dict[tuple[int, int], list[int]] = {}
     for k, m in enumerate(result.trace):
         pairs.setdefault((m.src, m.dst), []).append(k)
+    copy = result.trace.column("kind") != "message"
     most = max((sum(result.trace[k].size_bytes for k in ks) for ks in pairs.values()), default=0) or 1
     size = min(10.0, cell)
     body = [*said, text(LEFT, top - 60, "messages from each sender (row) to each receiver (column)",
@@ -55,7 +56,8 @@ def matrix(result: ScenarioResult, stepped: Sequence[int] | None = None, heading
                          class_="device receiver", data_device=d))
     for (src, dst), ks in sorted(pairs.items()):
         sent = sum(result.trace[k].size_bytes for k in ks)
-        about = f"device {src} -> device {dst}: {len(ks)} message{'s' * (len(ks) != 1)}, {sent} B"
+        copies = int(copy[ks].sum())
+        about = f"device {src} -> device {dst}: {_moved(len(ks) - copies, copies)}, {sent} B"
         body.append(tag("rect", {"class_": "pair", "x": round(LEFT + cell * place[dst], 1),
                                  "y": round(top + cell * place[src], 1), "width": round(cell, 1),
                                  "height": round(cell, 1), "fill": colour(src),
@@ -75,7 +77,8 @@ def _blocks(result: ScenarioResult, stepped: Sequence[int], said: list[str], top
     place[devices] = np.arange(len(devices)) // per
     trace = result.trace
     cells = place[trace.column("src")] * count + place[trace.column("dst")]
-    messages = np.bincount(cells, minlength=count * count)
+    records = np.bincount(cells, minlength=count * count)
+    copies = np.bincount(cells, weights=trace.column("kind") != "message", minlength=count * count)
     sizes = np.bincount(cells, weights=trace.column("size_bytes"), minlength=count * count)
     listed: dict[int, list[int]] = {}
     for k in sorted(stepped):
@@ -92,11 +95,10 @@ def _blocks(result: ScenarioResult, stepped: Sequence[int], said: list[str], top
         body.append(text(LEFT - 4, y, f"{first[b]}-{last[b]}", text_anchor="end", font_size=9, class_="block"))
         body.append(text(x, top - 4, f"{first[b]}-{last[b]}", font_size=9, transform=f"rotate(-90 {x:.1f} {top - 4})",
                          class_="block"))
-    for c in np.flatnonzero(messages).tolist():
+    for c in np.flatnonzero(records).tolist():
         a, b = divmod(c, count)
-        n, sent = int(messages[c]), int(sizes[c])
-        about = (f"devices {first[a]}-{last[a]} -> devices {first[b]}-{last[b]}: {n} message{'s' * (n != 1)}, "
-                 f"{sent} B")
+        n, sent = int(records[c] - copies[c]), int(sizes[c])
+        about = f"devices {first[a]}-{last[a]} -> devices {first[b]}-{last[b]}: {_moved(n, int(copies[c]))}, {sent} B"
         body.append(tag("rect", {"class_": "pair block", "x": round(LEFT + side * b, 1), "y": round(top + side * a, 1),
                                  "width": round(side, 1), "height": round(side, 1), "fill": colour(first[a]),
                                  "fill_opacity": round(0.25 + 0.65 * sent / most, 2), "stroke": "#fff",
@@ -104,3 +106,8 @@ def _blocks(result: ScenarioResult, stepped: Sequence[int], said: list[str], top
                                  "data_dst": f"{first[b]}-{last[b]}",
                                  "data_messages": " ".join(map(str, listed.get(c, [])))}, tag("title", {}, about)))
     return svg(LEFT + SIDE + 20, top + SIDE + 20, body, "who sends to whom")
+
+
+def _moved(messages: int, copies: int) -> str:
+    """'3 messages', or '1 message, 2 local copies' in a cell that holds local copy steps too."""
+    return counted(messages, "message") + (f", {counted(copies, 'local copy')}" if copies else "")

@@ -20,7 +20,7 @@ from scenarios.picture import _stepper
 from scenarios.picture._matrix import BLOCKS, SIDE_BLOCKS, matrix
 from scenarios.picture._steps import RAGGED, RECEIVED, order, received_offsets, steps_of
 from scenarios.picture._svg import SVG_DEVICES, SVG_MESSAGES, colour, picture
-from sim.record import Timeline, counted, message_table, seconds, xml_text
+from sim.record import Timeline, Traffic, counted, message_table, seconds, xml_text
 from sim.record import timeline as trace_timeline
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ def page(result: ScenarioResult, full: bool = False) -> str:
         *_picture(result, ordered),
         _offsets(result) if offsets else "",
         '<h2>Timeline</h2><div id="timeline">', drawn.svg, "</div>",
-        "<h2>Devices</h2>", devices_table(result, PAGE_DEVICES), f"<h2>Messages ({count})</h2>",
+        "<h2>Devices</h2>", devices_table(result, PAGE_DEVICES),
+        f"<h2>{Traffic.of(result.trace).records.capitalize()} ({count})</h2>",
         message_table(result.trace, PAGE_MESSAGES),
         f'<script type="application/json" id="steps-data">{_json(data)}</script>',
         f"<script>{_HOVER}{_stepper.JS}</script></body></html>\n",
@@ -128,7 +129,7 @@ def _heading(result: ScenarioResult) -> list[str]:
     axes = ", ".join(f"{name}={size}" for name, size in scenario.mesh.shape.items())
     facts = (f"mesh {axes} ({counted(scenario.mesh.size, 'device')}); network {network.describe()}, latency "
              f"{seconds(network.latency_s)}, bandwidth {network.bandwidth_bytes_per_s / 1e9:g} GB/s; "
-             f"{counted(len(result.trace), 'message')}; simulated time {seconds(result.end_time_s)}")
+             f"{Traffic.of(result.trace)}; simulated time {seconds(result.end_time_s)}")
     return [f"<h1>{xml_text(scenario.title)}</h1>", f"<p><code>{xml_text(scenario.path)}</code></p>",
             f"<p>{xml_text(' '.join(scenario.description.split()))}</p>" if scenario.description else "",
             f"<p>{xml_text(facts)}</p>"]
@@ -138,9 +139,10 @@ def _notes(result: ScenarioResult, drawn: Timeline, ragged: bool, stepped: int, 
     """What the page aggregates or leaves out, in words (`stepped`: how many messages the stepper goes
     through; `offsets`: whether the ragged offsets table is on the page)."""
     size, count = result.scenario.mesh.size, len(result.trace)
+    records = Traffic.of(result.trace).records
     notes = [f"Timeline: {drawn.note}."] if drawn.note else []
     if stepped < count:
-        notes.append(f"Stepper: the first {stepped} of {count} messages in time order are its steps, and the "
+        notes.append(f"Stepper: the first {stepped} of {count} {records} in time order are its steps, and the "
                      f"timeline draws those; `meshsim draw --full` steps through every one.")
     if size > PICTURE_DEVICES:
         blocks = f" of blocks of {math.ceil(size / SIDE_BLOCKS)} devices" if size > BLOCKS else ""
@@ -150,7 +152,7 @@ def _notes(result: ScenarioResult, drawn: Timeline, ragged: bool, stepped: int, 
                      f"-o FILE.svg{full}` draws every band, and each step's caption names its rows.")
     if count > PAGE_MESSAGES:
         goes = f"all {count}" if stepped == count else f"the first {stepped}"
-        notes.append(f"Messages table: the first {PAGE_MESSAGES} of {count} messages are listed; the stepper "
+        notes.append(f"Messages table: the first {PAGE_MESSAGES} of {count} {records} are listed; the stepper "
                      f"goes through {goes}.")
     if size > PAGE_DEVICES:
         notes.append(f"Devices table: the first {PAGE_DEVICES} of {size} devices are listed.")

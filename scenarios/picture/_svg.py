@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scenarios.picture._matrix import matrix
-from sim.record import PALETTE_HEX, colour, plural, svg, tag, text, xml_text
+from sim.record import PALETTE_HEX, Traffic, colour, plural, svg, tag, text, xml_text
 from sim.record import number as _n
 
 if TYPE_CHECKING:
@@ -51,9 +51,10 @@ def picture(result: ScenarioResult, full: bool = False) -> str:
     scenario = result.scenario
     title = f"{scenario.title}: {scenario.op}({_params(result)})"
     if not full and (scenario.mesh.size > SVG_DEVICES or len(result.trace) > SVG_MESSAGES):
+        records = Traffic.of(result.trace).records
         return matrix(result, heading=(scenario.title, f"{scenario.op}({_params(result)})", (
-            f"{scenario.mesh.size} devices and {len(result.trace)} messages are more than {SVG_DEVICES} devices or "
-            f"{SVG_MESSAGES} messages: who sends to whom as a matrix; `meshsim draw --full` draws every band")))
+            f"{scenario.mesh.size} devices and {len(result.trace)} {records} are more than {SVG_DEVICES} devices or "
+            f"{SVG_MESSAGES} {records}: who sends to whom as a matrix; `meshsim draw --full` draws every band")))
     if any(p is not None for p in result.provenance):
         body, height = _strips(result)
     else:

@@ -38,8 +38,8 @@ from scenarios.sweep._sweep import SWEPT, Point
 from scenarios.sweep._sweep_values import build_network
 
 COLUMNS = ("key", "collective", "mesh", "axis_name", "devices", "network", "algorithm", "algorithm_run", "dtype",
-           "seed", "size_bytes", "count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "messages", "bytes_sent",
-           "wall_s", "error", "payload")
+           "seed", "size_bytes", "count", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "messages",
+           "between_devices", "bytes_sent", "wall_s", "error", "payload")
 
 
 # How a sweep times each collective it offers: its definition's `Sweep` record, by name.
@@ -174,13 +174,12 @@ def _timed(point: Point, plan: _Plan) -> dict[str, Any]:
     start = time.perf_counter()
     run = f.run(*args)
     wall_s = time.perf_counter() - start
-    columns = run.trace.columns(("src", "dst", "kind", "size_bytes"))
-    sent = (columns["src"] != columns["dst"]) & (columns["kind"] == "message")
+    traffic = sim.record.Traffic.of(run.trace)
     time_s = float(run.end_time_s)
     algbw = plan.size_bytes / time_s / 1e9 if time_s > 0 else None
     return {"size_bytes": plan.size_bytes, "count": count, "time_s": time_s, "algbw_GB_per_s": algbw,
             "busbw_GB_per_s": None if algbw is None else algbw * operation.busbw_factor(n),
-            "messages": int(sent.sum()), "bytes_sent": int(columns["size_bytes"][sent].sum()),
+            "messages": traffic.messages, "between_devices": traffic.between, "bytes_sent": traffic.network_bytes,
             "wall_s": wall_s, "algorithm_run": ",".join(sorted({c.algorithm or "" for c in run.calls}))}
 
 

@@ -57,10 +57,10 @@ class Costs:
     reduce_bytes_per_s: float = math.inf
 
     def __post_init__(self) -> None:
-        for name, rule, ok in (("launch_s", ">= 0", lambda v: v >= 0 and math.isfinite(v)),
-                               ("per_message_s", ">= 0", lambda v: v >= 0 and math.isfinite(v)),
+        for name, rule, ok in (("launch_s", "a finite number >= 0", lambda v: v >= 0 and math.isfinite(v)),
+                               ("per_message_s", "a finite number >= 0", lambda v: v >= 0 and math.isfinite(v)),
                                ("efficiency", "in (0, 1]", lambda v: 0 < v <= 1),
-                               ("overhead_bytes", ">= 0", lambda v: v >= 0 and math.isfinite(v)),
+                               ("overhead_bytes", "a finite number >= 0", lambda v: v >= 0 and math.isfinite(v)),
                                ("reduce_bytes_per_s", "> 0", lambda v: v > 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):

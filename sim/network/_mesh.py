@@ -245,9 +245,9 @@ def check_axis_index_groups(groups: Sequence[Sequence[int]], axis_size: int, axi
     where = f"axis_index_groups={groups} over axis_name={axis_name!r} of size {axis_size}"
     if not groups or any(len(g) == 0 for g in groups):
         raise InvalidArgumentError(f"{where}: groups must be non-empty")
-    sizes = {len(g) for g in groups}
-    if len(sizes) != 1:
-        raise InvalidArgumentError(f"{where}: all groups must be the same size, got sizes {sorted(sizes)}")
+    sizes = [len(g) for g in groups]
+    if len(set(sizes)) != 1:
+        raise InvalidArgumentError(f"{where}: all groups must be the same size, got sizes {sizes} (in group order)")
     flat = sorted(i for g in groups for i in g)
     if flat != list(range(axis_size)):
         missing = sorted(set(range(axis_size)) - set(flat))

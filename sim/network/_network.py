@@ -171,7 +171,7 @@ class Network:
             return replace(self, shape=(devices // self.node_size, self.node_size))
         if self.devices != devices:
             fix = "" if self.preset_name is None else (
-                f"; give preset {self.preset_name!r} the shape of a {devices}-device system "
+                f"; give preset {self.preset_name!r} the shape of a system of {devices} devices "
                 f"(Network.preset({self.preset_name!r}, shape); in a scenario, [network] shape = [...]), or a mesh of "
                 f"its shape")
             raise InvalidArgumentError(f"a mesh of {devices} devices does not fit {self.topology} shape={self.shape} "
@@ -246,12 +246,12 @@ class Network:
 
 def _check_link(prefix: str, latency_s: object, bandwidth: object) -> None:
     """A latency >= 0 and a bandwidth > 0, both finite numbers."""
-    for name, value, ok in ((f"{prefix}latency_s", latency_s, lambda v: v >= 0),
-                            (f"{prefix}bandwidth_bytes_per_s", bandwidth, lambda v: v > 0)):
+    for name, value, ok, rule in ((f"{prefix}latency_s", latency_s, lambda v: v >= 0, ">= 0"),
+                                  (f"{prefix}bandwidth_bytes_per_s", bandwidth, lambda v: v > 0, "> 0")):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidTypeError(f"{name}={value!r} must be a number")
         if not math.isfinite(value) or not ok(value):
-            raise InvalidArgumentError(f"{name}={value} must be {'>= 0' if 'latency' in name else '> 0'}")
+            raise InvalidArgumentError(f"{name}={value} must be a finite number {rule}")
 
 
 def _check_shape(shape: object, topology: str) -> tuple[int, ...]:
@@ -314,8 +314,8 @@ def _check_fabric(network: Network) -> None:
     _check_link("spine_", network.spine_latency_s, 1.0)
     over = network.oversubscription
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not math.isfinite(over) or not over > 0:
-        raise InvalidArgumentError(f"oversubscription={over!r} must be a number > 0 (a leaf's NIC bandwidth over "
-                                   f"its uplink bandwidth; 1 is non-blocking)")
+        raise InvalidArgumentError(f"oversubscription={over!r} must be a finite number > 0 (a leaf's NIC bandwidth "
+                                   f"over its uplink bandwidth; 1 is non-blocking)")
 
 
 def _check_hierarchical(network: Network) -> None:
@@ -339,7 +339,8 @@ def _check_reduction(network: Network) -> None:
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))):
         raise InvalidTypeError(f"switch_reduction_bytes_per_s={rate!r} must be a number or None")
     if rate is not None and not (math.isfinite(rate) and rate > 0):
-        raise InvalidArgumentError(f"switch_reduction_bytes_per_s={rate} must be > 0 (None: the port rate)")
+        raise InvalidArgumentError(f"switch_reduction_bytes_per_s={rate} must be a finite number > 0 (None: the "
+                                   f"port rate)")
 
 
 @dataclass(frozen=True)

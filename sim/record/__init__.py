@@ -23,21 +23,23 @@ from sim.record._html import (
 )
 from sim.record._labels import call_label, located
 from sim.record._order import time_order
+from sim.record._perfetto import links as trace_links
 from sim.record._perfetto import trace_events
 from sim.record._perfetto import write as write_trace_events
 from sim.record._program_calls import ProgramCall, program_calls
 from sim.record._runfile import Faced
 from sim.record._trace import CallRecord, CopyRecord, MessageRecord, Trace
+from sim.record._traffic import Traffic
 from sim.record._violation import Violation, grouped, skipped_str
 from sim.record._words import counted, plural
 
 __all__ = [
     "PALETTE_HEX", "CallRecord", "ComputeRecord", "Const", "CopyRecord", "Equation", "MessageRecord", "Program",
     "Timeline", "Trace", "Var", "Violation", "colour", "grouped", "message_table", "number", "printable", "run_html",
-    "seconds", "skipped_str", "summary", "svg", "tag", "text", "time_order", "timeline", "trace_events", "vma_str",
-    "write_trace_events", "xml_text",
+    "seconds", "skipped_str", "summary", "svg", "tag", "text", "time_order", "timeline", "trace_events", "trace_links",
+    "vma_str", "write_trace_events", "xml_text",
 ]
 __all__ += [  # the faces of a run; where calls were made; counts in words
-    "Faced", "Faces", "ProgramCall", "SavedRun", "call_label", "counted", "draw_page", "draw_runs", "draw_svg",
-    "load_run", "load_runs", "located", "plural", "program_calls", "save_runs",
+    "Faced", "Faces", "ProgramCall", "SavedRun", "Traffic", "call_label", "counted", "draw_page", "draw_runs",
+    "draw_svg", "load_run", "load_runs", "located", "plural", "program_calls", "save_runs",
 ]

@@ -20,6 +20,7 @@ from sim.record._escape import xml_text
 from sim.record._html import PALETTE_HEX, number, run_html, seconds, svg, tag, text
 from sim.record._program_calls import ProgramCall, program_calls
 from sim.record._runfile import Faced
+from sim.record._traffic import Traffic
 from sim.record._words import counted, plural
 
 WIDTH, LEFT, PLOT_W, LANE_H = 760, 110, 620, 14
@@ -49,8 +50,9 @@ def _drawn(faced: Faced, full: bool, top: float, heading: str) -> tuple[list[str
     """One run's title, summary, timeline and call panels from `top`; returns them and where they end."""
     calls = program_calls(faced.trace, faced.calls)
     body = [text(10, top + 22, heading + faced.title, font_size=15, font_weight="bold", class_="title"),
-            text(10, top + 40, _summary(faced, calls), fill="#444", class_="summary")]
-    lanes, top = _timeline(faced, calls, top + 60.0, full)
+            text(10, top + 40, _summary(faced, calls), fill="#444", class_="summary"),
+            text(10, top + 56, str(Traffic.of(faced.trace)), fill="#444", class_="traffic")]
+    lanes, top = _timeline(faced, calls, top + 76.0, full)
     body += lanes
     shown = calls if full or len(calls) <= 2 * EDGE else calls[:EDGE] + calls[-EDGE:]
     landed = faced.trace.detail_column("rows") if len(faced.trace) <= CELL_ROWS else None
@@ -85,11 +87,10 @@ def call_colour(number_: int) -> str:
 
 
 def _summary(faced: Faced, calls: list[ProgramCall]) -> str:
-    """The line under the title: mesh, calls, messages, end time."""
+    """The line under the title: mesh, calls, end time (the messages go on the next line)."""
     axes = ", ".join(f"{name}={n}" for name, n in faced.mesh_shape.items())
-    sent = faced.trace.column("kind") == "message"
-    return (f"mesh {axes} ({counted(len(faced.devices), 'device')}); {counted(len(calls), 'call')}, "
-            f"{counted(int(sent.sum()), 'message')}; simulated end time {seconds(faced.end_time_s)}")
+    return (f"mesh {axes} ({counted(len(faced.devices), 'device')}); {counted(len(calls), 'call')}; simulated end "
+            f"time {seconds(faced.end_time_s)}")
 
 
 def _timeline(faced: Faced, calls: list[ProgramCall], top: float, full: bool) -> tuple[list[str], float]:
@@ -142,9 +143,10 @@ def _panel(faced: Faced, call: ProgramCall, top: float, full: bool,
     src, dst = trace.column("src")[sent], trace.column("dst")[sent]
     size = trace.column("size_bytes")[sent]
     sizes = sorted({len(g) for g in call.groups})
+    traffic = Traffic.of(trace, ks)
     facts = [f"{'algorithm ' + call.algorithm + '; ' if call.algorithm else ''}{counted(len(call.groups), 'group')} "
-             f"of {' or '.join(map(str, sizes))} {plural(sizes[-1], 'device')}",
-             f"{counted(len(sent), 'message')}, {counted(int(size.sum()), 'byte')}",
+             f"of {' or '.join(map(str, sizes))} {plural(sizes[-1], 'device')}", traffic.words(copies=False),
+             *([counted(traffic.copies, "local copy")] if traffic.copies else []),
              f"entered {seconds(call.enter_s)}, met {seconds(call.met_s)}, ended {seconds(call.exit_s)}"]
     body += [text(20, top + 52 + 16 * i, fact, fill="#333", font_size=11) for i, fact in enumerate(facts)]
     spans = [landed[k] for k in sent] if landed is not None and len(sent) else []

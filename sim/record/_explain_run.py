@@ -15,6 +15,7 @@ import numpy as np
 from sim.record._html import seconds
 from sim.record._program_calls import ProgramCall, program_calls
 from sim.record._runfile import Faced
+from sim.record._traffic import Traffic
 from sim.record._words import counted, plural
 
 EDGE = 4
@@ -31,20 +32,10 @@ def explain_run(faced: Faced, full: bool = False) -> str:
 
 
 def _headline(faced: Faced, calls: list[ProgramCall]) -> str:
-    """One line for the whole run: mesh, calls, messages, bytes over the network, end time."""
-    trace = faced.trace
-    src, dst, size = trace.column("src"), trace.column("dst"), trace.column("size_bytes")
-    between = (trace.column("kind") == "message") & (src != dst)
+    """One line for the whole run: mesh, calls, messages, bytes over the network, local copies, end time."""
     axes = ", ".join(f"{name}={n}" for name, n in faced.mesh_shape.items())
-    sent = int(np.count_nonzero(trace.column("kind") == "message"))
     return (f"{faced.title}: mesh {axes} ({counted(len(faced.devices), 'device')}); {counted(len(calls), 'call')}, "
-            f"{_messages(sent, int(between.sum()), int(size[between].sum()))}; simulated end time "
-            f"{seconds(faced.end_time_s)}")
-
-
-def _messages(sent: int, between: int, size: int) -> str:
-    """'16 messages (12 between devices, 192 bytes over the network)'."""
-    return f"{counted(sent, 'message')} ({between} between devices, {counted(size, 'byte')} over the network)"
+            f"{Traffic.of(faced.trace)}; simulated end time {seconds(faced.end_time_s)}")
 
 
 def _call(faced: Faced, call: ProgramCall, total: int, full: bool) -> list[str]:
@@ -63,11 +54,7 @@ def _call(faced: Faced, call: ProgramCall, total: int, full: bool) -> list[str]:
     ks = call.messages
     kinds = trace.column("kind")[ks] if len(ks) else np.zeros(0, object)
     sent = ks[kinds == "message"]
-    copies = len(ks) - len(sent)
-    between = sent[trace.column("src")[sent] != trace.column("dst")[sent]]
-    size = int(trace.column("size_bytes")[between].sum())
-    lines.append(f"  {_messages(len(sent), len(between), size)}" + (f"; {counted(copies, 'local copy')}" if copies
-                                                                   else ""))
+    lines.append(f"  {Traffic.of(trace, ks)}")
     lines += ["    " + (k if isinstance(k, str) else _message(trace[int(k)])) for k in _ends(list(sent), full,
                                                                                                    "message")]
     return lines

@@ -124,6 +124,19 @@ def trace_events(trace: Trace, calls: Sequence[CallRecord], devices: int, limit:
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
 
 
+def links(trace: Trace) -> set[tuple]:
+    """The links the "links" process has a track for when every record is in full: each link of the route of
+    every message between two devices (their pair, `(src, dst)`, where the trace has no routes), asked once per
+    pair of devices."""
+    kinds, src, dst = (trace.column(name) for name in ("kind", "src", "dst"))
+    apart = (kinds == "message") & (src != dst)
+    pairs = np.unique(np.stack([src[apart], dst[apart]], axis=1), axis=0).tolist()
+    found: set[tuple] = set()
+    for a, b in pairs:
+        found.update(trace.route(a, b) or ((a, b),))
+    return found
+
+
 def write(events: dict, path: str | Path) -> None:
     """Write `events` to `path` as JSON, one event per line (deterministic bytes).
 

@@ -303,6 +303,14 @@ class Trace:
             self._records = [_record(row, self._route_of(row[0], row[1], row[-1])) for row in self._iter_rows()]
         return self._records
 
+    def route(self, src: int, dst: int) -> tuple:
+        """The links a message from `src` to `dst` crosses: empty to itself and in a trace without routes (one
+        read back from a file); not kept, so asking every pair of a big run costs no memory."""
+        known = self._routes.get((src, dst))
+        if known is not None or self._route is None or src == dst:
+            return known or ()
+        return tuple(self._route(src, dst))
+
     def _route_of(self, src: int, dst: int, kind: str) -> tuple:
         """A message's route, asked once per (src, dst)."""
         if self._route is None or src == dst or kind != "message":

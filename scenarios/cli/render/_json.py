@@ -51,12 +51,11 @@ def write_json(result: ScenarioResult | ProgramResult, stream: TextIO, full: boo
 
 
 def _summary(result: ScenarioResult) -> dict:
-    """How many messages and copies the run recorded, their bytes, and how many `messages` lists."""
-    kinds, src, dst = (result.trace.column(name) for name in ("kind", "src", "dst"))
-    sent = kinds == "message"
-    size = result.trace.column("size_bytes")
-    return {"messages": int(sent.sum()), "copies": int((~sent).sum()),
-            "bytes_between_devices": int(size[sent & (src != dst)].sum()), "listed": MESSAGES,
+    """How many messages and copies the run recorded (`sim.record.Traffic`), the bytes over the network, and
+    how many `messages` lists."""
+    traffic = sim.record.Traffic.of(result.trace)
+    return {"messages": traffic.messages, "between_devices": traffic.between, "copies": traffic.copies,
+            "bytes_between_devices": traffic.network_bytes, "listed": MESSAGES,
             "left_out": len(result.trace) - MESSAGES,
             "rule": f"the first {MESSAGES} records in trace order are listed; --full lists every one"}
 

@@ -3,14 +3,16 @@
 Each step is a title and a list of rich renderables. The sends come from the run's trace (each message's
 detail holds `slice`, `rows` and `src_rows`); when the simulator refused the call there is no trace, so
 they are read from the inputs, as the docs' pseudocode would make them, and the broken rules are named.
+The slices are read as columns (`_slices.Slices`) and only those shown become records, so what a step costs
+grows with what it prints, not with the million slices of a 1,000-device exchange (unless `full`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from rich.table import Table
 from rich.text import Text
 
@@ -18,9 +20,10 @@ from scenarios import Scenario, ScenarioResult
 from scenarios.cli.render._arrays import colour as _colour
 from scenarios.cli.render._brief import brief
 from scenarios.cli.render._edges import DEVICE_EDGE, LINE_EDGE, edges, fill
+from scenarios.cli.render._slices import Slices, overlapping, slices_of
 from scenarios.cli.render._units import seconds as _seconds
 from scenarios.cli.render._units import span as _span
-from scenarios.picture import receiver_slot, slices_per_member
+from scenarios.picture import slices_per_member
 from sim.record import counted
 
 Step = tuple[str, list[Any]]
@@ -39,50 +42,21 @@ RULES = (
 )
 
 
-@dataclass(frozen=True)
-class Slice:
-    """One slice of the exchange: sender `src` sends its slice `i` to `dst`, which receives it as slice `j`."""
-
-    src: int
-    i: int
-    dst: int
-    j: int
-    src_rows: tuple[int, int]
-    rows: tuple[int, int]
-    recv_size: int | None
-
-
 def steps(scenario: Scenario, result: ScenarioResult | None, violations: Sequence[str],
           full: bool = False) -> list[Step]:
     """The ragged walkthrough's steps, from the run (`result`) or, when it was refused, the inputs alone; past
     `2 * DEVICE_EDGE` devices or slices, or `2 * LINE_EDGE` sends, only the ends show unless `full`."""
-    slices = _slices(scenario)
+    slices = slices_of(scenario)
     told = [("Offsets and sizes on each device", [_offsets_table(scenario, full), _offsets_note(scenario, full)]),
             ("Why each sender holds the receiver's output_offsets", _why_offsets(scenario, slices, full))]
     if result is None:
         told.append(("The sends the inputs ask for (the simulator sent none)", _planned(scenario, slices, full)))
         told.append(("The undefined cases this input hits", _hits(violations)))
         return told
-    told += [("SEND -> RECEIVE: each slice's rows", _sends(result, full)),
+    told += [("SEND -> RECEIVE: each slice's rows", _sends(result, slices, full)),
              ("What stays from output", _kept(result, full)),
-             ("The undefined cases this input avoids", _avoided(slices))]
+             ("The undefined cases this input avoids", _avoided(slices, full))]
     return told
-
-
-def _slices(scenario: Scenario) -> list[Slice]:
-    """Every slice the inputs describe, sender by sender, as the docs' pseudocode reads them."""
-    found = []
-    for src in scenario.mesh.devices:
-        a = {name: scenario.inputs[src][name].tolist() for name in _INDEX}
-        members, per = slices_per_member(scenario, src)
-        for i, (offset, size) in enumerate(zip(a["input_offsets"], a["send_sizes"])):
-            dst = members[min(i // per, len(members) - 1)]
-            j = receiver_slot(scenario, src, i)
-            recv = scenario.inputs[dst]["recv_sizes"].tolist()
-            at = a["output_offsets"][i] if i < len(a["output_offsets"]) else 0
-            found.append(Slice(src, i, dst, j, (offset, offset + size), (at, at + size),
-                               recv[j] if j < len(recv) else None))
-    return found
 
 
 def _offsets_table(scenario: Scenario, full: bool) -> Table:
@@ -127,7 +101,7 @@ def _offsets_note(scenario: Scenario, full: bool) -> Text:
     return Text("\n".join(lines))
 
 
-def _why_offsets(scenario: Scenario, slices: Sequence[Slice], full: bool) -> list[Any]:
+def _why_offsets(scenario: Scenario, slices: Slices, full: bool) -> list[Any]:
     """The docs' point: output_offsets are the receiver's positions, exchanged by an all_to_all."""
     text = Text(
         "A device's output_offsets do not say where its own result is written: output_offsets[i] says where "
@@ -142,23 +116,26 @@ def _why_offsets(scenario: Scenario, slices: Sequence[Slice], full: bool) -> lis
                    "so writes rows"):
         table.add_column(column, justify="right")
 
-    def add(s: Slice) -> None:
+    def add(k: int) -> None:
+        s = slices[k]
         size = s.recv_size if s.recv_size is not None else "?"
         rows = _span((s.rows[0], s.rows[0] + s.recv_size)) if s.recv_size is not None else "?"
         table.add_row(str(s.dst), str(s.j), str(s.src), f"[{s.i}] = {s.rows[0]}", str(size), rows,
                       style=_colour(s.src))
-    fill(table, sorted(slices, key=lambda s: (s.dst, s.j)), full, LINE_EDGE, "slices", add)
+    fill(table, slices.by_receiver(), full, LINE_EDGE, "slices", add)
     return [text, table]
 
 
-def _sends(result: ScenarioResult, full: bool) -> list[Any]:
+def _sends(result: ScenarioResult, slices: Slices, full: bool) -> list[Any]:
     """Each message of the trace as a sentence: operand rows and values -> the receiver's output rows."""
     lines: list[Any] = []
-    sent = [m for m in result.trace if m.kind == "message" and "src_rows" in m.detail]
-    for m in edges(sent, full, LINE_EDGE, "messages"):
-        if isinstance(m, Text):
-            lines.append(m)
+    trace = result.trace
+    sent = np.flatnonzero(trace.detail_numbers("src_rows", 2)[1] & (trace.column("kind") == "message"))
+    for k in edges(sent, full, LINE_EDGE, "messages"):
+        if isinstance(k, Text):
+            lines.append(k)
             continue
+        m = trace[int(k)]
         start, stop = m.detail["src_rows"]
         values = brief(result.inputs[m.src]["operand"][start:stop], full)
         lines.append(Text(
@@ -166,11 +143,11 @@ def _sends(result: ScenarioResult, full: bool) -> list[Any]:
             f"RECEIVE device {m.dst} at output rows {_span(m.detail['rows'])}; {counted(m.size_bytes, 'byte')}, sent "
             f"{_seconds(m.send_time_s)}, arrived {_seconds(m.arrival_time_s)}"
             + (" (to itself: a local copy)" if m.src == m.dst else ""), style=_colour(m.src)))
-    empty = [f"device {s.src} slice {s.i}" for s in _slices(result.scenario) if s.src_rows[0] == s.src_rows[1]]
-    if empty:
-        named = edges(empty, full, LINE_EDGE, "empty slices")
-        lines.append(Text(f"Empty slices send no message ({len(empty)}): "
-                          f"{', '.join(n.plain if isinstance(n, Text) else n for n in named)}.", style="dim"))
+    empty = slices.empty()
+    if len(empty):
+        named = (k.plain if isinstance(k, Text) else f"device {slices.src[k]} slice {slices.i[k]}"
+                 for k in edges(empty, full, LINE_EDGE, "empty slices"))
+        lines.append(Text(f"Empty slices send no message ({len(empty)}): {', '.join(named)}.", style="dim"))
     return lines
 
 
@@ -202,51 +179,38 @@ def _ranges(indices: Sequence[int]) -> list[tuple[int, int]]:
     return ranges
 
 
-def _avoided(slices: Sequence[Slice]) -> list[Any]:
-    """Each rule the docs leave undefined when broken, and that this input keeps."""
+def _avoided(slices: Slices, full: bool) -> list[Any]:
+    """Each rule the docs leave undefined when broken, and that this input keeps; the send slices that overlap
+    (past `2 * LINE_EDGE` only the ends, unless `full`)."""
     lines = [Text("The docs leave the result undefined when a call breaks one of these rules; the simulator "
                   "checks all of them before any message moves. This input keeps every one:")]
     lines += [Text(f"  ok  {name}: {rule}", style="green") for name, _, rule in RULES]
-    sent: dict[int, list[tuple[int, int]]] = {}
-    for s in slices:
-        if s.src_rows[0] < s.src_rows[1]:
-            sent.setdefault(s.src, []).append(s.src_rows)
-    shared = {(src, rows) for src, spans in sent.items() for rows in _overlapping(spans)}
-    if shared:
-        lines.append(Text("Send slices may overlap (they are only read): " + ", ".join(
-            f"device {src} rows {_span(rows)}" for src, rows in sorted(shared)), style="dim"))
+    sends = slices.size > 0
+    src, start, stop = slices.src[sends], slices.start[sends], slices.start[sends] + slices.size[sends]
+    found = overlapping(src, start, stop)
+    shared = np.unique(np.stack([src[found], start[found], stop[found]], axis=1), axis=0)
+    if len(shared):
+        named = (k.plain if isinstance(k, Text) else f"device {k[0]} rows {_span((k[1], k[2]))}"
+                 for k in edges(shared, full, LINE_EDGE, "overlapping slices"))
+        lines.append(Text("Send slices may overlap (they are only read): " + ", ".join(named), style="dim"))
     return lines
 
 
-def _overlapping(spans: Sequence[tuple[int, int]]) -> set[tuple[int, int]]:
-    """The non-empty spans (start, stop) that overlap another of `spans`, in one pass over them sorted: a span
-    overlaps an earlier one when it starts before the furthest stop so far; the earlier spans it overlaps are
-    those already found, or the one earlier span not yet found (spans not found are disjoint)."""
-    found: set[tuple[int, int]] = set()
-    reach, loose = -1, None  # the furthest stop so far; the last span not found to overlap any
-    for span in sorted(spans):
-        if span[0] < reach:
-            found.add(span)
-            if loose is not None and loose[1] > span[0]:
-                found.add(loose)
-            loose = None
-        else:
-            loose = span
-        reach = max(reach, span[1])
-    return found
-
-
-def _planned(scenario: Scenario, slices: Sequence[Slice], full: bool) -> list[Any]:
+def _planned(scenario: Scenario, slices: Slices, full: bool) -> list[Any]:
     """The slices as the inputs describe them, since the refused call sent nothing: those whose sizes disagree
     first, then the rest (past `2 * LINE_EDGE` slices only the ends, unless `full`)."""
-    lines = []
-    for s in sorted(slices, key=lambda s: s.recv_size == s.src_rows[1] - s.src_rows[0]):
+    lines: list[Any] = []
+    for k in edges(slices.disagreeing_first(), full, LINE_EDGE, "slices"):
+        if isinstance(k, Text):
+            lines.append(k)
+            continue
+        s = slices[k]
         size = s.src_rows[1] - s.src_rows[0]
         recv = "?" if s.recv_size is None else s.recv_size
         lines.append(Text(f"device {s.src} slice {s.i}: operand rows {_span(s.src_rows)} ({counted(size, 'row')}) "
                           f"-> device {s.dst} slice {s.j}: output rows {_span(s.rows)}, recv_sizes[{s.j}]={recv}"
                           + ("" if s.recv_size == size else "  <- sizes disagree"), style=_colour(s.src)))
-    return edges(lines, full, LINE_EDGE, "slices")
+    return lines
 
 
 def _hits(violations: Sequence[str]) -> list[Any]:

@@ -14,6 +14,7 @@ escapes, so a file's text neither breaks the document (XML allows no ESC) nor ad
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderHook, RenderResult
@@ -45,10 +46,20 @@ class _PrintableHook(RenderHook):
         return [_Printable(renderable) for renderable in renderables]
 
 
+class _Console(Console):
+    """A rich console that leaves a closed pipe to the command line: rich's own exits with status 1, which
+    `meshsim` keeps for a disagreement."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+
 def terminal_console(**options: Any) -> Console:
     """A rich `Console(**options)` whose every printed character is `printable` (multi-line): text from a
     file cannot steer the terminal whatever renderable carries it. Markup is still the caller's to avoid for
-    file text (print it as a `Text`)."""
-    console = Console(**options)
+    file text (print it as a `Text`). A reader that goes away (`meshsim run ... | head`) raises
+    `BrokenPipeError`, which `main` ends quietly with exit 0."""
+    console = _Console(**options)
     console.push_render_hook(_PrintableHook())
     return console
