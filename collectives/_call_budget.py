@@ -69,13 +69,14 @@ def check_call(context: sim.DeviceContext, definition: Definition, operands: lis
     n, outputs, trace = estimate
     if meter.held_bytes + outputs + trace <= meter.max_memory_bytes:
         return
-    if any(sim.memory.is_abstract(x) for x in operands):  # abstract payloads: results hold no bytes
+    abstract = any(sim.memory.is_abstract(x) for x in operands)
+    if abstract:  # abstract payloads: results hold no bytes
         outputs = 0
         if meter.held_bytes + trace <= meter.max_memory_bytes:
             return
     what = f"{op} of {sim.format_bytes(operand_bytes)} per device in groups of {n} on {context.mesh.size} devices"
     sim.check_call(what, context.device, {"outputs": outputs, "trace": trace}, meter.held_bytes,
-                   meter.max_memory_bytes)
+                   meter.max_memory_bytes, abstract)
 
 
 def _estimate(mesh: sim.Mesh, definition: Definition, operand_bytes: int, axis_name: Any,

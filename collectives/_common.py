@@ -59,12 +59,18 @@ def operand(op: str, device: int, name: str, value: Any, reduces: bool = False) 
     if layouts.is_movable(dtype):
         if not reduces:
             return array
-        raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {dtype}; the float8 types are moved, not "
-                               f"reduced (XLA's arithmetic on them is not modelled): convert {name} to bfloat16 or "
-                               f"float32 before the {op}, or move it with a collective that only moves data")
-    raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {dtype}; it must be numeric: bool, an integer, "
-                           f"a float or complex number of numpy's, bfloat16, or (moved, not reduced) one of "
+        raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {_shown(dtype)}; the float8 types are "
+                               f"moved, not reduced (XLA's arithmetic on them is not modelled): convert {name} to "
+                               f"bfloat16 or float32 before the {op}, or move it with a collective that only moves "
+                               f"data")
+    raise InvalidTypeError(f"device {device}: {op}: {name} has dtype {_shown(dtype)}; it must be numeric: bool, an "
+                           f"integer, a float or complex number of numpy's, bfloat16, or (moved, not reduced) one of "
                            f"ml_dtypes' float8 types (the int4 types are not modelled)")
+
+
+def _shown(dtype: np.dtype) -> str:
+    """`dtype` as an error names it: an abstract payload's by its logical dtype ('abstract float8_e4m3fn')."""
+    return f"abstract {layouts.logical(dtype)}" if sim.memory.is_hollow(dtype) else str(dtype)
 
 
 def map_tree(fn: Callable[[Any], Any], tree: Any) -> Any:

@@ -114,11 +114,19 @@ def _data(device: int, operand_value: Any, output_value: Any) -> tuple[np.ndarra
     if data.ndim == 0 or out.ndim == 0:
         raise sim.InvalidArgumentError(f"device {device}: {_OP}: operand and output must have rank >= 1")
     if data.dtype != out.dtype or data.shape[1:] != out.shape[1:]:
+        abstract = sim.memory.is_abstract(data), sim.memory.is_abstract(out)
+        rule = "; they must share the dtype and every dimension after the first"
+        if abstract[0] != abstract[1]:
+            rule += ", and be both abstract (a sim.ShapeDtypeStruct each) or both concrete (arrays with values)"
         raise sim.InvalidTypeError(
-            f"device {device}: {_OP}: operand is {data.dtype}{list(data.shape)} and output is "
-            f"{out.dtype}{list(out.shape)}; they must share the dtype and every dimension after the first"
-        )
+            f"device {device}: {_OP}: operand is {_described(data)} and output is {_described(out)}{rule}")
     return data, out
+
+
+def _described(array: np.ndarray) -> str:
+    """`array`'s dtype (an abstract one's logical dtype, marked abstract) and shape, for an error."""
+    text = f"{sim.memory.logical_dtype(array.dtype)}{list(array.shape)}"
+    return f"abstract {text}" if sim.memory.is_abstract(array) else text
 
 
 def _index_array(device: int, name: str, value: Any) -> np.ndarray:

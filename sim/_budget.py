@@ -124,12 +124,18 @@ _CALL_KNOB = ("raise the limit with sim.Mesh(..., max_memory_bytes=N) (or --max-
               "max_memory_bytes=N)), make the operands smaller, or pass them as abstract payloads for a timing study "
               "(sim.ShapeDtypeStruct(shape, dtype) operands, payload = \"abstract\" in a scenario): the same trace "
               "and times without the bytes")
+_ABSTRACT_CALL_KNOB = ("the operands are abstract payloads already (their results hold no bytes; the trace's rows, one "
+                       "per message, do): raise the limit with sim.Mesh(..., max_memory_bytes=N) (or --max-memory "
+                       "SIZE, scenarios.load(path, max_memory_bytes=N)), or send fewer messages (fewer devices in "
+                       "the group, or an algorithm that sends fewer: `meshsim explain` lists them)")
 
 
-def check_call(what: str, device: int, parts: dict[str, int], held_bytes: int, max_memory_bytes: int) -> None:
+def check_call(what: str, device: int, parts: dict[str, int], held_bytes: int, max_memory_bytes: int,
+               abstract: bool = False) -> None:
     """Refuse a collective call whose estimate `parts` (bytes by what needs them: the results the call
     allocates on every device, its trace) would take the run past `max_memory_bytes`, its memories already
-    holding `held_bytes`.
+    holding `held_bytes`. The advice the refusal gives suits operands that are `abstract` payloads already
+    (their results hold no bytes: only the limit or the messages can change).
 
     >>> try:
     ...     check_call("psum", 0, {"outputs": 400, "trace": 512}, 200, 1000)
@@ -146,4 +152,5 @@ def check_call(what: str, device: int, parts: dict[str, int], held_bytes: int, m
     shown = ", ".join(f"{name} {format_bytes(size)}" for name, size in parts.items() if size)
     raise MemoryLimitError(f"device {device}: {what} needs about {format_bytes(total)} of memory ({shown}) on top "
                            f"of the {format_bytes(held_bytes)} the run's memories hold, more than "
-                           f"max_memory_bytes={max_memory_bytes} ({format_bytes(max_memory_bytes)}); {_CALL_KNOB}")
+                           f"max_memory_bytes={max_memory_bytes} ({format_bytes(max_memory_bytes)}); "
+                           f"{_ABSTRACT_CALL_KNOB if abstract else _CALL_KNOB}")

@@ -38,6 +38,7 @@ from sim.memory._sharding import Sharding
 _MAP_NORESERVE = 0x4000  # Linux: map address space without reserving memory for it
 _MAPPED_BYTES = 1 << 20  # hollow arrays past this size are mapped, not allocated (no commit charge)
 _HOLLOW: dict[np.dtype, np.dtype] = {}
+_BUFFER_DTYPE = np.ndarray.dtype.__get__  # numpy's own attribute, past a subclass's `dtype` (`sim.Varying`'s)
 
 
 @dataclass(frozen=True)
@@ -98,10 +99,16 @@ def logical_dtype(dtype: Any) -> np.dtype:
     return logical(dtype)
 
 
+def buffer_dtype(value: np.ndarray) -> np.dtype:
+    """The dtype numpy holds `value`'s elements in: an abstract array's hollow stand-in, also where the array
+    is a `sim.Varying`, whose `dtype` is the logical one a program reads (as on the run with bytes)."""
+    return _BUFFER_DTYPE(value)
+
+
 def is_abstract(value: Any) -> bool:
     """Whether `value` is an abstract array (a numpy array of a hollow dtype) or a shape-dtype struct."""
     if isinstance(value, np.ndarray):
-        return is_hollow(value.dtype)
+        return is_hollow(_BUFFER_DTYPE(value))
     return is_struct(value)
 
 
@@ -204,14 +211,8 @@ def hollow_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> A
     kwargs.pop("where", None)
     core = ufunc.signature is not None and method == "__call__"  # a gufunc: matmul, vecdot, ...
     try:
-        if core:
-            stand_ins, shapes = _core_shapes(ufunc, [np.shape(x) for x in inputs])
-            scalars = ufunc(*[np.zeros(s, logical_dtype(np.asarray(x).dtype)) if isinstance(x, np.ndarray)
-                              else x for x, s in zip(inputs, stand_ins)], **kwargs)
-        else:
-            scalars = getattr(ufunc, method)(*[_stand_in(x) for x in inputs], **kwargs) if method == "__call__" \
-                else getattr(ufunc, method)(np.zeros(1, logical_dtype(np.asarray(inputs[0]).dtype)), **kwargs)
-            shapes = [_result_shape(method, [np.shape(x) for x in inputs], axis, keepdims)] * ufunc.nout
+        with np.errstate(all="ignore"):  # the stand-ins' zeros are no one's values: 0/0 warns of nothing real
+            scalars, shapes = _worked_out(ufunc, method, inputs, kwargs, core, axis, keepdims)
     except (TypeError, ValueError) as error:
         raise AbstractValueError(f"ufunc={ufunc.__name__}.{method} on abstract operands: {error}") from None
     results = scalars if isinstance(scalars, tuple) else (scalars,)
@@ -219,6 +220,38 @@ def hollow_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> A
     if out is not None:
         return out if len(out) > 1 else out[0]
     return made if isinstance(scalars, tuple) else made[0]
+
+
+def _worked_out(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict, core: bool, axis: Any,
+                keepdims: bool) -> tuple[Any, list]:
+    """`hollow_ufunc`'s call on stand-ins: its result(s) on real zeros (of numpy's dtypes) and the shapes of
+    its results on the abstract operands."""
+    if core:
+        stand_ins, shapes = _core_shapes(ufunc, [np.shape(x) for x in inputs])
+        return ufunc(*[np.zeros(s, logical_dtype(np.asarray(x).dtype)) if isinstance(x, np.ndarray) else x
+                       for x, s in zip(inputs, stand_ins)], **kwargs), shapes
+    scalars = getattr(ufunc, method)(*[_stand_in(x) for x in inputs], **kwargs) if method == "__call__" \
+        else getattr(ufunc, method)(np.zeros(1, logical_dtype(np.asarray(inputs[0]).dtype)), **kwargs)
+    return scalars, [_result_shape(method, [np.shape(x) for x in inputs], axis, keepdims)] * ufunc.nout
+
+
+# how numpy names a hollow dtype when it refuses one: its repr, its DType class, its scalar type; a ufunc
+# without a loop for it
+_STAND_IN_WORDS = ("'names': [], 'formats': []", "VoidDType", "numpy.void", "not supported for the input types")
+
+
+def stand_in_refusal(error: TypeError) -> AbstractValueError | None:
+    """The `AbstractValueError` to raise for numpy's `error` when it refused a hollow stand-in dtype: an abstract
+    value taken out of meshsim's hands (`np.asarray(x)`, `np.array(x)` give a plain numpy array, whose own
+    arithmetic reads values); None when `error` names no such dtype."""
+    text = str(error)
+    if not any(words in text for words in _STAND_IN_WORDS):
+        return None
+    return AbstractValueError(
+        f"numpy refused an abstract value's stand-in ({type(error).__name__}: {text}); an abstract value has a "
+        f"shape and a dtype, no values, and np.asarray(x) or np.array(x) of one gives a plain numpy array that "
+        f"meshsim no longer follows: compute on x itself (numpy's functions and methods on it give abstract "
+        f"results of numpy's shapes and dtypes), or run with real operands to read values")
 
 
 _NEEDS_VALUES = frozenset({"nonzero", "argwhere", "flatnonzero", "unique", "extract", "compress", "tolist", "item",
@@ -245,7 +278,8 @@ def abstract_call(op: str, fn: Any, operands: list) -> Any:
         return restored(fn(*operands), operands)
     except TypeError:  # numpy has no rule for hollow dtypes here (promotion with a number, a cast)
         pass
-    real = fn(*[_broadcast_stand_in(x) for x in operands])
+    with np.errstate(all="ignore"):  # the stand-ins' zeros are no one's values: what they raise is not real
+        real = fn(*[_broadcast_stand_in(x) for x in operands])
     if isinstance(real, tuple):
         return tuple(hollow_empty(np.shape(r), np.asarray(r).dtype) for r in real)
     return hollow_empty(np.shape(real), np.asarray(real).dtype) if isinstance(real, (np.ndarray, np.generic)) else real
@@ -326,6 +360,6 @@ def _stand_in(value: Any) -> Any:
     return value
 
 
-__all__ = ["AbstractValueError", "ShapeDtypeStruct", "abstract_call", "abstract_like", "as_struct", "global_struct",
-           "hollow_dtype", "hollow_empty", "hollow_ufunc", "is_abstract", "is_hollow", "is_struct", "logical_dtype",
-           "restored"]
+__all__ = ["AbstractValueError", "ShapeDtypeStruct", "abstract_call", "abstract_like", "as_struct", "buffer_dtype",
+           "global_struct", "hollow_dtype", "hollow_empty", "hollow_ufunc", "is_abstract", "is_hollow", "is_struct",
+           "logical_dtype", "restored", "stand_in_refusal"]

@@ -21,7 +21,7 @@ import numpy as np
 
 import layouts
 from layouts import InvalidArgumentError, Layout
-from sim.memory._abstract import hollow_empty, is_hollow
+from sim.memory._abstract import buffer_dtype, hollow_empty, is_hollow
 from sim.memory._buffer import Buffer, address_of, bytes_in_layout
 from sim.memory._meter import MemoryMeter
 
@@ -258,12 +258,12 @@ class LocalMemory:
         """The buffer whose whole view `array` is, if any (so operands need no copy)."""
         if not isinstance(array, np.ndarray) or array.size == 0:
             return None
-        base = array.base
+        base, dtype = array.base, buffer_dtype(array)  # a `sim.Varying`'s `dtype` is its logical one
         for _ in range(3):  # a view of a buffer's view (a result, an input), through a few views of views
             buffer = self._owners.get(id(base))  # a live view's id: `base` is that view
             if buffer is not None:
                 # a view within `base` with its shape and strides starts where it does: it is the whole buffer
-                same = array.shape == base.shape and array.strides == base.strides and array.dtype == base.dtype
+                same = array.shape == base.shape and array.strides == base.strides and dtype == buffer_dtype(base)
                 return buffer if same else None
             if base is None:
                 break
@@ -271,7 +271,7 @@ class LocalMemory:
         if self._unaddressed:
             self._address_adopted()
         buffer = self._by_address.get(address_of(array))
-        if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
+        if buffer is None or buffer.shape != array.shape or buffer.dtype != dtype:
             return None
         return buffer if self.view(buffer).strides == array.strides else None
 

@@ -13,7 +13,7 @@ from layouts import native_array
 from sim._errors import InvalidArgumentError, InvalidTypeError, MeshError
 from sim.engine._driver import current
 from sim.engine._engine import Simulation, gc_paused
-from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_hollow, is_struct
+from sim.memory._abstract import abstract_like, global_struct, is_abstract, is_hollow, is_struct, stand_in_refusal
 from sim.memory._array import Array
 from sim.memory._blocks import place_blocks
 from sim.memory._spec import PartitionSpec
@@ -154,7 +154,7 @@ class ShardMapped:
                 return local
 
             mine = tree_map(place, values, layouts, indices, vmas)
-            return lambda: self._finish(record, self.f(*mine))
+            return lambda: self._finish(record, self._called(mine))
 
         return [program(d) for d in self.mesh.devices], signature
 
@@ -192,7 +192,19 @@ class ShardMapped:
 
     def _body(self, record: Program, args: Any) -> Any:
         """A device's program: `f` on its inputs, its outputs checked and recorded."""
-        return self._finish(record, self.f(*args))
+        return self._finish(record, self._called(args))
+
+    def _called(self, args: Any) -> Any:
+        """`f` on a device's inputs `args`; numpy refusing an abstract value's stand-in dtype (a value taken out
+        of meshsim's hands by `np.asarray`) raises `AbstractValueError` saying so (`stand_in_refusal`)."""
+        try:
+            return self.f(*args)
+        except TypeError as error:
+            abstract = not isinstance(error, MeshError) and any(is_abstract(x) for x in leaves(args))
+            refusal = stand_in_refusal(error) if abstract else None
+            if refusal is None:
+                raise
+            raise refusal.with_traceback(error.__traceback__) from error
 
     def output_leaves(self, outputs: Any) -> list[tuple[str, PartitionSpec, np.ndarray]]:
         """Each leaf of `outputs` (a run's global outputs) with its path and out_specs entry."""

@@ -18,6 +18,8 @@ from sim.engine._driver import current_or_none
 from sim.memory._abstract import (
     AbstractValueError,
     abstract_call,
+    buffer_dtype,
+    hollow_dtype,
     hollow_empty,
     hollow_ufunc,
     is_abstract,
@@ -37,6 +39,18 @@ class Varying(np.ndarray):
 
     def __array_finalize__(self, obj: Any) -> None:
         self.vma = getattr(obj, "vma", _INVARIANT)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype a program reads: an abstract value's logical one (float32, not the hollow stand-in its
+        buffer holds), so that code branching on it runs as on the values. numpy's own code, and meshsim's
+        through `sim.memory.buffer_dtype`, reads the stand-in."""
+        dtype = buffer_dtype(self)
+        return dtype if dtype.metadata is None else logical_dtype(dtype)
+
+    @dtype.setter
+    def dtype(self, dtype: Any) -> None:
+        np.ndarray.dtype.__set__(self, dtype)
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out=None, **kwargs: Any):
         name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
@@ -82,6 +96,14 @@ class Varying(np.ndarray):
         cast = (lambda x: hollow_empty(x.shape, dtype)) if is_abstract(self) else (lambda x: x.astype(dtype))
         return apply("astype", cast, [self], {"dtype": np.dtype(dtype).name})
 
+    def view(self, *args: Any, **kwargs: Any):
+        """numpy's `view`; an abstract value viewed as another dtype stays abstract (its buffer holds no values
+        to reinterpret), as `dtype` shows it the logical dtype."""
+        if is_abstract(self):
+            args = tuple(_hollow_view(a) for a in args)
+            kwargs = {k: _hollow_view(v) if k == "dtype" else v for k, v in kwargs.items()}
+        return np.ndarray.view(self, *args, **kwargs)
+
     def ravel(self, *args: Any):
         return self.reshape(-1)
 
@@ -116,6 +138,13 @@ class Varying(np.ndarray):
 
     def tolist(self) -> Any:
         return np.asarray(_valued(self, "tolist()")).tolist()
+
+
+def _hollow_view(dtype: Any) -> Any:
+    """A `view` argument for an abstract value: a dtype as its hollow stand-in, an array type as it is."""
+    if dtype is None or (isinstance(dtype, type) and issubclass(dtype, np.ndarray)):
+        return dtype
+    return hollow_dtype(dtype)
 
 
 def _abstract_text(value: Varying) -> str:
