@@ -100,7 +100,7 @@ def run(segment: Segment, values: list, check_vma: bool) -> list | None:
     found = []
     for out, (_, vma), var in zip(outs, typed.outputs, _record(typed, values)):
         value = out.view(Varying)  # as `sim.wrap` makes it: the vma is a frozenset already
-        value.vma, value.var = vma, var
+        value.vma, value.variable = vma, var
         found.append(value)
     return found
 
@@ -180,7 +180,8 @@ def record_now(typed: _Typed, values: list) -> list:
 
 def _refs(values: list) -> list:
     """What a program reads for each input of a segment: its variable, or the constant it is."""
-    return [v.var if isinstance(v, sim.Varying) and v.var is not None else sim.Const(np.asarray(v)) for v in values]
+    return [v.variable if isinstance(v, sim.Varying) and v.variable is not None else sim.Const(np.asarray(v))
+            for v in values]
 
 
 # How a device records a segment's equations: `record_late` (`record_now` records the same, as it runs).

@@ -148,10 +148,10 @@ def _row(out: Any, vma: frozenset) -> sim.Varying:
     run copies it into the global output, and a row is never a fresh allocation whose region it could take)."""
     if out.__class__ is sim.Varying:  # a view of it with one leading row (its own `reshape` would record one)
         row = np.ndarray.reshape(out, (1, *out.shape))
-        row.vma, row.var = vma, out.var
+        row.vma, row.variable = vma, out.variable
     else:
         row = sim.wrap(np.asarray(out)[None], vma)
-        row.var = getattr(out, "var", None)
+        row.variable = getattr(out, "variable", None)
     row.flags.writeable = False
     return row
 

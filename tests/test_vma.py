@@ -106,6 +106,17 @@ def test_program_prints_like_a_jaxpr():
         "  in (c,) }")
 
 
+def test_numpys_array_methods_work_on_a_programs_values():
+    """A program's value is a numpy array: its methods (`var` and `std` among them: the value's record is its
+    `variable`, not an attribute hiding numpy's `var`) give numpy's answers and are recorded."""
+    x = np.arange(8.0, dtype=np.float32)
+    f = sim.shard_map(lambda v: C.psum(v.var(keepdims=True) + v.std(keepdims=True) + v.mean(keepdims=True), "x"),
+                      mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P())
+    halves = x[:4], x[4:]
+    assert f(x).tolist() == [sum(np.float32(h.var() + h.std() + h.mean()) for h in halves)]
+    assert "psum_invariant" in str(f.last_run.programs[0])
+
+
 def test_false_replication_is_rejected_before_values_are_compared():
     """An output typed as varying along an axis its out_spec omits is an error naming output and axis,
     even when the values happen to agree."""

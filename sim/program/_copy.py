@@ -113,5 +113,5 @@ def _retyped(result: np.ndarray, like: Any) -> Any:
     if not isinstance(like, Varying):
         return result
     typed = result.view(Varying)
-    typed.vma, typed.var = like.vma, like.var
+    typed.vma, typed.variable = like.vma, like.variable
     return typed

@@ -149,8 +149,8 @@ class ShardMapped:
                 local = memory.view(memory.place(x[index.by_device[device]], layout)).view(Varying)
                 local.flags.writeable = False  # an input is immutable, adopted or copied alike
                 local.vma = vma
-                local.var = record.new_var(local.dtype, local.shape, vma)
-                record.inputs.append(local.var)
+                local.variable = record.new_var(local.dtype, local.shape, vma)
+                record.inputs.append(local.variable)
                 return local
 
             mine = tree_map(place, values, layouts, indices, vmas)
@@ -183,7 +183,7 @@ class ShardMapped:
             mine = []
             for views, (_, _, vma), var in zip(held, types, made):
                 local = views[device].view(Varying)  # read-only: the held view is
-                local.vma, local.var = vma, var
+                local.vma, local.variable = vma, var
                 mine.append(local)
             if not flat:
                 mine = _rebuilt(values, mine)
@@ -354,7 +354,7 @@ def _check_type(path: str, spec: PartitionSpec, leaf: Any, device: int) -> Any:
     if extra:
         raise InvalidArgumentError(
             f"{path}: out_specs entry {spec!r} claims the output is replicated along mesh axis {extra[0]!r}, but "
-            f"on device {device} its type varies along {extra} ({leaf.var.type_str() if leaf.var else ''}); "
+            f"on device {device} its type varies along {extra} ({leaf.variable.type_str() if leaf.variable else ''}); "
             f"reduce it over {extra[0]!r} (psum, all_gather_invariant) or name {extra[0]!r} in out_specs"
         )
     return leaf

@@ -31,11 +31,12 @@ _INVARIANT: frozenset = frozenset()
 
 
 class Varying(np.ndarray):
-    """A numpy array on one simulated device, with `vma` (the axes it may vary along) and its `var`."""
+    """A numpy array on one simulated device, with `vma` (the axes it may vary along) and its `variable`
+    (the program's record of it; not `var`, which is numpy's variance)."""
 
     vma: frozenset
-    var: Var | None = None  # (a new view's: numpy gives it no attribute of the array it views)
-    made: tuple = ()  # `(var,)`, the outputs of the equation that made `var` (`wrap`), when recorded so
+    variable: Var | None = None  # (a new view's: numpy gives it no attribute of the array it views)
+    made: tuple = ()  # `(variable,)`, the outputs of the equation that made `variable` (`wrap`), when recorded so
 
     def __array_finalize__(self, obj: Any) -> None:
         self.vma = getattr(obj, "vma", _INVARIANT)
@@ -65,7 +66,7 @@ class Varying(np.ndarray):
             return result
         for target, fresh in zip(out, result if isinstance(result, tuple) else (result,)):
             if isinstance(target, Varying):
-                target.vma, target.var = fresh.vma, fresh.var
+                target.vma, target.variable = fresh.vma, fresh.variable
         return out[0] if len(out) == 1 else out
 
     def __array_function__(self, func: Callable, types: tuple, args: tuple, kwargs: dict):
@@ -179,8 +180,8 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None =
                 tuple(sorted(params.items())) if isinstance(params, dict) else tuple(params or ())
             first = inputs[0] if inputs and len(inputs) == 1 else None  # a collective's one operand, mostly
             shape = array.shape
-            if type(first) is Varying and first.var is not None:
-                var = first.var
+            if type(first) is Varying and first.variable is not None:
+                var = first.variable
                 refs = first.made  # the outputs of the equation that made the operand, when that is `var`'s
                 if not refs or refs[0] is not var:
                     refs = (var,)
@@ -189,7 +190,7 @@ def wrap(value: Any, vma: frozenset, op: str = "", params: dict | tuple | None =
             else:
                 refs = tuple([_ref(i) for i in inputs]) if inputs else ()
             array.made = made = context.program.record_one(op, items, refs, array.dtype, shape, array.vma)
-            array.var = made[0]
+            array.variable = made[0]
     return array
 
 
@@ -235,8 +236,8 @@ def apply(op: str, fn: Callable, operands: list, params: dict) -> Any:
     if isinstance(result, tuple) and all(isinstance(r, np.ndarray) for r in result):
         outs = [wrap(r, vma) for r in result]
         for out in outs:
-            out.var = context.program.new_var(out.dtype, out.shape, vma)
-        context.program.record(op, params, [_ref(x) for x in operands], [o.var for o in outs])
+            out.variable = context.program.new_var(out.dtype, out.shape, vma)
+        context.program.record(op, params, [_ref(x) for x in operands], [o.variable for o in outs])
         return tuple(outs)
     if not isinstance(result, (np.ndarray, np.generic)):
         return result
@@ -245,7 +246,7 @@ def apply(op: str, fn: Callable, operands: list, params: dict) -> Any:
 
 def _ref(value: Any) -> Var | Const:
     if isinstance(value, Varying):
-        return value.var if value.var is not None else Const(np.asarray(value))
+        return value.variable if value.variable is not None else Const(np.asarray(value))
     return Const(value)  # Python scalars stay weakly typed, as numpy treats them
 
 
