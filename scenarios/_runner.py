@@ -39,7 +39,8 @@ class ScenarioResult:
 
     def __repr__(self) -> str:
         """One line: the scenario, its call, devices, messages, bytes over the network and the end time."""
-        said = sim.record.summary(self.trace, self.scenario.mesh.size, self.end_time_s)
+        said = sim.record.summary(self.trace, self.scenario.mesh.size, self.end_time_s,
+                                 self.run.calls if self.run is not None else ())
         return f"ScenarioResult({self.scenario.title!r}: {self.scenario.op}; {said})"
 
     def _repr_html_(self) -> str:

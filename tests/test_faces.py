@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import inspect
 import json
 import re
@@ -347,3 +349,146 @@ def test_several_runs_in_one_file_are_read_drawn_and_explained_in_order(tmp_path
     assert main(["explain", str(tmp_path / "runs.json")]) == 0
     told = capsys.readouterr().out
     assert told.index("Run 1 of 2") < told.index("Run 1, call 2 of 2: psum") < told.index("Run 2 of 2")
+
+
+def _alternating(labelled: bool) -> sim.Run:
+    """On mesh {a: 2, c: 2}, 4 psums over 'c', 'a', 'c', 'a' (each 'layer k' when `labelled`): each is call 0
+    or 1 of its own groups, call k of the program."""
+    def body(x):
+        for k in range(4):
+            with sim.labelled(f"layer {k}") if labelled else contextlib.nullcontext():
+                x = collectives.psum(x, "a" if k % 2 else "c")
+        return x
+    f = sim.shard_map(body, mesh=sim.Mesh({"a": 2, "c": 2}), in_specs=sim.P(("a", "c")), out_specs=sim.P())
+    return f.run(np.ones(8, np.float32))
+
+
+@pytest.mark.parametrize("labelled", [False, True], ids=["unlabelled", "labelled"])
+def test_a_call_is_the_kth_call_each_device_made_across_its_groups(labelled, tmp_path, capsys):
+    """4 psums alternating over two axes are 4 calls of the program, each over its 2 groups and holding only
+    their messages, though the engine numbers them 0, 0, 1, 1 per group (so a count by collective and number
+    says 2): the run's repr and notebook summary, explain, draw (picture and page) and `meshsim explain` /
+    `draw` of the saved run all say 4 calls."""
+    run = _alternating(labelled)
+    assert len({(c.collective, c.call) for c in run.calls}) == 2  # numbers per group alone merge the calls
+    calls = sim.record.program_calls(run.trace, run.calls)
+    assert [sorted(c.groups) for c in calls] == [[(0, 1), (2, 3)], [(0, 2), (1, 3)]] * 2
+    assert [c.label for c in calls] == ([f"layer {k}" for k in range(4)] if labelled else [None] * 4)
+    src, dst = run.trace.column("src"), run.trace.column("dst")
+    for call in calls:
+        assert all(any({int(src[k]), int(dst[k])} <= set(g) for g in call.groups) for k in call.messages)
+    assert sorted(np.concatenate([c.messages for c in calls]).tolist()) == list(range(len(run.trace)))
+    assert "4 collective calls" in repr(run) and "4 collective calls" in run._repr_html_()
+    told = run.explain()
+    assert "; 4 calls, " in told.splitlines()[0]
+    assert [line.split(":")[0] for line in told.splitlines() if line.startswith("call ")] == [
+        f"call {k} of 4" for k in range(1, 5)]
+    svg = ET.fromstring(run.draw(tmp_path / "run.svg"))
+    assert len([g for g in svg.iter(SVG + "g") if g.get("class") == "call"]) == 4
+    assert "; 4 calls; " in next(t.text for t in svg.iter(SVG + "text") if t.get("class") == "summary")
+    assert "4 collective calls" in run.draw(tmp_path / "run.html")
+    run.save(tmp_path / "run.json")
+    assert main(["explain", str(tmp_path / "run.json")]) == 0
+    out = capsys.readouterr().out
+    assert "Call 4 of 4: psum" in out and " of 2: " not in out
+    assert main(["draw", str(tmp_path / "run.json"), "-o", str(tmp_path / "saved.svg")]) == 0
+    assert len([g for g in ET.parse(tmp_path / "saved.svg").getroot().iter(SVG + "g")
+                if g.get("class") == "call"]) == 4
+
+
+def test_a_call_whose_groups_met_at_different_times_says_when_each_met():
+    """psum over 'c' on mesh {a: 2, c: 2} after devices 2 and 3 computed for 1 us: one call of two groups,
+    [0, 1] met at 0 s and [2, 3] at 1 us; explain says each (a call whose groups met together says none)."""
+    def body(x):
+        if int(collectives.axis_index("a")) == 1:
+            sim.compute(seconds=1e-6)
+        return collectives.psum(x, "c")
+    f = sim.shard_map(body, mesh=sim.Mesh({"a": 2, "c": 2}), in_specs=sim.P(("a", "c")), out_specs=sim.P(("a",)))
+    run = f.run(np.ones(4, np.float32))
+    call, = [c for c in sim.record.program_calls(run.trace, run.calls) if c.collective == "psum"]
+    assert dict(zip(call.groups, call.met_by_group)) == {(0, 1): 0.0, (2, 3): 1e-6}
+    told = run.explain()
+    assert "    group [0, 1] met at 0 s\n    group [2, 3] met at 1 us\n" in told
+    assert " met at " not in _alternating(False).explain()
+
+
+def test_work_started_in_a_labelled_block_keeps_its_label():
+    """A function started with `sim.start` inside `sim.labelled("dispatch")` calls psum at once and, after
+    the block has ended, all_gather, then pmax under its own label 'inner', then psum again: its calls carry
+    'dispatch', 'dispatch', 'inner', 'dispatch', and the program's own pmin, made after the block while the
+    started work runs, carries none."""
+    def work(y):
+        a = collectives.all_gather(collectives.psum(y, "x"), "x", tiled=True)
+        with sim.labelled("inner"):
+            b = collectives.pmax(a, "x")
+        return collectives.psum(b, "x")
+
+    def body(x):
+        with sim.labelled("dispatch"):
+            started = sim.start(work, x)
+        sim.compute(seconds=1e-6)
+        own = collectives.pmin(x, "x")
+        return started.result()[:1] + own
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=sim.P("x"), out_specs=sim.P("x"), check_vma=False)
+    run = f.run(np.ones(2, np.float32))
+    for device in (0, 1):
+        made = sorted((c.enter_s, c.collective, c.label) for c in run.calls if c.device == device)
+        assert [(name, label) for _, name, label in made] == [
+            ("psum", "dispatch"), ("pmin", None), ("all_gather", "dispatch"), ("pmax", "inner"), ("psum", "dispatch")]
+
+
+def test_explain_escapes_a_labels_control_characters_as_the_command_does(tmp_path, capsys):
+    """A label holding a newline and an escape sequence: `Run.explain()` writes them as their escapes, as
+    `meshsim explain` of the saved run does, never raw; a label that is not a str is refused naming it, and a
+    saved file whose label is not a string or null is refused naming the file."""
+    def body(x):
+        with sim.labelled("evil\n\x1b[31mRED\x1b[0m"):
+            return collectives.psum(x, "x")
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=sim.P("x"), out_specs=sim.P("x"))
+    run = f.run(np.ones(2))
+    told = run.explain()
+    escaped = "evil\\x0a\\x1b[31mRED\\x1b[0m"
+    assert "\x1b" not in told and f"call 1 of 1: psum at {escaped}\n" in told
+    run.save(tmp_path / "run.json")
+    assert sim.load_run(tmp_path / "run.json").explain().splitlines()[2:] == told.splitlines()[2:]
+    assert main(["explain", str(tmp_path / "run.json")]) == 0
+    assert f"made at {escaped}\n" in capsys.readouterr().out
+
+    def numbered(x):
+        with sim.labelled(123):
+            return collectives.psum(x, "x")
+    with pytest.raises(sim.InvalidTypeError, match=r"label=123 must be a str"):
+        sim.shard_map(numbered, mesh=sim.Mesh({"x": 2}), in_specs=sim.P("x"), out_specs=sim.P("x")).run(np.ones(2))
+    document = json.loads((tmp_path / "run.json").read_text())
+    document["runs"][0]["calls"][0][-1] = 123
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(sim.InvalidArgumentError, match=r"bad\.json: not a saved run: .*label must be a string or "
+                                                       r"null, not 123"):
+        sim.load_run(tmp_path / "bad.json")
+
+
+def test_every_face_of_a_run_with_work_and_routes_reads_back_the_same(tmp_path, capsys):
+    """A started ring psum beside local work (`sim.compute`) on a switched network (routes through ports):
+    saved and read back, its compute records and routes come back, and explain (bounded and full), draw
+    (picture and page), the Perfetto events (in full and summarised) and `meshsim trace` of the file equal
+    the run's own."""
+    def body(x):
+        started = sim.start(collectives.psum, x, "i", algorithm="ring")
+        sim.compute(flops=1e9, name="matmul")
+        return started.result()
+    mesh = sim.Mesh({"i": 4}, network=sim.Network.preset("h100-nvlink", (4,)))
+    run = sim.shard_map(body, mesh=mesh, in_specs=sim.P("i"), out_specs=sim.P("i")).run(np.ones(400, np.float32))
+    run.save(tmp_path / "run.json")
+    back = dataclasses.replace(sim.load_run(tmp_path / "run.json"), title=run.faced().title)
+    assert len(run.trace.computes) == 4 and back.trace.computes == run.trace.computes
+    links = sim.record.trace_links(run.trace)
+    assert any(isinstance(link[0], str) for link in links) and sim.record.trace_links(back.trace) == links
+    assert back.explain() == run.explain() and back.explain(full=True) == run.explain(full=True)
+    for suffix in (".svg", ".html"):
+        assert back.draw(tmp_path / f"back{suffix}") == run.draw(tmp_path / f"run{suffix}")
+    for limit in (None, 3):
+        assert sim.record.trace_events(back.trace, back.calls, 4, limit) == run.trace_events(limit)
+    assert main(["trace", str(tmp_path / "run.json"), "-o", str(tmp_path / "trace.json")]) == 0
+    written = json.loads((tmp_path / "trace.json").read_text())
+    assert written == json.loads(json.dumps(run.trace_events(2048)))
+    assert "compute" in {e.get("cat") for e in written["traceEvents"]} and written["otherData"]["computes"] == 4

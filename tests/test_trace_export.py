@@ -396,3 +396,21 @@ def test_trace_columns_and_single_records_equal_the_records():
     assert trace.detail_keys() == {key for m in made for key in m.detail}
     with pytest.raises(IndexError, match="out of range"):
         trace[len(trace)]
+
+
+@pytest.mark.parametrize("limit, error, match", [
+    (-1, sim.InvalidArgumentError, r"limit=-1 must be >= 0"),
+    (True, sim.InvalidTypeError, r"limit=True must be an int >= 0 .* or None"),
+    (2.5, sim.InvalidTypeError, r"limit=2\.5 must be an int >= 0 .* or None"),
+    ("3", sim.InvalidTypeError, r"limit='3' must be an int >= 0 .* or None"),
+], ids=["negative", "bool", "float", "str"])
+def test_a_limit_that_is_not_none_or_an_int_of_at_least_0_is_refused_naming_it(limit, error, match, tmp_path):
+    """`trace_events(limit)` and `to_perfetto(path, limit)` take None or an int >= 0 (not a bool): anything
+    else is refused naming `limit` and the rule, before a file is written; 0 summarises every record."""
+    run = docs_run()
+    with pytest.raises(error, match=match):
+        run.trace_events(limit)
+    with pytest.raises(error, match=match):
+        run.to_perfetto(tmp_path / "trace.json", limit)
+    assert not (tmp_path / "trace.json").exists()
+    assert run.trace_events(0)["otherData"]["summarised"]["in_full"] == 0

@@ -120,7 +120,8 @@ def call_steps(faced: sim.record.Faces | Any, full: bool) -> list[Step]:
 def _call(trace: sim.Trace, call: sim.record.ProgramCall, full: bool) -> list[Any]:
     """One call's step: where it was made, what the collective does, its groups and times, its messages by step."""
     counted = sim.record.counted
-    body: list[Any] = [Text(f"made at {call.label}" if call.label else "where it was made is not recorded",
+    body: list[Any] = [Text(f"made at {sim.record.printable(call.label)}" if call.label else
+                            "where it was made is not recorded",
                             style="bold")]
     with contextlib.suppress(sim.InvalidArgumentError):  # a saved file may name a collective not registered here
         body.append(Text(_protocols.protocol(collectives.definition(call.collective), {}, 0)[0]))
@@ -129,6 +130,9 @@ def _call(trace: sim.Trace, call: sim.record.ProgramCall, full: bool) -> list[An
                      + f"{counted(len(call.groups), 'group')} of {' or '.join(map(str, sizes))} "
                      + f"{sim.record.plural(sizes[-1], 'device')}; entered from {_seconds(call.enter_s)}, every "
                      + f"group met by {_seconds(call.met_s)}, ended by {_seconds(call.exit_s)}"))
+    if len(set(call.met_by_group)) > 1:  # groups that met at different times: when each did
+        body += [g if isinstance(g, Text) else Text(f"group {list(g[0])} met at {_seconds(g[1])}")
+                 for g in edges(list(zip(call.groups, call.met_by_group)), full, LINE_EDGE, "groups")]
     groups = _protocols.step_groups(trace, call.messages.tolist())
     if not groups:
         body.append(Text("No message is sent: each device computes its result locally.", style="dim"))

@@ -279,7 +279,7 @@ class DeviceProgram:
 
     def label(self) -> str | None:
         """Where the program made the call it waits to enter (`sim.record.call_label`): its label."""
-        return call_label(self._record, self._greenlet)
+        return call_label(self._record.label, self._greenlet)
 
     def call(self, collective: Collective) -> Any:
         """In the device's greenlet: hand `collective` to the process and return its result."""

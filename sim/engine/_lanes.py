@@ -47,9 +47,15 @@ if TYPE_CHECKING:
 class Lane:
     """Work a device program started with `sim.start`: its own greenlet, driven by its own SimPy process,
     with the program's call numbers, memory and program record. Duck-types the parts of a `DeviceProgram`
-    that `Calls.run` and a `Request` use (`device`, `calls`, `wait_in`, `activity`)."""
+    that `Calls.run` and a `Request` use (`device`, `calls`, `wait_in`, `activity`).
 
-    def __init__(self, owner: Any, fn: Callable[[], Any]) -> None:
+    The program record's `label` belongs to the code running now: while the lane runs, the record holds the
+    lane's own label (`own_label`: the one it was started under, or a `sim.labelled` block's inside it), and
+    when the lane stops the record gets back the label it held before. So a block that ends in the program
+    does not unlabel the lane, and a block in the lane labels only the lane's calls.
+    """
+
+    def __init__(self, owner: Any, fn: Callable[[], Any], label: str | None) -> None:
         self.root: DeviceProgram = getattr(owner, "root", owner)
         self.device = self.root.device
         self.calls = self.root.calls  # numbered with the program's own calls
@@ -58,6 +64,7 @@ class Lane:
         self.last_call: Waiting | None = None
         self.done = False
         self.result: Any = None
+        self.own_label = label
         self.finished = self._lifecycle.env.event()
         context = copy.copy(owner_context(self.root))  # the device's groups, caches and options, shared
         context._driven = self  # a lane's requests come back to the lane
@@ -70,9 +77,9 @@ class Lane:
         self.activity = Activity(Phase.WAITING, self.last_call)
 
     def label(self) -> str | None:
-        """Where the lane made the call it waits to enter: the program's label when it started (as
-        `DeviceProgram.label`)."""
-        return call_label(self.root._record, self._greenlet)
+        """Where the lane made the call it waits to enter: its own label, the one it was started under unless a
+        `sim.labelled` block inside it says otherwise (as `DeviceProgram.label`)."""
+        return call_label(self.own_label, self._greenlet)
 
     def call(self, request: Any) -> Any:
         """In the lane's greenlet: hand `request` (a collective or a `Request`) to the lane's driver."""
@@ -94,14 +101,18 @@ class Lane:
     def _steps(self) -> Generator:
         """Resume the lane's function, carry out what it asks for, until it returns."""
         resume: tuple = ()
+        record = self.root._record
         while True:
             self.activity = COMPUTING
+            found, record.label = record.label, self.own_label
             try:
                 request = self._greenlet.switch(*resume)
             except BaseException as error:  # the lane's failure is its device's: the run ends with it
                 self.activity = self.root.activity = Activity(Phase.FAILED)
                 self._lifecycle.fail(self.root._explained(error))
                 return
+            finally:
+                self.own_label, record.label = record.label, found
             if self._greenlet.dead:
                 self.done, self.result, self.activity = True, request, FINISHED
                 self.finished.succeed()
@@ -157,13 +168,13 @@ class Pending:
 
 
 class _Start(Request):
-    """Start a lane now, at no cost in time; the program gets its `Pending`."""
+    """Start a lane now, at no cost in time, under `label`; the program gets its `Pending`."""
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable[[], Any], label: str | None) -> None:
+        self.fn, self.label = fn, label
 
     def drive(self, program: Any) -> Generator:
-        lane = Lane(program, self.fn)
+        lane = Lane(program, self.fn, self.label)
         lane.root.lanes.append(lane)
         lane.begin()
         return Pending(lane)
@@ -213,7 +224,8 @@ def join_lanes(program: DeviceProgram) -> Generator:
 def start(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Pending:
     """Start `fn(*args, **kwargs)` on the device's communication track and go on at once (an async
     collective's start); its `Pending.result()` is the done half. `fn` is typically a collective, e.g.
-    `sim.start(ppermute, x, "i", perm)`; it may call several, and charge work with `sim.compute`.
+    `sim.start(ppermute, x, "i", perm)`; it may call several, and charge work with `sim.compute`. Its calls
+    keep the label (`sim.labelled`) it was started under, even after that block has ended.
 
     Raises:
         MeshError: called outside a program run by `sim.shard_map`.
@@ -222,7 +234,7 @@ def start(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Pending:
     context = current()
     if not callable(fn):
         raise InvalidTypeError(f"fn={fn!r} must be callable: sim.start(f, *args) runs f(*args) beside the program")
-    return context._driven.call(_Start(lambda: fn(*args, **kwargs)))
+    return context._driven.call(_Start(lambda: fn(*args, **kwargs), context.program.label))
 
 
 def compute(flops: float = 0.0, bytes_accessed: float = 0.0, transcendentals: float = 0.0, *,

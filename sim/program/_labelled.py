@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from sim._errors import InvalidTypeError
 from sim.engine._driver import current
 
 
@@ -21,8 +22,12 @@ def labelled(label: str) -> Iterator[None]:
         run.calls[0].label  # 'moe.py:57 (dispatch)'
 
     Raises:
+        InvalidTypeError: `label` is not a str.
         MeshError: called outside a program run by `sim.shard_map`.
     """
+    if not isinstance(label, str):
+        raise InvalidTypeError(f"label={label!r} must be a str: sim.labelled names where the calls inside the "
+                               f"block were made, e.g. sim.labelled('moe.py:57 (dispatch)')")
     program = current().program
     outer, program.label = program.label, label
     try:

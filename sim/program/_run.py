@@ -37,7 +37,7 @@ class Run(Faces):
 
     def __repr__(self) -> str:
         """One line: devices, messages, bytes over the network, calls, the end time (and why it stopped)."""
-        said = _html.summary(self.trace, self.simulation.mesh.size, self.end_time_s)
+        said = _html.summary(self.trace, self.simulation.mesh.size, self.end_time_s, self.calls)
         violations = len(self.simulation.violations)
         return (f"Run({said}" + (f", {violations} violations" if violations else "")
                 + (f", stopped: {self.stopped}" if self.stopped else "") + ")")
@@ -45,7 +45,7 @@ class Run(Faces):
     def _repr_html_(self) -> str:
         """The run in a notebook: its summary line, the timeline of its messages and their table (bounded:
         see `sim.record.run_html`)."""
-        return _html.run_html(self.trace, range(self.simulation.mesh.size), self.end_time_s)
+        return _html.run_html(self.trace, range(self.simulation.mesh.size), self.end_time_s, calls=self.calls)
 
     @property
     def violations(self) -> list[Violation]:
@@ -79,7 +79,12 @@ class Run(Faces):
         calls, waits, sends, transfers, receives and local copies, a flow from each send to its receive.
         See `sim.record._perfetto` for the tracks; the same run gives the same dict. With `limit`, a run of
         more records exports its first `limit` in time order in full and summarises the rest, as `meshsim
-        trace` does past 2,048 (a million messages in full are five million events and a gigabyte)."""
+        trace` does past 2,048 (a million messages in full are five million events and a gigabyte).
+
+        Raises:
+            InvalidTypeError: `limit` is neither None nor an int (a bool is not one).
+            InvalidArgumentError: `limit` is negative.
+        """
         return _perfetto.trace_events(self.trace, self.simulation.calls, self.simulation.mesh.size, limit)
 
     def to_perfetto(self, path: str | Path, limit: int | None = None) -> dict:
@@ -87,6 +92,8 @@ class Run(Faces):
         dict.
 
         Raises:
+            InvalidTypeError: `limit` is neither None nor an int (a bool is not one).
+            InvalidArgumentError: `limit` is negative (both before anything is written).
             OSError: `path` cannot be written.
         """
         with gc_paused():  # a big run's timeline is many small acyclic objects

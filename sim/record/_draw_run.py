@@ -74,7 +74,7 @@ def _drawn(faced: Faced, full: bool, top: float, heading: str) -> tuple[list[str
 def draw_page(faced: Faced | Sequence[Faced], full: bool = False) -> str:
     """A self-contained HTML page: the picture, then each run's message timeline and table."""
     runs = [faced] if isinstance(faced, Faced) else list(faced)
-    tables = "\n".join(run_html(r.trace, r.devices, r.end_time_s, r.title) for r in runs)
+    tables = "\n".join(run_html(r.trace, r.devices, r.end_time_s, r.title, calls=r.calls) for r in runs)
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + xml_text(runs[0].title)
             + "</title><style>body{font-family:sans-serif} table{border-collapse:collapse;font-size:12px} "
               "td,th{padding:1px 6px} .num{text-align:right}</style></head><body>\n"

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.record._escape import printable
 from sim.record._html import seconds
 from sim.record._program_calls import ProgramCall, program_calls
 from sim.record._runfile import Faced
@@ -33,23 +34,27 @@ def explain_run(faced: Faced, full: bool = False) -> str:
 
 def _headline(faced: Faced, calls: list[ProgramCall]) -> str:
     """One line for the whole run: mesh, calls, messages, bytes over the network, local copies, end time."""
-    axes = ", ".join(f"{name}={n}" for name, n in faced.mesh_shape.items())
-    return (f"{faced.title}: mesh {axes} ({counted(len(faced.devices), 'device')}); {counted(len(calls), 'call')}, "
-            f"{Traffic.of(faced.trace)}; simulated end time {seconds(faced.end_time_s)}")
+    axes = ", ".join(f"{printable(name)}={n}" for name, n in faced.mesh_shape.items())
+    return (f"{printable(faced.title)}: mesh {axes} ({counted(len(faced.devices), 'device')}); "
+            f"{counted(len(calls), 'call')}, {Traffic.of(faced.trace)}; simulated end time {seconds(faced.end_time_s)}")
 
 
 def _call(faced: Faced, call: ProgramCall, total: int, full: bool) -> list[str]:
-    """The paragraph of one call."""
-    lines = [f"call {call.number} of {total}: {call.collective}" + (f" at {call.label}" if call.label else
-                                                                    " (where it was made is not recorded)")]
+    """The paragraph of one call (the text a file gave, its collective, label and algorithm, escaped as
+    `printable` escapes it: a label's newline or escape sequence shows as `\\x0a`, `\\x1b`)."""
+    lines = [f"call {call.number} of {total}: {printable(call.collective)}"
+             + (f" at {printable(call.label)}" if call.label else " (where it was made is not recorded)")]
     sizes = sorted({len(g) for g in call.groups})
     members = _members(call.groups[0], full)
     groups = (f"{counted(len(call.groups), 'group')} of {counted(sizes[0], 'device')}" if len(sizes) == 1 else
               f"{counted(len(call.groups), 'group')} of {', '.join(map(str, sizes))} devices")
-    lines.append(f"  {'algorithm ' + call.algorithm + '; ' if call.algorithm else ''}{groups}"
+    lines.append(f"  {'algorithm ' + printable(call.algorithm) + '; ' if call.algorithm else ''}{groups}"
                  + (f" ({members})" if len(call.groups) == 1 else f", the first {members}"))
     lines.append(f"  entered from {seconds(call.enter_s)}, every group met by {seconds(call.met_s)}, "
                  f"ended by {seconds(call.exit_s)}")
+    if len(set(call.met_by_group)) > 1:  # groups that met at different times: when each did
+        lines += ["    " + (g if isinstance(g, str) else f"group {_members(g[0], full)} met at {seconds(g[1])}")
+                  for g in _ends(list(zip(call.groups, call.met_by_group)), full, "group")]
     trace = faced.trace
     ks = call.messages
     kinds = trace.column("kind")[ks] if len(ks) else np.zeros(0, object)

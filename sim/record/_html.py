@@ -21,7 +21,8 @@ import numpy as np
 
 from sim.record._compute import ComputeRecord
 from sim.record._escape import xml_text
-from sim.record._trace import MessageRecord, Trace
+from sim.record._program_calls import call_parts
+from sim.record._trace import CallRecord, MessageRecord, Trace
 from sim.record._words import counted
 
 # The `meshsim run` palette (rich's bright_cyan, bright_magenta, bright_green, yellow, bright_blue,
@@ -281,29 +282,31 @@ def message_table(messages: Sequence[MessageRecord] | Trace, limit: int | None =
     return f'<table id="messages"><tr>{head}</tr>' + "".join(rows) + "</table>"
 
 
-def summary(messages: Sequence[MessageRecord] | Trace, devices: int, end_time_s: float) -> str:
-    """One line: devices, messages (between devices and local), bytes over the network, collective calls and
-    the end time. A `Trace` is read through its columns, so a run of a million messages says it quickly."""
-    names = ("src", "dst", "size_bytes", "collective", "call", "kind")  # not `detail`: a dict per record
+def summary(messages: Sequence[MessageRecord] | Trace, devices: int, end_time_s: float,
+            calls: Sequence[CallRecord]) -> str:
+    """One line: devices, messages (between devices and local), bytes over the network, the program's
+    collective calls (`calls`, each device's parts, counted as `program_calls` counts them) and the end time.
+    A `Trace` is read through its columns, so a run of a million messages says it quickly."""
+    names = ("src", "dst", "size_bytes", "kind")  # not `detail`: a dict per record
     columns = messages.columns(names) if isinstance(messages, Trace) else {
         name: np.array([getattr(m, name) for m in messages], object) for name in names}
     sent = columns["kind"] == "message"
     between = sent & (columns["src"] != columns["dst"])
     copies = int((~sent).sum())
-    calls = len(set(zip(columns["collective"].tolist(), columns["call"].tolist())))
     return (f"{counted(devices, 'device')}, {counted(int(sent.sum()), 'message')} ({int(between.sum())} between "
             f"devices, {int(columns['size_bytes'][between].sum())} B over the network)"
             + (f", {counted(copies, 'local copy')}" if copies else "")
             + (f", {counted(len(messages.computes), 'compute span')}"
                if isinstance(messages, Trace) and messages.computes else "")
-            + f", {counted(calls, 'collective call')}, ends at {seconds(end_time_s)}")
+            + f", {counted(len(call_parts(calls)), 'collective call')}, ends at {seconds(end_time_s)}")
 
 
-def run_html(trace: Trace, devices: Sequence[int], end_time_s: float, heading: str = "Run") -> str:
-    """A run as an HTML fragment: its summary, its timeline and its message table, both bounded (`BARS`
-    messages drawn, `TABLE_ROWS` listed)."""
+def run_html(trace: Trace, devices: Sequence[int], end_time_s: float, heading: str = "Run", *,
+             calls: Sequence[CallRecord]) -> str:
+    """A run as an HTML fragment: its summary (`calls` are each device's parts of its collective calls), its
+    timeline and its message table, both bounded (`BARS` messages drawn, `TABLE_ROWS` listed)."""
     drawn = timeline(trace, devices, end_time_s, max_bars=BARS)
     note = f"<p><small>{xml_text(drawn.note)}</small></p>" if drawn.note else ""
     return (f'<div class="meshsim-run"><p><b>{xml_text(heading)}</b>: '
-            f"{xml_text(summary(trace, len(devices), end_time_s))}</p>{drawn.svg}{note}"
+            f"{xml_text(summary(trace, len(devices), end_time_s, calls))}</p>{drawn.svg}{note}"
             f"{message_table(trace, TABLE_ROWS)}</div>")

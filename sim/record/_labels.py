@@ -1,7 +1,8 @@
 """Where a collective call was made: the label a call is recorded with (`CallRecord.label`).
 
 A device's `Program.label` is what the device runs now, set by `sim.labelled` (the bridge sets the user's
-source line and JAX's name stack around every collective it runs). A call entered without one is labelled
+source line and JAX's name stack around every collective it runs); work started with `sim.start` keeps the
+label it was started under, its own while it runs. A call entered without one is labelled
 with the line of the program that made it while `located()` is in effect (the faces turn it on for the runs
 they show: finding the line walks the device's stack, which a plain run does not pay for).
 """
@@ -13,8 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
-
-from sim.record._equations import Program
 
 _SIM = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY = (_SIM + os.sep, os.path.join(os.path.dirname(_SIM), "collectives") + os.sep)
@@ -31,12 +30,13 @@ def located() -> Iterator[None]:
         _locating[0] -= 1
 
 
-def call_label(program: Program, suspended: Any) -> str | None:
-    """The label of a call the device of `program` enters now, its program suspended in the greenlet
-    `suspended`: the program's `label`, else (inside `located()`) the innermost line of the greenlet's stack
-    outside the simulator and the collectives ('file:line (function)'), else None."""
-    if program.label is not None or not _locating[0]:
-        return program.label
+def call_label(label: str | None, suspended: Any) -> str | None:
+    """The label of a call a device's program (or work it started, `sim.start`) enters now, suspended in the
+    greenlet `suspended` under `label` (its `sim.labelled` label): `label`, else (inside `located()`) the
+    innermost line of the greenlet's stack outside the simulator and the collectives ('file:line
+    (function)'), else None."""
+    if label is not None or not _locating[0]:
+        return label
     frame: FrameType | None = suspended.gr_frame
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)

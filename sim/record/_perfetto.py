@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from sim._errors import InvalidArgumentError, InvalidTypeError
 from sim.record._compute import ComputeRecord
 from sim.record._order import time_order
 from sim.record._trace import CallRecord, MessageRecord, Trace
@@ -94,7 +95,12 @@ def trace_events(trace: Trace, calls: Sequence[CallRecord], devices: int, limit:
 
     Returns:
         A dict ready for `json.dump`, ``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}``.
+
+    Raises:
+        InvalidTypeError: `limit` is neither None nor an int (a bool is not one).
+        InvalidArgumentError: `limit` is negative.
     """
+    check_limit(limit)
     count = len(trace)
     kinds = trace.column("kind")
     sent = int((kinds == "message").sum())
@@ -122,6 +128,23 @@ def trace_events(trace: Trace, calls: Sequence[CallRecord], devices: int, limit:
             f"device has a summary span of what it sent and one of what it received, and the 'in flight' "
             f"process counts the messages and bytes on the wire")}
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
+
+
+def check_limit(limit: object) -> None:
+    """Refuse a `limit` of records in full that is not None or an int >= 0.
+
+    Raises:
+        InvalidTypeError: `limit` is neither None nor an int (a bool is not one).
+        InvalidArgumentError: `limit` is negative.
+    """
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)):
+        raise InvalidTypeError(f"limit={limit!r} must be an int >= 0 (how many records to export in full) or None "
+                               f"(every record)")
+    if limit < 0:
+        raise InvalidArgumentError(f"limit={limit!r} must be >= 0 (how many records to export in full), or None for "
+                                   f"every record")
 
 
 def links(trace: Trace) -> set[tuple]:

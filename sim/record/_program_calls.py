@@ -1,9 +1,12 @@
-"""A run's collective calls as the program made them: one `ProgramCall` per call site and occurrence.
+"""A run's collective calls as the program made them: one `ProgramCall` per call of the program.
 
 The engine records each device's part of each call (`CallRecord`) and numbers calls per group of devices
-(`call`). The faces show a program's calls instead: the parts of every group made by the same line of the
-program at the same occurrence (same collective, call number, label and group size) are one call, with
-the messages and local copies of its parts. Calls are numbered from 1 in the order they were first entered.
+(`call`), so a psum over axis 'c' and then one over axis 'a' are both call 0 of their groups. The faces show
+a program's calls instead: a call of the program is the k-th collective call each device made, whatever
+its group, with every group that met for it (each device's parts are put in the order it entered them;
+parts of one meeting of a group, and the k-th parts of the same collective and label, are one call). Every
+face (`repr`, `explain`, `draw`, the notebook's summary, the command line) counts and numbers calls so.
+Calls are numbered from 1 in the order they were first entered.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from sim.record._trace import CallRecord, Trace
 class ProgramCall:
     """One call of a program: the collective, where it was made (`label`), its groups and every device's part
     (`records`), the trace indices of its messages and copies (`messages`), and when it began and ended:
-    `enter_s` the first part entered, `met_s` the last group met, `exit_s` the last part ended."""
+    `enter_s` the first part entered, `met_s` the last group met, `exit_s` the last part ended;
+    `met_by_group[g]` is when `groups[g]` met. `call` is the number its first part has in its group."""
 
     number: int
     collective: str
@@ -33,6 +37,7 @@ class ProgramCall:
     enter_s: float
     met_s: float
     exit_s: float
+    met_by_group: tuple[float, ...]
 
     @property
     def title(self) -> str:
@@ -42,21 +47,54 @@ class ProgramCall:
 
 def program_calls(trace: Trace, calls: Sequence[CallRecord]) -> list[ProgramCall]:
     """The calls of a run (`trace` and its `calls`), in the order they were first entered."""
-    keys: dict[tuple, list[CallRecord]] = {}
-    for record in calls:
-        keys.setdefault((record.collective, record.call, record.label, len(record.members)), []).append(record)
-    ordered = sorted(keys.values(), key=lambda parts: min(p.enter_s for p in parts))
+    ordered = call_parts(calls)
     owner = _owners(trace, [part for parts in ordered for part in parts],
                     np.repeat(np.arange(len(ordered)), [len(parts) for parts in ordered]))
     found = []
     for number, parts in enumerate(ordered):
-        groups = tuple(dict.fromkeys(p.members for p in parts))
+        met: dict[tuple[int, ...], float] = {}
+        for p in parts:
+            met[p.members] = max(met.get(p.members, p.met_s), p.met_s)
         algorithms = [p.algorithm for p in parts if p.algorithm is not None]
-        found.append(ProgramCall(number + 1, parts[0].collective, parts[0].call, parts[0].label, groups,
+        found.append(ProgramCall(number + 1, parts[0].collective, parts[0].call, parts[0].label, tuple(met),
                                  algorithms[0] if algorithms else None, tuple(parts),
                                  np.flatnonzero(owner == number), min(p.enter_s for p in parts),
-                                 max(p.met_s for p in parts), max(p.exit_s for p in parts)))
+                                 max(met.values()), max(p.exit_s for p in parts), tuple(met.values())))
     return found
+
+
+def call_parts(calls: Sequence[CallRecord]) -> list[list[CallRecord]]:
+    """The parts of each call of the program, calls in the order they were first entered: parts of one
+    meeting (collective, call number, group) go together, and so do the parts each device made k-th (in the
+    order it entered them) of the same collective under the same label."""
+    parent = list(range(len(calls)))
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = k = parent[parent[k]]
+        return k
+
+    first: dict[tuple, int] = {}
+    for k, (record, step) in enumerate(zip(calls, _steps(calls))):
+        for key in (("meeting", record.collective, record.call, record.members),
+                    ("step", step, record.collective, record.label)):
+            a, b = root(k), root(first.setdefault(key, k))
+            parent[max(a, b)] = min(a, b)
+    parts: dict[int, list[CallRecord]] = {}
+    for k, record in enumerate(calls):
+        parts.setdefault(root(k), []).append(record)
+    return sorted(parts.values(), key=lambda found: min(p.enter_s for p in found))  # stable: ties keep order
+
+
+def _steps(calls: Sequence[CallRecord]) -> list[int]:
+    """For each part, how many calls its device entered before it (parts of a device taken by the time it
+    entered them; the engine records parts as they end, so a tie keeps that order)."""
+    steps = [0] * len(calls)
+    made: dict[int, int] = {}
+    for k in sorted(range(len(calls)), key=lambda k: (calls[k].device, calls[k].enter_s)):
+        steps[k] = made.get(calls[k].device, 0)
+        made[calls[k].device] = steps[k] + 1
+    return steps
 
 
 def _owners(trace: Trace, parts: list[CallRecord], of: np.ndarray) -> np.ndarray:

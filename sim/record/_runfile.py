@@ -2,10 +2,14 @@
 
 The file holds one or more runs (a gradient's forward and backward runs, say), each with the mesh's axes,
 the end time, every device's part of every call (`CallRecord`, labels included; each group's members
-once) and the trace's columns: numbers as base64 of their little-endian bytes, names as a table and codes,
+once), the trace's columns: numbers as base64 of their little-endian bytes, names as a table and codes,
 details one column per key (an array where its values are ints or tuples of ints, else JSON values with
-null where a record lacks the key, so a detail's None value reads back as absent). A million messages save
-and load in seconds. Routes are not saved (they follow from the mesh and the network, which are not).
+null where a record lacks the key, so a detail's None value reads back as absent; keys in the order records
+first have them, so a detail reads back in its own order), the local work charged
+with `sim.compute` (`Trace.computes`), and the route of each pair of devices a message crossed between
+(the links Perfetto's link tracks show; the mesh and the network are not saved). So every face of a run
+read back (explain, draw, its Perfetto events) is the run's own. A million messages save and load in
+seconds. Version 1 files, written before computes and routes were saved, read back without them.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from typing import Any
 import numpy as np
 
 from sim._errors import InvalidArgumentError
+from sim.record._compute import ComputeRecord
 from sim.record._trace import FIELDS, CallRecord, Trace
 
-FORMAT, VERSION = "meshsim-run", 1
+FORMAT, VERSION = "meshsim-run", 2
+_READS = (1, 2)  # the versions this meshsim reads
+_COMPUTE = ("device", "start_s", "end_s", "name", "flops", "bytes_accessed", "transcendentals")
 _NAMES = ("collective", "kind")  # string columns, written as a table and codes
 _PLAIN = {str, int, float, bool, type(None)}  # detail values JSON keeps as they are
 _TUPLE = "tuple"  # a detail's tuple inside a JSON value is written {"tuple": [...]}, so it reads back a tuple
@@ -67,12 +74,21 @@ def _document(faced: Faced) -> dict:
             messages[name] = {"names": list(table), "codes": _packed(codes)}
         elif name != "detail":
             messages[name] = _packed(trace.column(name))
-    messages["detail"] = {key: _column(trace.detail_column(key)) for key in sorted(trace.detail_keys())}
+    messages["detail"] = {key: _column(trace.detail_column(key)) for key in trace.detail_keys()}
     groups: dict[tuple[int, ...], int] = {}
     calls = [[c.device, c.collective, c.call, groups.setdefault(c.members, len(groups)), c.enter_s, c.met_s,
               c.exit_s, c.algorithm, c.label] for c in faced.calls]
     return {"title": faced.title, "mesh": dict(faced.mesh_shape), "end_time_s": faced.end_time_s,
-            "count": len(trace), "groups": [list(g) for g in groups], "calls": calls, "messages": messages}
+            "count": len(trace), "groups": [list(g) for g in groups], "calls": calls, "messages": messages,
+            "computes": [[getattr(c, name) for name in _COMPUTE] for c in trace.computes],
+            "routes": [[a, b, _encode(trace.route(a, b))] for a, b in _pairs(trace)]}
+
+
+def _pairs(trace: Trace) -> list[tuple[int, int]]:
+    """Each (sender, receiver) pair of devices a message went between, once."""
+    kinds, src, dst = (trace.column(name) for name in ("kind", "src", "dst"))
+    apart = (kinds == "message") & (src != dst)
+    return [(a, b) for a, b in np.unique(np.stack([src[apart], dst[apart]], axis=1), axis=0).tolist()]
 
 
 def read_runs(path: str | Path) -> list[Faced]:
@@ -89,9 +105,9 @@ def read_runs(path: str | Path) -> list[Faced]:
         raise InvalidArgumentError(f"{path}: not a saved run: not JSON ({error})") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise InvalidArgumentError(f"{path}: not a saved run: format must be {FORMAT!r} (written by Run.save)")
-    if document.get("version") != VERSION:
+    if document.get("version") not in _READS:
         raise InvalidArgumentError(f"{path}: saved run version={document.get('version')!r}; this meshsim reads "
-                                   f"version {VERSION}")
+                                   f"versions {' and '.join(map(str, _READS))}")
     name = Path(path).name
     try:
         runs = document["runs"]
@@ -108,7 +124,8 @@ def _read(document: dict, title: str) -> Faced:
     """
     mesh = {str(name): int(size) for name, size in document["mesh"].items()}
     groups = [tuple(int(m) for m in members) for members in document["groups"]]
-    calls = tuple(CallRecord(int(d), str(c), int(k), groups[g], float(a), float(b), float(e), algorithm, label)
+    calls = tuple(CallRecord(int(d), str(c), int(k), groups[g], float(a), float(b), float(e),
+                             _text(algorithm, "algorithm"), _text(label, "label"))
                   for d, c, k, g, a, b, e, algorithm, label in document["calls"])
     messages, count = document["messages"], int(document["count"])
     columns: dict[str, Any] = {}
@@ -121,13 +138,27 @@ def _read(document: dict, title: str) -> Faced:
     keys = {key: _uncolumn(column) for key, column in messages["detail"].items()}
     if any(len(values) != count for values in (*columns.values(), *keys.values())):
         raise ValueError(f"the message columns must each hold count={count} values")
-    trace = Trace()
+    routes = {(int(a), int(b)): _decode(links) for a, b, links in document.get("routes", [])}
+    trace = Trace(route=(lambda src, dst: routes.get((src, dst), ())) if routes else None)
+    trace.computes = [ComputeRecord(int(d), float(a), float(e), _text(name, "compute name") or "", float(f),
+                                    float(m), float(t)) for d, a, e, name, f, m, t in document.get("computes", [])]
     if all(isinstance(values, np.ndarray) or None not in values for values in keys.values()):
         trace.extend_columns(columns, keys)  # every record has every key: kept as columns
     else:
         trace.extend_columns(columns, _dicts(keys, count))
     named = str(document.get("title") or Faced.title)
     return Faced(mesh, trace, calls, float(document["end_time_s"]), title if named == Faced.title else named)
+
+
+def _text(value: Any, what: str) -> str | None:
+    """A call's label or algorithm (or a compute's name) as read: a string, or None.
+
+    Raises:
+        TypeError: `value` is neither.
+    """
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"a {what} must be a string or null, not {value!r}")
+    return value
 
 
 def _dicts(keys: dict[str, Any], count: int) -> list[dict]:

@@ -11,7 +11,7 @@ someone iterates, so a run of a million messages stores a few dozen bytes per me
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, KeysView, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,19 +194,20 @@ class Trace:
             return np.zeros(shape, np.int64), np.zeros(0, bool)
         return joined_numbers([chunk["detail"] for chunk in self._chunks], key, width)
 
-    def detail_keys(self, kind: str | None = None) -> set[str]:
-        """The keys any record's detail has (of records of `kind` only, when given)."""
+    def detail_keys(self, kind: str | None = None) -> KeysView[str]:
+        """The keys any record's detail has (of records of `kind` only, when given), as a set in the order
+        records first have them (the order a record's detail lists its keys in)."""
         self._pack()
-        keys: set[str] = set()
+        keys: dict[str, None] = {}
         for chunk in self._chunks:
             detail = chunk["detail"]
             if isinstance(detail, Details):
                 if detail.count and (kind is None or kind in kinds_of(chunk["kind"])):
-                    keys.update(detail.columns)
+                    keys.update(dict.fromkeys(detail.columns))
             else:
                 kinds = array_of(chunk["kind"])
-                keys.update(k for d, of in zip(detail, kinds) if kind is None or of == kind for k in d)
-        return keys
+                keys.update(dict.fromkeys(k for d, of in zip(detail, kinds) if kind is None or of == kind for k in d))
+        return keys.keys()
 
     def append(self, src: int, dst: int, size_bytes: int, send_time_s: float, start_time_s: float,
                arrival_time_s: float, collective: str, call: int, detail: dict, kind: str = "message") -> int:
