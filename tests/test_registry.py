@@ -326,7 +326,7 @@ def test_every_algorithm_sends_the_messages_its_record_says(op, name):
     point = Point(op, mesh, None, 4096, network, name, "float32", 0)
     row = measure(point)
     assert row["error"] is None, row["error"]
-    assert row["messages"] == 4 * record.over(shape).messages(shape)
+    assert row["between_devices"] == 4 * record.over(shape).messages(shape)
 
 
 @pytest.mark.parametrize("op", [op for op in OPS if _definition(op).arrays and _definition(op).alone is None])

@@ -123,7 +123,7 @@ def test_meshsim_sweep_gives_a_point_over_max_messages_an_error_row(tmp_path, ca
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [row["devices"] for row in rows] == [4, 8]
-    assert rows[0]["error"] is None and rows[0]["messages"] == 12
+    assert rows[0]["error"] is None and (rows[0]["messages"], rows[0]["between_devices"]) == (16, 12)
     assert rows[1]["error"].startswith("psum (direct) of size_bytes=1024 on 8 devices sends about 64 messages, "
                                        "more than max_messages=20")
     assert rows[1]["error"].endswith("--max-messages N")
