@@ -147,7 +147,7 @@ def _choice(eqn: core.JaxprEqn, types: list, operands: tuple) -> frozenset | Non
     types them without, FINDINGS.md 13 and 14, the segment is walked and the slip reported); None for any
     other equation, typed by the union of its operands' types."""
     bodies = core.jaxprs_in_params(eqn.params)
-    if not bodies or any(contains(body, name) for body in bodies for name in CHOICES):
+    if not bodies or any(contains(body, CHOICES) for body in bodies):
         return None
     if eqn.primitive.name == "cond":
         return types[operands[0]] if isinstance(operands[0], int) else frozenset()

@@ -10,7 +10,7 @@ iterations: control flow that depends on device values is interpreted per device
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,9 +151,16 @@ CONTROL: dict[str, Callable[[Evaluator, core.JaxprEqn, list], list]] = {
 }
 
 
-def contains(jaxpr: core.Jaxpr | core.ClosedJaxpr, primitive: str) -> bool:
-    """Whether `jaxpr` or any jaxpr nested in its equations' parameters has an equation of `primitive`."""
+def contains(jaxpr: core.Jaxpr | core.ClosedJaxpr, primitive: str | Collection[str]) -> bool:
+    """Whether `jaxpr` or any jaxpr nested in its equations' parameters has an equation of `primitive` (a name,
+    or any of a collection of names)."""
     if isinstance(jaxpr, core.ClosedJaxpr):
         jaxpr = jaxpr.jaxpr
-    return any(eqn.primitive.name == primitive or any(contains(sub, primitive) for sub in core.jaxprs_in_params(
-        eqn.params)) for eqn in jaxpr.eqns)
+    return in_equations(jaxpr.eqns, frozenset((primitive,)) if isinstance(primitive, str) else primitive)
+
+
+def in_equations(eqns: Sequence[core.JaxprEqn], names: Collection[str]) -> bool:
+    """Whether any of `eqns`, or of the equations of the jaxprs in their parameters, is of a primitive in
+    `names`."""
+    return any(eqn.primitive.name in names or any(contains(sub, names) for sub in core.jaxprs_in_params(eqn.params))
+               for eqn in eqns)

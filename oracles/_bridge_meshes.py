@@ -11,7 +11,7 @@ import numpy as np
 from jax._src import mesh as mesh_lib
 from jax.extend import core
 
-from oracles._bridge_eval import BridgeError
+from oracles._bridge_eval import BridgeError, in_equations
 
 
 class DeviceCountError(BridgeError):
@@ -85,5 +85,4 @@ REORDERING = frozenset({"reduce_sum", "reduce_prod", "dot_general", "cumsum", "c
 
 def reorders(eqns: Any) -> bool:
     """Whether any of `eqns` (or of their nested bodies) does work in `REORDERING`."""
-    return any(eqn.primitive.name in REORDERING or any(reorders(sub.eqns) for sub in core.jaxprs_in_params(
-        eqn.params)) for eqn in eqns)
+    return in_equations(eqns, REORDERING)

@@ -367,12 +367,9 @@ def _user_frame(error: BaseException) -> str:
     outside installed libraries (numpy's or JAX's frames name no line the user wrote), if there is one."""
     found = library = ""
     for frame in traceback.extract_tb(error.__traceback__):
-        path = os.path.abspath(frame.filename)
-        if path.startswith(_PACKAGE_DIRS):
-            continue
         where = f"{frame.filename}:{frame.lineno} ({frame.name})"
-        if path.startswith(_LIBRARY_DIRS) or frame.filename.startswith("<frozen"):
-            library = where
-        else:
+        if _users(frame.filename):
             found = where
+        elif not os.path.abspath(frame.filename).startswith(_PACKAGE_DIRS):
+            library = where
     return found or library

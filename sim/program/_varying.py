@@ -150,13 +150,13 @@ def _hollow_view(dtype: Any) -> Any:
 
 def _abstract_text(value: Varying) -> str:
     """How an abstract value prints (as `meshsim run` shows one); '' for a value with values."""
-    return f"abstract {logical_dtype(value.dtype)}{list(value.shape)} (no values)" if is_abstract(value) else ""
+    return f"abstract {value.dtype}{list(value.shape)} (no values)" if is_abstract(value) else ""
 
 
 def _valued(value: Varying, what: str) -> Varying:
     """`value`, which `what` reads the values of; an abstract one has none."""
     if is_abstract(value):
-        raise AbstractValueError(f"{what} needs values; an abstract {logical_dtype(value.dtype)}{list(value.shape)} "
+        raise AbstractValueError(f"{what} needs values; an abstract {value.dtype}{list(value.shape)} "
                                  f"has none: read values on real operands")
     return value
 
