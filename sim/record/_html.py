@@ -23,6 +23,7 @@ from sim.record._compute import ComputeRecord
 from sim.record._escape import xml_text
 from sim.record._program_calls import call_parts
 from sim.record._trace import CallRecord, MessageRecord, Trace
+from sim.record._traffic import Traffic
 from sim.record._words import counted
 
 # The `meshsim run` palette (rich's bright_cyan, bright_magenta, bright_green, yellow, bright_blue,
@@ -290,12 +291,10 @@ def summary(messages: Sequence[MessageRecord] | Trace, devices: int, end_time_s:
     names = ("src", "dst", "size_bytes", "kind")  # not `detail`: a dict per record
     columns = messages.columns(names) if isinstance(messages, Trace) else {
         name: np.array([getattr(m, name) for m in messages], object) for name in names}
-    sent = columns["kind"] == "message"
-    between = sent & (columns["src"] != columns["dst"])
-    copies = int((~sent).sum())
-    return (f"{counted(devices, 'device')}, {counted(int(sent.sum()), 'message')} ({int(between.sum())} between "
-            f"devices, {int(columns['size_bytes'][between].sum())} B over the network)"
-            + (f", {counted(copies, 'local copy')}" if copies else "")
+    traffic = Traffic.counted(*(columns[name] for name in ("kind", "src", "dst", "size_bytes")))
+    return (f"{counted(devices, 'device')}, {counted(traffic.messages, 'message')} ({traffic.between} between "
+            f"devices, {traffic.network_bytes} B over the network)"
+            + (f", {counted(traffic.copies, 'local copy')}" if traffic.copies else "")
             + (f", {counted(len(messages.computes), 'compute span')}"
                if isinstance(messages, Trace) and messages.computes else "")
             + f", {counted(len(call_parts(calls)), 'collective call')}, ends at {seconds(end_time_s)}")

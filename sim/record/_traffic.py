@@ -36,6 +36,11 @@ class Traffic:
         kinds, src, dst, size = (trace.column(name) for name in ("kind", "src", "dst", "size_bytes"))
         if indices is not None:
             kinds, src, dst, size = kinds[indices], src[indices], dst[indices], size[indices]
+        return cls.counted(kinds, src, dst, size)
+
+    @classmethod
+    def counted(cls, kinds: np.ndarray, src: np.ndarray, dst: np.ndarray, size: np.ndarray) -> Traffic:
+        """The traffic of records given as columns: each one's kind, sender, receiver and bytes."""
         sent = kinds == "message"
         between = sent & (src != dst)
         return cls(int(sent.sum()), int(between.sum()), int(size[between].sum()), int((~sent).sum()))
