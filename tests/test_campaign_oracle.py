@@ -148,7 +148,9 @@ FAKE_RULES_WORKER = textwrap.dedent("""
 
 @pytest.fixture
 def fake_rules_worker(monkeypatch):
-    worker = _rules_jobs.RulesWorker(command=[sys.executable, "-c", FAKE_RULES_WORKER], timeout_s=3.0)
+    # a long timeout, so a worker slow to start on a loaded machine is not taken for a hung one (the hung one
+    # sets its own short timeout)
+    worker = _rules_jobs.RulesWorker(command=[sys.executable, "-c", FAKE_RULES_WORKER], timeout_s=120.0)
     monkeypatch.setattr(_rules_jobs, "WORKER", worker)
     yield worker
     worker.stop()
@@ -174,6 +176,8 @@ def test_a_rules_worker_failing_twice_is_an_error_record(op, kills, reason, monk
     """A rules worker killed twice, hung past its timeout, or answering what is not JSON: after 2 attempts
     the record is an error naming the reason, with no case and no finding."""
     _plant_kills(monkeypatch, tmp_path, kills)
+    if op == "hang":
+        fake_rules_worker.timeout_s = 3.0
     record = run_rules_chunk(op, 5, 3, "vmap")
     assert (record["cases"], record["agree"], record["findings"], record["attempts"]) == (0, 0, [], 2)
     assert record["error"].count(reason) == 2 and record["kind"] == "vmap"
