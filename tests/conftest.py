@@ -52,14 +52,14 @@ def _crash_reports_in_a_temporary_directory(tmp_path_factory):
         os.environ["XDG_STATE_HOME"] = previous
 
 
-@pytest.fixture(scope="module")
-def jax_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One persistent JAX compilation cache for the JAX processes a module starts (`pytestmark` asks for it),
-    shared by every module of the run that asks, on either pytest-xdist worker (a campaign with and without
-    the fixes, or two bridge modules, compile the same programs wherever xdist sends them): a folder of the
-    run's temporary directory, empty when the run starts (so a fresh clone measures what CI pays). Children
-    trace many programs anew that XLA compiled before (the bridge compiles each segment of each run, a
-    campaign each drawn call, Hypothesis each shrinking candidate): the cache compiles each once. A cached
+@pytest.fixture(autouse=True, scope="session")
+def _jax_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One persistent JAX compilation cache for every JAX process of the run (the JAX oracle, the bridge's
+    workers, the campaigns, the CPU lowering's children, the reproducers, the docs' notebook kernels), shared
+    by both pytest-xdist workers: a folder of the run's temporary directory, empty when the run starts (so a
+    fresh clone measures what CI pays). Many programs are compiled in more than one process (a campaign with
+    and without the fixes, a reproducer on stock JAX and with its fix, the same segment in each way of giving
+    the bridge a mesh, a docs lesson's search and the campaign's): the cache compiles each once. A cached
     executable is the one XLA compiled for the same program (the key holds the HLO, the compile options,
     XLA_FLAGS and the versions of JAX and XLA), so no answer changes; an entry read while another process
     writes it fails to decompress, and JAX then compiles the program itself."""
@@ -94,7 +94,7 @@ def _checked_here() -> dict[tuple[str, str], int]:
 # little left: xdist's own order (files with most tests first) started the docs build, one test, last of all,
 # and the other worker idled through most of it; files of a few long tests (the interrupted clusters, the
 # listeners) came last too. The many short files after them even out the two workers' ends. The campaign
-# with the fixes runs well after the one without, so that it finds their programs compiled (`jax_compile_cache`).
+# with the fixes runs well after the one without, so that it finds their programs compiled (`_jax_compile_cache`).
 SLOWEST_FIRST = ("test_docs_site.py", "test_bridge_reach.py", "test_jax_reports.py", "test_campaign.py",
                  "test_cpu_ragged.py", "test_bridge.py", "test_bridge_tutorial.py", "test_differential.py",
                  "test_jax_fixes_rules.py", "test_interrupt.py", "test_bfloat16.py", "test_reductions_differential.py",

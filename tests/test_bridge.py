@@ -14,7 +14,7 @@ from bridge_batches import result, run_batches
 
 # the worker traces the same local work again and again (each run's segments, each generated program's
 # forms): XLA compiles each program once
-pytestmark = [pytest.mark.differential, pytest.mark.usefixtures("jax_compile_cache")]
+pytestmark = pytest.mark.differential
 
 WORKER = Path(__file__).resolve().parent / "bridge_programs.py"
 # "errors" runs before "moe_ragged", which installs the CPU ragged lowering in the worker

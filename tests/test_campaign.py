@@ -27,10 +27,9 @@ import collectives as C
 pytestmark = [
     pytest.mark.differential,
     pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs the jax extra"),
-    # the campaigns draw the same derandomized calls again (each mutant its collective's, `--answers` with
-    # and without the fixes in test_jax_fixes_rules.py): XLA compiles each program once
-    pytest.mark.usefixtures("jax_compile_cache"),
 ]
+# The campaigns draw the same derandomized calls again (each mutant its collective's, `--answers` with and
+# without the fixes in test_jax_fixes_rules.py): the run's compilation cache (conftest.py) compiles each once.
 
 ROOT = Path(__file__).resolve().parent.parent
 CAMPAIGN = ROOT / "tests" / "campaign.py"

@@ -26,9 +26,9 @@ from oracles import spec
 pytestmark = [
     pytest.mark.differential,
     pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs the jax extra"),
-    # each mutant's fresh child compiles the cases the mutant is shown on before it is installed: once
-    pytest.mark.usefixtures("jax_compile_cache"),
 ]
+# Each mutant's fresh child compiles the cases the mutant is shown on before it is installed: once, in the
+# run's compilation cache (conftest.py).
 
 CHILD = Path(__file__).resolve().parent / "cpu_ragged_child.py"
 CASES = 120  # generated forward cases, sent in one round trip

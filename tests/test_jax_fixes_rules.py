@@ -26,7 +26,6 @@ from oracles.jax_fixes import _rules as rules
 pytestmark = [
     pytest.mark.differential,
     pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs the jax extra"),
-    pytest.mark.usefixtures("jax_compile_cache"),  # its campaigns draw the calls test_campaign.py's draw
 ]
 
 CHILD = Path(__file__).resolve().parent / "jax_fixes_rules_child.py"
