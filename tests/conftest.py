@@ -101,7 +101,8 @@ SLOWEST_FIRST = ("test_docs_site.py", "test_bridge_reach.py", "test_jax_reports.
                  "test_listeners.py", "test_layouts_collectives.py", "test_bridge_nested.py",
                  "test_campaign_oracle.py", "test_campaign_cli.py", "test_float8.py", "test_fidelity.py",
                  "test_steps.py", "test_jax_fixes_ragged.py", "test_fuzz.py", "test_cpu_lowerings.py",
-                 "test_algorithms.py")
+                 "test_algorithms.py", "test_faces_scale.py", "test_mutation.py", "test_registry.py",
+                 "test_cli_explain.py", "test_jax_coverage.py")
 
 
 def pytest_configure(config):
