@@ -17,7 +17,7 @@ import pytest
 from bridge_batches import result, run_batches
 
 # the worker traces the same local work again and again (each run's segments, each generated program's
-# forms): XLA compiles each program once
+# forms): the run's compilation cache (conftest.py) compiles each program once
 pytestmark = pytest.mark.differential
 
 WORKER = Path(__file__).resolve().parent / "bridge_tutorial.py"
