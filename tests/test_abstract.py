@@ -253,6 +253,74 @@ def test_values_refused(op, call):
         f.run(sim.ShapeDtypeStruct((4,), np.float32))
 
 
+def _sorted(a):
+    a = a.copy()
+    a.sort(axis=1)
+    return a
+
+
+def _filled(a):
+    a = a.copy()
+    a.fill(2)
+    return a
+
+
+_WEIGHT = np.arange(6, dtype=np.float32).reshape(3, 2)
+# (ndarray method, the operation the program records) on a device's (2, 3) float32 rows; numpy runs these methods
+# in C, past `__array_function__`
+_METHODS = {
+    "argmax": (lambda a: a.argmax(axis=1), "argmax"),
+    "argmin": (lambda a: a.argmin(axis=1), "argmin"),
+    "argsort": (lambda a: a.argsort(axis=1), "argsort"),
+    "argpartition": (lambda a: a.argpartition(1, axis=1), "argpartition"),
+    "dot": (lambda a: a.dot(_WEIGHT), "dot"),
+    "take": (lambda a: a.take([2, 0], axis=1), "take"),
+    "repeat": (lambda a: a.repeat(2, axis=1), "repeat"),
+    "swapaxes": (lambda a: a.swapaxes(0, 1).swapaxes(1, 0), "swapaxes"),
+    "squeeze": (lambda a: a[:, None].squeeze(1), "squeeze"),
+    "diagonal": (lambda a: a.diagonal()[None], "diagonal"),
+    "trace": (lambda a: a.trace().reshape(1), "trace"),
+    "round": (lambda a: (a / 3).round(2), "round"),
+    "conj": (lambda a: a.conj(), "conjugate"),
+    "copy": (lambda a: a.copy(), "copy"),
+    "sort": (_sorted, "sort"),
+    "partition": (lambda a: (a.copy(), a.copy().partition(1))[0], "partition"),
+    "fill": (_filled, "full_like"),
+}
+
+
+@pytest.mark.parametrize("name", list(_METHODS))
+def test_array_methods_are_recorded_and_take_abstract_values(name):
+    """ndarray methods numpy runs in C (`v.argmax()`, `v.dot(w)`, in-place `v.sort()`...) give numpy's answer on
+    each device, are recorded in the program, and on abstract values give the real run's shapes, dtypes and
+    program: before, they ran past the program unrecorded, and on abstract values failed in numpy's words
+    ("data type not ordered") or answered from the stand-in's bytes (`argsort`)."""
+    method, recorded = _METHODS[name]
+    f = sim.shard_map(method, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"))
+    x = np.array([[3, 1, 2], [0, 5, 4], [7, 9, 8], [6, 6, 1]], np.float32)
+    real = f.run(x)
+    want = np.concatenate([np.atleast_1d(method(np.array(shard))) for shard in (x[:2], x[2:])])
+    assert real.outputs.dtype == want.dtype and real.outputs.tobytes() == want.tobytes()
+    assert f" = {recorded}[" in str(real.program(0)) or f" = {recorded} " in str(real.program(0)), real.program(0)
+    abstract = f.run(sim.ShapeDtypeStruct(x.shape, np.float32))
+    assert isinstance(abstract.outputs, sim.ShapeDtypeStruct), abstract.outputs
+    assert (abstract.outputs.shape, abstract.outputs.dtype) == (real.outputs.shape, real.outputs.dtype)
+    assert str(abstract.program(0)) == str(real.program(0))
+
+
+@pytest.mark.parametrize("op, call", [
+    ("nonzero", lambda v: v.nonzero()[0]),
+    ("searchsorted", lambda v: v.searchsorted(v[:1])),
+    ("compress", lambda v: v.compress([True, False, True, True])),
+])
+def test_array_methods_that_read_values_are_refused_on_abstract_values(op, call):
+    """The methods whose result depends on the values are refused by name on an abstract array, as their numpy
+    functions are (`v.nonzero()` gave a real array of indices read from the stand-in's bytes)."""
+    f = sim.shard_map(call, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(sim.memory.AbstractValueError, match=f"op='{op}' needs values"):
+        f.run(sim.ShapeDtypeStruct((8,), np.float32))
+
+
 @pytest.mark.parametrize("steering", ["input_offsets", "send_sizes", "output_offsets", "recv_sizes"])
 def test_abstract_ragged_offsets_and_sizes_refused(steering):
     """ragged_all_to_all's offsets and sizes steer the exchange: an abstract one is refused naming the device,

@@ -258,6 +258,9 @@ _NEEDS_VALUES = frozenset({"nonzero", "argwhere", "flatnonzero", "unique", "extr
                            "array_equal", "allclose", "isclose", "count_nonzero", "searchsorted", "bincount"})
 
 
+_ORDERING = frozenset({"sort", "argsort", "partition", "argpartition", "lexsort", "msort", "sort_complex"})
+
+
 def abstract_call(op: str, fn: Any, operands: list) -> Any:
     """`fn(*operands)` (a local operation named `op`) where some operands are abstract: numpy's own answer
     where it has one for hollow dtypes (views, reshapes, copies, concatenations: `restored`), else the shape
@@ -274,10 +277,11 @@ def abstract_call(op: str, fn: Any, operands: list) -> Any:
     if op == "getitem" and any(is_abstract(x) for x in operands[1:]):
         raise AbstractValueError("indexing by an abstract array (a mask or indices) needs its values; abstract "
                                  "arrays have none: index with real arrays, slices or ints")
-    try:
-        return restored(fn(*operands), operands)
-    except TypeError:  # numpy has no rule for hollow dtypes here (promotion with a number, a cast)
-        pass
+    if op not in _ORDERING:  # numpy sorts a hollow dtype by its bytes: an answer from no one's values
+        try:
+            return restored(fn(*operands), operands)
+        except TypeError:  # numpy has no rule for hollow dtypes here (promotion with a number, a cast)
+            pass
     with np.errstate(all="ignore"):  # the stand-ins' zeros are no one's values: what they raise is not real
         real = fn(*[_broadcast_stand_in(x) for x in operands])
     if isinstance(real, tuple):

@@ -110,6 +110,27 @@ class Varying(np.ndarray):
 
     flatten = ravel
 
+    def compress(self, condition: Any, axis: Any = None, out: Any = None):
+        return np.compress(condition, self, axis, out)
+
+    def copy(self, order: str = "C"):
+        return np.copy(self, order=order, subok=True)
+
+    def sort(self, axis: int = -1, kind: Any = None, order: Any = None) -> None:
+        self._became(np.sort(self, axis, kind, order))
+
+    def partition(self, kth: Any, axis: int = -1, kind: str = "introselect", order: Any = None) -> None:
+        self._became(np.partition(self, kth, axis, kind, order))
+
+    def fill(self, value: Any) -> None:
+        self._became(np.full_like(self, value))
+
+    def _became(self, result: Varying) -> None:
+        """This array changed in place into `result` (`sort`, `partition`, `fill`): its values and its record."""
+        if not is_abstract(self):
+            np.copyto(np.asarray(self), np.asarray(result))
+        self.vma, self.variable, self.made = result.vma, result.variable, result.made
+
     def __repr__(self) -> str:
         text = _abstract_text(self) or repr(np.asarray(self))
         return f"{text}{{V:{','.join(sorted(self.vma))}}}" if self.vma else text
@@ -139,6 +160,26 @@ class Varying(np.ndarray):
 
     def tolist(self) -> Any:
         return np.asarray(_valued(self, "tolist()")).tolist()
+
+
+def _routed(name: str) -> Callable:
+    """The ndarray method `name` as the numpy function of the same name, which dispatches to `Varying`."""
+    function = getattr(np, name)
+
+    def method(self: Varying, *args: Any, **kwargs: Any) -> Any:
+        return function(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"`np.{name}` of the array."
+    return method
+
+
+# ndarray methods numpy runs in C, past `__array_function__`: routed through their numpy functions, so that each
+# is recorded in the program and an abstract value gets its result's shape and dtype, or a refusal by name,
+# never an answer read from its stand-in's bytes (`sort`, `partition`, `fill`, `compress` and `copy` are above)
+for _name in ("argmax", "argmin", "argsort", "argpartition", "choose", "conj", "conjugate", "diagonal", "dot",
+              "nonzero", "repeat", "round", "searchsorted", "squeeze", "swapaxes", "take", "trace"):
+    setattr(Varying, _name, _routed(_name))
 
 
 def _hollow_view(dtype: Any) -> Any:
