@@ -193,6 +193,56 @@ def test_a_port_sees_its_transport_memory_meeting_and_options():
     assert not whole0 and not whole1
 
 
+def _swap_run(protocol) -> list:
+    """Device 0's and device 1's results of a call of `protocol` over a 2-device axis."""
+    def body(x):
+        context = sim.current()
+        group = context.mesh.group(context.device, "x", None)
+        return np.array([context.collective(sim.Collective("swap", group, (), float(x[0]), protocol))])
+
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    return np.asarray(f(np.array([3.0, 4.0]))).tolist()
+
+
+def _twice(same_tag: bool):
+    """A protocol where each device sends the other two messages and, once both have arrived, receives them
+    (tags 0, 0 or 0, 1)."""
+    def protocol(port, args):
+        other = port.group.members[1 - port.group.index]
+        port.send(other, np.array([args]), tag=0)
+        port.send(other, np.array([args * 10]), tag=0 if same_tag else 1)
+        yield port.transport.env.timeout(1.0)  # both have arrived before the first receive
+        first = yield port.recv(other, tag=0)
+        second = yield port.recv(other, tag=0 if same_tag else 1)
+        return first.payload[0] + second.payload[0]
+    return protocol
+
+
+def test_two_messages_with_one_tag_in_flight_are_refused_not_one_lost():
+    """A protocol sending a device two messages with the same tag in one call: the second would replace the
+    first in the receiver's mailbox (one lost, the other received twice or never), so the run stops naming the
+    devices, the tag and the rule; with a tag each, both arrive."""
+    assert _swap_run(_twice(same_tag=False)) == [44.0, 33.0]
+    with pytest.raises(sim.ProtocolError, match=r"device [01] sent device [01] a second message with tag=0 before "
+                                                r"the first was received, in the same call: .* give each message "
+                                                r"its own tag"):
+        _swap_run(_twice(same_tag=True))
+
+
+def test_two_receives_waiting_for_one_tag_are_refused_not_left_hanging():
+    """Two receives waiting at once for the same sender and tag: the first would never fire (a deadlock
+    reported without its cause), so the run stops naming the device, the sender and the tag."""
+    def protocol(port, args):
+        other = port.group.members[1 - port.group.index]
+        first, second = port.recv(other, tag=7), port.recv(other, tag=7)
+        port.send(other, np.array([args]), tag=7)
+        return (yield first).payload[0] + (yield second).payload[0]
+
+    with pytest.raises(sim.ProtocolError, match=r"device 0 waits a second time for a message from device 1 with "
+                                                r"tag=7 while the first receive still waits"):
+        _swap_run(protocol)
+
+
 def test_mismatched_calls_are_compared_with_the_first_arrival():
     """A device calling another collective than the group's first arrival is named with both calls."""
     def body(x):

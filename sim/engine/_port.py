@@ -81,7 +81,10 @@ class Port:
 
     def send(self, dst: int, payload: np.ndarray, tag: Hashable = 0, header: dict | None = None,
              channel: Hashable | None = None, **detail) -> None:
-        """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay.
+        """Post `payload` (a C-contiguous array) to device `dst`; it arrives after the network's delay. A tag
+        names one message per sender in a call: a second message to `dst` with the tag of one not yet
+        received there is a ProtocolError (it would replace it), as is a second receive of one tag while the
+        first still waits.
 
         A one-sided call (psend) names a `channel` both ends agree on instead of the call's exchange: the
         message is then received by a later call of the receiver (`recv(src, channel=...)`), and a run that

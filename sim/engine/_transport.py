@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from sim._errors import ProtocolError
 from sim._simpy import fire_after as _fire
 from sim.engine._rows import Table, Whole
 from sim.engine._slices import SliceTables
@@ -148,7 +149,12 @@ class Transport:
         """Hand `message` to the receive waiting for it, or leave it in the receiver's mailbox."""
         waiter = self._waiting[message.dst].pop(key, None)
         if waiter is None:
-            self._inbox[message.dst][key] = (arrival_s, message)
+            inbox = self._inbox[message.dst]
+            if key in inbox:  # it would replace the one waiting there: a message lost
+                raise ProtocolError(f"device {message.src} sent device {message.dst} a second message with "
+                                    f"tag={message.tag!r} before the first was received, in the same call: a "
+                                    f"receive takes one message per sender and tag; give each message its own tag")
+            inbox[key] = (arrival_s, message)
         else:
             _fire(self.env, waiter, message, arrival_s - self.env.now)
 
@@ -158,6 +164,10 @@ class Transport:
         event = self.env.event()
         posted = self._inbox[dst].pop(key, None)
         if posted is None:
+            if key in self._waiting[dst]:  # the first receive would never fire
+                raise ProtocolError(f"device {dst} waits a second time for a message from device {src} with "
+                                    f"tag={tag!r} while the first receive still waits, in the same call: a tag "
+                                    f"names one message per sender; give each message its own tag")
             self._waiting[dst][key] = event
         else:
             arrival, message = posted
