@@ -321,6 +321,54 @@ def test_array_methods_that_read_values_are_refused_on_abstract_values(op, call)
         f.run(sim.ShapeDtypeStruct((8,), np.float32))
 
 
+# numpy functions and their arguments past the first operand, on abstract operands of a few shapes and dtypes
+_FUNCTIONS = [
+    ("sum", lambda a: np.sum(a)), ("sum", lambda a: np.sum(a, axis=-1, keepdims=True)),
+    ("mean", lambda a: np.mean(a, axis=0)), ("std", lambda a: np.std(a)), ("var", lambda a: np.var(a, axis=-1)),
+    ("max", lambda a: np.max(a, axis=0)), ("prod", lambda a: np.prod(a, axis=-1)),
+    ("cumsum", lambda a: np.cumsum(a)), ("cumsum", lambda a: np.cumsum(a, axis=-1)),
+    ("argmax", lambda a: np.argmax(a)), ("argmin", lambda a: np.argmin(a, axis=-1)),
+    ("argsort", lambda a: np.argsort(a)), ("argsort", lambda a: np.argsort(a, axis=None)),
+    ("sort", lambda a: np.sort(a, axis=0)), ("average", lambda a: np.average(a, axis=-1)),
+    ("dot", lambda a: np.dot(a, np.ones(a.shape[-1:], np.float32))),
+    ("dot", lambda a: np.dot(a, np.ones((a.shape[-1], 2), np.int8))),
+    ("dot", lambda a: np.dot(np.ones((2, a.shape[-2] if a.ndim > 1 else a.shape[0]), np.float32), a)),
+]
+_ANALYTIC = {"sum", "mean", "std", "var", "max", "prod", "cumsum", "argmax", "argmin", "argsort", "sort", "dot"}
+
+
+@pytest.mark.parametrize("shape", [(6,), (2, 3), (2, 3, 4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float16, layouts.BFLOAT16])
+@pytest.mark.parametrize("op, call", _FUNCTIONS, ids=[f"{op}{k}" for k, (op, _) in enumerate(_FUNCTIONS)])
+def test_numpy_functions_on_abstract_values_give_numpys_shape_and_dtype(op, call, dtype, shape):
+    """A numpy function of an abstract array gives the shape and dtype numpy gives on real values; the
+    reductions, arg-reductions, sorts and products are worked out from shapes alone (`_through_shapes`),
+    reading no element: before, numpy ran on a full-size stand-in of zeros."""
+    real = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+    with np.errstate(all="ignore"):  # a float16 product of 24 integers overflows: its dtype is what counts
+        want = call(real)
+    hollow = _abstract.hollow_empty(shape, dtype)
+    got = _abstract.abstract_call(op, call, [hollow])
+    assert _abstract.is_abstract(got), got
+    assert (got.shape, _abstract.logical_dtype(got.dtype)) == (np.shape(want), np.asarray(want).dtype)
+    if op in _ANALYTIC and (op, dtype) != ("mean", np.float16):  # a float16 mean casts its sum with float16()
+        assert _abstract._through_shapes(call, [hollow]) is not None
+
+
+def test_functions_of_huge_abstract_arrays_allocate_nothing():
+    """std, argmax, cumsum, sort and dot of abstract arrays of a gigabyte per device each take no memory:
+    each ran on a full-size stand-in before (an argmax of 2**28 float32 copied a gigabyte of zeros)."""
+    n = 1 << 28
+    body = lambda v: (np.std(v)[None], v.argmax()[None], np.cumsum(v), np.sort(v), np.dot(v, v)[None])
+    f = sim.shard_map(body, mesh=sim.Mesh({"x": 2}), in_specs=P("x"), out_specs=(P("x"),) * 5)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run = f.run(sim.ShapeDtypeStruct((2 * n,), np.float32))
+    grown_bytes = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    assert [(o.shape, o.dtype) for o in run.outputs] == [((2,), np.float32), ((2,), np.int64), ((2 * n,), np.float32),
+                                                         ((2 * n,), np.float32), ((2,), np.float32)]
+    assert grown_bytes < 1 << 28
+
+
 @pytest.mark.parametrize("steering", ["input_offsets", "send_sizes", "output_offsets", "recv_sizes"])
 def test_abstract_ragged_offsets_and_sizes_refused(steering):
     """ragged_all_to_all's offsets and sizes steer the exchange: an abstract one is refused naming the device,

@@ -258,14 +258,18 @@ _NEEDS_VALUES = frozenset({"nonzero", "argwhere", "flatnonzero", "unique", "extr
                            "array_equal", "allclose", "isclose", "count_nonzero", "searchsorted", "bincount"})
 
 
-_ORDERING = frozenset({"sort", "argsort", "partition", "argpartition", "lexsort", "msort", "sort_complex"})
+# numpy functions that on a hollow array would read its elements as bytes (sorting them) or walk them one by one
+# before refusing (the products): worked out from shapes, never tried on the array as it is
+_READ_ELEMENTS = frozenset({"sort", "argsort", "partition", "argpartition", "lexsort", "msort", "sort_complex", "dot",
+                            "vdot", "inner", "outer", "tensordot", "einsum", "kron", "cross"})
 
 
 def abstract_call(op: str, fn: Any, operands: list) -> Any:
     """`fn(*operands)` (a local operation named `op`) where some operands are abstract: numpy's own answer
-    where it has one for hollow dtypes (views, reshapes, copies, concatenations: `restored`), else the shape
-    and dtype of `fn` on real stand-ins of the abstract operands (zeros, one element in memory, broadcast to
-    their shapes), as an abstract result.
+    where it has one for hollow dtypes (views, reshapes, copies, concatenations: `restored`), else the result
+    worked out from shapes (`_Shapes`: reductions, sorts, products...), else the shape and dtype of `fn` on
+    real stand-ins of the abstract operands (zeros, one element in memory, broadcast to their shapes), as an
+    abstract result.
 
     Raises:
         AbstractValueError: `op` answers from values (its result's shape or its Python value depends on them:
@@ -277,16 +281,98 @@ def abstract_call(op: str, fn: Any, operands: list) -> Any:
     if op == "getitem" and any(is_abstract(x) for x in operands[1:]):
         raise AbstractValueError("indexing by an abstract array (a mask or indices) needs its values; abstract "
                                  "arrays have none: index with real arrays, slices or ints")
-    if op not in _ORDERING:  # numpy sorts a hollow dtype by its bytes: an answer from no one's values
+    if op not in _READ_ELEMENTS:
         try:
             return restored(fn(*operands), operands)
         except TypeError:  # numpy has no rule for hollow dtypes here (promotion with a number, a cast)
             pass
+    worked_out = _through_shapes(fn, operands)
+    if worked_out is not None:
+        return worked_out
     with np.errstate(all="ignore"):  # the stand-ins' zeros are no one's values: what they raise is not real
         real = fn(*[_broadcast_stand_in(x) for x in operands])
     if isinstance(real, tuple):
         return tuple(hollow_empty(np.shape(r), np.asarray(r).dtype) for r in real)
     return hollow_empty(np.shape(real), np.asarray(real).dtype) if isinstance(real, (np.ndarray, np.generic)) else real
+
+
+class _Shapes(np.ndarray):
+    """A hollow array on which a numpy function works out its result's shape and dtype from shapes alone: the
+    function's own Python implementation runs on it (`_implementation`), its ufuncs answer as `hollow_ufunc`
+    does, touching no element, its arg-reductions and sorts answer from its shape, and its `dtype` reads as
+    the real one, so the implementation takes the branch it takes on real values. A C routine that would
+    read the stand-in's bytes raises TypeError (numpy has no loop for a hollow dtype)."""
+
+    @property
+    def dtype(self) -> np.dtype:
+        return logical_dtype(np.ndarray.dtype.__get__(self))
+
+    @dtype.setter
+    def dtype(self, dtype: Any) -> None:
+        np.ndarray.dtype.__set__(self, dtype)
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if "out" in kwargs:
+            kwargs["out"] = tuple(np.asarray(o) for o in kwargs["out"])
+        plain = tuple(np.asarray(x) if isinstance(x, np.ndarray) else x for x in inputs)
+        return _shaped(hollow_ufunc(ufunc, method, plain, kwargs))
+
+    def __array_function__(self, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
+        return _shaped(_dot(*args, **kwargs)) if func is np.dot else func._implementation(*args, **kwargs)
+
+    def argmax(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+        return _shaped(hollow_empty(_result_shape("reduce", [self.shape], axis, keepdims), np.intp))
+
+    argmin = argmax
+
+    def argsort(self, axis: Any = -1, *args: Any, **kwargs: Any) -> Any:
+        return _shaped(hollow_empty((self.size,) if axis is None else self.shape, np.intp))
+
+    argpartition = argsort
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:  # in place: the same shape, and no values to order
+        return None
+
+    partition = sort
+
+
+def _dot(a: Any, b: Any, out: Any = None) -> np.ndarray:
+    """`np.dot(a, b)`'s result as an abstract array (numpy's dot is C, which would read the stand-in's bytes)."""
+    if out is not None:
+        raise TypeError("np.dot with out= is worked out on stand-ins")
+    shape_a, shape_b = np.shape(a), np.shape(b)
+    if not shape_a or not shape_b:  # a product by a scalar
+        return hollow_empty(tuple(np.broadcast_shapes(shape_a, shape_b)),
+                            np.asarray(np.multiply(_stand_in(a), _stand_in(b))).dtype)
+    else:
+        summed = shape_b[0] if len(shape_b) == 1 else shape_b[-2]
+        if shape_a[-1] != summed:
+            raise ValueError(f"shapes {shape_a} and {shape_b} not aligned")
+        shape = shape_a[:-1] + shape_b[:-2] + shape_b[-1:] if len(shape_b) > 1 else shape_a[:-1]
+    stand_ins = [np.zeros((1, 1), logical_dtype(np.asarray(x).dtype)) for x in (a, b)]
+    return hollow_empty(shape, np.dot(*stand_ins).dtype)
+
+
+def _shaped(value: Any) -> Any:
+    """`value` (an array, or a tuple of them) as `_Shapes`."""
+    if isinstance(value, tuple):
+        return tuple(_shaped(v) for v in value)
+    return value.view(_Shapes) if isinstance(value, np.ndarray) and is_hollow(value.dtype) else value
+
+
+def _through_shapes(fn: Any, operands: list) -> Any:
+    """`fn`'s result on the abstract `operands` worked out from shapes (`_Shapes`), as plain abstract arrays;
+    None when it cannot be: the function read values or gave anything but abstract arrays."""
+    try:
+        with np.errstate(all="ignore"):
+            result = fn(*[_shaped(x) for x in operands])
+    except (TypeError, ValueError, IndexError, AbstractValueError):
+        return None
+    results = result if isinstance(result, tuple) else (result,)
+    if not all(isinstance(r, np.ndarray) and is_hollow(np.ndarray.dtype.__get__(r)) for r in results):
+        return None
+    plain = tuple(r.view(np.ndarray) for r in results)
+    return plain if isinstance(result, tuple) else plain[0]
 
 
 def _broadcast_stand_in(value: Any) -> Any:
