@@ -318,7 +318,8 @@ class _Shapes(np.ndarray):
         return _shaped(hollow_ufunc(ufunc, method, plain, kwargs))
 
     def __array_function__(self, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
-        return _shaped(_dot(*args, **kwargs)) if func is np.dot else func._implementation(*args, **kwargs)
+        worked_out = {np.dot: _dot, np.einsum: _einsum}.get(func)  # C routines: from shapes here
+        return _shaped(worked_out(*args, **kwargs)) if worked_out else func._implementation(*args, **kwargs)
 
     def argmax(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
         return _shaped(hollow_empty(_result_shape("reduce", [self.shape], axis, keepdims), np.intp))
@@ -350,6 +351,37 @@ def _dot(a: Any, b: Any, out: Any = None) -> np.ndarray:
     shape = shape_a[:-1] + shape_b[:-2] + shape_b[-1:] if len(shape_b) > 1 else shape_a[:-1]
     stand_ins = [np.zeros((1, 1), logical_dtype(np.asarray(x).dtype)) for x in (a, b)]
     return hollow_empty(shape, np.dot(*stand_ins).dtype)
+
+
+def _einsum(subscripts: Any, *operands: Any, out: Any = None, **kwargs: Any) -> np.ndarray:
+    """`np.einsum(subscripts, *operands)`'s result as an abstract array: its shape from the subscripts (explicit
+    or implicit output, `...` broadcast), its dtype from einsum on stand-ins whose every dimension is 1."""
+    if out is not None or not isinstance(subscripts, str):
+        raise TypeError("np.einsum with out= or interleaved operands is worked out on stand-ins")
+    inputs, arrow, output = subscripts.replace(" ", "").partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"{len(terms)} subscripts for {len(operands)} operands")
+    sizes: dict[str, int] = {}
+    broadcast = []
+    for term, operand in zip(terms, operands):
+        shape = np.shape(operand)
+        head, dots, tail = term.partition("...")
+        middle = len(shape) - len(head) - len(tail)
+        if middle < 0 or (middle and not dots):
+            raise ValueError(f"subscripts {term!r} for an operand of shape {shape}")
+        broadcast.append(shape[len(head):len(head) + middle])
+        for label, n in zip(head + tail, shape[:len(head)] + shape[len(head) + middle:]):
+            if sizes.get(label, n) not in (n, 1) and n != 1:
+                raise ValueError(f"label {label!r} has sizes {sizes[label]} and {n}")
+            sizes[label] = max(sizes.get(label, n), n)
+    if not arrow:
+        labels = "".join(t.replace("...", "") for t in terms)
+        output = ("..." if "..." in inputs else "") + "".join(sorted(c for c in set(labels) if labels.count(c) == 1))
+    head, _, tail = output.partition("...")
+    shape = tuple(sizes[c] for c in head) + tuple(np.broadcast_shapes(*broadcast)) + tuple(sizes[c] for c in tail)
+    stand_ins = [np.zeros((1,) * np.ndim(x), logical_dtype(np.asarray(x).dtype)) for x in operands]
+    return hollow_empty(shape, np.asarray(np.einsum(subscripts, *stand_ins, **kwargs)).dtype)
 
 
 def _shaped(value: Any) -> Any:
