@@ -305,7 +305,7 @@ class _Shapes(np.ndarray):
 
     @property
     def dtype(self) -> np.dtype:
-        return logical_dtype(np.ndarray.dtype.__get__(self))
+        return logical_dtype(buffer_dtype(self))
 
     @dtype.setter
     def dtype(self, dtype: Any) -> None:
@@ -400,7 +400,7 @@ def _through_shapes(fn: Any, operands: list) -> Any:
     except Exception:  # whatever it was, the stand-ins of the full shape give numpy's own answer or error
         return None
     results = result if isinstance(result, tuple) else (result,)
-    if not all(isinstance(r, np.ndarray) and is_hollow(np.ndarray.dtype.__get__(r)) for r in results):
+    if not all(isinstance(r, np.ndarray) and is_hollow(buffer_dtype(r)) for r in results):
         return None
     plain = tuple(r.view(np.ndarray) for r in results)
     return plain if isinstance(result, tuple) else plain[0]
